@@ -1,0 +1,127 @@
+/*
+ * catalog.h - the descriptor table's layout, shared by the catalog modules
+ * (manifest loading, derivation, sampler).
+ *
+ * DESIGN: the table is a struct of arrays. A sample costs a few fixed-width
+ * fields; its media items live out of line in per-media arrays, and variable
+ * data (ids, paths, keyframe lists) lives in two pools addressed by 32-bit
+ * offsets. This keeps a one-media sample near 110 bytes in total, so a
+ * million-sample manifest fits comfortably in memory and scans fast. Rows are
+ * only appended after a line is fully validated, so a rejected line never
+ * leaves partial state behind.
+ */
+#ifndef DH_CATALOG_H
+#define DH_CATALOG_H
+
+#include "../core/core.h"
+
+struct dh_manifest {
+    char *dir; /* directory media paths are relative to; "" for cwd */
+    dh_limits limits;
+    int check_files;
+    uint64_t hash;
+
+    /* samples */
+    int64_t n;
+    size_t cap;
+    uint32_t *id_off;
+    uint32_t *line;
+    int32_t *text_tokens;
+    uint32_t *media_first;
+    uint16_t *media_count;
+    float *sim_cpu_ms; /* < 0: absent */
+    float *sim_gpu_ms;
+
+    /* media items */
+    int64_t nm;
+    size_t mcap;
+    uint8_t *m_type;
+    uint8_t *m_codec;
+    uint8_t *m_channels;
+    uint32_t *m_path_off;
+    int32_t *m_width, *m_height;
+    float *m_fps;
+    int32_t *m_frames;
+    float *m_duration;
+    int32_t *m_rate;
+    int64_t *m_bytes;
+    uint32_t *m_kf_off, *m_kf_count;
+
+    /* pools */
+    int32_t *kf;
+    size_t nkf, kfcap;
+    char *str;
+    size_t nstr, strcap;
+
+    /* id -> sample index + 1 (0 = empty), open addressing, power-of-two size */
+    uint32_t *idx;
+    size_t idx_cap;
+};
+
+/* ------------------------------------------------------------------ spec */
+
+typedef enum {
+    DH_RESIZE_NATIVE = 0, /* keep source size */
+    DH_RESIZE_FIXED,      /* stretch to width x height */
+    DH_RESIZE_CROP,       /* scale to cover width x height, centre crop */
+    DH_RESIZE_LONG_SIDE,  /* cap the long side, round both sides to a multiple */
+    DH_RESIZE_BUCKET      /* nearest-aspect bucket, then cover + crop */
+} dh__resize_mode;
+
+#define DH_MAX_BUCKETS 16
+
+typedef struct {
+    dh__resize_mode mode;
+    int32_t width, height;  /* FIXED, CROP */
+    int32_t max_side;       /* LONG_SIDE */
+    int32_t multiple;       /* LONG_SIDE: both sides rounded to this */
+    int32_t nbuckets;       /* BUCKET: (height, width) pairs */
+    int32_t buckets[DH_MAX_BUCKETS][2];
+} dh__resize;
+
+typedef enum { DH_SAMPLE_UNIFORM = 0, DH_SAMPLE_FPS, DH_SAMPLE_CONSECUTIVE } dh__sampling;
+
+struct dh_spec {
+    struct {
+        dh__sampling sampling;
+        int64_t frames;     /* UNIFORM, CONSECUTIVE: count */
+        double fps;         /* FPS: target rate */
+        int64_t max_frames; /* FPS: cap */
+        double start_s, end_s; /* temporal range; end_s <= 0: to the end */
+        dh__resize resize;
+        int32_t patch, temporal_patch, pool;
+        int32_t vae_temporal, vae_spatial; /* > 0: VAE latents instead of patches */
+    } video;
+    struct {
+        dh__resize resize;
+        int32_t patch, pool;
+        int32_t tile_size, max_tiles, base_tile; /* tile_size > 0: any-res tiling */
+    } image;
+    struct {
+        int32_t sample_rate;
+        int32_t mel_bins;  /* 0: raw PCM output */
+        int32_t mel_fps;
+        double tokens_per_s;
+    } audio;
+    struct {
+        int64_t max_tokens; /* 0: no cap */
+    } text;
+};
+
+/* What went wrong on one line; callers choose how to phrase the prefix. */
+typedef struct {
+    int code;
+    char id[128]; /* sample id when it was read before the error, else "" */
+    char reason[384];
+} dh__line_error;
+
+/* dh_manifest_parse_line with the error kept structured. */
+int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
+                            dh__line_error *e);
+
+static inline const char *dh__str(const dh_manifest *m, uint32_t off)
+{
+    return m->str + off;
+}
+
+#endif

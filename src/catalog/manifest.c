@@ -1,0 +1,571 @@
+/*
+ * manifest.c - JSON Lines manifest -> descriptor table.
+ *
+ * Each line is parsed with jansson (64-bit integers), validated completely
+ * into a staging record, and only then appended to the struct-of-arrays table
+ * (catalog.h). Every rejection names the line, the sample id when it is known,
+ * the offending key and the reason. Unknown keys are ignored (DESIGN.md, Data
+ * model); wrong types, missing required keys, negative or over-limit sizes,
+ * paths that escape the manifest directory and duplicate ids are errors.
+ */
+#include "catalog.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ID_MAX_BYTES 1024
+#define PATH_MAX_BYTES 4096
+
+typedef dh__line_error line_error;
+
+typedef struct {
+    dh_media_type type;
+    dh_codec codec;
+    const char *path;
+    int64_t width, height, frames, rate, channels, bytes;
+    double fps, duration;
+    size_t kf_first, kf_count; /* into the manifest's kf pool, past nkf (staged) */
+} staged_media;
+
+typedef struct {
+    const char *id;
+    int64_t text_tokens;
+    double sim_cpu, sim_gpu;
+    int media_count;
+    staged_media *media;
+} staged_sample;
+
+static int fail(line_error *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(line_error *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->reason, sizeof e->reason, fmt, ap);
+    va_end(ap);
+    e->code = code;
+    return code;
+}
+
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+/*
+ * Reads an optional integer key into *out (left unchanged when absent).
+ * where names the enclosing object in messages ("media[0]").
+ */
+static int get_int(const json_t *obj, const char *key, const char *where, int64_t min, int64_t max,
+                   int limit_code, int64_t *out, line_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v)
+        return 0;
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        /* 10.0 where an integer is expected is harmless; 10.5 is not. */
+        if (d != floor(d) || d < -9e18 || d > 9e18)
+            return fail(e, DH_ESCHEMA, "%s%s: expected an integer, got %g", where, key, d);
+        *out = (int64_t)d;
+    } else if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+    } else {
+        return fail(e, DH_ESCHEMA, "%s%s: expected an integer, got %s", where, key, json_kind(v));
+    }
+    if (*out < min)
+        return fail(e, DH_ERANGE, "%s%s: %lld is below the minimum %lld", where, key,
+                    (long long)*out, (long long)min);
+    if (*out > max)
+        return fail(e, limit_code, "%s%s: %lld is over the limit %lld", where, key,
+                    (long long)*out, (long long)max);
+    return 0;
+}
+
+static int get_num(const json_t *obj, const char *key, const char *where, double max, double *out,
+                   line_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return fail(e, DH_ESCHEMA, "%s%s: expected a number, got %s", where, key, json_kind(v));
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < 0)
+        return fail(e, DH_ERANGE, "%s%s: %g must be a finite number >= 0", where, key, d);
+    if (d > max)
+        return fail(e, DH_ELIMIT, "%s%s: %g is over the limit %g", where, key, d, max);
+    *out = d;
+    return 0;
+}
+
+static int get_str(const json_t *obj, const char *key, const char *where, int required,
+                   const char **out, line_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v) {
+        if (required)
+            return fail(e, DH_ESCHEMA, "%smissing required key \"%s\"", where, key);
+        return 0;
+    }
+    if (!json_is_string(v))
+        return fail(e, DH_ESCHEMA, "%s%s: expected a string, got %s", where, key, json_kind(v));
+    *out = json_string_value(v);
+    return 0;
+}
+
+/*
+ * Lexical check that a relative path stays inside its base directory:
+ * no absolute paths, no ".." that climbs above the start.
+ */
+static int path_is_contained(const char *p)
+{
+    if (p[0] == '/' || p[0] == '\0')
+        return 0;
+    int depth = 0;
+    while (*p) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') {
+            if (--depth < 0)
+                return 0;
+        } else if (n > 0 && !(n == 1 && p[0] == '.')) {
+            depth++;
+        }
+        p += n;
+        if (*p == '/')
+            p++;
+    }
+    return depth > 0;
+}
+
+static int check_path(const dh_manifest *m, const char *path, const char *where, line_error *e)
+{
+    size_t len = strlen(path);
+    if (len == 0 || len > PATH_MAX_BYTES)
+        return fail(e, DH_ESCHEMA, "%spath: must be 1..%d bytes", where, PATH_MAX_BYTES);
+    if (!path_is_contained(path))
+        return fail(e, DH_EPATH, "%spath \"%s\" escapes the manifest directory", where, path);
+    if (!m->check_files)
+        return 0;
+    char full[PATH_MAX_BYTES * 2];
+    snprintf(full, sizeof full, "%s%s%s", m->dir, m->dir[0] ? "/" : "", path);
+    struct stat st;
+    if (stat(full, &st) != 0)
+        return fail(e, DH_ENOENT, "%spath \"%s\": file not found", where, full);
+    if (!S_ISREG(st.st_mode))
+        return fail(e, DH_ENOTMEDIA, "%spath \"%s\": not a regular file", where, full);
+    if (access(full, R_OK) != 0)
+        return fail(e, DH_EACCES, "%spath \"%s\": not readable", where, full);
+    return 0;
+}
+
+/* Keyframes are staged past m->nkf; they only become part of the table on commit. */
+static int stage_keyframes(dh_manifest *m, const json_t *arr, const char *where, staged_media *sm,
+                           size_t *staged, line_error *e)
+{
+    if (!arr)
+        return 0;
+    if (!json_is_array(arr))
+        return fail(e, DH_ESCHEMA, "%skeyframes: expected an array, got %s", where, json_kind(arr));
+    size_t n = json_array_size(arr);
+    if (n > (size_t)m->limits.max_keyframes)
+        return fail(e, DH_ELIMIT, "%skeyframes: %zu entries, over the limit %d", where, n,
+                    m->limits.max_keyframes);
+    if (dh__grow((void **)&m->kf, &m->kfcap, m->nkf + *staged + n, sizeof *m->kf))
+        return fail(e, DH_ENOMEM, "out of memory");
+    sm->kf_first = m->nkf + *staged;
+    sm->kf_count = n;
+    int64_t prev = -1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v))
+            return fail(e, DH_ESCHEMA, "%skeyframes[%zu]: expected an integer, got %s", where, i,
+                        json_kind(v));
+        int64_t k = json_integer_value(v);
+        if (k <= prev || k < 0)
+            return fail(e, DH_ERANGE, "%skeyframes[%zu]: %lld must be >= 0 and ascending", where,
+                        i, (long long)k);
+        if (sm->frames > 0 && k >= sm->frames)
+            return fail(e, DH_ERANGE, "%skeyframes[%zu]: %lld is past the last frame (%lld)",
+                        where, i, (long long)k, (long long)sm->frames - 1);
+        m->kf[sm->kf_first + i] = (int32_t)k;
+        prev = k;
+    }
+    *staged += n;
+    return 0;
+}
+
+/* Fills frames/fps/duration from each other so that all three are known. */
+static int complete_timing(staged_media *sm, const char *where, line_error *e)
+{
+    if (sm->frames == 0 && sm->duration > 0 && sm->fps > 0)
+        sm->frames = (int64_t)llround(sm->duration * sm->fps);
+    if (sm->duration == 0 && sm->frames > 0 && sm->fps > 0)
+        sm->duration = (double)sm->frames / sm->fps;
+    if (sm->fps == 0 && sm->frames > 0 && sm->duration > 0)
+        sm->fps = (double)sm->frames / sm->duration;
+    if (sm->frames <= 0 || sm->fps <= 0)
+        return fail(e, DH_ESCHEMA, "%svideo needs two of \"frames\", \"fps\", \"duration\"", where);
+    return 0;
+}
+
+static int check_limits(const dh_manifest *m, const staged_media *sm, const char *where,
+                        line_error *e)
+{
+    const dh_limits *l = &m->limits;
+    if (sm->width * sm->height > l->max_pixels)
+        return fail(e, DH_ELIMIT, "%s%lldx%lld is %lld pixels, over the limit %lld", where,
+                    (long long)sm->width, (long long)sm->height,
+                    (long long)(sm->width * sm->height), (long long)l->max_pixels);
+    if (sm->frames > l->max_frames || sm->frames > INT32_MAX)
+        return fail(e, DH_ELIMIT, "%sframes: %lld is over the limit %lld", where,
+                    (long long)sm->frames, (long long)l->max_frames);
+    if (sm->duration > l->max_duration_s)
+        return fail(e, DH_ELIMIT, "%sduration: %g s is over the limit %g s", where, sm->duration,
+                    l->max_duration_s);
+    return 0;
+}
+
+static int parse_media(dh_manifest *m, const json_t *obj, int i, staged_media *sm, size_t *kf_staged,
+                       line_error *e)
+{
+    char where[32];
+    snprintf(where, sizeof where, "media[%d].", i);
+    memset(sm, 0, sizeof *sm);
+    if (!json_is_object(obj))
+        return fail(e, DH_ESCHEMA, "media[%d]: expected an object, got %s", i, json_kind(obj));
+    const char *type = NULL, *codec = NULL;
+    int rc;
+    if ((rc = get_str(obj, "type", where, 1, &type, e)) || (rc = get_str(obj, "path", where, 1, &sm->path, e)) ||
+        (rc = get_str(obj, "codec", where, 0, &codec, e)))
+        return rc;
+    int t = dh_media_type_from_name(type);
+    if (t < 0)
+        return fail(e, DH_ESCHEMA, "%stype: \"%s\" is not video, image or audio", where, type);
+    sm->type = (dh_media_type)t;
+    sm->codec = dh_codec_from_name(codec);
+    const dh_limits *l = &m->limits;
+    if ((rc = get_int(obj, "width", where, 0, 1 << 30, DH_ELIMIT, &sm->width, e)) ||
+        (rc = get_int(obj, "height", where, 0, 1 << 30, DH_ELIMIT, &sm->height, e)) ||
+        (rc = get_int(obj, "frames", where, 0, INT64_MAX, DH_ELIMIT, &sm->frames, e)) ||
+        (rc = get_int(obj, "sample_rate", where, 0, 10000000, DH_ELIMIT, &sm->rate, e)) ||
+        (rc = get_int(obj, "channels", where, 0, 255, DH_ELIMIT, &sm->channels, e)) ||
+        (rc = get_int(obj, "bytes", where, 0, l->max_bytes, DH_ELIMIT, &sm->bytes, e)) ||
+        (rc = get_num(obj, "fps", where, 100000.0, &sm->fps, e)) ||
+        (rc = get_num(obj, "duration", where, INFINITY, &sm->duration, e)))
+        return rc;
+    if (sm->type != DH_MEDIA_AUDIO && (sm->width <= 0 || sm->height <= 0))
+        return fail(e, DH_ESCHEMA, "%s%s needs positive \"width\" and \"height\"", where, type);
+    if (sm->type == DH_MEDIA_VIDEO && (rc = complete_timing(sm, where, e)))
+        return rc;
+    if (sm->type == DH_MEDIA_AUDIO && sm->duration <= 0)
+        return fail(e, DH_ESCHEMA, "%saudio needs a positive \"duration\"", where);
+    if ((rc = check_limits(m, sm, where, e)))
+        return rc;
+    if (sm->type == DH_MEDIA_VIDEO &&
+        (rc = stage_keyframes(m, json_object_get(obj, "keyframes"), where, sm, kf_staged, e)))
+        return rc;
+    return check_path(m, sm->path, where, e);
+}
+
+static int parse_sim(const json_t *root, staged_sample *s, line_error *e)
+{
+    s->sim_cpu = s->sim_gpu = -1.0;
+    const json_t *sim = json_object_get(root, "sim");
+    if (!sim)
+        return 0;
+    if (!json_is_object(sim))
+        return fail(e, DH_ESCHEMA, "sim: expected an object, got %s", json_kind(sim));
+    int rc = get_num(sim, "cpu_ms", "sim.", 1e9, &s->sim_cpu, e);
+    return rc ? rc : get_num(sim, "gpu_ms", "sim.", 1e9, &s->sim_gpu, e);
+}
+
+static uint32_t *id_slot(const dh_manifest *m, const char *id, size_t len)
+{
+    size_t mask = m->idx_cap - 1;
+    size_t h = (size_t)dh__hash_bytes(id, len, 0x1d) & mask;
+    for (;;) {
+        uint32_t *slot = &m->idx[h];
+        if (*slot == 0 || !strcmp(dh__str(m, m->id_off[*slot - 1]), id))
+            return slot;
+        h = (h + 1) & mask;
+    }
+}
+
+static int id_index_reserve(dh_manifest *m, int64_t n)
+{
+    if ((size_t)n * 2 <= m->idx_cap)
+        return 0;
+    size_t ncap = m->idx_cap ? m->idx_cap * 2 : 64;
+    while ((size_t)n * 2 > ncap)
+        ncap *= 2;
+    uint32_t *old = m->idx;
+    size_t oldcap = m->idx_cap;
+    m->idx = calloc(ncap, sizeof *m->idx);
+    if (!m->idx) {
+        m->idx = old;
+        return DH_ENOMEM;
+    }
+    m->idx_cap = ncap;
+    for (size_t i = 0; i < oldcap; i++) {
+        if (old[i]) {
+            const char *id = dh__str(m, m->id_off[old[i] - 1]);
+            *id_slot(m, id, strlen(id)) = old[i];
+        }
+    }
+    free(old);
+    return 0;
+}
+
+static int parse_sample(dh_manifest *m, const json_t *root, staged_sample *s, size_t *kf_staged,
+                        line_error *e)
+{
+    if (!json_is_object(root))
+        return fail(e, DH_ESCHEMA, "a manifest line must be a JSON object, got %s", json_kind(root));
+    int rc = get_str(root, "id", "", 1, &s->id, e);
+    if (rc)
+        return rc;
+    size_t idlen = strlen(s->id);
+    if (idlen == 0 || idlen > ID_MAX_BYTES)
+        return fail(e, DH_ESCHEMA, "id: must be 1..%d bytes", ID_MAX_BYTES);
+    snprintf(e->id, sizeof e->id, "%.*s", (int)sizeof e->id - 1, s->id); /* ids are clipped in messages */
+    s->text_tokens = -1;
+    if ((rc = get_int(root, "text_tokens", "", 0, m->limits.max_text_tokens, DH_ELIMIT,
+                      &s->text_tokens, e)))
+        return rc;
+    if ((rc = parse_sim(root, s, e)))
+        return rc;
+    const json_t *media = json_object_get(root, "media");
+    if (media && !json_is_array(media))
+        return fail(e, DH_ESCHEMA, "media: expected an array, got %s", json_kind(media));
+    size_t nmedia = media ? json_array_size(media) : 0;
+    if (nmedia > (size_t)m->limits.max_media)
+        return fail(e, DH_ELIMIT, "media: %zu items, over the limit %d", nmedia, m->limits.max_media);
+    if (nmedia == 0 && s->text_tokens < 0)
+        return fail(e, DH_ESCHEMA, "sample has neither \"media\" nor \"text_tokens\"");
+    if (s->text_tokens < 0)
+        s->text_tokens = 0;
+    s->media_count = (int)nmedia;
+    for (size_t i = 0; i < nmedia; i++)
+        if ((rc = parse_media(m, json_array_get(media, i), (int)i, &s->media[i], kf_staged, e)))
+            return rc;
+    if ((rc = id_index_reserve(m, m->n + 1)))
+        return fail(e, rc, "out of memory");
+    uint32_t *slot = id_slot(m, s->id, idlen);
+    if (*slot)
+        return fail(e, DH_EDUP, "id \"%s\" already used on line %u", s->id,
+                    m->line[*slot - 1]);
+    return 0;
+}
+
+static int64_t str_push(dh_manifest *m, const char *s)
+{
+    size_t len = strlen(s) + 1;
+    if (m->nstr + len > UINT32_MAX)
+        return DH_ELIMIT;
+    if (dh__grow((void **)&m->str, &m->strcap, m->nstr + len, 1))
+        return DH_ENOMEM;
+    memcpy(m->str + m->nstr, s, len);
+    m->nstr += len;
+    return (int64_t)(m->nstr - len);
+}
+
+/* Grows a family of parallel arrays to at least need rows together. */
+static int grow_columns(void **const *cols, const size_t *elem, size_t ncols, size_t *cap,
+                        size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : 1024;
+    while (want < need)
+        want *= 2;
+    for (size_t k = 0; k < ncols; k++) {
+        size_t c = *cap; /* each column grows from the shared capacity */
+        if (dh__grow(cols[k], &c, want, elem[k]))
+            return DH_ENOMEM; /* columns already grown stay valid, just larger */
+    }
+    *cap = want;
+    return 0;
+}
+
+static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
+{
+    void **const scols[] = {(void **)&m->id_off,      (void **)&m->line,
+                            (void **)&m->text_tokens, (void **)&m->media_first,
+                            (void **)&m->media_count, (void **)&m->sim_cpu_ms,
+                            (void **)&m->sim_gpu_ms};
+    const size_t ssize[] = {4, 4, 4, 4, 2, 4, 4};
+    void **const mcols[] = {(void **)&m->m_type,     (void **)&m->m_codec,
+                            (void **)&m->m_channels, (void **)&m->m_path_off,
+                            (void **)&m->m_width,    (void **)&m->m_height,
+                            (void **)&m->m_fps,      (void **)&m->m_frames,
+                            (void **)&m->m_duration, (void **)&m->m_rate,
+                            (void **)&m->m_bytes,    (void **)&m->m_kf_off,
+                            (void **)&m->m_kf_count};
+    const size_t msize[] = {1, 1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 4, 4};
+    if (grow_columns(scols, ssize, 7, &m->cap, nsamples))
+        return DH_ENOMEM;
+    return grow_columns(mcols, msize, 13, &m->mcap, nmedia);
+}
+
+static int commit(dh_manifest *m, const staged_sample *s, int64_t lineno, size_t kf_staged,
+                  uint64_t line_hash)
+{
+    if (reserve_rows(m, (size_t)m->n + 1, (size_t)m->nm + (size_t)s->media_count))
+        return DH_ENOMEM;
+    /* Strings first: if the pool is exhausted nothing else has changed. */
+    size_t nstr_before = m->nstr;
+    int64_t id_off = str_push(m, s->id);
+    if (id_off < 0)
+        return (int)id_off;
+    int64_t path_off[256];
+    for (int j = 0; j < s->media_count; j++) {
+        path_off[j] = str_push(m, s->media[j].path);
+        if (path_off[j] < 0) {
+            m->nstr = nstr_before;
+            return (int)path_off[j];
+        }
+    }
+    int64_t i = m->n;
+    m->id_off[i] = (uint32_t)id_off;
+    m->line[i] = (uint32_t)DH_MIN(lineno, (int64_t)UINT32_MAX);
+    m->text_tokens[i] = (int32_t)s->text_tokens;
+    m->media_first[i] = (uint32_t)m->nm;
+    m->media_count[i] = (uint16_t)s->media_count;
+    m->sim_cpu_ms[i] = (float)s->sim_cpu;
+    m->sim_gpu_ms[i] = (float)s->sim_gpu;
+    for (int j = 0; j < s->media_count; j++) {
+        const staged_media *sm = &s->media[j];
+        int64_t k = m->nm++;
+        m->m_type[k] = (uint8_t)sm->type;
+        m->m_codec[k] = (uint8_t)sm->codec;
+        m->m_channels[k] = (uint8_t)sm->channels;
+        m->m_path_off[k] = (uint32_t)path_off[j];
+        m->m_width[k] = (int32_t)sm->width;
+        m->m_height[k] = (int32_t)sm->height;
+        m->m_fps[k] = (float)sm->fps;
+        m->m_frames[k] = (int32_t)sm->frames;
+        m->m_duration[k] = (float)sm->duration;
+        m->m_rate[k] = (int32_t)sm->rate;
+        m->m_bytes[k] = sm->bytes;
+        m->m_kf_off[k] = (uint32_t)sm->kf_first;
+        m->m_kf_count[k] = (uint32_t)sm->kf_count;
+    }
+    m->nkf += kf_staged;
+    m->n++;
+    *id_slot(m, s->id, strlen(s->id)) = (uint32_t)m->n;
+    m->hash = dh__mix64(m->hash ^ line_hash) + (uint64_t)m->n;
+    return 0;
+}
+
+int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
+                            line_error *e)
+{
+    e->code = 0;
+    e->id[0] = 0;
+    e->reason[0] = 0;
+    if (!m || (!line && len))
+        return fail(e, DH_EINVAL, "invalid argument");
+    if ((int64_t)len > m->limits.max_line_bytes)
+        return fail(e, DH_ELIMIT, "line is %zu bytes, over the limit %lld", len,
+                    (long long)m->limits.max_line_bytes);
+    if (m->n >= (int64_t)UINT32_MAX - 1)
+        return fail(e, DH_ELIMIT, "too many samples in one manifest");
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return fail(e, DH_EPARSE, "malformed JSON at column %d: %s", jerr.column, jerr.text);
+    staged_media media[256];
+    staged_sample s = {.media = media};
+    size_t kf_staged = 0;
+    int rc = m->limits.max_media > 256 ? fail(e, DH_EINVAL, "limits.max_media may be at most 256")
+                                       : parse_sample(m, root, &s, &kf_staged, e);
+    if (!rc) {
+        rc = commit(m, &s, lineno, kf_staged, dh__hash_bytes(line, len, 0x5eed));
+        if (rc)
+            fail(e, rc, "%s", dh_strerror(rc));
+    }
+    json_decref(root);
+    return rc;
+}
+
+int dh_manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
+                           char *errbuf, size_t errlen)
+{
+    line_error e;
+    int rc = dh__manifest_parse_line(m, line, len, lineno, &e);
+    if (rc) {
+        if (e.id[0])
+            dh__msg(errbuf, errlen, "line %lld: sample \"%s\": %s", (long long)lineno, e.id,
+                    e.reason);
+        else
+            dh__msg(errbuf, errlen, "line %lld: %s", (long long)lineno, e.reason);
+    }
+    return rc;
+}
+
+int64_t dh_manifest_find(const dh_manifest *m, const char *id)
+{
+    if (!m || !id || !m->idx_cap)
+        return -1;
+    uint32_t slot = *id_slot(m, id, strlen(id));
+    return slot ? (int64_t)slot - 1 : -1;
+}
+
+int dh_manifest_new(const char *base_dir, const dh_limits *limits, dh_manifest **out)
+{
+    if (!out)
+        return DH_EINVAL;
+    *out = NULL;
+    dh_manifest *m = calloc(1, sizeof *m);
+    if (!m)
+        return DH_ENOMEM;
+    m->dir = strdup(base_dir ? base_dir : "");
+    if (!m->dir) {
+        free(m);
+        return DH_ENOMEM;
+    }
+    if (limits)
+        m->limits = *limits;
+    else
+        dh_limits_default(&m->limits);
+    m->hash = 0x6d616e6966657374ULL;
+    *out = m;
+    return 0;
+}
+
+void dh_manifest_free(dh_manifest *m)
+{
+    if (!m)
+        return;
+    void *arrs[] = {m->dir,        m->id_off,     m->line,       m->text_tokens, m->media_first,
+                    m->media_count, m->sim_cpu_ms, m->sim_gpu_ms, m->m_type,      m->m_codec,
+                    m->m_channels, m->m_path_off, m->m_width,    m->m_height,    m->m_fps,
+                    m->m_frames,   m->m_duration, m->m_rate,     m->m_bytes,     m->m_kf_off,
+                    m->m_kf_count, m->kf,         m->str,        m->idx};
+    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
+        free(arrs[i]);
+    free(m);
+}

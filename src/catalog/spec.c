@@ -1,0 +1,351 @@
+/*
+ * spec.c - the preprocessing spec: JSON -> struct dh_spec.
+ *
+ * The format is documented in docs/SPEC.md. Every section and key is
+ * optional and falls back to the "default" spec's value, but a key the parser
+ * does not know is an error (a typo must not silently change training data).
+ * Built-in workload specs (spec_builtin.c) are JSON text parsed by this same
+ * code, so there is one definition of what a spec means.
+ */
+#include "catalog.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *errbuf;
+    size_t errlen;
+} spec_ctx;
+
+static int spec_fail(spec_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int spec_fail(spec_ctx *c, int code, const char *fmt, ...)
+{
+    if (c->errbuf && c->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->errbuf, c->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Rejects keys of obj that are not in the NULL-terminated allowed list. */
+static int only_keys(spec_ctx *c, const json_t *obj, const char *where, const char *const *allowed)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++)
+            ok |= !strcmp(*a, key);
+        if (!ok)
+            return spec_fail(c, DH_ESCHEMA, "spec: %s.%s: unknown key", where, key);
+    }
+    return 0;
+}
+
+static int spec_int(spec_ctx *c, const json_t *obj, const char *where, const char *key,
+                    int64_t min, int64_t max, int64_t *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s.%s: expected an integer", where, key);
+    int64_t x = json_integer_value(v);
+    if (x < min || x > max)
+        return spec_fail(c, DH_ERANGE, "spec: %s.%s: %lld is outside [%lld, %lld]", where, key,
+                         (long long)x, (long long)min, (long long)max);
+    *out = x;
+    return 0;
+}
+
+static int spec_i32(spec_ctx *c, const json_t *obj, const char *where, const char *key,
+                    int32_t min, int32_t max, int32_t *out)
+{
+    int64_t x = *out;
+    int rc = spec_int(c, obj, where, key, min, max, &x);
+    *out = (int32_t)x;
+    return rc;
+}
+
+static int spec_num(spec_ctx *c, const json_t *obj, const char *where, const char *key,
+                    double min, double max, double *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s.%s: expected a number", where, key);
+    double x = json_number_value(v);
+    if (!(x >= min && x <= max))
+        return spec_fail(c, DH_ERANGE, "spec: %s.%s: %g is outside [%g, %g]", where, key, x, min,
+                         max);
+    *out = x;
+    return 0;
+}
+
+static int section(spec_ctx *c, const json_t *root, const char *name, const char *const *allowed,
+                   const json_t **out)
+{
+    *out = json_object_get(root, name);
+    if (!*out)
+        return 0;
+    if (!json_is_object(*out))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s: expected an object", name);
+    return only_keys(c, *out, name, allowed);
+}
+
+static int parse_buckets(spec_ctx *c, const json_t *arr, const char *where, dh__resize *r)
+{
+    if (!json_is_array(arr) || json_array_size(arr) == 0 ||
+        json_array_size(arr) > DH_MAX_BUCKETS)
+        return spec_fail(c, DH_ESCHEMA, "spec: %s.buckets: expected 1..%d [height, width] pairs",
+                         where, DH_MAX_BUCKETS);
+    r->nbuckets = (int32_t)json_array_size(arr);
+    for (int i = 0; i < r->nbuckets; i++) {
+        const json_t *b = json_array_get(arr, (size_t)i);
+        const json_t *h = json_array_get(b, 0), *w = json_array_get(b, 1);
+        if (!json_is_array(b) || json_array_size(b) != 2 || !json_is_integer(h) ||
+            !json_is_integer(w) || json_integer_value(h) < 1 || json_integer_value(w) < 1 ||
+            json_integer_value(h) > 65536 || json_integer_value(w) > 65536)
+            return spec_fail(c, DH_ESCHEMA, "spec: %s.buckets[%d]: expected [height, width]",
+                             where, i);
+        r->buckets[i][0] = (int32_t)json_integer_value(h);
+        r->buckets[i][1] = (int32_t)json_integer_value(w);
+    }
+    return 0;
+}
+
+static int parse_resize(spec_ctx *c, const json_t *sec, const char *where, dh__resize *r)
+{
+    static const char *const keys[] = {"mode", "width", "height", "size", "max", "multiple",
+                                       "buckets", NULL};
+    const json_t *o = json_object_get(sec, "resize");
+    if (!o)
+        return 0;
+    char w[48];
+    snprintf(w, sizeof w, "%s.resize", where);
+    if (!json_is_object(o))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s: expected an object", w);
+    int rc = only_keys(c, o, w, keys);
+    if (rc)
+        return rc;
+    const char *mode = json_string_value(json_object_get(o, "mode"));
+    static const char *const modes[] = {"native", "fixed", "crop", "long_side", "bucket"};
+    int found = -1;
+    for (int i = 0; mode && i < 5; i++)
+        if (!strcmp(mode, modes[i]))
+            found = i;
+    if (found < 0)
+        return spec_fail(c, DH_ESCHEMA,
+                         "spec: %s.mode: expected native, fixed, crop, long_side or bucket", w);
+    memset(r, 0, sizeof *r);
+    r->mode = (dh__resize_mode)found;
+    int32_t size = 0;
+    r->multiple = 1;
+    if ((rc = spec_i32(c, o, w, "size", 1, 65536, &size)))
+        return rc;
+    r->width = r->height = size;
+    if ((rc = spec_i32(c, o, w, "width", 1, 65536, &r->width)) ||
+        (rc = spec_i32(c, o, w, "height", 1, 65536, &r->height)) ||
+        (rc = spec_i32(c, o, w, "max", 1, 65536, &r->max_side)) ||
+        (rc = spec_i32(c, o, w, "multiple", 1, 4096, &r->multiple)))
+        return rc;
+    if ((r->mode == DH_RESIZE_FIXED || r->mode == DH_RESIZE_CROP) && (!r->width || !r->height))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s: %s needs \"size\" or \"width\" and \"height\"",
+                         w, mode);
+    if (r->mode == DH_RESIZE_LONG_SIDE && !r->max_side)
+        return spec_fail(c, DH_ESCHEMA, "spec: %s: long_side needs \"max\"", w);
+    if (r->mode == DH_RESIZE_BUCKET)
+        return parse_buckets(c, json_object_get(o, "buckets"), w, r);
+    return 0;
+}
+
+static int parse_video(spec_ctx *c, const json_t *root, dh_spec *s)
+{
+    static const char *const keys[] = {"sampling", "frames", "fps", "max_frames", "start_s",
+                                       "end_s", "resize", "patch", "temporal_patch", "pool",
+                                       "vae", NULL};
+    const json_t *v;
+    int rc = section(c, root, "video", keys, &v);
+    if (rc || !v)
+        return rc;
+    const json_t *smp = json_object_get(v, "sampling");
+    if (smp) {
+        const char *name = json_string_value(smp);
+        if (name && !strcmp(name, "uniform"))
+            s->video.sampling = DH_SAMPLE_UNIFORM;
+        else if (name && !strcmp(name, "fps"))
+            s->video.sampling = DH_SAMPLE_FPS;
+        else if (name && !strcmp(name, "consecutive"))
+            s->video.sampling = DH_SAMPLE_CONSECUTIVE;
+        else
+            return spec_fail(c, DH_ESCHEMA,
+                             "spec: video.sampling: expected uniform, fps or consecutive");
+    }
+    if ((rc = spec_int(c, v, "video", "frames", 1, 100000, &s->video.frames)) ||
+        (rc = spec_num(c, v, "video", "fps", 1e-6, 1000, &s->video.fps)) ||
+        (rc = spec_int(c, v, "video", "max_frames", 1, 100000, &s->video.max_frames)) ||
+        (rc = spec_num(c, v, "video", "start_s", 0, 1e9, &s->video.start_s)) ||
+        (rc = spec_num(c, v, "video", "end_s", 0, 1e9, &s->video.end_s)) ||
+        (rc = spec_i32(c, v, "video", "patch", 1, 4096, &s->video.patch)) ||
+        (rc = spec_i32(c, v, "video", "temporal_patch", 1, 1024, &s->video.temporal_patch)) ||
+        (rc = spec_i32(c, v, "video", "pool", 1, 64, &s->video.pool)) ||
+        (rc = parse_resize(c, v, "video", &s->video.resize)))
+        return rc;
+    if (s->video.end_s > 0 && s->video.end_s <= s->video.start_s)
+        return spec_fail(c, DH_ERANGE, "spec: video.end_s must be after video.start_s");
+    const json_t *vae = json_object_get(v, "vae");
+    if (vae) {
+        static const char *const vkeys[] = {"temporal", "spatial", NULL};
+        if (!json_is_object(vae))
+            return spec_fail(c, DH_ESCHEMA, "spec: video.vae: expected an object");
+        s->video.vae_temporal = 4;
+        s->video.vae_spatial = 8;
+        if ((rc = only_keys(c, vae, "video.vae", vkeys)) ||
+            (rc = spec_i32(c, vae, "video.vae", "temporal", 1, 64, &s->video.vae_temporal)) ||
+            (rc = spec_i32(c, vae, "video.vae", "spatial", 1, 256, &s->video.vae_spatial)))
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_image(spec_ctx *c, const json_t *root, dh_spec *s)
+{
+    static const char *const keys[] = {"resize", "patch", "pool", "tiles", NULL};
+    const json_t *v;
+    int rc = section(c, root, "image", keys, &v);
+    if (rc || !v)
+        return rc;
+    if ((rc = spec_i32(c, v, "image", "patch", 1, 4096, &s->image.patch)) ||
+        (rc = spec_i32(c, v, "image", "pool", 1, 64, &s->image.pool)) ||
+        (rc = parse_resize(c, v, "image", &s->image.resize)))
+        return rc;
+    const json_t *t = json_object_get(v, "tiles");
+    if (t) {
+        static const char *const tkeys[] = {"size", "max", "base", NULL};
+        if (!json_is_object(t))
+            return spec_fail(c, DH_ESCHEMA, "spec: image.tiles: expected an object");
+        s->image.tile_size = 336;
+        s->image.max_tiles = 4;
+        s->image.base_tile = 1;
+        if ((rc = only_keys(c, t, "image.tiles", tkeys)) ||
+            (rc = spec_i32(c, t, "image.tiles", "size", 1, 8192, &s->image.tile_size)) ||
+            (rc = spec_i32(c, t, "image.tiles", "max", 1, 256, &s->image.max_tiles)))
+            return rc;
+        const json_t *base = json_object_get(t, "base");
+        if (base && !json_is_boolean(base))
+            return spec_fail(c, DH_ESCHEMA, "spec: image.tiles.base: expected true or false");
+        if (base)
+            s->image.base_tile = json_is_true(base);
+    }
+    return 0;
+}
+
+static int parse_audio_text(spec_ctx *c, const json_t *root, dh_spec *s)
+{
+    static const char *const akeys[] = {"sample_rate", "mel_bins", "mel_fps", "tokens_per_s", NULL};
+    static const char *const tkeys[] = {"max_tokens", NULL};
+    const json_t *a, *t;
+    int rc = section(c, root, "audio", akeys, &a);
+    if (!rc && a &&
+        ((rc = spec_i32(c, a, "audio", "sample_rate", 1000, 384000, &s->audio.sample_rate)) ||
+         (rc = spec_i32(c, a, "audio", "mel_bins", 0, 1024, &s->audio.mel_bins)) ||
+         (rc = spec_i32(c, a, "audio", "mel_fps", 1, 10000, &s->audio.mel_fps)) ||
+         (rc = spec_num(c, a, "audio", "tokens_per_s", 0, 100000, &s->audio.tokens_per_s))))
+        return rc;
+    if (!rc)
+        rc = section(c, root, "text", tkeys, &t);
+    if (!rc && t)
+        rc = spec_int(c, t, "text", "max_tokens", 0, INT64_MAX, &s->text.max_tokens);
+    return rc;
+}
+
+/* The "default" spec: 8 uniform frames and images at 224 px, patch 14; 16 kHz log-mel audio. */
+static void spec_defaults(dh_spec *s)
+{
+    memset(s, 0, sizeof *s);
+    s->video.sampling = DH_SAMPLE_UNIFORM;
+    s->video.frames = 8;
+    s->video.fps = 1.0;
+    s->video.max_frames = 64;
+    s->video.resize = (dh__resize){.mode = DH_RESIZE_CROP, .width = 224, .height = 224, .multiple = 1};
+    s->video.patch = 14;
+    s->video.temporal_patch = 1;
+    s->video.pool = 1;
+    s->image.resize = s->video.resize;
+    s->image.patch = 14;
+    s->image.pool = 1;
+    s->audio.sample_rate = 16000;
+    s->audio.mel_bins = 80;
+    s->audio.mel_fps = 100;
+    s->audio.tokens_per_s = 25.0;
+}
+
+int dh_spec_parse(const char *json, size_t len, dh_spec **out, char *errbuf, size_t errlen)
+{
+    spec_ctx c = {errbuf, errlen};
+    if (!out || (!json && len))
+        return DH_EINVAL;
+    *out = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return spec_fail(&c, DH_EPARSE, "spec: malformed JSON at line %d column %d: %s", jerr.line,
+                         jerr.column, jerr.text);
+    static const char *const top[] = {"video", "image", "audio", "text", "name", NULL};
+    dh_spec *s = calloc(1, sizeof *s);
+    int rc = s ? 0 : DH_ENOMEM;
+    if (!rc && !json_is_object(root))
+        rc = spec_fail(&c, DH_ESCHEMA, "spec: expected a JSON object");
+    if (!rc) {
+        spec_defaults(s);
+        if (!(rc = only_keys(&c, root, "spec", top)) && !(rc = parse_video(&c, root, s)) &&
+            !(rc = parse_image(&c, root, s)))
+            rc = parse_audio_text(&c, root, s);
+    }
+    json_decref(root);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int dh_spec_load(const char *path, dh_spec **out, char *errbuf, size_t errlen)
+{
+    spec_ctx c = {errbuf, errlen};
+    if (!path || !out)
+        return DH_EINVAL;
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return spec_fail(&c, -errno, "spec %s: %s", path, strerror(errno));
+    char *buf = malloc(1 << 20);
+    size_t n = buf ? fread(buf, 1, 1 << 20, f) : 0;
+    int toobig = buf && n == (1 << 20);
+    int ioerr = ferror(f);
+    fclose(f);
+    int rc;
+    if (!buf)
+        rc = DH_ENOMEM;
+    else if (toobig)
+        rc = spec_fail(&c, DH_ELIMIT, "spec %s: larger than 1 MiB", path);
+    else if (ioerr)
+        rc = spec_fail(&c, DH_EIO, "spec %s: read error", path);
+    else
+        rc = dh_spec_parse(buf, n, out, errbuf, errlen);
+    free(buf);
+    return rc;
+}
+
+void dh_spec_free(dh_spec *s)
+{
+    free(s);
+}

@@ -1,0 +1,22 @@
+/*
+ * codec.h - the narrow internal interface to foreign media libraries.
+ * Everything that includes an FFmpeg, TurboJPEG or libpng header lives in
+ * src/codec/; the rest of DataHelix sees only these functions and the public
+ * dh_ types. Each reader fills a dh_probe_result from headers only.
+ */
+#ifndef DH_CODEC_H
+#define DH_CODEC_H
+
+#include "../core/core.h"
+
+/* libavformat: containers with video and/or audio streams. */
+int dh__probe_av(const char *path, const dh_limits *lim, dh_probe_result *r, char *err,
+                 size_t errlen);
+/* JPEG via the TurboJPEG header reader; buf holds the first len bytes of the file. */
+int dh__probe_jpeg(const char *path, const unsigned char *buf, size_t len, int64_t file_bytes,
+                   const dh_limits *lim, dh_probe_result *r, char *err, size_t errlen);
+/* PNG via its IHDR chunk (the first 33 bytes). */
+int dh__probe_png(const unsigned char *buf, size_t len, int64_t file_bytes, const dh_limits *lim,
+                  dh_probe_result *r, char *err, size_t errlen);
+
+#endif

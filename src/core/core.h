@@ -1,0 +1,51 @@
+/*
+ * core.h - internal helpers shared by every module: hashing, the seeded RNG,
+ * growable arrays and bounded message formatting. Nothing here is public;
+ * non-static symbols carry the dh__ prefix.
+ */
+#ifndef DH_CORE_H
+#define DH_CORE_H
+
+#include "datahelix.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DH_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DH_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* 64-bit hash of a byte string (8 bytes per round, good avalanche). */
+uint64_t dh__hash_bytes(const void *data, size_t len, uint64_t seed);
+/* Finaliser of splitmix64: a bijective 64-bit mix. */
+uint64_t dh__mix64(uint64_t x);
+
+/* splitmix64 generator: tiny, fast, fully determined by its seed. */
+typedef struct {
+    uint64_t state;
+} dh__rng;
+
+static inline void dh__rng_seed(dh__rng *r, uint64_t seed)
+{
+    r->state = seed;
+}
+
+uint64_t dh__rng_next(dh__rng *r);
+/* Uniform integer in [0, bound), bound > 0, without modulo bias. */
+uint64_t dh__rng_below(dh__rng *r, uint64_t bound);
+
+/*
+ * Makes *buf hold at least need elements of elem bytes, growing the capacity
+ * geometrically. Returns 0 or DH_ENOMEM (then *buf is unchanged and still
+ * owned by the caller).
+ */
+int dh__grow(void **buf, size_t *cap, size_t need, size_t elem);
+
+/* snprintf that never overflows and tolerates buf == NULL. */
+void dh__msg(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Online CPU count, at least 1. */
+int dh__cpu_count(void);
+
+#endif

@@ -1,0 +1,94 @@
+/*
+ * util.c - hashing, the seeded RNG, growable arrays and bounded formatting.
+ *
+ * The hash reads 8 bytes per round because the manifest loader hashes every
+ * accepted line (the sampler's order is keyed on content) and a byte-at-a-time
+ * hash would cost a noticeable share of the load budget.
+ */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+uint64_t dh__mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+uint64_t dh__hash_bytes(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = dh__mix64(seed ^ (0x9e3779b97f4a7c15ULL * (len + 1)));
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ dh__mix64(w)) * 0x100000001b3ULL;
+        h ^= h >> 29;
+        p += 8;
+        len -= 8;
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, p, len);
+    h ^= dh__mix64(tail ^ ((uint64_t)len << 56));
+    return dh__mix64(h);
+}
+
+uint64_t dh__rng_next(dh__rng *r)
+{
+    r->state += 0x9e3779b97f4a7c15ULL;
+    return dh__mix64(r->state);
+}
+
+uint64_t dh__rng_below(dh__rng *r, uint64_t bound)
+{
+    /* Rejection sampling on the top of the range removes modulo bias. */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t x;
+    do {
+        x = dh__rng_next(r);
+    } while (x >= limit);
+    return x % bound;
+}
+
+int dh__grow(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2)
+            return DH_ENOMEM;
+        ncap *= 2;
+    }
+    if (elem && ncap > SIZE_MAX / elem)
+        return DH_ENOMEM;
+    void *p = realloc(*buf, ncap * elem);
+    if (!p)
+        return DH_ENOMEM;
+    *buf = p;
+    *cap = ncap;
+    return 0;
+}
+
+void dh__msg(char *buf, size_t len, const char *fmt, ...)
+{
+    if (!buf || !len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+int dh__cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

@@ -1,0 +1,307 @@
+/*
+ * index.c - a directory of media files -> a manifest, probing in parallel.
+ *
+ * DESIGN: the walk collects every regular file (hidden entries and the
+ * output manifest excluded) and sorts the paths, so the manifest is the same
+ * whatever the thread count or the file system's listing order. Worker
+ * threads claim files through one atomic counter and write only their own
+ * result slots; the calling thread reports progress while they run and, once
+ * they are joined, writes the lines in path order and reports each skipped
+ * file through the diag callback. The manifest is written to a temporary
+ * file and renamed into place, so a failed run never leaves half a manifest.
+ */
+#include "../core/core.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int rc;
+    char *err;
+    dh_probe_result res;
+} file_result;
+
+typedef struct {
+    char *root; /* canonical DIR */
+    char **rel; /* paths relative to root, sorted */
+    size_t n, cap;
+    dev_t skip_dev; /* the output manifest, if it already exists */
+    ino_t skip_ino;
+    file_result *results;
+    atomic_size_t next;
+    atomic_size_t done;
+    const dh_index_opts *opts;
+} index_job;
+
+void dh_index_opts_default(dh_index_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    dh_limits_default(&opts->limits);
+}
+
+static int add_path(index_job *j, const char *rel)
+{
+    if (dh__grow((void **)&j->rel, &j->cap, j->n + 1, sizeof *j->rel))
+        return DH_ENOMEM;
+    j->rel[j->n] = strdup(rel);
+    return j->rel[j->n++] ? 0 : DH_ENOMEM;
+}
+
+/* Recursive walk below root/rel; symbolic links are not followed. */
+static int walk(index_job *j, const char *rel)
+{
+    char dirpath[PATH_MAX];
+    snprintf(dirpath, sizeof dirpath, "%s%s%s", j->root, rel[0] ? "/" : "", rel);
+    DIR *d = opendir(dirpath);
+    if (!d)
+        return -errno;
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char child[PATH_MAX], full[PATH_MAX];
+        int n1 = snprintf(child, sizeof child, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+        int n2 = snprintf(full, sizeof full, "%s/%s", j->root, child);
+        if (n1 >= (int)sizeof child || n2 >= (int)sizeof full)
+            continue;
+        struct stat st;
+        if (lstat(full, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            rc = walk(j, child);
+        else if (S_ISREG(st.st_mode) && !(st.st_dev == j->skip_dev && st.st_ino == j->skip_ino))
+            rc = add_path(j, child);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void *probe_worker(void *arg)
+{
+    index_job *j = arg;
+    char full[PATH_MAX], err[512];
+    for (;;) {
+        size_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n)
+            break;
+        snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
+        err[0] = 0;
+        file_result *fr = &j->results[i];
+        fr->rc = dh_probe_file(full, &j->opts->limits, &fr->res, err, sizeof err);
+        if (fr->rc)
+            fr->err = strdup(err[0] ? err : dh_strerror(fr->rc));
+        atomic_fetch_add(&j->done, 1);
+    }
+    return NULL;
+}
+
+static json_t *media_json(const dh_probe_result *r, const char *path)
+{
+    const dh_media_info *mi = &r->info;
+    json_t *m = json_object();
+    json_object_set_new(m, "type", json_string(dh_media_type_name(mi->type)));
+    json_object_set_new(m, "path", json_string(path));
+    json_object_set_new(m, "codec", json_string(r->codec_name));
+    if (mi->type != DH_MEDIA_AUDIO) {
+        json_object_set_new(m, "width", json_integer(mi->width));
+        json_object_set_new(m, "height", json_integer(mi->height));
+    }
+    if (mi->type == DH_MEDIA_VIDEO) {
+        json_object_set_new(m, "fps", json_real(mi->fps));
+        json_object_set_new(m, "frames", json_integer(mi->frames));
+        json_t *kf = json_array();
+        for (int32_t k = 0; k < mi->keyframe_count; k++)
+            json_array_append_new(kf, json_integer(mi->keyframes[k]));
+        json_object_set_new(m, "keyframes", kf);
+    }
+    if (mi->type != DH_MEDIA_IMAGE)
+        json_object_set_new(m, "duration", json_real(mi->duration_s));
+    if (mi->type == DH_MEDIA_AUDIO) {
+        json_object_set_new(m, "sample_rate", json_integer(mi->sample_rate));
+        json_object_set_new(m, "channels", json_integer(mi->channels));
+    }
+    json_object_set_new(m, "bytes", json_integer(mi->bytes));
+    return m;
+}
+
+static int write_line(FILE *f, const char *id, const dh_probe_result *r, const char *path)
+{
+    json_t *line = json_object();
+    json_t *media = json_array();
+    json_object_set_new(line, "id", json_string(id));
+    json_array_append_new(media, media_json(r, path));
+    json_object_set_new(line, "media", media);
+    char *text = json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    json_decref(line);
+    if (!text)
+        return DH_ENOMEM;
+    int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    free(text);
+    return ok ? 0 : DH_EIO;
+}
+
+static void run_workers(index_job *j, int threads)
+{
+    pthread_t tid[256];
+    int started = 0;
+    threads = DH_MAX(1, DH_MIN(threads, 256));
+    for (int t = 0; t < threads; t++)
+        if (pthread_create(&tid[started], NULL, probe_worker, j) == 0)
+            started++;
+    if (started == 0)
+        probe_worker(j); /* no thread could start: probe on the caller's thread */
+    while (atomic_load(&j->done) < j->n && started > 0) {
+        if (j->opts->progress)
+            j->opts->progress((int64_t)atomic_load(&j->done), (int64_t)j->n,
+                              j->opts->progress_user);
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    }
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    if (j->opts->progress)
+        j->opts->progress((int64_t)j->n, (int64_t)j->n, j->opts->progress_user);
+}
+
+/* Writes all results in path order; skipped files go to the diag callback. */
+static int write_manifest(index_job *j, FILE *f, const char *prefix, dh_index_stats *st)
+{
+    char full[PATH_MAX], path[PATH_MAX];
+    for (size_t i = 0; i < j->n; i++) {
+        file_result *fr = &j->results[i];
+        if (fr->rc) {
+            st->skipped++;
+            if (j->opts->diag) {
+                char msg[PATH_MAX + 600];
+                snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
+                snprintf(msg, sizeof msg, "%s: skipped: %s", full, fr->err ? fr->err : "?");
+                dh_diag d = {.file = full, .code = fr->rc, .message = msg};
+                j->opts->diag(&d, j->opts->diag_user);
+            }
+            continue;
+        }
+        snprintf(path, sizeof path, "%s%s", prefix, j->rel[i]);
+        int rc = write_line(f, j->rel[i], &fr->res, path);
+        if (rc)
+            return rc;
+        st->probed++;
+        st->scanned += fr->res.scanned;
+    }
+    return 0;
+}
+
+/*
+ * The manifest's paths are relative to its own directory, which must contain
+ * DIR (paths may not climb out of the manifest directory). *prefix receives
+ * DIR relative to it, with a trailing slash, or "".
+ */
+static int manifest_prefix(const char *root, const char *out_path, char *prefix, size_t len)
+{
+    char outdir[PATH_MAX], canon[PATH_MAX];
+    snprintf(outdir, sizeof outdir, "%s", out_path);
+    char *slash = strrchr(outdir, '/');
+    if (slash)
+        *(slash == outdir ? slash + 1 : slash) = 0;
+    else
+        snprintf(outdir, sizeof outdir, ".");
+    if (!realpath(outdir, canon))
+        return -errno;
+    size_t n = strlen(canon);
+    if (!strcmp(canon, root)) {
+        prefix[0] = 0;
+        return 0;
+    }
+    if (!strcmp(canon, "/"))
+        n = 0;
+    if (strncmp(root, canon, n) != 0 || root[n] != '/')
+        return DH_EPATH;
+    snprintf(prefix, len, "%s/", root + n + 1);
+    return 0;
+}
+
+static void job_free(index_job *j)
+{
+    for (size_t i = 0; i < j->n; i++) {
+        free(j->rel[i]);
+        if (j->results) {
+            free(j->results[i].err);
+            dh_probe_result_clear(&j->results[i].res);
+        }
+    }
+    free(j->rel);
+    free(j->results);
+    free(j->root);
+}
+
+int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opts,
+                 dh_index_stats *stats)
+{
+    dh_index_opts defopts;
+    dh_index_stats local;
+    if (!opts) {
+        dh_index_opts_default(&defopts);
+        opts = &defopts;
+    }
+    if (!stats)
+        stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (!dir || !out_path)
+        return DH_EINVAL;
+    index_job j = {.opts = opts};
+    char prefix[PATH_MAX], tmp[PATH_MAX];
+    FILE *f = NULL;
+    int rc;
+    j.root = realpath(dir, NULL);
+    if (!j.root)
+        return -errno;
+    struct stat st;
+    if (stat(j.root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rc = DH_ENOTDIR;
+        goto done;
+    }
+    if ((rc = manifest_prefix(j.root, out_path, prefix, sizeof prefix)))
+        goto done;
+    if (stat(out_path, &st) == 0) {
+        j.skip_dev = st.st_dev;
+        j.skip_ino = st.st_ino;
+    }
+    if ((rc = walk(&j, "")))
+        goto done;
+    qsort(j.rel, j.n, sizeof *j.rel, cmp_str);
+    stats->files = (int64_t)j.n;
+    j.results = calloc(j.n ? j.n : 1, sizeof *j.results);
+    if (!j.results) {
+        rc = DH_ENOMEM;
+        goto done;
+    }
+    run_workers(&j, opts->threads > 0 ? opts->threads : dh__cpu_count());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
+    if (!(f = fopen(tmp, "wb"))) {
+        rc = -errno;
+        goto done;
+    }
+    rc = write_manifest(&j, f, prefix, stats);
+    if (fclose(f) != 0 && !rc)
+        rc = DH_EIO;
+    if (!rc && rename(tmp, out_path) != 0)
+        rc = -errno;
+    if (rc)
+        unlink(tmp);
+done:
+    job_free(&j);
+    return rc;
+}

@@ -1,0 +1,50 @@
+/*
+ * cli.h - shared pieces of the datahelix subcommands: option parsing of
+ * numbers and limits, diagnostics to stderr, and small statistics. The CLI
+ * is a client of the public API only (include/datahelix.h).
+ */
+#ifndef DH_CLI_H
+#define DH_CLI_H
+
+#include "datahelix.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CLI_USAGE 2 /* exit status for a usage error */
+
+int cli_index(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
+
+/* Prints "datahelix: " + message to stderr. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parses an integer / a number option value; prints a usage error and returns -1 when invalid. */
+int cli_int(const char *opt, const char *val, int64_t min, int64_t max, int64_t *out);
+int cli_num(const char *opt, const char *val, double min, double max, double *out);
+
+/*
+ * If argv[*i] is a limit option (--max-pixels N ...), consumes it and its
+ * value into lim and returns 1; returns 0 if it is not one, -1 on a bad value.
+ */
+int cli_limit_option(int argc, char **argv, int *i, dh_limits *lim);
+extern const char cli_limits_help[];
+
+/* A diag callback printing each message to stderr, counting them in *(int64_t *)user. */
+void cli_print_diag(const dh_diag *d, void *user);
+
+/* Monotonic seconds. */
+double cli_now(void);
+
+/* Summary of a sample of values: sorts v in place. */
+typedef struct {
+    int64_t n;
+    double min, p50, p95, max, mean;
+} cli_dist;
+
+void cli_distribution(double *v, int64_t n, cli_dist *out);
+
+/* Peak resident set size of this process in bytes. */
+int64_t cli_peak_rss(void);
+
+#endif

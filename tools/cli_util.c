@@ -1,0 +1,139 @@
+/*
+ * cli_util.c - option parsing, diagnostics and statistics shared by the
+ * subcommands.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+void cli_err(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("datahelix: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int cli_int(const char *opt, const char *val, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = val ? strtoll(val, &end, 10) : 0;
+    if (!val || errno || end == val || *end || x < min || x > max) {
+        cli_err("%s expects an integer in [%lld, %lld], got \"%s\"", opt, (long long)min,
+                (long long)max, val ? val : "(nothing)");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cli_num(const char *opt, const char *val, double min, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = val ? strtod(val, &end) : 0;
+    if (!val || errno || end == val || *end || !(x >= min && x <= max)) {
+        cli_err("%s expects a number in [%g, %g], got \"%s\"", opt, min, max,
+                val ? val : "(nothing)");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+const char cli_limits_help[] =
+    "limits (bad descriptors over a limit are rejected with DH_ELIMIT):\n"
+    "  --max-pixels N        pixels of one image or frame     (default 268435456)\n"
+    "  --max-frames N        frames of one video              (default 10000000)\n"
+    "  --max-duration S      seconds of one video or audio    (default 86400)\n"
+    "  --max-bytes N         bytes of one media file          (default 2^40)\n"
+    "  --max-media N         media items of one sample        (default 256, at most 256)\n"
+    "  --max-text-tokens N   text tokens of one sample        (default 10000000)\n";
+
+int cli_limit_option(int argc, char **argv, int *i, dh_limits *lim)
+{
+    const char *opt = argv[*i];
+    const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int64_t x;
+    int rc;
+    if (!strcmp(opt, "--max-pixels"))
+        rc = cli_int(opt, val, 1, INT64_MAX, &lim->max_pixels);
+    else if (!strcmp(opt, "--max-frames"))
+        rc = cli_int(opt, val, 1, INT32_MAX, &lim->max_frames);
+    else if (!strcmp(opt, "--max-duration"))
+        rc = cli_num(opt, val, 0, 1e12, &lim->max_duration_s);
+    else if (!strcmp(opt, "--max-bytes"))
+        rc = cli_int(opt, val, 1, INT64_MAX, &lim->max_bytes);
+    else if (!strcmp(opt, "--max-text-tokens"))
+        rc = cli_int(opt, val, 0, INT32_MAX, &lim->max_text_tokens);
+    else if (!strcmp(opt, "--max-media")) {
+        rc = cli_int(opt, val, 0, 256, &x);
+        lim->max_media = (int32_t)x;
+    } else
+        return 0;
+    if (rc)
+        return -1;
+    (*i)++;
+    return 1;
+}
+
+void cli_print_diag(const dh_diag *d, void *user)
+{
+    fprintf(stderr, "datahelix: %s [%s]\n", d->message, dh_err_name(d->code));
+    if (user)
+        (*(int64_t *)user)++;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted v. */
+static double rank(const double *v, int64_t n, double p)
+{
+    int64_t k = (int64_t)ceil(p / 100.0 * (double)n);
+    return v[k < 1 ? 0 : k - 1];
+}
+
+void cli_distribution(double *v, int64_t n, cli_dist *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n = n;
+    if (n == 0)
+        return;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++)
+        sum += v[i];
+    out->min = v[0];
+    out->max = v[n - 1];
+    out->p50 = rank(v, n, 50);
+    out->p95 = rank(v, n, 95);
+    out->mean = sum / (double)n;
+}
+
+int64_t cli_peak_rss(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (int64_t)ru.ru_maxrss * 1024;
+}

@@ -1,0 +1,37 @@
+/*
+ * main.c - the datahelix command line: dispatches to one file per subcommand.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+static const char usage[] =
+    "usage: datahelix <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  index DIR -o MANIFEST      probe media headers under DIR, write a JSON Lines manifest\n"
+    "  inspect MANIFEST           distributions and derived sizes of a manifest\n"
+    "  version                    print the version\n"
+    "\n"
+    "Run 'datahelix <command> --help' for a command's options.\n";
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "index"))
+        return cli_index(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect"))
+        return cli_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("datahelix %s\n", dh_version_string());
+        return 0;
+    }
+    cli_err("unknown command \"%s\"", cmd);
+    fputs(usage, stderr);
+    return CLI_USAGE;
+}
