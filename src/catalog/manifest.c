@@ -236,8 +236,8 @@ static int check_limits(const dh_manifest *m, const staged_media *sm, const char
 {
     const dh_limits *l = &m->limits;
     if (sm->width * sm->height > l->max_pixels)
-        return fail(e, DH_ELIMIT, "%s%lldx%lld is %lld pixels, over the limit %lld", where,
-                    (long long)sm->width, (long long)sm->height,
+        return fail(e, DH_ELIMIT, "%.*s: %lldx%lld is %lld pixels, over the limit %lld",
+                    (int)strlen(where) - 1, where, (long long)sm->width, (long long)sm->height,
                     (long long)(sm->width * sm->height), (long long)l->max_pixels);
     if (sm->frames > l->max_frames || sm->frames > INT32_MAX)
         return fail(e, DH_ELIMIT, "%sframes: %lld is over the limit %lld", where,

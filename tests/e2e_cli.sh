@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# e2e_cli.sh - end-to-end tests of the datahelix CLI on real media generated
+# here with the ffmpeg command-line tool. Each case is a command plus what
+# its output, exit status and files must show.
+#   usage: e2e_cli.sh PATH/TO/datahelix
+set -u
+DH=${1:?usage: e2e_cli.sh PATH/TO/datahelix}
+FFMPEG=${DH_FFMPEG:-ffmpeg}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhe2e.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+pass=0 fail=0
+
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+contains() { grep -q -- "$2" "$1"; }
+json_field() { # json_field FILE KEY -> prints the value (flat numeric keys only)
+    sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p" "$1" | head -n 1
+}
+
+# ---- media: a small corpus with one of each kind, plus junk ----
+mkdir -p "$WORK/data/clips" "$WORK/data/img" "$WORK/data/audio"
+ff() { "$FFMPEG" -v error -y -nostdin "$@"; }
+ff -f lavfi -i testsrc=size=320x240:rate=25 -t 2 -c:v libx264 -g 10 -bf 2 -pix_fmt yuv420p "$WORK/data/clips/a.mp4"
+ff -f lavfi -i testsrc=size=160x120:rate=30 -t 1 -c:v libx264 -g 15 -pix_fmt yuv420p "$WORK/data/clips/b.mkv"
+ff -f lavfi -i testsrc=size=640x360 -frames:v 1 "$WORK/data/img/c.jpg"
+ff -f lavfi -i testsrc=size=200x100 -frames:v 1 "$WORK/data/img/d.png"
+ff -f lavfi -i sine=sample_rate=16000 -t 2 "$WORK/data/audio/e.flac"
+echo "not media" > "$WORK/data/readme.txt"
+head -c 500 "$WORK/data/clips/a.mp4" > "$WORK/data/clips/broken.mp4"
+
+# ---- index ----
+"$DH" index "$WORK/data" -o "$WORK/data/manifest.jsonl" -j 2 > "$WORK/index.out" 2> "$WORK/index.err"
+rc=$?
+check "index exits 0 with skips" test $rc -eq 0
+check "index summary accounts for every file" contains "$WORK/index.out" "7 files: 5 probed + 2 skipped"
+check "index says which file was scanned" contains "$WORK/index.out" "1 without a container frame index"
+check "index names the skipped text file" contains "$WORK/index.err" "readme.txt: skipped:"
+check "index names the broken video" contains "$WORK/index.err" "clips/broken.mp4: skipped:"
+check "manifest has one line per probed file" test "$(wc -l < "$WORK/data/manifest.jsonl")" -eq 5
+check "manifest records keyframes" contains "$WORK/data/manifest.jsonl" '"keyframes":\[0,10,20,30,40\]'
+
+"$DH" index "$WORK/data" -o "$WORK/data/m2.jsonl" --on-error fail > /dev/null 2>&1
+check "index --on-error fail exits 1 when files were skipped" test $? -eq 1
+
+"$DH" index "$WORK/data/clips" -o "$WORK/elsewhere/m.jsonl" > /dev/null 2> "$WORK/outside.err"
+check "index refuses a manifest outside DIR's tree" test $? -ne 0
+"$DH" index "$WORK/data/clips" -o "$WORK/m-parent.jsonl" -q > /dev/null 2>&1
+check "index accepts a manifest in a parent directory" contains "$WORK/m-parent.jsonl" '"path":"data/clips/a.mp4"'
+
+# ---- inspect ----
+"$DH" inspect "$WORK/data/manifest.jsonl" --workload kinetics-clips --check-files \
+    --json "$WORK/inspect.json" > "$WORK/inspect.out" 2> "$WORK/inspect.err"
+check "inspect exits 0" test $? -eq 0
+check "inspect counts lines" contains "$WORK/inspect.out" "5 lines: 5 loaded + 0 skipped"
+check "inspect shows codecs" contains "$WORK/inspect.out" "h264 2"
+check "inspect json: loaded" test "$(json_field "$WORK/inspect.json" loaded)" = 5
+# kinetics-clips samples 16 frames; a.mp4 has 50 frames, b.mkv 30 -> both 16.
+check "inspect json: sampled frames" contains "$WORK/inspect.json" '"video_sampled_frames":{"n":2,"min":16,'
+
+# Bad manifest lines: skip mode goes on, fail mode stops; both name file and line.
+cp "$WORK/data/manifest.jsonl" "$WORK/data/bad.jsonl"
+{
+    echo '{"id":"x","media":[{"type":"video","path":"../../etc/passwd","width":2,"height":2,"frames":2,"fps":1}]}'
+    echo '{"id":"clips/a.mp4","text_tokens":1}'
+    echo '{not json'
+    echo '{"id":"big","media":[{"type":"image","path":"img/c.jpg","width":100000,"height":100000}]}'
+    echo '{"id":"gone","media":[{"type":"image","path":"img/gone.jpg","width":2,"height":2}]}'
+} >> "$WORK/data/bad.jsonl"
+"$DH" inspect "$WORK/data/bad.jsonl" --check-files > "$WORK/bad.out" 2> "$WORK/bad.err"
+check "inspect skip mode exits 0" test $? -eq 0
+check "inspect accounting: loaded + skipped = lines" contains "$WORK/bad.out" "10 lines: 5 loaded + 5 skipped"
+check "path escape reported with line" contains "$WORK/bad.err" "bad.jsonl:6: sample \"x\": media\[0\].path \"../../etc/passwd\" escapes"
+check "duplicate id reported" contains "$WORK/bad.err" "bad.jsonl:7: .*DH_EDUP"
+check "malformed JSON reported" contains "$WORK/bad.err" "bad.jsonl:8: malformed JSON"
+check "limit reported" contains "$WORK/bad.err" "bad.jsonl:9: .*over the limit.*DH_ELIMIT"
+check "missing file reported" contains "$WORK/bad.err" "bad.jsonl:10: .*file not found"
+"$DH" inspect "$WORK/data/bad.jsonl" --on-error fail > /dev/null 2> "$WORK/fail.err"
+check "inspect fail mode exits 1" test $? -eq 1
+check "fail mode stops at the first bad line" test "$(grep -c 'bad.jsonl:[0-9]' "$WORK/fail.err")" -eq 1
+"$DH" inspect "$WORK/data/manifest.jsonl" --max-pixels 1000 > "$WORK/lim.out" 2>&1
+# Only the audio file has no pixels to exceed the limit.
+check "limits are configurable from the CLI" contains "$WORK/lim.out" "5 lines: 1 loaded + 4 skipped"
+
+# ---- usage errors: exit 2 with a message ----
+"$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
+"$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2
+"$DH" index > /dev/null 2>&1; check "index without DIR is a usage error" test $? -eq 2
+"$DH" inspect m.jsonl --workload nope > /dev/null 2> "$WORK/wl.err"
+check "unknown workload lists the built-ins" contains "$WORK/wl.err" "t2v-diffusion"
+echo '{"video":{"frame":8}}' > "$WORK/spec.json"
+"$DH" inspect "$WORK/data/manifest.jsonl" --spec "$WORK/spec.json" > /dev/null 2> "$WORK/spec.err"
+check "a spec typo is an error" contains "$WORK/spec.err" "video.frame: unknown key"
+"$DH" inspect "$WORK/data/manifest.jsonl" --max-pixels abc > /dev/null 2>&1
+check "a bad limit value is a usage error" test $? -eq 2
+"$DH" inspect /nonexistent.jsonl > /dev/null 2> "$WORK/nx.err"
+check "a missing manifest is named" contains "$WORK/nx.err" "/nonexistent.jsonl"
+
+echo "e2e_cli: $pass passed, $fail failed"
+test "$fail" -eq 0

@@ -1,0 +1,110 @@
+/* test_core.c - error vocabulary, hashing, RNG and growable arrays. */
+#include "core/core.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+START_TEST(error_names_and_texts)
+{
+    ck_assert_str_eq(dh_err_name(0), "DH_OK");
+    ck_assert_str_eq(dh_err_name(DH_ELIMIT), "DH_ELIMIT");
+    ck_assert_str_eq(dh_err_name(DH_EINVAL), "DH_EINVAL");
+    ck_assert_int_eq(DH_EINVAL, -EINVAL);
+    ck_assert_str_eq(dh_strerror(DH_EDUP), "duplicate id");
+    ck_assert_str_eq(dh_err_name(-10999), "DH_EUNKNOWN");
+    ck_assert_str_eq(dh_strerror(12345), "unknown error");
+    /* An errno outside the table still gets the C library's text. */
+    ck_assert_str_eq(dh_strerror(-EPIPE), strerror(EPIPE));
+    /* Every project code is in the reserved range and has distinct text. */
+    int codes[] = {DH_EPARSE, DH_ESCHEMA, DH_ELIMIT, DH_EDUP, DH_EPATH, DH_EDECODE,
+                   DH_ECORRUPT, DH_ENOTMEDIA, DH_EUNSUPPORTED, DH_EMISMATCH, DH_EEMPTY};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        ck_assert_int_le(codes[i], -10000);
+        ck_assert_int_ge(codes[i], -10999);
+        for (size_t j = 0; j < i; j++)
+            ck_assert_str_ne(dh_strerror(codes[i]), dh_strerror(codes[j]));
+    }
+}
+END_TEST
+
+START_TEST(hash_is_stable_and_sensitive)
+{
+    const char *a = "the quick brown fox jumps";
+    uint64_t h = dh__hash_bytes(a, strlen(a), 7);
+    ck_assert_uint_eq(h, dh__hash_bytes(a, strlen(a), 7));
+    ck_assert_uint_ne(h, dh__hash_bytes(a, strlen(a), 8));
+    ck_assert_uint_ne(h, dh__hash_bytes(a, strlen(a) - 1, 7));
+    char b[32];
+    strcpy(b, a);
+    b[3] ^= 1;
+    ck_assert_uint_ne(h, dh__hash_bytes(b, strlen(b), 7));
+    /* Trailing zero bytes are not lost in the tail word. */
+    ck_assert_uint_ne(dh__hash_bytes("ab\0", 3, 0), dh__hash_bytes("ab", 2, 0));
+}
+END_TEST
+
+START_TEST(rng_below_is_in_range_and_covers)
+{
+    dh__rng r;
+    dh__rng_seed(&r, 42);
+    int seen[7] = {0};
+    for (int i = 0; i < 7000; i++) {
+        uint64_t x = dh__rng_below(&r, 7);
+        ck_assert_uint_lt(x, 7);
+        seen[x]++;
+    }
+    for (int i = 0; i < 7; i++)
+        ck_assert_int_gt(seen[i], 800); /* ~1000 expected each */
+    dh__rng a, b;
+    dh__rng_seed(&a, 5);
+    dh__rng_seed(&b, 5);
+    for (int i = 0; i < 100; i++)
+        ck_assert_uint_eq(dh__rng_next(&a), dh__rng_next(&b));
+}
+END_TEST
+
+START_TEST(grow_keeps_contents)
+{
+    int *v = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(dh__grow((void **)&v, &cap, (size_t)i + 1, sizeof *v), 0);
+        v[i] = i;
+    }
+    ck_assert_uint_ge(cap, 1000);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_eq(v[i], i);
+    /* An impossible size fails cleanly and leaves the buffer alone. */
+    ck_assert_int_eq(dh__grow((void **)&v, &cap, SIZE_MAX / 2, 16), DH_ENOMEM);
+    ck_assert_int_eq(v[999], 999);
+    free(v);
+}
+END_TEST
+
+START_TEST(vocabulary_round_trips)
+{
+    for (int c = 1; c < DH_CODEC_COUNT; c++)
+        ck_assert_int_eq(dh_codec_from_name(dh_codec_name((dh_codec)c)), c);
+    ck_assert_int_eq(dh_codec_from_name("h265"), DH_CODEC_HEVC);
+    ck_assert_int_eq(dh_codec_from_name("mjpeg"), DH_CODEC_JPEG);
+    ck_assert_int_eq(dh_codec_from_name("prores"), DH_CODEC_OTHER);
+    ck_assert_int_eq(dh_codec_from_name(NULL), DH_CODEC_OTHER);
+    ck_assert_int_eq(dh_media_type_from_name("audio"), DH_MEDIA_AUDIO);
+    ck_assert_int_eq(dh_media_type_from_name("Video"), -1);
+    ck_assert_str_eq(dh_media_type_name((dh_media_type)9), "unknown");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("core");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, error_names_and_texts);
+    tcase_add_test(tc, hash_is_stable_and_sensitive);
+    tcase_add_test(tc, rng_below_is_in_range_and_covers);
+    tcase_add_test(tc, grow_keeps_contents);
+    tcase_add_test(tc, vocabulary_round_trips);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}

@@ -1,0 +1,452 @@
+/* test_manifest.c - manifest parsing, every bad-input class, loading and accounting. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define VIDEO_OK                                                                                   \
+    "{\"id\":\"s1\",\"text_tokens\":12,\"media\":[{\"type\":\"video\",\"path\":\"v/1.mp4\","      \
+    "\"codec\":\"h264\",\"width\":1280,\"height\":720,\"fps\":30,\"frames\":300,"               \
+    "\"duration\":10.0,\"keyframes\":[0,250],\"bytes\":1234567}],\"sim\":{\"cpu_ms\":41.5,"     \
+    "\"gpu_ms\":12.0},\"unknown_key\":{\"ignored\":true}}"
+
+static dh_manifest *m;
+static char err[1024];
+
+static void setup(void)
+{
+    ck_assert_int_eq(dh_manifest_new("/data", NULL, &m), 0);
+    err[0] = 0;
+}
+
+static void teardown(void)
+{
+    dh_manifest_free(m);
+    m = NULL;
+}
+
+static int parse(const char *line)
+{
+    err[0] = 0;
+    return dh_manifest_parse_line(m, line, strlen(line), 7, err, sizeof err);
+}
+
+/* The line must fail with code, leave the table unchanged, and name what is wrong. */
+static void expect_bad(const char *line, int code, const char *needle)
+{
+    int64_t before = dh_manifest_count(m);
+    uint64_t hash = dh_manifest_hash(m);
+    int rc = parse(line);
+    ck_assert_msg(rc == code, "line %s: expected %s, got %s (%s)", line, dh_err_name(code),
+                  dh_err_name(rc), err);
+    ck_assert_msg(strstr(err, needle) != NULL, "message \"%s\" lacks \"%s\"", err, needle);
+    ck_assert_msg(strstr(err, "line 7") != NULL, "message \"%s\" lacks the line number", err);
+    ck_assert_int_eq(dh_manifest_count(m), before);
+    ck_assert_uint_eq(dh_manifest_hash(m), hash);
+}
+
+START_TEST(parses_design_example)
+{
+    ck_assert_int_eq(parse(VIDEO_OK), 0);
+    ck_assert_int_eq(dh_manifest_count(m), 1);
+    dh_sample_info si;
+    ck_assert_int_eq(dh_manifest_sample(m, 0, &si), 0);
+    ck_assert_str_eq(si.id, "s1");
+    ck_assert_int_eq(si.text_tokens, 12);
+    ck_assert_int_eq(si.media_count, 1);
+    ck_assert_int_eq(si.line, 7);
+    ck_assert_double_eq_tol(si.sim_cpu_ms, 41.5, 1e-6);
+    dh_media_info mi;
+    ck_assert_int_eq(dh_manifest_media(m, 0, 0, &mi), 0);
+    ck_assert_int_eq(mi.type, DH_MEDIA_VIDEO);
+    ck_assert_int_eq(mi.codec, DH_CODEC_H264);
+    ck_assert_str_eq(mi.path, "v/1.mp4");
+    ck_assert_int_eq(mi.width, 1280);
+    ck_assert_int_eq(mi.height, 720);
+    ck_assert_int_eq(mi.frames, 300);
+    ck_assert_int_eq(mi.keyframe_count, 2);
+    ck_assert_int_eq(mi.keyframes[1], 250);
+    ck_assert_int_eq(mi.bytes, 1234567);
+    ck_assert_int_eq(dh_manifest_media(m, 0, 1, &mi), DH_EINVAL);
+    ck_assert_int_eq(dh_manifest_find(m, "s1"), 0);
+    ck_assert_int_eq(dh_manifest_find(m, "nope"), -1);
+}
+END_TEST
+
+START_TEST(multimodal_and_text_only)
+{
+    ck_assert_int_eq(parse("{\"id\":\"t\",\"text_tokens\":5}"), 0);
+    ck_assert_int_eq(
+        parse("{\"id\":\"mm\",\"media\":[{\"type\":\"image\",\"path\":\"i/1.jpg\",\"codec\":"
+              "\"jpeg\",\"width\":1024,\"height\":768},{\"type\":\"audio\",\"path\":\"a/1.flac\","
+              "\"codec\":\"flac\",\"sample_rate\":16000,\"channels\":1,\"duration\":12.3}]}"),
+        0);
+    dh_sample_info si;
+    dh_manifest_sample(m, 1, &si);
+    ck_assert_int_eq(si.media_count, 2);
+    ck_assert(si.sim_gpu_ms < 0); /* absent truth */
+    dh_media_info mi;
+    dh_manifest_media(m, 1, 1, &mi);
+    ck_assert_int_eq(mi.type, DH_MEDIA_AUDIO);
+    ck_assert_int_eq(mi.sample_rate, 16000);
+    ck_assert_double_eq_tol(mi.duration_s, 12.3, 1e-4);
+}
+END_TEST
+
+START_TEST(video_timing_is_completed)
+{
+    /* frames from duration * fps, fps from frames / duration. */
+    ck_assert_int_eq(parse("{\"id\":\"a\",\"media\":[{\"type\":\"video\",\"path\":\"a\","
+                           "\"width\":2,\"height\":2,\"fps\":25,\"duration\":4}]}"),
+                     0);
+    ck_assert_int_eq(parse("{\"id\":\"b\",\"media\":[{\"type\":\"video\",\"path\":\"b\","
+                           "\"width\":2,\"height\":2,\"frames\":50,\"duration\":2}]}"),
+                     0);
+    dh_media_info mi;
+    dh_manifest_media(m, 0, 0, &mi);
+    ck_assert_int_eq(mi.frames, 100);
+    dh_manifest_media(m, 1, 0, &mi);
+    ck_assert_double_eq_tol(mi.fps, 25.0, 1e-6);
+    expect_bad("{\"id\":\"c\",\"media\":[{\"type\":\"video\",\"path\":\"c\",\"width\":2,"
+               "\"height\":2,\"frames\":50}]}",
+               DH_ESCHEMA, "two of");
+}
+END_TEST
+
+START_TEST(malformed_json)
+{
+    expect_bad("{\"id\":\"x\",", DH_EPARSE, "malformed JSON");
+    expect_bad("not json at all", DH_EPARSE, "malformed JSON");
+    expect_bad("[1,2,3]", DH_ESCHEMA, "must be a JSON object");
+    expect_bad("{\"id\":\"x\",\"id\":\"y\",\"text_tokens\":1}", DH_EPARSE, "duplicate");
+    expect_bad("\"\\u0000\"", DH_EPARSE, "malformed JSON");
+    /* Binary garbage and an empty buffer. */
+    ck_assert_int_ne(dh_manifest_parse_line(m, "\xff\xfe\x00\x01", 4, 7, err, sizeof err), 0);
+    ck_assert_int_ne(dh_manifest_parse_line(m, "", 0, 7, err, sizeof err), 0);
+}
+END_TEST
+
+START_TEST(wrong_types_and_missing_keys)
+{
+    expect_bad("{\"text_tokens\":3}", DH_ESCHEMA, "missing required key \"id\"");
+    expect_bad("{\"id\":7,\"text_tokens\":3}", DH_ESCHEMA, "id: expected a string");
+    expect_bad("{\"id\":\"\",\"text_tokens\":3}", DH_ESCHEMA, "id: must be");
+    expect_bad("{\"id\":\"x\"}", DH_ESCHEMA, "neither");
+    expect_bad("{\"id\":\"x\",\"text_tokens\":\"many\"}", DH_ESCHEMA, "text_tokens: expected an integer");
+    expect_bad("{\"id\":\"x\",\"text_tokens\":2.5}", DH_ESCHEMA, "expected an integer");
+    expect_bad("{\"id\":\"x\",\"media\":{}}", DH_ESCHEMA, "media: expected an array");
+    expect_bad("{\"id\":\"x\",\"media\":[3]}", DH_ESCHEMA, "media[0]: expected an object");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"path\":\"a\"}]}", DH_ESCHEMA, "missing required key \"type\"");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"width\":2,\"height\":2}]}",
+               DH_ESCHEMA, "missing required key \"path\"");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"hologram\",\"path\":\"a\"}]}", DH_ESCHEMA,
+               "not video, image or audio");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\",\"width\":\"9\","
+               "\"height\":2}]}",
+               DH_ESCHEMA, "media[0].width: expected an integer, got a string");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\"}]}", DH_ESCHEMA,
+               "needs positive \"width\" and \"height\"");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"audio\",\"path\":\"a\"}]}", DH_ESCHEMA,
+               "audio needs a positive \"duration\"");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"frames\":9,\"fps\":3,\"keyframes\":\"0\"}]}",
+               DH_ESCHEMA, "keyframes: expected an array");
+    expect_bad("{\"id\":\"x\",\"text_tokens\":1,\"sim\":[1]}", DH_ESCHEMA, "sim: expected an object");
+    expect_bad("{\"id\":\"x\",\"text_tokens\":1,\"sim\":{\"gpu_ms\":\"fast\"}}", DH_ESCHEMA,
+               "sim.gpu_ms: expected a number");
+}
+END_TEST
+
+START_TEST(negative_and_absurd_sizes)
+{
+    expect_bad("{\"id\":\"x\",\"text_tokens\":-1}", DH_ERANGE, "below the minimum");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\",\"width\":-5,"
+               "\"height\":2}]}",
+               DH_ERANGE, "media[0].width: -5");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\",\"width\":100000,"
+               "\"height\":100000}]}",
+               DH_ELIMIT, "pixels, over the limit");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"frames\":999999999,\"fps\":30}]}",
+               DH_ELIMIT, "frames: 999999999 is over the limit");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"audio\",\"path\":\"a\",\"duration\":1e7}]}",
+               DH_ELIMIT, "duration");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"bytes\":9223372036854775807}]}",
+               DH_ELIMIT, "bytes");
+    expect_bad("{\"id\":\"x\",\"text_tokens\":99999999999}", DH_ELIMIT, "text_tokens");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"frames\":10,\"fps\":-30}]}",
+               DH_ERANGE, "fps");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"frames\":10,\"fps\":30,\"keyframes\":[0,5,3]}]}",
+               DH_ERANGE, "ascending");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"frames\":10,\"fps\":30,\"keyframes\":[0,10]}]}",
+               DH_ERANGE, "past the last frame");
+}
+END_TEST
+
+START_TEST(configurable_limits)
+{
+    dh_manifest_free(m);
+    dh_limits lim;
+    dh_limits_default(&lim);
+    lim.max_pixels = 100;
+    lim.max_media = 1;
+    lim.max_line_bytes = 200;
+    ck_assert_int_eq(dh_manifest_new("", &lim, &m), 0);
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\",\"width\":11,"
+               "\"height\":10}]}",
+               DH_ELIMIT, "over the limit 100");
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"audio\",\"path\":\"a\",\"duration\":1},"
+               "{\"type\":\"audio\",\"path\":\"b\",\"duration\":1}]}",
+               DH_ELIMIT, "2 items, over the limit 1");
+    char big[300];
+    memset(big, ' ', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    memcpy(big, "{\"id\":\"x\",\"text_tokens\":1}", 26); /* without its NUL */
+    expect_bad(big, DH_ELIMIT, "bytes, over the limit 200");
+    ck_assert_int_eq(parse("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\","
+                           "\"width\":10,\"height\":10}]}"),
+                     0);
+}
+END_TEST
+
+START_TEST(paths_must_stay_inside)
+{
+    const char *fmt = "{\"id\":\"%s\",\"media\":[{\"type\":\"image\",\"path\":\"%s\",\"width\":2,"
+                      "\"height\":2}]}";
+    const char *bad[] = {"/etc/passwd", "../secret.jpg", "a/../../b.jpg", "./..", "a/..", ""};
+    const char *good[] = {"a.jpg", "a/../b.jpg", "./a/./b.jpg", "a/b/../../c.jpg"};
+    char line[512];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(line, sizeof line, fmt, "x", bad[i]);
+        expect_bad(line, bad[i][0] ? DH_EPATH : DH_ESCHEMA, "path");
+    }
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "g%zu", i);
+        snprintf(line, sizeof line, fmt, id, good[i]);
+        ck_assert_msg(parse(line) == 0, "%s: %s", good[i], err);
+    }
+}
+END_TEST
+
+START_TEST(duplicate_ids)
+{
+    ck_assert_int_eq(parse("{\"id\":\"dup\",\"text_tokens\":1}"), 0);
+    expect_bad("{\"id\":\"dup\",\"text_tokens\":2}", DH_EDUP, "already used on line 7");
+    /* Many ids force the index to grow; all stay findable. */
+    char line[128];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(line, sizeof line, "{\"id\":\"k%d\",\"text_tokens\":%d}", i, i);
+        ck_assert_int_eq(parse(line), 0);
+    }
+    for (int i = 0; i < 5000; i += 97) {
+        snprintf(line, sizeof line, "k%d", i);
+        ck_assert_int_eq(dh_manifest_find(m, line), i + 1);
+    }
+    expect_bad("{\"id\":\"k4999\",\"text_tokens\":2}", DH_EDUP, "k4999");
+}
+END_TEST
+
+START_TEST(memory_per_sample_is_compact)
+{
+    char line[512];
+    for (int i = 0; i < 20000; i++) {
+        snprintf(line, sizeof line,
+                 "{\"id\":\"s%06d\",\"text_tokens\":40,\"media\":[{\"type\":\"video\","
+                 "\"path\":\"v/%06d.mp4\",\"width\":640,\"height\":360,\"fps\":30,"
+                 "\"frames\":300,\"keyframes\":[0,250]}]}",
+                 i, i);
+        ck_assert_int_eq(parse(line), 0);
+    }
+    /* Capacity slack of the growing arrays is included: stay under 2x the 128 B goal here. */
+    double per = (double)dh_manifest_memory(m) / 20000.0;
+    ck_assert_msg(per < 256.0, "%.1f bytes per sample while growing", per);
+}
+END_TEST
+
+/* ---- file loading ---- */
+
+typedef struct {
+    int n;
+    int64_t lines[16];
+    int codes[16];
+    char ids[16][32];
+    char msgs[16][600];
+} diag_log;
+
+static void log_diag(const dh_diag *d, void *user)
+{
+    diag_log *l = user;
+    if (l->n < 16) {
+        l->lines[l->n] = d->line;
+        l->codes[l->n] = d->code;
+        snprintf(l->ids[l->n], sizeof l->ids[0], "%s", d->sample_id ? d->sample_id : "");
+        snprintf(l->msgs[l->n], sizeof l->msgs[0], "%s", d->message);
+    }
+    l->n++;
+}
+
+static const char *mixed_manifest =
+    "{\"id\":\"a\",\"text_tokens\":1}\r\n"
+    "\n"
+    "{\"id\":\"b\",\"text_tokens\":-1}\n"
+    "   \n"
+    "{broken\n"
+    "{\"id\":\"a\",\"text_tokens\":2}\n"
+    "{\"id\":\"c\",\"media\":[{\"type\":\"image\",\"path\":\"img/c.jpg\",\"width\":4,\"height\":4}]}\n"
+    "{\"id\":\"d\",\"text_tokens\":4}"; /* no final newline */
+
+START_TEST(load_skip_accounts_every_line)
+{
+    char *dir = tu_mkdtemp();
+    char *path = tu_write(dir, "m.jsonl", mixed_manifest, -1);
+    dh_load_opts o;
+    dh_load_opts_default(&o);
+    diag_log log = {0};
+    o.diag = log_diag;
+    o.diag_user = &log;
+    dh_manifest *mm = NULL;
+    dh_load_stats st;
+    ck_assert_int_eq(dh_manifest_load(path, &o, &mm, &st), 0);
+    ck_assert_int_eq(st.lines, 6);
+    ck_assert_int_eq(st.blank, 2);
+    ck_assert_int_eq(st.loaded, 3);
+    ck_assert_int_eq(st.skipped, 3);
+    ck_assert_int_eq(st.loaded + st.skipped, st.lines);
+    ck_assert_int_eq(dh_manifest_count(mm), 3);
+    ck_assert_str_eq(dh_manifest_dir(mm), dir);
+    ck_assert_int_eq(log.n, 3);
+    ck_assert_int_eq(log.lines[0], 3);
+    ck_assert_int_eq(log.codes[0], DH_ERANGE);
+    ck_assert_str_eq(log.ids[0], "b");
+    ck_assert_int_eq(log.lines[1], 5);
+    ck_assert_int_eq(log.codes[1], DH_EPARSE);
+    ck_assert_str_eq(log.ids[1], "");
+    ck_assert_int_eq(log.lines[2], 6);
+    ck_assert_int_eq(log.codes[2], DH_EDUP);
+    ck_assert_msg(strstr(log.msgs[2], "m.jsonl:6: sample \"a\"") != NULL, "%s", log.msgs[2]);
+    dh_sample_info si;
+    dh_manifest_sample(mm, 2, &si);
+    ck_assert_str_eq(si.id, "d");
+    ck_assert_int_eq(si.line, 8);
+    dh_manifest_free(mm);
+}
+END_TEST
+
+START_TEST(load_fail_stops_at_first_bad_line)
+{
+    char *dir = tu_mkdtemp();
+    char *path = tu_write(dir, "m.jsonl", mixed_manifest, -1);
+    dh_load_opts o;
+    dh_load_opts_default(&o);
+    o.on_error = DH_ON_ERROR_FAIL;
+    dh_manifest *mm = (dh_manifest *)1;
+    dh_load_stats st;
+    ck_assert_int_eq(dh_manifest_load(path, &o, &mm, &st), DH_ERANGE);
+    ck_assert_ptr_null(mm);
+    ck_assert_int_eq(st.lines, 2);
+    ck_assert_int_eq(st.skipped, 1);
+}
+END_TEST
+
+START_TEST(load_check_files)
+{
+    char *dir = tu_mkdtemp();
+    tu_sh("mkdir -p %s/img %s/adir", dir, dir);
+    tu_write(dir, "img/c.jpg", "x", 1);
+    char *path = tu_write(
+        dir, "m.jsonl",
+        "{\"id\":\"c\",\"media\":[{\"type\":\"image\",\"path\":\"img/c.jpg\",\"width\":4,\"height\":4}]}\n"
+        "{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":\"img/gone.jpg\",\"width\":4,\"height\":4}]}\n"
+        "{\"id\":\"dir\",\"media\":[{\"type\":\"image\",\"path\":\"adir\",\"width\":4,\"height\":4}]}\n",
+        -1);
+    dh_load_opts o;
+    dh_load_opts_default(&o);
+    o.check_files = 1;
+    diag_log log = {0};
+    o.diag = log_diag;
+    o.diag_user = &log;
+    dh_manifest *mm = NULL;
+    dh_load_stats st;
+    ck_assert_int_eq(dh_manifest_load(path, &o, &mm, &st), 0);
+    ck_assert_int_eq(st.loaded, 1);
+    ck_assert_int_eq(log.codes[0], DH_ENOENT);
+    ck_assert_msg(strstr(log.msgs[0], "img/gone.jpg") != NULL, "%s", log.msgs[0]);
+    ck_assert_int_eq(log.codes[1], DH_ENOTMEDIA);
+    dh_manifest_free(mm);
+    /* Without the check the same manifest loads fully (paths are not touched). */
+    o.check_files = 0;
+    ck_assert_int_eq(dh_manifest_load(path, &o, &mm, &st), 0);
+    ck_assert_int_eq(st.loaded, 3);
+    dh_manifest_free(mm);
+}
+END_TEST
+
+START_TEST(load_missing_file)
+{
+    dh_manifest *mm = NULL;
+    diag_log log = {0};
+    dh_load_opts o;
+    dh_load_opts_default(&o);
+    o.diag = log_diag;
+    o.diag_user = &log;
+    ck_assert_int_eq(dh_manifest_load("/nonexistent/m.jsonl", &o, &mm, NULL), DH_ENOENT);
+    ck_assert_int_eq(log.n, 1);
+    ck_assert_msg(strstr(log.msgs[0], "/nonexistent/m.jsonl") != NULL, "%s", log.msgs[0]);
+    ck_assert_int_eq(dh_manifest_load(NULL, NULL, &mm, NULL), DH_EINVAL);
+}
+END_TEST
+
+START_TEST(hash_follows_content)
+{
+    dh_manifest *a, *b, *c;
+    dh_manifest_new("", NULL, &a);
+    dh_manifest_new("/elsewhere", NULL, &b);
+    dh_manifest_new("", NULL, &c);
+    const char *l1 = "{\"id\":\"1\",\"text_tokens\":1}", *l2 = "{\"id\":\"2\",\"text_tokens\":1}";
+    dh_manifest_parse_line(a, l1, strlen(l1), 1, NULL, 0);
+    dh_manifest_parse_line(a, l2, strlen(l2), 2, NULL, 0);
+    dh_manifest_parse_line(b, l1, strlen(l1), 10, NULL, 0);
+    dh_manifest_parse_line(b, l2, strlen(l2), 20, NULL, 0);
+    dh_manifest_parse_line(c, l2, strlen(l2), 1, NULL, 0);
+    dh_manifest_parse_line(c, l1, strlen(l1), 2, NULL, 0);
+    ck_assert_uint_eq(dh_manifest_hash(a), dh_manifest_hash(b));
+    ck_assert_uint_ne(dh_manifest_hash(a), dh_manifest_hash(c));
+    dh_manifest_free(a);
+    dh_manifest_free(b);
+    dh_manifest_free(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("manifest");
+    TCase *tc = tcase_create("parse");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, parses_design_example);
+    tcase_add_test(tc, multimodal_and_text_only);
+    tcase_add_test(tc, video_timing_is_completed);
+    tcase_add_test(tc, malformed_json);
+    tcase_add_test(tc, wrong_types_and_missing_keys);
+    tcase_add_test(tc, negative_and_absurd_sizes);
+    tcase_add_test(tc, configurable_limits);
+    tcase_add_test(tc, paths_must_stay_inside);
+    tcase_add_test(tc, duplicate_ids);
+    tcase_add_test(tc, memory_per_sample_is_compact);
+    suite_add_tcase(s, tc);
+    TCase *tl = tcase_create("load");
+    tcase_add_test(tl, load_skip_accounts_every_line);
+    tcase_add_test(tl, load_fail_stops_at_first_bad_line);
+    tcase_add_test(tl, load_check_files);
+    tcase_add_test(tl, load_missing_file);
+    tcase_add_test(tl, hash_follows_content);
+    suite_add_tcase(s, tl);
+    return tu_run(s);
+}

@@ -1,0 +1,93 @@
+/* testutil.c - temp files, shell commands and the test runner wrapper. */
+#include "testutil.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+char *tu_mkdtemp(void)
+{
+    const char *base = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/dhtest.XXXXXX", base && *base ? base : "/tmp");
+    char *d = mkdtemp(tmpl);
+    ck_assert_msg(d != NULL, "mkdtemp failed");
+    return strdup(d);
+}
+
+char *tu_write(const char *dir, const char *name, const char *data, long len)
+{
+    char *path = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    size_t n = len < 0 ? strlen(data) : (size_t)len;
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+    return path;
+}
+
+static char *vfmt(const char *fmt, va_list ap)
+{
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        return NULL;
+    return s;
+}
+
+int tu_sh(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *cmd = vfmt(fmt, ap);
+    va_end(ap);
+    int rc = cmd ? system(cmd) : -1;
+    free(cmd);
+    return rc == -1 ? -1 : WEXITSTATUS(rc);
+}
+
+char *tu_capture(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *cmd = vfmt(fmt, ap);
+    va_end(ap);
+    FILE *p = cmd ? popen(cmd, "r") : NULL;
+    free(cmd);
+    if (!p)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 >= cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = 0;
+    pclose(p);
+    return buf;
+}
+
+const char *tu_ffmpeg(void)
+{
+    const char *e = getenv("DH_FFMPEG");
+    return e && *e ? e : "ffmpeg";
+}
+
+const char *tu_ffprobe(void)
+{
+    const char *e = getenv("DH_FFPROBE");
+    return e && *e ? e : "ffprobe";
+}
+
+int tu_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

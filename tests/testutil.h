@@ -1,0 +1,23 @@
+/* testutil.h - helpers shared by the Check unit tests. */
+#ifndef DH_TESTUTIL_H
+#define DH_TESTUTIL_H
+
+#include <check.h>
+
+#include "datahelix.h"
+
+/* A fresh directory under $TMPDIR (or /tmp); the returned string is static per call site. */
+char *tu_mkdtemp(void);
+/* Writes len bytes (or strlen when len < 0) to dir/name; returns the full path (malloc'd). */
+char *tu_write(const char *dir, const char *name, const char *data, long len);
+/* Runs a shell command, returns its exit status (-1 if it could not run). */
+int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Output of a shell command (malloc'd, NUL-terminated) or NULL. */
+char *tu_capture(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ffmpeg / ffprobe executables (from the build's configuration or PATH). */
+const char *tu_ffmpeg(void);
+const char *tu_ffprobe(void);
+/* Runs an SRunner over one suite and returns the process exit status. */
+int tu_run(Suite *s);
+
+#endif
