@@ -369,6 +369,9 @@ START_TEST(spec_from_file)
     dh_media_info v = video(64, 64, 10, 100, NULL, 0);
     ck_assert_int_eq(derive(s, &v).sampled_frames, 4);
     dh_spec_free(s);
+    tu_sh("rm -rf %s", dir);
+    free(path);
+    free(dir);
 }
 END_TEST
 

@@ -337,6 +337,9 @@ START_TEST(load_skip_accounts_every_line)
     ck_assert_str_eq(si.id, "d");
     ck_assert_int_eq(si.line, 8);
     dh_manifest_free(mm);
+    tu_sh("rm -rf %s", dir);
+    free(path);
+    free(dir);
 }
 END_TEST
 
@@ -353,6 +356,9 @@ START_TEST(load_fail_stops_at_first_bad_line)
     ck_assert_ptr_null(mm);
     ck_assert_int_eq(st.lines, 2);
     ck_assert_int_eq(st.skipped, 1);
+    tu_sh("rm -rf %s", dir);
+    free(path);
+    free(dir);
 }
 END_TEST
 
@@ -360,7 +366,7 @@ START_TEST(load_check_files)
 {
     char *dir = tu_mkdtemp();
     tu_sh("mkdir -p %s/img %s/adir", dir, dir);
-    tu_write(dir, "img/c.jpg", "x", 1);
+    free(tu_write(dir, "img/c.jpg", "x", 1));
     char *path = tu_write(
         dir, "m.jsonl",
         "{\"id\":\"c\",\"media\":[{\"type\":\"image\",\"path\":\"img/c.jpg\",\"width\":4,\"height\":4}]}\n"
@@ -386,6 +392,9 @@ START_TEST(load_check_files)
     ck_assert_int_eq(dh_manifest_load(path, &o, &mm, &st), 0);
     ck_assert_int_eq(st.loaded, 3);
     dh_manifest_free(mm);
+    tu_sh("rm -rf %s", dir);
+    free(path);
+    free(dir);
 }
 END_TEST
 

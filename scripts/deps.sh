@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# deps.sh - make sure the Debian 12 packages DataHelix builds and tests with
+# are installed. As root it installs what is missing with apt-get; otherwise
+# it prints the exact command to run and fails.
+#
+# Why these libraries: jansson (small, strict JSON with 64-bit integers),
+# FFmpeg 5.1's libav* (the reference demuxers/decoders), libjpeg-turbo's
+# TurboJPEG API (header reads, DCT-domain scaling), libpng, Check (forks each
+# test, reports worker-thread asserts, works under TSan); ffmpeg/ffprobe make
+# and verify test media. clang is needed for the fuzz targets only.
+set -euo pipefail
+
+PACKAGES=(
+    build-essential cmake pkg-config
+    libjansson-dev
+    libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
+    libturbojpeg0-dev libpng-dev
+    check
+    ffmpeg
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    exit 0
+fi
+
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+    echo "datahelix: missing system packages: ${missing[*]}" >&2
+    echo "run as root:  $cmd" >&2
+    exit 1
+fi
+echo "datahelix: installing ${missing[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

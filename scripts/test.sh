@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# test.sh - the whole test suite, as CI runs it: installs missing packages,
+# then builds and runs every test in three configurations:
+#   build/release  optimised, -Werror
+#   build/asan     AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover
+#   build/tsan     ThreadSanitizer, on the threaded parts (parallel index)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+run_config() { # run_config DIR CTEST-ARGS -- CMAKE-ARGS...
+    local dir=$1; shift
+    local ctest_args=()
+    while [[ $1 != -- ]]; do ctest_args+=("$1"); shift; done
+    shift
+    echo "== $dir: configure, build, test"
+    cmake -S . -B "$dir" -DDH_WERROR=ON "$@" > "$dir.configure.log" 2>&1 \
+        || { cat "$dir.configure.log"; return 1; }
+    cmake --build "$dir" -j "$jobs" > "$dir.build.log" 2>&1 \
+        || { cat "$dir.build.log"; return 1; }
+    (cd "$dir" && ctest --output-on-failure "${ctest_args[@]}")
+}
+
+mkdir -p build
+run_config build/release -- -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Sanitizers slow everything down: give Check's per-test timeout room.
+CK_TIMEOUT_MULTIPLIER=10 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_config build/asan -- -DCMAKE_BUILD_TYPE=Debug -DDH_SANITIZE=ON
+CK_TIMEOUT_MULTIPLIER=10 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
+    run_config build/tsan -R "test_probe|test_manifest" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
+echo "== all configurations passed"
