@@ -53,6 +53,9 @@ struct dh_manifest {
     char *str;
     size_t nstr, strcap;
 
+    /* scratch document of the line being parsed (jsonlite.h); not thread-safe */
+    struct jv_doc_s *doc;
+
     /* id -> sample index + 1 (0 = empty), open addressing, power-of-two size */
     uint32_t *idx;
     size_t idx_cap;

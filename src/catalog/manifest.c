@@ -9,6 +9,7 @@
  * paths that escape the manifest directory and duplicate ids are errors.
  */
 #include "catalog.h"
+#include "jsonlite.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -34,6 +35,7 @@ typedef struct {
 
 typedef struct {
     const char *id;
+    uint32_t *id_slot; /* empty slot of the id index found during validation */
     int64_t text_tokens;
     double sim_cpu, sim_gpu;
     int media_count;
@@ -52,47 +54,26 @@ static int fail(line_error *e, int code, const char *fmt, ...)
     return code;
 }
 
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 /*
  * Reads an optional integer key into *out (left unchanged when absent).
  * where names the enclosing object in messages ("media[0]").
  */
-static int get_int(const json_t *obj, const char *key, const char *where, int64_t min, int64_t max,
-                   int limit_code, int64_t *out, line_error *e)
+static int get_int(const jv_doc *doc, const jv *obj, const char *key, const char *where,
+                   int64_t min, int64_t max, int limit_code, int64_t *out, line_error *e)
 {
-    const json_t *v = json_object_get(obj, key);
+    const jv *v = jv_get(doc, obj, key);
     if (!v)
         return 0;
-    if (json_is_real(v)) {
-        double d = json_real_value(v);
+    if (v->type == JV_REAL) {
+        double d = v->d;
         /* 10.0 where an integer is expected is harmless; 10.5 is not. */
         if (d != floor(d) || d < -9e18 || d > 9e18)
             return fail(e, DH_ESCHEMA, "%s%s: expected an integer, got %g", where, key, d);
         *out = (int64_t)d;
-    } else if (json_is_integer(v)) {
-        *out = json_integer_value(v);
+    } else if (v->type == JV_INT) {
+        *out = v->i;
     } else {
-        return fail(e, DH_ESCHEMA, "%s%s: expected an integer, got %s", where, key, json_kind(v));
+        return fail(e, DH_ESCHEMA, "%s%s: expected an integer, got %s", where, key, jv_kind(v));
     }
     if (*out < min)
         return fail(e, DH_ERANGE, "%s%s: %lld is below the minimum %lld", where, key,
@@ -103,15 +84,15 @@ static int get_int(const json_t *obj, const char *key, const char *where, int64_
     return 0;
 }
 
-static int get_num(const json_t *obj, const char *key, const char *where, double max, double *out,
-                   line_error *e)
+static int get_num(const jv_doc *doc, const jv *obj, const char *key, const char *where,
+                   double max, double *out, line_error *e)
 {
-    const json_t *v = json_object_get(obj, key);
+    const jv *v = jv_get(doc, obj, key);
     if (!v)
         return 0;
-    if (!json_is_number(v))
-        return fail(e, DH_ESCHEMA, "%s%s: expected a number, got %s", where, key, json_kind(v));
-    double d = json_number_value(v);
+    if (!jv_is_number(v))
+        return fail(e, DH_ESCHEMA, "%s%s: expected a number, got %s", where, key, jv_kind(v));
+    double d = jv_number(v);
     if (!isfinite(d) || d < 0)
         return fail(e, DH_ERANGE, "%s%s: %g must be a finite number >= 0", where, key, d);
     if (d > max)
@@ -120,18 +101,18 @@ static int get_num(const json_t *obj, const char *key, const char *where, double
     return 0;
 }
 
-static int get_str(const json_t *obj, const char *key, const char *where, int required,
-                   const char **out, line_error *e)
+static int get_str(const jv_doc *doc, const jv *obj, const char *key, const char *where,
+                   int required, const char **out, line_error *e)
 {
-    const json_t *v = json_object_get(obj, key);
+    const jv *v = jv_get(doc, obj, key);
     if (!v) {
         if (required)
             return fail(e, DH_ESCHEMA, "%smissing required key \"%s\"", where, key);
         return 0;
     }
-    if (!json_is_string(v))
-        return fail(e, DH_ESCHEMA, "%s%s: expected a string, got %s", where, key, json_kind(v));
-    *out = json_string_value(v);
+    if (v->type != JV_STRING)
+        return fail(e, DH_ESCHEMA, "%s%s: expected a string, got %s", where, key, jv_kind(v));
+    *out = jv_str(doc, v);
     return 0;
 }
 
@@ -182,14 +163,14 @@ static int check_path(const dh_manifest *m, const char *path, const char *where,
 }
 
 /* Keyframes are staged past m->nkf; they only become part of the table on commit. */
-static int stage_keyframes(dh_manifest *m, const json_t *arr, const char *where, staged_media *sm,
+static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, staged_media *sm,
                            size_t *staged, line_error *e)
 {
     if (!arr)
         return 0;
-    if (!json_is_array(arr))
-        return fail(e, DH_ESCHEMA, "%skeyframes: expected an array, got %s", where, json_kind(arr));
-    size_t n = json_array_size(arr);
+    if (arr->type != JV_ARRAY)
+        return fail(e, DH_ESCHEMA, "%skeyframes: expected an array, got %s", where, jv_kind(arr));
+    size_t n = arr->count;
     if (n > (size_t)m->limits.max_keyframes)
         return fail(e, DH_ELIMIT, "%skeyframes: %zu entries, over the limit %d", where, n,
                     m->limits.max_keyframes);
@@ -198,12 +179,12 @@ static int stage_keyframes(dh_manifest *m, const json_t *arr, const char *where,
     sm->kf_first = m->nkf + *staged;
     sm->kf_count = n;
     int64_t prev = -1;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(arr, i);
-        if (!json_is_integer(v))
+    size_t i = 0;
+    for (const jv *v = jv_first(m->doc, arr); v; v = jv_next(m->doc, v), i++) {
+        if (v->type != JV_INT)
             return fail(e, DH_ESCHEMA, "%skeyframes[%zu]: expected an integer, got %s", where, i,
-                        json_kind(v));
-        int64_t k = json_integer_value(v);
+                        jv_kind(v));
+        int64_t k = v->i;
         if (k <= prev || k < 0)
             return fail(e, DH_ERANGE, "%skeyframes[%zu]: %lld must be >= 0 and ascending", where,
                         i, (long long)k);
@@ -248,18 +229,20 @@ static int check_limits(const dh_manifest *m, const staged_media *sm, const char
     return 0;
 }
 
-static int parse_media(dh_manifest *m, const json_t *obj, int i, staged_media *sm, size_t *kf_staged,
+static int parse_media(dh_manifest *m, const jv *obj, int i, staged_media *sm, size_t *kf_staged,
                        line_error *e)
 {
     char where[32];
     snprintf(where, sizeof where, "media[%d].", i);
     memset(sm, 0, sizeof *sm);
-    if (!json_is_object(obj))
-        return fail(e, DH_ESCHEMA, "media[%d]: expected an object, got %s", i, json_kind(obj));
+    const jv_doc *d = m->doc;
+    if (obj->type != JV_OBJECT)
+        return fail(e, DH_ESCHEMA, "media[%d]: expected an object, got %s", i, jv_kind(obj));
     const char *type = NULL, *codec = NULL;
     int rc;
-    if ((rc = get_str(obj, "type", where, 1, &type, e)) || (rc = get_str(obj, "path", where, 1, &sm->path, e)) ||
-        (rc = get_str(obj, "codec", where, 0, &codec, e)))
+    if ((rc = get_str(d, obj, "type", where, 1, &type, e)) ||
+        (rc = get_str(d, obj, "path", where, 1, &sm->path, e)) ||
+        (rc = get_str(d, obj, "codec", where, 0, &codec, e)))
         return rc;
     int t = dh_media_type_from_name(type);
     if (t < 0)
@@ -267,14 +250,14 @@ static int parse_media(dh_manifest *m, const json_t *obj, int i, staged_media *s
     sm->type = (dh_media_type)t;
     sm->codec = dh_codec_from_name(codec);
     const dh_limits *l = &m->limits;
-    if ((rc = get_int(obj, "width", where, 0, 1 << 30, DH_ELIMIT, &sm->width, e)) ||
-        (rc = get_int(obj, "height", where, 0, 1 << 30, DH_ELIMIT, &sm->height, e)) ||
-        (rc = get_int(obj, "frames", where, 0, INT64_MAX, DH_ELIMIT, &sm->frames, e)) ||
-        (rc = get_int(obj, "sample_rate", where, 0, 10000000, DH_ELIMIT, &sm->rate, e)) ||
-        (rc = get_int(obj, "channels", where, 0, 255, DH_ELIMIT, &sm->channels, e)) ||
-        (rc = get_int(obj, "bytes", where, 0, l->max_bytes, DH_ELIMIT, &sm->bytes, e)) ||
-        (rc = get_num(obj, "fps", where, 100000.0, &sm->fps, e)) ||
-        (rc = get_num(obj, "duration", where, INFINITY, &sm->duration, e)))
+    if ((rc = get_int(d, obj, "width", where, 0, 1 << 30, DH_ELIMIT, &sm->width, e)) ||
+        (rc = get_int(d, obj, "height", where, 0, 1 << 30, DH_ELIMIT, &sm->height, e)) ||
+        (rc = get_int(d, obj, "frames", where, 0, INT64_MAX, DH_ELIMIT, &sm->frames, e)) ||
+        (rc = get_int(d, obj, "sample_rate", where, 0, 10000000, DH_ELIMIT, &sm->rate, e)) ||
+        (rc = get_int(d, obj, "channels", where, 0, 255, DH_ELIMIT, &sm->channels, e)) ||
+        (rc = get_int(d, obj, "bytes", where, 0, l->max_bytes, DH_ELIMIT, &sm->bytes, e)) ||
+        (rc = get_num(d, obj, "fps", where, 100000.0, &sm->fps, e)) ||
+        (rc = get_num(d, obj, "duration", where, INFINITY, &sm->duration, e)))
         return rc;
     if (sm->type != DH_MEDIA_AUDIO && (sm->width <= 0 || sm->height <= 0))
         return fail(e, DH_ESCHEMA, "%s%s needs positive \"width\" and \"height\"", where, type);
@@ -285,21 +268,21 @@ static int parse_media(dh_manifest *m, const json_t *obj, int i, staged_media *s
     if ((rc = check_limits(m, sm, where, e)))
         return rc;
     if (sm->type == DH_MEDIA_VIDEO &&
-        (rc = stage_keyframes(m, json_object_get(obj, "keyframes"), where, sm, kf_staged, e)))
+        (rc = stage_keyframes(m, jv_get(d, obj, "keyframes"), where, sm, kf_staged, e)))
         return rc;
     return check_path(m, sm->path, where, e);
 }
 
-static int parse_sim(const json_t *root, staged_sample *s, line_error *e)
+static int parse_sim(const jv_doc *d, const jv *root, staged_sample *s, line_error *e)
 {
     s->sim_cpu = s->sim_gpu = -1.0;
-    const json_t *sim = json_object_get(root, "sim");
+    const jv *sim = jv_get(d, root, "sim");
     if (!sim)
         return 0;
-    if (!json_is_object(sim))
-        return fail(e, DH_ESCHEMA, "sim: expected an object, got %s", json_kind(sim));
-    int rc = get_num(sim, "cpu_ms", "sim.", 1e9, &s->sim_cpu, e);
-    return rc ? rc : get_num(sim, "gpu_ms", "sim.", 1e9, &s->sim_gpu, e);
+    if (sim->type != JV_OBJECT)
+        return fail(e, DH_ESCHEMA, "sim: expected an object, got %s", jv_kind(sim));
+    int rc = get_num(d, sim, "cpu_ms", "sim.", 1e9, &s->sim_cpu, e);
+    return rc ? rc : get_num(d, sim, "gpu_ms", "sim.", 1e9, &s->sim_gpu, e);
 }
 
 static uint32_t *id_slot(const dh_manifest *m, const char *id, size_t len)
@@ -339,12 +322,13 @@ static int id_index_reserve(dh_manifest *m, int64_t n)
     return 0;
 }
 
-static int parse_sample(dh_manifest *m, const json_t *root, staged_sample *s, size_t *kf_staged,
+static int parse_sample(dh_manifest *m, const jv *root, staged_sample *s, size_t *kf_staged,
                         line_error *e)
 {
-    if (!json_is_object(root))
-        return fail(e, DH_ESCHEMA, "a manifest line must be a JSON object, got %s", json_kind(root));
-    int rc = get_str(root, "id", "", 1, &s->id, e);
+    const jv_doc *d = m->doc;
+    if (root->type != JV_OBJECT)
+        return fail(e, DH_ESCHEMA, "a manifest line must be a JSON object, got %s", jv_kind(root));
+    int rc = get_str(d, root, "id", "", 1, &s->id, e);
     if (rc)
         return rc;
     size_t idlen = strlen(s->id);
@@ -352,15 +336,15 @@ static int parse_sample(dh_manifest *m, const json_t *root, staged_sample *s, si
         return fail(e, DH_ESCHEMA, "id: must be 1..%d bytes", ID_MAX_BYTES);
     snprintf(e->id, sizeof e->id, "%.*s", (int)sizeof e->id - 1, s->id); /* ids are clipped in messages */
     s->text_tokens = -1;
-    if ((rc = get_int(root, "text_tokens", "", 0, m->limits.max_text_tokens, DH_ELIMIT,
+    if ((rc = get_int(d, root, "text_tokens", "", 0, m->limits.max_text_tokens, DH_ELIMIT,
                       &s->text_tokens, e)))
         return rc;
-    if ((rc = parse_sim(root, s, e)))
+    if ((rc = parse_sim(d, root, s, e)))
         return rc;
-    const json_t *media = json_object_get(root, "media");
-    if (media && !json_is_array(media))
-        return fail(e, DH_ESCHEMA, "media: expected an array, got %s", json_kind(media));
-    size_t nmedia = media ? json_array_size(media) : 0;
+    const jv *media = jv_get(d, root, "media");
+    if (media && media->type != JV_ARRAY)
+        return fail(e, DH_ESCHEMA, "media: expected an array, got %s", jv_kind(media));
+    size_t nmedia = media ? media->count : 0;
     if (nmedia > (size_t)m->limits.max_media)
         return fail(e, DH_ELIMIT, "media: %zu items, over the limit %d", nmedia, m->limits.max_media);
     if (nmedia == 0 && s->text_tokens < 0)
@@ -368,15 +352,16 @@ static int parse_sample(dh_manifest *m, const json_t *root, staged_sample *s, si
     if (s->text_tokens < 0)
         s->text_tokens = 0;
     s->media_count = (int)nmedia;
-    for (size_t i = 0; i < nmedia; i++)
-        if ((rc = parse_media(m, json_array_get(media, i), (int)i, &s->media[i], kf_staged, e)))
+    int i = 0;
+    for (const jv *item = nmedia ? jv_first(d, media) : NULL; item; item = jv_next(d, item), i++)
+        if ((rc = parse_media(m, item, i, &s->media[i], kf_staged, e)))
             return rc;
     if ((rc = id_index_reserve(m, m->n + 1)))
         return fail(e, rc, "out of memory");
-    uint32_t *slot = id_slot(m, s->id, idlen);
-    if (*slot)
+    s->id_slot = id_slot(m, s->id, idlen);
+    if (*s->id_slot)
         return fail(e, DH_EDUP, "id \"%s\" already used on line %u", s->id,
-                    m->line[*slot - 1]);
+                    m->line[*s->id_slot - 1]);
     return 0;
 }
 
@@ -475,9 +460,28 @@ static int commit(dh_manifest *m, const staged_sample *s, int64_t lineno, size_t
     }
     m->nkf += kf_staged;
     m->n++;
-    *id_slot(m, s->id, strlen(s->id)) = (uint32_t)m->n;
+    *s->id_slot = (uint32_t)m->n; /* the index is not resized between validation and here */
     m->hash = dh__mix64(m->hash ^ line_hash) + (uint64_t)m->n;
     return 0;
+}
+
+/*
+ * Fills m->doc from the line: the fast scanner first; jansson when the scanner
+ * declines, and jansson's verdict and message when the line is not valid JSON.
+ */
+static int parse_document(dh_manifest *m, const char *line, size_t len, line_error *e)
+{
+    if (!m->doc && !(m->doc = calloc(1, sizeof *m->doc)))
+        return fail(e, DH_ENOMEM, "out of memory");
+    if (dh__jv_parse_fast(m->doc, line, len) == 0)
+        return 0;
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return fail(e, DH_EPARSE, "malformed JSON at column %d: %s", jerr.column, jerr.text);
+    int rc = dh__jv_from_jansson(m->doc, root);
+    json_decref(root);
+    return rc ? fail(e, rc, "out of memory") : 0;
 }
 
 int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
@@ -493,21 +497,20 @@ int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_
                     (long long)m->limits.max_line_bytes);
     if (m->n >= (int64_t)UINT32_MAX - 1)
         return fail(e, DH_ELIMIT, "too many samples in one manifest");
-    json_error_t jerr;
-    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return fail(e, DH_EPARSE, "malformed JSON at column %d: %s", jerr.column, jerr.text);
+    if (m->limits.max_media > 256)
+        return fail(e, DH_EINVAL, "limits.max_media may be at most 256");
+    int rc = parse_document(m, line, len, e);
+    if (rc)
+        return rc;
     staged_media media[256];
     staged_sample s = {.media = media};
     size_t kf_staged = 0;
-    int rc = m->limits.max_media > 256 ? fail(e, DH_EINVAL, "limits.max_media may be at most 256")
-                                       : parse_sample(m, root, &s, &kf_staged, e);
+    rc = parse_sample(m, jv_root(m->doc), &s, &kf_staged, e);
     if (!rc) {
         rc = commit(m, &s, lineno, kf_staged, dh__hash_bytes(line, len, 0x5eed));
         if (rc)
             fail(e, rc, "%s", dh_strerror(rc));
     }
-    json_decref(root);
     return rc;
 }
 
@@ -567,5 +570,9 @@ void dh_manifest_free(dh_manifest *m)
                     m->m_kf_count, m->kf,         m->str,        m->idx};
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
         free(arrs[i]);
+    if (m->doc) {
+        dh__jv_free(m->doc);
+        free(m->doc);
+    }
     free(m);
 }

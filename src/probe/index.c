@@ -39,6 +39,8 @@ typedef struct {
     file_result *results;
     atomic_size_t next;
     atomic_size_t done;
+    pthread_mutex_t lock; /* guards nothing but the wait on all_done */
+    pthread_cond_t all_done;
     const dh_index_opts *opts;
 } index_job;
 
@@ -105,7 +107,11 @@ static void *probe_worker(void *arg)
         fr->rc = dh_probe_file(full, &j->opts->limits, &fr->res, err, sizeof err);
         if (fr->rc)
             fr->err = strdup(err[0] ? err : dh_strerror(fr->rc));
-        atomic_fetch_add(&j->done, 1);
+        if (atomic_fetch_add(&j->done, 1) + 1 == j->n) {
+            pthread_mutex_lock(&j->lock);
+            pthread_cond_signal(&j->all_done);
+            pthread_mutex_unlock(&j->lock);
+        }
     }
     return NULL;
 }
@@ -165,11 +171,22 @@ static void run_workers(index_job *j, int threads)
             started++;
     if (started == 0)
         probe_worker(j); /* no thread could start: probe on the caller's thread */
-    while (atomic_load(&j->done) < j->n && started > 0) {
+    /* Progress every 100 ms; the last worker's signal ends the wait at once. */
+    while (started > 0 && atomic_load(&j->done) < j->n) {
         if (j->opts->progress)
             j->opts->progress((int64_t)atomic_load(&j->done), (int64_t)j->n,
                               j->opts->progress_user);
-        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 100 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&j->lock);
+        if (atomic_load(&j->done) < j->n)
+            pthread_cond_timedwait(&j->all_done, &j->lock, &until);
+        pthread_mutex_unlock(&j->lock);
     }
     for (int t = 0; t < started; t++)
         pthread_join(tid[t], NULL);
@@ -261,7 +278,9 @@ int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opt
     memset(stats, 0, sizeof *stats);
     if (!dir || !out_path)
         return DH_EINVAL;
-    index_job j = {.opts = opts};
+    index_job j = {.opts = opts,
+                   .lock = PTHREAD_MUTEX_INITIALIZER,
+                   .all_done = PTHREAD_COND_INITIALIZER};
     char prefix[PATH_MAX], tmp[PATH_MAX];
     FILE *f = NULL;
     int rc;

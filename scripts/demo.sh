@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# demo.sh - the main job of this version, from a fresh Debian 12 machine:
+# install packages, build, generate a small real multimodal corpus (H.264 and
+# HEVC clips at several resolutions and GOP lengths, JPEG/PNG images, FLAC
+# speech), index it from headers only, and inspect what each workload's
+# preprocessing would make of it. Outputs go to demo-out/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+echo "== build"
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake --build build/release -j "$(nproc 2>/dev/null || echo 2)" > build/release.build.log 2>&1 \
+    || { cat build/release.build.log; exit 1; }
+DH=build/release/datahelix
+
+OUT=demo-out
+rm -rf "$OUT"
+mkdir -p "$OUT/media/video" "$OUT/media/image" "$OUT/media/audio"
+ff() { ffmpeg -v error -y -nostdin "$@"; }
+
+echo "== generate media (ffmpeg command-line encoders)"
+# Kinetics-like clips: 25/30 fps, resolution mix, keyframe intervals of 1-10 s.
+sizes=(340x256 340x256 640x360 1280x720 340x256 640x360 1280x720 340x256)
+for i in "${!sizes[@]}"; do
+    fps=$(( i % 2 ? 30 : 25 )); secs=$(( 2 + i % 4 )); gop=$(( fps * (1 + i % 3) ))
+    ff -f lavfi -i "testsrc2=size=${sizes[$i]}:rate=$fps" -t "$secs" -c:v libx264 -preset veryfast \
+       -g "$gop" -bf 2 -pix_fmt yuv420p "$OUT/media/video/clip$i.mp4"
+done
+ff -f lavfi -i testsrc2=size=640x360:rate=30 -t 3 -c:v libx265 -preset ultrafast \
+   -x265-params log-level=none:keyint=60 -pix_fmt yuv420p "$OUT/media/video/hevc.mkv"
+for s in 512x384 1024x768 2048x1536 300x600; do
+    ff -f lavfi -i "testsrc2=size=$s" -frames:v 1 "$OUT/media/image/img_$s.jpg"
+done
+ff -f lavfi -i testsrc2=size=800x600 -frames:v 1 "$OUT/media/image/diagram.png"
+for d in 2 7 15; do
+    ff -f lavfi -i "sine=frequency=300:sample_rate=16000" -t "$d" "$OUT/media/audio/speech_${d}s.flac"
+done
+echo "not a media file" > "$OUT/media/README.txt"   # shows how a skipped file is reported
+
+echo "== index (headers only)"
+"$DH" index "$OUT/media" -o "$OUT/manifest.jsonl" || true
+echo
+for w in kinetics-clips omni-mix; do
+    echo "== inspect with the $w spec"
+    "$DH" inspect "$OUT/manifest.jsonl" --workload "$w" --json "$OUT/inspect-$w.json"
+    echo
+done
+echo "manifest: $OUT/manifest.jsonl   summaries: $OUT/inspect-*.json"
