@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# install_test.sh - `cmake --install` into a temporary prefix, then build and
+# run two consumers of the installed library: one through pkg-config, one
+# through find_package(datahelix) in a CMake project.
+#   usage: install_test.sh BUILD_DIR
+set -euo pipefail
+BUILD=${1:?usage: install_test.sh BUILD_DIR}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhinstall.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log"
+libdir=$(ls -d "$WORK"/prefix/lib*/ | head -n 1)
+for f in include/datahelix.h bin/datahelix; do
+    test -e "$WORK/prefix/$f" || { echo "FAIL: $f not installed"; exit 1; }
+done
+for f in libdatahelix.so libdatahelix.a pkgconfig/datahelix.pc cmake/datahelix/datahelixConfig.cmake; do
+    find "$libdir" -path "*$f" | grep -q . || { echo "FAIL: $f not installed"; exit 1; }
+done
+cat > "$WORK/consumer.c" <<'C'
+#include <datahelix.h>
+#include <stdio.h>
+#include <string.h>
+int main(void)
+{
+    dh_manifest *m;
+    const char *line = "{\"id\":\"a\",\"text_tokens\":3}";
+    if (dh_manifest_new("", NULL, &m) || dh_manifest_parse_line(m, line, strlen(line), 1, NULL, 0))
+        return 1;
+    printf("%s %lld %s\n", dh_version_string(), (long long)dh_manifest_count(m), dh_err_name(DH_ELIMIT));
+    dh_manifest_free(m);
+    return 0;
+}
+C
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+# shellcheck disable=SC2046
+cc -std=c11 "$WORK/consumer.c" -o "$WORK/consumer_pc" $(pkg-config --cflags --libs datahelix)
+out=$(LD_LIBRARY_PATH="$libdir" "$WORK/consumer_pc")
+[[ "$out" == *" 1 DH_ELIMIT" ]] || { echo "FAIL: pkg-config consumer printed '$out'"; exit 1; }
+
+mkdir -p "$WORK/cmake-consumer"
+cp "$WORK/consumer.c" "$WORK/cmake-consumer/"
+cat > "$WORK/cmake-consumer/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.25)
+project(consumer C)
+find_package(datahelix 0.1 REQUIRED)
+add_executable(consumer consumer.c)
+target_link_libraries(consumer PRIVATE datahelix::datahelix_static)
+CM
+cmake -S "$WORK/cmake-consumer" -B "$WORK/cmake-consumer/build" \
+    -DCMAKE_PREFIX_PATH="$WORK/prefix" > "$WORK/cm.log" 2>&1 || { cat "$WORK/cm.log"; exit 1; }
+cmake --build "$WORK/cmake-consumer/build" > "$WORK/cmb.log" 2>&1 || { cat "$WORK/cmb.log"; exit 1; }
+out=$("$WORK/cmake-consumer/build/consumer")
+[[ "$out" == *" 1 DH_ELIMIT" ]] || { echo "FAIL: CMake consumer printed '$out'"; exit 1; }
+# Only dh_ symbols are exported by the shared library.
+extra=$(nm -D --defined-only "$libdir/libdatahelix.so" | awk '{print $3}' | grep -v '^dh_' || true)
+[[ -z "$extra" ]] || { echo "FAIL: non-dh_ exports: $extra"; exit 1; }
+echo "install_test: 1 passed, 0 failed"
