@@ -3,11 +3,14 @@
  *
  *   bench_manifest gen FILE N [SEED]   write an N-line synthetic manifest
  *   bench_manifest load FILE           load it, print lines/s and bytes/sample
+ *   bench_manifest jansson FILE        baseline: only json_loadb + json_decref per line
  *
  * The synthetic lines mimic a video corpus (one video per sample, 2-5
  * keyframes, sim truth), about 240 bytes each, like DESIGN.md's example.
  */
 #include "datahelix.h"
+
+#include <jansson.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +70,40 @@ static int load(const char *path)
     return 0;
 }
 
+/* What parsing every line with jansson alone costs (no validation, no table). */
+static int jansson_only(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lines = 0, bad = 0;
+    double t0 = now();
+    while ((n = getline(&line, &cap, f)) > 0) {
+        json_error_t e;
+        json_t *j = json_loadb(line, (size_t)n, JSON_REJECT_DUPLICATES, &e);
+        bad += !j;
+        json_decref(j);
+        lines++;
+    }
+    double secs = now() - t0;
+    free(line);
+    fclose(f);
+    printf("jansson only: %ld lines (%ld invalid) in %.3f s: %.0f lines/s\n", lines, bad, secs,
+           lines / secs);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 4 && !strcmp(argv[1], "gen"))
         return gen(argv[2], atol(argv[3]), argc > 4 ? (unsigned)atoi(argv[4]) : 1);
     if (argc == 3 && !strcmp(argv[1], "load"))
         return load(argv[2]);
-    fprintf(stderr, "usage: bench_manifest gen FILE N [SEED] | load FILE\n");
+    if (argc == 3 && !strcmp(argv[1], "jansson"))
+        return jansson_only(argv[2]);
+    fprintf(stderr, "usage: bench_manifest gen FILE N [SEED] | load FILE | jansson FILE\n");
     return 2;
 }

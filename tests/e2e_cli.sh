@@ -28,17 +28,23 @@ ff -f lavfi -i testsrc=size=640x360 -frames:v 1 "$WORK/data/img/c.jpg"
 ff -f lavfi -i testsrc=size=200x100 -frames:v 1 "$WORK/data/img/d.png"
 ff -f lavfi -i sine=sample_rate=16000 -t 2 "$WORK/data/audio/e.flac"
 echo "not media" > "$WORK/data/readme.txt"
+# A link to a file is indexed under its own name; a link to a directory is not followed.
+mkdir -p "$WORK/blobs" && cp "$WORK/data/img/d.png" "$WORK/blobs/blob1"
+ln -s "$WORK/blobs/blob1" "$WORK/data/img/linked.png"
+ln -s "$WORK/data" "$WORK/data/loop"
 head -c 500 "$WORK/data/clips/a.mp4" > "$WORK/data/clips/broken.mp4"
 
 # ---- index ----
 "$DH" index "$WORK/data" -o "$WORK/data/manifest.jsonl" -j 2 > "$WORK/index.out" 2> "$WORK/index.err"
 rc=$?
 check "index exits 0 with skips" test $rc -eq 0
-check "index summary accounts for every file" contains "$WORK/index.out" "7 files: 5 probed + 2 skipped"
+check "index summary accounts for every file" contains "$WORK/index.out" "8 files: 6 probed + 2 skipped"
 check "index says which file was scanned" contains "$WORK/index.out" "1 without a container frame index"
 check "index names the skipped text file" contains "$WORK/index.err" "readme.txt: skipped:"
 check "index names the broken video" contains "$WORK/index.err" "clips/broken.mp4: skipped:"
-check "manifest has one line per probed file" test "$(wc -l < "$WORK/data/manifest.jsonl")" -eq 5
+check "manifest has one line per probed file" test "$(wc -l < "$WORK/data/manifest.jsonl")" -eq 6
+check "a symlinked file is indexed under the link's path" contains "$WORK/data/manifest.jsonl" '"id":"img/linked.png"'
+check "a symlinked directory is not followed" test "$(grep -c '"id":"loop/' "$WORK/data/manifest.jsonl")" -eq 0
 check "manifest records keyframes" contains "$WORK/data/manifest.jsonl" '"keyframes":\[0,10,20,30,40\]'
 
 "$DH" index "$WORK/data" -o "$WORK/data/m2.jsonl" --on-error fail > /dev/null 2>&1
@@ -53,14 +59,15 @@ check "index accepts a manifest in a parent directory" contains "$WORK/m-parent.
 "$DH" inspect "$WORK/data/manifest.jsonl" --workload kinetics-clips --check-files \
     --json "$WORK/inspect.json" > "$WORK/inspect.out" 2> "$WORK/inspect.err"
 check "inspect exits 0" test $? -eq 0
-check "inspect counts lines" contains "$WORK/inspect.out" "5 lines: 5 loaded + 0 skipped"
+check "inspect counts lines" contains "$WORK/inspect.out" "6 lines: 6 loaded + 0 skipped"
 check "inspect shows codecs" contains "$WORK/inspect.out" "h264 2"
-check "inspect json: loaded" test "$(json_field "$WORK/inspect.json" loaded)" = 5
+check "inspect json: loaded" test "$(json_field "$WORK/inspect.json" loaded)" = 6
 # kinetics-clips samples 16 frames; a.mp4 has 50 frames, b.mkv 30 -> both 16.
 check "inspect json: sampled frames" contains "$WORK/inspect.json" '"video_sampled_frames":{"n":2,"min":16,'
 
 # Bad manifest lines: skip mode goes on, fail mode stops; both name file and line.
 cp "$WORK/data/manifest.jsonl" "$WORK/data/bad.jsonl"
+n=$(wc -l < "$WORK/data/bad.jsonl")   # the bad lines below are n+1 .. n+5
 {
     echo '{"id":"x","media":[{"type":"video","path":"../../etc/passwd","width":2,"height":2,"frames":2,"fps":1}]}'
     echo '{"id":"clips/a.mp4","text_tokens":1}'
@@ -70,23 +77,25 @@ cp "$WORK/data/manifest.jsonl" "$WORK/data/bad.jsonl"
 } >> "$WORK/data/bad.jsonl"
 "$DH" inspect "$WORK/data/bad.jsonl" --check-files > "$WORK/bad.out" 2> "$WORK/bad.err"
 check "inspect skip mode exits 0" test $? -eq 0
-check "inspect accounting: loaded + skipped = lines" contains "$WORK/bad.out" "10 lines: 5 loaded + 5 skipped"
-check "path escape reported with line" contains "$WORK/bad.err" "bad.jsonl:6: sample \"x\": media\[0\].path \"../../etc/passwd\" escapes"
-check "duplicate id reported" contains "$WORK/bad.err" "bad.jsonl:7: .*DH_EDUP"
-check "malformed JSON reported" contains "$WORK/bad.err" "bad.jsonl:8: malformed JSON"
-check "limit reported" contains "$WORK/bad.err" "bad.jsonl:9: .*over the limit.*DH_ELIMIT"
-check "missing file reported" contains "$WORK/bad.err" "bad.jsonl:10: .*file not found"
+check "inspect accounting: loaded + skipped = lines" contains "$WORK/bad.out" "11 lines: 6 loaded + 5 skipped"
+check "path escape reported with line" contains "$WORK/bad.err" "bad.jsonl:$((n + 1)): sample \"x\": media\[0\].path \"../../etc/passwd\" escapes"
+check "duplicate id reported" contains "$WORK/bad.err" "bad.jsonl:$((n + 2)): .*DH_EDUP"
+check "malformed JSON reported" contains "$WORK/bad.err" "bad.jsonl:$((n + 3)): malformed JSON"
+check "limit reported" contains "$WORK/bad.err" "bad.jsonl:$((n + 4)): .*over the limit.*DH_ELIMIT"
+check "missing file reported" contains "$WORK/bad.err" "bad.jsonl:$((n + 5)): .*file not found"
 "$DH" inspect "$WORK/data/bad.jsonl" --on-error fail > /dev/null 2> "$WORK/fail.err"
 check "inspect fail mode exits 1" test $? -eq 1
 check "fail mode stops at the first bad line" test "$(grep -c 'bad.jsonl:[0-9]' "$WORK/fail.err")" -eq 1
 "$DH" inspect "$WORK/data/manifest.jsonl" --max-pixels 1000 > "$WORK/lim.out" 2>&1
 # Only the audio file has no pixels to exceed the limit.
-check "limits are configurable from the CLI" contains "$WORK/lim.out" "5 lines: 1 loaded + 4 skipped"
+check "limits are configurable from the CLI" contains "$WORK/lim.out" "6 lines: 1 loaded + 5 skipped"
 
 # ---- usage errors: exit 2 with a message ----
 "$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
 "$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2
 "$DH" index > /dev/null 2>&1; check "index without DIR is a usage error" test $? -eq 2
+"$DH" sim > /dev/null 2> "$WORK/sim.err"
+check "a planned command says it is not built yet" contains "$WORK/sim.err" "not built in this version"
 "$DH" inspect m.jsonl --workload nope > /dev/null 2> "$WORK/wl.err"
 check "unknown workload lists the built-ins" contains "$WORK/wl.err" "t2v-diffusion"
 echo '{"video":{"frame":8}}' > "$WORK/spec.json"

@@ -178,6 +178,14 @@ START_TEST(negative_and_absurd_sizes)
                "\"height\":2,\"bytes\":9223372036854775807}]}",
                DH_ELIMIT, "bytes");
     expect_bad("{\"id\":\"x\",\"text_tokens\":99999999999}", DH_ELIMIT, "text_tokens");
+    /* An absurd duration is refused before frames are derived from it (no overflow). */
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"duration\":1e300,\"fps\":30}]}",
+               DH_ELIMIT, "media[0].duration: 1e+300 is over the limit");
+    /* A duration derived from frames / fps is bounded too. */
+    expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"frames\":1000000,\"fps\":0.001}]}",
+               DH_ELIMIT, "s is over the limit");
     expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
                "\"height\":2,\"frames\":10,\"fps\":-30}]}",
                DH_ERANGE, "fps");

@@ -198,7 +198,10 @@ static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, sta
     return 0;
 }
 
-/* Fills frames/fps/duration from each other so that all three are known. */
+/*
+ * Fills frames/fps/duration from each other so that all three are known.
+ * duration and fps are already bounded (limits, 100k fps), so their product fits.
+ */
 static int complete_timing(staged_media *sm, const char *where, line_error *e)
 {
     if (sm->frames == 0 && sm->duration > 0 && sm->fps > 0)
@@ -223,6 +226,7 @@ static int check_limits(const dh_manifest *m, const staged_media *sm, const char
     if (sm->frames > l->max_frames || sm->frames > INT32_MAX)
         return fail(e, DH_ELIMIT, "%sframes: %lld is over the limit %lld", where,
                     (long long)sm->frames, (long long)l->max_frames);
+    /* A duration derived as frames / fps is checked here; a given one was bounded on read. */
     if (sm->duration > l->max_duration_s)
         return fail(e, DH_ELIMIT, "%sduration: %g s is over the limit %g s", where, sm->duration,
                     l->max_duration_s);
@@ -257,7 +261,7 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, staged_media *sm, s
         (rc = get_int(d, obj, "channels", where, 0, 255, DH_ELIMIT, &sm->channels, e)) ||
         (rc = get_int(d, obj, "bytes", where, 0, l->max_bytes, DH_ELIMIT, &sm->bytes, e)) ||
         (rc = get_num(d, obj, "fps", where, 100000.0, &sm->fps, e)) ||
-        (rc = get_num(d, obj, "duration", where, INFINITY, &sm->duration, e)))
+        (rc = get_num(d, obj, "duration", where, l->max_duration_s, &sm->duration, e)))
         return rc;
     if (sm->type != DH_MEDIA_AUDIO && (sm->width <= 0 || sm->height <= 0))
         return fail(e, DH_ESCHEMA, "%s%s needs positive \"width\" and \"height\"", where, type);

@@ -58,7 +58,11 @@ static int add_path(index_job *j, const char *rel)
     return j->rel[j->n++] ? 0 : DH_ENOMEM;
 }
 
-/* Recursive walk below root/rel; symbolic links are not followed. */
+/*
+ * Recursive walk below root/rel. A symbolic link to a regular file is indexed
+ * under the link's path (dataset caches are often links to blobs); links to
+ * directories are not followed, so the walk cannot loop.
+ */
 static int walk(index_job *j, const char *rel)
 {
     char dirpath[PATH_MAX];
@@ -78,6 +82,8 @@ static int walk(index_job *j, const char *rel)
             continue;
         struct stat st;
         if (lstat(full, &st) != 0)
+            continue;
+        if (S_ISLNK(st.st_mode) && (stat(full, &st) != 0 || !S_ISREG(st.st_mode)))
             continue;
         if (S_ISDIR(st.st_mode))
             rc = walk(j, child);
