@@ -103,6 +103,9 @@ echo '{"video":{"frame":8}}' > "$WORK/spec.json"
 check "a spec typo is an error" contains "$WORK/spec.err" "video.frame: unknown key"
 "$DH" inspect "$WORK/data/manifest.jsonl" --max-pixels abc > /dev/null 2>&1
 check "a bad limit value is a usage error" test $? -eq 2
+{ echo; cat "$WORK/data/manifest.jsonl"; echo "   "; } > "$WORK/data/blank.jsonl"
+"$DH" inspect "$WORK/data/blank.jsonl" > "$WORK/blank.out" 2>&1
+check "blank lines are counted apart" contains "$WORK/blank.out" "6 lines: 6 loaded + 0 skipped (2 blank lines ignored)"
 "$DH" inspect /nonexistent.jsonl > /dev/null 2> "$WORK/nx.err"
 check "a missing manifest is named" contains "$WORK/nx.err" "/nonexistent.jsonl"
 

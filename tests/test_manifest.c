@@ -418,6 +418,10 @@ START_TEST(load_missing_file)
     ck_assert_int_eq(log.n, 1);
     ck_assert_msg(strstr(log.msgs[0], "/nonexistent/m.jsonl") != NULL, "%s", log.msgs[0]);
     ck_assert_int_eq(dh_manifest_load(NULL, NULL, &mm, NULL), DH_EINVAL);
+    /* A directory is named as such, not reported as an I/O error. */
+    log.n = 0;
+    ck_assert_int_eq(dh_manifest_load("/tmp", &o, &mm, NULL), -EISDIR);
+    ck_assert_msg(strstr(log.msgs[0], "/tmp: is a directory") != NULL, "%s", log.msgs[0]);
 }
 END_TEST
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void dh_load_opts_default(dh_load_opts *opts)
 {
@@ -146,6 +147,14 @@ int dh_manifest_load(const char *path, const dh_load_opts *opts, dh_manifest **o
         snprintf(msg, sizeof msg, "%s: cannot open manifest: %s", path, dh_strerror(rc));
         report(opts, path, 0, rc, NULL, msg);
         return rc;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s: is a directory, not a manifest file", path);
+        report(opts, path, 0, -EISDIR, NULL, msg);
+        fclose(f);
+        return -EISDIR;
     }
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     char *dir = dir_of(path);
