@@ -382,6 +382,70 @@ DH_API void dh_index_opts_default(dh_index_opts *opts);
 DH_API int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opts,
                         dh_index_stats *stats);
 
+/* ------------------------------------------------------------- workloads */
+
+/*
+ * The eleven workloads of the shared WORKLOADS.md suite as seeded descriptor
+ * generators (simulation scale: full resolutions and durations). Each carries
+ * its preprocessing spec, GPU model shape, load factor rho and global batch.
+ */
+DH_API const char *const *dh_workload_names(void); /* NULL-terminated, static */
+/*
+ * Generates `samples` descriptors of workload `name` into a new manifest
+ * (*out, free with dh_manifest_free). Same (name, samples, seed): same table.
+ */
+DH_API int dh_workload_generate(const char *name, int64_t samples, uint64_t seed,
+                                dh_manifest **out);
+/* The workload's default global batch, or a negative error. */
+DH_API int64_t dh_workload_global_batch(const char *name);
+
+/* ------------------------------------------------------------------ runs */
+
+/*
+ * One run of a policy over a manifest, in the simulator (engine "sim") or,
+ * later, the real engine. Zero fields take defaults: global_batch from the
+ * workload (or 64), steps = one epoch of complete batches, memory_budget =
+ * what the DataLoader baseline holds (2 batches per worker).
+ */
+typedef struct {
+    const char *workload;    /* built-in workload (spec, GPU model, rho); NULL with a manifest */
+    const dh_manifest *manifest; /* run these samples; NULL: generate the workload */
+    const dh_spec *spec;     /* overrides the workload's spec; may be NULL */
+    const char *policy;      /* local | pool | helix | helix-nobalance | helix-fifo */
+    int ranks, workers;
+    int64_t global_batch;
+    int64_t steps;
+    uint64_t seed;
+    int64_t memory_budget;   /* bytes of prepared + in-preparation batches */
+    double rho;              /* 0: the workload's load factor (1.0 for a plain manifest) */
+    const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */
+} dh_run_config;
+
+DH_API void dh_run_config_default(dh_run_config *cfg);
+DH_API const char *const *dh_policy_names(void); /* NULL-terminated, static */
+
+/* The DESIGN.md result contract: every metric of one run. */
+typedef struct {
+    char workload[64], policy[32], engine[8];
+    int ranks, workers;
+    int64_t steps, samples, delivered, failed;
+    double makespan_s, throughput_sps, bound_s, efficiency, miss_rate;
+    double fill_wait_ms, wait_mean_ms, wait_p50_ms, wait_p95_ms, wait_p99_ms, gpu_idle_frac;
+    double cpu_mape, gpu_mape; /* running prediction error of the calibrated models */
+    double bound_gpu_s, bound_cpu_s; /* the two terms of the bound */
+    /* sum over steps of o + the slowest rank's true compute under the chosen placement:
+     * the makespan with zero input wait. bound <= placement <= makespan splits the loss
+     * into placement (integrality, prediction error) and input wait (scheduling). */
+    double placement_s;
+    int64_t memory_budget, memory_peak;
+    double wall_s; /* time the simulator itself took */
+} dh_result;
+
+/* Runs cfg in the discrete-event simulator. */
+DH_API int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *errbuf, size_t errlen);
+/* Writes one result as a JSON object (no trailing newline). */
+DH_API int dh_result_write_json(const dh_result *r, void *file /* FILE * */);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,18 @@
 
 int cli_index(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
+int cli_sim(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+/*
+ * If argv[*i] is a run option shared by sim and bench (--ranks, --workers,
+ * --batch, --steps, --seed, --rho, --memory-budget), consumes it into cfg and
+ * returns 1; 0 if it is not one; -1 on a bad value.
+ */
+int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg);
+extern const char cli_run_help[];
+/* Human-readable block of one run's metrics. */
+void cli_print_result(const dh_result *r);
 
 /* Prints "datahelix: " + message to stderr. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -137,3 +137,41 @@ int64_t cli_peak_rss(void)
         return 0;
     return (int64_t)ru.ru_maxrss * 1024;
 }
+
+const char cli_run_help[] =
+    "  --ranks R               training ranks (default 8)\n"
+    "  --workers W             CPU workers in total (default 32)\n"
+    "  --batch G               global batch, all ranks together (default: the workload's)\n"
+    "  --steps N               steps to run (default: 200 for a workload, one epoch for a manifest)\n"
+    "  --seed S                seed of data, noise and sampler order (default 1)\n"
+    "  --rho X                 load factor to scale GPU costs to (default: the workload's)\n"
+    "  --memory-budget BYTES   prepared + in-preparation batch bytes (default: DataLoader's 2 per worker)\n";
+
+int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
+{
+    const char *opt = argv[*i];
+    const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int64_t x = 0;
+    int rc;
+    if (!strcmp(opt, "--ranks") || !strcmp(opt, "--workers")) {
+        rc = cli_int(opt, val, 1, 1 << 20, &x);
+        *(opt[2] == 'r' ? &cfg->ranks : &cfg->workers) = (int)x;
+    } else if (!strcmp(opt, "--batch")) {
+        rc = cli_int(opt, val, 1, INT32_MAX, &cfg->global_batch);
+    } else if (!strcmp(opt, "--steps")) {
+        rc = cli_int(opt, val, 1, INT32_MAX, &cfg->steps);
+    } else if (!strcmp(opt, "--seed")) {
+        rc = cli_int(opt, val, 0, INT64_MAX, &x);
+        cfg->seed = (uint64_t)x;
+    } else if (!strcmp(opt, "--rho")) {
+        rc = cli_num(opt, val, 1e-3, 1e3, &cfg->rho);
+    } else if (!strcmp(opt, "--memory-budget")) {
+        rc = cli_int(opt, val, 1, INT64_MAX, &cfg->memory_budget);
+    } else {
+        return 0;
+    }
+    if (rc)
+        return -1;
+    (*i)++;
+    return 1;
+}

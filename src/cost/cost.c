@@ -1,0 +1,253 @@
+/*
+ * cost.c - CPU and GPU cost models, the per-sample cost table and online
+ * calibration (see cost.h for the roles of prediction and truth).
+ *
+ * CPU starting constants are those of the shared WORKLOADS.md for one core
+ * with software decode: H.264 3.5 ns per decoded pixel (HEVC and VP9 1.5x,
+ * AV1 2x), JPEG 8 ns per decoded source pixel (after DCT-domain scaling), PNG
+ * 3x JPEG, resize and colour conversion 1 ns per output pixel, FLAC plus
+ * log-mel 0.3 ms per second of audio, container open and each seek 1 ms.
+ */
+#include "cost.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dh__cpu_model_default(dh__cpu_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->open_s = 1e-3;
+    m->image_open_s = 0.2e-3;
+    m->seek_s = 1e-3;
+    for (int c = 0; c < DH_CODEC_COUNT; c++)
+        m->decode_ns_per_px[c] = 3.5;
+    m->decode_ns_per_px[DH_CODEC_HEVC] = 5.25;
+    m->decode_ns_per_px[DH_CODEC_VP9] = 5.25;
+    m->decode_ns_per_px[DH_CODEC_AV1] = 7.0;
+    m->decode_ns_per_px[DH_CODEC_JPEG] = 8.0;
+    m->decode_ns_per_px[DH_CODEC_PNG] = 24.0;
+    m->resize_ns_per_px = 1.0;
+    m->audio_s_per_s = 0.3e-3;
+}
+
+double dh__cpu_media_cost(const dh__cpu_model *m, const dh_media_info *mi,
+                          const dh_media_derived *md)
+{
+    double decode = (double)md->decode_pixels * m->decode_ns_per_px[mi->codec] * 1e-9;
+    double resize = (double)md->resize_pixels * m->resize_ns_per_px * 1e-9;
+    switch (mi->type) {
+    case DH_MEDIA_VIDEO:
+        return m->open_s + md->seeks * m->seek_s + decode + resize;
+    case DH_MEDIA_IMAGE:
+        return m->image_open_s + decode + resize;
+    default:
+        return m->open_s + mi->duration_s * m->audio_s_per_s;
+    }
+}
+
+double dh__lognormal_noise(uint64_t seed, int64_t i, uint64_t stream, double sigma)
+{
+    if (sigma <= 0)
+        return 1.0;
+    dh__rng r;
+    dh__rng_seed(&r, dh__mix64(seed ^ dh__mix64((uint64_t)i * 0x9e3779b97f4a7c15ULL + stream)));
+    /* Box-Muller from two uniforms in (0, 1]. */
+    double u1 = ((double)(dh__rng_next(&r) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (double)(dh__rng_next(&r) >> 11) / 9007199254740992.0;
+    double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+    return exp(sigma * z - 0.5 * sigma * sigma); /* mean 1 */
+}
+
+static int media_class(const dh_media_info *mi)
+{
+    if (mi->type == DH_MEDIA_VIDEO)
+        return mi->codec == DH_CODEC_H264 ? DH_CLS_VIDEO_H264 : DH_CLS_VIDEO_OTHER;
+    if (mi->type == DH_MEDIA_IMAGE)
+        return mi->codec == DH_CODEC_JPEG ? DH_CLS_JPEG : DH_CLS_IMAGE_OTHER;
+    return DH_CLS_AUDIO;
+}
+
+static int alloc_table(dh__samples *s, int64_t n)
+{
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    size_t k = (size_t)(n > 0 ? n : 1);
+    s->cpu_pred = malloc(k * sizeof *s->cpu_pred);
+    s->cpu_true = malloc(k * sizeof *s->cpu_true);
+    s->gpu_true = malloc(k * sizeof *s->gpu_true);
+    s->feat = malloc(k * sizeof *s->feat);
+    s->bytes = malloc(k * sizeof *s->bytes);
+    s->segments = malloc(k * sizeof *s->segments);
+    s->cls = malloc(k * sizeof *s->cls);
+    if (!s->cpu_pred || !s->cpu_true || !s->gpu_true || !s->feat || !s->bytes || !s->segments ||
+        !s->cls) {
+        dh__samples_free(s);
+        return DH_ENOMEM;
+    }
+    return 0;
+}
+
+/* Derives one sample's features and predicted CPU cost; returns 0 or an error. */
+static int build_one(const dh_manifest *m, const dh_spec *spec, const dh__cpu_model *cpu,
+                     int64_t i, dh__samples *s)
+{
+    dh_sample_info si;
+    dh_sample_derived sd;
+    dh_media_derived md[256];
+    int rc = dh_derive_sample(spec, m, i, &sd, md);
+    if (rc)
+        return rc;
+    dh_manifest_sample(m, i, &si);
+    double cost = 0, top = -1, v = 0, v2 = 0;
+    int cls = DH_CLS_TEXT, segments = 0;
+    for (int32_t j = 0; j < si.media_count; j++) {
+        dh_media_info mi;
+        dh_manifest_media(m, i, j, &mi);
+        double c = dh__cpu_media_cost(cpu, &mi, &md[j]);
+        cost += c;
+        if (c > top) {
+            top = c;
+            cls = media_class(&mi);
+        }
+        v += (double)md[j].latents;
+        v2 += (double)md[j].latents * (double)md[j].latents;
+        segments += md[j].seeks;
+    }
+    s->cpu_pred[i] = (float)cost;
+    s->cls[i] = (uint8_t)cls;
+    s->bytes[i] = sd.out_bytes;
+    s->segments[i] = segments > 0 ? segments : 1;
+    s->feat[i] = (dh__gpu_feat){.t = (float)sd.tokens,
+                                .t2 = (float)((double)sd.tokens * (double)sd.tokens),
+                                .v = (float)v,
+                                .v2 = (float)v2};
+    return 0;
+}
+
+int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_model *cpu,
+                      uint64_t seed, dh__samples *s, char *err, size_t errlen)
+{
+    int64_t n = dh_manifest_count(m);
+    int rc = alloc_table(s, n);
+    if (rc)
+        return rc;
+    for (int64_t i = 0; i < n; i++) {
+        if ((rc = build_one(m, spec, cpu, i, s))) {
+            dh_sample_info si;
+            dh_manifest_sample(m, i, &si);
+            dh__msg(err, errlen, "sample \"%s\": cannot derive its costs: %s", si.id,
+                    dh_strerror(rc));
+            dh__samples_free(s);
+            return rc;
+        }
+        dh_sample_info si;
+        dh_manifest_sample(m, i, &si);
+        s->cpu_true[i] = si.sim_cpu_ms >= 0
+                             ? (float)(si.sim_cpu_ms * 1e-3)
+                             : (float)(s->cpu_pred[i] * dh__lognormal_noise(seed, i, 1, 0.25));
+        s->gpu_true[i] = -1.0f; /* filled by dh__samples_gpu_truth once the model is scaled */
+    }
+    return 0;
+}
+
+void dh__samples_gpu_truth(dh__samples *s, const dh_manifest *m, const dh__gpu_model *g,
+                           uint64_t seed)
+{
+    for (int64_t i = 0; i < s->n; i++) {
+        dh_sample_info si;
+        dh_manifest_sample(m, i, &si);
+        s->gpu_true[i] = si.sim_gpu_ms >= 0
+                             ? (float)(si.sim_gpu_ms * 1e-3)
+                             : (float)(dh__gpu_sample_cost(g, &s->feat[i]) *
+                                       dh__lognormal_noise(seed, i, 2, 0.05));
+    }
+}
+
+void dh__samples_free(dh__samples *s)
+{
+    free(s->cpu_pred);
+    free(s->cpu_true);
+    free(s->gpu_true);
+    free(s->feat);
+    free(s->bytes);
+    free(s->segments);
+    free(s->cls);
+    memset(s, 0, sizeof *s);
+}
+
+void dh__gpu_scale_for_rho(dh__gpu_model *g, const dh__samples *s, int ranks, int workers,
+                           int64_t global_batch, double rho)
+{
+    double cpu = 0, gpu = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        cpu += s->cpu_pred[i];
+        gpu += dh__gpu_sample_cost(g, &s->feat[i]);
+    }
+    if (s->n == 0 || gpu <= 0 || rho <= 0)
+        return;
+    double per_rank = (double)global_batch / ranks;
+    double cpu_per_batch_per_worker = cpu / s->n * (double)global_batch / workers;
+    double step_unscaled = 1.05 * per_rank * gpu / s->n; /* + 5% fixed step cost */
+    double k = cpu_per_batch_per_worker / rho / step_unscaled;
+    g->a_llm *= k;
+    g->b_llm *= k;
+    g->a_enc *= k;
+    g->b_enc *= k;
+    g->c0 = 0.05 * per_rank * gpu / s->n * k;
+}
+
+void dh__calib_init(dh__calib *c)
+{
+    memset(c, 0, sizeof *c);
+    c->gpu_factor = 1.0;
+}
+
+/* EWMA weight: plain averaging for the first observations, then a window of ~64. */
+static double ewma_weight(int64_t n)
+{
+    return n < 64 ? 1.0 / (double)(n + 1) : 1.0 / 64.0;
+}
+
+double dh__calib_cpu(const dh__calib *c, int cls, double predicted)
+{
+    return predicted * exp(c->cpu_log_ratio[cls]);
+}
+
+void dh__calib_cpu_observe(dh__calib *c, int cls, double predicted_raw, double measured)
+{
+    if (predicted_raw <= 0 || measured <= 0)
+        return;
+    double used = dh__calib_cpu(c, cls, predicted_raw);
+    c->cpu_ape_sum += fabs(measured - used) / measured;
+    c->cpu_ape_n++;
+    double w = ewma_weight(c->cpu_n[cls]++);
+    c->cpu_log_ratio[cls] += w * (log(measured / predicted_raw) - c->cpu_log_ratio[cls]);
+}
+
+double dh__calib_gpu(const dh__calib *c, double predicted)
+{
+    return predicted * c->gpu_factor;
+}
+
+void dh__calib_gpu_observe(dh__calib *c, double predicted_raw, double measured)
+{
+    if (predicted_raw <= 0 || measured <= 0)
+        return;
+    double used = dh__calib_gpu(c, predicted_raw);
+    c->gpu_ape_sum += fabs(measured - used) / measured;
+    c->gpu_ape_n++;
+    double w = ewma_weight(c->gpu_n++);
+    c->gpu_factor += w * (measured / predicted_raw - c->gpu_factor);
+}
+
+double dh__calib_cpu_mape(const dh__calib *c)
+{
+    return c->cpu_ape_n ? c->cpu_ape_sum / (double)c->cpu_ape_n : 0.0;
+}
+
+double dh__calib_gpu_mape(const dh__calib *c)
+{
+    return c->gpu_ape_n ? c->gpu_ape_sum / (double)c->gpu_ape_n : 0.0;
+}

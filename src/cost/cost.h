@@ -1,0 +1,108 @@
+/*
+ * cost.h - CPU and GPU cost models, the per-sample cost table, online
+ * calibration (internal).
+ *
+ * DESIGN: policies see predictions only (cpu_pred, GPU features and the
+ * calibrated GPU model); the truth columns exist for engines (the simulator
+ * takes durations from them) and are filled from the manifest's `sim` fields
+ * or, without them, from the true model times seeded log-normal noise
+ * (WORKLOADS.md: sigma 0.25 CPU, 0.05 GPU).
+ */
+#ifndef DH_COST_H
+#define DH_COST_H
+
+#include "../core/core.h"
+
+/* Seconds to prepare media on one worker, from descriptor-derived work. */
+typedef struct {
+    double open_s;      /* container open, per video/audio item */
+    double image_open_s;
+    double seek_s;      /* per seek to a keyframe */
+    double decode_ns_per_px[DH_CODEC_COUNT];
+    double resize_ns_per_px;
+    double audio_s_per_s; /* decode + log-mel per second of audio */
+} dh__cpu_model;
+
+void dh__cpu_model_default(dh__cpu_model *m);
+double dh__cpu_media_cost(const dh__cpu_model *m, const dh_media_info *mi,
+                          const dh_media_derived *md);
+
+/* gpu(B) = c0 + sum_i [a_llm T_i + b_llm T_i^2 + sum_m (a_enc V_m + b_enc V_m^2)] (seconds). */
+typedef struct {
+    double a_llm, b_llm, a_enc, b_enc, c0;
+} dh__gpu_model;
+
+typedef struct {
+    float t, v;   /* tokens; latents summed over media */
+    float t2, v2; /* T^2; sum over media of V_m^2 */
+} dh__gpu_feat;
+
+static inline double dh__gpu_sample_cost(const dh__gpu_model *g, const dh__gpu_feat *f)
+{
+    return g->a_llm * f->t + g->b_llm * f->t2 + g->a_enc * f->v + g->b_enc * f->v2;
+}
+
+/* Cost classes for calibration: what dominates a sample's preparation. */
+enum { DH_CLS_VIDEO_H264, DH_CLS_VIDEO_OTHER, DH_CLS_JPEG, DH_CLS_IMAGE_OTHER, DH_CLS_AUDIO,
+       DH_CLS_TEXT, DH_CLS_COUNT };
+
+/* The per-sample table every policy and engine works from. */
+typedef struct {
+    int64_t n;
+    float *cpu_pred;     /* seconds, uncalibrated model */
+    float *cpu_true;     /* seconds, engines only */
+    float *gpu_true;     /* seconds, engines only */
+    dh__gpu_feat *feat;  /* GPU features */
+    int64_t *bytes;      /* output bytes */
+    int32_t *segments;   /* independently decodable keyframe segments (>= 1) */
+    uint8_t *cls;
+} dh__samples;
+
+/*
+ * Builds the table for every sample of m under spec. gpu_true_model gives the
+ * truth where the manifest has no sim.gpu_ms; noise is seeded by seed.
+ */
+int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_model *cpu,
+                      uint64_t seed, dh__samples *out, char *err, size_t errlen);
+/* Fills gpu_true from the model (times noise) where the manifest gave none. */
+void dh__samples_gpu_truth(dh__samples *s, const dh_manifest *m, const dh__gpu_model *g,
+                           uint64_t seed);
+void dh__samples_free(dh__samples *s);
+
+/*
+ * Scales a GPU model's shape so that the load factor
+ * rho = (mean CPU work of a global batch / W) / (mean balanced GPU step time)
+ * holds for this table; c0 becomes 5% of the balanced step.
+ */
+void dh__gpu_scale_for_rho(dh__gpu_model *g, const dh__samples *s, int ranks, int workers,
+                           int64_t global_batch, double rho);
+
+/* Standard log-normal multiplier with mean 1, deterministic in (seed, i, stream). */
+double dh__lognormal_noise(uint64_t seed, int64_t i, uint64_t stream, double sigma);
+
+/*
+ * Online calibration. CPU: per class, an EWMA of log(measured / predicted)
+ * corrects later predictions of that class. GPU: one EWMA factor of observed
+ * over predicted compute windows. Both keep the running mean absolute
+ * percentage error of the predictions they were asked for.
+ */
+typedef struct {
+    double cpu_log_ratio[DH_CLS_COUNT];
+    int64_t cpu_n[DH_CLS_COUNT];
+    double cpu_ape_sum;
+    int64_t cpu_ape_n;
+    double gpu_factor;
+    int64_t gpu_n;
+    double gpu_ape_sum;
+    int64_t gpu_ape_n;
+} dh__calib;
+
+void dh__calib_init(dh__calib *c);
+double dh__calib_cpu(const dh__calib *c, int cls, double predicted);
+void dh__calib_cpu_observe(dh__calib *c, int cls, double predicted_raw, double measured);
+double dh__calib_gpu(const dh__calib *c, double predicted);
+void dh__calib_gpu_observe(dh__calib *c, double predicted_raw, double measured);
+double dh__calib_cpu_mape(const dh__calib *c);
+double dh__calib_gpu_mape(const dh__calib *c);
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * plan.h - token-latent-aware partition of a global batch over ranks
+ * (DESIGN.md mechanism 2), internal.
+ */
+#ifndef DH_PLAN_H
+#define DH_PLAN_H
+
+#include "../core/core.h"
+
+typedef struct {
+    int n;              /* samples in the global batch */
+    int ranks;
+    const double *gpu;  /* predicted GPU seconds per sample (primary objective) */
+    const double *cpu;  /* predicted CPU seconds per sample (secondary balance) */
+    const int64_t *tokens; /* for cap_tokens; may be NULL when uncapped */
+    const int64_t *bytes;  /* for cap_bytes; may be NULL when uncapped */
+    int64_t cap_tokens; /* per-rank caps; 0: none */
+    int64_t cap_bytes;
+} dh__part_in;
+
+typedef struct {
+    double max_gpu;  /* predicted GPU time of the most loaded rank */
+    double mean_gpu; /* total / ranks: the lower bound of max_gpu */
+    int moves;       /* refinement moves and swaps applied */
+    int cap_violations; /* samples no rank could take within the caps (placed anyway) */
+} dh__part_out;
+
+/*
+ * Places every sample on exactly one rank (rank_of[i] in [0, ranks)),
+ * minimising the maximum predicted GPU time: LPT, then improving moves and
+ * swaps off the most loaded rank. Ranks may get unequal sample counts.
+ * Returns 0 or DH_ENOMEM / DH_EINVAL.
+ */
+int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out);
+
+/* DistributedSampler placement: sample k of the global batch goes to rank k mod R. */
+void dh__partition_stride(int n, int ranks, int32_t *rank_of);
+
+#endif

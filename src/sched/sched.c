@@ -1,0 +1,503 @@
+/*
+ * sched.c - the policies behind the pull interface of sched.h.
+ *
+ * DESIGN
+ * - Steps are planned lazily, in order, when their first batch enters the
+ *   window, so placement uses the calibration learnt so far. helix and
+ *   helix-fifo partition with dh__partition(); local, pool and
+ *   helix-nobalance use the DistributedSampler stride (sample k -> rank k%R).
+ * - Window: batches are admitted in (step, rank) order while the bytes of
+ *   admitted, not yet finished batches fit the memory budget (at least one
+ *   batch is always admitted, so a batch larger than the budget cannot
+ *   deadlock). A batch's bytes are freed when its rank finishes the step.
+ * - Shared policies (pool, helix*) keep one ready structure: a FIFO of task
+ *   positions in admission order, or a min-heap on the least-slack key
+ *   D(s) - c, where D(s) is the predicted start of step s (prefix sum of
+ *   predicted step times) and c the task's calibrated predicted cost. Since
+ *   "now" shifts every slack equally, ordering by D(s) - c is ordering by
+ *   slack = deadline - now - cost.
+ * - local mirrors PyTorch's DataLoader: rank r owns k = max(1, W/R) workers;
+ *   worker j builds batches s = j, j+k, ... whole and in order, sample by
+ *   sample, and may start batch s only while s < taken_r + 2k (prefetch
+ *   factor 2 per worker: the index queue holds 2k batches past the last one
+ *   the trainer took).
+ */
+#include "sched.h"
+
+#include "../plan/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t bytes;
+    double pred_gpu_raw; /* uncalibrated predicted compute (sum of sample costs) */
+    int32_t first;       /* into members[] of the step: positions of this batch */
+    int32_t ntasks, ndone, nissued;
+    uint8_t admitted, finished;
+} batch_rec;
+
+typedef struct {
+    double key;
+    int64_t pos;
+    int32_t part, nparts; /* nparts 0: whole sample, not yet considered for splitting */
+} heap_item;
+
+struct dh__sched {
+    dh__sched_config cfg;
+    int64_t G, N;
+    int R, W, k_local;
+    dh__calib calib;
+    batch_rec *batch;     /* N * R */
+    int32_t *rank_of;     /* N * G */
+    int64_t *members;     /* N * G: positions grouped by (step, rank) */
+    double *step_start;   /* N + 1: D(s), predicted start of step s */
+    float *task_pred;     /* N * G: raw predicted cost */
+    int32_t *parts_left;  /* N * G: parts of a split sample still running or queued */
+    int64_t cur_step;     /* latest step any rank has taken, and when */
+    double cur_time;
+    int64_t planned;      /* steps planned so far */
+    /* window */
+    int64_t admit_next;   /* next batch index s * R + r to admit */
+    int64_t mem_in_use, mem_peak;
+    /* shared ready structures */
+    int64_t *fifo;
+    int64_t fifo_head, fifo_tail;
+    heap_item *heap;
+    int64_t heap_n, heap_cap;
+    /* local */
+    int64_t *taken;       /* per rank: batches taken (next step it will take) */
+    int64_t *worker_step; /* per local worker: batch it is building, or next to build */
+    /* planning scratch, allocated once */
+    double *plan_gpu, *plan_cpu; /* G */
+    int32_t *plan_fill;          /* R */
+};
+
+static const char *const policy_names[DH_POL_COUNT + 1] = {
+    "local", "pool", "helix", "helix-nobalance", "helix-fifo", NULL};
+
+int dh__policy_from_name(const char *name)
+{
+    for (int p = 0; name && p < DH_POL_COUNT; p++)
+        if (!strcmp(name, policy_names[p]))
+            return p;
+    return -1;
+}
+
+const char *dh__policy_name(dh__policy p)
+{
+    return (unsigned)p < DH_POL_COUNT ? policy_names[p] : "?";
+}
+
+const char *const *dh_policy_names(void)
+{
+    return policy_names;
+}
+
+static int shared_lst(const dh__sched *s)
+{
+    return s->cfg.policy == DH_POL_HELIX || s->cfg.policy == DH_POL_HELIX_NOBALANCE;
+}
+
+static int balanced(const dh__sched *s)
+{
+    return s->cfg.policy == DH_POL_HELIX || s->cfg.policy == DH_POL_HELIX_FIFO;
+}
+
+/* ---------------------------------------------------------------- planning */
+
+static double sample_gpu(const dh__sched *s, int64_t sample)
+{
+    return dh__gpu_sample_cost(&s->cfg.gpu, &s->cfg.pred.feat[sample]);
+}
+
+/* Places step st's samples, groups them by rank and fills its batch records. */
+static int plan_step(dh__sched *s, int64_t st)
+{
+    int64_t G = s->G, base = st * G;
+    const int64_t *idx = s->cfg.order + base;
+    int32_t *rank_of = s->rank_of + base;
+    if (balanced(s)) {
+        double *gpu = s->plan_gpu, *cpu = s->plan_cpu;
+        for (int64_t k = 0; k < G; k++) {
+            gpu[k] = sample_gpu(s, idx[k]);
+            cpu[k] = dh__calib_cpu(&s->calib, s->cfg.pred.cls[idx[k]], s->cfg.pred.cpu_pred[idx[k]]);
+        }
+        dh__part_in in = {.n = (int)G, .ranks = s->R, .gpu = gpu, .cpu = cpu};
+        dh__part_out po;
+        int rc = dh__partition(&in, rank_of, &po);
+        if (rc)
+            return rc;
+    } else {
+        dh__partition_stride((int)G, s->R, rank_of);
+    }
+    batch_rec *b = s->batch + st * s->R;
+    for (int r = 0; r < s->R; r++)
+        memset(&b[r], 0, sizeof b[r]);
+    for (int64_t k = 0; k < G; k++) {
+        batch_rec *br = &b[rank_of[k]];
+        br->ntasks++;
+        br->bytes += s->cfg.pred.bytes[idx[k]];
+        br->pred_gpu_raw += sample_gpu(s, idx[k]);
+        s->task_pred[base + k] = s->cfg.pred.cpu_pred[idx[k]];
+    }
+    int32_t off = 0;
+    for (int r = 0; r < s->R; r++) {
+        b[r].first = off;
+        off += b[r].ntasks;
+        b[r].ndone = b[r].nissued = 0;
+    }
+    int32_t *fill = s->plan_fill;
+    memset(fill, 0, (size_t)s->R * sizeof *fill);
+    for (int64_t k = 0; k < G; k++) /* positions grouped by rank, in batch order */
+        s->members[base + b[rank_of[k]].first + fill[rank_of[k]]++] = base + k;
+    double step_gpu = 0;
+    for (int r = 0; r < s->R; r++)
+        step_gpu = DH_MAX(step_gpu, b[r].pred_gpu_raw);
+    s->step_start[st + 1] =
+        s->step_start[st] + dh__calib_gpu(&s->calib, s->cfg.gpu.c0 + step_gpu);
+    s->planned = st + 1;
+    return 0;
+}
+
+static int ensure_planned(dh__sched *s, int64_t st)
+{
+    while (s->planned <= st && s->planned < s->N) {
+        int rc = plan_step(s, s->planned);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- ready queues */
+
+static int heap_before(const heap_item *a, const heap_item *b)
+{
+    if (a->key != b->key)
+        return a->key < b->key;
+    if (a->pos != b->pos)
+        return a->pos < b->pos;
+    return a->part < b->part;
+}
+
+static int heap_push(dh__sched *s, heap_item it)
+{
+    if (s->heap_n == s->heap_cap) {
+        size_t cap = (size_t)s->heap_cap;
+        if (dh__grow((void **)&s->heap, &cap, cap + 1, sizeof *s->heap))
+            return DH_ENOMEM;
+        s->heap_cap = (int64_t)cap;
+    }
+    int64_t i = s->heap_n++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (heap_before(&s->heap[p], &it))
+            break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = it;
+    return 0;
+}
+
+static heap_item heap_pop(dh__sched *s)
+{
+    heap_item top = s->heap[0];
+    heap_item last = s->heap[--s->heap_n];
+    int64_t i = 0, n = s->heap_n;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && heap_before(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (heap_before(&last, &s->heap[c]))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    s->heap[i] = last;
+    return top;
+}
+
+static double task_cost(const dh__sched *s, int64_t pos)
+{
+    return dh__calib_cpu(&s->calib, s->cfg.pred.cls[s->cfg.order[pos]], s->task_pred[pos]);
+}
+
+/* Admits batches in (step, rank) order while the memory budget allows. */
+static int admit(dh__sched *s)
+{
+    int64_t total = s->N * s->R;
+    while (s->admit_next < total) {
+        int64_t st = s->admit_next / s->R;
+        int rc = ensure_planned(s, st);
+        if (rc)
+            return rc;
+        batch_rec *b = &s->batch[s->admit_next];
+        if (s->mem_in_use > 0 && s->mem_in_use + b->bytes > s->cfg.memory_budget)
+            break;
+        b->admitted = 1;
+        s->mem_in_use += b->bytes;
+        s->mem_peak = DH_MAX(s->mem_peak, s->mem_in_use);
+        const int64_t *mem = s->members + st * s->G + b->first;
+        for (int32_t k = 0; k < b->ntasks; k++) {
+            if (shared_lst(s)) {
+                heap_item it = {s->step_start[st] - task_cost(s, mem[k]), mem[k], 0, 0};
+                if (heap_push(s, it))
+                    return DH_ENOMEM;
+            } else
+                s->fifo[s->fifo_tail++] = mem[k];
+        }
+        s->admit_next++;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------- local */
+
+/* The local worker's next task: the next sample of its current batch, if allowed. */
+static int local_next(dh__sched *s, int worker, int64_t *pos)
+{
+    int r = worker / s->k_local;
+    int64_t st = s->worker_step[worker];
+    for (;;) {
+        if (st >= s->N || st >= s->taken[r] + 2 * s->k_local)
+            return 1;
+        if (ensure_planned(s, st))
+            return 1;
+        batch_rec *b = &s->batch[st * s->R + r];
+        if (!b->admitted) {
+            b->admitted = 1;
+            s->mem_in_use += b->bytes;
+            s->mem_peak = DH_MAX(s->mem_peak, s->mem_in_use);
+        }
+        if (b->nissued < b->ntasks) {
+            *pos = s->members[st * s->G + b->first + b->nissued++];
+            return 0;
+        }
+        /* This batch is fully issued: the worker moves on to its next one. */
+        st = s->worker_step[worker] = st + s->k_local;
+    }
+}
+
+/* ------------------------------------------------------------------ public */
+
+/*
+ * Deadline-driven splitting: a heavy sample (predicted to cost more than its
+ * step's predicted duration) whose cost leaves less than a quarter of itself
+ * as slack before its batch's estimated deadline is cut into up to
+ * `segments` keyframe-aligned parts, enough for each part to fit the time
+ * left with that margin. The other parts go back on the heap with the same
+ * key, so the next free workers take them at once. Light samples are never
+ * split: when CPU is the bottleneck every task is near its deadline, and
+ * splitting them would only add the per-part overhead.
+ */
+static int32_t split_parts(dh__sched *s, const heap_item *it, double now)
+{
+    int64_t sample = s->cfg.order[it->pos];
+    int32_t segs = s->cfg.pred.segments ? s->cfg.pred.segments[sample] : 1;
+    if (segs < 2)
+        return 1;
+    int64_t st = it->pos / s->G;
+    double c = task_cost(s, it->pos);
+    if (c <= s->step_start[st + 1] - s->step_start[st])
+        return 1;
+    double left = s->cur_time + s->step_start[st] - s->step_start[s->cur_step] - now;
+    if (left - c >= 0.25 * c)
+        return 1;
+    double parts = left > 0 ? ceil(1.25 * c / left) : (double)segs;
+    return (int32_t)DH_MIN(DH_MAX(parts, 2.0), DH_MIN((double)segs, (double)s->W));
+}
+
+static int lst_next(dh__sched *s, double now, int64_t *pos, int32_t *part, int32_t *nparts)
+{
+    if (!s->heap_n)
+        return 1;
+    heap_item it = heap_pop(s);
+    if (it.nparts == 0) {
+        it.nparts = split_parts(s, &it, now);
+        s->parts_left[it.pos] = it.nparts;
+        for (int32_t p = 1; p < it.nparts; p++) {
+            heap_item rest = {it.key, it.pos, p, it.nparts};
+            if (heap_push(s, rest))
+                return 1;
+        }
+    }
+    *pos = it.pos;
+    *part = it.part;
+    *nparts = it.nparts;
+    return 0;
+}
+
+int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
+{
+    int64_t pos;
+    int32_t part = 0, nparts = 1;
+    if (s->cfg.policy == DH_POL_LOCAL) {
+        if (local_next(s, worker, &pos))
+            return 1;
+    } else {
+        if (admit(s))
+            return 1;
+        if (shared_lst(s)) {
+            if (lst_next(s, now, &pos, &part, &nparts))
+                return 1;
+        } else {
+            if (s->fifo_head == s->fifo_tail)
+                return 1;
+            pos = s->fifo[s->fifo_head++];
+        }
+    }
+    out->pos = pos;
+    out->step = pos / s->G;
+    out->sample = s->cfg.order[pos];
+    out->rank = s->rank_of[pos];
+    out->worker = worker;
+    out->part = part;
+    out->nparts = nparts;
+    out->pred_cost = task_cost(s, pos) / nparts;
+    return 0;
+}
+
+int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured)
+{
+    (void)now;
+    int32_t n = t->nparts > 0 ? t->nparts : 1;
+    dh__calib_cpu_observe(&s->calib, s->cfg.pred.cls[t->sample], s->task_pred[t->pos] / n,
+                          measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
+    if (n > 1 && --s->parts_left[t->pos] > 0)
+        return 0; /* other parts of this sample are still running */
+    batch_rec *b = &s->batch[t->step * s->R + t->rank];
+    return ++b->ndone == b->ntasks;
+}
+
+int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank)
+{
+    if (step >= s->planned)
+        return 0;
+    const batch_rec *b = &s->batch[step * s->R + rank];
+    return b->admitted && b->ndone == b->ntasks;
+}
+
+void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now)
+{
+    s->taken[rank] = DH_MAX(s->taken[rank], step + 1);
+    if (step > s->cur_step || (step == 0 && s->cur_time == 0)) {
+        s->cur_step = step;
+        s->cur_time = now; /* deadlines of later steps count from here */
+    }
+}
+
+void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time)
+{
+    (void)now;
+    batch_rec *b = &s->batch[step * s->R + rank];
+    if (b->finished)
+        return;
+    b->finished = 1;
+    s->mem_in_use -= b->bytes;
+    if (b->ntasks > 0)
+        dh__calib_gpu_observe(&s->calib, b->pred_gpu_raw, gpu_time);
+}
+
+int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *out, int32_t cap)
+{
+    if (ensure_planned(s, step) || step >= s->N)
+        return 0;
+    const batch_rec *b = &s->batch[step * s->R + rank];
+    for (int32_t k = 0; k < b->ntasks && k < cap; k++)
+        out[k] = s->cfg.order[s->members[step * s->G + b->first + k]];
+    return b->ntasks;
+}
+
+int dh__sched_rank_of(dh__sched *s, int64_t step, int64_t k)
+{
+    if (step >= s->N || k >= s->G || ensure_planned(s, step))
+        return -1;
+    return s->rank_of[step * s->G + k];
+}
+
+const dh__calib *dh__sched_calib(const dh__sched *s)
+{
+    return &s->calib;
+}
+
+int64_t dh__sched_memory_peak(const dh__sched *s)
+{
+    return s->mem_peak;
+}
+
+int dh__sched_worker_count(const dh__sched *s)
+{
+    return s->cfg.policy == DH_POL_LOCAL ? s->R * s->k_local : s->W;
+}
+
+int dh__sched_worker_rank(const dh__sched *s, int worker)
+{
+    return s->cfg.policy == DH_POL_LOCAL ? worker / s->k_local : -1;
+}
+
+void dh__sched_free(dh__sched *s)
+{
+    if (!s)
+        return;
+    free(s->batch);
+    free(s->rank_of);
+    free(s->members);
+    free(s->step_start);
+    free(s->task_pred);
+    free(s->parts_left);
+    free(s->fifo);
+    free(s->heap);
+    free(s->taken);
+    free(s->worker_step);
+    free(s->plan_gpu);
+    free(s->plan_cpu);
+    free(s->plan_fill);
+    free(s);
+}
+
+int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
+{
+    if (!cfg || !out || cfg->ranks < 1 || cfg->workers < 1 || cfg->global_batch < 1 ||
+        cfg->steps < 0 || (unsigned)cfg->policy >= DH_POL_COUNT || !cfg->order)
+        return DH_EINVAL;
+    dh__sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return DH_ENOMEM;
+    s->cfg = *cfg;
+    s->G = cfg->global_batch;
+    s->N = cfg->steps;
+    s->R = cfg->ranks;
+    s->W = cfg->workers;
+    s->k_local = DH_MAX(1, s->W / s->R);
+    dh__calib_init(&s->calib);
+    size_t nb = (size_t)(s->N * s->R + 1), np = (size_t)(s->N * s->G + 1);
+    int nw = dh__sched_worker_count(s);
+    s->batch = calloc(nb, sizeof *s->batch);
+    s->rank_of = malloc(np * sizeof *s->rank_of);
+    s->members = malloc(np * sizeof *s->members);
+    s->step_start = calloc((size_t)s->N + 1, sizeof *s->step_start);
+    s->task_pred = malloc(np * sizeof *s->task_pred);
+    s->fifo = malloc(np * sizeof *s->fifo);
+    s->heap = malloc(np * sizeof *s->heap);
+    s->heap_cap = (int64_t)np;
+    s->parts_left = calloc(np, sizeof *s->parts_left);
+    s->taken = calloc((size_t)s->R, sizeof *s->taken);
+    s->worker_step = malloc((size_t)nw * sizeof *s->worker_step);
+    s->plan_gpu = malloc((size_t)s->G * sizeof *s->plan_gpu);
+    s->plan_cpu = malloc((size_t)s->G * sizeof *s->plan_cpu);
+    s->plan_fill = malloc((size_t)s->R * sizeof *s->plan_fill);
+    if (!s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->parts_left ||
+        !s->heap || !s->taken || !s->worker_step) {
+        dh__sched_free(s);
+        return DH_ENOMEM;
+    }
+    for (int w = 0; w < nw; w++)
+        s->worker_step[w] = w % s->k_local;
+    *out = s;
+    return 0;
+}

@@ -1,0 +1,92 @@
+/*
+ * sched.h - the co-scheduling brain (DESIGN.md mechanisms 2 and 3) behind a
+ * pull interface that both engines drive, internal.
+ *
+ * Engine calls, in any interleaving the engine's clock produces:
+ *   next_task(worker, now)       a free worker asks for work
+ *   task_done(task, now, cost)   a task finished; cost is measured seconds
+ *   batch_taken(rank, step, now) rank r starts consuming batch s (it was ready)
+ *   step_done(rank, step, now, gpu) rank r finished computing step s
+ * and reads batch_ready(step, rank) to know when a rank may start.
+ *
+ * The scheduler sees predictions only (dh__pred): never ground truth.
+ */
+#ifndef DH_SCHED_H
+#define DH_SCHED_H
+
+#include "../cost/cost.h"
+
+typedef enum {
+    DH_POL_LOCAL = 0,        /* rank-local DataLoader: private workers, whole batches in order */
+    DH_POL_POOL,             /* shared actor pool: one task per sample, FIFO */
+    DH_POL_HELIX,            /* balanced placement, least slack first */
+    DH_POL_HELIX_NOBALANCE,  /* stride placement, least slack first */
+    DH_POL_HELIX_FIFO,       /* balanced placement, FIFO */
+    DH_POL_COUNT
+} dh__policy;
+
+/* Returns the policy for a name, or -1. */
+int dh__policy_from_name(const char *name);
+const char *dh__policy_name(dh__policy p);
+
+/* The prediction columns of the sample table: what a policy may read. */
+typedef struct {
+    int64_t n;
+    const float *cpu_pred;
+    const dh__gpu_feat *feat;
+    const int64_t *bytes;
+    const uint8_t *cls;
+    const int32_t *segments; /* independently decodable keyframe segments per sample */
+} dh__pred;
+
+typedef struct {
+    dh__policy policy;
+    int ranks, workers;
+    int64_t global_batch, steps;
+    int64_t memory_budget;   /* bytes of admitted, not yet consumed batches */
+    dh__pred pred;
+    dh__gpu_model gpu;       /* predicted GPU model (c0 = fixed per-step cost) */
+    const int64_t *order;    /* steps * global_batch sample indices (the sampler's) */
+} dh__sched_config;
+
+typedef struct {
+    int64_t pos;    /* position in the global order: step * G + k */
+    int64_t sample; /* sample index */
+    int64_t step;
+    int32_t rank;
+    int32_t worker;
+    int32_t part, nparts; /* a keyframe-aligned part of a split sample: part of nparts (1: whole) */
+    double pred_cost; /* calibrated prediction of this part when dispatched */
+} dh__task;
+
+/*
+ * Extra cost of each part of a split sample (container open and the seek to
+ * its keyframe), as the simulator models it; the real engine measures it.
+ */
+#define DH_SPLIT_PART_OVERHEAD_S 0.002
+
+typedef struct dh__sched dh__sched;
+
+int dh__sched_new(const dh__sched_config *cfg, dh__sched **out);
+void dh__sched_free(dh__sched *s);
+/* Worker threads the engine must run: W, or R * max(1, W / R) for local. */
+int dh__sched_worker_count(const dh__sched *s);
+/* Ranks whose private workers are w's (local), or -1 when workers are shared. */
+int dh__sched_worker_rank(const dh__sched *s, int worker);
+
+/* 0: *out is the worker's next task; 1: nothing for this worker now. */
+int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out);
+/* Returns 1 when this completed the task's batch. */
+int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured);
+int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank);
+void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now);
+void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time);
+
+/* Samples of batch (step, rank): count, and the first `cap` sample indices into out. */
+int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *out, int32_t cap);
+/* Rank of the k-th sample of step's global batch (plans the step if needed). */
+int dh__sched_rank_of(dh__sched *s, int64_t step, int64_t k);
+const dh__calib *dh__sched_calib(const dh__sched *s);
+int64_t dh__sched_memory_peak(const dh__sched *s);
+
+#endif

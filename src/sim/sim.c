@@ -1,0 +1,295 @@
+/*
+ * sim.c - the discrete-event simulator: a virtual clock driving the
+ * scheduler's pull interface with durations from ground truth.
+ *
+ * DESIGN: one event heap ordered by (time, sequence number), so runs are
+ * deterministic for a seed. Workers take a task whenever they are free and
+ * the policy has one; a task lasts its sample's true CPU cost. Rank r asks
+ * for batch s at the end of step s-1's barrier (its deadline), starts
+ * computing as soon as the batch is complete, computes for the sum of its
+ * samples' true GPU costs, then waits at the barrier, which ends the fixed
+ * per-step cost c0 after the last rank arrives. Workers are re-polled only
+ * when something that can create work happens: their own task ended, a
+ * batch was taken (local's prefetch window moves) or a step finished (memory
+ * is freed for the shared window).
+ */
+#include "setup.h"
+
+#include "../metrics/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { EV_TASK_DONE, EV_COMPUTE_DONE, EV_BARRIER };
+
+typedef struct {
+    double t;
+    int64_t seq;
+    int type;
+    int a;     /* worker or rank */
+    int64_t b; /* step */
+} event;
+
+typedef struct {
+    dh__run *run;
+    dh__sched *sched;
+    dh__records rec;
+    dh__trace trace;
+    event *heap;
+    int64_t nheap, seq;
+    size_t capheap;
+    int nworkers;
+    dh__task *current; /* per worker */
+    double *task_start;
+    uint8_t *idle;
+    int64_t *waiting;  /* per rank: step it waits for, -1 when busy */
+    int *arrived;      /* per step: ranks at the barrier */
+    int64_t *batch_buf;
+    int done;
+} sim;
+
+static int push(sim *s, double t, int type, int a, int64_t b)
+{
+    if (dh__grow((void **)&s->heap, &s->capheap, (size_t)s->nheap + 1, sizeof *s->heap))
+        return DH_ENOMEM;
+    event e = {t, s->seq++, type, a, b};
+    int64_t i = s->nheap++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (s->heap[p].t < t || (s->heap[p].t == t && s->heap[p].seq < e.seq))
+            break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = e;
+    return 0;
+}
+
+static event pop(sim *s)
+{
+    event top = s->heap[0], last = s->heap[--s->nheap];
+    int64_t i = 0, n = s->nheap;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && (s->heap[c + 1].t < s->heap[c].t ||
+                          (s->heap[c + 1].t == s->heap[c].t && s->heap[c + 1].seq < s->heap[c].seq)))
+            c++;
+        if (last.t < s->heap[c].t || (last.t == s->heap[c].t && last.seq < s->heap[c].seq))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    s->heap[i] = last;
+    return top;
+}
+
+/* A task's true duration: its sample's, or an equal share plus the part overhead. */
+static double true_cost(const sim *s, const dh__task *t)
+{
+    double c = s->run->samples.cpu_true[t->sample];
+    return t->nparts > 1 ? c / t->nparts + DH_SPLIT_PART_OVERHEAD_S : c;
+}
+
+/* Gives worker w a task if the policy has one; returns 0 if it got one. */
+static int dispatch(sim *s, int w, double now)
+{
+    dh__task *t = &s->current[w];
+    if (dh__sched_next_task(s->sched, w, now, t))
+        return 1;
+    s->idle[w] = 0;
+    s->task_start[w] = now;
+    return push(s, now + true_cost(s, t), EV_TASK_DONE, w, 0) ? 1 : 0;
+}
+
+/* Polls idle workers: those of one rank (local), or all until one gets nothing (shared). */
+static void poll_idle(sim *s, int rank, double now)
+{
+    int per = s->nworkers / s->run->cfg.ranks;
+    int shared = dh__sched_worker_rank(s->sched, 0) < 0;
+    int lo = shared || rank < 0 ? 0 : rank * per, hi = shared || rank < 0 ? s->nworkers : lo + per;
+    for (int w = lo; w < hi; w++)
+        if (s->idle[w] && dispatch(s, w, now) && shared)
+            break;
+}
+
+static void start_compute(sim *s, int r, int64_t st, double now)
+{
+    double gpu = 0;
+    int32_t n = dh__sched_batch_samples(s->sched, st, r, s->batch_buf, (int32_t)s->run->cfg.global_batch);
+    for (int32_t k = 0; k < n; k++)
+        gpu += s->run->samples.gpu_true[s->batch_buf[k]];
+    s->waiting[r] = -1;
+    s->rec.compute[st * s->rec.R + r] = gpu;
+    dh__sched_batch_taken(s->sched, r, st, now);
+    dh__trace_span(&s->trace, DH_TRACE_RANKS, r, "compute", now, gpu, st, r, -1);
+    push(s, now + gpu, EV_COMPUTE_DONE, r, st);
+    poll_idle(s, r, now); /* local: the prefetch window moved */
+}
+
+static void request(sim *s, int r, int64_t st, double now)
+{
+    s->rec.deadline[st * s->rec.R + r] = now;
+    s->waiting[r] = st;
+    if (dh__sched_batch_ready(s->sched, st, r))
+        start_compute(s, r, st, now);
+}
+
+static void on_task_done(sim *s, const event *e)
+{
+    int w = e->a;
+    dh__task t = s->current[w];
+    double cost = true_cost(s, &t);
+    dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, "prepare", s->task_start[w], cost, t.step,
+                   t.rank, t.sample);
+    s->idle[w] = 1;
+    if (dh__sched_task_done(s->sched, &t, e->t, cost)) {
+        s->rec.ready[t.step * s->rec.R + t.rank] = e->t;
+        if (s->waiting[t.rank] == t.step)
+            start_compute(s, t.rank, t.step, e->t);
+    }
+    if (s->idle[w])
+        dispatch(s, w, e->t);
+}
+
+static void on_compute_done(sim *s, const event *e)
+{
+    int r = e->a;
+    int64_t st = e->b;
+    dh__sched_step_done(s->sched, r, st, e->t, s->rec.compute[st * s->rec.R + r]);
+    poll_idle(s, -1, e->t); /* memory was freed */
+    if (++s->arrived[st] == s->rec.R)
+        push(s, e->t + s->run->gpu.c0, EV_BARRIER, -1, st);
+}
+
+static void on_barrier(sim *s, const event *e)
+{
+    int64_t next = e->b + 1;
+    if (next >= s->rec.N) {
+        s->rec.makespan = e->t;
+        s->done = 1;
+        return;
+    }
+    for (int r = 0; r < s->rec.R; r++)
+        request(s, r, next, e->t);
+}
+
+/* True-cost inputs of the lower bound. */
+static void bound_inputs(sim *s)
+{
+    const dh__run *run = s->run;
+    int64_t G = run->cfg.global_batch;
+    for (int64_t st = 0; st < s->rec.N; st++) {
+        for (int64_t k = 0; k < G; k++) {
+            int64_t i = run->order[st * G + k];
+            double g = run->samples.gpu_true[i];
+            s->rec.step_gpu_sum[st] += g;
+            s->rec.step_gpu_max[st] = DH_MAX(s->rec.step_gpu_max[st], g);
+            s->rec.cpu_true_sum += run->samples.cpu_true[i];
+        }
+    }
+    s->rec.step_fixed = run->gpu.c0;
+    s->rec.samples = s->rec.delivered = s->rec.N * G;
+}
+
+static int sim_alloc(sim *s)
+{
+    int R = s->run->cfg.ranks;
+    s->nworkers = dh__sched_worker_count(s->sched);
+    s->current = calloc((size_t)s->nworkers, sizeof *s->current);
+    s->task_start = calloc((size_t)s->nworkers, sizeof *s->task_start);
+    s->idle = malloc((size_t)s->nworkers);
+    s->waiting = malloc((size_t)R * sizeof *s->waiting);
+    s->arrived = calloc((size_t)s->rec.N + 1, sizeof *s->arrived);
+    s->batch_buf = malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
+    if (!s->current || !s->task_start || !s->idle || !s->waiting || !s->arrived || !s->batch_buf)
+        return DH_ENOMEM;
+    memset(s->idle, 1, (size_t)s->nworkers);
+    return 0;
+}
+
+static void sim_free(sim *s)
+{
+    free(s->heap);
+    free(s->current);
+    free(s->task_start);
+    free(s->idle);
+    free(s->waiting);
+    free(s->arrived);
+    free(s->batch_buf);
+    dh__records_free(&s->rec);
+    dh__sched_free(s->sched);
+}
+
+static int simulate(sim *s)
+{
+    for (int r = 0; r < s->rec.R; r++)
+        request(s, r, 0, 0.0);
+    poll_idle(s, -1, 0.0);
+    while (!s->done && s->nheap > 0) {
+        event e = pop(s);
+        if (e.type == EV_TASK_DONE)
+            on_task_done(s, &e);
+        else if (e.type == EV_COMPUTE_DONE)
+            on_compute_done(s, &e);
+        else
+            on_barrier(s, &e);
+    }
+    return s->done ? 0 : DH_EIO; /* an empty heap before the last step is a scheduler stall */
+}
+
+static void fill_result(const sim *s, dh_result *out)
+{
+    const dh__run *run = s->run;
+    memset(out, 0, sizeof *out);
+    snprintf(out->workload, sizeof out->workload, "%s", run->workload);
+    snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(run->policy));
+    snprintf(out->engine, sizeof out->engine, "sim");
+    out->ranks = run->cfg.ranks;
+    out->workers = run->cfg.workers;
+    dh__records_finish(&s->rec, run->cfg.workers, out);
+    out->cpu_mape = dh__calib_cpu_mape(dh__sched_calib(s->sched));
+    out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(s->sched));
+    out->memory_budget = run->cfg.memory_budget;
+    out->memory_peak = dh__sched_memory_peak(s->sched);
+}
+
+int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errlen)
+{
+    if (!cfg || !out)
+        return DH_EINVAL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    dh__run run;
+    int rc = dh__run_setup(cfg, &run, err, errlen);
+    if (rc)
+        return rc;
+    sim s = {.run = &run};
+    dh__sched_config sc;
+    dh__run_sched_config(&run, &sc);
+    if (!(rc = dh__sched_new(&sc, &s.sched)) &&
+        !(rc = dh__records_init(&s.rec, run.cfg.ranks, run.cfg.steps)) && !(rc = sim_alloc(&s)) &&
+        !(rc = dh__trace_open(&s.trace, cfg->trace_path, s.nworkers, run.cfg.ranks))) {
+        bound_inputs(&s);
+        rc = simulate(&s);
+        int trc = dh__trace_close(&s.trace);
+        if (rc)
+            dh__msg(err, errlen, "simulation stalled before the last step (policy %s)",
+                    dh__policy_name(run.policy));
+        else if (trc)
+            dh__msg(err, errlen, "writing the trace %s failed", cfg->trace_path);
+        rc = rc ? rc : trc;
+        if (!rc)
+            fill_result(&s, out);
+    } else if (rc) {
+        dh__msg(err, errlen, "%s", dh_strerror(rc));
+    }
+    sim_free(&s);
+    dh__run_free(&run);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return rc;
+}

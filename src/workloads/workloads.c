@@ -1,0 +1,295 @@
+/*
+ * workloads.c - the eleven workloads of the shared WORKLOADS.md as seeded
+ * descriptor generators, each with its GPU model shape, load factor rho and
+ * global batch. Samples are written as manifest lines and parsed by the
+ * manifest loader, so generated and user-supplied manifests share one
+ * validated path. Distributions follow the WORKLOADS.md table; where it is
+ * silent (keyframe interval of some corpora, resolution mix of llava) the
+ * choice is stated next to the generator.
+ *
+ * GPU shapes are relative: dh__gpu_scale_for_rho() later scales them so the
+ * workload's rho holds on the run's ranks, workers and global batch. A
+ * quadratic coefficient b = a / x0 makes the quadratic term equal the linear
+ * one at x0 tokens or latents.
+ */
+#include "workloads.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+struct gen_ctx {
+    dh__rng *r;
+    char *buf;
+    size_t len;
+    int64_t i;
+};
+
+static double unif(dh__rng *r, double lo, double hi)
+{
+    return lo + (hi - lo) * ((double)(dh__rng_next(r) >> 11) / 9007199254740992.0);
+}
+
+static double lognormal_clip(dh__rng *r, double median, double sigma, double lo, double hi)
+{
+    double z = dh__lognormal_noise(dh__rng_next(r), 0, 0, 1.0); /* exp(Z - 1/2) */
+    double x = median * pow(z * exp(0.5), sigma);               /* median * exp(sigma Z) */
+    return DH_MIN(hi, DH_MAX(lo, x));
+}
+
+/* Index into weights (summing to 1). */
+static int pick(dh__rng *r, const double *w, int n)
+{
+    double u = unif(r, 0, 1), acc = 0;
+    for (int k = 0; k < n; k++)
+        if (u < (acc += w[k]))
+            return k;
+    return n - 1;
+}
+
+static void put(gen_ctx *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(gen_ctx *g, const char *fmt, ...)
+{
+    size_t room = DH_WORKLOAD_LINE_MAX - g->len;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g->buf + g->len, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        g->len += DH_MIN((size_t)n, room - 1);
+}
+
+/* A video media object with keyframes every gop frames. */
+static void video(gen_ctx *g, const char *codec, int w, int h, double fps, double secs, int gop)
+{
+    int64_t frames = DH_MAX(1, llround(secs * fps));
+    put(g,
+        "{\"type\":\"video\",\"path\":\"v/%lld.mp4\",\"codec\":\"%s\",\"width\":%d,"
+        "\"height\":%d,\"fps\":%g,\"frames\":%lld,\"keyframes\":[0",
+        (long long)g->i, codec, w, h, fps, (long long)frames);
+    for (int64_t k = gop; k < frames && k < 100000L * gop; k += gop)
+        put(g, ",%lld", (long long)k);
+    put(g, "]}");
+}
+
+static void image(gen_ctx *g, const char *codec, int w, int h, int k)
+{
+    put(g, "{\"type\":\"image\",\"path\":\"i/%lld_%d.%s\",\"codec\":\"%s\",\"width\":%d,\"height\":%d}",
+        (long long)g->i, k, codec[0] == 'j' ? "jpg" : "png", codec, w, h);
+}
+
+/* Width and height from a short side and an aspect ratio (w/h), even sizes. */
+static void aspect_dims(double short_side, double aspect, int *w, int *h)
+{
+    double ws = aspect >= 1 ? short_side * aspect : short_side;
+    double hs = aspect >= 1 ? short_side : short_side / aspect;
+    *w = 2 * (int)lround(ws / 2);
+    *h = 2 * (int)lround(hs / 2);
+}
+
+static void begin(gen_ctx *g, int64_t text_tokens)
+{
+    put(g, "{\"id\":\"s%08lld\",\"text_tokens\":%lld,\"media\":[", (long long)g->i,
+        (long long)text_tokens);
+}
+
+static void gen_kinetics(gen_ctx *g)
+{
+    static const int res[][2] = {{340, 256}, {640, 360}, {1280, 720}, {1920, 1080}};
+    static const double w[] = {0.40, 0.25, 0.30, 0.05};
+    const int *wh = res[pick(g->r, w, 4)];
+    double secs = unif(g->r, 0, 1) < 0.8 ? 10.0 : unif(g->r, 2, 10);
+    double fps = unif(g->r, 0, 1) < 0.5 ? 25 : 30;
+    begin(g, 0);
+    video(g, "h264", wh[0], wh[1], fps, secs, 250);
+}
+
+/* WebVid: 596x336, keyframes every 2-5 s. */
+static void webvid_video(gen_ctx *g)
+{
+    double secs = lognormal_clip(g->r, 15, 0.6, 4, 60);
+    video(g, "h264", 596, 336, 30, secs, (int)(30 * unif(g->r, 2, 5)));
+}
+
+static void gen_webvid(gen_ctx *g)
+{
+    begin(g, (int64_t)unif(g->r, 10, 41));
+    webvid_video(g);
+}
+
+/* Keyframes every 2 s (not stated in WORKLOADS.md; a common encoder setting). */
+static void gen_panda(gen_ctx *g)
+{
+    static const int res[][2] = {{1920, 1080}, {1280, 720}, {3840, 2160}};
+    static const double w[] = {0.60, 0.35, 0.05};
+    const int *wh = res[pick(g->r, w, 3)];
+    begin(g, (int64_t)unif(g->r, 20, 81));
+    video(g, "h264", wh[0], wh[1], 30, unif(g->r, 2, 20), 60);
+}
+
+/* Keyframes every 5 s; short side 240-1080, aspect 9:16 .. 21:9. */
+static void gen_native(gen_ctx *g)
+{
+    static const double shorts[] = {240, 360, 480, 720, 1080};
+    static const double w[] = {0.15, 0.25, 0.25, 0.25, 0.10};
+    int wd, ht;
+    aspect_dims(shorts[pick(g->r, w, 5)], unif(g->r, 0, 1) < 0.2 ? 9.0 / 16 : unif(g->r, 1.0, 2.33),
+                &wd, &ht);
+    begin(g, 0);
+    video(g, "h264", wd, ht, 30, lognormal_clip(g->r, 20, 0.7, 3, 120), 150);
+}
+
+/* Resolution mix 480p/720p/1080p (20/60/20%: not stated in WORKLOADS.md). */
+static void gen_llava(gen_ctx *g)
+{
+    static const int res[][2] = {{854, 480}, {1280, 720}, {1920, 1080}};
+    static const double w[] = {0.2, 0.6, 0.2};
+    const int *wh = res[pick(g->r, w, 3)];
+    begin(g, (int64_t)lognormal_clip(g->r, 300, 0.8, 50, 2000));
+    video(g, "h264", wh[0], wh[1], 30, lognormal_clip(g->r, 40, 0.6, 10, 180), 250);
+}
+
+static void laion_image(gen_ctx *g, int k)
+{
+    int w, h;
+    aspect_dims(lognormal_clip(g->r, 512, 0.45, 256, 2048), unif(g->r, 0.5, 2.0), &w, &h);
+    image(g, "jpeg", w, h, k);
+}
+
+static void gen_laion(gen_ctx *g)
+{
+    begin(g, (int64_t)unif(g->r, 5, 78));
+    laion_image(g, 0);
+}
+
+static void gen_anyres(gen_ctx *g)
+{
+    double long_side = exp(unif(g->r, log(300), log(3000)));
+    double aspect = unif(g->r, 0.5, 2.0);
+    int w = (int)(aspect >= 1 ? long_side : long_side * aspect);
+    int h = (int)(aspect >= 1 ? long_side / aspect : long_side);
+    begin(g, (int64_t)lognormal_clip(g->r, 200, 0.9, 30, 1500));
+    image(g, unif(g->r, 0, 1) < 0.7 ? "jpeg" : "png", DH_MAX(w, 16), DH_MAX(h, 16), 0);
+}
+
+static void gen_interleaved(gen_ctx *g)
+{
+    int n = 1;
+    while (n < 12 && unif(g->r, 0, 1) > 1.0 / 3.0) /* geometric, mean 3, capped at 12 */
+        n++;
+    begin(g, (int64_t)lognormal_clip(g->r, 1000, 0.7, 200, 4000));
+    for (int k = 0; k < n; k++) {
+        int w, h;
+        aspect_dims(unif(g->r, 256, 1500), unif(g->r, 0.6, 1.8), &w, &h);
+        if (k)
+            put(g, ",");
+        image(g, "jpeg", w, h, k);
+    }
+}
+
+static void speech_audio(gen_ctx *g, double secs)
+{
+    put(g,
+        "{\"type\":\"audio\",\"path\":\"a/%lld.flac\",\"codec\":\"flac\",\"sample_rate\":16000,"
+        "\"channels\":1,\"duration\":%.3f}",
+        (long long)g->i, secs);
+}
+
+static void gen_speech(gen_ctx *g)
+{
+    double secs = lognormal_clip(g->r, 10, 0.6, 1, 35);
+    begin(g, (int64_t)(3 * secs));
+    speech_audio(g, secs);
+}
+
+static void gen_omni(gen_ctx *g)
+{
+    double u = unif(g->r, 0, 1);
+    if (u < 0.5)
+        gen_laion(g);
+    else if (u < 0.8)
+        gen_webvid(g);
+    else
+        gen_speech(g);
+}
+
+static void gen_t2v(gen_ctx *g)
+{
+    static const int res[][2] = {{854, 480}, {1280, 720}, {1920, 1080}};
+    static const double w[] = {0.40, 0.45, 0.15};
+    const int *wh = res[pick(g->r, w, 3)];
+    double fps = unif(g->r, 0, 1) < 0.5 ? 24 : 30;
+    begin(g, (int64_t)unif(g->r, 20, 201));
+    video(g, "h264", wh[0], wh[1], fps, unif(g->r, 5, 10), (int)(2 * fps));
+}
+
+static const dh__workload suite[] = {
+    /* name, rho, G, {a_llm, b_llm, a_enc, b_enc, c0}, generator */
+    {"kinetics-clips", 0.9, 64, {0, 0, 1, 0, 0}, gen_kinetics},
+    {"webvid-caption", 1.0, 128, {0.5, 0, 1, 0, 0}, gen_webvid},
+    {"panda-hires", 1.2, 32, {0, 0, 1, 1.0 / 20000, 0}, gen_panda},
+    {"native-res-video", 0.8, 32, {0, 0, 1, 1.0 / 5000, 0}, gen_native},
+    {"llava-video-sft", 0.7, 32, {1, 1.0 / 8000, 0.1, 0, 0}, gen_llava},
+    {"laion-images", 0.9, 256, {0.2, 0, 1, 0, 0}, gen_laion},
+    {"anyres-images", 0.8, 64, {1, 1.0 / 8000, 0.5, 0, 0}, gen_anyres},
+    {"interleaved-docs", 0.8, 32, {1, 1.0 / 4000, 0.2, 0, 0}, gen_interleaved},
+    {"speech-asr", 0.6, 128, {0.3, 0, 1, 1.0 / 300, 0}, gen_speech},
+    {"omni-mix", 1.0, 128, {1, 1.0 / 8000, 0.5, 0, 0}, gen_omni},
+    {"t2v-diffusion", 1.0, 16, {0.05, 0, 1, 1.0 / 10000, 0}, gen_t2v},
+};
+#define NSUITE (sizeof suite / sizeof suite[0])
+
+const dh__workload *dh__workload_find(const char *name)
+{
+    for (size_t k = 0; name && k < NSUITE; k++)
+        if (!strcmp(suite[k].name, name))
+            return &suite[k];
+    return NULL;
+}
+
+const char *const *dh_workload_names(void)
+{
+    static const char *const names[] = {
+        "kinetics-clips", "webvid-caption",   "panda-hires", "native-res-video",
+        "llava-video-sft", "laion-images",    "anyres-images", "interleaved-docs",
+        "speech-asr",     "omni-mix",         "t2v-diffusion", NULL};
+    return names;
+}
+
+int64_t dh_workload_global_batch(const char *name)
+{
+    const dh__workload *w = dh__workload_find(name);
+    return w ? w->global_batch : DH_ENOENT;
+}
+
+int dh_workload_generate(const char *name, int64_t samples, uint64_t seed, dh_manifest **out)
+{
+    const dh__workload *w = dh__workload_find(name);
+    if (!out || samples < 0)
+        return DH_EINVAL;
+    *out = NULL;
+    if (!w)
+        return DH_ENOENT;
+    dh_manifest *m;
+    int rc = dh_manifest_new("", NULL, &m);
+    if (rc)
+        return rc;
+    char buf[DH_WORKLOAD_LINE_MAX];
+    dh__rng r;
+    dh__rng_seed(&r, dh__mix64(seed ^ dh__hash_bytes(name, strlen(name), 7)));
+    for (int64_t i = 0; i < samples && !rc; i++) {
+        gen_ctx g = {.r = &r, .buf = buf, .len = 0, .i = i};
+        w->generate(&g);
+        put(&g, "]}");
+        char err[512];
+        rc = dh_manifest_parse_line(m, buf, g.len, i + 1, err, sizeof err);
+    }
+    if (rc) {
+        dh_manifest_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}

@@ -1,0 +1,166 @@
+/*
+ * cmd_bench.c - `datahelix bench --mode sim`: every chosen workload under
+ * every chosen policy in the simulator, a table like a paper's, and the
+ * summary ratios of the DESIGN.md contract (helix against local and pool).
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: datahelix bench --mode sim [--workloads a,b|all] [--policies a,b] [--json F] [options]\n"
+    "\n"
+    "All figures are simulated (ground truth from the workloads' cost models with noise).\n"
+    "Defaults: all eleven workloads; policies local,pool,helix.\n";
+
+#define MAX_ITEMS 32
+
+/* Splits a comma list into items (in place); "all" expands to the defaults. */
+static int split(char *list, const char **items, const char *const *all)
+{
+    int n = 0;
+    if (!strcmp(list, "all")) {
+        for (; all[n] && n < MAX_ITEMS; n++)
+            items[n] = all[n];
+        return n;
+    }
+    for (char *tok = strtok(list, ","); tok && n < MAX_ITEMS; tok = strtok(NULL, ","))
+        items[n++] = tok;
+    return n;
+}
+
+static int find(const char **items, int n, const char *name)
+{
+    for (int k = 0; k < n; k++)
+        if (!strcmp(items[k], name))
+            return k;
+    return -1;
+}
+
+/* The DESIGN.md summary: helix against each baseline present. */
+static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
+                    int np)
+{
+    int h = find(pol, np, "helix");
+    double min_eff = INFINITY;
+    printf("\nsummary (helix vs baseline; simulated):\n");
+    for (int w = 0; h >= 0 && w < nw; w++)
+        min_eff = fmin(min_eff, res[w * np + h].efficiency);
+    if (jf)
+        fprintf(jf, "\"summary\":{\"min_efficiency\":%.6f", h >= 0 ? min_eff : 0.0);
+    const char *base[] = {"local", "pool"};
+    for (int k = 0; k < 2; k++) {
+        int b = find(pol, np, base[k]);
+        if (h < 0 || b < 0)
+            continue;
+        double lt = 0, lh = 0, mh = 0, mb = 0, ph = 0, pb = 0;
+        for (int w = 0; w < nw; w++) {
+            const dh_result *x = &res[w * np + h], *y = &res[w * np + b];
+            lt += log(x->throughput_sps / y->throughput_sps);
+            lh += log(((double)y->samples / y->bound_s) / y->throughput_sps);
+            mh += x->miss_rate, mb += y->miss_rate;
+            ph += x->wait_p95_ms, pb += y->wait_p95_ms;
+        }
+        double tput = exp(lt / nw), head = exp(lh / nw);
+        double miss = mb > 0 ? 1 - mh / mb : 0, p95 = pb > 0 ? 1 - ph / pb : 0;
+        printf("  vs %-5s throughput x%.2f (geomean; headroom x%.2f)  miss reduction %+.1f%%  "
+               "p95 reduction %+.1f%%\n",
+               base[k], tput, head, 100 * miss, 100 * p95);
+        if (jf)
+            fprintf(jf,
+                    ",\"tput_geomean_vs_%s\":%.6f,\"miss_reduction_vs_%s\":%.6f,"
+                    "\"p95_reduction_vs_%s\":%.6f,\"headroom_vs_%s\":%.6f",
+                    base[k], tput, base[k], miss, base[k], p95, base[k], head);
+    }
+    if (h >= 0)
+        printf("  helix min efficiency %.3f\n", min_eff);
+    if (jf)
+        fprintf(jf, "}");
+}
+
+int cli_bench(int argc, char **argv)
+{
+    dh_run_config cfg;
+    dh_run_config_default(&cfg);
+    char wl_buf[1024] = "all", pol_buf[256] = "local,pool,helix";
+    const char *mode = NULL, *json = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = cli_run_option(argc, argv, &i, &cfg);
+        if (r < 0)
+            return CLI_USAGE;
+        if (r > 0)
+            continue;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            fputs(help, stdout);
+            fputs(cli_run_help, stdout);
+            return 0;
+        }
+        if (!val || (strcmp(o, "--mode") && strcmp(o, "--workloads") && strcmp(o, "--policies") &&
+                     strcmp(o, "--json"))) {
+            cli_err("bench: unexpected argument \"%s\" (see datahelix bench --help)", o);
+            return CLI_USAGE;
+        }
+        i++;
+        if (!strcmp(o, "--mode"))
+            mode = val;
+        else if (!strcmp(o, "--json"))
+            json = val;
+        else
+            snprintf(o[2] == 'w' ? wl_buf : pol_buf, o[2] == 'w' ? sizeof wl_buf : sizeof pol_buf,
+                     "%s", val);
+    }
+    if (!mode || strcmp(mode, "sim")) {
+        cli_err("bench needs --mode sim (--mode real comes with the real engine, not built yet)");
+        return CLI_USAGE;
+    }
+    const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
+    static const char *const default_pol[] = {"local", "pool", "helix", NULL};
+    int nw = split(wl_buf, wl, dh_workload_names()), np = split(pol_buf, pol, default_pol);
+    dh_result *res = calloc((size_t)(nw * np + 1), sizeof *res);
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    if (!res || (json && !jf)) {
+        cli_err("bench: %s", res ? "cannot write the --json file" : "out of memory");
+        free(res);
+        return 1;
+    }
+    printf("%-18s %-16s %8s %10s %12s %8s %8s\n", "workload", "policy", "miss%", "p95 ms",
+           "samples/s", "effic.", "placem.");
+    if (jf)
+        fprintf(jf, "{\"runs\":[");
+    int failed = 0;
+    for (int w = 0; w < nw; w++) {
+        for (int p = 0; p < np; p++) {
+            dh_run_config c = cfg;
+            c.workload = wl[w];
+            c.policy = pol[p];
+            char err[512] = "";
+            dh_result *r = &res[w * np + p];
+            int rc = dh_sim_run(&c, r, err, sizeof err);
+            if (rc) {
+                cli_err("bench %s / %s: %s", wl[w], pol[p], err[0] ? err : dh_strerror(rc));
+                failed = 1;
+                continue;
+            }
+            printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f\n", wl[w], pol[p],
+                   100 * r->miss_rate, r->wait_p95_ms, r->throughput_sps, r->efficiency,
+                   r->placement_s > 0 ? r->bound_s / r->placement_s : 0);
+            if (jf) {
+                fprintf(jf, "%s\n", w + p ? "," : "");
+                dh_result_write_json(r, jf);
+            }
+        }
+    }
+    if (jf)
+        fprintf(jf, "\n],");
+    if (!failed)
+        summary(jf, res, nw, pol, np);
+    if (jf) {
+        fprintf(jf, "}\n");
+        failed |= fclose(jf) != 0;
+    }
+    free(res);
+    return failed ? 1 : 0;
+}
