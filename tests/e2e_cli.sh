@@ -94,7 +94,7 @@ check "limits are configurable from the CLI" contains "$WORK/lim.out" "6 lines: 
 "$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
 "$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2
 "$DH" index > /dev/null 2>&1; check "index without DIR is a usage error" test $? -eq 2
-"$DH" sim > /dev/null 2> "$WORK/sim.err"
+"$DH" run > /dev/null 2> "$WORK/sim.err"
 check "a planned command says it is not built yet" contains "$WORK/sim.err" "not built in this version"
 "$DH" inspect m.jsonl --workload nope > /dev/null 2> "$WORK/wl.err"
 check "unknown workload lists the built-ins" contains "$WORK/wl.err" "t2v-diffusion"
