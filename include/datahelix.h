@@ -215,7 +215,10 @@ DH_API int dh_manifest_parse_line(dh_manifest *m, const char *line, size_t len, 
                                   char *errbuf, size_t errlen);
 
 DH_API int64_t dh_manifest_count(const dh_manifest *m);
-/* Hash of the accepted lines' content, in order (the sampler keys on it). */
+/*
+ * Hash of the accepted samples' descriptors, in order (the sampler keys on
+ * it). The sim truth and the JSON spelling do not enter it.
+ */
 DH_API uint64_t dh_manifest_hash(const dh_manifest *m);
 /* Bytes held by the descriptor table (arrays, strings, id index). */
 DH_API size_t dh_manifest_memory(const dh_manifest *m);

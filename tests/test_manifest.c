@@ -440,6 +440,27 @@ START_TEST(hash_follows_content)
     dh_manifest_parse_line(c, l1, strlen(l1), 2, NULL, 0);
     ck_assert_uint_eq(dh_manifest_hash(a), dh_manifest_hash(b));
     ck_assert_uint_ne(dh_manifest_hash(a), dh_manifest_hash(c));
+    /* Truth and spelling do not count; a descriptor field does. */
+    dh_manifest *d, *e, *f;
+    dh_manifest_new("", NULL, &d);
+    dh_manifest_new("", NULL, &e);
+    dh_manifest_new("", NULL, &f);
+    const char *v1 = "{\"id\":\"v\",\"media\":[{\"type\":\"video\",\"path\":\"a.mp4\",\"width\":8,"
+                     "\"height\":8,\"fps\":25,\"frames\":50,\"keyframes\":[0,25]}],"
+                     "\"sim\":{\"cpu_ms\":1}}";
+    const char *v2 = "{ \"media\": [ {\"frames\":50, \"keyframes\":[0,25], \"type\":\"video\","
+                     "\"path\":\"a.mp4\",\"height\":8,\"width\":8,\"fps\":25.0}], \"id\":\"v\","
+                     "\"sim\":{\"cpu_ms\":99,\"gpu_ms\":3} }";
+    const char *v3 = "{\"id\":\"v\",\"media\":[{\"type\":\"video\",\"path\":\"a.mp4\",\"width\":8,"
+                     "\"height\":8,\"fps\":25,\"frames\":50,\"keyframes\":[0,24]}]}";
+    ck_assert_int_eq(dh_manifest_parse_line(d, v1, strlen(v1), 1, NULL, 0), 0);
+    ck_assert_int_eq(dh_manifest_parse_line(e, v2, strlen(v2), 1, NULL, 0), 0);
+    ck_assert_int_eq(dh_manifest_parse_line(f, v3, strlen(v3), 1, NULL, 0), 0);
+    ck_assert_uint_eq(dh_manifest_hash(d), dh_manifest_hash(e));
+    ck_assert_uint_ne(dh_manifest_hash(d), dh_manifest_hash(f));
+    dh_manifest_free(d);
+    dh_manifest_free(e);
+    dh_manifest_free(f);
     dh_manifest_free(a);
     dh_manifest_free(b);
     dh_manifest_free(c);

@@ -419,8 +419,31 @@ static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
     return grow_columns(mcols, msize, 13, &m->mcap, nmedia);
 }
 
-static int commit(dh_manifest *m, const staged_sample *s, int64_t lineno, size_t kf_staged,
-                  uint64_t line_hash)
+/*
+ * Hash of a sample's descriptor: id, text tokens and every media field, in
+ * order. The `sim` truth and the JSON spelling (whitespace, key order) are
+ * left out, so re-measured truth or a reformatted manifest keeps the
+ * sampler's order.
+ */
+static uint64_t descriptor_hash(const dh_manifest *m, const staged_sample *s)
+{
+    uint64_t h = dh__hash_bytes(s->id, strlen(s->id), 0x5eed);
+    h = dh__mix64(h ^ (uint64_t)s->text_tokens);
+    for (int j = 0; j < s->media_count; j++) {
+        const staged_media *sm = &s->media[j];
+        int64_t f[] = {sm->type,   sm->codec, sm->width, sm->height, sm->frames,
+                       sm->rate,   sm->channels, sm->bytes, (int64_t)sm->kf_count};
+        double d[] = {sm->fps, sm->duration};
+        h = dh__hash_bytes(sm->path, strlen(sm->path), h);
+        h = dh__hash_bytes(f, sizeof f, h);
+        h = dh__hash_bytes(d, sizeof d, h);
+        if (sm->kf_count) /* the pool may still be NULL */
+            h = dh__hash_bytes(m->kf + sm->kf_first, sm->kf_count * sizeof *m->kf, h);
+    }
+    return h;
+}
+
+static int commit(dh_manifest *m, const staged_sample *s, int64_t lineno, size_t kf_staged)
 {
     if (reserve_rows(m, (size_t)m->n + 1, (size_t)m->nm + (size_t)s->media_count))
         return DH_ENOMEM;
@@ -465,7 +488,7 @@ static int commit(dh_manifest *m, const staged_sample *s, int64_t lineno, size_t
     m->nkf += kf_staged;
     m->n++;
     *s->id_slot = (uint32_t)m->n; /* the index is not resized between validation and here */
-    m->hash = dh__mix64(m->hash ^ line_hash) + (uint64_t)m->n;
+    m->hash = dh__mix64(m->hash ^ descriptor_hash(m, s)) + (uint64_t)m->n;
     return 0;
 }
 
@@ -511,7 +534,7 @@ int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_
     size_t kf_staged = 0;
     rc = parse_sample(m, jv_root(m->doc), &s, &kf_staged, e);
     if (!rc) {
-        rc = commit(m, &s, lineno, kf_staged, dh__hash_bytes(line, len, 0x5eed));
+        rc = commit(m, &s, lineno, kf_staged);
         if (rc)
             fail(e, rc, "%s", dh_strerror(rc));
     }

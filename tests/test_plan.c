@@ -1,0 +1,158 @@
+/* test_plan.c - the batch partition: invariants, known optima, caps. */
+#include "plan/plan.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double max_load(const double *g, const int32_t *rank_of, int n, int R)
+{
+    double load[16] = {0}, m = 0;
+    for (int i = 0; i < n; i++)
+        load[rank_of[i]] += g[i];
+    for (int r = 0; r < R; r++)
+        m = fmax(m, load[r]);
+    return m;
+}
+
+/* Exact optimum by enumerating every assignment (n <= 10, R <= 3). */
+static double brute_force(const double *g, int n, int R)
+{
+    int32_t a[16] = {0};
+    double best = INFINITY;
+    long total = 1;
+    for (int i = 0; i < n; i++)
+        total *= R;
+    for (long code = 0; code < total; code++) {
+        long c = code;
+        for (int i = 0; i < n; i++, c /= R)
+            a[i] = (int32_t)(c % R);
+        best = fmin(best, max_load(g, a, n, R));
+    }
+    return best;
+}
+
+START_TEST(refinement_fixes_the_classic_lpt_case)
+{
+    /* LPT on {3,3,2,2,2} over 2 ranks gives 7 | 5; the optimum is 6 | 6 ({3,3} | {2,2,2}). */
+    double g[] = {3, 3, 2, 2, 2};
+    int32_t rank_of[5];
+    dh__part_in in = {.n = 5, .ranks = 2, .gpu = g};
+    dh__part_out out;
+    ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+    ck_assert_double_eq_tol(out.max_gpu, 6.0, 1e-9);
+    ck_assert_double_eq_tol(max_load(g, rank_of, 5, 2), 6.0, 1e-9);
+    ck_assert_double_eq_tol(out.mean_gpu, 6.0, 1e-9);
+    ck_assert_int_ge(out.moves, 1);
+}
+END_TEST
+
+START_TEST(near_optimal_on_random_small_instances)
+{
+    srand(5);
+    double worst = 1.0, sum = 0;
+    int cases = 0;
+    for (int t = 0; t < 300; t++) {
+        int n = 3 + rand() % 8, R = 2 + rand() % 2;
+        double g[16];
+        for (int i = 0; i < n; i++) /* heavy-tailed, like quadratic attention costs */
+            g[i] = pow(1.0 + rand() % 100, 2.0);
+        int32_t rank_of[16];
+        dh__part_in in = {.n = n, .ranks = R, .gpu = g};
+        dh__part_out out;
+        ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+        for (int i = 0; i < n; i++)
+            ck_assert(rank_of[i] >= 0 && rank_of[i] < R);
+        double got = max_load(g, rank_of, n, R), opt = brute_force(g, n, R);
+        ck_assert_double_eq_tol(got, out.max_gpu, 1e-6 * got);
+        ck_assert_double_ge(got, opt - 1e-9);
+        /* Graham's bound for LPT is 4/3 - 1/(3R); refinement only lowers the maximum. */
+        ck_assert_double_le(got, (4.0 / 3.0 - 1.0 / (3.0 * R)) * opt + 1e-9);
+        worst = fmax(worst, got / opt);
+        sum += got / opt;
+        cases++;
+    }
+    printf("partition vs exact optimum on %d small instances: mean %.4f, worst %.4f\n", cases,
+           sum / cases, worst);
+}
+END_TEST
+
+START_TEST(every_sample_placed_once_at_scale)
+{
+    int n = 4096, R = 512;
+    double *g = malloc(n * sizeof *g), *c = malloc(n * sizeof *c);
+    int32_t *rank_of = malloc(n * sizeof *rank_of);
+    srand(9);
+    for (int i = 0; i < n; i++) {
+        g[i] = 1.0 + rand() % 1000;
+        c[i] = rand() % 50;
+    }
+    dh__part_in in = {.n = n, .ranks = R, .gpu = g, .cpu = c};
+    dh__part_out out;
+    ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+    int count[512] = {0};
+    for (int i = 0; i < n; i++)
+        count[rank_of[i]]++;
+    int total = 0;
+    for (int r = 0; r < R; r++)
+        total += count[r];
+    ck_assert_int_eq(total, n);
+    /* Against the lower bound max(mean, largest sample). */
+    double lb = fmax(out.mean_gpu, 1000.0);
+    ck_assert_double_le(out.max_gpu, lb * 4.0 / 3.0);
+    printf("4096 samples over 512 ranks: max/lower bound %.4f\n", out.max_gpu / lb);
+    free(g);
+    free(c);
+    free(rank_of);
+}
+END_TEST
+
+START_TEST(caps_are_respected_when_feasible)
+{
+    /* Four equal-cost samples, two of them huge in bytes: a byte cap forces them apart. */
+    double g[] = {1, 1, 1, 1};
+    int64_t bytes[] = {100, 100, 1, 1}, tokens[] = {10, 10, 10, 10};
+    int32_t rank_of[4];
+    dh__part_in in = {.n = 4, .ranks = 2, .gpu = g, .bytes = bytes, .tokens = tokens,
+                      .cap_bytes = 150, .cap_tokens = 20};
+    dh__part_out out;
+    ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+    ck_assert_int_ne(rank_of[0], rank_of[1]);
+    ck_assert_int_eq(out.cap_violations, 0);
+    /* Caps no placement can meet are counted, and every sample is still placed. */
+    in.cap_tokens = 5;
+    ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+    ck_assert_int_eq(out.cap_violations, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert(rank_of[i] == 0 || rank_of[i] == 1);
+}
+END_TEST
+
+START_TEST(stride_is_distributed_sampler_order)
+{
+    int32_t rank_of[10];
+    dh__partition_stride(10, 4, rank_of);
+    int expect[] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1};
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(rank_of[i], expect[i]);
+    dh__part_in bad = {.n = 1, .ranks = 0};
+    dh__part_out out;
+    ck_assert_int_eq(dh__partition(&bad, rank_of, &out), DH_EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("plan");
+    TCase *tc = tcase_create("plan");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, refinement_fixes_the_classic_lpt_case);
+    tcase_add_test(tc, near_optimal_on_random_small_instances);
+    tcase_add_test(tc, every_sample_placed_once_at_scale);
+    tcase_add_test(tc, caps_are_respected_when_feasible);
+    tcase_add_test(tc, stride_is_distributed_sampler_order);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}

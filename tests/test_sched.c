@@ -1,0 +1,274 @@
+/*
+ * test_sched.c - each policy's semantics on tiny hand-built scenarios with
+ * known answers, driven through the pull interface as an engine would, plus
+ * calibration on synthetic truth.
+ */
+#include "sched/sched.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXS 64
+
+/* A tiny world: sample i has predicted CPU cpu[i] and GPU cost gpu[i] (a_enc = 1). */
+typedef struct {
+    float cpu[MAXS];
+    dh__gpu_feat feat[MAXS];
+    int64_t bytes[MAXS];
+    uint8_t cls[MAXS];
+    int32_t segments[MAXS];
+    int64_t order[MAXS];
+    dh__sched_config cfg;
+} world;
+
+static void world_init(world *w, dh__policy p, int ranks, int workers, int64_t G, int64_t steps)
+{
+    memset(w, 0, sizeof *w);
+    for (int i = 0; i < MAXS; i++) {
+        w->cpu[i] = 0.1f;
+        w->feat[i].v = 1.0f;
+        w->bytes[i] = 10;
+        w->segments[i] = 1;
+        w->order[i] = i;
+    }
+    w->cfg = (dh__sched_config){.policy = p, .ranks = ranks, .workers = workers,
+                                .global_batch = G, .steps = steps, .memory_budget = 1 << 30,
+                                .gpu = {.a_enc = 1.0}, .order = w->order};
+    w->cfg.pred = (dh__pred){.n = MAXS, .cpu_pred = w->cpu, .feat = w->feat, .bytes = w->bytes,
+                             .cls = w->cls, .segments = w->segments};
+}
+
+static dh__sched *make(world *w)
+{
+    dh__sched *s = NULL;
+    ck_assert_int_eq(dh__sched_new(&w->cfg, &s), 0);
+    return s;
+}
+
+START_TEST(pool_is_fifo_in_submission_order)
+{
+    /* Stride placement: step 0 rank 0 = samples 0,2; rank 1 = 1,3; then step 1. FIFO serves
+     * batches in (step, rank) order, samples in batch order. */
+    world w;
+    world_init(&w, DH_POL_POOL, 2, 1, 4, 2);
+    dh__sched *s = make(&w);
+    int64_t expect[] = {0, 2, 1, 3, 4, 6, 5, 7};
+    dh__task t;
+    for (int k = 0; k < 8; k++) {
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        ck_assert_int_eq(t.sample, expect[k]);
+        ck_assert_int_eq(t.rank, (int)(expect[k] % 2));
+        ck_assert_int_eq(t.nparts, 1);
+    }
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 1);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(local_workers_are_private_and_build_whole_batches)
+{
+    /* R = 2, W = 4: k = 2 workers per rank. Worker 0 builds rank 0's batches of steps 0, 2,
+     * 4, ...; worker 1 steps 1, 3, ...; workers 2 and 3 the same for rank 1. */
+    world w;
+    world_init(&w, DH_POL_LOCAL, 2, 4, 4, 8);
+    dh__sched *s = make(&w);
+    ck_assert_int_eq(dh__sched_worker_count(s), 4);
+    ck_assert_int_eq(dh__sched_worker_rank(s, 3), 1);
+    dh__task t;
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
+    ck_assert_int_eq(t.step, 0);
+    ck_assert_int_eq(t.rank, 0);
+    ck_assert_int_eq(t.sample, 0);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0); /* same batch, next sample */
+    ck_assert_int_eq(t.sample, 2);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0); /* batch done: its next one */
+    ck_assert_int_eq(t.step, 2);
+    ck_assert_int_eq(dh__sched_next_task(s, 1, 0, &t), 0);
+    ck_assert_int_eq(t.step, 1);
+    ck_assert_int_eq(t.rank, 0);
+    ck_assert_int_eq(dh__sched_next_task(s, 3, 0, &t), 0);
+    ck_assert_int_eq(t.step, 1);
+    ck_assert_int_eq(t.rank, 1);
+    ck_assert_int_eq(t.sample, 5);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(local_prefetch_is_two_batches_per_worker)
+{
+    /* R = 1, W = 1: one worker may run 2 batches ahead of what the trainer took. */
+    world w;
+    world_init(&w, DH_POL_LOCAL, 1, 1, 1, 10);
+    dh__sched *s = make(&w);
+    dh__task t;
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
+    ck_assert_int_eq(t.step, 0);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
+    ck_assert_int_eq(t.step, 1);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 1); /* step 2 must wait */
+    dh__sched_batch_taken(s, 0, 0, 1.0);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 1.0, &t), 0);
+    ck_assert_int_eq(t.step, 2);
+    dh__sched_free(s);
+}
+END_TEST
+
+/* One worker, one rank, one sample per step; step compute predicted 1 s each. */
+static void one_worker_world(world *w, dh__policy p)
+{
+    world_init(w, p, 1, 1, 1, 4);
+    w->cpu[3] = 2.5f; /* the heavy sample of step 3 */
+}
+
+START_TEST(least_slack_starts_a_heavy_sample_three_steps_ahead_first)
+{
+    /* Deadlines D(s) = s seconds (1 s predicted compute per step). Keys D - c: s0 -0.1,
+     * s1 0.9, s2 1.9, s3 3 - 2.5 = 0.5: least slack serves 0, 3, 1, 2 - the heavy sample three
+     * steps ahead before the light one of the next step. FIFO by step serves 0, 1, 2, 3. */
+    world w;
+    one_worker_world(&w, DH_POL_HELIX);
+    dh__sched *s = make(&w);
+    int64_t expect[] = {0, 3, 1, 2};
+    dh__task t;
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        ck_assert_int_eq(t.sample, expect[k]);
+    }
+    dh__sched_free(s);
+    one_worker_world(&w, DH_POL_HELIX_FIFO);
+    s = make(&w);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        ck_assert_int_eq(t.sample, k);
+    }
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(window_is_bounded_by_memory)
+{
+    /* Batches of 10 bytes, budget 25: two batches admitted; the third waits for a step. */
+    world w;
+    world_init(&w, DH_POL_POOL, 1, 1, 1, 5);
+    w.cfg.memory_budget = 25;
+    dh__sched *s = make(&w);
+    dh__task t;
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
+    ck_assert_int_eq(dh__sched_task_done(s, &t, 0.1, 0.1), 1);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 1);
+    ck_assert(dh__sched_batch_ready(s, 0, 0));
+    dh__sched_batch_taken(s, 0, 0, 0.2);
+    dh__sched_step_done(s, 0, 0, 1.2, 1.0);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 1.2, &t), 0);
+    ck_assert_int_eq(t.step, 2);
+    ck_assert_int_eq(dh__sched_memory_peak(s), 20);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(heavy_late_sample_is_split_into_keyframe_parts)
+{
+    /* Step 0's sample costs 4 s with 8 keyframe segments, its deadline is 0: it is split
+     * (8 parts at most, one per segment; 4 workers here cap it at 4), and the batch is
+     * complete only when every part is done. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 1, 4, 1, 2);
+    w.cpu[0] = 4.0f;
+    w.segments[0] = 8;
+    dh__sched *s = make(&w);
+    dh__task parts[4];
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(dh__sched_next_task(s, k, 0.0, &parts[k]), 0);
+        ck_assert_int_eq(parts[k].sample, 0);
+        ck_assert_int_eq(parts[k].nparts, 4);
+        ck_assert_int_eq(parts[k].part, k);
+        ck_assert_double_eq_tol(parts[k].pred_cost, 1.0, 1e-6);
+    }
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(dh__sched_task_done(s, &parts[k], 1.0, 1.0), 0);
+    ck_assert(!dh__sched_batch_ready(s, 0, 0));
+    ck_assert_int_eq(dh__sched_task_done(s, &parts[3], 1.0, 1.0), 1);
+    ck_assert(dh__sched_batch_ready(s, 0, 0));
+    /* A light sample is never split. */
+    dh__task t;
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 1.0, &t), 0);
+    ck_assert_int_eq(t.sample, 1);
+    ck_assert_int_eq(t.nparts, 1);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(balanced_placement_evens_predicted_gpu)
+{
+    /* GPU costs 4, 1, 4, 1, 1, 1 over 2 ranks: the stride gives {4, 4, 1} = 9 | {1, 1, 1} = 3;
+     * the balanced placement 6 | 6. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 2, 6, 1);
+    float g[] = {4, 1, 4, 1, 1, 1};
+    for (int i = 0; i < 6; i++)
+        w.feat[i].v = g[i];
+    dh__sched *s = make(&w);
+    double load[2] = {0};
+    for (int k = 0; k < 6; k++)
+        load[dh__sched_rank_of(s, 0, k)] += g[k];
+    ck_assert_double_eq_tol(load[0], 6, 1e-9);
+    ck_assert_double_eq_tol(load[1], 6, 1e-9);
+    dh__sched_free(s);
+    w.cfg.policy = DH_POL_HELIX_NOBALANCE;
+    s = make(&w);
+    ck_assert_int_eq(dh__sched_rank_of(s, 0, 2), 0); /* stride: sample 2 -> rank 0 */
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(calibration_converges_on_synthetic_truth)
+{
+    /* Truth is 1.5x the CPU model for video and 0.8x the GPU model, with 20% noise. */
+    dh__calib c;
+    dh__calib_init(&c);
+    srand(3);
+    for (int i = 0; i < 2000; i++) {
+        double pred = 0.1 + (rand() % 100) / 100.0;
+        double noise = exp(0.2 * ((rand() % 2001) / 1000.0 - 1.0));
+        dh__calib_cpu_observe(&c, DH_CLS_VIDEO_H264, pred, 1.5 * pred * noise);
+        dh__calib_gpu_observe(&c, pred, 0.8 * pred * noise);
+    }
+    ck_assert_double_eq_tol(dh__calib_cpu(&c, DH_CLS_VIDEO_H264, 1.0), 1.5, 0.15);
+    ck_assert_double_eq_tol(dh__calib_gpu(&c, 1.0), 0.8, 0.08);
+    ck_assert_double_eq_tol(dh__calib_cpu(&c, DH_CLS_JPEG, 1.0), 1.0, 1e-12); /* untouched */
+    ck_assert_double_lt(dh__calib_cpu_mape(&c), 0.3); /* early errors included */
+    ck_assert_double_gt(dh__calib_cpu_mape(&c), 0.0);
+}
+END_TEST
+
+START_TEST(policy_names_round_trip)
+{
+    for (int p = 0; p < DH_POL_COUNT; p++)
+        ck_assert_int_eq(dh__policy_from_name(dh__policy_name((dh__policy)p)), p);
+    ck_assert_int_eq(dh__policy_from_name("ray"), -1);
+    world w;
+    world_init(&w, DH_POL_HELIX, 0, 1, 1, 1);
+    dh__sched *s;
+    ck_assert_int_eq(dh__sched_new(&w.cfg, &s), DH_EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("sched");
+    TCase *tc = tcase_create("sched");
+    tcase_add_test(tc, pool_is_fifo_in_submission_order);
+    tcase_add_test(tc, local_workers_are_private_and_build_whole_batches);
+    tcase_add_test(tc, local_prefetch_is_two_batches_per_worker);
+    tcase_add_test(tc, least_slack_starts_a_heavy_sample_three_steps_ahead_first);
+    tcase_add_test(tc, window_is_bounded_by_memory);
+    tcase_add_test(tc, heavy_late_sample_is_split_into_keyframe_parts);
+    tcase_add_test(tc, balanced_placement_evens_predicted_gpu);
+    tcase_add_test(tc, calibration_converges_on_synthetic_truth);
+    tcase_add_test(tc, policy_names_round_trip);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
