@@ -4,13 +4,13 @@
  *
  * LPT (longest processing time first) places samples in decreasing GPU cost
  * on the least loaded rank that stays within the token and byte caps, ties
- * going to the rank with less CPU work. LPT is within 4/3 of optimal; the
+ * going to the rank with less CPU work; a heap of ranks makes it O(n log R). LPT is within 4/3 of optimal; the
  * refinement then repeatedly takes the most loaded rank and applies the best
  * single move or pairwise swap with one of the least loaded ranks that lowers
  * the pair's maximum (a Karmarkar-Karp-like differencing step restricted to
- * pairs), until nothing improves. Everything is O(n R) for LPT plus a bounded
- * number of refinement rounds, each O(k^2 * candidates), so a 4,096-sample
- * batch over 512 ranks plans in about a millisecond.
+ * pairs), until nothing improves. Cost: LPT plus a bounded
+ * number of refinement rounds, each O(n + k * members^2); bench/bench_plan
+ * measures a 4,096-sample batch over 512 ranks (bench/RESULTS.md).
  */
 #include "plan.h"
 
@@ -25,7 +25,7 @@ typedef struct {
     int32_t *rank_of;
     double *gpu, *cpu;       /* per-rank loads */
     int64_t *tokens, *bytes; /* per-rank usage for caps */
-    int *slot;               /* refinement: rank -> partner slot, -1 if not a partner */
+    int *head, *next, *prev; /* members of each rank: doubly linked, O(1) moves */
 } part_state;
 
 void dh__partition_stride(int n, int ranks, int32_t *rank_of)
@@ -65,31 +65,118 @@ static void place(part_state *s, int i, int r, int sign)
     s->cpu[r] += sign * (in->cpu ? in->cpu[i] : 0);
     s->tokens[r] += sign * val(in->tokens, i);
     s->bytes[r] += sign * val(in->bytes, i);
-    if (sign > 0)
+    if (sign > 0) {
         s->rank_of[i] = r;
+        s->prev[i] = -1;
+        s->next[i] = s->head[r];
+        if (s->head[r] >= 0)
+            s->prev[s->head[r]] = i;
+        s->head[r] = i;
+    } else {
+        if (s->prev[i] >= 0)
+            s->next[s->prev[i]] = s->next[i];
+        else
+            s->head[r] = s->next[i];
+        if (s->next[i] >= 0)
+            s->prev[s->next[i]] = s->prev[i];
+    }
 }
 
+/* Rank heap order: less GPU load first, then less CPU load, then lower index. */
+static int rank_before(const part_state *s, int a, int b)
+{
+    if (s->gpu[a] != s->gpu[b])
+        return s->gpu[a] < s->gpu[b];
+    if (s->cpu[a] != s->cpu[b])
+        return s->cpu[a] < s->cpu[b];
+    return a < b;
+}
+
+static void sift_down(const part_state *s, int *heap, int n, int i)
+{
+    int x = heap[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && rank_before(s, heap[c + 1], heap[c]))
+            c++;
+        if (!rank_before(s, heap[c], x))
+            break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    heap[i] = x;
+}
+
+static void sift_up(const part_state *s, int *heap, int i)
+{
+    int x = heap[i];
+    while (i > 0 && rank_before(s, x, heap[(i - 1) / 2])) {
+        heap[i] = heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    heap[i] = x;
+}
+
+static int heap_pop_rank(const part_state *s, int *heap, int *n)
+{
+    int top = heap[0];
+    heap[0] = heap[--*n];
+    if (*n)
+        sift_down(s, heap, *n, 0);
+    return top;
+}
+
+static void heap_push_rank(const part_state *s, int *heap, int *n, int r)
+{
+    heap[(*n)++] = r;
+    sift_up(s, heap, *n - 1);
+}
+
+/*
+ * LPT with a heap of ranks: O(n log R). Ranks whose caps cannot take the
+ * sample are set aside and pushed back after it is placed.
+ */
 static int lpt(part_state *s, const int *order, dh__part_out *out)
 {
     const dh__part_in *in = s->in;
+    int R = in->ranks, n = R, naside = 0;
+    int *heap = malloc((size_t)R * sizeof *heap), *aside = malloc((size_t)R * sizeof *aside);
+    if (!heap || !aside) {
+        free(heap);
+        free(aside);
+        return DH_ENOMEM;
+    }
+    for (int r = 0; r < R; r++)
+        heap[r] = r;
     for (int k = 0; k < in->n; k++) {
         int i = order[k], best = -1;
-        for (int r = 0; r < in->ranks; r++) {
-            if (!fits(s, r, i, -1))
-                continue;
-            if (best < 0 || s->gpu[r] < s->gpu[best] - EPS ||
-                (s->gpu[r] <= s->gpu[best] + EPS && s->cpu[r] < s->cpu[best]))
+        while (n > 0) {
+            int r = heap_pop_rank(s, heap, &n);
+            if (fits(s, r, i, -1)) {
                 best = r;
+                break;
+            }
+            aside[naside++] = r;
         }
         if (best < 0) { /* caps cannot hold it anywhere: least loaded rank, counted */
             out->cap_violations++;
-            best = 0;
-            for (int r = 1; r < in->ranks; r++)
-                if (s->gpu[r] < s->gpu[best])
-                    best = r;
+            best = aside[0];
+            for (int a = 1; a < naside; a++)
+                if (rank_before(s, aside[a], best))
+                    best = aside[a];
+            for (int a = 0; a < naside; a++)
+                if (aside[a] == best)
+                    aside[a] = aside[--naside];
         }
         place(s, i, best, +1);
+        heap_push_rank(s, heap, &n, best);
+        while (naside > 0)
+            heap_push_rank(s, heap, &n, aside[--naside]);
     }
+    free(heap);
+    free(aside);
     return 0;
 }
 
@@ -116,47 +203,25 @@ static int least_loaded(const part_state *s, int skip, int *out, int k)
 
 /*
  * One refinement round on the most loaded rank: the best move or swap with a
- * lightly loaded partner. members holds the n samples grouped by rank
- * (scratch). Returns 1 if the pair's maximum went down.
+ * lightly loaded partner. Returns 1 if the pair's maximum went down.
  */
-static int refine_round(part_state *s, int top, int *members)
+static int refine_round(part_state *s, int top)
 {
     const dh__part_in *in = s->in;
-    int partners[REFINE_PARTNERS], start[REFINE_PARTNERS + 2], fill[REFINE_PARTNERS + 1];
+    int partners[REFINE_PARTNERS];
     int np = least_loaded(s, top, partners, REFINE_PARTNERS);
-    /* Group the samples of top (slot np) and of each partner (slots 0..np-1). */
-    for (int p = 0; p < np; p++)
-        s->slot[partners[p]] = p;
-    s->slot[top] = np;
-    memset(fill, 0, sizeof fill);
-    for (int i = 0; i < in->n; i++)
-        if (s->slot[s->rank_of[i]] >= 0)
-            fill[s->slot[s->rank_of[i]]]++;
-    start[0] = 0;
-    for (int p = 0; p <= np; p++)
-        start[p + 1] = start[p] + fill[p];
-    memcpy(fill, start, sizeof fill);
-    for (int i = 0; i < in->n; i++)
-        if (s->slot[s->rank_of[i]] >= 0)
-            members[fill[s->slot[s->rank_of[i]]]++] = i;
-    for (int p = 0; p < np; p++)
-        s->slot[partners[p]] = -1;
-    s->slot[top] = -1;
-
     double best = s->gpu[top] - EPS;
     int bi = -1, bj = -1, br = -1;
     for (int p = 0; p < np; p++) {
         int r = partners[p];
-        for (int a = start[np]; a < start[np + 1]; a++) {
-            int i = members[a];
+        for (int i = s->head[top]; i >= 0; i = s->next[i]) {
             double gi = in->gpu[i];
             if (fits(s, r, i, -1)) { /* move i: top -> r */
                 double m = DH_MAX(s->gpu[top] - gi, s->gpu[r] + gi);
                 if (m < best)
                     best = m, bi = i, bj = -1, br = r;
             }
-            for (int b = start[p]; b < start[p + 1]; b++) { /* swap i with j of r */
-                int j = members[b];
+            for (int j = s->head[r]; j >= 0; j = s->next[j]) { /* swap i with j of r */
                 if (in->gpu[j] >= gi || !fits(s, r, i, j))
                     continue;
                 double d = gi - in->gpu[j];
@@ -177,26 +242,29 @@ static int refine_round(part_state *s, int top, int *members)
     return 1;
 }
 
+/*
+ * Improves the most loaded rank until no move or swap helps, or the maximum
+ * is within 0.1% of the lower bound max(mean load, largest sample), where no
+ * placement can do meaningfully better.
+ */
 static void refine(part_state *s, dh__part_out *out)
 {
     const dh__part_in *in = s->in;
-    int *members = malloc((size_t)(in->n ? in->n : 1) * sizeof *members);
-    s->slot = malloc((size_t)in->ranks * sizeof *s->slot);
-    if (members && s->slot) { /* without memory LPT alone is still a valid placement */
-        for (int r = 0; r < in->ranks; r++)
-            s->slot[r] = -1;
-        for (int round = 0; round < 4 * in->n + 16; round++) {
-            int top = 0;
-            for (int r = 1; r < in->ranks; r++)
-                if (s->gpu[r] > s->gpu[top])
-                    top = r;
-            if (!refine_round(s, top, members))
-                break;
-            out->moves++;
-        }
+    double total = 0, largest = 0;
+    for (int i = 0; i < in->n; i++) {
+        total += in->gpu[i];
+        largest = DH_MAX(largest, in->gpu[i]);
     }
-    free(members);
-    free(s->slot);
+    double good_enough = 1.001 * DH_MAX(total / in->ranks, largest);
+    for (int round = 0; round < 4 * in->n + 16; round++) {
+        int top = 0;
+        for (int r = 1; r < in->ranks; r++)
+            if (s->gpu[r] > s->gpu[top])
+                top = r;
+        if (s->gpu[top] <= good_enough || !refine_round(s, top))
+            break;
+        out->moves++;
+    }
 }
 
 int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
@@ -210,16 +278,23 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     s.cpu = calloc(R, sizeof *s.cpu);
     s.tokens = calloc(R, sizeof *s.tokens);
     s.bytes = calloc(R, sizeof *s.bytes);
-    int *order = malloc((size_t)(in->n ? in->n : 1) * sizeof *order);
+    size_t n1 = (size_t)(in->n ? in->n : 1);
+    s.head = malloc(R * sizeof *s.head);
+    s.next = malloc(n1 * sizeof *s.next);
+    s.prev = malloc(n1 * sizeof *s.prev);
+    int *order = malloc(n1 * sizeof *order);
     int rc = 0;
-    if (!s.gpu || !s.cpu || !s.tokens || !s.bytes || !order) {
+    if (!s.gpu || !s.cpu || !s.tokens || !s.bytes || !s.head || !s.next || !s.prev || !order) {
         rc = DH_ENOMEM;
         goto done;
     }
+    for (size_t r = 0; r < R; r++)
+        s.head[r] = -1;
     for (int i = 0; i < in->n; i++)
         order[i] = i;
     qsort_r(order, (size_t)in->n, sizeof *order, by_gpu_desc, (void *)in);
-    lpt(&s, order, out);
+    if ((rc = lpt(&s, order, out)))
+        goto done;
     refine(&s, out);
     double total = 0;
     for (size_t r = 0; r < R; r++) {
@@ -232,6 +307,9 @@ done:
     free(s.cpu);
     free(s.tokens);
     free(s.bytes);
+    free(s.head);
+    free(s.next);
+    free(s.prev);
     free(order);
     return rc;
 }
