@@ -90,6 +90,30 @@ check "fail mode stops at the first bad line" test "$(grep -c 'bad.jsonl:[0-9]' 
 # Only the audio file has no pixels to exceed the limit.
 check "limits are configurable from the CLI" contains "$WORK/lim.out" "6 lines: 1 loaded + 5 skipped"
 
+# ---- sim and bench (simulated figures) ----
+"$DH" sim --workload laion-images --policy helix --steps 5 --json "$WORK/sim.json" \
+    --trace "$WORK/trace.json" > "$WORK/sim.out" 2>&1
+check "sim exits 0" test $? -eq 0
+check "sim says its figures are simulated" contains "$WORK/sim.out" "simulated"
+check "sim json carries the contract keys" contains "$WORK/sim.json" '"efficiency":.*"gpu_idle_frac":'
+check "sim accounts for every sample" contains "$WORK/sim.out" "delivered 1280 + failed 0 = 1280"
+check "sim writes a trace" contains "$WORK/trace.json" '"name":"prepare"'
+# The indexed real corpus, as a manifest run (default spec, generic GPU model).
+"$DH" sim --manifest "$WORK/data/manifest.jsonl" --policy pool --ranks 2 --workers 2 --batch 2 \
+    > "$WORK/sim2.out" 2>&1
+check "sim runs a manifest" contains "$WORK/sim2.out" "3 steps, 6 samples"
+"$DH" bench --mode sim --workloads kinetics-clips,speech-asr --steps 5 --json "$WORK/bench.json" \
+    > "$WORK/bench.out" 2>&1
+check "bench exits 0" test $? -eq 0
+check "bench json has runs and the summary" contains "$WORK/bench.json" '"summary":{"min_efficiency":.*"headroom_vs_pool"'
+check "bench prints the table" contains "$WORK/bench.out" "speech-asr.*helix"
+"$DH" bench --mode real > /dev/null 2> "$WORK/real.err"
+check "bench --mode real says it is not built yet" contains "$WORK/real.err" "real engine"
+"$DH" sim --workload nope > /dev/null 2> "$WORK/nope.err"
+check "an unknown workload is named" contains "$WORK/nope.err" 'unknown workload "nope"'
+"$DH" sim --workload laion-images --policy ray > /dev/null 2> "$WORK/ray.err"
+check "an unknown policy lists the valid ones" contains "$WORK/ray.err" "helix-nobalance"
+
 # ---- usage errors: exit 2 with a message ----
 "$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
 "$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2

@@ -64,15 +64,24 @@ static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
             ph += x->wait_p95_ms, pb += y->wait_p95_ms;
         }
         double tput = exp(lt / nw), head = exp(lh / nw);
-        double miss = mb > 0 ? 1 - mh / mb : 0, p95 = pb > 0 ? 1 - ph / pb : 0;
-        printf("  vs %-5s throughput x%.2f (geomean; headroom x%.2f)  miss reduction %+.1f%%  "
-               "p95 reduction %+.1f%%\n",
-               base[k], tput, head, 100 * miss, 100 * p95);
+        /* A reduction relative to a baseline that never waited is undefined: n/a, null. */
+        char miss[32] = "n/a", p95[32] = "n/a", jmiss[32] = "null", jp95[32] = "null";
+        if (mb > 0) {
+            snprintf(miss, sizeof miss, "%+.1f%%", 100 * (1 - mh / mb));
+            snprintf(jmiss, sizeof jmiss, "%.6f", 1 - mh / mb);
+        }
+        if (pb > 0) {
+            snprintf(p95, sizeof p95, "%+.1f%%", 100 * (1 - ph / pb));
+            snprintf(jp95, sizeof jp95, "%.6f", 1 - ph / pb);
+        }
+        printf("  vs %-5s throughput x%.2f (geomean; headroom x%.2f)  miss reduction %s  "
+               "p95 reduction %s\n",
+               base[k], tput, head, miss, p95);
         if (jf)
             fprintf(jf,
-                    ",\"tput_geomean_vs_%s\":%.6f,\"miss_reduction_vs_%s\":%.6f,"
-                    "\"p95_reduction_vs_%s\":%.6f,\"headroom_vs_%s\":%.6f",
-                    base[k], tput, base[k], miss, base[k], p95, base[k], head);
+                    ",\"tput_geomean_vs_%s\":%.6f,\"miss_reduction_vs_%s\":%s,"
+                    "\"p95_reduction_vs_%s\":%s,\"headroom_vs_%s\":%.6f",
+                    base[k], tput, base[k], jmiss, base[k], jp95, base[k], head);
     }
     if (h >= 0)
         printf("  helix min efficiency %.3f\n", min_eff);
