@@ -339,6 +339,14 @@ DH_API void dh_sampler_get_state(const dh_sampler *s, dh_sampler_state *st);
 /* Fails with DH_EMISMATCH if the state belongs to another manifest or seed. */
 DH_API int dh_sampler_set_state(dh_sampler *s, const dh_sampler_state *st);
 
+/*
+ * Predicted CPU seconds to prepare sample i on one worker, from its
+ * descriptor and the spec (decode work, seeks, resize, audio), with the
+ * uncalibrated constants of WORKLOADS.md.
+ */
+DH_API int dh_sample_cpu_cost(const dh_spec *spec, const dh_manifest *m, int64_t i,
+                              double *seconds);
+
 /* ------------------------------------------------------------------ probe */
 
 /*
@@ -421,6 +429,8 @@ typedef struct {
     uint64_t seed;
     int64_t memory_budget;   /* bytes of prepared + in-preparation batches */
     double rho;              /* 0: the workload's load factor (1.0 for a plain manifest) */
+    int64_t rank_token_cap;  /* helix placement: tokens per rank per step; 0: none */
+    int64_t rank_byte_cap;   /* helix placement: output bytes per rank per step; 0: none */
     const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */
 } dh_run_config;
 
@@ -441,6 +451,7 @@ typedef struct {
      * into placement (integrality, prediction error) and input wait (scheduling). */
     double placement_s;
     int64_t memory_budget, memory_peak;
+    int64_t cap_violations; /* samples placed over a per-rank cap no rank could meet */
     double wall_s; /* time the simulator itself took */
 } dh_result;
 

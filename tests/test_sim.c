@@ -204,6 +204,24 @@ START_TEST(trace_opens_as_chrome_json)
 }
 END_TEST
 
+START_TEST(rank_caps_are_honoured_or_counted)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "anyres-images";
+    c.steps = 20;
+    dh_result r;
+    char err[256];
+    c.rank_token_cap = 1000000; /* generous: never binding */
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), 0);
+    ck_assert_int_eq(r.cap_violations, 0);
+    c.rank_token_cap = 100; /* no rank can hold even one sample: every one is counted */
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), 0);
+    ck_assert_int_eq(r.cap_violations, 20 * 64);
+    ck_assert_int_eq(r.delivered, 20 * 64);
+}
+END_TEST
+
 START_TEST(bad_run_configs_are_refused_clearly)
 {
     dh_run_config c;
@@ -236,6 +254,7 @@ int main(void)
     tcase_add_test(tc, policies_never_read_ground_truth);
     tcase_add_test(tc, json_result_has_the_contract_keys);
     tcase_add_test(tc, trace_opens_as_chrome_json);
+    tcase_add_test(tc, rank_caps_are_honoured_or_counted);
     tcase_add_test(tc, bad_run_configs_are_refused_clearly);
     suite_add_tcase(s, tc);
     return tu_run(s);

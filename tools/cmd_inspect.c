@@ -18,17 +18,18 @@ static const char help[] =
     "  --check-files           every media path must exist and be readable\n"
     "  --json FILE             also write the summary as JSON\n";
 
-enum { D_VDUR, D_VPIX, D_VDEC, D_VSAMP, D_IPIX, D_ADUR, D_TEXT, D_TOK, D_BYTES, D_COUNT };
+enum { D_VDUR, D_VPIX, D_VDEC, D_VSAMP, D_IPIX, D_ADUR, D_TEXT, D_TOK, D_BYTES, D_CPU, D_COUNT };
 
 static const char *const dist_names[D_COUNT] = {
     "video duration (s)",   "video megapixels/frame", "video decoded frames",
     "video sampled frames", "image megapixels",       "audio duration (s)",
     "text tokens",          "tokens per sample",      "output MiB per sample",
+    "predicted CPU ms",
 };
 static const char *const dist_keys[D_COUNT] = {
     "video_duration_s", "video_megapixels", "video_decoded_frames", "video_sampled_frames",
     "image_megapixels", "audio_duration_s", "text_tokens",          "tokens_per_sample",
-    "out_mib_per_sample",
+    "out_mib_per_sample", "predicted_cpu_ms",
 };
 
 typedef struct {
@@ -149,6 +150,9 @@ static int collect(const dh_manifest *m, const dh_spec *spec, summary *s)
         add(s, D_TEXT, (double)si.text_tokens);
         add(s, D_TOK, (double)sd.tokens);
         add(s, D_BYTES, (double)sd.out_bytes / (1024.0 * 1024.0));
+        double cpu_s = 0;
+        if (dh_sample_cpu_cost(spec, m, i, &cpu_s) == 0)
+            add(s, D_CPU, cpu_s * 1e3);
         s->text_only += si.media_count == 0;
         for (int32_t j = 0; j < si.media_count; j++) {
             dh_media_info mi;

@@ -101,6 +101,10 @@ void cli_print_result(const dh_result *r)
            100 * r->cpu_mape, 100 * r->gpu_mape, r->memory_peak / 1048576.0,
            r->memory_budget / 1048576.0, (long long)r->delivered, (long long)r->failed,
            (long long)r->samples, r->wall_s);
+    if (r->cap_violations)
+        printf("  %lld samples could not be placed within the per-rank caps (placed on the least "
+               "loaded rank)\n",
+               (long long)r->cap_violations);
 }
 
 int cli_sim(int argc, char **argv)

@@ -80,9 +80,10 @@ static int alloc_table(dh__samples *s, int64_t n)
     s->feat = malloc(k * sizeof *s->feat);
     s->bytes = malloc(k * sizeof *s->bytes);
     s->segments = malloc(k * sizeof *s->segments);
+    s->tokens = malloc(k * sizeof *s->tokens);
     s->cls = malloc(k * sizeof *s->cls);
     if (!s->cpu_pred || !s->cpu_true || !s->gpu_true || !s->feat || !s->bytes || !s->segments ||
-        !s->cls) {
+        !s->tokens || !s->cls) {
         dh__samples_free(s);
         return DH_ENOMEM;
     }
@@ -119,6 +120,7 @@ static int build_one(const dh_manifest *m, const dh_spec *spec, const dh__cpu_mo
     s->cls[i] = (uint8_t)cls;
     s->bytes[i] = sd.out_bytes;
     s->segments[i] = segments > 0 ? segments : 1;
+    s->tokens[i] = sd.tokens;
     s->feat[i] = (dh__gpu_feat){.t = (float)sd.tokens,
                                 .t2 = (float)((double)sd.tokens * (double)sd.tokens),
                                 .v = (float)v,
@@ -152,6 +154,28 @@ int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_m
     return 0;
 }
 
+int dh_sample_cpu_cost(const dh_spec *spec, const dh_manifest *m, int64_t i, double *seconds)
+{
+    dh_sample_info si;
+    dh_media_derived md[256];
+    dh_sample_derived sd;
+    int rc = dh_manifest_sample(m, i, &si);
+    if (rc || !spec || !seconds)
+        return rc ? rc : DH_EINVAL;
+    if ((rc = dh_derive_sample(spec, m, i, &sd, md)))
+        return rc;
+    dh__cpu_model cpu;
+    dh__cpu_model_default(&cpu);
+    double total = 0;
+    for (int32_t j = 0; j < si.media_count; j++) {
+        dh_media_info mi;
+        dh_manifest_media(m, i, j, &mi);
+        total += dh__cpu_media_cost(&cpu, &mi, &md[j]);
+    }
+    *seconds = total;
+    return 0;
+}
+
 void dh__samples_gpu_truth(dh__samples *s, const dh_manifest *m, const dh__gpu_model *g,
                            uint64_t seed)
 {
@@ -173,6 +197,7 @@ void dh__samples_free(dh__samples *s)
     free(s->feat);
     free(s->bytes);
     free(s->segments);
+    free(s->tokens);
     free(s->cls);
     memset(s, 0, sizeof *s);
 }

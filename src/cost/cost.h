@@ -55,6 +55,7 @@ typedef struct {
     dh__gpu_feat *feat;  /* GPU features */
     int64_t *bytes;      /* output bytes */
     int32_t *segments;   /* independently decodable keyframe segments (>= 1) */
+    int64_t *tokens;     /* total tokens (text + media) */
     uint8_t *cls;
 } dh__samples;
 

@@ -58,6 +58,7 @@ struct dh__sched {
     int64_t cur_step;     /* latest step any rank has taken, and when */
     double cur_time;
     int64_t planned;      /* steps planned so far */
+    int64_t cap_violations; /* samples no rank could take within the caps */
     /* window */
     int64_t admit_next;   /* next batch index s * R + r to admit */
     int64_t mem_in_use, mem_peak;
@@ -71,6 +72,7 @@ struct dh__sched {
     int64_t *worker_step; /* per local worker: batch it is building, or next to build */
     /* planning scratch, allocated once */
     double *plan_gpu, *plan_cpu; /* G */
+    int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;          /* R */
 };
 
@@ -123,12 +125,17 @@ static int plan_step(dh__sched *s, int64_t st)
         for (int64_t k = 0; k < G; k++) {
             gpu[k] = sample_gpu(s, idx[k]);
             cpu[k] = dh__calib_cpu(&s->calib, s->cfg.pred.cls[idx[k]], s->cfg.pred.cpu_pred[idx[k]]);
+            s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
+            s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
         }
-        dh__part_in in = {.n = (int)G, .ranks = s->R, .gpu = gpu, .cpu = cpu};
+        dh__part_in in = {.n = (int)G, .ranks = s->R, .gpu = gpu, .cpu = cpu,
+                          .tokens = s->plan_tokens, .bytes = s->plan_bytes,
+                          .cap_tokens = s->cfg.rank_token_cap, .cap_bytes = s->cfg.rank_byte_cap};
         dh__part_out po;
         int rc = dh__partition(&in, rank_of, &po);
         if (rc)
             return rc;
+        s->cap_violations += po.cap_violations;
     } else {
         dh__partition_stride((int)G, s->R, rank_of);
     }
@@ -286,14 +293,14 @@ static int local_next(dh__sched *s, int worker, int64_t *pos)
 /* ------------------------------------------------------------------ public */
 
 /*
- * Deadline-driven splitting: a heavy sample (predicted to cost more than its
- * step's predicted duration) whose cost leaves less than a quarter of itself
- * as slack before its batch's estimated deadline is cut into up to
- * `segments` keyframe-aligned parts, enough for each part to fit the time
- * left with that margin. The other parts go back on the heap with the same
- * key, so the next free workers take them at once. Light samples are never
- * split: when CPU is the bottleneck every task is near its deadline, and
- * splitting them would only add the per-part overhead.
+ * Splitting heavy samples: a sample predicted to cost more than its step's
+ * predicted duration is cut into ceil(cost / step) keyframe-aligned parts, or
+ * more if its slack before the batch's estimated deadline is under a quarter
+ * of its cost (enough parts for each to fit the time left with that margin),
+ * never more than its `segments` nor W. The other parts go back on the heap
+ * with the same key, so the next free workers take them at once. Light
+ * samples are never split: when CPU is the bottleneck every task is near its
+ * deadline, and splitting them would only add the per-part overhead.
  */
 static int32_t split_parts(dh__sched *s, const heap_item *it, double now)
 {
@@ -305,10 +312,11 @@ static int32_t split_parts(dh__sched *s, const heap_item *it, double now)
     double c = task_cost(s, it->pos);
     if (c <= s->step_start[st + 1] - s->step_start[st])
         return 1;
+    double step = s->step_start[st + 1] - s->step_start[st];
     double left = s->cur_time + s->step_start[st] - s->step_start[s->cur_step] - now;
-    if (left - c >= 0.25 * c)
-        return 1;
-    double parts = left > 0 ? ceil(1.25 * c / left) : (double)segs;
+    double parts = ceil(c / step);
+    if (left - c < 0.25 * c)
+        parts = DH_MAX(parts, left > 0 ? ceil(1.25 * c / left) : (double)segs);
     return (int32_t)DH_MIN(DH_MAX(parts, 2.0), DH_MIN((double)segs, (double)s->W));
 }
 
@@ -430,6 +438,11 @@ int64_t dh__sched_memory_peak(const dh__sched *s)
     return s->mem_peak;
 }
 
+int64_t dh__sched_cap_violations(const dh__sched *s)
+{
+    return s->cap_violations;
+}
+
 int dh__sched_worker_count(const dh__sched *s)
 {
     return s->cfg.policy == DH_POL_LOCAL ? s->R * s->k_local : s->W;
@@ -457,6 +470,8 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_gpu);
     free(s->plan_cpu);
     free(s->plan_fill);
+    free(s->plan_tokens);
+    free(s->plan_bytes);
     free(s);
 }
 
@@ -491,7 +506,9 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->plan_gpu = malloc((size_t)s->G * sizeof *s->plan_gpu);
     s->plan_cpu = malloc((size_t)s->G * sizeof *s->plan_cpu);
     s->plan_fill = malloc((size_t)s->R * sizeof *s->plan_fill);
-    if (!s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->parts_left ||
+    s->plan_tokens = malloc((size_t)s->G * sizeof *s->plan_tokens);
+    s->plan_bytes = malloc((size_t)s->G * sizeof *s->plan_bytes);
+    if (!s->plan_tokens || !s->plan_bytes || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->parts_left ||
         !s->heap || !s->taken || !s->worker_step) {
         dh__sched_free(s);
         return DH_ENOMEM;

@@ -37,6 +37,7 @@ typedef struct {
     const int64_t *bytes;
     const uint8_t *cls;
     const int32_t *segments; /* independently decodable keyframe segments per sample */
+    const int64_t *tokens;   /* tokens per sample (for the token cap) */
 } dh__pred;
 
 typedef struct {
@@ -44,6 +45,7 @@ typedef struct {
     int ranks, workers;
     int64_t global_batch, steps;
     int64_t memory_budget;   /* bytes of admitted, not yet consumed batches */
+    int64_t rank_token_cap, rank_byte_cap; /* balanced placement caps; 0: none */
     dh__pred pred;
     dh__gpu_model gpu;       /* predicted GPU model (c0 = fixed per-step cost) */
     const int64_t *order;    /* steps * global_batch sample indices (the sampler's) */
@@ -88,5 +90,7 @@ int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *o
 int dh__sched_rank_of(dh__sched *s, int64_t step, int64_t k);
 const dh__calib *dh__sched_calib(const dh__sched *s);
 int64_t dh__sched_memory_peak(const dh__sched *s);
+/* Samples placed over a cap because no rank could take them within it. */
+int64_t dh__sched_cap_violations(const dh__sched *s);
 
 #endif

@@ -142,12 +142,15 @@ void dh__run_sched_config(const dh__run *run, dh__sched_config *sc)
     sc->global_batch = run->cfg.global_batch;
     sc->steps = run->cfg.steps;
     sc->memory_budget = run->cfg.memory_budget;
+    sc->rank_token_cap = run->cfg.rank_token_cap;
+    sc->rank_byte_cap = run->cfg.rank_byte_cap;
     sc->pred = (dh__pred){.n = run->samples.n,
                           .cpu_pred = run->samples.cpu_pred,
                           .feat = run->samples.feat,
                           .bytes = run->samples.bytes,
                           .cls = run->samples.cls,
-                          .segments = run->samples.segments};
+                          .segments = run->samples.segments,
+                          .tokens = run->samples.tokens};
     sc->gpu = run->gpu;
     sc->order = run->order;
 }

@@ -255,6 +255,7 @@ static void fill_result(const sim *s, dh_result *out)
     out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(s->sched));
     out->memory_budget = run->cfg.memory_budget;
     out->memory_peak = dh__sched_memory_peak(s->sched);
+    out->cap_violations = dh__sched_cap_violations(s->sched);
 }
 
 int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errlen)
