@@ -2,8 +2,9 @@
 # demo.sh - the main job of this version, from a fresh Debian 12 machine:
 # install packages, build, generate a small real multimodal corpus (H.264 and
 # HEVC clips at several resolutions and GOP lengths, JPEG/PNG images, FLAC
-# speech), index it from headers only, and inspect what each workload's
-# preprocessing would make of it. Outputs go to demo-out/.
+# speech), index it from headers only, inspect what each workload's
+# preprocessing would make of it, then compare the scheduling policies on
+# three workloads in the simulator (simulated figures). Outputs go to demo-out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -46,4 +47,10 @@ for w in kinetics-clips omni-mix; do
     "$DH" inspect "$OUT/manifest.jsonl" --workload "$w" --json "$OUT/inspect-$w.json"
     echo
 done
+echo "== simulated comparison: local (DataLoader), pool (actor pool), helix; R=8, W=32"
+"$DH" bench --mode sim --workloads kinetics-clips,native-res-video,omni-mix --steps 300 \
+    --json "$OUT/bench-sim.json"
+"$DH" sim --workload native-res-video --policy helix --steps 50 --trace "$OUT/trace.json" > /dev/null
+echo
 echo "manifest: $OUT/manifest.jsonl   summaries: $OUT/inspect-*.json"
+echo "simulated bench: $OUT/bench-sim.json   Chrome trace (open in Perfetto): $OUT/trace.json"
