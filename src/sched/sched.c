@@ -24,6 +24,7 @@
  */
 #include "sched.h"
 
+#include "../core/heap.h"
 #include "../plan/plan.h"
 
 #include <math.h>
@@ -66,7 +67,8 @@ struct dh__sched {
     int64_t *fifo;
     int64_t fifo_head, fifo_tail;
     heap_item *heap;
-    int64_t heap_n, heap_cap;
+    int64_t heap_n;
+    size_t heap_cap;
     /* local */
     int64_t *taken;       /* per rank: batches taken (next step it will take) */
     int64_t *worker_step; /* per local worker: batch it is building, or next to build */
@@ -189,44 +191,16 @@ static int heap_before(const heap_item *a, const heap_item *b)
     return a->part < b->part;
 }
 
+DH_HEAP_DEFINE(task_heap, heap_item, heap_before)
+
 static int heap_push(dh__sched *s, heap_item it)
 {
-    if (s->heap_n == s->heap_cap) {
-        size_t cap = (size_t)s->heap_cap;
-        if (dh__grow((void **)&s->heap, &cap, cap + 1, sizeof *s->heap))
-            return DH_ENOMEM;
-        s->heap_cap = (int64_t)cap;
-    }
-    int64_t i = s->heap_n++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (heap_before(&s->heap[p], &it))
-            break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = it;
-    return 0;
+    return task_heap_push(&s->heap, &s->heap_cap, &s->heap_n, it);
 }
 
 static heap_item heap_pop(dh__sched *s)
 {
-    heap_item top = s->heap[0];
-    heap_item last = s->heap[--s->heap_n];
-    int64_t i = 0, n = s->heap_n;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && heap_before(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (heap_before(&last, &s->heap[c]))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    s->heap[i] = last;
-    return top;
+    return task_heap_pop(s->heap, &s->heap_n);
 }
 
 static double task_cost(const dh__sched *s, int64_t pos)
@@ -499,7 +473,7 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->task_pred = malloc(np * sizeof *s->task_pred);
     s->fifo = malloc(np * sizeof *s->fifo);
     s->heap = malloc(np * sizeof *s->heap);
-    s->heap_cap = (int64_t)np;
+    s->heap_cap = np;
     s->parts_left = calloc(np, sizeof *s->parts_left);
     s->taken = calloc((size_t)s->R, sizeof *s->taken);
     s->worker_step = malloc((size_t)nw * sizeof *s->worker_step);

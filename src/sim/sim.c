@@ -15,6 +15,7 @@
  */
 #include "setup.h"
 
+#include "../core/heap.h"
 #include "../metrics/metrics.h"
 
 #include <stdio.h>
@@ -50,41 +51,22 @@ typedef struct {
     int done;
 } sim;
 
+static int event_before(const event *x, const event *y)
+{
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+DH_HEAP_DEFINE(event_heap, event, event_before)
+
 static int push(sim *s, double t, int type, int a, int64_t b)
 {
-    if (dh__grow((void **)&s->heap, &s->capheap, (size_t)s->nheap + 1, sizeof *s->heap))
-        return DH_ENOMEM;
     event e = {t, s->seq++, type, a, b};
-    int64_t i = s->nheap++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (s->heap[p].t < t || (s->heap[p].t == t && s->heap[p].seq < e.seq))
-            break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = e;
-    return 0;
+    return event_heap_push(&s->heap, &s->capheap, &s->nheap, e);
 }
 
 static event pop(sim *s)
 {
-    event top = s->heap[0], last = s->heap[--s->nheap];
-    int64_t i = 0, n = s->nheap;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && (s->heap[c + 1].t < s->heap[c].t ||
-                          (s->heap[c + 1].t == s->heap[c].t && s->heap[c + 1].seq < s->heap[c].seq)))
-            c++;
-        if (last.t < s->heap[c].t || (last.t == s->heap[c].t && last.seq < s->heap[c].seq))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    s->heap[i] = last;
-    return top;
+    return event_heap_pop(s->heap, &s->nheap);
 }
 
 /* A task's true duration: its sample's, or an equal share plus the part overhead. */
