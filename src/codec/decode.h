@@ -1,0 +1,34 @@
+/*
+ * decode.h - decoding one media item straight into its slot of a batch
+ * buffer (internal). The output layout is the one dh_derive_media() gives
+ * for the same spec and descriptor, so a batch can be laid out before any
+ * decoding: video T x H x W x 3 uint8, image [tiles x] H x W x 3 uint8, audio
+ * float32 samples or mel_bins x frames.
+ *
+ * Decoders run single-threaded (the worker pool owns parallelism) and never
+ * write past dst + cap. A file that contradicts its descriptor (other size,
+ * fewer frames) is an error naming what differs.
+ */
+#ifndef DH_DECODE_H
+#define DH_DECODE_H
+
+#include "../core/core.h"
+
+typedef struct {
+    int64_t frames_decoded; /* video: frames the decoder produced */
+    int32_t seeks;          /* video: seeks performed */
+    int64_t bytes_written;
+} dh__decode_stats;
+
+/* Source rectangle that, scaled to out_w x out_h, realises the spec's resize (crop modes). */
+typedef struct {
+    int x, y, w, h;
+} dh__rect;
+
+/* The crop of a w x h source for an output of ow x oh covering it (centre, even offsets). */
+dh__rect dh__cover_crop(int w, int h, int ow, int oh);
+
+int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info *mi,
+                     uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
+
+#endif
