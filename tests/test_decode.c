@@ -31,6 +31,8 @@ static void make_media(void)
 static void drop_media(void)
 {
     tu_sh("rm -rf %s", media);
+    free(media);
+    media = NULL;
 }
 
 static dh_probe_result probe(const char *name)
@@ -216,6 +218,156 @@ START_TEST(bad_input_is_a_clear_error)
 }
 END_TEST
 
+/* ---- images ---- */
+
+static void make_images(void)
+{
+    make_media();
+    const char *ff = tu_ffmpeg();
+    int rc = tu_sh(
+        "cd %s && %s -v error -y -nostdin -f lavfi -i testsrc2=size=320x240 -frames:v 1 "
+        "-pix_fmt yuvj444p small444.jpg && "
+        "%s -v error -y -nostdin -f lavfi -i testsrc2=size=2048x1536 -frames:v 1 big.jpg && "
+        "%s -v error -y -nostdin -f lavfi -i testsrc2=size=1000x700 -frames:v 1 wide.png && "
+        "%s -v error -y -nostdin -f lavfi -i testsrc2=size=96x64 -frames:v 1 -pix_fmt gray16be g16.png && "
+        "%s -v error -y -nostdin -f lavfi -i testsrc2=size=96x64 -frames:v 1 -pix_fmt pal8 pal.png && "
+        "%s -v error -y -nostdin -f lavfi -i testsrc2=size=96x64 -frames:v 1 -pix_fmt rgba rgba.png && "
+        "head -c 3000 big.jpg > cut.jpg && %s -v error -y -nostdin -f lavfi -i testsrc2=size=96x64 "
+        "-frames:v 1 img.bmp",
+        media, ff, ff, ff, ff, ff, ff, ff);
+    ck_assert_int_eq(rc, 0);
+}
+
+/* The tool's rendering of a crop of an image scaled to ow x oh, RGB24. */
+static uint8_t *image_reference(const char *name, dh__rect r, int ow, int oh)
+{
+    return reference(name, 0, r, ow, oh);
+}
+
+static uint8_t *decode_image_ok(const char *name, const char *spec_text, dh_media_derived *md,
+                                dh_media_info *mi_out)
+{
+    dh_probe_result pr = probe(name);
+    dh_spec *spec = spec_json(spec_text);
+    ck_assert_int_eq(dh_derive_media(spec, &pr.info, md), 0);
+    uint8_t *out = malloc((size_t)md->out_bytes);
+    char path[4096], err[256] = "";
+    snprintf(path, sizeof path, "%s/%s", media, name);
+    dh__decode_stats st;
+    int rc = dh__decode_image(path, spec, &pr.info, out, (size_t)md->out_bytes, &st, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s", name, err);
+    ck_assert_int_eq(st.bytes_written, md->out_bytes);
+    *mi_out = pr.info;
+    mi_out->path = NULL;
+    mi_out->keyframes = NULL;
+    dh_spec_free(spec);
+    dh_probe_result_clear(&pr);
+    return out;
+}
+
+/* The DCT scale M (of M/8) the decoder used, recovered from the derived decode pixels. */
+static int scale_used(const dh_media_info *mi, const dh_media_derived *md)
+{
+    for (int m = 1; m <= 8; m++)
+        if ((int64_t)((mi->width * m + 7) / 8) * ((mi->height * m + 7) / 8) == md->decode_pixels)
+            return m;
+    return 8;
+}
+
+/* Decodes, then compares with the tool's rendering of the same region; min_db per case. */
+static void image_case(const char *name, int size, double min_db)
+{
+    char spec[128];
+    snprintf(spec, sizeof spec, "{\"image\":{\"resize\":{\"mode\":\"crop\",\"size\":%d}}}", size);
+    dh_media_derived md;
+    dh_media_info mi;
+    uint8_t *out = decode_image_ok(name, spec, &md, &mi);
+    int m = scale_used(&mi, &md);
+    dh__rect r = dh__cover_crop((mi.width * m + 7) / 8, (mi.height * m + 7) / 8, size, size);
+    /* The same region in full-resolution pixels, for the tool's full decode. */
+    r = (dh__rect){r.x * 8 / m, r.y * 8 / m, r.w * 8 / m, r.h * 8 / m};
+    uint8_t *ref = image_reference(name, r, size, size);
+    double q = psnr(out, ref, (size_t)md.out_bytes);
+    ck_assert_msg(q >= min_db, "%s at %d px (DCT scale %d/8): PSNR %.1f dB", name, size, m, q);
+    free(ref);
+    free(out);
+}
+
+START_TEST(jpeg_and_png_match_ffmpeg)
+{
+    /* Lossless PNG decodes of every colour type, and a 4:4:4 JPEG at full scale (232 px
+     * crop of 320x240 needs all of it), match the tool to 40 dB; a JPEG decoded at 2/8
+     * scale for a 48 px crop still resembles the tool's full decode of the region. */
+    const char *pngs[] = {"wide.png", "g16.png", "pal.png", "rgba.png"};
+    for (int k = 0; k < 4; k++)
+        image_case(pngs[k], 48, 40.0);
+    image_case("small444.jpg", 232, 40.0);
+    image_case("small444.jpg", 48, 25.0);
+}
+END_TEST
+
+START_TEST(jpeg_decodes_at_the_dct_scale_derivation_counts)
+{
+    /* 2048x1536 to a 224 crop: 2/8 scale (512x384) as dh_derive_media() says; the result
+     * still resembles the tool's full-resolution decode of the same region. */
+    dh_media_derived md;
+    dh_media_info mi;
+    uint8_t *out = decode_image_ok("big.jpg", "{\"image\":{\"resize\":{\"mode\":\"crop\",\"size\":224}}}", &md, &mi);
+    ck_assert_int_eq(md.decode_pixels, 512 * 384);
+    dh__rect r = dh__cover_crop(512, 384, 224, 224);
+    dh__rect full = {r.x * 4, r.y * 4, r.w * 4, r.h * 4};
+    uint8_t *ref = image_reference("big.jpg", full, 224, 224);
+    double q = psnr(out, ref, (size_t)md.out_bytes);
+    ck_assert_msg(q >= 25.0, "PSNR %.1f dB", q);
+    free(ref);
+    free(out);
+}
+END_TEST
+
+START_TEST(anyres_tiles_are_base_then_grid)
+{
+    /* 1000x700 with 336 tiles: base tile, then a 2x2 grid (dh__image_grid). */
+    dh_media_derived md;
+    dh_media_info mi;
+    uint8_t *out = decode_image_ok("wide.png", "{\"image\":{\"tiles\":{\"size\":336,\"max\":5,\"base\":true}}}", &md, &mi);
+    ck_assert_int_eq(md.shape[0], 5);
+    size_t tile = 336 * 336 * 3;
+    uint8_t *base = image_reference("wide.png", (dh__rect){0, 0, 1000, 700}, 336, 336);
+    ck_assert_double_ge(psnr(out, base, tile), 40.0);
+    uint8_t *last = image_reference("wide.png", (dh__rect){500, 350, 500, 350}, 336, 336);
+    ck_assert_double_ge(psnr(out + 4 * tile, last, tile), 40.0);
+    free(base);
+    free(last);
+    free(out);
+}
+END_TEST
+
+START_TEST(bad_images_are_clear_errors)
+{
+    dh_spec *s = spec_json("{\"image\":{\"resize\":{\"mode\":\"fixed\",\"size\":16}}}");
+    char path[4096], err[256];
+    uint8_t buf[16 * 16 * 3];
+    dh_media_info mi = {.type = DH_MEDIA_IMAGE, .codec = DH_CODEC_JPEG, .width = 2048, .height = 1536};
+    snprintf(path, sizeof path, "%s/cut.jpg", media);
+    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_EDECODE);
+    ck_assert_msg(strstr(err, "JPEG data") != NULL, "%s", err);
+    mi.width = 100;
+    snprintf(path, sizeof path, "%s/big.jpg", media);
+    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "2048x1536 but its manifest entry says 100x1536") != NULL, "%s", err);
+    mi.width = 96;
+    mi.height = 64;
+    mi.codec = DH_CODEC_OTHER;
+    snprintf(path, sizeof path, "%s/img.bmp", media);
+    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_EUNSUPPORTED);
+    snprintf(path, sizeof path, "%s/pal.png", media);
+    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf - 1, NULL, err, sizeof err), DH_ERANGE);
+    snprintf(path, sizeof path, "%s/none.png", media);
+    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_ENOENT);
+    dh_spec_free(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode");
@@ -228,5 +380,13 @@ int main(void)
     tcase_add_test(tc, sparse_samples_seek_dense_ones_do_not);
     tcase_add_test(tc, bad_input_is_a_clear_error);
     suite_add_tcase(s, tc);
+    TCase *ti = tcase_create("image");
+    tcase_add_unchecked_fixture(ti, make_images, drop_media);
+    tcase_set_timeout(ti, 120);
+    tcase_add_test(ti, jpeg_and_png_match_ffmpeg);
+    tcase_add_test(ti, jpeg_decodes_at_the_dct_scale_derivation_counts);
+    tcase_add_test(ti, anyres_tiles_are_base_then_grid);
+    tcase_add_test(ti, bad_images_are_clear_errors);
+    suite_add_tcase(s, ti);
     return tu_run(s);
 }

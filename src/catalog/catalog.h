@@ -111,6 +111,11 @@ struct dh_spec {
     } text;
 };
 
+/* Any-res tiling of a w x h image: the grid (cols x rows) before the base tile. */
+void dh__image_grid(const dh_spec *s, int64_t w, int64_t h, int64_t *cols, int64_t *rows);
+/* JPEG DCT-domain scale M (of M/8) the decoder uses for a w x h source. */
+int dh__jpeg_scale_m(const dh_spec *s, int64_t w, int64_t h);
+
 /* What went wrong on one line; callers choose how to phrase the prefix. */
 typedef struct {
     int code;

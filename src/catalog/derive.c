@@ -79,16 +79,14 @@ static void resize_dims(const dh__resize *r, int64_t w, int64_t h, int64_t *ow, 
 /*
  * libjpeg-turbo can decode at M/8 scale (M = 1..8 when shrinking). The
  * smallest M whose output still covers the resize intermediate is chosen,
- * as the real decoder will.
+ * as the real decoder does (decode_image.c calls dh__jpeg_scale_m()).
  */
-static int64_t jpeg_decode_pixels(int64_t w, int64_t h, int64_t need_w, int64_t need_h)
+static int jpeg_scale_for(int64_t w, int64_t h, int64_t need_w, int64_t need_h)
 {
-    for (int m = 1; m <= 8; m++) {
-        int64_t sw = ceil_div(w * m, 8), sh = ceil_div(h * m, 8);
-        if (sw >= need_w && sh >= need_h)
-            return sw * sh;
-    }
-    return w * h;
+    for (int m = 1; m <= 8; m++)
+        if (ceil_div(w * m, 8) >= need_w && ceil_div(h * m, 8) >= need_h)
+            return m;
+    return 8;
 }
 
 static int64_t grid_tokens(int64_t w, int64_t h, int32_t patch, int32_t pool)
@@ -197,30 +195,55 @@ static int derive_video(const dh_spec *s, const dh_media_info *v, dh_media_deriv
 }
 
 /* Any-res tiling: a grid covering the image, shrunk until it fits max tiles. */
+void dh__image_grid(const dh_spec *s, int64_t w, int64_t h, int64_t *cols, int64_t *rows)
+{
+    *cols = ceil_div(w, s->image.tile_size);
+    *rows = ceil_div(h, s->image.tile_size);
+    while (*cols * *rows > s->image.max_tiles) {
+        if (*cols >= *rows)
+            (*cols)--;
+        else
+            (*rows)--;
+    }
+}
+
 static int64_t image_tiles(const dh_spec *s, int64_t w, int64_t h)
 {
-    int64_t cols = ceil_div(w, s->image.tile_size), rows = ceil_div(h, s->image.tile_size);
-    while (cols * rows > s->image.max_tiles) {
-        if (cols >= rows)
-            cols--;
-        else
-            rows--;
-    }
+    int64_t cols, rows;
+    dh__image_grid(s, w, h, &cols, &rows);
     return cols * rows + (s->image.base_tile ? 1 : 0);
+}
+
+/* Size the decoded image must still cover: the resize intermediate, or all of it for tiles. */
+static void image_need(const dh_spec *s, int64_t w, int64_t h, int64_t *nw, int64_t *nh)
+{
+    int64_t ow, oh;
+    if (s->image.tile_size > 0) {
+        *nw = w;
+        *nh = h;
+        return;
+    }
+    resize_dims(&s->image.resize, w, h, &ow, &oh, nw, nh);
+    *nw = DH_MIN(*nw, w);
+    *nh = DH_MIN(*nh, h);
+}
+
+int dh__jpeg_scale_m(const dh_spec *s, int64_t w, int64_t h)
+{
+    int64_t nw, nh;
+    image_need(s, w, h, &nw, &nh);
+    return jpeg_scale_for(w, h, nw, nh);
 }
 
 static void derive_image(const dh_spec *s, const dh_media_info *v, dh_media_derived *d)
 {
     int64_t ow, oh, iw, ih;
     if (s->image.tile_size > 0) {
-        ow = oh = iw = ih = s->image.tile_size;
+        ow = oh = s->image.tile_size;
         int64_t tiles = image_tiles(s, v->width, v->height);
         d->ndim = 4;
         d->shape[0] = tiles;
         d->latents = tiles * grid_tokens(ow, oh, s->image.patch, s->image.pool);
-        /* Tiles are cut from the image at up to full resolution. */
-        iw = v->width;
-        ih = v->height;
         d->resize_pixels = tiles * ow * oh;
     } else {
         resize_dims(&s->image.resize, v->width, v->height, &ow, &oh, &iw, &ih);
@@ -235,10 +258,9 @@ static void derive_image(const dh_spec *s, const dh_media_info *v, dh_media_deri
     d->elem_bytes = 1;
     d->sampled_frames = 1;
     d->decoded_frames = 1;
-    d->decode_pixels = v->codec == DH_CODEC_JPEG
-                           ? jpeg_decode_pixels(v->width, v->height, DH_MIN(iw, v->width),
-                                                DH_MIN(ih, v->height))
-                           : (int64_t)v->width * v->height;
+    /* JPEG decodes at the DCT scale that still covers the resize (whole image for tiles). */
+    int m = v->codec == DH_CODEC_JPEG ? dh__jpeg_scale_m(s, v->width, v->height) : 8;
+    d->decode_pixels = ceil_div((int64_t)v->width * m, 8) * ceil_div((int64_t)v->height * m, 8);
     d->out_width = (int32_t)ow;
     d->out_height = (int32_t)oh;
 }

@@ -31,4 +31,7 @@ dh__rect dh__cover_crop(int w, int h, int ow, int oh);
 int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 
+int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info *mi,
+                     uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
+
 #endif

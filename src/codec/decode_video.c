@@ -16,15 +16,13 @@
  * libswscale converts to RGB24 in the same call (bilinear), writing directly
  * into the slot.
  */
-#include "decode.h"
+#include "scale.h"
 
 #include "../catalog/catalog.h"
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
-#include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
-#include <libswscale/swscale.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,22 +214,10 @@ static int convert(vdec *v, const dh_spec *spec, int ow, int oh, uint8_t *out)
     dh__rect r = {0, 0, f->width, f->height};
     if (spec->video.resize.mode == DH_RESIZE_CROP || spec->video.resize.mode == DH_RESIZE_BUCKET)
         r = dh__cover_crop(f->width, f->height, ow, oh);
-    v->sws = sws_getCachedContext(v->sws, r.w, r.h, f->format, ow, oh, AV_PIX_FMT_RGB24,
-                                  SWS_BILINEAR, NULL, NULL, NULL);
-    if (!v->sws)
+    if (dh__scale_rgb(&v->sws, (const uint8_t *const *)f->data, f->linesize, f->format, r, ow, oh,
+                      out))
         return vfail(v, DH_EUNSUPPORTED, "cannot convert pixel format %s",
                      av_get_pix_fmt_name(f->format));
-    const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(f->format);
-    int steps[4];
-    av_image_fill_max_pixsteps(steps, NULL, d);
-    const uint8_t *src[4] = {0};
-    for (int p = 0; p < 4 && f->data[p]; p++) {
-        int sx = p == 1 || p == 2 ? d->log2_chroma_w : 0, sy = p == 1 || p == 2 ? d->log2_chroma_h : 0;
-        src[p] = f->data[p] + (ptrdiff_t)(r.y >> sy) * f->linesize[p] + (ptrdiff_t)(r.x >> sx) * steps[p];
-    }
-    uint8_t *dst[4] = {out, NULL, NULL, NULL};
-    int dst_stride[4] = {3 * ow, 0, 0, 0};
-    sws_scale(v->sws, src, f->linesize, 0, r.h, dst, dst_stride);
     return 0;
 }
 
