@@ -368,6 +368,127 @@ START_TEST(bad_images_are_clear_errors)
 }
 END_TEST
 
+/* ---- audio ---- */
+
+static void make_audio(void)
+{
+    media = tu_mkdtemp();
+    const char *ff = tu_ffmpeg();
+    int rc = tu_sh("cd %s && %s -v error -y -nostdin -f lavfi -i sine=frequency=440:sample_rate=16000 "
+                   "-t 3 tone.flac && %s -v error -y -nostdin -f lavfi "
+                   "-i sine=frequency=300:sample_rate=44100 -ac 2 -t 1.5 stereo.wav && "
+                   "head -c 4000 tone.flac > cut.flac && echo 'not audio' > text.flac",
+                   media, ff, ff);
+    ck_assert_int_eq(rc, 0);
+}
+
+static float *tool_pcm(const char *name, int64_t n)
+{
+    char *cmd = NULL;
+    if (asprintf(&cmd, "%s -v error -nostdin -i '%s/%s' -ac 1 -ar 16000 -f f32le -", tu_ffmpeg(),
+                 media, name) < 0)
+        return NULL;
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    float *buf = calloc((size_t)n, sizeof *buf);
+    size_t got = p ? fread(buf, sizeof *buf, (size_t)n, p) : 0;
+    if (p)
+        pclose(p);
+    ck_assert_int_ge((int64_t)got, n - 200); /* the tool may end a few samples early */
+    return buf;
+}
+
+static float *decode_audio_ok(const char *name, const char *spec_text, dh_media_derived *md)
+{
+    dh_probe_result pr = probe(name);
+    dh_spec *spec = spec_json(spec_text);
+    ck_assert_int_eq(dh_derive_media(spec, &pr.info, md), 0);
+    float *out = malloc((size_t)md->out_bytes);
+    char path[4096], err[256] = "";
+    snprintf(path, sizeof path, "%s/%s", media, name);
+    int rc = dh__decode_audio(path, spec, &pr.info, (uint8_t *)out, (size_t)md->out_bytes, NULL,
+                              err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s", name, err);
+    dh_spec_free(spec);
+    dh_probe_result_clear(&pr);
+    return out;
+}
+
+START_TEST(pcm_matches_ffmpeg)
+{
+    const char *pcm16k = "{\"audio\":{\"sample_rate\":16000,\"mel_bins\":0}}";
+    const char *files[] = {"tone.flac", "stereo.wav"};
+    for (int k = 0; k < 2; k++) {
+        dh_media_derived md;
+        float *out = decode_audio_ok(files[k], pcm16k, &md);
+        int64_t n = md.shape[0];
+        ck_assert_int_eq(n, k == 0 ? 48000 : 24000);
+        float *ref = tool_pcm(files[k], n);
+        double sig = 0, noise = 0;
+        for (int64_t i = 0; i < n - 200; i++) {
+            sig += (double)ref[i] * ref[i];
+            noise += (double)(out[i] - ref[i]) * (out[i] - ref[i]);
+        }
+        double snr = noise > 0 ? 10 * log10(sig / noise) : INFINITY;
+        ck_assert_msg(snr >= 40.0, "%s: SNR %.1f dB against the tool", files[k], snr);
+        free(ref);
+        free(out);
+    }
+}
+END_TEST
+
+START_TEST(log_mel_peaks_at_the_tone)
+{
+    /* 3 s at 100 frames/s: 80 x 300. A 440 Hz tone peaks in the filter centred nearest it. */
+    dh_media_derived md;
+    float *mel = decode_audio_ok("tone.flac", "{\"audio\":{\"sample_rate\":16000,\"mel_bins\":80,\"mel_fps\":100}}", &md);
+    ck_assert_int_eq(md.shape[0], 80);
+    ck_assert_int_eq(md.shape[1], 300);
+    double lo = 0, hi = 2595.0 * log10(1.0 + 8000.0 / 700.0);
+    int expect = 0;
+    double best = INFINITY;
+    for (int m = 0; m < 80; m++) {
+        double centre = 700.0 * (pow(10.0, (lo + (hi - lo) * (m + 1) / 81) / 2595.0) - 1.0);
+        if (fabs(centre - 440.0) < best)
+            best = fabs(centre - 440.0), expect = m;
+    }
+    int argmax = 0;
+    for (int m = 0; m < 80; m++) {
+        ck_assert(isfinite(mel[m * 300 + 150]));
+        if (mel[m * 300 + 150] > mel[argmax * 300 + 150])
+            argmax = m;
+    }
+    ck_assert_int_le(abs(argmax - expect), 1);
+    free(mel);
+}
+END_TEST
+
+START_TEST(bad_audio_is_a_clear_error)
+{
+    dh_spec *s = spec_json("{\"audio\":{\"sample_rate\":16000,\"mel_bins\":0}}");
+    char path[4096], err[256];
+    float *buf = malloc(16000 * 11 * sizeof *buf);
+    size_t cap = 16000 * 11 * sizeof *buf;
+    dh_media_info mi = {.type = DH_MEDIA_AUDIO, .codec = DH_CODEC_FLAC, .duration_s = 10.0,
+                        .sample_rate = 16000, .channels = 1};
+    snprintf(path, sizeof path, "%s/tone.flac", media);
+    ck_assert_int_eq(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "lasts 3.000 s but its manifest entry says 10.000 s") != NULL, "%s", err);
+    mi.duration_s = 3.0;
+    mi.sample_rate = 22050;
+    ck_assert_int_eq(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "16000 Hz but its manifest entry says 22050 Hz") != NULL, "%s", err);
+    mi.sample_rate = 16000;
+    ck_assert_int_eq(dh__decode_audio(path, s, &mi, (uint8_t *)buf, 100, NULL, err, sizeof err), DH_ERANGE);
+    snprintf(path, sizeof path, "%s/cut.flac", media);
+    ck_assert_int_ne(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), 0);
+    snprintf(path, sizeof path, "%s/text.flac", media);
+    ck_assert_int_ne(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), 0);
+    free(buf);
+    dh_spec_free(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode");
@@ -388,5 +509,12 @@ int main(void)
     tcase_add_test(ti, anyres_tiles_are_base_then_grid);
     tcase_add_test(ti, bad_images_are_clear_errors);
     suite_add_tcase(s, ti);
+    TCase *ta = tcase_create("audio");
+    tcase_add_unchecked_fixture(ta, make_audio, drop_media);
+    tcase_set_timeout(ta, 60);
+    tcase_add_test(ta, pcm_matches_ffmpeg);
+    tcase_add_test(ta, log_mel_peaks_at_the_tone);
+    tcase_add_test(ta, bad_audio_is_a_clear_error);
+    suite_add_tcase(s, ta);
     return tu_run(s);
 }

@@ -9,6 +9,12 @@
 
 #include "../core/core.h"
 
+/*
+ * Once per process: FFmpeg logs to stderr by default; our errors carry the
+ * reason instead, so its log is silenced unless DH_FFMPEG_LOG is set.
+ */
+void dh__codec_init(void);
+
 /* libavformat: containers with video and/or audio streams. */
 int dh__probe_av(const char *path, const dh_limits *lim, dh_probe_result *r, char *err,
                  size_t errlen);

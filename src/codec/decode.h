@@ -12,7 +12,7 @@
 #ifndef DH_DECODE_H
 #define DH_DECODE_H
 
-#include "../core/core.h"
+#include "codec.h"
 
 typedef struct {
     int64_t frames_decoded; /* video: frames the decoder produced */
@@ -32,6 +32,9 @@ int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info 
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 
 int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info *mi,
+                     uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
+
+int dh__decode_audio(const char *path, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 
 #endif

@@ -259,6 +259,7 @@ int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info 
     dh__decode_stats local;
     memset(st ? st : &local, 0, sizeof local);
     vdec v = {.stats = st ? st : &local, .err = err, .errlen = errlen};
+    dh__codec_init();
     dh_media_derived md;
     int rc = dh_derive_media(spec, mi, &md);
     if (rc)

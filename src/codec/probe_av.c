@@ -26,11 +26,15 @@
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
-/* FFmpeg logs to stderr by default; our errors carry the reason instead. */
 static void quiet_ffmpeg(void)
 {
     if (!getenv("DH_FFMPEG_LOG"))
         av_log_set_level(AV_LOG_QUIET);
+}
+
+void dh__codec_init(void)
+{
+    pthread_once(&log_once, quiet_ffmpeg);
 }
 
 static int map_averror(int averr)
@@ -225,7 +229,7 @@ static int header_incomplete(const AVStream *st)
 int dh__probe_av(const char *path, const dh_limits *lim, dh_probe_result *r, char *err,
                  size_t errlen)
 {
-    pthread_once(&log_once, quiet_ffmpeg);
+    dh__codec_init();
     AVFormatContext *fmt = NULL;
     int ret = avformat_open_input(&fmt, path, NULL, NULL);
     if (ret < 0) {

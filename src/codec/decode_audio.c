@@ -1,0 +1,265 @@
+/*
+ * decode_audio.c - one audio item decoded, downmixed and resampled to mono
+ * float32 at the spec's rate (libswresample), straight into its slot; or,
+ * when the spec asks for mel bins, its log-mel spectrogram (mel_bins x
+ * frames, float32).
+ *
+ * The slot holds ceil(duration * rate) samples as dh_derive_media() says. A
+ * stream a little shorter than its descriptor (container rounding) is padded
+ * with silence; one more than 2% + 50 ms shorter contradicts its manifest
+ * entry and is an error. Log-mel: 25 ms Hann windows centred every
+ * 1/mel_fps s, a 2^k-point FFT (libavutil's av_tx), HTK mel filters up to
+ * rate/2, natural log of power floored at 1e-10.
+ */
+#include "../catalog/catalog.h"
+#include "decode.h"
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/channel_layout.h>
+#include <libavutil/tx.h>
+#include <libswresample/swresample.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    AVFormatContext *fmt;
+    AVCodecContext *dec;
+    SwrContext *swr;
+    AVPacket *pkt;
+    AVFrame *frame;
+    float *tmp; /* resampler output, sized for a whole frame */
+    size_t tmpcap;
+    int sidx;
+    char *err;
+    size_t errlen;
+} adec;
+
+static int afail(adec *a, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int afail(adec *a, int code, const char *fmt, ...)
+{
+    if (a->err && a->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(a->err, a->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int aaverr(adec *a, int e, const char *what)
+{
+    char text[AV_ERROR_MAX_STRING_SIZE];
+    av_strerror(e, text, sizeof text);
+    return afail(a, e == AVERROR(ENOENT) ? DH_ENOENT : DH_EDECODE, "%s: %s", what, text);
+}
+
+static void adec_close(adec *a)
+{
+    free(a->tmp);
+    av_frame_free(&a->frame);
+    av_packet_free(&a->pkt);
+    swr_free(&a->swr);
+    avcodec_free_context(&a->dec);
+    avformat_close_input(&a->fmt);
+}
+
+static int adec_open(adec *a, const char *path, const dh_media_info *mi, int rate)
+{
+    int e = avformat_open_input(&a->fmt, path, NULL, NULL);
+    if (e < 0)
+        return aaverr(a, e, "cannot open the audio");
+    a->sidx = av_find_best_stream(a->fmt, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0);
+    if (a->sidx < 0 && (e = avformat_find_stream_info(a->fmt, NULL)) >= 0)
+        a->sidx = av_find_best_stream(a->fmt, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0);
+    if (a->sidx < 0)
+        return afail(a, DH_ECORRUPT, "no audio stream (the manifest says audio)");
+    const AVCodecParameters *par = a->fmt->streams[a->sidx]->codecpar;
+    if (mi->sample_rate > 0 && par->sample_rate != mi->sample_rate)
+        return afail(a, DH_ECORRUPT, "the file is %d Hz but its manifest entry says %d Hz",
+                     par->sample_rate, mi->sample_rate);
+    const AVCodec *codec = avcodec_find_decoder(par->codec_id);
+    if (!codec)
+        return afail(a, DH_EUNSUPPORTED, "no decoder for codec %s", avcodec_get_name(par->codec_id));
+    a->dec = avcodec_alloc_context3(codec);
+    a->pkt = av_packet_alloc();
+    a->frame = av_frame_alloc();
+    if (!a->dec || !a->pkt || !a->frame)
+        return DH_ENOMEM;
+    if ((e = avcodec_parameters_to_context(a->dec, par)) < 0 ||
+        (a->dec->thread_count = 1, e = avcodec_open2(a->dec, codec, NULL)) < 0)
+        return aaverr(a, e, "cannot open the decoder");
+    AVChannelLayout mono = AV_CHANNEL_LAYOUT_MONO;
+    if (a->dec->ch_layout.order == AV_CHANNEL_ORDER_UNSPEC)
+        av_channel_layout_default(&a->dec->ch_layout, a->dec->ch_layout.nb_channels);
+    e = swr_alloc_set_opts2(&a->swr, &mono, AV_SAMPLE_FMT_FLT, rate, &a->dec->ch_layout,
+                            a->dec->sample_fmt, a->dec->sample_rate, 0, NULL);
+    if (e < 0 || (e = swr_init(a->swr)) < 0)
+        return aaverr(a, e, "cannot set up resampling");
+    return 0;
+}
+
+/*
+ * Converts one decoded frame - or, with f == NULL, flushes the resampler -
+ * and appends up to cap samples. The output buffer is sized from
+ * swr_get_out_samples() so one call takes the whole frame.
+ */
+static int append(adec *a, const AVFrame *f, float *out, int64_t *n, int64_t cap)
+{
+    int in_n = f ? f->nb_samples : 0;
+    for (;;) {
+        int room = swr_get_out_samples(a->swr, in_n);
+        if (room < 0)
+            return aaverr(a, room, "resampling");
+        if (dh__grow((void **)&a->tmp, &a->tmpcap, (size_t)room + 1, sizeof *a->tmp))
+            return DH_ENOMEM;
+        uint8_t *o[1] = {(uint8_t *)a->tmp};
+        int got = swr_convert(a->swr, o, room + 1, f ? (const uint8_t **)f->extended_data : NULL,
+                              in_n);
+        if (got < 0)
+            return aaverr(a, got, "resampling");
+        int64_t take = DH_MAX(0, DH_MIN((int64_t)got, cap - *n));
+        memcpy(out + *n, a->tmp, (size_t)take * sizeof *a->tmp);
+        *n += take;
+        if (f || got == 0)
+            return 0;
+    }
+}
+
+/* Decodes the whole stream into out (at most cap samples); *n gets the count. */
+static int decode_all(adec *a, float *out, int64_t cap, int64_t *n)
+{
+    *n = 0;
+    int e, eof = 0;
+    while (!eof) {
+        e = av_read_frame(a->fmt, a->pkt);
+        if (e == AVERROR_EOF) {
+            eof = 1;
+            e = avcodec_send_packet(a->dec, NULL);
+        } else if (e < 0) {
+            return aaverr(a, e, "reading packets");
+        } else {
+            e = a->pkt->stream_index == a->sidx ? avcodec_send_packet(a->dec, a->pkt) : 0;
+            av_packet_unref(a->pkt);
+        }
+        if (e < 0 && e != AVERROR(EAGAIN))
+            return aaverr(a, e, "decoding");
+        while ((e = avcodec_receive_frame(a->dec, a->frame)) == 0) {
+            int rc = append(a, a->frame, out, n, cap);
+            if (rc)
+                return rc;
+        }
+        if (e != AVERROR(EAGAIN) && e != AVERROR_EOF)
+            return aaverr(a, e, "decoding");
+    }
+    return append(a, NULL, out, n, cap);
+}
+
+static double hz_to_mel(double hz)
+{
+    return 2595.0 * log10(1.0 + hz / 700.0);
+}
+
+static double mel_to_hz(double mel)
+{
+    return 700.0 * (pow(10.0, mel / 2595.0) - 1.0);
+}
+
+/* Log-mel of pcm[0..n) into out (bins x frames, row-major by bin). */
+static int log_mel(const float *pcm, int64_t n, int rate, int bins, int fps, int64_t frames,
+                   float *out)
+{
+    int win = (int)lround(0.025 * rate), hop = rate / fps, nfft = 1;
+    while (nfft < win)
+        nfft <<= 1;
+    int nbin = nfft / 2 + 1;
+    AVTXContext *tx = NULL;
+    av_tx_fn fft;
+    float scale = 1.0f;
+    /* av_tx's SIMD code needs av_malloc's alignment. */
+    AVComplexFloat *in = av_malloc((size_t)nfft * sizeof *in);
+    AVComplexFloat *spec = av_malloc((size_t)nfft * sizeof *spec);
+    float *fb = calloc((size_t)bins * nbin, sizeof *fb), *power = malloc((size_t)nbin * sizeof *power);
+    int rc = (!in || !spec || !fb || !power) ? DH_ENOMEM : 0;
+    if (!rc && av_tx_init(&tx, &fft, AV_TX_FLOAT_FFT, 0, nfft, &scale, 0) < 0)
+        rc = DH_ENOMEM;
+    double lo = hz_to_mel(0), hi = hz_to_mel(rate / 2.0);
+    for (int m = 0; !rc && m < bins; m++) { /* triangular filters between mel points m..m+2 */
+        double f0 = mel_to_hz(lo + (hi - lo) * m / (bins + 1));
+        double f1 = mel_to_hz(lo + (hi - lo) * (m + 1) / (bins + 1));
+        double f2 = mel_to_hz(lo + (hi - lo) * (m + 2) / (bins + 1));
+        for (int k = 0; k < nbin; k++) {
+            double f = (double)k * rate / nfft;
+            double w = f < f0 || f > f2 ? 0 : f <= f1 ? (f - f0) / (f1 - f0) : (f2 - f) / (f2 - f1);
+            fb[(size_t)m * nbin + k] = (float)w;
+        }
+    }
+    for (int64_t t = 0; !rc && t < frames; t++) {
+        int64_t start = t * hop - win / 2; /* centred window, zero outside the signal */
+        for (int i = 0; i < nfft; i++) {
+            int64_t j = start + i;
+            float x = i < win && j >= 0 && j < n ? pcm[j] : 0.0f;
+            float hann = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / win));
+            in[i] = (AVComplexFloat){i < win ? x * hann : 0.0f, 0.0f};
+        }
+        fft(tx, spec, in, sizeof(AVComplexFloat));
+        for (int k = 0; k < nbin; k++)
+            power[k] = spec[k].re * spec[k].re + spec[k].im * spec[k].im;
+        for (int m = 0; m < bins; m++) {
+            double e = 0;
+            for (int k = 0; k < nbin; k++)
+                e += fb[(size_t)m * nbin + k] * power[k];
+            out[(size_t)m * frames + t] = (float)log(fmax(e, 1e-10));
+        }
+    }
+    av_tx_uninit(&tx);
+    av_free(in);
+    av_free(spec);
+    free(fb);
+    free(power);
+    return rc;
+}
+
+int dh__decode_audio(const char *path, const dh_spec *spec, const dh_media_info *mi, uint8_t *dst,
+                     size_t cap, dh__decode_stats *st, char *err, size_t errlen)
+{
+    dh__decode_stats local;
+    st = st ? st : &local;
+    memset(st, 0, sizeof *st);
+    adec a = {.err = err, .errlen = errlen};
+    dh__codec_init();
+    dh_media_derived md;
+    int rc = dh_derive_media(spec, mi, &md);
+    if (rc)
+        return afail(&a, rc, "cannot derive the output shape");
+    if ((size_t)md.out_bytes > cap)
+        return afail(&a, DH_ERANGE, "slot holds %zu bytes, the audio needs %lld", cap,
+                     (long long)md.out_bytes);
+    int rate = spec->audio.sample_rate;
+    int64_t want = (int64_t)ceil(mi->duration_s * rate - 1e-9), got = 0;
+    int mel = spec->audio.mel_bins > 0;
+    float *pcm = mel ? malloc((size_t)DH_MAX(want, 1) * sizeof *pcm) : (float *)dst;
+    if (!pcm)
+        return DH_ENOMEM;
+    if (!(rc = adec_open(&a, path, mi, rate)))
+        rc = decode_all(&a, pcm, want, &got);
+    if (!rc && want - got > 0.02 * want + 0.05 * rate)
+        rc = afail(&a, DH_ECORRUPT,
+                   "the audio lasts %.3f s but its manifest entry says %.3f s: fewer samples",
+                   (double)got / rate, mi->duration_s);
+    if (!rc) {
+        memset(pcm + got, 0, (size_t)(want - got) * sizeof *pcm); /* container rounding */
+        st->frames_decoded = got;
+        rc = mel ? log_mel(pcm, want, rate, spec->audio.mel_bins, spec->audio.mel_fps,
+                           md.shape[1], (float *)dst)
+                 : 0;
+        st->bytes_written = rc ? 0 : md.out_bytes;
+    }
+    if (mel)
+        free(pcm);
+    adec_close(&a);
+    return rc;
+}
