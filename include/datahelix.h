@@ -460,6 +460,79 @@ DH_API int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *errbuf, si
 /* Writes one result as a JSON object (no trailing newline). */
 DH_API int dh_result_write_json(const dh_result *r, void *file /* FILE * */);
 
+/* ------------------------------------------------------------ real engine */
+
+/*
+ * One prepared batch of rank r for step s: a contiguous buffer whose layout
+ * was fixed from the descriptors before decoding. Each media item of each
+ * sample has its slot (64-byte aligned, packed, not padded); a sample that
+ * failed has status < 0 on its items and zero-filled slots, and is counted
+ * in nfailed. Valid until dh_engine_release().
+ */
+typedef struct {
+    int64_t sample;      /* index in the manifest */
+    int32_t media;       /* media item within the sample */
+    int32_t type;        /* dh_media_type */
+    int32_t ndim;
+    int32_t elem_bytes;  /* 1: uint8, 4: float32 */
+    int64_t shape[4];
+    int64_t offset;      /* from data */
+    int64_t bytes;
+    int32_t status;      /* 0, or the negative error code of its sample */
+} dh_batch_item;
+
+typedef struct {
+    int64_t step;
+    int32_t rank;
+    int32_t nsamples, nitems, nfailed;
+    const int64_t *samples;       /* manifest indices, nsamples */
+    const int64_t *tokens;        /* tokens per sample (text + media), nsamples */
+    const dh_batch_item *items;   /* nitems, grouped by sample */
+    const uint8_t *data;
+    int64_t bytes;
+} dh_batch;
+
+/* A per-sample failure: which sample and file, and why. Strings static per engine. */
+typedef struct {
+    int64_t step;
+    int32_t rank;
+    int64_t sample;
+    const char *id;
+    const char *path;
+    int code;
+    const char *message;
+} dh_sample_error;
+
+typedef void (*dh_sample_error_cb)(const dh_sample_error *e, void *user);
+
+/*
+ * The engine as a service for real consumers: start it, then each rank's
+ * consumer calls dh_engine_next_batch (blocks until its next batch is
+ * ready; DH_EEMPTY after the last step) and dh_engine_release when its step
+ * is done (gpu_seconds: the compute time it observed, or < 0 if unknown).
+ * dh_engine_finish waits for the workers and fills the result.
+ */
+typedef struct dh_engine dh_engine;
+
+DH_API int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
+                           dh_engine **out, char *errbuf, size_t errlen);
+DH_API int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out);
+DH_API void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds);
+DH_API int dh_engine_finish(dh_engine *e, dh_result *out);
+DH_API void dh_engine_free(dh_engine *e);
+/* The true GPU seconds of a batch (the emulated ranks sleep this long). */
+DH_API double dh_engine_batch_gpu_seconds(const dh_engine *e, const dh_batch *b);
+
+/*
+ * Runs cfg on the real engine: W decoding threads on this machine feeding R
+ * emulated ranks that sleep each batch's ground-truth GPU time (the
+ * workload's model, or sim.gpu_ms) and meet at a barrier per step. cfg must
+ * carry a manifest of real media. Per-sample failures go to on_error (may
+ * be NULL) and are counted: delivered + failed = samples.
+ */
+DH_API int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
+                         dh_result *out, char *errbuf, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -114,11 +114,24 @@ check "an unknown workload is named" contains "$WORK/nope.err" 'unknown workload
 "$DH" sim --workload laion-images --policy ray > /dev/null 2> "$WORK/ray.err"
 check "an unknown policy lists the valid ones" contains "$WORK/ray.err" "helix-nobalance"
 
+# ---- run: the real engine on the indexed corpus (plus one broken entry) ----
+cp "$WORK/data/manifest.jsonl" "$WORK/data/run.jsonl"
+echo '{"id":"broken","media":[{"type":"video","path":"clips/broken.mp4","width":320,"height":240,"fps":25,"frames":50}]}' >> "$WORK/data/run.jsonl"
+"$DH" run --manifest "$WORK/data/run.jsonl" --policy helix --ranks 2 --workers 2 --batch 7 \
+    --steps 1 --json "$WORK/run.json" > "$WORK/run.out" 2> "$WORK/run.err"
+check "run exits 0 with a failed sample" test $? -eq 0
+check "run says its figures are measured" contains "$WORK/run.out" "measured on this machine"
+check "run reports the broken sample with its path" contains "$WORK/run.err" 'sample "broken" (step .*clips/broken.mp4'
+check "run accounts: delivered + failed = samples" contains "$WORK/run.out" "delivered 6 + failed 1 = 7"
+check "run json says engine real" contains "$WORK/run.json" '"engine":"real"'
+"$DH" run --workload laion-images > /dev/null 2> "$WORK/runw.err"
+check "run without a manifest is refused" contains "$WORK/runw.err" "run needs --manifest"
+
 # ---- usage errors: exit 2 with a message ----
 "$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
 "$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2
 "$DH" index > /dev/null 2>&1; check "index without DIR is a usage error" test $? -eq 2
-"$DH" run > /dev/null 2> "$WORK/sim.err"
+"$DH" gen > /dev/null 2> "$WORK/sim.err"
 check "a planned command says it is not built yet" contains "$WORK/sim.err" "not built in this version"
 "$DH" inspect m.jsonl --workload nope > /dev/null 2> "$WORK/wl.err"
 check "unknown workload lists the built-ins" contains "$WORK/wl.err" "t2v-diffusion"

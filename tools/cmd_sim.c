@@ -1,7 +1,10 @@
 /*
- * cmd_sim.c - `datahelix sim`: one policy on a workload or a manifest in the
- * discrete-event simulator. Prints the DESIGN.md metrics; --json writes the
- * result object of the contract, --trace a Chrome trace.
+ * cmd_sim.c - `datahelix sim` and `datahelix run`: one policy on a workload
+ * or manifest, in the discrete-event simulator (sim) or on the real engine
+ * decoding real media on this machine (run). Both take the same options and
+ * print the same DESIGN.md metrics; --json writes the result object of the
+ * contract. The two commands share this file because they differ only in
+ * the engine they call.
  */
 #include "cli.h"
 
@@ -10,9 +13,13 @@
 
 static const char help[] =
     "usage: datahelix sim (--workload NAME | --manifest M) --policy P [options]\n"
+    "       datahelix run --manifest M [--workload NAME] --policy P [options]\n"
     "\n"
-    "Simulated figures: durations come from ground truth (the manifest's sim fields, or\n"
-    "the workload's cost models times seeded noise), not from this machine.\n"
+    "sim: simulated figures; durations come from ground truth (the manifest's sim fields,\n"
+    "or the workload's cost models times seeded noise), not from this machine.\n"
+    "run: the real engine decodes the manifest's media on this machine with W threads for\n"
+    "R emulated ranks, which sleep each batch's ground-truth GPU time (as an accelerator\n"
+    "would, using no CPU). Failed samples are reported and counted, never dropped.\n"
     "\n"
     "  --workload NAME         a built-in workload (datahelix sim --list)\n"
     "  --manifest M            run these samples instead (with --workload: its spec and GPU model)\n"
@@ -82,8 +89,9 @@ static int parse(int argc, char **argv, dh_run_config *cfg, sim_files *f)
 
 void cli_print_result(const dh_result *r)
 {
-    printf("%s / %s (%s, simulated): R=%d W=%d, %lld steps, %lld samples\n", r->workload,
-           r->policy, r->engine, r->ranks, r->workers, (long long)r->steps, (long long)r->samples);
+    printf("%s / %s (%s): R=%d W=%d, %lld steps, %lld samples\n", r->workload, r->policy,
+           strcmp(r->engine, "real") ? "sim: simulated figures" : "real: measured on this machine",
+           r->ranks, r->workers, (long long)r->steps, (long long)r->samples);
     printf("  makespan %.3f s  throughput %.1f samples/s  bound %.3f s (gpu %.3f, cpu %.3f)  "
            "efficiency %.3f\n",
            r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s,
@@ -96,18 +104,25 @@ void cli_print_result(const dh_result *r)
            "(fill %.1f)  GPU idle %.1f%%\n",
            100 * r->miss_rate, r->wait_mean_ms, r->wait_p50_ms, r->wait_p95_ms, r->wait_p99_ms,
            r->fill_wait_ms, 100 * r->gpu_idle_frac);
-    printf("  prediction MAPE cpu %.1f%% gpu %.1f%%  memory peak %.1f of %.1f MiB  "
-           "delivered %lld + failed %lld = %lld  (%.2f s to simulate)\n",
+    printf("  prediction MAPE cpu %.1f%% gpu %.1f%%  memory peak %.1f MiB (budget %.1f)  "
+           "delivered %lld + failed %lld = %lld  (%.2f s %s)\n",
            100 * r->cpu_mape, 100 * r->gpu_mape, r->memory_peak / 1048576.0,
            r->memory_budget / 1048576.0, (long long)r->delivered, (long long)r->failed,
-           (long long)r->samples, r->wall_s);
+           (long long)r->samples, r->wall_s, strcmp(r->engine, "real") ? "to simulate" : "wall");
     if (r->cap_violations)
         printf("  %lld samples could not be placed within the per-rank caps (placed on the least "
                "loaded rank)\n",
                (long long)r->cap_violations);
 }
 
-int cli_sim(int argc, char **argv)
+static void print_sample_error(const dh_sample_error *e, void *user)
+{
+    (*(int64_t *)user)++;
+    fprintf(stderr, "datahelix: sample \"%s\" (step %lld, rank %d) %s: %s [%s]\n", e->id,
+            (long long)e->step, e->rank, e->path, e->message, dh_err_name(e->code));
+}
+
+static int sim_or_run(int argc, char **argv, int real)
 {
     dh_run_config cfg;
     dh_run_config_default(&cfg);
@@ -115,6 +130,10 @@ int cli_sim(int argc, char **argv)
     int rc = parse(argc, argv, &cfg, &f);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (real && !f.manifest) {
+        cli_err("run needs --manifest M of real media (datahelix index DIR -o M makes one)");
+        return CLI_USAGE;
+    }
     dh_manifest *m = NULL;
     dh_spec *spec = NULL;
     char err[512] = "";
@@ -135,9 +154,12 @@ int cli_sim(int argc, char **argv)
     }
     cfg.spec = spec;
     dh_result res;
-    rc = dh_sim_run(&cfg, &res, err, sizeof err);
+    int64_t sample_errors = 0;
+    rc = real ? dh_engine_run(&cfg, print_sample_error, &sample_errors, &res, err, sizeof err)
+              : dh_sim_run(&cfg, &res, err, sizeof err);
     if (rc) {
-        cli_err("sim: %s [%s]", err[0] ? err : dh_strerror(rc), dh_err_name(rc));
+        cli_err("%s: %s [%s]", real ? "run" : "sim", err[0] ? err : dh_strerror(rc),
+                dh_err_name(rc));
     } else {
         cli_print_result(&res);
         FILE *jf = f.json ? fopen(f.json, "w") : NULL;
@@ -155,4 +177,14 @@ int cli_sim(int argc, char **argv)
     dh_manifest_free(m);
     dh_spec_free(spec);
     return rc ? 1 : 0;
+}
+
+int cli_sim(int argc, char **argv)
+{
+    return sim_or_run(argc, argv, 0);
+}
+
+int cli_run(int argc, char **argv)
+{
+    return sim_or_run(argc, argv, 1);
 }

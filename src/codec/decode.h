@@ -28,6 +28,14 @@ typedef struct {
 /* The crop of a w x h source for an output of ow x oh covering it (centre, even offsets). */
 dh__rect dh__cover_crop(int w, int h, int ow, int oh);
 
+/*
+ * Decodes sampled frames [first, end) of the video (end < 0: all) into their
+ * places in the slot dst (which is always the whole item's slot): a split
+ * sample's parts each decode their share, each starting from its keyframe.
+ */
+int dh__decode_video_range(const char *path, const dh_spec *spec, const dh_media_info *mi,
+                           int64_t first, int64_t end, uint8_t *dst, size_t cap,
+                           dh__decode_stats *st, char *err, size_t errlen);
 int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 

@@ -230,12 +230,13 @@ static double keyframe_time(const dh_media_info *mi, int64_t idx)
 }
 
 static int decode_targets(vdec *v, const dh_spec *spec, const dh_media_info *mi,
-                          const dh_media_derived *md, const int64_t *idx, uint8_t *dst)
+                          const dh_media_derived *md, const int64_t *idx, int64_t first,
+                          int64_t end, uint8_t *dst)
 {
     int ow = md->out_width, oh = md->out_height;
     size_t frame_bytes = (size_t)ow * oh * 3;
     double frame_s = 1.0 / mi->fps;
-    for (int64_t k = 0; k < md->sampled_frames; k++) {
+    for (int64_t k = first; k < end; k++) {
         double t = (idx[k] + 0.5) * frame_s, key = keyframe_time(mi, idx[k]);
         double held = v->have_cur ? frame_time(v, v->cur) : -1.0;
         if (key > held + 0.5 * frame_s && (v->have_cur || key > 0)) {
@@ -249,12 +250,19 @@ static int decode_targets(vdec *v, const dh_spec *spec, const dh_media_info *mi,
         if (rc)
             return rc;
     }
-    v->stats->bytes_written = (int64_t)(md->sampled_frames * frame_bytes);
+    v->stats->bytes_written = (int64_t)((end - first) * frame_bytes);
     return 0;
 }
 
 int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen)
+{
+    return dh__decode_video_range(path, spec, mi, 0, -1, dst, cap, st, err, errlen);
+}
+
+int dh__decode_video_range(const char *path, const dh_spec *spec, const dh_media_info *mi,
+                           int64_t first, int64_t end, uint8_t *dst, size_t cap,
+                           dh__decode_stats *st, char *err, size_t errlen)
 {
     dh__decode_stats local;
     memset(st ? st : &local, 0, sizeof local);
@@ -271,9 +279,12 @@ int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info 
     if (!idx)
         return DH_ENOMEM;
     dh_video_sample_frames(spec, mi, idx, md.sampled_frames);
+    if (end < 0 || end > md.sampled_frames)
+        end = md.sampled_frames;
+    first = DH_MAX(0, DH_MIN(first, end));
     rc = vdec_open(&v, path, mi);
     if (!rc)
-        rc = decode_targets(&v, spec, mi, &md, idx, dst);
+        rc = decode_targets(&v, spec, mi, &md, idx, first, end, dst);
     vdec_close(&v);
     free(idx);
     return rc;

@@ -1,0 +1,578 @@
+/*
+ * engine.c - the real engine: W decoding threads and R consumers driving the
+ * same scheduler as the simulator, on the wall clock.
+ *
+ * DESIGN
+ * - One mutex (e->mu) guards the scheduler, the batch slots, the records and
+ *   the error count. Decoding happens outside it. Lock order: e->mu may be
+ *   held while taking the ring's lock (dh__ring_free); dh__ring_alloc, which
+ *   can block, is only ever called without e->mu.
+ * - A batch's layout is fixed from the descriptors when its first task is
+ *   dispatched: one slot per media item, 64-byte aligned and packed. Its
+ *   buffer comes from the ring, so memory is bounded by the ring's size; a
+ *   worker that finds the ring full waits (backpressure). Every batch that
+ *   holds a buffer can complete without another allocation, so waiting
+ *   cannot deadlock.
+ * - A task is one sample, or one part of a split sample: part p of n decodes
+ *   its share of the sampled video frames. A failed sample's slots are zeroed
+ *   and its items carry the error; the batch is still delivered and the
+ *   failure counted, so delivered + failed = samples.
+ * - Consumers: dh_engine_next_batch records the deadline (the request time)
+ *   and waits for readiness; dh_engine_release ends the step (the scheduler
+ *   learns the compute window) and frees the buffer. dh_engine_run adds R
+ *   emulated ranks that sleep each batch's ground-truth GPU time and meet at
+ *   a barrier, then c0 (the fixed per-step cost).
+ */
+#include "../codec/decode.h"
+#include "../metrics/metrics.h"
+#include "../sim/setup.h"
+#include "ring.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ITEM_ALIGN 64
+
+typedef struct {
+    int64_t offset, block; /* in the ring; block < 0: no buffer */
+    int64_t bytes;
+    dh_batch_item *items;
+    int64_t *samples, *tokens;
+    int32_t nitems, nsamples, nfailed;
+    uint8_t laid_out, allocating, allocated;
+} batch_slot;
+
+struct dh_engine {
+    dh__run run;
+    dh__sched *sched;
+    dh__ring ring;
+    dh__records rec;
+    pthread_mutex_t mu;
+    pthread_cond_t work, ready, room;
+    pthread_t *threads;
+    int nthreads, stop;
+    int64_t N, G;
+    int R;
+    batch_slot *slot;
+    uint8_t *sample_failed; /* per manifest sample, this run */
+    int64_t *next_step;     /* per rank */
+    struct timespec t0;
+    dh_sample_error_cb on_error;
+    void *user;
+    int64_t failed;
+    double cpu_sum;
+    const dh_spec *spec;
+};
+
+static double elapsed(const dh_engine *e)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - e->t0.tv_sec) + (double)(t.tv_nsec - e->t0.tv_nsec) * 1e-9;
+}
+
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void sleep_for(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&t, &t) != 0)
+        ;
+}
+
+/* ---------------------------------------------------------------- layout */
+
+static int64_t align_up(int64_t x)
+{
+    return (x + ITEM_ALIGN - 1) & ~(int64_t)(ITEM_ALIGN - 1);
+}
+
+/* Fixes batch (st, r)'s layout from the descriptors. Called with e->mu held. */
+static int lay_out(dh_engine *e, int64_t st, int r, batch_slot *b)
+{
+    const dh_manifest *m = e->run.m;
+    int64_t *samples = malloc((size_t)e->G * sizeof *samples);
+    if (!samples)
+        return DH_ENOMEM;
+    int32_t n = DH_MAX(0, dh__sched_batch_samples(e->sched, st, r, samples, (int32_t)e->G));
+    int32_t nitems = 0;
+    for (int32_t k = 0; k < n; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(m, samples[k], &si);
+        nitems += si.media_count;
+    }
+    b->samples = samples;
+    b->nsamples = n;
+    b->tokens = calloc((size_t)DH_MAX(n, 1), sizeof *b->tokens);
+    b->items = calloc((size_t)DH_MAX(nitems, 1), sizeof *b->items);
+    if (!b->tokens || !b->items)
+        return DH_ENOMEM;
+    int64_t off = 0;
+    for (int32_t k = 0; k < n; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(m, samples[k], &si);
+        b->tokens[k] = e->run.samples.tokens[samples[k]];
+        for (int32_t j = 0; j < si.media_count; j++) {
+            dh_media_info mi;
+            dh_media_derived md;
+            dh_manifest_media(m, samples[k], j, &mi);
+            int rc = dh_derive_media(e->spec, &mi, &md);
+            if (rc)
+                return rc;
+            dh_batch_item *it = &b->items[b->nitems++];
+            *it = (dh_batch_item){.sample = samples[k], .media = j, .type = mi.type,
+                                  .ndim = md.ndim, .elem_bytes = md.elem_bytes,
+                                  .offset = off, .bytes = md.out_bytes};
+            memcpy(it->shape, md.shape, sizeof it->shape);
+            off = align_up(off + md.out_bytes);
+        }
+    }
+    b->bytes = off;
+    b->laid_out = 1;
+    return 0;
+}
+
+/* Gives batch b its buffer: one worker allocates (outside the lock), others wait. */
+static int ensure_buffer(dh_engine *e, batch_slot *b)
+{
+    while (b->allocating && !b->allocated)
+        pthread_cond_wait(&e->room, &e->mu);
+    if (b->allocated)
+        return 0;
+    b->allocating = 1;
+    int64_t bytes = b->bytes;
+    pthread_mutex_unlock(&e->mu);
+    int64_t block = -1, off = dh__ring_alloc(&e->ring, bytes, &block);
+    pthread_mutex_lock(&e->mu);
+    if (off < 0)
+        return DH_ENOMEM; /* closed or larger than the pool */
+    b->offset = off;
+    b->block = block;
+    b->allocated = 1;
+    pthread_cond_broadcast(&e->room);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- workers */
+
+static void report(dh_engine *e, const dh__task *t, const char *path, int code, const char *msg)
+{
+    dh_sample_info si;
+    dh_manifest_sample(e->run.m, t->sample, &si);
+    if (e->on_error) {
+        dh_sample_error se = {t->step, t->rank, t->sample, si.id, path, code, msg};
+        e->on_error(&se, e->user);
+    }
+}
+
+/* Decodes task t's share of its sample into the batch buffer; returns 0 or the first error. */
+static int run_task(dh_engine *e, const dh__task *t, batch_slot *b, uint8_t *base, char *path,
+                    size_t pathlen, char *err, size_t errlen)
+{
+    const dh_manifest *m = e->run.m;
+    dh_sample_info si;
+    dh_manifest_sample(m, t->sample, &si);
+    int32_t first_item = 0;
+    while (first_item < b->nitems && b->items[first_item].sample != t->sample)
+        first_item++;
+    for (int32_t j = 0; j < si.media_count; j++) {
+        dh_media_info mi;
+        dh_manifest_media(m, t->sample, j, &mi);
+        const dh_batch_item *it = &b->items[first_item + j];
+        const char *dir = dh_manifest_dir(m);
+        snprintf(path, pathlen, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
+        uint8_t *dst = base + it->offset;
+        int rc;
+        if (mi.type == DH_MEDIA_VIDEO) {
+            int64_t n = it->shape[0];
+            rc = dh__decode_video_range(path, e->spec, &mi, n * t->part / t->nparts,
+                                        n * (t->part + 1) / t->nparts, dst, (size_t)it->bytes,
+                                        NULL, err, errlen);
+        } else if (t->part > 0) {
+            rc = 0; /* only videos split; other items belong to part 0 */
+        } else if (mi.type == DH_MEDIA_IMAGE) {
+            rc = dh__decode_image(path, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
+        } else {
+            rc = dh__decode_audio(path, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Marks sample t->sample failed in its batch: its items carry the code. */
+static void fail_sample(dh_engine *e, const dh__task *t, batch_slot *b, int code)
+{
+    if (e->sample_failed[t->sample])
+        return; /* another part already failed it */
+    e->sample_failed[t->sample] = 1;
+    b->nfailed++;
+    e->failed++;
+    for (int32_t k = 0; k < b->nitems; k++)
+        if (b->items[k].sample == t->sample)
+            b->items[k].status = code;
+}
+
+/*
+ * Zeroes the slots of failed samples once the batch is complete: only then
+ * has every part of a split sample stopped writing into its slot.
+ */
+static void zero_failed(batch_slot *b, uint8_t *base)
+{
+    for (int32_t k = 0; k < b->nitems && b->nfailed; k++)
+        if (b->items[k].status)
+            memset(base + b->items[k].offset, 0, (size_t)b->items[k].bytes);
+}
+
+static void *worker_main(void *arg)
+{
+    dh_engine *e = ((void **)arg)[0];
+    int w = (int)(intptr_t)((void **)arg)[1];
+    free(arg);
+    char path[4096], err[512];
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        dh__task t;
+        if (dh__sched_next_task(e->sched, w, elapsed(e), &t)) {
+            pthread_cond_wait(&e->work, &e->mu);
+            continue;
+        }
+        batch_slot *b = &e->slot[t.step * e->R + t.rank];
+        int rc = b->laid_out ? 0 : lay_out(e, t.step, t.rank, b);
+        if (!rc)
+            rc = ensure_buffer(e, b);
+        uint8_t *base = e->ring.base + b->offset;
+        pthread_mutex_unlock(&e->mu);
+        double c0 = thread_cpu();
+        err[0] = 0;
+        path[0] = 0;
+        if (!rc)
+            rc = run_task(e, &t, b, base, path, sizeof path, err, sizeof err);
+        double cpu = thread_cpu() - c0;
+        pthread_mutex_lock(&e->mu);
+        if (rc) {
+            report(e, &t, path, rc, err[0] ? err : dh_strerror(rc));
+            fail_sample(e, &t, b, rc);
+        }
+        e->cpu_sum += cpu;
+        if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu)) {
+            zero_failed(b, base);
+            e->rec.ready[t.step * e->R + t.rank] = elapsed(e);
+            pthread_cond_broadcast(&e->ready);
+        }
+        pthread_cond_broadcast(&e->work);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* -------------------------------------------------------------- consumers */
+
+int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
+{
+    if (!e || !out || rank < 0 || rank >= e->R)
+        return DH_EINVAL;
+    pthread_mutex_lock(&e->mu);
+    int64_t st = e->next_step[rank];
+    if (st >= e->N) {
+        pthread_mutex_unlock(&e->mu);
+        return DH_EEMPTY;
+    }
+    double asked = elapsed(e);
+    e->rec.deadline[st * e->R + rank] = asked;
+    pthread_cond_broadcast(&e->work); /* the request may be what admits this batch */
+    while (!dh__sched_batch_ready(e->sched, st, rank))
+        pthread_cond_wait(&e->ready, &e->mu);
+    batch_slot *b = &e->slot[st * e->R + rank];
+    int rc = b->laid_out ? 0 : lay_out(e, st, rank, b); /* a batch with no samples */
+    if (e->rec.ready[st * e->R + rank] == 0)
+        e->rec.ready[st * e->R + rank] = asked; /* empty batches are ready at once */
+    dh__sched_batch_taken(e->sched, rank, st, elapsed(e));
+    e->next_step[rank]++;
+    *out = (dh_batch){.step = st, .rank = rank, .nsamples = b->nsamples, .nitems = b->nitems,
+                      .nfailed = b->nfailed, .samples = b->samples, .tokens = b->tokens,
+                      .items = b->items, .bytes = b->bytes,
+                      .data = b->allocated ? e->ring.base + b->offset : NULL};
+    pthread_cond_broadcast(&e->work); /* local: the prefetch window moved */
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+double dh_engine_batch_gpu_seconds(const dh_engine *e, const dh_batch *b)
+{
+    double g = 0;
+    for (int32_t k = 0; k < b->nsamples; k++)
+        g += e->run.samples.gpu_true[b->samples[k]];
+    return g;
+}
+
+void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
+{
+    if (!e || !b)
+        return;
+    pthread_mutex_lock(&e->mu);
+    batch_slot *s = &e->slot[b->step * e->R + b->rank];
+    double gpu = gpu_seconds >= 0 ? gpu_seconds : dh_engine_batch_gpu_seconds(e, b);
+    e->rec.compute[b->step * e->R + b->rank] = gpu;
+    dh__sched_step_done(e->sched, b->rank, b->step, elapsed(e), gpu);
+    if (s->allocated)
+        dh__ring_free(&e->ring, s->block);
+    s->allocated = 0;
+    free(s->items);
+    free(s->samples);
+    free(s->tokens);
+    s->items = NULL;
+    s->samples = s->tokens = NULL;
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* -------------------------------------------------------------- lifecycle */
+
+/*
+ * Ring size: the memory budget plus room for the largest batch twice over,
+ * so out-of-order releases within a step and the no-wrap rule never starve
+ * the window the scheduler admits.
+ */
+static int64_t ring_size(const dh_engine *e)
+{
+    int64_t max_sample = 0, per_rank = (e->G + e->R - 1) / e->R;
+    for (int64_t i = 0; i < e->run.samples.n; i++)
+        max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
+    int64_t big_batch = max_sample * per_rank * 2 + 64 * per_rank * 16;
+    return e->run.cfg.memory_budget + 2 * big_batch;
+}
+
+static int start_workers(dh_engine *e)
+{
+    e->nthreads = dh__sched_worker_count(e->sched);
+    e->threads = calloc((size_t)e->nthreads, sizeof *e->threads);
+    if (!e->threads)
+        return DH_ENOMEM;
+    for (int w = 0; w < e->nthreads; w++) {
+        void **arg = malloc(2 * sizeof *arg);
+        if (!arg)
+            return DH_ENOMEM;
+        arg[0] = e;
+        arg[1] = (void *)(intptr_t)w;
+        if (pthread_create(&e->threads[w], NULL, worker_main, arg) != 0) {
+            free(arg);
+            e->nthreads = w;
+            return DH_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static int engine_alloc(dh_engine *e)
+{
+    size_t nb = (size_t)(e->N * e->R + 1);
+    e->slot = calloc(nb, sizeof *e->slot);
+    e->next_step = calloc((size_t)e->R, sizeof *e->next_step);
+    e->sample_failed = calloc((size_t)(e->run.samples.n + 1), 1);
+    if (!e->slot || !e->next_step || !e->sample_failed)
+        return DH_ENOMEM;
+    int rc = dh__records_init(&e->rec, e->R, e->N);
+    if (!rc)
+        rc = dh__ring_init(&e->ring, ring_size(e), (int64_t)nb);
+    return rc;
+}
+
+int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
+                    dh_engine **out, char *err, size_t errlen)
+{
+    if (!cfg || !out)
+        return DH_EINVAL;
+    *out = NULL;
+    if (!cfg->manifest) {
+        dh__msg(err, errlen, "the real engine needs a manifest of real media");
+        return DH_EINVAL;
+    }
+    dh_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return DH_ENOMEM;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->ready, NULL);
+    pthread_cond_init(&e->room, NULL);
+    e->on_error = on_error;
+    e->user = user;
+    int rc = dh__run_setup(cfg, &e->run, err, errlen);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->N = e->run.cfg.steps;
+    e->G = e->run.cfg.global_batch;
+    e->R = e->run.cfg.ranks;
+    e->spec = cfg->spec ? cfg->spec : e->run.spec;
+    dh__sched_config sc;
+    dh__run_sched_config(&e->run, &sc);
+    if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e))) {
+        clock_gettime(CLOCK_MONOTONIC, &e->t0);
+        rc = start_workers(e);
+    }
+    if (rc) {
+        dh__msg(err, errlen, "cannot start the engine: %s", dh_strerror(rc));
+        dh_engine_finish(e, NULL);
+        dh_engine_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+/* True-cost inputs of the bound: GPU from the ground truth, CPU as measured. */
+static void bound_inputs(dh_engine *e)
+{
+    for (int64_t st = 0; st < e->N; st++) {
+        for (int64_t k = 0; k < e->G; k++) {
+            double g = e->run.samples.gpu_true[e->run.order[st * e->G + k]];
+            e->rec.step_gpu_sum[st] += g;
+            e->rec.step_gpu_max[st] = DH_MAX(e->rec.step_gpu_max[st], g);
+        }
+    }
+    e->rec.step_fixed = e->run.gpu.c0;
+    e->rec.cpu_true_sum = e->cpu_sum;
+    e->rec.samples = e->N * e->G;
+    e->rec.failed = e->failed;
+    e->rec.delivered = e->rec.samples - e->failed;
+}
+
+int dh_engine_finish(dh_engine *e, dh_result *out)
+{
+    if (!e)
+        return DH_EINVAL;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->work);
+    pthread_cond_broadcast(&e->room);
+    pthread_mutex_unlock(&e->mu);
+    dh__ring_close(&e->ring);
+    for (int w = 0; w < e->nthreads; w++)
+        pthread_join(e->threads[w], NULL);
+    e->nthreads = 0;
+    if (!out)
+        return 0;
+    memset(out, 0, sizeof *out);
+    if (e->rec.makespan <= 0)
+        e->rec.makespan = elapsed(e);
+    bound_inputs(e);
+    snprintf(out->workload, sizeof out->workload, "%s", e->run.workload);
+    snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(e->run.policy));
+    snprintf(out->engine, sizeof out->engine, "real");
+    out->ranks = e->R;
+    out->workers = e->run.cfg.workers;
+    dh__records_finish(&e->rec, e->run.cfg.workers, out);
+    out->cpu_mape = dh__calib_cpu_mape(dh__sched_calib(e->sched));
+    out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(e->sched));
+    out->memory_budget = e->run.cfg.memory_budget;
+    out->memory_peak = e->ring.peak;
+    out->cap_violations = dh__sched_cap_violations(e->sched);
+    out->wall_s = elapsed(e);
+    return 0;
+}
+
+void dh_engine_free(dh_engine *e)
+{
+    if (!e)
+        return;
+    for (int64_t b = 0; e->slot && b < e->N * e->R; b++) {
+        free(e->slot[b].items);
+        free(e->slot[b].samples);
+        free(e->slot[b].tokens);
+    }
+    free(e->slot);
+    free(e->next_step);
+    free(e->sample_failed);
+    free(e->threads);
+    dh__ring_destroy(&e->ring);
+    dh__records_free(&e->rec);
+    dh__sched_free(e->sched);
+    dh__run_free(&e->run);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->ready);
+    pthread_cond_destroy(&e->room);
+    free(e);
+}
+
+/* ----------------------------------------------------------- emulated ranks */
+
+typedef struct {
+    dh_engine *e;
+    int rank;
+    pthread_barrier_t *barrier;
+    int rc;
+} rank_arg;
+
+/* Requests each batch, "computes" for its true GPU time, meets the others, pays c0. */
+static void *rank_main(void *p)
+{
+    rank_arg *a = p;
+    dh_engine *e = a->e;
+    for (int64_t st = 0; st < e->N; st++) {
+        dh_batch b;
+        int rc = dh_engine_next_batch(e, a->rank, &b);
+        if (rc) {
+            a->rc = rc;
+            break;
+        }
+        double gpu = dh_engine_batch_gpu_seconds(e, &b);
+        sleep_for(gpu);
+        dh_engine_release(e, &b, gpu);
+        pthread_barrier_wait(a->barrier);
+        sleep_for(e->run.gpu.c0);
+    }
+    if (a->rank == 0) {
+        pthread_mutex_lock(&e->mu);
+        e->rec.makespan = elapsed(e);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return NULL;
+}
+
+int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
+                  dh_result *out, char *err, size_t errlen)
+{
+    if (!out)
+        return DH_EINVAL;
+    dh_engine *e;
+    int rc = dh_engine_start(cfg, on_error, user, &e, err, errlen);
+    if (rc)
+        return rc;
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, (unsigned)e->R);
+    rank_arg *args = calloc((size_t)e->R, sizeof *args);
+    pthread_t *tids = calloc((size_t)e->R, sizeof *tids);
+    int started = 0;
+    for (int r = 0; args && tids && r < e->R; r++, started++) {
+        args[r] = (rank_arg){e, r, &barrier, 0};
+        if (pthread_create(&tids[r], NULL, rank_main, &args[r]) != 0)
+            break;
+    }
+    rc = started == e->R ? 0 : DH_ENOMEM;
+    if (rc) /* a rank that cannot start would hold the others at the barrier forever */
+        dh__msg(err, errlen, "cannot start %d rank threads", e->R);
+    for (int r = 0; r < started && !rc; r++)
+        pthread_join(tids[r], NULL);
+    for (int r = 0; r < started && !rc; r++)
+        rc = args[r].rc;
+    pthread_barrier_destroy(&barrier);
+    free(args);
+    free(tids);
+    int frc = dh_engine_finish(e, out);
+    dh_engine_free(e);
+    return rc ? rc : frc;
+}

@@ -1,0 +1,244 @@
+/*
+ * test_engine.c - the real engine on real media made at test time: batches
+ * delivered through the consumer API hold exactly what the decoders produce
+ * for each item; every failure class is delivered, reported and counted;
+ * memory stays within the pool; every policy completes.
+ */
+#include "codec/decode.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *media;
+
+static void make_media(void)
+{
+    media = tu_mkdtemp();
+    const char *ff = tu_ffmpeg();
+    int rc = tu_sh(
+        "cd %s && mkdir -p ok && cd ok && "
+        "for i in 0 1 2 3; do %s -v error -y -nostdin -f lavfi -i testsrc2=size=$((160+i*32))x120:rate=25 "
+        "-t 2 -c:v libx264 -g 25 -bf 2 -pix_fmt yuv420p v$i.mp4 || exit 1; done && "
+        "for i in 0 1 2; do %s -v error -y -nostdin -f lavfi -i testsrc2=size=$((200+i*50))x150 "
+        "-frames:v 1 i$i.jpg || exit 1; done && "
+        "%s -v error -y -nostdin -f lavfi -i testsrc2=size=120x90 -frames:v 1 p.png && "
+        "%s -v error -y -nostdin -f lavfi -i sine=sample_rate=16000 -t 2 a.flac",
+        media, ff, ff, ff, ff);
+    ck_assert_int_eq(rc, 0);
+}
+
+static void drop_media(void)
+{
+    tu_sh("rm -rf %s", media);
+    free(media);
+    media = NULL;
+}
+
+/* A manifest of the good files (indexed), plus extra lines appended verbatim. */
+static dh_manifest *manifest_with(const char *extra)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/m.jsonl", media);
+    dh_index_stats st;
+    ck_assert_int_eq(dh_index_dir(media, out, NULL, &st), 0);
+    ck_assert_int_eq(st.probed, 9);
+    if (extra) {
+        FILE *f = fopen(out, "a");
+        fputs(extra, f);
+        fclose(f);
+    }
+    dh_manifest *m;
+    ck_assert_int_eq(dh_manifest_load(out, NULL, &m, NULL), 0);
+    return m;
+}
+
+static dh_run_config config(const dh_manifest *m, const char *policy)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.manifest = m;
+    c.policy = policy;
+    c.ranks = 2;
+    c.workers = 2;
+    c.global_batch = 4;
+    return c;
+}
+
+typedef struct {
+    int n;
+    char last[512];
+} errors;
+
+static void on_error(const dh_sample_error *e, void *user)
+{
+    errors *x = user;
+    x->n++;
+    snprintf(x->last, sizeof x->last, "%s|%s|%s", e->id, e->path, e->message);
+}
+
+/* Decodes item it of the batch directly and compares it byte for byte. */
+static void check_item(const dh_manifest *m, const dh_spec *spec, const dh_batch *b,
+                       const dh_batch_item *it)
+{
+    dh_media_info mi;
+    dh_manifest_media(m, it->sample, it->media, &mi);
+    char path[4096], err[256];
+    snprintf(path, sizeof path, "%s/%s", dh_manifest_dir(m), mi.path);
+    uint8_t *ref = malloc((size_t)it->bytes);
+    int rc = mi.type == DH_MEDIA_VIDEO   ? dh__decode_video(path, spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
+             : mi.type == DH_MEDIA_IMAGE ? dh__decode_image(path, spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
+                                         : dh__decode_audio(path, spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s", path, err);
+    ck_assert_msg(memcmp(ref, b->data + it->offset, (size_t)it->bytes) == 0,
+                  "%s: batch slot differs from a direct decode", path);
+    ck_assert_int_eq(it->offset % 64, 0);
+    free(ref);
+}
+
+START_TEST(batches_hold_exactly_what_the_decoders_produce)
+{
+    dh_manifest *m = manifest_with(NULL);
+    dh_spec *spec;
+    ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
+    dh_run_config c = config(m, "helix");
+    dh_engine *e;
+    char err[256];
+    ck_assert_int_eq(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err), 0);
+    int64_t seen = 0;
+    for (int64_t st = 0; st < 2; st++) {
+        for (int r = 0; r < 2; r++) {
+            dh_batch b;
+            ck_assert_int_eq(dh_engine_next_batch(e, r, &b), 0);
+            ck_assert_int_eq(b.step, st);
+            ck_assert_int_eq(b.nfailed, 0);
+            for (int32_t k = 0; k < b.nitems; k++)
+                check_item(m, spec, &b, &b.items[k]);
+            seen += b.nsamples;
+            dh_engine_release(e, &b, 0.001);
+        }
+    }
+    dh_batch b;
+    ck_assert_int_eq(dh_engine_next_batch(e, 0, &b), DH_EEMPTY);
+    ck_assert_int_eq(seen, 8); /* 9 samples, G = 4: two complete steps */
+    dh_result res;
+    ck_assert_int_eq(dh_engine_finish(e, &res), 0);
+    ck_assert_str_eq(res.engine, "real");
+    ck_assert_int_eq(res.delivered, 8);
+    ck_assert_int_eq(res.failed, 0);
+    dh_engine_free(e);
+    dh_spec_free(spec);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(failed_samples_are_delivered_reported_and_counted)
+{
+    /* A truncated video, a missing file and an image whose size contradicts its entry. */
+    tu_sh("cd %s && head -c 2000 ok/v0.mp4 > cut.mp4", media);
+    const char *extra =
+        "{\"id\":\"cut\",\"media\":[{\"type\":\"video\",\"path\":\"cut.mp4\",\"width\":160,"
+        "\"height\":120,\"fps\":25,\"frames\":50}]}\n"
+        "{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":\"ok/gone.jpg\",\"codec\":\"jpeg\","
+        "\"width\":10,\"height\":10}]}\n"
+        "{\"id\":\"liar\",\"media\":[{\"type\":\"image\",\"path\":\"ok/i0.jpg\",\"codec\":\"jpeg\","
+        "\"width\":999,\"height\":150}]}\n";
+    dh_manifest *m = manifest_with(extra);
+    ck_assert_int_eq(dh_manifest_count(m), 12);
+    dh_run_config c = config(m, "pool");
+    c.steps = 3; /* all 12 samples */
+    errors x = {0};
+    dh_result res;
+    char err[256];
+    ck_assert_int_eq(dh_engine_run(&c, on_error, &x, &res, err, sizeof err), 0);
+    ck_assert_int_eq(res.samples, 12);
+    ck_assert_int_eq(res.failed, 3);
+    ck_assert_int_eq(res.delivered + res.failed, res.samples);
+    ck_assert_int_eq(x.n, 3);
+    ck_assert_msg(strstr(x.last, "|") != NULL, "%s", x.last);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(failed_items_are_zeroed_and_marked)
+{
+    const char *extra = "{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":\"ok/none.png\","
+                        "\"codec\":\"png\",\"width\":20,\"height\":20}]}\n";
+    dh_manifest *m = manifest_with(extra);
+    dh_run_config c = config(m, "pool");
+    c.ranks = 1;
+    c.global_batch = 10; /* every sample in one batch */
+    c.steps = 1;
+    dh_engine *e;
+    char err[256];
+    errors x = {0};
+    ck_assert_int_eq(dh_engine_start(&c, on_error, &x, &e, err, sizeof err), 0);
+    dh_batch b;
+    ck_assert_int_eq(dh_engine_next_batch(e, 0, &b), 0);
+    ck_assert_int_eq(b.nfailed, 1);
+    int marked = 0;
+    for (int32_t k = 0; k < b.nitems; k++) {
+        if (b.items[k].status == 0)
+            continue;
+        marked++;
+        ck_assert_int_eq(b.items[k].status, DH_ENOENT);
+        for (int64_t i = 0; i < b.items[k].bytes; i++)
+            ck_assert_int_eq(b.data[b.items[k].offset + i], 0);
+    }
+    ck_assert_int_eq(marked, 1);
+    ck_assert_msg(strstr(x.last, "gone|") == x.last && strstr(x.last, "none.png"), "%s", x.last);
+    dh_engine_release(e, &b, -1);
+    dh_result res;
+    dh_engine_finish(e, &res);
+    ck_assert_int_eq(res.failed, 1);
+    dh_engine_free(e);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(every_policy_completes_within_the_pool)
+{
+    dh_manifest *m = manifest_with(NULL);
+    const char *const *pol = dh_policy_names();
+    for (int p = 0; pol[p]; p++) {
+        dh_run_config c = config(m, pol[p]);
+        c.steps = 6; /* several epochs of the 9 samples: the pool is reused */
+        dh_result res;
+        char err[256];
+        ck_assert_msg(dh_engine_run(&c, NULL, NULL, &res, err, sizeof err) == 0, "%s: %s", pol[p], err);
+        ck_assert_int_eq(res.delivered, 24);
+        ck_assert_int_eq(res.failed, 0);
+        ck_assert_double_gt(res.efficiency, 0);
+        ck_assert_int_gt(res.memory_peak, 0);
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(run_needs_a_manifest)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "laion-images";
+    dh_result res;
+    char err[256];
+    ck_assert_int_eq(dh_engine_run(&c, NULL, NULL, &res, err, sizeof err), DH_EINVAL);
+    ck_assert(strstr(err, "manifest") != NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("engine");
+    tcase_add_unchecked_fixture(tc, make_media, drop_media);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, batches_hold_exactly_what_the_decoders_produce);
+    tcase_add_test(tc, failed_samples_are_delivered_reported_and_counted);
+    tcase_add_test(tc, failed_items_are_zeroed_and_marked);
+    tcase_add_test(tc, every_policy_completes_within_the_pool);
+    tcase_add_test(tc, run_needs_a_manifest);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
