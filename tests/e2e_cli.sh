@@ -127,11 +127,20 @@ check "run json says engine real" contains "$WORK/run.json" '"engine":"real"'
 "$DH" run --workload laion-images > /dev/null 2> "$WORK/runw.err"
 check "run without a manifest is refused" contains "$WORK/runw.err" "run needs --manifest"
 
+# ---- gen + run on a generated workload ----
+"$DH" gen --workload speech-asr --out "$WORK/gen" --samples 8 > "$WORK/gen.out" 2>&1
+check "gen writes samples and a manifest" contains "$WORK/gen.out" "8 samples, 8 files"
+"$DH" run --manifest "$WORK/gen/manifest.jsonl" --workload speech-asr --policy local \
+    --ranks 2 --workers 2 --batch 4 > "$WORK/genrun.out" 2>&1
+check "run on generated media accounts for all" contains "$WORK/genrun.out" "delivered 8 + failed 0 = 8"
+"$DH" gen --workload speech-asr --out "$WORK/gen2" --scale huge > /dev/null 2> "$WORK/gen.err"
+check "gen refuses an unknown scale" contains "$WORK/gen.err" "mini, small or full"
+
 # ---- usage errors: exit 2 with a message ----
 "$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
 "$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2
 "$DH" index > /dev/null 2>&1; check "index without DIR is a usage error" test $? -eq 2
-"$DH" gen > /dev/null 2> "$WORK/sim.err"
+"$DH" serve > /dev/null 2> "$WORK/sim.err"
 check "a planned command says it is not built yet" contains "$WORK/sim.err" "not built in this version"
 "$DH" inspect m.jsonl --workload nope > /dev/null 2> "$WORK/wl.err"
 check "unknown workload lists the built-ins" contains "$WORK/wl.err" "t2v-diffusion"

@@ -216,6 +216,56 @@ START_TEST(every_policy_completes_within_the_pool)
 }
 END_TEST
 
+START_TEST(gen_writes_real_media_and_a_measured_manifest)
+{
+    /* interleaved-docs (several JPEGs per sample) and native-res (H.264 with keyframes):
+     * the manifest loads fully, files exist, probed sizes are the scaled descriptors'. */
+    char dir[2048], path[4096];
+    snprintf(dir, sizeof dir, "%s/gen", media);
+    dh_gen_stats st;
+    char err[256] = "";
+    ck_assert_msg(dh_workload_write("interleaved-docs", dir, 6, 3, "mini", NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(st.samples, 6);
+    ck_assert_int_gt(st.files, 6);
+    snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
+    dh_load_opts o;
+    dh_load_opts_default(&o);
+    o.check_files = 1;
+    o.on_error = DH_ON_ERROR_FAIL;
+    dh_manifest *m;
+    dh_load_stats ls;
+    ck_assert_int_eq(dh_manifest_load(path, &o, &m, &ls), 0);
+    ck_assert_int_eq(ls.loaded, 6);
+    dh_manifest *want;
+    ck_assert_int_eq(dh_workload_generate("interleaved-docs", 6, 3, &want), 0);
+    for (int64_t i = 0; i < 6; i++) {
+        dh_sample_info a, b;
+        dh_manifest_sample(m, i, &a);
+        dh_manifest_sample(want, i, &b);
+        ck_assert_int_eq(a.media_count, b.media_count);
+        ck_assert_int_eq(a.text_tokens, b.text_tokens);
+        dh_media_info x, y;
+        dh_manifest_media(m, i, 0, &x);
+        dh_manifest_media(want, i, 0, &y);
+        ck_assert_int_le(abs(x.width - y.width / 4), 1); /* mini: a quarter, rounded even */
+    }
+    dh_manifest_free(want);
+    dh_manifest_free(m);
+    snprintf(dir, sizeof dir, "%s/gen-video", media);
+    ck_assert_msg(dh_workload_write("native-res-video", dir, 2, 5, "mini", NULL, NULL, &st, err, sizeof err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
+    ck_assert_int_eq(dh_manifest_load(path, &o, &m, &ls), 0);
+    dh_media_info v;
+    dh_manifest_media(m, 0, 0, &v);
+    ck_assert_int_eq(v.type, DH_MEDIA_VIDEO);
+    ck_assert_int_eq(v.codec, DH_CODEC_H264);
+    ck_assert_int_ge(v.keyframe_count, 2); /* 5 s keyframe interval / 4, over a clip >= 3 s / 4 */
+    dh_manifest_free(m);
+    ck_assert_int_eq(dh_workload_write("no-such", dir, 2, 5, "mini", NULL, NULL, &st, err, sizeof err), DH_ENOENT);
+    ck_assert_int_eq(dh_workload_write("laion-images", dir, 2, 5, "huge", NULL, NULL, &st, err, sizeof err), DH_EINVAL);
+}
+END_TEST
+
 START_TEST(run_needs_a_manifest)
 {
     dh_run_config c;
@@ -238,6 +288,7 @@ int main(void)
     tcase_add_test(tc, failed_samples_are_delivered_reported_and_counted);
     tcase_add_test(tc, failed_items_are_zeroed_and_marked);
     tcase_add_test(tc, every_policy_completes_within_the_pool);
+    tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest);
     tcase_add_test(tc, run_needs_a_manifest);
     suite_add_tcase(s, tc);
     return tu_run(s);

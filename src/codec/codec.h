@@ -25,4 +25,12 @@ int dh__probe_jpeg(const char *path, const unsigned char *buf, size_t len, int64
 int dh__probe_png(const unsigned char *buf, size_t len, int64_t file_bytes, const dh_limits *lim,
                   dh_probe_result *r, char *err, size_t errlen);
 
+/* Media writers for generated workloads (encode.c); seed varies the content. */
+int dh__encode_video(const char *path, int w, int h, double fps, int64_t frames, int gop,
+                     uint64_t seed, char *err, size_t errlen);
+int dh__encode_flac(const char *path, int rate, double seconds, uint64_t seed, char *err,
+                    size_t errlen);
+int dh__encode_jpeg(const char *path, int w, int h, uint64_t seed, char *err, size_t errlen);
+int dh__encode_png(const char *path, int w, int h, uint64_t seed, char *err, size_t errlen);
+
 #endif

@@ -143,8 +143,15 @@ static int probe_video(AVFormatContext *fmt, AVStream *st, dh_probe_result *r,
     mi->type = DH_MEDIA_VIDEO;
     mi->width = par->width;
     mi->height = par->height;
-    AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
-    mi->fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0;
+    /*
+     * avg_frame_rate is frames / duration, and MP4 edit lists for B-frame
+     * delay shorten that duration: a 25 fps clip reads 25.4. When the nominal
+     * r_frame_rate agrees within 5% the stream is constant-rate and the
+     * nominal rate is exact; variable-rate streams keep the average.
+     */
+    double avg = st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0 ? av_q2d(st->avg_frame_rate) : 0;
+    double nominal = st->r_frame_rate.num > 0 && st->r_frame_rate.den > 0 ? av_q2d(st->r_frame_rate) : 0;
+    mi->fps = nominal > 0 && (avg <= 0 || fabs(avg - nominal) < 0.05 * nominal) ? nominal : avg;
     mi->duration_s = stream_duration(fmt, st);
     if ((int64_t)mi->width * mi->height > lim->max_pixels) {
         dh__msg(err, errlen, "video is %dx%d, over the limit of %lld pixels", mi->width,

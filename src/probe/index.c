@@ -10,7 +10,7 @@
  * file through the diag callback. The manifest is written to a temporary
  * file and renamed into place, so a failed run never leaves half a manifest.
  */
-#include "../core/core.h"
+#include "probe.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -122,7 +122,7 @@ static void *probe_worker(void *arg)
     return NULL;
 }
 
-static json_t *media_json(const dh_probe_result *r, const char *path)
+json_t *dh__media_json(const dh_probe_result *r, const char *path)
 {
     const dh_media_info *mi = &r->info;
     json_t *m = json_object();
@@ -156,7 +156,7 @@ static int write_line(FILE *f, const char *id, const dh_probe_result *r, const c
     json_t *line = json_object();
     json_t *media = json_array();
     json_object_set_new(line, "id", json_string(id));
-    json_array_append_new(media, media_json(r, path));
+    json_array_append_new(media, dh__media_json(r, path));
     json_object_set_new(line, "media", media);
     char *text = json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     json_decref(line);

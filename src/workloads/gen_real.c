@@ -1,0 +1,155 @@
+/*
+ * gen_real.c - a workload's samples as real media files plus a manifest of
+ * what probing them measured (datahelix gen).
+ *
+ * The descriptors come from the same seeded generator the simulator uses,
+ * scaled down so a run fits a small machine: resolution, duration and the
+ * keyframe interval (in frames) shrink by the same factor, so a clip keeps
+ * its shape of sampling and seeking. Every written file is probed back with
+ * dh_probe_file(); the manifest records measured metadata, not the intent.
+ */
+#include "../codec/codec.h"
+#include "../probe/probe.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int mkdirs(const char *dir)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    return mkdir(buf, 0777) != 0 && errno != EEXIST ? -errno : 0;
+}
+
+static int scale_factor(const char *scale)
+{
+    if (!scale || !strcmp(scale, "mini"))
+        return 4;
+    if (!strcmp(scale, "small"))
+        return 2;
+    if (!strcmp(scale, "full"))
+        return 1;
+    return 0;
+}
+
+static int even_at_least(double x, int lo)
+{
+    return DH_MAX(lo, (int)lround(x / 2.0) * 2);
+}
+
+/* Writes media item j of sample i, scaled by k, to dir/rel; fills rel. */
+static int write_item(const dh_media_info *mi, int k, const char *dir, int64_t i, int32_t j,
+                      uint64_t seed, char *rel, size_t rellen, char *err, size_t errlen)
+{
+    char full[4096];
+    uint64_t s = dh__mix64(seed ^ (uint64_t)(i * 131 + j));
+    int w = even_at_least(mi->width / (double)k, 32), h = even_at_least(mi->height / (double)k, 32);
+    if (mi->type == DH_MEDIA_VIDEO) {
+        double secs = DH_MAX(1.0, mi->duration_s / k);
+        int64_t frames = DH_MAX(1, llround(secs * mi->fps));
+        /* The descriptor's keyframe interval (its length when it has one keyframe), scaled. */
+        int64_t gop = mi->keyframe_count > 1 ? mi->keyframes[1] : mi->frames;
+        snprintf(rel, rellen, "video/%08lld_%d.mp4", (long long)i, j);
+        snprintf(full, sizeof full, "%s/%s", dir, rel);
+        return dh__encode_video(full, w, h, mi->fps, frames, (int)DH_MAX(1, gop / k), s, err, errlen);
+    }
+    if (mi->type == DH_MEDIA_IMAGE) {
+        int png = mi->codec == DH_CODEC_PNG;
+        snprintf(rel, rellen, "image/%08lld_%d.%s", (long long)i, j, png ? "png" : "jpg");
+        snprintf(full, sizeof full, "%s/%s", dir, rel);
+        return png ? dh__encode_png(full, w, h, s, err, errlen)
+                   : dh__encode_jpeg(full, w, h, s, err, errlen);
+    }
+    snprintf(rel, rellen, "audio/%08lld_%d.flac", (long long)i, j);
+    snprintf(full, sizeof full, "%s/%s", dir, rel);
+    int rate = mi->sample_rate > 0 ? mi->sample_rate : 16000;
+    return dh__encode_flac(full, rate, DH_MAX(0.5, mi->duration_s / k), s, err, errlen);
+}
+
+/* Encodes every item of sample i, probes it back and writes the manifest line. */
+static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir, uint64_t seed,
+                        FILE *out, dh_gen_stats *st, char *err, size_t errlen)
+{
+    dh_sample_info si;
+    dh_manifest_sample(m, i, &si);
+    json_t *line = json_object(), *media = json_array();
+    json_object_set_new(line, "id", json_string(si.id));
+    json_object_set_new(line, "text_tokens", json_integer(si.text_tokens));
+    json_object_set_new(line, "media", media);
+    int rc = 0;
+    for (int32_t j = 0; j < si.media_count && !rc; j++) {
+        dh_media_info mi;
+        char rel[256], full[4096];
+        dh_manifest_media(m, i, j, &mi);
+        if ((rc = write_item(&mi, k, dir, i, j, seed, rel, sizeof rel, err, errlen)))
+            break;
+        snprintf(full, sizeof full, "%s/%s", dir, rel);
+        dh_probe_result pr;
+        if ((rc = dh_probe_file(full, NULL, &pr, err, errlen)))
+            break;
+        json_array_append_new(media, dh__media_json(&pr, rel));
+        st->files++;
+        st->bytes += pr.info.bytes;
+        dh_probe_result_clear(&pr);
+    }
+    char *text = rc ? NULL : json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    json_decref(line);
+    if (!rc && (!text || fputs(text, out) < 0 || fputc('\n', out) == EOF))
+        rc = DH_EIO;
+    free(text);
+    return rc;
+}
+
+int dh_workload_write(const char *name, const char *dir, int64_t samples, uint64_t seed,
+                      const char *scale, void (*progress)(int64_t, int64_t, void *), void *user,
+                      dh_gen_stats *stats, char *err, size_t errlen)
+{
+    dh_gen_stats local;
+    stats = stats ? stats : &local;
+    memset(stats, 0, sizeof *stats);
+    int k = scale_factor(scale);
+    if (!name || !dir || samples < 1 || !k) {
+        dh__msg(err, errlen, "gen needs a workload, a directory, samples >= 1 and scale "
+                             "mini, small or full");
+        return DH_EINVAL;
+    }
+    dh_manifest *m;
+    int rc = dh_workload_generate(name, samples, seed, &m);
+    if (rc) {
+        dh__msg(err, errlen, "workload \"%s\": %s", name, dh_strerror(rc));
+        return rc;
+    }
+    char sub[4096], path[4096];
+    const char *subs[] = {"", "/video", "/image", "/audio"};
+    for (int d = 0; d < 4 && !rc; d++) {
+        snprintf(sub, sizeof sub, "%s%s", dir, subs[d]);
+        if ((rc = mkdirs(sub)))
+            dh__msg(err, errlen, "cannot create %s: %s", sub, dh_strerror(rc));
+    }
+    snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
+    FILE *out = rc ? NULL : fopen(path, "w");
+    if (!rc && !out)
+        rc = -errno;
+    for (int64_t i = 0; !rc && i < samples; i++) {
+        rc = write_sample(m, i, k, dir, seed, out, stats, err, errlen);
+        stats->samples += !rc;
+        if (progress)
+            progress(i + 1, samples, user);
+    }
+    if (out && fclose(out) != 0 && !rc)
+        rc = DH_EIO;
+    dh_manifest_free(m);
+    return rc;
+}
