@@ -446,6 +446,7 @@ typedef struct {
     uint64_t seed;
     int64_t memory_budget;   /* bytes of prepared + in-preparation batches */
     double rho;              /* 0: the workload's load factor (1.0 for a plain manifest) */
+    double cpu_cost_scale;   /* measured / predicted CPU cost on this machine; 0: 1 */
     int64_t rank_token_cap;  /* helix placement: tokens per rank per step; 0: none */
     int64_t rank_byte_cap;   /* helix placement: output bytes per rank per step; 0: none */
     const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */
@@ -469,6 +470,7 @@ typedef struct {
     double placement_s;
     int64_t memory_budget, memory_peak;
     int64_t cap_violations; /* samples placed over a per-rank cap no rank could meet */
+    double framework_overhead; /* real engine: worker CPU not spent decoding, as a fraction */
     double wall_s; /* time the simulator itself took */
 } dh_result;
 
@@ -537,6 +539,14 @@ DH_API int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out);
 DH_API void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds);
 DH_API int dh_engine_finish(dh_engine *e, dh_result *out);
 DH_API void dh_engine_free(dh_engine *e);
+/*
+ * Decodes the first `count` samples of m under spec on this thread and
+ * returns measured / predicted CPU time in *scale: the factor that brings
+ * WORKLOADS.md's starting constants to this machine.
+ */
+DH_API int dh_measure_cpu_scale(const dh_manifest *m, const dh_spec *spec, int64_t count,
+                                double *scale, char *errbuf, size_t errlen);
+
 /* The true GPU seconds of a batch (the emulated ranks sleep this long). */
 DH_API double dh_engine_batch_gpu_seconds(const dh_engine *e, const dh_batch *b);
 

@@ -184,6 +184,31 @@ START_TEST(sparse_samples_seek_dense_ones_do_not)
 }
 END_TEST
 
+START_TEST(split_parts_decode_disjoint_keyframe_segments)
+{
+    /* Two sparse samples (two seek segments) split in 2 parts: together the parts write
+     * exactly the whole decode, and decode about as many frames as the whole did. */
+    dh_probe_result pr = probe("bf.mp4");
+    char path[4096], err[256];
+    snprintf(path, sizeof path, "%s/bf.mp4", media);
+    dh_spec *s = spec_json("{\"video\":{\"frames\":6,\"resize\":{\"mode\":\"fixed\",\"size\":24}}}");
+    size_t n = 6 * 24 * 24 * 3;
+    uint8_t *whole = calloc(1, n), *parts = calloc(1, n);
+    dh__decode_stats sw, s0, s1;
+    ck_assert_int_eq(dh__decode_video(path, s, &pr.info, whole, n, &sw, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video_part(path, s, &pr.info, 0, 2, parts, n, &s0, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video_part(path, s, &pr.info, 1, 2, parts, n, &s1, err, sizeof err), 0);
+    ck_assert_mem_eq(whole, parts, n);
+    ck_assert_int_gt(s0.bytes_written, 0);
+    ck_assert_int_gt(s1.bytes_written, 0);
+    ck_assert_int_le(s0.frames_decoded + s1.frames_decoded, sw.frames_decoded + 4);
+    free(whole);
+    free(parts);
+    dh_spec_free(s);
+    dh_probe_result_clear(&pr);
+}
+END_TEST
+
 static void expect_decode_error(const char *name, dh_media_info mi, size_t cap, int code,
                                 const char *needle)
 {
@@ -499,6 +524,7 @@ int main(void)
     tcase_add_test(tc, bframes_match_ffmpeg_fixed_and_long_side);
     tcase_add_test(tc, variable_frame_rate_matches_ffmpeg);
     tcase_add_test(tc, sparse_samples_seek_dense_ones_do_not);
+    tcase_add_test(tc, split_parts_decode_disjoint_keyframe_segments);
     tcase_add_test(tc, bad_input_is_a_clear_error);
     suite_add_tcase(s, tc);
     TCase *ti = tcase_create("image");

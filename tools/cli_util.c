@@ -146,6 +146,8 @@ const char cli_run_help[] =
     "  --seed S                seed of data, noise and sampler order (default 1)\n"
     "  --rho X                 load factor to scale GPU costs to (default: the workload's)\n"
     "  --memory-budget BYTES   prepared + in-preparation batch bytes (default: what the DataLoader holds)\n"
+    "  --cpu-cost-scale X      measured / predicted CPU cost on this machine (bench --mode real\n"
+    "                          measures it; default 1)\n"
     "  --rank-token-cap N      helix placement: at most N tokens per rank per step\n"
     "  --rank-byte-cap BYTES   helix placement: at most BYTES of output per rank per step\n";
 
@@ -169,6 +171,8 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
         rc = cli_num(opt, val, 1e-3, 1e3, &cfg->rho);
     } else if (!strcmp(opt, "--memory-budget")) {
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->memory_budget);
+    } else if (!strcmp(opt, "--cpu-cost-scale")) {
+        rc = cli_num(opt, val, 1e-6, 1e6, &cfg->cpu_cost_scale);
     } else if (!strcmp(opt, "--rank-token-cap")) {
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->rank_token_cap);
     } else if (!strcmp(opt, "--rank-byte-cap")) {

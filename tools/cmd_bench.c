@@ -8,12 +8,55 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char help[] =
-    "usage: datahelix bench --mode sim [--workloads a,b|all] [--policies a,b] [--json F] [options]\n"
+    "usage: datahelix bench --mode sim|real [--workloads a,b|all] [--policies a,b] [--json F]\n"
+    "                       [--data DIR] [options]\n"
     "\n"
-    "All figures are simulated (ground truth from the workloads' cost models with noise).\n"
-    "Defaults: all eleven workloads; policies local,pool,helix.\n";
+    "sim: all figures simulated (ground truth from the workloads' cost models with noise);\n"
+    "     defaults: all eleven workloads, R=8, W=32.\n"
+    "real: the real engine on real media generated under --data DIR (default bench-data;\n"
+    "     made with 'gen --scale mini' when missing), R=4, W=2, G=16, 12 steps by default;\n"
+    "     CPU predictions are first calibrated on this machine (16 samples decoded), and\n"
+    "     each run is also simulated with that calibration to show the simulator's error.\n"
+    "     Default workloads: kinetics-clips, webvid-caption, native-res-video,\n"
+    "     anyres-images, speech-asr.\n"
+    "Policies default to local,pool,helix.\n";
+
+/* Real mode: the workload's data under data/NAME, generated if missing, and calibrated. */
+static int prepare_real(const char *data, const char *name, const dh_run_config *cfg,
+                        dh_manifest **m, double *scale)
+{
+    char dir[4096], path[4200], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", data, name);
+    snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
+    dh_load_opts lo;
+    dh_load_opts_default(&lo);
+    lo.diag = cli_print_diag;
+    if (access(path, R_OK) != 0 || dh_manifest_load(path, &lo, m, NULL) != 0) {
+        int64_t need = cfg->steps * cfg->global_batch;
+        printf("generating %lld samples of %s under %s ...\n", (long long)need, name, dir);
+        fflush(stdout);
+        int rc = dh_workload_write(name, dir, need, cfg->seed, "mini", NULL, NULL, NULL, err,
+                                   sizeof err);
+        if (rc || (rc = dh_manifest_load(path, &lo, m, NULL))) {
+            cli_err("bench: preparing %s: %s", name, err[0] ? err : dh_strerror(rc));
+            return 1;
+        }
+    }
+    dh_spec *spec;
+    if (dh_spec_builtin(name, &spec))
+        return 1;
+    int rc = dh_measure_cpu_scale(*m, spec, 16, scale, err, sizeof err);
+    dh_spec_free(spec);
+    if (rc)
+        cli_err("bench: calibrating %s: %s", name, err);
+    else
+        printf("%s: CPU cost on this machine = %.2f x the starting model (16 samples)\n", name,
+               *scale);
+    return rc ? 1 : 0;
+}
 
 #define MAX_ITEMS 32
 
@@ -45,7 +88,7 @@ static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
 {
     int h = find(pol, np, "helix");
     double min_eff = INFINITY;
-    printf("\nsummary (helix vs baseline; simulated):\n");
+    printf("\nsummary (helix vs baseline):\n");
     for (int w = 0; h >= 0 && w < nw; w++)
         min_eff = fmin(min_eff, res[w * np + h].efficiency);
     if (jf)
@@ -93,8 +136,9 @@ int cli_bench(int argc, char **argv)
 {
     dh_run_config cfg;
     dh_run_config_default(&cfg);
-    char wl_buf[1024] = "all", pol_buf[256] = "local,pool,helix";
-    const char *mode = NULL, *json = NULL;
+    char wl_buf[1024] = "", pol_buf[256] = "local,pool,helix";
+    const char *mode = NULL, *json = NULL, *data = "bench-data";
+    cfg.ranks = cfg.workers = 0; /* defaults depend on the mode */
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int r = cli_run_option(argc, argv, &i, &cfg);
@@ -108,7 +152,7 @@ int cli_bench(int argc, char **argv)
             return 0;
         }
         if (!val || (strcmp(o, "--mode") && strcmp(o, "--workloads") && strcmp(o, "--policies") &&
-                     strcmp(o, "--json"))) {
+                     strcmp(o, "--json") && strcmp(o, "--data"))) {
             cli_err("bench: unexpected argument \"%s\" (see datahelix bench --help)", o);
             return CLI_USAGE;
         }
@@ -117,14 +161,27 @@ int cli_bench(int argc, char **argv)
             mode = val;
         else if (!strcmp(o, "--json"))
             json = val;
+        else if (!strcmp(o, "--data"))
+            data = val;
         else
             snprintf(o[2] == 'w' ? wl_buf : pol_buf, o[2] == 'w' ? sizeof wl_buf : sizeof pol_buf,
                      "%s", val);
     }
-    if (!mode || strcmp(mode, "sim")) {
-        cli_err("bench needs --mode sim (--mode real comes with the real engine, not built yet)");
+    if (!mode || (strcmp(mode, "sim") && strcmp(mode, "real"))) {
+        cli_err("bench needs --mode sim or --mode real");
         return CLI_USAGE;
     }
+    int real = !strcmp(mode, "real");
+    cfg.ranks = cfg.ranks ? cfg.ranks : real ? 4 : 8;
+    cfg.workers = cfg.workers ? cfg.workers : real ? 2 : 32;
+    if (real) {
+        cfg.global_batch = cfg.global_batch ? cfg.global_batch : 16;
+        cfg.steps = cfg.steps ? cfg.steps : 12;
+    }
+    if (!wl_buf[0])
+        snprintf(wl_buf, sizeof wl_buf, "%s",
+                 real ? "kinetics-clips,webvid-caption,native-res-video,anyres-images,speech-asr"
+                      : "all");
     const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
     static const char *const default_pol[] = {"local", "pool", "helix", NULL};
     int nw = split(wl_buf, wl, dh_workload_names()), np = split(pol_buf, pol, default_pol);
@@ -135,35 +192,62 @@ int cli_bench(int argc, char **argv)
         free(res);
         return 1;
     }
-    printf("%-18s %-16s %8s %10s %12s %8s %8s\n", "workload", "policy", "miss%", "p95 ms",
-           "samples/s", "effic.", "placem.");
+    dh_result *simres = real ? calloc((size_t)(nw * np + 1), sizeof *simres) : NULL;
+    printf("%-18s %-16s %8s %10s %12s %8s %8s%s\n", "workload", "policy", "miss%", "p95 ms",
+           "samples/s", "effic.", "placem.", real ? "  overhead  sim samples/s (error)" : "");
     if (jf)
         fprintf(jf, "{\"runs\":[");
     int failed = 0;
     for (int w = 0; w < nw; w++) {
+        dh_manifest *m = NULL;
+        double scale = 0;
+        if (real && prepare_real(data, wl[w], &cfg, &m, &scale)) {
+            failed = 1;
+            continue;
+        }
         for (int p = 0; p < np; p++) {
             dh_run_config c = cfg;
             c.workload = wl[w];
             c.policy = pol[p];
+            c.manifest = m;
+            c.cpu_cost_scale = scale;
             char err[512] = "";
             dh_result *r = &res[w * np + p];
-            int rc = dh_sim_run(&c, r, err, sizeof err);
+            int rc = real ? dh_engine_run(&c, NULL, NULL, r, err, sizeof err)
+                          : dh_sim_run(&c, r, err, sizeof err);
+            if (!rc && real) /* the simulator's prediction of the same run */
+                rc = dh_sim_run(&c, &simres[w * np + p], err, sizeof err);
             if (rc) {
                 cli_err("bench %s / %s: %s", wl[w], pol[p], err[0] ? err : dh_strerror(rc));
                 failed = 1;
                 continue;
             }
-            printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f\n", wl[w], pol[p],
+            printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f", wl[w], pol[p],
                    100 * r->miss_rate, r->wait_p95_ms, r->throughput_sps, r->efficiency,
                    r->placement_s > 0 ? r->bound_s / r->placement_s : 0);
+            if (real)
+                printf("  %7.1f%%  %10.1f (%+.1f%%)", 100 * r->framework_overhead,
+                       simres[w * np + p].throughput_sps,
+                       100 * (simres[w * np + p].throughput_sps / r->throughput_sps - 1));
+            printf("\n");
+            fflush(stdout);
             if (jf) {
                 fprintf(jf, "%s\n", w + p ? "," : "");
                 dh_result_write_json(r, jf);
             }
         }
+        dh_manifest_free(m);
     }
     if (jf)
         fprintf(jf, "\n],");
+    if (jf && real && !failed) { /* the simulator's predictions of the same runs */
+        fprintf(jf, "\"sim_predictions\":[");
+        for (int k = 0; k < nw * np; k++) {
+            fprintf(jf, "%s\n", k ? "," : "");
+            dh_result_write_json(&simres[k], jf);
+        }
+        fprintf(jf, "\n],");
+    }
     if (!failed)
         summary(jf, res, nw, pol, np);
     if (jf) {
@@ -171,5 +255,6 @@ int cli_bench(int argc, char **argv)
         failed |= fclose(jf) != 0;
     }
     free(res);
+    free(simres);
     return failed ? 1 : 0;
 }

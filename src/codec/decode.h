@@ -38,6 +38,14 @@ int dh__decode_video_range(const char *path, const dh_spec *spec, const dh_media
                            dh__decode_stats *st, char *err, size_t errlen);
 int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
+/*
+ * Part `part` of `nparts` of a split video: whole keyframe segments (runs of
+ * sampled frames that start with a seek under the derivation's rule), shared
+ * out in order, so no frame is decoded by two parts.
+ */
+int dh__decode_video_part(const char *path, const dh_spec *spec, const dh_media_info *mi,
+                          int part, int nparts, uint8_t *dst, size_t cap, dh__decode_stats *st,
+                          char *err, size_t errlen);
 
 int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);

@@ -289,3 +289,57 @@ int dh__decode_video_range(const char *path, const dh_spec *spec, const dh_media
     free(idx);
     return rc;
 }
+
+/*
+ * Sampled-frame range [*first, *end) of part `part`: the seek points of the
+ * derivation's rule (derive.c) cut the targets into keyframe segments, and
+ * each part takes a contiguous share of whole segments.
+ */
+static int part_range(const dh_spec *spec, const dh_media_info *mi, int part, int nparts,
+                      int64_t *first, int64_t *end)
+{
+    dh_media_derived md;
+    int rc = dh_derive_media(spec, mi, &md);
+    if (rc)
+        return rc;
+    int64_t n = md.sampled_frames, *idx = malloc((size_t)DH_MAX(n, 1) * sizeof *idx);
+    int64_t *seek_at = malloc((size_t)DH_MAX(n, 1) * sizeof *seek_at), segs = 0, cur = -1;
+    if (!idx || !seek_at) {
+        free(idx);
+        free(seek_at);
+        return DH_ENOMEM;
+    }
+    dh_video_sample_frames(spec, mi, idx, n);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t key = 0;
+        for (int32_t j = 0; j < mi->keyframe_count && mi->keyframes[j] <= idx[k]; j++)
+            key = mi->keyframes[j];
+        if (!(cur >= key && cur < idx[k]))
+            seek_at[segs++] = k;
+        cur = idx[k];
+    }
+    int64_t a = segs * part / nparts, b = segs * (part + 1) / nparts;
+    *first = a < segs ? seek_at[a] : n;
+    *end = b < segs ? seek_at[b] : n;
+    free(idx);
+    free(seek_at);
+    return 0;
+}
+
+int dh__decode_video_part(const char *path, const dh_spec *spec, const dh_media_info *mi,
+                          int part, int nparts, uint8_t *dst, size_t cap, dh__decode_stats *st,
+                          char *err, size_t errlen)
+{
+    int64_t first = 0, end = -1;
+    if (nparts > 1) {
+        int rc = part_range(spec, mi, part, nparts, &first, &end);
+        if (rc)
+            return rc;
+        if (first >= end) { /* more parts than segments: nothing for this one */
+            if (st)
+                memset(st, 0, sizeof *st);
+            return 0;
+        }
+    }
+    return dh__decode_video_range(path, spec, mi, first, end, dst, cap, st, err, errlen);
+}

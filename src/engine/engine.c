@@ -63,7 +63,8 @@ struct dh_engine {
     dh_sample_error_cb on_error;
     void *user;
     int64_t failed;
-    double cpu_sum;
+    double cpu_sum;          /* CPU time inside decoding, all tasks */
+    double worker_cpu;       /* CPU time of the worker threads, all of it */
     const dh_spec *spec;
 };
 
@@ -194,10 +195,8 @@ static int run_task(dh_engine *e, const dh__task *t, batch_slot *b, uint8_t *bas
         uint8_t *dst = base + it->offset;
         int rc;
         if (mi.type == DH_MEDIA_VIDEO) {
-            int64_t n = it->shape[0];
-            rc = dh__decode_video_range(path, e->spec, &mi, n * t->part / t->nparts,
-                                        n * (t->part + 1) / t->nparts, dst, (size_t)it->bytes,
-                                        NULL, err, errlen);
+            rc = dh__decode_video_part(path, e->spec, &mi, t->part, t->nparts, dst,
+                                       (size_t)it->bytes, NULL, err, errlen);
         } else if (t->part > 0) {
             rc = 0; /* only videos split; other items belong to part 0 */
         } else if (mi.type == DH_MEDIA_IMAGE) {
@@ -273,6 +272,7 @@ static void *worker_main(void *arg)
         }
         pthread_cond_broadcast(&e->work);
     }
+    e->worker_cpu += thread_cpu(); /* under e->mu: the whole thread, scheduling included */
     pthread_mutex_unlock(&e->mu);
     return NULL;
 }
@@ -480,6 +480,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     out->memory_budget = e->run.cfg.memory_budget;
     out->memory_peak = e->ring.peak;
     out->cap_violations = dh__sched_cap_violations(e->sched);
+    out->framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
     out->wall_s = elapsed(e);
     return 0;
 }
@@ -575,4 +576,53 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
     int frc = dh_engine_finish(e, out);
     dh_engine_free(e);
     return rc ? rc : frc;
+}
+
+/* ------------------------------------------------------------ calibration */
+
+int dh_measure_cpu_scale(const dh_manifest *m, const dh_spec *spec, int64_t count, double *scale,
+                         char *err, size_t errlen)
+{
+    if (!m || !spec || !scale || count < 1)
+        return DH_EINVAL;
+    dh__cpu_model cpu;
+    dh__cpu_model_default(&cpu);
+    double predicted = 0, measured = 0;
+    char path[4096];
+    int64_t n = DH_MIN(count, dh_manifest_count(m)), used = 0;
+    for (int64_t i = 0; i < n; i++) {
+        dh_sample_derived sd;
+        dh_media_derived md[256];
+        dh_sample_info si;
+        dh_manifest_sample(m, i, &si);
+        if (dh_derive_sample(spec, m, i, &sd, md))
+            continue;
+        double before = thread_cpu(), pred = 0;
+        int rc = 0;
+        for (int32_t j = 0; j < si.media_count && !rc; j++) {
+            dh_media_info mi;
+            dh_manifest_media(m, i, j, &mi);
+            pred += dh__cpu_media_cost(&cpu, &mi, &md[j]);
+            const char *dir = dh_manifest_dir(m);
+            snprintf(path, sizeof path, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
+            uint8_t *buf = malloc((size_t)DH_MAX(md[j].out_bytes, 1));
+            if (!buf)
+                return DH_ENOMEM;
+            rc = mi.type == DH_MEDIA_VIDEO   ? dh__decode_video(path, spec, &mi, buf, (size_t)md[j].out_bytes, NULL, NULL, 0)
+                 : mi.type == DH_MEDIA_IMAGE ? dh__decode_image(path, spec, &mi, buf, (size_t)md[j].out_bytes, NULL, NULL, 0)
+                                             : dh__decode_audio(path, spec, &mi, buf, (size_t)md[j].out_bytes, NULL, NULL, 0);
+            free(buf);
+        }
+        if (rc || pred <= 0)
+            continue; /* a failing sample says nothing about decode speed */
+        measured += thread_cpu() - before;
+        predicted += pred;
+        used++;
+    }
+    if (!used || predicted <= 0) {
+        dh__msg(err, errlen, "no sample of the first %lld decoded: cannot calibrate", (long long)n);
+        return DH_EDECODE;
+    }
+    *scale = measured / predicted;
+    return 0;
 }

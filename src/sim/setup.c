@@ -114,6 +114,15 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
         dh__run_free(run);
         return rc;
     }
+    /* A measured machine factor moves the CPU predictions (and so rho) to this machine. */
+    if (cfg->cpu_cost_scale > 0)
+        for (int64_t i = 0; i < run->samples.n; i++) {
+            dh_sample_info si;
+            dh_manifest_sample(run->m, i, &si);
+            run->samples.cpu_pred[i] *= (float)cfg->cpu_cost_scale;
+            if (si.sim_cpu_ms < 0) /* model-derived truth follows; given truth stays */
+                run->samples.cpu_true[i] *= (float)cfg->cpu_cost_scale;
+        }
     dh_run_config *c = &run->cfg;
     run->gpu = wl ? wl->gpu : (dh__gpu_model){1.0, 1.0 / 8000, 1.0, 0, 0};
     if (!c->rho)
