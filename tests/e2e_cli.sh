@@ -107,8 +107,14 @@ check "sim runs a manifest" contains "$WORK/sim2.out" "3 steps, 6 samples"
 check "bench exits 0" test $? -eq 0
 check "bench json has runs and the summary" contains "$WORK/bench.json" '"summary":{"min_efficiency":.*"headroom_vs_pool"'
 check "bench prints the table" contains "$WORK/bench.out" "speech-asr.*helix"
-"$DH" bench --mode real > /dev/null 2> "$WORK/real.err"
-check "bench --mode real says it is not built yet" contains "$WORK/real.err" "real engine"
+"$DH" bench --mode real --workloads speech-asr --policies pool,helix --steps 2 --batch 4 \
+    --data "$WORK/bd" --json "$WORK/breal.json" > "$WORK/breal.out" 2>&1
+check "bench --mode real exits 0" test $? -eq 0
+check "bench --mode real calibrates on this machine" contains "$WORK/breal.out" "CPU cost on this machine"
+check "bench --mode real saves runs and the simulator's predictions" contains "$WORK/breal.json" '"engine":"real".*'
+check "bench --mode real json has sim_predictions" contains "$WORK/breal.json" '"sim_predictions"'
+"$DH" bench --mode fast > /dev/null 2> "$WORK/mode.err"
+check "bench needs a known mode" contains "$WORK/mode.err" "--mode sim or --mode real"
 "$DH" sim --workload nope > /dev/null 2> "$WORK/nope.err"
 check "an unknown workload is named" contains "$WORK/nope.err" 'unknown workload "nope"'
 "$DH" sim --workload laion-images --policy ray > /dev/null 2> "$WORK/ray.err"
