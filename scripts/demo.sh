@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# demo.sh - the main job of this version, from a fresh Debian 12 machine:
-# install packages, build, generate a small real multimodal corpus (H.264 and
-# HEVC clips at several resolutions and GOP lengths, JPEG/PNG images, FLAC
-# speech), index it from headers only, inspect what each workload's
-# preprocessing would make of it, then compare the scheduling policies on
-# three workloads in the simulator (simulated figures). Outputs go to demo-out/.
+# demo.sh - the main job, from a fresh Debian 12 machine: install packages,
+# build, then `datahelix demo`: generate three real workloads (H.264 clips,
+# native-resolution video, any-res images), decode them with the real engine
+# for 4 emulated ranks under local, pool and helix, print the comparison and
+# write the JSON and a Chrome trace. Before it, a quick tour of the catalog
+# (index + inspect of a mixed corpus made with the ffmpeg tool) and of the
+# simulator. Outputs go to demo-out/. A few minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -47,10 +48,11 @@ for w in kinetics-clips omni-mix; do
     "$DH" inspect "$OUT/manifest.jsonl" --workload "$w" --json "$OUT/inspect-$w.json"
     echo
 done
-echo "== simulated comparison: local (DataLoader), pool (actor pool), helix; R=8, W=32"
+echo "== simulated comparison at cluster scale (R=8, W=32; simulated figures)"
 "$DH" bench --mode sim --workloads kinetics-clips,native-res-video,omni-mix --steps 300 \
     --json "$OUT/bench-sim.json"
-"$DH" sim --workload native-res-video --policy helix --steps 50 --trace "$OUT/trace.json" > /dev/null
 echo
-echo "manifest: $OUT/manifest.jsonl   summaries: $OUT/inspect-*.json"
-echo "simulated bench: $OUT/bench-sim.json   Chrome trace (open in Perfetto): $OUT/trace.json"
+echo "== the main job: real media, real decoding, three policies"
+"$DH" demo --out "$OUT"
+echo
+echo "catalog tour: $OUT/manifest.jsonl, $OUT/inspect-*.json   simulated bench: $OUT/bench-sim.json"

@@ -27,6 +27,8 @@ static const char help[] =
     "  --spec F                preprocessing spec (default: the workload's)\n"
     "  --json F                write the result object\n"
     "  --trace F               write a Chrome trace (open in Perfetto)\n"
+    "  --calibrate N           decode the manifest's first N samples first and scale the CPU\n"
+    "                          model to this machine (sets --cpu-cost-scale)\n"
     "  --list                  list workloads and policies\n";
 
 static void list(void)
@@ -42,6 +44,7 @@ static void list(void)
 
 typedef struct {
     const char *manifest, *spec, *json;
+    int64_t calibrate; /* samples to decode for --calibrate; 0: none */
 } sim_files;
 
 static int parse(int argc, char **argv, dh_run_config *cfg, sim_files *f)
@@ -61,6 +64,12 @@ static int parse(int argc, char **argv, dh_run_config *cfg, sim_files *f)
         if (!strcmp(o, "--list")) {
             list();
             return -1;
+        }
+        if (!strcmp(o, "--calibrate")) {
+            if (cli_int(o, val, 1, 100000, &f->calibrate))
+                return CLI_USAGE;
+            i++;
+            continue;
         }
         const char **slot = !strcmp(o, "--workload") ? &cfg->workload
                             : !strcmp(o, "--manifest") ? &f->manifest
@@ -153,6 +162,25 @@ static int sim_or_run(int argc, char **argv, int real)
         return 1;
     }
     cfg.spec = spec;
+    if (f.calibrate && m) {
+        dh_spec *cs = spec;
+        if (!cs && dh_spec_builtin(cfg.workload ? cfg.workload : "default", &cs)) {
+            cli_err("no spec for calibration");
+            dh_manifest_free(m);
+            return 1;
+        }
+        rc = dh_measure_cpu_scale(m, cs, f.calibrate, &cfg.cpu_cost_scale, err, sizeof err);
+        if (cs != spec)
+            dh_spec_free(cs);
+        if (rc) {
+            cli_err("calibration: %s", err);
+            dh_manifest_free(m);
+            dh_spec_free(spec);
+            return 1;
+        }
+        printf("calibrated: CPU cost on this machine = %.2f x the starting model (%lld samples)\n",
+               cfg.cpu_cost_scale, (long long)f.calibrate);
+    }
     dh_result res;
     int64_t sample_errors = 0;
     rc = real ? dh_engine_run(&cfg, print_sample_error, &sample_errors, &res, err, sizeof err)

@@ -37,6 +37,7 @@
 #define ITEM_ALIGN 64
 
 typedef struct {
+    double taken;          /* when its rank took it (trace) */
     int64_t offset, block; /* in the ring; block < 0: no buffer */
     int64_t bytes;
     dh_batch_item *items;
@@ -50,6 +51,7 @@ struct dh_engine {
     dh__sched *sched;
     dh__ring ring;
     dh__records rec;
+    dh__trace trace;
     pthread_mutex_t mu;
     pthread_cond_t work, ready, room;
     pthread_t *threads;
@@ -253,7 +255,7 @@ static void *worker_main(void *arg)
             rc = ensure_buffer(e, b);
         uint8_t *base = e->ring.base + b->offset;
         pthread_mutex_unlock(&e->mu);
-        double c0 = thread_cpu();
+        double c0 = thread_cpu(), started = elapsed(e);
         err[0] = 0;
         path[0] = 0;
         if (!rc)
@@ -265,6 +267,8 @@ static void *worker_main(void *arg)
             fail_sample(e, &t, b, rc);
         }
         e->cpu_sum += cpu;
+        dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",
+                       started, elapsed(e) - started, t.step, t.rank, t.sample);
         if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu)) {
             zero_failed(b, base);
             e->rec.ready[t.step * e->R + t.rank] = elapsed(e);
@@ -298,7 +302,8 @@ int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
     int rc = b->laid_out ? 0 : lay_out(e, st, rank, b); /* a batch with no samples */
     if (e->rec.ready[st * e->R + rank] == 0)
         e->rec.ready[st * e->R + rank] = asked; /* empty batches are ready at once */
-    dh__sched_batch_taken(e->sched, rank, st, elapsed(e));
+    b->taken = elapsed(e);
+    dh__sched_batch_taken(e->sched, rank, st, b->taken);
     e->next_step[rank]++;
     *out = (dh_batch){.step = st, .rank = rank, .nsamples = b->nsamples, .nitems = b->nitems,
                       .nfailed = b->nfailed, .samples = b->samples, .tokens = b->tokens,
@@ -325,6 +330,8 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
     batch_slot *s = &e->slot[b->step * e->R + b->rank];
     double gpu = gpu_seconds >= 0 ? gpu_seconds : dh_engine_batch_gpu_seconds(e, b);
     e->rec.compute[b->step * e->R + b->rank] = gpu;
+    dh__trace_span(&e->trace, DH_TRACE_RANKS, b->rank, "compute", s->taken,
+                   elapsed(e) - s->taken, b->step, b->rank, -1);
     dh__sched_step_done(e->sched, b->rank, b->step, elapsed(e), gpu);
     if (s->allocated)
         dh__ring_free(&e->ring, s->block);
@@ -419,7 +426,8 @@ int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void 
     e->spec = cfg->spec ? cfg->spec : e->run.spec;
     dh__sched_config sc;
     dh__run_sched_config(&e->run, &sc);
-    if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e))) {
+    if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e)) &&
+        !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
         rc = start_workers(e);
     }
@@ -463,8 +471,9 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     for (int w = 0; w < e->nthreads; w++)
         pthread_join(e->threads[w], NULL);
     e->nthreads = 0;
+    int trc = dh__trace_close(&e->trace);
     if (!out)
-        return 0;
+        return trc;
     memset(out, 0, sizeof *out);
     if (e->rec.makespan <= 0)
         e->rec.makespan = elapsed(e);
@@ -482,7 +491,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     out->cap_violations = dh__sched_cap_violations(e->sched);
     out->framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
     out->wall_s = elapsed(e);
-    return 0;
+    return trc;
 }
 
 void dh_engine_free(dh_engine *e)
