@@ -450,6 +450,9 @@ typedef struct {
     int64_t rank_token_cap;  /* helix placement: tokens per rank per step; 0: none */
     int64_t rank_byte_cap;   /* helix placement: output bytes per rank per step; 0: none */
     const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */
+    /* Real engine: called after each completed step (from a rank thread); may be NULL. */
+    void (*progress)(int64_t step_done, int64_t steps, void *user);
+    void *progress_user;
 } dh_run_config;
 
 DH_API void dh_run_config_default(dh_run_config *cfg);

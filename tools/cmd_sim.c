@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char help[] =
     "usage: datahelix sim (--workload NAME | --manifest M) --policy P [options]\n"
@@ -131,6 +132,14 @@ static void print_sample_error(const dh_sample_error *e, void *user)
             (long long)e->step, e->rank, e->path, e->message, dh_err_name(e->code));
 }
 
+static void progress(int64_t done, int64_t total, void *user)
+{
+    (void)user;
+    fprintf(stderr, "\rrun: step %lld/%lld", (long long)done, (long long)total);
+    if (done == total)
+        fputs("\r\033[K", stderr); /* clear the line before the results */
+}
+
 static int sim_or_run(int argc, char **argv, int real)
 {
     dh_run_config cfg;
@@ -143,6 +152,8 @@ static int sim_or_run(int argc, char **argv, int real)
         cli_err("run needs --manifest M of real media (datahelix index DIR -o M makes one)");
         return CLI_USAGE;
     }
+    if (real && isatty(STDERR_FILENO))
+        cfg.progress = progress;
     dh_manifest *m = NULL;
     dh_spec *spec = NULL;
     char err[512] = "";

@@ -542,7 +542,9 @@ static void *rank_main(void *p)
         double gpu = dh_engine_batch_gpu_seconds(e, &b);
         sleep_for(gpu);
         dh_engine_release(e, &b, gpu);
-        pthread_barrier_wait(a->barrier);
+        if (pthread_barrier_wait(a->barrier) == PTHREAD_BARRIER_SERIAL_THREAD &&
+            e->run.cfg.progress)
+            e->run.cfg.progress(st + 1, e->N, e->run.cfg.progress_user);
         sleep_for(e->run.gpu.c0);
     }
     if (a->rank == 0) {
