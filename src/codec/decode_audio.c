@@ -24,6 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Error with a message into the decoder's error buffer. */
+#define afail(a, code, ...) dh__fail((a)->err, (a)->errlen, (code), __VA_ARGS__)
+
 typedef struct {
     AVFormatContext *fmt;
     AVCodecContext *dec;
@@ -37,18 +40,6 @@ typedef struct {
     size_t errlen;
 } adec;
 
-static int afail(adec *a, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int afail(adec *a, int code, const char *fmt, ...)
-{
-    if (a->err && a->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(a->err, a->errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static int aaverr(adec *a, int e, const char *what)
 {

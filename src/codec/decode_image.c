@@ -31,33 +31,20 @@ typedef struct {
     int w, h;     /* decoded (possibly DCT-scaled) size */
 } picture;
 
-static int ifail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int ifail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static int read_file(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ifail(err, errlen, -errno, "cannot open the image: %s", strerror(errno));
+        return dh__fail(err, errlen, -errno, "cannot open the image: %s", strerror(errno));
     struct stat st;
     int rc = 0;
     if (fstat(fileno(f), &st) != 0 || st.st_size <= 0 || st.st_size > MAX_IMAGE_FILE)
-        rc = ifail(err, errlen, DH_ECORRUPT, "image file is empty or over 2 GiB");
+        rc = dh__fail(err, errlen, DH_ECORRUPT, "image file is empty or over 2 GiB");
     else if (!(*buf = malloc((size_t)st.st_size)))
         rc = DH_ENOMEM;
     else if (fread(*buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size)
-        rc = ifail(err, errlen, DH_EIO, "short read");
+        rc = dh__fail(err, errlen, DH_EIO, "short read");
     *len = (size_t)st.st_size;
     fclose(f);
     return rc;
@@ -66,7 +53,7 @@ static int read_file(const char *path, uint8_t **buf, size_t *len, char *err, si
 static int check_size(int w, int h, const dh_media_info *mi, char *err, size_t errlen)
 {
     if (w != mi->width || h != mi->height)
-        return ifail(err, errlen, DH_ECORRUPT, "the file is %dx%d but its manifest entry says %dx%d",
+        return dh__fail(err, errlen, DH_ECORRUPT, "the file is %dx%d but its manifest entry says %dx%d",
                      w, h, mi->width, mi->height);
     return 0;
 }
@@ -79,7 +66,7 @@ static int decode_jpeg(const uint8_t *buf, size_t len, const dh_spec *spec, cons
         return DH_ENOMEM;
     int w, h, sub, cs, rc;
     if (tjDecompressHeader3(tj, buf, (unsigned long)len, &w, &h, &sub, &cs) != 0) {
-        rc = ifail(err, errlen, DH_ECORRUPT, "JPEG header: %s", tjGetErrorStr2(tj));
+        rc = dh__fail(err, errlen, DH_ECORRUPT, "JPEG header: %s", tjGetErrorStr2(tj));
     } else if (!(rc = check_size(w, h, mi, err, errlen))) {
         tjscalingfactor sf = {dh__jpeg_scale_m(spec, w, h), 8};
         p->w = TJSCALED(w, sf);
@@ -88,7 +75,7 @@ static int decode_jpeg(const uint8_t *buf, size_t len, const dh_spec *spec, cons
         if (!p->rgb)
             rc = DH_ENOMEM;
         else if (tjDecompress2(tj, buf, (unsigned long)len, p->rgb, p->w, 0, p->h, TJPF_RGB, 0) != 0)
-            rc = ifail(err, errlen, DH_EDECODE, "JPEG data: %s", tjGetErrorStr2(tj));
+            rc = dh__fail(err, errlen, DH_EDECODE, "JPEG data: %s", tjGetErrorStr2(tj));
     }
     tjDestroy(tj);
     return rc;
@@ -137,7 +124,7 @@ static int decode_png(const uint8_t *buf, size_t len, const dh_media_info *mi, p
         goto done;
     }
     if (setjmp(png_jmpbuf(png))) {
-        rc = ifail(err, errlen, DH_EDECODE, "PNG data: %s", perr);
+        rc = dh__fail(err, errlen, DH_EDECODE, "PNG data: %s", perr);
         goto done;
     }
     png_set_read_fn(png, &src, png_read_mem);
@@ -151,7 +138,7 @@ static int decode_png(const uint8_t *buf, size_t len, const dh_media_info *mi, p
     png_set_gray_to_rgb(png);
     png_read_update_info(png, info);
     if (png_get_rowbytes(png, info) != (size_t)w * 3) {
-        rc = ifail(err, errlen, DH_EUNSUPPORTED, "PNG layout did not reduce to RGB24");
+        rc = dh__fail(err, errlen, DH_EUNSUPPORTED, "PNG layout did not reduce to RGB24");
         goto done;
     }
     p->w = w;
@@ -212,9 +199,9 @@ int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info 
     dh_media_derived md;
     int rc = dh_derive_media(spec, mi, &md);
     if (rc)
-        return ifail(err, errlen, rc, "cannot derive the output shape");
+        return dh__fail(err, errlen, rc, "cannot derive the output shape");
     if ((size_t)md.out_bytes > cap)
-        return ifail(err, errlen, DH_ERANGE, "slot holds %zu bytes, the image needs %lld", cap,
+        return dh__fail(err, errlen, DH_ERANGE, "slot holds %zu bytes, the image needs %lld", cap,
                      (long long)md.out_bytes);
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -227,7 +214,7 @@ int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info 
     else if (len >= 8 && !memcmp(buf, "\x89PNG\r\n\x1a\n", 8))
         rc = decode_png(buf, len, mi, &p, err, errlen);
     else
-        rc = ifail(err, errlen, DH_EUNSUPPORTED, "not a JPEG or PNG file (codec %s in the manifest)",
+        rc = dh__fail(err, errlen, DH_EUNSUPPORTED, "not a JPEG or PNG file (codec %s in the manifest)",
                    dh_codec_name(mi->codec));
     if (rc)
         goto done;
@@ -241,7 +228,7 @@ int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info 
         rc = scale_into(&sws, &p, r, md.out_width, md.out_height, dst);
     }
     if (rc)
-        rc = ifail(err, errlen, rc, "resize failed");
+        rc = dh__fail(err, errlen, rc, "resize failed");
     else
         st->bytes_written = md.out_bytes;
 done:

@@ -27,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Error with a message into the decoder's error buffer. */
+#define vfail(v, code, ...) dh__fail((v)->err, (v)->errlen, (code), __VA_ARGS__)
+
 typedef struct {
     AVFormatContext *fmt;
     AVCodecContext *dec;
@@ -51,18 +54,6 @@ dh__rect dh__cover_crop(int w, int h, int ow, int oh)
     return r;
 }
 
-static int vfail(vdec *v, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int vfail(vdec *v, int code, const char *fmt, ...)
-{
-    if (v->err && v->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(v->err, v->errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static int averr(vdec *v, int e, const char *what)
 {

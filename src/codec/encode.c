@@ -20,19 +20,6 @@
 #include <string.h>
 #include <turbojpeg.h>
 
-static int efail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int efail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /*
  * The synthetic scene, one frame at a time: a separable moving gradient
@@ -145,13 +132,29 @@ static void close_output(AVFormatContext *oc, AVCodecContext *c, int wrote_heade
     avcodec_free_context(&c);
 }
 
+/* Flushes the encoder (unless e already failed), closes the file, maps the outcome. */
+static int finish_encode(AVFormatContext *oc, AVCodecContext *c, AVStream *st, AVFrame *f,
+                         int header, int e, const char *path, char *err, size_t errlen)
+{
+    if (e >= 0)
+        e = write_packets(oc, c, st, NULL);
+    av_frame_free(&f);
+    close_output(oc, c, header);
+    if (e < 0) {
+        char text[AV_ERROR_MAX_STRING_SIZE];
+        av_strerror(e, text, sizeof text);
+        return dh__fail(err, errlen, DH_EIO, "writing %s: %s", path, text);
+    }
+    return 0;
+}
+
 int dh__encode_video(const char *path, int w, int h, double fps, int64_t frames, int gop,
                      uint64_t seed, char *err, size_t errlen)
 {
     dh__codec_init();
     const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
     if (!codec)
-        return efail(err, errlen, DH_EUNSUPPORTED, "no libx264 encoder in this FFmpeg");
+        return dh__fail(err, errlen, DH_EUNSUPPORTED, "no libx264 encoder in this FFmpeg");
     AVFormatContext *oc = NULL;
     AVCodecContext *c = NULL;
     AVStream *st = NULL;
@@ -193,17 +196,8 @@ int dh__encode_video(const char *path, int w, int h, double fps, int64_t frames,
         f->pts = t;
         e = write_packets(oc, c, st, f);
     }
-    if (e >= 0)
-        e = write_packets(oc, c, st, NULL);
     scene_free(&sc);
-    av_frame_free(&f);
-    close_output(oc, c, header);
-    if (e < 0) {
-        char text[AV_ERROR_MAX_STRING_SIZE];
-        av_strerror(e, text, sizeof text);
-        return efail(err, errlen, DH_EIO, "writing %s: %s", path, text);
-    }
-    return 0;
+    return finish_encode(oc, c, st, f, header, e, path, err, errlen);
 }
 
 int dh__encode_flac(const char *path, int rate, double seconds, uint64_t seed, char *err,
@@ -212,7 +206,7 @@ int dh__encode_flac(const char *path, int rate, double seconds, uint64_t seed, c
     dh__codec_init();
     const AVCodec *codec = avcodec_find_encoder(AV_CODEC_ID_FLAC);
     if (!codec)
-        return efail(err, errlen, DH_EUNSUPPORTED, "no FLAC encoder in this FFmpeg");
+        return dh__fail(err, errlen, DH_EUNSUPPORTED, "no FLAC encoder in this FFmpeg");
     AVFormatContext *oc = NULL;
     AVCodecContext *c = NULL;
     AVStream *st = NULL;
@@ -252,16 +246,7 @@ int dh__encode_flac(const char *path, int rate, double seconds, uint64_t seed, c
         f->pts = at;
         e = write_packets(oc, c, st, f);
     }
-    if (e >= 0)
-        e = write_packets(oc, c, st, NULL);
-    av_frame_free(&f);
-    close_output(oc, c, header);
-    if (e < 0) {
-        char text[AV_ERROR_MAX_STRING_SIZE];
-        av_strerror(e, text, sizeof text);
-        return efail(err, errlen, DH_EIO, "writing %s: %s", path, text);
-    }
-    return 0;
+    return finish_encode(oc, c, st, f, header, e, path, err, errlen);
 }
 
 static uint8_t *rgb_scene(int w, int h, uint64_t seed)
@@ -297,12 +282,12 @@ int dh__encode_jpeg(const char *path, int w, int h, uint64_t seed, char *err, si
     if (!rgb || !tj)
         rc = DH_ENOMEM;
     else if (tjCompress2(tj, rgb, w, 0, h, TJPF_RGB, &jpeg, &size, TJSAMP_420, 90, 0) != 0)
-        rc = efail(err, errlen, DH_EIO, "JPEG compression: %s", tjGetErrorStr2(tj));
+        rc = dh__fail(err, errlen, DH_EIO, "JPEG compression: %s", tjGetErrorStr2(tj));
     FILE *f = rc ? NULL : fopen(path, "wb");
     if (!rc && (!f || fwrite(jpeg, 1, size, f) != size))
-        rc = efail(err, errlen, DH_EIO, "writing %s", path);
+        rc = dh__fail(err, errlen, DH_EIO, "writing %s", path);
     if (f && fclose(f) != 0 && !rc)
-        rc = efail(err, errlen, DH_EIO, "writing %s", path);
+        rc = dh__fail(err, errlen, DH_EIO, "writing %s", path);
     tjFree(jpeg);
     if (tj)
         tjDestroy(tj);
@@ -324,6 +309,6 @@ int dh__encode_png(const char *path, int w, int h, uint64_t seed, char *err, siz
     int ok = png_image_write_to_file(&img, path, 0, rgb, 0, NULL);
     free(rgb);
     if (!ok)
-        return efail(err, errlen, DH_EIO, "writing %s: %s", path, img.message);
+        return dh__fail(err, errlen, DH_EIO, "writing %s: %s", path, img.message);
     return 0;
 }

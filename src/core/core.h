@@ -45,6 +45,10 @@ int dh__grow(void **buf, size_t *cap, size_t need, size_t elem);
 /* snprintf that never overflows and tolerates buf == NULL. */
 void dh__msg(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Formats a message into err (if any) and returns code: the one error-return helper. */
+int dh__fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Online CPU count, at least 1. */
 int dh__cpu_count(void);
 

@@ -87,6 +87,17 @@ void dh__msg(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+int dh__fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
 int dh__cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
