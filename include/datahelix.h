@@ -439,7 +439,7 @@ typedef struct {
     const char *workload;    /* built-in workload (spec, GPU model, rho); NULL with a manifest */
     const dh_manifest *manifest; /* run these samples; NULL: generate the workload */
     const dh_spec *spec;     /* overrides the workload's spec; may be NULL */
-    const char *policy;      /* local | pool | helix | helix-nobalance | helix-fifo */
+    const char *policy;      /* local | pool | helix | helix-nobalance | helix-fifo | helix-noreb */
     int ranks, workers;
     int64_t global_batch;
     int64_t steps;
@@ -474,6 +474,9 @@ typedef struct {
     int64_t memory_budget, memory_peak;
     int64_t cap_violations; /* samples placed over a per-rank cap no rank could meet */
     double framework_overhead; /* real engine: worker CPU not spent decoding, as a fraction */
+    /* collective rebalancing (helix): candidate moves, applied, refused by the gate */
+    int64_t reb_considered, reb_moved, reb_gated, reb_bytes;
+    double reb_predicted_gain_s, reb_realised_gain_s;
     double wall_s; /* time the simulator itself took */
 } dh_result;
 

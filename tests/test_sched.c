@@ -156,7 +156,7 @@ START_TEST(window_is_bounded_by_memory)
     dh__sched *s = make(&w);
     dh__task t;
     ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
-    ck_assert_int_eq(dh__sched_task_done(s, &t, 0.1, 0.1), 1);
+    ck_assert_int_eq(dh__sched_task_done(s, &t, 0.1, 0.1, -1), 1);
     ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
     ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 1);
     ck_assert(dh__sched_batch_ready(s, 0, 0));
@@ -188,9 +188,9 @@ START_TEST(heavy_late_sample_is_split_into_keyframe_parts)
         ck_assert_double_eq_tol(parts[k].pred_cost, 1.0, 1e-6);
     }
     for (int k = 0; k < 3; k++)
-        ck_assert_int_eq(dh__sched_task_done(s, &parts[k], 1.0, 1.0), 0);
+        ck_assert_int_eq(dh__sched_task_done(s, &parts[k], 1.0, 1.0, -1), 0);
     ck_assert(!dh__sched_batch_ready(s, 0, 0));
-    ck_assert_int_eq(dh__sched_task_done(s, &parts[3], 1.0, 1.0), 1);
+    ck_assert_int_eq(dh__sched_task_done(s, &parts[3], 1.0, 1.0, -1), 1);
     ck_assert(dh__sched_batch_ready(s, 0, 0));
     /* A light sample is never split. */
     dh__task t;
@@ -220,6 +220,125 @@ START_TEST(balanced_placement_evens_predicted_gpu)
     w.cfg.policy = DH_POL_HELIX_NOBALANCE;
     s = make(&w);
     ck_assert_int_eq(dh__sched_rank_of(s, 0, 2), 0); /* stride: sample 2 -> rank 0 */
+    dh__sched_free(s);
+}
+END_TEST
+
+/* Prepares every sample of step 0 (one worker), revealing the given exact GPU costs. */
+static void prepare_step0(dh__sched *s, const double *revealed, int n)
+{
+    for (int k = 0; k < n; k++) {
+        dh__task t;
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        dh__sched_task_done(s, &t, 0.0, 0.1, revealed[t.sample]);
+    }
+}
+
+static double rank_load(dh__sched *s, int rank, const double *g)
+{
+    int64_t samples[16];
+    int32_t n = dh__sched_batch_samples(s, 0, rank, samples, 16);
+    double sum = 0;
+    for (int32_t k = 0; k < n; k++)
+        sum += g[samples[k]];
+    return sum;
+}
+
+START_TEST(rebalancing_finds_the_known_optimal_plan)
+{
+    /* Four samples predicted equal: placed 2 | 2. Prepared, they turn out to cost 3, 1, 3, 1
+     * with both 3s on rank 0 (6 | 2). The optimal plan swaps a 3 for a 1: 4 | 4. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
+    dh__sched *s = make(&w);
+    int r0 = dh__sched_rank_of(s, 0, 0);
+    double g[4];
+    for (int k = 0; k < 4; k++)
+        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    prepare_step0(s, g, 4);
+    ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9);
+    dh__sched_rebalance(s, 0, 1.0);
+    ck_assert_double_eq_tol(rank_load(s, 0, g), 4.0, 1e-9);
+    ck_assert_double_eq_tol(rank_load(s, 1, g), 4.0, 1e-9);
+    const dh__reb_stats *st = dh__sched_reb_stats(s);
+    ck_assert_int_eq(st->moved, 2); /* one swap = two moves */
+    ck_assert_double_eq_tol(st->predicted_gain_s, 2.0, 1e-9);
+    /* Every sample is still in step 0, exactly once, and both batches are ready. */
+    int seen[4] = {0};
+    for (int r = 0; r < 2; r++) {
+        int64_t samples[8];
+        int32_t n = dh__sched_batch_samples(s, 0, r, samples, 8);
+        ck_assert_int_eq(n, 2);
+        for (int32_t k = 0; k < n; k++)
+            seen[samples[k]]++;
+        ck_assert(dh__sched_batch_ready(s, 0, r));
+    }
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(seen[k], 1);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(rebalancing_gate_follows_transfer_cost)
+{
+    world w;
+    double g[4];
+    /* Huge transfer cost (1 byte/s): the same beneficial plan is refused and counted. */
+    world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
+    w.cfg.move_bandwidth = 1.0;
+    dh__sched *s = make(&w);
+    int r0 = dh__sched_rank_of(s, 0, 0);
+    for (int k = 0; k < 4; k++)
+        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    prepare_step0(s, g, 4);
+    dh__sched_rebalance(s, 0, 1.0);
+    ck_assert_int_eq(dh__sched_reb_stats(s)->moved, 0);
+    ck_assert_int_eq(dh__sched_reb_stats(s)->gated, 2);
+    ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9);
+    dh__sched_free(s);
+    /* No gain (exact costs already balanced): nothing is considered. */
+    world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
+    s = make(&w);
+    for (int k = 0; k < 4; k++)
+        g[k] = 1.0;
+    prepare_step0(s, g, 4);
+    dh__sched_rebalance(s, 0, 1.0);
+    ck_assert_int_eq(dh__sched_reb_stats(s)->considered, 0);
+    dh__sched_free(s);
+    /* helix-noreb never moves. */
+    world_init(&w, DH_POL_HELIX_NOREB, 2, 1, 4, 1);
+    s = make(&w);
+    r0 = dh__sched_rank_of(s, 0, 0);
+    for (int k = 0; k < 4; k++)
+        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    prepare_step0(s, g, 4);
+    dh__sched_rebalance(s, 0, 1.0);
+    ck_assert_int_eq(dh__sched_reb_stats(s)->plans, 0);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(only_prepared_samples_move)
+{
+    /* Rank 0's two samples are prepared and heavy; rank 1's are not prepared yet: nothing of
+     * rank 1 may move, and rank 1 keeps its unprepared samples. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 2, 4, 1);
+    dh__sched *s = make(&w);
+    int r0 = dh__sched_rank_of(s, 0, 0);
+    dh__task t[4];
+    int got = 0;
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(dh__sched_next_task(s, k % 2, 0.0, &t[got++]), 0);
+    for (int k = 0; k < 4; k++)
+        if (t[k].rank == r0)
+            dh__sched_task_done(s, &t[k], 0.0, 0.1, 5.0);
+    dh__sched_rebalance(s, 0, 1.0);
+    for (int k = 0; k < 4; k++)
+        if (t[k].rank != r0)
+            ck_assert_int_eq(dh__sched_rank_of(s, 0, t[k].pos), t[k].rank);
+    /* One heavy sample moved to rank 1 (5 + 1 + 1 < 10). */
+    ck_assert_int_eq(dh__sched_reb_stats(s)->moved, 1);
     dh__sched_free(s);
 }
 END_TEST
@@ -267,6 +386,9 @@ int main(void)
     tcase_add_test(tc, window_is_bounded_by_memory);
     tcase_add_test(tc, heavy_late_sample_is_split_into_keyframe_parts);
     tcase_add_test(tc, balanced_placement_evens_predicted_gpu);
+    tcase_add_test(tc, rebalancing_finds_the_known_optimal_plan);
+    tcase_add_test(tc, rebalancing_gate_follows_transfer_cost);
+    tcase_add_test(tc, only_prepared_samples_move);
     tcase_add_test(tc, calibration_converges_on_synthetic_truth);
     tcase_add_test(tc, policy_names_round_trip);
     suite_add_tcase(s, tc);

@@ -24,7 +24,8 @@ static const char help[] =
     "\n"
     "  --workload NAME         a built-in workload (datahelix sim --list)\n"
     "  --manifest M            run these samples instead (with --workload: its spec and GPU model)\n"
-    "  --policy P              local | pool | helix | helix-nobalance | helix-fifo (default helix)\n"
+    "  --policy P              local | pool | helix | helix-nobalance | helix-fifo | helix-noreb\n"
+    "                          (default helix)\n"
     "  --spec F                preprocessing spec (default: the workload's)\n"
     "  --json F                write the result object\n"
     "  --trace F               write a Chrome trace (open in Perfetto)\n"
@@ -119,6 +120,11 @@ void cli_print_result(const dh_result *r)
            100 * r->cpu_mape, 100 * r->gpu_mape, r->memory_peak / 1048576.0,
            r->memory_budget / 1048576.0, (long long)r->delivered, (long long)r->failed,
            (long long)r->samples, r->wall_s, strcmp(r->engine, "real") ? "to simulate" : "wall");
+    if (r->reb_considered)
+        printf("  rebalancing: %lld moves considered, %lld made, %lld refused by the gate, "
+               "%.1f MiB moved, predicted gain %.3f s, realised %.3f s\n",
+               (long long)r->reb_considered, (long long)r->reb_moved, (long long)r->reb_gated,
+               r->reb_bytes / 1048576.0, r->reb_predicted_gain_s, r->reb_realised_gain_s);
     if (r->cap_violations)
         printf("  %lld samples could not be placed within the per-rank caps (placed on the least "
                "loaded rank)\n",

@@ -269,7 +269,7 @@ static void *worker_main(void *arg)
         e->cpu_sum += cpu;
         dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",
                        started, elapsed(e) - started, t.step, t.rank, t.sample);
-        if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu)) {
+        if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu, -1.0)) {
             zero_failed(b, base);
             e->rec.ready[t.step * e->R + t.rank] = elapsed(e);
             pthread_cond_broadcast(&e->ready);
@@ -489,6 +489,13 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     out->memory_budget = e->run.cfg.memory_budget;
     out->memory_peak = e->ring.peak;
     out->cap_violations = dh__sched_cap_violations(e->sched);
+    const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
+    out->reb_considered = reb->considered;
+    out->reb_moved = reb->moved;
+    out->reb_gated = reb->gated;
+    out->reb_bytes = reb->bytes_moved;
+    out->reb_predicted_gain_s = reb->predicted_gain_s;
+    out->reb_realised_gain_s = reb->realised_gain_s;
     out->framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
     out->wall_s = elapsed(e);
     return trc;

@@ -125,14 +125,18 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"miss_rate\":%.6f,\"fill_wait_ms\":%.6g,\"wait_mean_ms\":%.6g,\"wait_p50_ms\":%.6g,"
             "\"wait_p95_ms\":%.6g,\"wait_p99_ms\":%.6g,\"gpu_idle_frac\":%.6f,"
             "\"cpu_mape\":%.6f,\"gpu_mape\":%.6f,\"bound_gpu_s\":%.9g,\"bound_cpu_s\":%.9g,"
-            "\"placement_s\":%.9g,\"memory_budget\":%lld,\"memory_peak\":%lld,\"cap_violations\":%lld,\"framework_overhead\":%.6f,\"wall_s\":%.6g}",
+            "\"placement_s\":%.9g,\"memory_budget\":%lld,\"memory_peak\":%lld,\"cap_violations\":%lld,\"framework_overhead\":%.6f,\"reb_considered\":%lld,\"reb_moved\":%lld,"
+            "\"reb_gated\":%lld,\"reb_bytes\":%lld,\"reb_predicted_gain_s\":%.9g,"
+            "\"reb_realised_gain_s\":%.9g,\"wall_s\":%.6g}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
             r->wait_mean_ms, r->wait_p50_ms, r->wait_p95_ms, r->wait_p99_ms, r->gpu_idle_frac,
             r->cpu_mape, r->gpu_mape, r->bound_gpu_s, r->bound_cpu_s, r->placement_s,
             (long long)r->memory_budget, (long long)r->memory_peak, (long long)r->cap_violations,
-            r->framework_overhead, r->wall_s);
+            r->framework_overhead, (long long)r->reb_considered, (long long)r->reb_moved,
+            (long long)r->reb_gated, (long long)r->reb_bytes, r->reb_predicted_gain_s,
+            r->reb_realised_gain_s, r->wall_s);
     return ferror(f) ? DH_EIO : 0;
 }
 

@@ -255,6 +255,10 @@ static void refine(part_state *s, dh__part_out *out)
         total += in->gpu[i];
         largest = DH_MAX(largest, in->gpu[i]);
     }
+    for (int r = 0; in->base_gpu && r < in->ranks; r++) {
+        total += in->base_gpu[r];
+        largest = DH_MAX(largest, in->base_gpu[r]);
+    }
     double good_enough = 1.001 * DH_MAX(total / in->ranks, largest);
     for (int round = 0; round < 4 * in->n + 16; round++) {
         int top = 0;
@@ -288,13 +292,19 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
         rc = DH_ENOMEM;
         goto done;
     }
-    for (size_t r = 0; r < R; r++)
+    for (size_t r = 0; r < R; r++) {
         s.head[r] = -1;
+        s.gpu[r] = in->base_gpu ? in->base_gpu[r] : 0;
+    }
     for (int i = 0; i < in->n; i++)
         order[i] = i;
     qsort_r(order, (size_t)in->n, sizeof *order, by_gpu_desc, (void *)in);
-    if ((rc = lpt(&s, order, out)))
+    if (in->initial) { /* improve a given placement: only moves that lower the maximum */
+        for (int i = 0; i < in->n; i++)
+            place(&s, i, in->initial[i], +1);
+    } else if ((rc = lpt(&s, order, out))) {
         goto done;
+    }
     refine(&s, out);
     double total = 0;
     for (size_t r = 0; r < R; r++) {

@@ -16,6 +16,8 @@ typedef struct {
     const int64_t *bytes;  /* for cap_bytes; may be NULL when uncapped */
     int64_t cap_tokens; /* per-rank caps; 0: none */
     int64_t cap_bytes;
+    const double *base_gpu; /* per-rank load already fixed there (rebalancing); may be NULL */
+    const int32_t *initial; /* start from this placement and only refine it; may be NULL */
 } dh__part_in;
 
 typedef struct {

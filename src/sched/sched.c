@@ -56,6 +56,11 @@ struct dh__sched {
     double *step_start;   /* N + 1: D(s), predicted start of step s */
     float *task_pred;     /* N * G: raw predicted cost */
     int32_t *parts_left;  /* N * G: parts of a split sample still running or queued */
+    float *revealed;      /* N * G: exact GPU cost once prepared; < 0 until then */
+    uint8_t *done;        /* N * G: sample fully prepared */
+    int32_t *orig_rank;   /* N * G: placement before rebalancing (realised gain) */
+    int32_t *finished_ranks; /* N: ranks done with the step */
+    dh__reb_stats reb;
     int64_t cur_step;     /* latest step any rank has taken, and when */
     double cur_time;
     int64_t planned;      /* steps planned so far */
@@ -79,7 +84,7 @@ struct dh__sched {
 };
 
 static const char *const policy_names[DH_POL_COUNT + 1] = {
-    "local", "pool", "helix", "helix-nobalance", "helix-fifo", NULL};
+    "local", "pool", "helix", "helix-nobalance", "helix-fifo", "helix-noreb", NULL};
 
 int dh__policy_from_name(const char *name)
 {
@@ -101,12 +106,14 @@ const char *const *dh_policy_names(void)
 
 static int shared_lst(const dh__sched *s)
 {
-    return s->cfg.policy == DH_POL_HELIX || s->cfg.policy == DH_POL_HELIX_NOBALANCE;
+    return s->cfg.policy == DH_POL_HELIX || s->cfg.policy == DH_POL_HELIX_NOBALANCE ||
+           s->cfg.policy == DH_POL_HELIX_NOREB;
 }
 
 static int balanced(const dh__sched *s)
 {
-    return s->cfg.policy == DH_POL_HELIX || s->cfg.policy == DH_POL_HELIX_FIFO;
+    return s->cfg.policy == DH_POL_HELIX || s->cfg.policy == DH_POL_HELIX_FIFO ||
+           s->cfg.policy == DH_POL_HELIX_NOREB;
 }
 
 /* ---------------------------------------------------------------- planning */
@@ -114,6 +121,37 @@ static int balanced(const dh__sched *s)
 static double sample_gpu(const dh__sched *s, int64_t sample)
 {
     return dh__gpu_sample_cost(&s->cfg.gpu, &s->cfg.pred.feat[sample]);
+}
+
+/*
+ * Groups step st's positions by rank (members) and recomputes each batch's
+ * task count, done count, bytes and predicted GPU time from rank_of; called
+ * after planning and after a rebalancing plan moved samples.
+ */
+static void regroup(dh__sched *s, int64_t st)
+{
+    int64_t G = s->G, base = st * G;
+    const int64_t *idx = s->cfg.order + base;
+    const int32_t *rank_of = s->rank_of + base;
+    batch_rec *b = s->batch + st * s->R;
+    for (int r = 0; r < s->R; r++)
+        b[r].ntasks = b[r].ndone = 0, b[r].bytes = 0, b[r].pred_gpu_raw = 0;
+    for (int64_t k = 0; k < G; k++) {
+        batch_rec *br = &b[rank_of[k]];
+        br->ntasks++;
+        br->ndone += s->done[base + k];
+        br->bytes += s->cfg.pred.bytes[idx[k]];
+        br->pred_gpu_raw += sample_gpu(s, idx[k]);
+    }
+    int32_t off = 0;
+    for (int r = 0; r < s->R; r++) {
+        b[r].first = off;
+        off += b[r].ntasks;
+    }
+    int32_t *fill = s->plan_fill;
+    memset(fill, 0, (size_t)s->R * sizeof *fill);
+    for (int64_t k = 0; k < G; k++) /* positions grouped by rank, in batch order */
+        s->members[base + b[rank_of[k]].first + fill[rank_of[k]]++] = base + k;
 }
 
 /* Places step st's samples, groups them by rank and fills its batch records. */
@@ -141,26 +179,13 @@ static int plan_step(dh__sched *s, int64_t st)
     } else {
         dh__partition_stride((int)G, s->R, rank_of);
     }
+    memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
     batch_rec *b = s->batch + st * s->R;
     for (int r = 0; r < s->R; r++)
         memset(&b[r], 0, sizeof b[r]);
-    for (int64_t k = 0; k < G; k++) {
-        batch_rec *br = &b[rank_of[k]];
-        br->ntasks++;
-        br->bytes += s->cfg.pred.bytes[idx[k]];
-        br->pred_gpu_raw += sample_gpu(s, idx[k]);
+    for (int64_t k = 0; k < G; k++)
         s->task_pred[base + k] = s->cfg.pred.cpu_pred[idx[k]];
-    }
-    int32_t off = 0;
-    for (int r = 0; r < s->R; r++) {
-        b[r].first = off;
-        off += b[r].ntasks;
-        b[r].ndone = b[r].nissued = 0;
-    }
-    int32_t *fill = s->plan_fill;
-    memset(fill, 0, (size_t)s->R * sizeof *fill);
-    for (int64_t k = 0; k < G; k++) /* positions grouped by rank, in batch order */
-        s->members[base + b[rank_of[k]].first + fill[rank_of[k]]++] = base + k;
+    regroup(s, st);
     double step_gpu = 0;
     for (int r = 0; r < s->R; r++)
         step_gpu = DH_MAX(step_gpu, b[r].pred_gpu_raw);
@@ -344,7 +369,8 @@ int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
     return 0;
 }
 
-int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured)
+int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured,
+                        double revealed_gpu)
 {
     (void)now;
     int32_t n = t->nparts > 0 ? t->nparts : 1;
@@ -352,7 +378,9 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
                           measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
     if (n > 1 && --s->parts_left[t->pos] > 0)
         return 0; /* other parts of this sample are still running */
-    batch_rec *b = &s->batch[t->step * s->R + t->rank];
+    s->revealed[t->pos] = (float)revealed_gpu;
+    s->done[t->pos] = 1;
+    batch_rec *b = &s->batch[t->step * s->R + s->rank_of[t->pos]];
     return ++b->ndone == b->ntasks;
 }
 
@@ -373,6 +401,21 @@ void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now)
     }
 }
 
+/* Slowest rank of a step under a placement, with exact costs where known. */
+static double step_max(const dh__sched *s, int64_t st, const int32_t *rank_of, double *load)
+{
+    memset(load, 0, (size_t)s->R * sizeof *load);
+    for (int64_t k = 0; k < s->G; k++) {
+        int64_t pos = st * s->G + k;
+        double g = s->revealed[pos] >= 0 ? s->revealed[pos] : sample_gpu(s, s->cfg.order[pos]);
+        load[rank_of[pos]] += g;
+    }
+    double m = 0;
+    for (int r = 0; r < s->R; r++)
+        m = DH_MAX(m, load[r]);
+    return m;
+}
+
 void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time)
 {
     (void)now;
@@ -383,6 +426,105 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
     s->mem_in_use -= b->bytes;
     if (b->ntasks > 0)
         dh__calib_gpu_observe(&s->calib, b->pred_gpu_raw, gpu_time);
+    if (++s->finished_ranks[step] == s->R && s->cfg.policy == DH_POL_HELIX) {
+        /* Realised gain: the step's slowest rank before and after its moves, exact costs. */
+        s->reb.realised_gain_s += step_max(s, step, s->orig_rank, s->plan_gpu) -
+                                  step_max(s, step, s->rank_of, s->plan_gpu);
+    }
+}
+
+/*
+ * The rebalancing plan of one step (DESIGN.md mechanism 4, GPU residual skew
+ * inside a node). Prepared samples have exact costs (revealed); the others
+ * stay where they are and weigh their predicted cost. The planner improves
+ * the current placement of the prepared samples on top of those fixed loads
+ * (only moves that lower the step's maximum), and the whole plan is applied
+ * if its gain beats its cost: the most bytes any rank receives over the move
+ * bandwidth, plus latency, times 1 + 4 x the GPU prediction error (noisier
+ * estimates move less).
+ */
+void dh__sched_rebalance(dh__sched *s, int64_t st, double now)
+{
+    (void)now;
+    if (s->cfg.policy != DH_POL_HELIX || st >= s->planned)
+        return;
+    batch_rec *b = s->batch + st * s->R;
+    for (int r = 0; r < s->R; r++)
+        if (!b[r].admitted || b[r].finished)
+            return; /* moves stay inside admitted, untaken batches */
+    int64_t base = st * s->G, n = 0;
+    /* Planning scratch: fixed loads per rank; cost, position and bytes per movable sample. */
+    double *fixed = s->plan_cpu, *mov_gpu = s->plan_gpu;
+    int64_t *pos_of = s->plan_bytes, *mov_bytes = s->plan_tokens;
+    for (int r = 0; r < s->R; r++)
+        fixed[r] = 0;
+    for (int64_t k = 0; k < s->G; k++) {
+        int64_t p = base + k;
+        if (s->done[p] && s->revealed[p] >= 0) {
+            pos_of[n] = p;
+            mov_gpu[n] = s->revealed[p];
+            mov_bytes[n] = s->cfg.pred.bytes[s->cfg.order[p]];
+            n++;
+        } else {
+            fixed[s->rank_of[p]] += sample_gpu(s, s->cfg.order[p]);
+        }
+    }
+    if (n == 0)
+        return;
+    int32_t *start = malloc((size_t)n * sizeof *start), *plan = malloc((size_t)n * sizeof *plan);
+    double *fixed_copy = malloc((size_t)s->R * sizeof *fixed_copy);
+    int64_t *bytes_in = calloc((size_t)s->R, sizeof *bytes_in);
+    if (!start || !plan || !fixed_copy || !bytes_in)
+        goto done;
+    double old_max = 0;
+    memcpy(fixed_copy, fixed, (size_t)s->R * sizeof *fixed_copy);
+    for (int64_t i = 0; i < n; i++) {
+        start[i] = s->rank_of[pos_of[i]];
+        fixed_copy[start[i]] += mov_gpu[i];
+    }
+    for (int r = 0; r < s->R; r++)
+        old_max = DH_MAX(old_max, fixed_copy[r]);
+    dh__part_in in = {.n = (int)n, .ranks = s->R, .gpu = mov_gpu, .base_gpu = fixed,
+                      .initial = start};
+    dh__part_out po;
+    if (dh__partition(&in, plan, &po))
+        goto done;
+    int64_t moves = 0, bytes = 0, most_in = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (plan[i] != start[i]) {
+            moves++;
+            bytes += mov_bytes[i];
+            bytes_in[plan[i]] += mov_bytes[i];
+        }
+    s->reb.plans++;
+    s->reb.considered += moves;
+    if (!moves)
+        goto done;
+    for (int r = 0; r < s->R; r++)
+        most_in = DH_MAX(most_in, bytes_in[r]);
+    double cost = (double)most_in / s->cfg.move_bandwidth + s->cfg.move_latency;
+    double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib), gain = old_max - po.max_gpu;
+    if (gain <= margin * cost) {
+        s->reb.gated += moves;
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++)
+        s->rank_of[pos_of[i]] = plan[i];
+    regroup(s, st);
+    s->reb.plans_applied++;
+    s->reb.moved += moves;
+    s->reb.bytes_moved += bytes;
+    s->reb.predicted_gain_s += gain;
+done:
+    free(start);
+    free(plan);
+    free(fixed_copy);
+    free(bytes_in);
+}
+
+const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s)
+{
+    return &s->reb;
 }
 
 int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *out, int32_t cap)
@@ -437,6 +579,10 @@ void dh__sched_free(dh__sched *s)
     free(s->step_start);
     free(s->task_pred);
     free(s->parts_left);
+    free(s->revealed);
+    free(s->done);
+    free(s->orig_rank);
+    free(s->finished_ranks);
     free(s->fifo);
     free(s->heap);
     free(s->taken);
@@ -475,20 +621,31 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->heap = malloc(np * sizeof *s->heap);
     s->heap_cap = np;
     s->parts_left = calloc(np, sizeof *s->parts_left);
+    s->revealed = malloc(np * sizeof *s->revealed);
+    s->done = calloc(np, sizeof *s->done);
+    s->orig_rank = malloc(np * sizeof *s->orig_rank);
+    s->finished_ranks = calloc((size_t)s->N + 1, sizeof *s->finished_ranks);
     s->taken = calloc((size_t)s->R, sizeof *s->taken);
     s->worker_step = malloc((size_t)nw * sizeof *s->worker_step);
-    s->plan_gpu = malloc((size_t)s->G * sizeof *s->plan_gpu);
-    s->plan_cpu = malloc((size_t)s->G * sizeof *s->plan_cpu);
+    s->plan_gpu = malloc((size_t)DH_MAX(s->G, (int64_t)s->R) * sizeof *s->plan_gpu);
+    s->plan_cpu = malloc((size_t)DH_MAX(s->G, (int64_t)s->R) * sizeof *s->plan_cpu);
     s->plan_fill = malloc((size_t)s->R * sizeof *s->plan_fill);
     s->plan_tokens = malloc((size_t)s->G * sizeof *s->plan_tokens);
     s->plan_bytes = malloc((size_t)s->G * sizeof *s->plan_bytes);
-    if (!s->plan_tokens || !s->plan_bytes || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->parts_left ||
+    if (!s->plan_tokens || !s->plan_bytes || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->parts_left || !s->revealed || !s->done || !s->orig_rank ||
+        !s->finished_ranks ||
         !s->heap || !s->taken || !s->worker_step) {
         dh__sched_free(s);
         return DH_ENOMEM;
     }
     for (int w = 0; w < nw; w++)
         s->worker_step[w] = w % s->k_local;
+    for (size_t i = 0; i < np; i++)
+        s->revealed[i] = -1.0f;
+    if (!s->cfg.move_bandwidth)
+        s->cfg.move_bandwidth = 20e9;
+    if (!s->cfg.move_latency)
+        s->cfg.move_latency = 5e-6;
     *out = s;
     return 0;
 }

@@ -22,6 +22,7 @@ typedef enum {
     DH_POL_HELIX,            /* balanced placement, least slack first */
     DH_POL_HELIX_NOBALANCE,  /* stride placement, least slack first */
     DH_POL_HELIX_FIFO,       /* balanced placement, FIFO */
+    DH_POL_HELIX_NOREB,      /* helix without collective rebalancing */
     DH_POL_COUNT
 } dh__policy;
 
@@ -46,6 +47,8 @@ typedef struct {
     int64_t global_batch, steps;
     int64_t memory_budget;   /* bytes of admitted, not yet consumed batches */
     int64_t rank_token_cap, rank_byte_cap; /* balanced placement caps; 0: none */
+    double move_bandwidth;   /* bytes/s of moving a prepared sample between ranks (0: 20 GB/s) */
+    double move_latency;     /* seconds per move plan (0: 5 us: a shared-memory handoff) */
     dh__pred pred;
     dh__gpu_model gpu;       /* predicted GPU model (c0 = fixed per-step cost) */
     const int64_t *order;    /* steps * global_batch sample indices (the sampler's) */
@@ -78,8 +81,30 @@ int dh__sched_worker_rank(const dh__sched *s, int worker);
 
 /* 0: *out is the worker's next task; 1: nothing for this worker now. */
 int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out);
-/* Returns 1 when this completed the task's batch. */
-int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured);
+/*
+ * Returns 1 when this completed the task's batch. revealed_gpu is the
+ * sample's exact GPU cost once it is prepared (known from its decoded
+ * content), or < 0 if the engine cannot tell; rebalancing uses it.
+ */
+int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured,
+                        double revealed_gpu);
+
+/*
+ * Collective rebalancing of step `step` (helix only), called when its ranks
+ * are about to take their batches: prepared samples may move between ranks
+ * of the step as one plan, if the plan's predicted gain beats its transfer
+ * cost times a margin that grows with the GPU prediction error.
+ */
+void dh__sched_rebalance(dh__sched *s, int64_t step, double now);
+
+typedef struct {
+    int64_t plans, plans_applied;
+    int64_t considered, moved, gated; /* candidate moves, applied, refused by the gate */
+    int64_t bytes_moved;
+    double predicted_gain_s, realised_gain_s;
+} dh__reb_stats;
+
+const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s);
 int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank);
 void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now);
 void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time);

@@ -128,7 +128,8 @@ static void on_task_done(sim *s, const event *e)
     dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, "prepare", s->task_start[w], cost, t.step,
                    t.rank, t.sample);
     s->idle[w] = 1;
-    if (dh__sched_task_done(s->sched, &t, e->t, cost)) {
+    /* The sample's exact GPU cost becomes known once it is prepared (DESIGN.md mech. 4). */
+    if (dh__sched_task_done(s->sched, &t, e->t, cost, s->run->samples.gpu_true[t.sample])) {
         s->rec.ready[t.step * s->rec.R + t.rank] = e->t;
         if (s->waiting[t.rank] == t.step)
             start_compute(s, t.rank, t.step, e->t);
@@ -155,6 +156,7 @@ static void on_barrier(sim *s, const event *e)
         s->done = 1;
         return;
     }
+    dh__sched_rebalance(s->sched, next, e->t); /* before any rank takes its batch */
     for (int r = 0; r < s->rec.R; r++)
         request(s, r, next, e->t);
 }
@@ -238,6 +240,13 @@ static void fill_result(const sim *s, dh_result *out)
     out->memory_budget = run->cfg.memory_budget;
     out->memory_peak = dh__sched_memory_peak(s->sched);
     out->cap_violations = dh__sched_cap_violations(s->sched);
+    const dh__reb_stats *reb = dh__sched_reb_stats(s->sched);
+    out->reb_considered = reb->considered;
+    out->reb_moved = reb->moved;
+    out->reb_gated = reb->gated;
+    out->reb_bytes = reb->bytes_moved;
+    out->reb_predicted_gain_s = reb->predicted_gain_s;
+    out->reb_realised_gain_s = reb->realised_gain_s;
 }
 
 int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errlen)
