@@ -447,6 +447,10 @@ typedef struct {
     int64_t memory_budget;   /* bytes of prepared + in-preparation batches */
     double rho;              /* 0: the workload's load factor (1.0 for a plain manifest) */
     double cpu_cost_scale;   /* measured / predicted CPU cost on this machine; 0: 1 */
+    /* Stress: this fraction of samples (seeded) truly carries `understate_factor` x the
+     * tokens and latents their descriptors say; policies still see the descriptors. */
+    double understate_fraction, understate_factor;
+    int understate_told; /* the same heavier samples, but described truthfully (the reference) */
     int64_t rank_token_cap;  /* helix placement: tokens per rank per step; 0: none */
     int64_t rank_byte_cap;   /* helix placement: output bytes per rank per step; 0: none */
     const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */

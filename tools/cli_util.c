@@ -148,6 +148,9 @@ const char cli_run_help[] =
     "  --memory-budget BYTES   prepared + in-preparation batch bytes (default: what the DataLoader holds)\n"
     "  --cpu-cost-scale X      measured / predicted CPU cost on this machine (bench --mode real\n"
     "                          measures it; default 1)\n"
+    "  --understate F:K        stress: a fraction F of samples truly has K x the tokens their\n"
+    "                          descriptors say (policies see the descriptors)\n"
+    "  --understate-told       the same samples described truthfully (the reference run)\n"
     "  --rank-token-cap N      helix placement: at most N tokens per rank per step\n"
     "  --rank-byte-cap BYTES   helix placement: at most BYTES of output per rank per step\n";
 
@@ -173,6 +176,19 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->memory_budget);
     } else if (!strcmp(opt, "--cpu-cost-scale")) {
         rc = cli_num(opt, val, 1e-6, 1e6, &cfg->cpu_cost_scale);
+    } else if (!strcmp(opt, "--understate-told")) {
+        cfg->understate_told = 1;
+        return 1;
+    } else if (!strcmp(opt, "--understate")) {
+        char *end = NULL;
+        cfg->understate_fraction = val ? strtod(val, &end) : -1;
+        cfg->understate_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
+        rc = cfg->understate_fraction > 0 && cfg->understate_fraction <= 1 &&
+                     cfg->understate_factor > 0
+                 ? 0
+                 : (cli_err("--understate expects F:K with 0 < F <= 1 and K > 0, got \"%s\"",
+                            val ? val : ""),
+                    -1);
     } else if (!strcmp(opt, "--rank-token-cap")) {
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->rank_token_cap);
     } else if (!strcmp(opt, "--rank-byte-cap")) {

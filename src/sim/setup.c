@@ -89,6 +89,34 @@ static int build_order(dh__run *run, char *err, size_t errlen)
     return run->order ? 0 : DH_ENOMEM;
 }
 
+/*
+ * The GPU-side stress of issue 5: a seeded fraction of samples truly has k x
+ * the tokens and latents of its descriptor (a wrong resolution or length in
+ * the manifest), so its true GPU cost uses k x the linear and k^2 x the
+ * quadratic features. Predictions are untouched, unless understate_told asks
+ * for the reference run in which the descriptors are right.
+ */
+static void understate(dh__run *run)
+{
+    double k = run->cfg.understate_factor;
+    for (int64_t i = 0; i < run->samples.n; i++) {
+        dh_sample_info si;
+        dh_manifest_sample(run->m, i, &si);
+        uint64_t h = dh__mix64(run->cfg.seed ^ dh__mix64((uint64_t)i + 0x5172e55));
+        if (si.sim_gpu_ms >= 0 || (double)(h >> 11) / 9007199254740992.0 >= run->cfg.understate_fraction)
+            continue;
+        dh__gpu_feat f = run->samples.feat[i];
+        f.t *= (float)k;
+        f.v *= (float)k;
+        f.t2 *= (float)(k * k);
+        f.v2 *= (float)(k * k);
+        run->samples.gpu_true[i] = (float)(dh__gpu_sample_cost(&run->gpu, &f) *
+                                           dh__lognormal_noise(run->cfg.seed, i, 2, 0.05));
+        if (run->cfg.understate_told) /* the reference: descriptors that tell the truth */
+            run->samples.feat[i] = f;
+    }
+}
+
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen)
 {
     memset(run, 0, sizeof *run);
@@ -129,6 +157,8 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
         c->rho = wl ? wl->rho : 1.0;
     dh__gpu_scale_for_rho(&run->gpu, &run->samples, c->ranks, c->workers, c->global_batch, c->rho);
     dh__samples_gpu_truth(&run->samples, run->m, &run->gpu, c->seed);
+    if (c->understate_fraction > 0 && c->understate_factor > 0)
+        understate(run);
     if (!c->memory_budget) {
         double mean = 0;
         for (int64_t i = 0; i < run->samples.n; i++)
