@@ -451,6 +451,12 @@ typedef struct {
      * tokens and latents their descriptors say; policies still see the descriptors. */
     double understate_fraction, understate_factor;
     int understate_told; /* the same heavier samples, but described truthfully (the reference) */
+    int nodes;               /* ranks and workers split evenly over nodes; 0: 1 */
+    double net_bandwidth;    /* bytes/s between nodes; 0: 100 Gb/s */
+    double net_latency;      /* seconds per transfer between nodes; 0: 20 us */
+    double cpu_noise_sigma;  /* log-normal sigma of CPU truth around the model; 0: 0.25 */
+    /* Stress: this fraction of samples truly costs cpu_heavy_factor x its predicted CPU. */
+    double cpu_heavy_fraction, cpu_heavy_factor;
     int64_t rank_token_cap;  /* helix placement: tokens per rank per step; 0: none */
     int64_t rank_byte_cap;   /* helix placement: output bytes per rank per step; 0: none */
     const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */
@@ -481,6 +487,8 @@ typedef struct {
     /* collective rebalancing (helix): candidate moves, applied, refused by the gate */
     int64_t reb_considered, reb_moved, reb_gated, reb_bytes;
     double reb_predicted_gain_s, reb_realised_gain_s;
+    /* CPU readiness across nodes: remote late samples considered, prepared elsewhere, gated */
+    int64_t lend_considered, lent, lend_gated, bytes_shipped;
     double wall_s; /* time the simulator itself took */
 } dh_result;
 

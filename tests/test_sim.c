@@ -222,6 +222,63 @@ START_TEST(rank_caps_are_honoured_or_counted)
 }
 END_TEST
 
+static dh_result run_nodes(int nodes, double net_gbps, const char *policy)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "omni-mix";
+    c.policy = policy;
+    c.steps = 60;
+    c.global_batch = 16;
+    c.nodes = nodes;
+    c.cpu_noise_sigma = 0.6;
+    c.cpu_heavy_fraction = 0.1;
+    c.cpu_heavy_factor = 5;
+    if (net_gbps > 0)
+        c.net_bandwidth = net_gbps * 1e9 / 8;
+    dh_result r;
+    char err[256];
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    return r;
+}
+
+START_TEST(one_node_is_the_single_pool)
+{
+    dh_result a = run_nodes(0, 0, "helix"), b = run_nodes(1, 0, "helix");
+    ck_assert_double_eq(a.makespan_s, b.makespan_s);
+    ck_assert_int_eq(b.lend_considered, 0);
+}
+END_TEST
+
+START_TEST(idle_nodes_prepare_late_samples_when_the_network_is_cheap)
+{
+    dh_result cheap = run_nodes(4, 100, "helix");
+    ck_assert_int_gt(cheap.lent, 0);
+    ck_assert_int_eq(cheap.delivered + cheap.failed, cheap.samples);
+    ck_assert_int_eq(cheap.delivered, 60 * 16);
+    /* Shipping at 1 kbit/s costs more than any lateness: everything is gated off. */
+    dh_result dear = run_nodes(4, 1e-6, "helix");
+    ck_assert_int_eq(dear.lent, 0);
+    ck_assert_int_eq(dear.lend_gated, dear.lend_considered);
+    /* helix-noreb and pool never lend. */
+    ck_assert_int_eq(run_nodes(4, 100, "helix-noreb").lend_considered, 0);
+    ck_assert_int_eq(run_nodes(4, 100, "pool").lend_considered, 0);
+}
+END_TEST
+
+START_TEST(nodes_must_divide_ranks_and_workers)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "omni-mix";
+    c.nodes = 3; /* 8 ranks, 32 workers */
+    dh_result r;
+    char err[256];
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "--nodes 3 must divide") != NULL, "%s", err);
+}
+END_TEST
+
 START_TEST(bad_run_configs_are_refused_clearly)
 {
     dh_run_config c;
@@ -255,6 +312,9 @@ int main(void)
     tcase_add_test(tc, json_result_has_the_contract_keys);
     tcase_add_test(tc, trace_opens_as_chrome_json);
     tcase_add_test(tc, rank_caps_are_honoured_or_counted);
+    tcase_add_test(tc, one_node_is_the_single_pool);
+    tcase_add_test(tc, idle_nodes_prepare_late_samples_when_the_network_is_cheap);
+    tcase_add_test(tc, nodes_must_divide_ranks_and_workers);
     tcase_add_test(tc, bad_run_configs_are_refused_clearly);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -151,6 +151,11 @@ const char cli_run_help[] =
     "  --understate F:K        stress: a fraction F of samples truly has K x the tokens their\n"
     "                          descriptors say (policies see the descriptors)\n"
     "  --understate-told       the same samples described truthfully (the reference run)\n"
+    "  --nodes N               split ranks and workers evenly over N nodes (default 1)\n"
+    "  --net-gbps X            bandwidth between nodes in Gbit/s (default 100)\n"
+    "  --net-latency-us X      latency between nodes in microseconds (default 20)\n"
+    "  --cpu-sigma X           log-normal sigma of CPU truth around the model (default 0.25)\n"
+    "  --cpu-heavy F:K         stress: a fraction F of samples truly costs K x its prediction\n"
     "  --rank-token-cap N      helix placement: at most N tokens per rank per step\n"
     "  --rank-byte-cap BYTES   helix placement: at most BYTES of output per rank per step\n";
 
@@ -176,6 +181,25 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->memory_budget);
     } else if (!strcmp(opt, "--cpu-cost-scale")) {
         rc = cli_num(opt, val, 1e-6, 1e6, &cfg->cpu_cost_scale);
+    } else if (!strcmp(opt, "--nodes")) {
+        rc = cli_int(opt, val, 1, 1 << 16, &x);
+        cfg->nodes = (int)x;
+    } else if (!strcmp(opt, "--net-gbps")) {
+        rc = cli_num(opt, val, 1e-6, 1e6, &cfg->net_bandwidth);
+        cfg->net_bandwidth *= 1e9 / 8;
+    } else if (!strcmp(opt, "--net-latency-us")) {
+        rc = cli_num(opt, val, 0, 1e9, &cfg->net_latency);
+        cfg->net_latency = cfg->net_latency > 0 ? cfg->net_latency * 1e-6 : 1e-12;
+    } else if (!strcmp(opt, "--cpu-sigma")) {
+        rc = cli_num(opt, val, 1e-6, 10, &cfg->cpu_noise_sigma);
+    } else if (!strcmp(opt, "--cpu-heavy")) {
+        char *end = NULL;
+        cfg->cpu_heavy_fraction = val ? strtod(val, &end) : -1;
+        cfg->cpu_heavy_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
+        rc = cfg->cpu_heavy_fraction > 0 && cfg->cpu_heavy_fraction <= 1 &&
+                     cfg->cpu_heavy_factor > 0
+                 ? 0
+                 : (cli_err("--cpu-heavy expects F:K with 0 < F <= 1 and K > 0"), -1);
     } else if (!strcmp(opt, "--understate-told")) {
         cfg->understate_told = 1;
         return 1;

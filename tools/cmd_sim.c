@@ -125,6 +125,11 @@ void cli_print_result(const dh_result *r)
                "%.1f MiB moved, predicted gain %.3f s, realised %.3f s\n",
                (long long)r->reb_considered, (long long)r->reb_moved, (long long)r->reb_gated,
                r->reb_bytes / 1048576.0, r->reb_predicted_gain_s, r->reb_realised_gain_s);
+    if (r->lend_considered)
+        printf("  across nodes: %lld late remote samples considered, %lld prepared by an idle node, "
+               "%lld refused by the gate, %.1f MiB shipped\n",
+               (long long)r->lend_considered, (long long)r->lent, (long long)r->lend_gated,
+               r->bytes_shipped / 1048576.0);
     if (r->cap_violations)
         printf("  %lld samples could not be placed within the per-rank caps (placed on the least "
                "loaded rank)\n",

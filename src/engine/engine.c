@@ -496,6 +496,10 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     out->reb_bytes = reb->bytes_moved;
     out->reb_predicted_gain_s = reb->predicted_gain_s;
     out->reb_realised_gain_s = reb->realised_gain_s;
+    out->lend_considered = reb->lend_considered;
+    out->lent = reb->lent;
+    out->lend_gated = reb->lend_gated;
+    out->bytes_shipped = reb->bytes_shipped;
     out->framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
     out->wall_s = elapsed(e);
     return trc;

@@ -68,12 +68,13 @@ struct dh__sched {
     /* window */
     int64_t admit_next;   /* next batch index s * R + r to admit */
     int64_t mem_in_use, mem_peak;
-    /* shared ready structures */
-    int64_t *fifo;
-    int64_t fifo_head, fifo_tail;
-    heap_item *heap;
-    int64_t heap_n;
-    size_t heap_cap;
+    /* shared ready structures, one per node: each node's workers serve its ranks */
+    int nodes, ranks_per_node, workers_per_node;
+    int64_t **fifo;
+    int64_t *fifo_head, *fifo_tail;
+    heap_item **heap;
+    int64_t *heap_n;
+    size_t *heap_cap;
     /* local */
     int64_t *taken;       /* per rank: batches taken (next step it will take) */
     int64_t *worker_step; /* per local worker: batch it is building, or next to build */
@@ -218,14 +219,19 @@ static int heap_before(const heap_item *a, const heap_item *b)
 
 DH_HEAP_DEFINE(task_heap, heap_item, heap_before)
 
-static int heap_push(dh__sched *s, heap_item it)
+static int heap_push(dh__sched *s, int node, heap_item it)
 {
-    return task_heap_push(&s->heap, &s->heap_cap, &s->heap_n, it);
+    return task_heap_push(&s->heap[node], &s->heap_cap[node], &s->heap_n[node], it);
 }
 
-static heap_item heap_pop(dh__sched *s)
+static heap_item heap_pop(dh__sched *s, int node)
 {
-    return task_heap_pop(s->heap, &s->heap_n);
+    return task_heap_pop(s->heap[node], &s->heap_n[node]);
+}
+
+static int node_of_rank(const dh__sched *s, int rank)
+{
+    return rank / s->ranks_per_node;
 }
 
 static double task_cost(const dh__sched *s, int64_t pos)
@@ -249,13 +255,14 @@ static int admit(dh__sched *s)
         s->mem_in_use += b->bytes;
         s->mem_peak = DH_MAX(s->mem_peak, s->mem_in_use);
         const int64_t *mem = s->members + st * s->G + b->first;
+        int node = node_of_rank(s, (int)(s->admit_next % s->R));
         for (int32_t k = 0; k < b->ntasks; k++) {
             if (shared_lst(s)) {
                 heap_item it = {s->step_start[st] - task_cost(s, mem[k]), mem[k], 0, 0};
-                if (heap_push(s, it))
+                if (heap_push(s, node, it))
                     return DH_ENOMEM;
             } else
-                s->fifo[s->fifo_tail++] = mem[k];
+                s->fifo[node][s->fifo_tail[node]++] = mem[k];
         }
         s->admit_next++;
     }
@@ -319,17 +326,18 @@ static int32_t split_parts(dh__sched *s, const heap_item *it, double now)
     return (int32_t)DH_MIN(DH_MAX(parts, 2.0), DH_MIN((double)segs, (double)s->W));
 }
 
-static int lst_next(dh__sched *s, double now, int64_t *pos, int32_t *part, int32_t *nparts)
+static int lst_next(dh__sched *s, int node, double now, int64_t *pos, int32_t *part,
+                    int32_t *nparts)
 {
-    if (!s->heap_n)
+    if (!s->heap_n[node])
         return 1;
-    heap_item it = heap_pop(s);
+    heap_item it = heap_pop(s, node);
     if (it.nparts == 0) {
         it.nparts = split_parts(s, &it, now);
         s->parts_left[it.pos] = it.nparts;
         for (int32_t p = 1; p < it.nparts; p++) {
             heap_item rest = {it.key, it.pos, p, it.nparts};
-            if (heap_push(s, rest))
+            if (heap_push(s, node, rest))
                 return 1;
         }
     }
@@ -339,25 +347,73 @@ static int lst_next(dh__sched *s, double now, int64_t *pos, int32_t *part, int32
     return 0;
 }
 
+/* Predicted slack of a queued task: its batch's estimated deadline - now - its cost. */
+static double slack_of(const dh__sched *s, const heap_item *it, double now)
+{
+    int64_t st = it->pos / s->G;
+    double c = task_cost(s, it->pos) / (it->nparts > 0 ? it->nparts : 1);
+    return s->cur_time + s->step_start[st] - s->step_start[s->cur_step] - now - c;
+}
+
+/*
+ * CPU readiness skew across nodes (helix): a worker with nothing to do on its
+ * own node takes the least-slack task of another node whose top task is
+ * predicted late by more than the cost of shipping the prepared sample back
+ * (bytes over the network plus latency) times 1 + 4 x the CPU prediction
+ * error. Returns the node to take from, or -1; *ship gets the shipping time.
+ */
+static int lend_from(dh__sched *s, int home, double now, double *ship)
+{
+    int best = -1;
+    double best_slack = 0;
+    for (int b = 0; b < s->nodes; b++) {
+        if (b == home || !s->heap_n[b])
+            continue;
+        double sl = slack_of(s, &s->heap[b][0], now);
+        if (sl < best_slack)
+            best = b, best_slack = sl;
+    }
+    if (best < 0)
+        return -1;
+    int64_t bytes = s->cfg.pred.bytes[s->cfg.order[s->heap[best][0].pos]];
+    *ship = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
+    s->reb.lend_considered++;
+    if (-best_slack <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * *ship) {
+        s->reb.lend_gated++;
+        return -1;
+    }
+    s->reb.lent++;
+    s->reb.bytes_shipped += bytes;
+    return best;
+}
+
 int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
 {
     int64_t pos;
     int32_t part = 0, nparts = 1;
+    double ship = 0;
     if (s->cfg.policy == DH_POL_LOCAL) {
         if (local_next(s, worker, &pos))
             return 1;
     } else {
         if (admit(s))
             return 1;
+        int node = worker / s->workers_per_node;
         if (shared_lst(s)) {
-            if (lst_next(s, now, &pos, &part, &nparts))
-                return 1;
+            if (lst_next(s, node, now, &pos, &part, &nparts)) {
+                int from = s->cfg.policy == DH_POL_HELIX && s->nodes > 1
+                               ? lend_from(s, node, now, &ship)
+                               : -1;
+                if (from < 0 || lst_next(s, from, now, &pos, &part, &nparts))
+                    return 1;
+            }
         } else {
-            if (s->fifo_head == s->fifo_tail)
+            if (s->fifo_head[node] == s->fifo_tail[node])
                 return 1;
-            pos = s->fifo[s->fifo_head++];
+            pos = s->fifo[node][s->fifo_head[node]++];
         }
     }
+    out->ship_s = ship;
     out->pos = pos;
     out->step = pos / s->G;
     out->sample = s->cfg.order[pos];
@@ -489,20 +545,28 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now)
     dh__part_out po;
     if (dh__partition(&in, plan, &po))
         goto done;
-    int64_t moves = 0, bytes = 0, most_in = 0;
+    int64_t moves = 0, bytes = 0, remote = 0;
+    double *in_time = fixed_copy; /* reused: per-rank receive time */
+    for (int r = 0; r < s->R; r++)
+        in_time[r] = 0;
     for (int64_t i = 0; i < n; i++)
-        if (plan[i] != start[i]) {
+        if (plan[i] != start[i]) { /* across nodes over the network, else a local handoff */
+            int net = node_of_rank(s, plan[i]) != node_of_rank(s, start[i]);
             moves++;
+            remote += net;
             bytes += mov_bytes[i];
             bytes_in[plan[i]] += mov_bytes[i];
+            in_time[plan[i]] +=
+                (double)mov_bytes[i] / (net ? s->cfg.net_bandwidth : s->cfg.move_bandwidth);
         }
     s->reb.plans++;
     s->reb.considered += moves;
     if (!moves)
         goto done;
+    double cost = 0;
     for (int r = 0; r < s->R; r++)
-        most_in = DH_MAX(most_in, bytes_in[r]);
-    double cost = (double)most_in / s->cfg.move_bandwidth + s->cfg.move_latency;
+        cost = DH_MAX(cost, in_time[r]);
+    cost += remote ? s->cfg.net_latency : s->cfg.move_latency;
     double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib), gain = old_max - po.max_gpu;
     if (gain <= margin * cost) {
         s->reb.gated += moves;
@@ -583,8 +647,18 @@ void dh__sched_free(dh__sched *s)
     free(s->done);
     free(s->orig_rank);
     free(s->finished_ranks);
+    for (int n = 0; n < s->nodes; n++) {
+        if (s->fifo)
+            free(s->fifo[n]);
+        if (s->heap)
+            free(s->heap[n]);
+    }
     free(s->fifo);
+    free(s->fifo_head);
+    free(s->fifo_tail);
     free(s->heap);
+    free(s->heap_n);
+    free(s->heap_cap);
     free(s->taken);
     free(s->worker_step);
     free(s->plan_gpu);
@@ -598,7 +672,8 @@ void dh__sched_free(dh__sched *s)
 int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
 {
     if (!cfg || !out || cfg->ranks < 1 || cfg->workers < 1 || cfg->global_batch < 1 ||
-        cfg->steps < 0 || (unsigned)cfg->policy >= DH_POL_COUNT || !cfg->order)
+        cfg->steps < 0 || (unsigned)cfg->policy >= DH_POL_COUNT || !cfg->order ||
+        cfg->nodes < 0 || (cfg->nodes > 1 && (cfg->ranks % cfg->nodes || cfg->workers % cfg->nodes)))
         return DH_EINVAL;
     dh__sched *s = calloc(1, sizeof *s);
     if (!s)
@@ -617,9 +692,18 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->members = malloc(np * sizeof *s->members);
     s->step_start = calloc((size_t)s->N + 1, sizeof *s->step_start);
     s->task_pred = malloc(np * sizeof *s->task_pred);
-    s->fifo = malloc(np * sizeof *s->fifo);
-    s->heap = malloc(np * sizeof *s->heap);
-    s->heap_cap = np;
+    s->nodes = cfg->nodes > 0 ? cfg->nodes : 1;
+    s->ranks_per_node = s->R / s->nodes;
+    s->workers_per_node = DH_MAX(1, s->W / s->nodes);
+    s->fifo = calloc((size_t)s->nodes, sizeof *s->fifo);
+    s->fifo_head = calloc((size_t)s->nodes, sizeof *s->fifo_head);
+    s->fifo_tail = calloc((size_t)s->nodes, sizeof *s->fifo_tail);
+    s->heap = calloc((size_t)s->nodes, sizeof *s->heap);
+    s->heap_n = calloc((size_t)s->nodes, sizeof *s->heap_n);
+    s->heap_cap = calloc((size_t)s->nodes, sizeof *s->heap_cap);
+    for (int n = 0; s->fifo && n < s->nodes; n++)
+        if (!(s->fifo[n] = malloc(np * sizeof **s->fifo)))
+            break;
     s->parts_left = calloc(np, sizeof *s->parts_left);
     s->revealed = malloc(np * sizeof *s->revealed);
     s->done = calloc(np, sizeof *s->done);
@@ -632,9 +716,10 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->plan_fill = malloc((size_t)s->R * sizeof *s->plan_fill);
     s->plan_tokens = malloc((size_t)s->G * sizeof *s->plan_tokens);
     s->plan_bytes = malloc((size_t)s->G * sizeof *s->plan_bytes);
-    if (!s->plan_tokens || !s->plan_bytes || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->parts_left || !s->revealed || !s->done || !s->orig_rank ||
+    if (!s->plan_tokens || !s->plan_bytes || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->fifo[s->nodes - 1] || !s->fifo_head || !s->fifo_tail ||
+        !s->heap || !s->heap_n || !s->heap_cap || !s->parts_left || !s->revealed || !s->done || !s->orig_rank ||
         !s->finished_ranks ||
-        !s->heap || !s->taken || !s->worker_step) {
+        !s->taken || !s->worker_step) {
         dh__sched_free(s);
         return DH_ENOMEM;
     }
@@ -646,6 +731,10 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
         s->cfg.move_bandwidth = 20e9;
     if (!s->cfg.move_latency)
         s->cfg.move_latency = 5e-6;
+    if (!s->cfg.net_bandwidth)
+        s->cfg.net_bandwidth = 100e9 / 8;
+    if (!s->cfg.net_latency)
+        s->cfg.net_latency = 20e-6;
     *out = s;
     return 0;
 }

@@ -49,6 +49,9 @@ typedef struct {
     int64_t rank_token_cap, rank_byte_cap; /* balanced placement caps; 0: none */
     double move_bandwidth;   /* bytes/s of moving a prepared sample between ranks (0: 20 GB/s) */
     double move_latency;     /* seconds per move plan (0: 5 us: a shared-memory handoff) */
+    int nodes;               /* ranks and workers split evenly over nodes (0: 1) */
+    double net_bandwidth;    /* bytes/s between nodes (0: 100 Gb/s) */
+    double net_latency;      /* seconds per transfer between nodes (0: 20 us) */
     dh__pred pred;
     dh__gpu_model gpu;       /* predicted GPU model (c0 = fixed per-step cost) */
     const int64_t *order;    /* steps * global_batch sample indices (the sampler's) */
@@ -61,6 +64,7 @@ typedef struct {
     int32_t rank;
     int32_t worker;
     int32_t part, nparts; /* a keyframe-aligned part of a split sample: part of nparts (1: whole) */
+    double ship_s;        /* > 0: prepared on another node; the result arrives this much later */
     double pred_cost; /* calibrated prediction of this part when dispatched */
 } dh__task;
 
@@ -102,6 +106,8 @@ typedef struct {
     int64_t considered, moved, gated; /* candidate moves, applied, refused by the gate */
     int64_t bytes_moved;
     double predicted_gain_s, realised_gain_s;
+    int64_t lend_considered, lent, lend_gated; /* CPU readiness: remote late samples */
+    int64_t bytes_shipped;
 } dh__reb_stats;
 
 const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s);

@@ -117,6 +117,29 @@ static void understate(dh__run *run)
     }
 }
 
+/*
+ * The CPU-side stress of issue 5: CPU truth drawn around the (machine-scaled)
+ * model with another sigma, and a seeded fraction of samples truly costing a
+ * multiple of their prediction. Given truth (sim.cpu_ms) stays.
+ */
+static void cpu_stress(dh__run *run)
+{
+    const dh_run_config *c = &run->cfg;
+    double sigma = c->cpu_noise_sigma > 0 ? c->cpu_noise_sigma : 0.25;
+    for (int64_t i = 0; i < run->samples.n; i++) {
+        dh_sample_info si;
+        dh_manifest_sample(run->m, i, &si);
+        if (si.sim_cpu_ms >= 0)
+            continue;
+        uint64_t h = dh__mix64(c->seed ^ dh__mix64((uint64_t)i + 0xc9e5));
+        double heavy = (double)(h >> 11) / 9007199254740992.0 < c->cpu_heavy_fraction
+                           ? c->cpu_heavy_factor
+                           : 1.0;
+        run->samples.cpu_true[i] =
+            (float)(run->samples.cpu_pred[i] * heavy * dh__lognormal_noise(c->seed, i, 1, sigma));
+    }
+}
+
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen)
 {
     memset(run, 0, sizeof *run);
@@ -152,6 +175,14 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
                 run->samples.cpu_true[i] *= (float)cfg->cpu_cost_scale;
         }
     dh_run_config *c = &run->cfg;
+    if (c->cpu_noise_sigma > 0 || c->cpu_heavy_fraction > 0)
+        cpu_stress(run);
+    if (c->nodes > 1 && (c->ranks % c->nodes || c->workers % c->nodes)) {
+        dh__msg(err, errlen, "--nodes %d must divide ranks (%d) and workers (%d)", c->nodes,
+                c->ranks, c->workers);
+        dh__run_free(run);
+        return DH_EINVAL;
+    }
     run->gpu = wl ? wl->gpu : (dh__gpu_model){1.0, 1.0 / 8000, 1.0, 0, 0};
     if (!c->rho)
         c->rho = wl ? wl->rho : 1.0;
@@ -182,6 +213,9 @@ void dh__run_sched_config(const dh__run *run, dh__sched_config *sc)
     sc->steps = run->cfg.steps;
     sc->memory_budget = run->cfg.memory_budget;
     sc->rank_token_cap = run->cfg.rank_token_cap;
+    sc->nodes = run->cfg.nodes;
+    sc->net_bandwidth = run->cfg.net_bandwidth;
+    sc->net_latency = run->cfg.net_latency;
     sc->rank_byte_cap = run->cfg.rank_byte_cap;
     sc->pred = (dh__pred){.n = run->samples.n,
                           .cpu_pred = run->samples.cpu_pred,

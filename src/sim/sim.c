@@ -84,17 +84,23 @@ static int dispatch(sim *s, int w, double now)
         return 1;
     s->idle[w] = 0;
     s->task_start[w] = now;
-    return push(s, now + true_cost(s, t), EV_TASK_DONE, w, 0) ? 1 : 0;
+    /* A sample prepared on another node arrives after its network transfer. */
+    return push(s, now + true_cost(s, t) + t->ship_s, EV_TASK_DONE, w, 0) ? 1 : 0;
 }
 
-/* Polls idle workers: those of one rank (local), or all until one gets nothing (shared). */
+/*
+ * Polls idle workers: those of one rank (local), or all (shared). With one
+ * node the first that gets nothing ends the poll (no other will get
+ * anything); with nodes, work is per node, so every idle worker is asked.
+ */
 static void poll_idle(sim *s, int rank, double now)
 {
     int per = s->nworkers / s->run->cfg.ranks;
     int shared = dh__sched_worker_rank(s->sched, 0) < 0;
+    int stop_early = shared && s->run->cfg.nodes <= 1;
     int lo = shared || rank < 0 ? 0 : rank * per, hi = shared || rank < 0 ? s->nworkers : lo + per;
     for (int w = lo; w < hi; w++)
-        if (s->idle[w] && dispatch(s, w, now) && shared)
+        if (s->idle[w] && dispatch(s, w, now) && stop_early)
             break;
 }
 
@@ -125,8 +131,8 @@ static void on_task_done(sim *s, const event *e)
     int w = e->a;
     dh__task t = s->current[w];
     double cost = true_cost(s, &t);
-    dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, "prepare", s->task_start[w], cost, t.step,
-                   t.rank, t.sample);
+    dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, t.ship_s > 0 ? "prepare (lent)" : "prepare",
+                   s->task_start[w], cost, t.step, t.rank, t.sample);
     s->idle[w] = 1;
     /* The sample's exact GPU cost becomes known once it is prepared (DESIGN.md mech. 4). */
     if (dh__sched_task_done(s->sched, &t, e->t, cost, s->run->samples.gpu_true[t.sample])) {
@@ -247,6 +253,10 @@ static void fill_result(const sim *s, dh_result *out)
     out->reb_bytes = reb->bytes_moved;
     out->reb_predicted_gain_s = reb->predicted_gain_s;
     out->reb_realised_gain_s = reb->realised_gain_s;
+    out->lend_considered = reb->lend_considered;
+    out->lent = reb->lent;
+    out->lend_gated = reb->lend_gated;
+    out->bytes_shipped = reb->bytes_shipped;
 }
 
 int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errlen)
