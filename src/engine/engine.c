@@ -441,23 +441,6 @@ int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void 
     return 0;
 }
 
-/* True-cost inputs of the bound: GPU from the ground truth, CPU as measured. */
-static void bound_inputs(dh_engine *e)
-{
-    for (int64_t st = 0; st < e->N; st++) {
-        for (int64_t k = 0; k < e->G; k++) {
-            double g = e->run.samples.gpu_true[e->run.order[st * e->G + k]];
-            e->rec.step_gpu_sum[st] += g;
-            e->rec.step_gpu_max[st] = DH_MAX(e->rec.step_gpu_max[st], g);
-        }
-    }
-    e->rec.step_fixed = e->run.gpu.c0;
-    e->rec.cpu_true_sum = e->cpu_sum;
-    e->rec.samples = e->N * e->G;
-    e->rec.failed = e->failed;
-    e->rec.delivered = e->rec.samples - e->failed;
-}
-
 int dh_engine_finish(dh_engine *e, dh_result *out)
 {
     if (!e)
@@ -474,32 +457,15 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     int trc = dh__trace_close(&e->trace);
     if (!out)
         return trc;
-    memset(out, 0, sizeof *out);
     if (e->rec.makespan <= 0)
         e->rec.makespan = elapsed(e);
-    bound_inputs(e);
-    snprintf(out->workload, sizeof out->workload, "%s", e->run.workload);
-    snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(e->run.policy));
-    snprintf(out->engine, sizeof out->engine, "real");
-    out->ranks = e->R;
-    out->workers = e->run.cfg.workers;
-    dh__records_finish(&e->rec, e->run.cfg.workers, out);
-    out->cpu_mape = dh__calib_cpu_mape(dh__sched_calib(e->sched));
-    out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(e->sched));
-    out->memory_budget = e->run.cfg.memory_budget;
-    out->memory_peak = e->ring.peak;
-    out->cap_violations = dh__sched_cap_violations(e->sched);
-    const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
-    out->reb_considered = reb->considered;
-    out->reb_moved = reb->moved;
-    out->reb_gated = reb->gated;
-    out->reb_bytes = reb->bytes_moved;
-    out->reb_predicted_gain_s = reb->predicted_gain_s;
-    out->reb_realised_gain_s = reb->realised_gain_s;
-    out->lend_considered = reb->lend_considered;
-    out->lent = reb->lent;
-    out->lend_gated = reb->lend_gated;
-    out->bytes_shipped = reb->bytes_shipped;
+    /* GPU terms from the ground truth; the CPU term is what the workers measured. */
+    dh__run_bound_inputs(&e->run, &e->rec);
+    e->rec.cpu_true_sum = e->cpu_sum;
+    e->rec.failed = e->failed;
+    e->rec.delivered = e->rec.samples - e->failed;
+    dh__run_fill_result(&e->run, e->sched, &e->rec, "real", out);
+    out->memory_peak = e->ring.peak; /* the pool's real use, not the scheduler's accounting */
     out->framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
     out->wall_s = elapsed(e);
     return trc;

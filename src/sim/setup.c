@@ -12,6 +12,7 @@
  */
 #include "setup.h"
 
+#include "../metrics/metrics.h"
 #include "../workloads/workloads.h"
 
 #include <stdio.h>
@@ -235,4 +236,48 @@ void dh__run_free(dh__run *run)
     dh_spec_free(run->spec);
     free(run->order);
     memset(run, 0, sizeof *run);
+}
+
+void dh__run_bound_inputs(const dh__run *run, dh__records *rec)
+{
+    int64_t G = run->cfg.global_batch;
+    for (int64_t st = 0; st < rec->N; st++) {
+        for (int64_t k = 0; k < G; k++) {
+            int64_t i = run->order[st * G + k];
+            double g = run->samples.gpu_true[i];
+            rec->step_gpu_sum[st] += g;
+            rec->step_gpu_max[st] = DH_MAX(rec->step_gpu_max[st], g);
+            rec->cpu_true_sum += run->samples.cpu_true[i];
+        }
+    }
+    rec->step_fixed = run->gpu.c0;
+    rec->samples = rec->N * G;
+}
+
+void dh__run_fill_result(const dh__run *run, const dh__sched *sched, const dh__records *rec,
+                         const char *engine, dh_result *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->workload, sizeof out->workload, "%s", run->workload);
+    snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(run->policy));
+    snprintf(out->engine, sizeof out->engine, "%s", engine);
+    out->ranks = run->cfg.ranks;
+    out->workers = run->cfg.workers;
+    dh__records_finish(rec, run->cfg.workers, out);
+    out->cpu_mape = dh__calib_cpu_mape(dh__sched_calib(sched));
+    out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(sched));
+    out->memory_budget = run->cfg.memory_budget;
+    out->memory_peak = dh__sched_memory_peak(sched);
+    out->cap_violations = dh__sched_cap_violations(sched);
+    const dh__reb_stats *reb = dh__sched_reb_stats(sched);
+    out->reb_considered = reb->considered;
+    out->reb_moved = reb->moved;
+    out->reb_gated = reb->gated;
+    out->reb_bytes = reb->bytes_moved;
+    out->reb_predicted_gain_s = reb->predicted_gain_s;
+    out->reb_realised_gain_s = reb->realised_gain_s;
+    out->lend_considered = reb->lend_considered;
+    out->lent = reb->lent;
+    out->lend_gated = reb->lend_gated;
+    out->bytes_shipped = reb->bytes_shipped;
 }

@@ -7,6 +7,7 @@
 #ifndef DH_SETUP_H
 #define DH_SETUP_H
 
+#include "../metrics/metrics.h"
 #include "../sched/sched.h"
 
 typedef struct {
@@ -23,6 +24,16 @@ typedef struct {
 
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen);
 void dh__run_free(dh__run *run);
+/*
+ * The bound's inputs from the run's truth: per-step GPU sums and maxima, the
+ * fixed step cost, the sample count, and the CPU truth sum (the real engine
+ * replaces the latter with what it measured).
+ */
+void dh__run_bound_inputs(const dh__run *run, dh__records *rec);
+/* Every result field both engines fill alike (metrics, calibration, counters). */
+void dh__run_fill_result(const dh__run *run, const dh__sched *sched,
+                         const dh__records *rec, const char *engine, dh_result *out);
+
 /* The scheduler config of this run (predictions only). */
 void dh__run_sched_config(const dh__run *run, dh__sched_config *sc);
 

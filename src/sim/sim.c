@@ -167,24 +167,6 @@ static void on_barrier(sim *s, const event *e)
         request(s, r, next, e->t);
 }
 
-/* True-cost inputs of the lower bound. */
-static void bound_inputs(sim *s)
-{
-    const dh__run *run = s->run;
-    int64_t G = run->cfg.global_batch;
-    for (int64_t st = 0; st < s->rec.N; st++) {
-        for (int64_t k = 0; k < G; k++) {
-            int64_t i = run->order[st * G + k];
-            double g = run->samples.gpu_true[i];
-            s->rec.step_gpu_sum[st] += g;
-            s->rec.step_gpu_max[st] = DH_MAX(s->rec.step_gpu_max[st], g);
-            s->rec.cpu_true_sum += run->samples.cpu_true[i];
-        }
-    }
-    s->rec.step_fixed = run->gpu.c0;
-    s->rec.samples = s->rec.delivered = s->rec.N * G;
-}
-
 static int sim_alloc(sim *s)
 {
     int R = s->run->cfg.ranks;
@@ -231,34 +213,6 @@ static int simulate(sim *s)
     return s->done ? 0 : DH_EIO; /* an empty heap before the last step is a scheduler stall */
 }
 
-static void fill_result(const sim *s, dh_result *out)
-{
-    const dh__run *run = s->run;
-    memset(out, 0, sizeof *out);
-    snprintf(out->workload, sizeof out->workload, "%s", run->workload);
-    snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(run->policy));
-    snprintf(out->engine, sizeof out->engine, "sim");
-    out->ranks = run->cfg.ranks;
-    out->workers = run->cfg.workers;
-    dh__records_finish(&s->rec, run->cfg.workers, out);
-    out->cpu_mape = dh__calib_cpu_mape(dh__sched_calib(s->sched));
-    out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(s->sched));
-    out->memory_budget = run->cfg.memory_budget;
-    out->memory_peak = dh__sched_memory_peak(s->sched);
-    out->cap_violations = dh__sched_cap_violations(s->sched);
-    const dh__reb_stats *reb = dh__sched_reb_stats(s->sched);
-    out->reb_considered = reb->considered;
-    out->reb_moved = reb->moved;
-    out->reb_gated = reb->gated;
-    out->reb_bytes = reb->bytes_moved;
-    out->reb_predicted_gain_s = reb->predicted_gain_s;
-    out->reb_realised_gain_s = reb->realised_gain_s;
-    out->lend_considered = reb->lend_considered;
-    out->lent = reb->lent;
-    out->lend_gated = reb->lend_gated;
-    out->bytes_shipped = reb->bytes_shipped;
-}
-
 int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errlen)
 {
     if (!cfg || !out)
@@ -275,7 +229,8 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
     if (!(rc = dh__sched_new(&sc, &s.sched)) &&
         !(rc = dh__records_init(&s.rec, run.cfg.ranks, run.cfg.steps)) && !(rc = sim_alloc(&s)) &&
         !(rc = dh__trace_open(&s.trace, cfg->trace_path, s.nworkers, run.cfg.ranks))) {
-        bound_inputs(&s);
+        dh__run_bound_inputs(&run, &s.rec);
+        s.rec.delivered = s.rec.samples; /* the simulator fails no sample */
         rc = simulate(&s);
         int trc = dh__trace_close(&s.trace);
         if (rc)
@@ -285,7 +240,7 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
             dh__msg(err, errlen, "writing the trace %s failed", cfg->trace_path);
         rc = rc ? rc : trc;
         if (!rc)
-            fill_result(&s, out);
+            dh__run_fill_result(&run, s.sched, &s.rec, "sim", out);
     } else if (rc) {
         dh__msg(err, errlen, "%s", dh_strerror(rc));
     }
