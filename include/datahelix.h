@@ -429,9 +429,11 @@ DH_API int64_t dh_workload_global_batch(const char *name);
 
 /* ------------------------------------------------------------------ runs */
 
+struct dh_batch_item; /* an item of a prepared batch (real engine, below) */
+
 /*
- * One run of a policy over a manifest, in the simulator (engine "sim") or,
- * later, the real engine. Zero fields take defaults: global_batch from the
+ * One run of a policy over a manifest, in the simulator (engine "sim") or
+ * the real engine ("real"). Zero fields take defaults: global_batch from the
  * workload (or 64), steps = one epoch of complete batches, memory_budget =
  * what the DataLoader baseline holds (2 batches per worker).
  */
@@ -463,6 +465,19 @@ typedef struct {
     /* Real engine: called after each completed step (from a rank thread); may be NULL. */
     void (*progress)(int64_t step_done, int64_t steps, void *user);
     void *progress_user;
+    /* bytes/s of handing a prepared sample to another rank of the same node (rebalancing's
+     * transfer cost); 0: 20 GB/s, a shared-memory copy */
+    double move_bandwidth;
+    /*
+     * Real engine: the exact GPU seconds of a prepared sample, read from its decoded items
+     * (what the model really sees, e.g. tokens after dropping padding), or < 0 if unknown.
+     * Called once per prepared sample, from the worker thread that completes it, with the
+     * engine's lock held: keep it cheap. NULL: the emulated ranks' per-sample time.
+     * Rebalancing (helix) moves prepared samples between the ranks of a step on these costs.
+     */
+    double (*sample_gpu_cost)(int64_t sample, const struct dh_batch_item *items, int32_t nitems,
+                              const uint8_t *data, void *user);
+    void *sample_gpu_cost_user;
 } dh_run_config;
 
 DH_API void dh_run_config_default(dh_run_config *cfg);
@@ -490,6 +505,9 @@ typedef struct {
     /* CPU readiness across nodes: remote late samples considered, prepared elsewhere, gated */
     int64_t lend_considered, lent, lend_gated, bytes_shipped;
     double wall_s; /* time the simulator itself took */
+    /* moves of plans that passed the gate but were not carried out (a per-rank cap, or the
+     * real engine had no buffer room to receive them) */
+    int64_t reb_refused;
 } dh_result;
 
 /* Runs cfg in the discrete-event simulator. */
@@ -501,12 +519,13 @@ DH_API int dh_result_write_json(const dh_result *r, void *file /* FILE * */);
 
 /*
  * One prepared batch of rank r for step s: a contiguous buffer whose layout
- * was fixed from the descriptors before decoding. Each media item of each
+ * was fixed from the descriptors before decoding (and laid out afresh if
+ * rebalancing moved prepared samples in or out before the step began). Each media item of each
  * sample has its slot (64-byte aligned, packed, not padded); a sample that
  * failed has status < 0 on its items and zero-filled slots, and is counted
  * in nfailed. Valid until dh_engine_release().
  */
-typedef struct {
+typedef struct dh_batch_item {
     int64_t sample;      /* index in the manifest */
     int32_t media;       /* media item within the sample */
     int32_t type;        /* dh_media_type */

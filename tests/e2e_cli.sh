@@ -119,6 +119,7 @@ check "bench needs a known mode" contains "$WORK/mode.err" "--mode sim or --mode
 check "an unknown workload is named" contains "$WORK/nope.err" 'unknown workload "nope"'
 "$DH" sim --workload laion-images --policy ray > /dev/null 2> "$WORK/ray.err"
 check "an unknown policy lists the valid ones" contains "$WORK/ray.err" "helix-nobalance"
+check "the policy list names the ablation helix-noreb" contains "$WORK/ray.err" "helix-noreb"
 
 # ---- run: the real engine on the indexed corpus (plus one broken entry) ----
 cp "$WORK/data/manifest.jsonl" "$WORK/data/run.jsonl"
@@ -130,6 +131,16 @@ check "run says its figures are measured" contains "$WORK/run.out" "measured on 
 check "run reports the broken sample with its path" contains "$WORK/run.err" 'sample "broken" (step .*clips/broken.mp4'
 check "run accounts: delivered + failed = samples" contains "$WORK/run.out" "delivered 6 + failed 1 = 7"
 check "run json says engine real" contains "$WORK/run.json" '"engine":"real"'
+# Rebalancing on real decoding: half the samples truly 4x heavier than described.
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --policy helix --ranks 2 --workers 2 --batch 6 \
+    --steps 3 --understate 0.5:4 --json "$WORK/reb.json" > "$WORK/reb.out" 2>&1
+check "run with rebalancing exits 0" test $? -eq 0
+check "run json counts refused moves" contains "$WORK/reb.json" '"reb_refused":'
+check "run with rebalancing accounts for all" contains "$WORK/reb.out" "delivered 18 + failed 0 = 18"
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --nodes 2 > /dev/null 2> "$WORK/nodes.err"
+check "the real engine refuses several nodes" contains "$WORK/nodes.err" "one node"
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --move-gbps 0 > /dev/null 2>&1
+check "a zero handoff bandwidth is a usage error" test $? -eq 2
 "$DH" run --workload laion-images > /dev/null 2> "$WORK/runw.err"
 check "run without a manifest is refused" contains "$WORK/runw.err" "run needs --manifest"
 

@@ -7,6 +7,7 @@
 #include "codec/decode.h"
 #include "testutil.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +267,192 @@ START_TEST(gen_writes_real_media_and_a_measured_manifest)
 }
 END_TEST
 
+/* ------------------------------------------------------------ rebalancing */
+
+/*
+ * The exact-cost hook of the rebalancing tests: the PNG's sample truly costs
+ * 100 s, every other 1 s. Counts calls and lets the test wait until the
+ * whole step is prepared (so no batch is frozen when the plan is made).
+ */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const dh_manifest *m;
+    int64_t heavy;
+    int calls, errors, bad_items;
+} reveal_ctx;
+
+static double reveal_cost(int64_t sample, const dh_batch_item *items, int32_t n,
+                          const uint8_t *data, void *user)
+{
+    reveal_ctx *x = user;
+    dh_sample_info si;
+    dh_manifest_sample(x->m, sample, &si);
+    pthread_mutex_lock(&x->mu);
+    x->calls++;
+    x->bad_items += n != si.media_count || !data;
+    for (int32_t k = 0; k < n; k++)
+        x->bad_items += items[k].sample != sample || items[k].media != k || items[k].status;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    return sample == x->heavy ? 100.0 : 1.0;
+}
+
+static void reveal_error(const dh_sample_error *e, void *user)
+{
+    (void)e;
+    reveal_ctx *x = user;
+    pthread_mutex_lock(&x->mu);
+    x->errors++;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+/*
+ * One step of all 10 samples (9 good, one missing file) over 2 ranks: waits
+ * until every sample is prepared, takes both batches and checks them: each
+ * sample exactly once, items packed and described from the descriptors,
+ * every good item byte-equal to a direct decode, the failed one zeroed and
+ * marked. Returns the number of good samples on the heavy sample's rank
+ * (the failed one has no exact cost and stays where it was placed).
+ */
+static int run_heavy_step(const dh_manifest *m, dh_run_config *c, reveal_ctx *x, dh_result *res)
+{
+    dh_spec *spec;
+    ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
+    c->sample_gpu_cost = reveal_cost;
+    c->sample_gpu_cost_user = x;
+    dh_engine *e;
+    char err[256];
+    ck_assert_msg(dh_engine_start(c, reveal_error, x, &e, err, sizeof err) == 0, "%s", err);
+    pthread_mutex_lock(&x->mu);
+    while (x->calls + x->errors < 10)
+        pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+    dh_batch b[2];
+    int seen[10] = {0}, heavy_rank = -1;
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(dh_engine_next_batch(e, r, &b[r]), 0);
+        int64_t off = 0;
+        int32_t k = 0, failed = 0;
+        for (int32_t s = 0; s < b[r].nsamples; s++) {
+            int64_t i = b[r].samples[s];
+            seen[i]++;
+            heavy_rank = i == x->heavy ? r : heavy_rank;
+            dh_sample_info si;
+            dh_manifest_sample(m, i, &si);
+            for (int32_t j = 0; j < si.media_count; j++, k++) {
+                const dh_batch_item *it = &b[r].items[k];
+                ck_assert_int_eq(it->sample, i);
+                ck_assert_int_eq(it->media, j);
+                ck_assert_int_eq(it->offset, off); /* packed, in sample order */
+                dh_media_info mi;
+                dh_media_derived md;
+                dh_manifest_media(m, i, j, &mi);
+                ck_assert_int_eq(dh_derive_media(spec, &mi, &md), 0);
+                ck_assert_int_eq(it->bytes, md.out_bytes);
+                ck_assert_int_eq(it->shape[0], md.shape[0]);
+                if (it->status) {
+                    ck_assert_int_eq(it->status, DH_ENOENT);
+                    failed++;
+                    for (int64_t q = 0; q < it->bytes; q++)
+                        ck_assert_int_eq(b[r].data[it->offset + q], 0);
+                } else {
+                    check_item(m, spec, &b[r], it);
+                }
+                off = (off + it->bytes + 63) / 64 * 64;
+            }
+        }
+        ck_assert_int_eq(k, b[r].nitems);
+        ck_assert_int_eq(off, b[r].bytes);
+        ck_assert_int_eq(failed, b[r].nfailed);
+    }
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(seen[i], 1);
+    int on_heavy = b[heavy_rank].nsamples - b[heavy_rank].nfailed;
+    for (int r = 0; r < 2; r++)
+        dh_engine_release(e, &b[r], -1);
+    ck_assert_int_eq(dh_engine_finish(e, res), 0);
+    ck_assert_int_eq(res->delivered + res->failed, 10);
+    ck_assert_int_eq(res->failed, 1);
+    ck_assert_int_eq(x->bad_items, 0);
+    ck_assert_int_eq(x->calls, 9); /* once per prepared sample, never for the failed one */
+    dh_engine_free(e);
+    dh_spec_free(spec);
+    return on_heavy;
+}
+
+static dh_manifest *heavy_manifest(reveal_ctx *x)
+{
+    dh_manifest *m = manifest_with("{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":"
+                                   "\"ok/none.jpg\",\"codec\":\"jpeg\",\"width\":64,\"height\":48}]}\n");
+    memset(x, 0, sizeof *x);
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    x->m = m;
+    x->heavy = -1;
+    for (int64_t i = 0; i < dh_manifest_count(m); i++) {
+        dh_media_info mi;
+        dh_manifest_media(m, i, 0, &mi);
+        if (strstr(mi.path, "p.png"))
+            x->heavy = i; /* the lightest prediction: never alone on a rank at first */
+    }
+    ck_assert_int_ge(x->heavy, 0);
+    return m;
+}
+
+START_TEST(rebalancing_moves_decoded_samples_and_keeps_batches_valid)
+{
+    reveal_ctx x;
+    dh_manifest *m = heavy_manifest(&x);
+    dh_run_config c = config(m, "helix");
+    c.global_batch = 10;
+    dh_result res;
+    /* Optimal: the 100 s sample alone (100 | 8); the gate passes (gain >= 1 s, cost ~us). */
+    ck_assert_int_eq(run_heavy_step(m, &c, &x, &res), 1);
+    ck_assert_int_gt(res.reb_moved, 0);
+    ck_assert_int_gt(res.reb_bytes, 0);
+    ck_assert_int_eq(res.reb_gated, 0);
+    ck_assert_double_ge(res.reb_predicted_gain_s, 1.0);
+    ck_assert_double_ge(res.reb_realised_gain_s, 1.0);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(rebalancing_is_gated_by_transfer_cost_and_off_for_noreb)
+{
+    reveal_ctx x;
+    dh_manifest *m = heavy_manifest(&x);
+    dh_run_config c = config(m, "helix");
+    c.global_batch = 10;
+    c.move_bandwidth = 1.0; /* 1 byte/s: every move costs more than it gains */
+    dh_result res;
+    ck_assert_int_gt(run_heavy_step(m, &c, &x, &res), 1);
+    ck_assert_int_eq(res.reb_moved, 0);
+    ck_assert_int_gt(res.reb_gated, 0);
+    dh_manifest_free(m);
+    m = heavy_manifest(&x);
+    c = config(m, "helix-noreb");
+    c.global_batch = 10;
+    ck_assert_int_gt(run_heavy_step(m, &c, &x, &res), 1);
+    ck_assert_int_eq(res.reb_considered, 0);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(real_engine_refuses_several_nodes)
+{
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "helix");
+    c.nodes = 2;
+    dh_result res;
+    char err[256] = "";
+    ck_assert_int_eq(dh_engine_run(&c, NULL, NULL, &res, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "one node") != NULL, "%s", err);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(run_needs_a_manifest)
 {
     dh_run_config c;
@@ -288,8 +475,11 @@ int main(void)
     tcase_add_test(tc, failed_samples_are_delivered_reported_and_counted);
     tcase_add_test(tc, failed_items_are_zeroed_and_marked);
     tcase_add_test(tc, every_policy_completes_within_the_pool);
-    tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest);
     tcase_add_test(tc, run_needs_a_manifest);
+    tcase_add_test(tc, rebalancing_moves_decoded_samples_and_keeps_batches_valid);
+    tcase_add_test(tc, rebalancing_is_gated_by_transfer_cost_and_off_for_noreb);
+    tcase_add_test(tc, real_engine_refuses_several_nodes);
+    tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

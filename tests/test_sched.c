@@ -257,7 +257,7 @@ START_TEST(rebalancing_finds_the_known_optimal_plan)
         g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
     prepare_step0(s, g, 4);
     ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9);
-    dh__sched_rebalance(s, 0, 1.0);
+    dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
     ck_assert_double_eq_tol(rank_load(s, 0, g), 4.0, 1e-9);
     ck_assert_double_eq_tol(rank_load(s, 1, g), 4.0, 1e-9);
     const dh__reb_stats *st = dh__sched_reb_stats(s);
@@ -291,7 +291,7 @@ START_TEST(rebalancing_gate_follows_transfer_cost)
     for (int k = 0; k < 4; k++)
         g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
     prepare_step0(s, g, 4);
-    dh__sched_rebalance(s, 0, 1.0);
+    dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
     ck_assert_int_eq(dh__sched_reb_stats(s)->moved, 0);
     ck_assert_int_eq(dh__sched_reb_stats(s)->gated, 2);
     ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9);
@@ -302,7 +302,7 @@ START_TEST(rebalancing_gate_follows_transfer_cost)
     for (int k = 0; k < 4; k++)
         g[k] = 1.0;
     prepare_step0(s, g, 4);
-    dh__sched_rebalance(s, 0, 1.0);
+    dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
     ck_assert_int_eq(dh__sched_reb_stats(s)->considered, 0);
     dh__sched_free(s);
     /* helix-noreb never moves. */
@@ -312,7 +312,7 @@ START_TEST(rebalancing_gate_follows_transfer_cost)
     for (int k = 0; k < 4; k++)
         g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
     prepare_step0(s, g, 4);
-    dh__sched_rebalance(s, 0, 1.0);
+    dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
     ck_assert_int_eq(dh__sched_reb_stats(s)->plans, 0);
     dh__sched_free(s);
 }
@@ -333,13 +333,100 @@ START_TEST(only_prepared_samples_move)
     for (int k = 0; k < 4; k++)
         if (t[k].rank == r0)
             dh__sched_task_done(s, &t[k], 0.0, 0.1, 5.0);
-    dh__sched_rebalance(s, 0, 1.0);
+    dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
     for (int k = 0; k < 4; k++)
         if (t[k].rank != r0)
             ck_assert_int_eq(dh__sched_rank_of(s, 0, t[k].pos), t[k].rank);
     /* One heavy sample moved to rank 1 (5 + 1 + 1 < 10). */
     ck_assert_int_eq(dh__sched_reb_stats(s)->moved, 1);
     dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(frozen_ranks_neither_give_nor_receive)
+{
+    /* Six equal predictions over 3 ranks (2 | 2 | 2); prepared, rank a's two cost 5 and the
+     * rest 1 (10 | 2 | 2). Rank b is frozen (the engine is writing into its batch): only a and
+     * c may trade, which gives 6 | 2 | 6. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 3, 1, 6, 1);
+    dh__sched *s = make(&w);
+    int a = dh__sched_rank_of(s, 0, 0), b = (a + 1) % 3, c = (a + 2) % 3;
+    double g[6];
+    int64_t before[8];
+    for (int k = 0; k < 6; k++)
+        g[k] = dh__sched_rank_of(s, 0, k) == a ? 5.0 : 1.0;
+    prepare_step0(s, g, 6);
+    int32_t nb = dh__sched_batch_samples(s, 0, b, before, 8);
+    uint8_t frozen[3] = {0};
+    frozen[b] = 1;
+    dh__sched_rebalance(s, 0, 1.0, frozen, NULL, NULL);
+    int64_t after[8];
+    ck_assert_int_eq(dh__sched_batch_samples(s, 0, b, after, 8), nb);
+    ck_assert_mem_eq(after, before, (size_t)nb * sizeof *after);
+    ck_assert_double_eq_tol(rank_load(s, a, g), 6.0, 1e-9);
+    ck_assert_double_eq_tol(rank_load(s, c, g), 6.0, 1e-9);
+    ck_assert_int_gt(dh__sched_reb_stats(s)->moved, 0);
+    dh__sched_free(s);
+}
+END_TEST
+
+typedef struct {
+    int calls, differs;
+    dh__sched *s;
+} accept_ctx;
+
+static int refuse_plan(void *ctx, int64_t step, const int32_t *rank_of)
+{
+    accept_ctx *x = ctx;
+    x->calls++;
+    for (int64_t k = 0; k < 4; k++)
+        x->differs += rank_of[k] != dh__sched_rank_of(x->s, step, k);
+    return 1;
+}
+
+START_TEST(refused_plans_leave_the_placement_and_are_counted)
+{
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
+    dh__sched *s = make(&w);
+    int r0 = dh__sched_rank_of(s, 0, 0);
+    double g[4];
+    for (int k = 0; k < 4; k++)
+        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    prepare_step0(s, g, 4);
+    /* The engine could not carry the plan out (no buffer room): nothing moves. */
+    accept_ctx x = {0, 0, s};
+    dh__sched_rebalance(s, 0, 1.0, NULL, refuse_plan, &x);
+    ck_assert_int_eq(x.calls, 1);
+    ck_assert_int_eq(x.differs, 2); /* it was shown the swap before it was applied */
+    ck_assert_int_eq(dh__sched_reb_stats(s)->refused, 2);
+    ck_assert_int_eq(dh__sched_reb_stats(s)->moved, 0);
+    ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9);
+    dh__sched_free(s);
+
+    /* A plan that would put a receiving rank over the token cap is refused as well. Costs
+     * 3, 1 | 1, 1: the only gain is moving the 1 over (3 | 3), which gives that rank 3 x 10
+     * tokens against a cap of 20. Without the cap it moves. */
+    int64_t tokens[MAXS];
+    for (int i = 0; i < MAXS; i++)
+        tokens[i] = 10;
+    for (int capped = 1; capped >= 0; capped--) {
+        world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
+        w.cfg.pred.tokens = tokens;
+        w.cfg.rank_token_cap = capped ? 20 : 0;
+        s = make(&w);
+        r0 = dh__sched_rank_of(s, 0, 0);
+        for (int k = 0; k < 4; k++)
+            g[k] = 1.0;
+        g[0] = 3.0;
+        prepare_step0(s, g, 4);
+        dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
+        ck_assert_int_eq(dh__sched_reb_stats(s)->moved, capped ? 0 : 1);
+        ck_assert_int_eq(dh__sched_reb_stats(s)->refused, capped ? 1 : 0);
+        ck_assert_double_eq_tol(rank_load(s, r0, g), capped ? 4.0 : 3.0, 1e-9);
+        dh__sched_free(s);
+    }
 }
 END_TEST
 
@@ -389,6 +476,8 @@ int main(void)
     tcase_add_test(tc, rebalancing_finds_the_known_optimal_plan);
     tcase_add_test(tc, rebalancing_gate_follows_transfer_cost);
     tcase_add_test(tc, only_prepared_samples_move);
+    tcase_add_test(tc, frozen_ranks_neither_give_nor_receive);
+    tcase_add_test(tc, refused_plans_leave_the_placement_and_are_counted);
     tcase_add_test(tc, calibration_converges_on_synthetic_truth);
     tcase_add_test(tc, policy_names_round_trip);
     suite_add_tcase(s, tc);

@@ -154,6 +154,7 @@ const char cli_run_help[] =
     "  --nodes N               split ranks and workers evenly over N nodes (default 1)\n"
     "  --net-gbps X            bandwidth between nodes in Gbit/s (default 100)\n"
     "  --net-latency-us X      latency between nodes in microseconds (default 20)\n"
+    "  --move-gbps X           handoff bandwidth between ranks of a node in Gbit/s (default 160)\n"
     "  --cpu-sigma X           log-normal sigma of CPU truth around the model (default 0.25)\n"
     "  --cpu-heavy F:K         stress: a fraction F of samples truly costs K x its prediction\n"
     "  --rank-token-cap N      helix placement: at most N tokens per rank per step\n"
@@ -187,6 +188,9 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
     } else if (!strcmp(opt, "--net-gbps")) {
         rc = cli_num(opt, val, 1e-6, 1e6, &cfg->net_bandwidth);
         cfg->net_bandwidth *= 1e9 / 8;
+    } else if (!strcmp(opt, "--move-gbps")) {
+        rc = cli_num(opt, val, 1e-9, 1e6, &cfg->move_bandwidth);
+        cfg->move_bandwidth *= 1e9 / 8;
     } else if (!strcmp(opt, "--net-latency-us")) {
         rc = cli_num(opt, val, 0, 1e9, &cfg->net_latency);
         cfg->net_latency = cfg->net_latency > 0 ? cfg->net_latency * 1e-6 : 1e-12;

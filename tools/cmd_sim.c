@@ -122,8 +122,10 @@ void cli_print_result(const dh_result *r)
            (long long)r->samples, r->wall_s, strcmp(r->engine, "real") ? "to simulate" : "wall");
     if (r->reb_considered)
         printf("  rebalancing: %lld moves considered, %lld made, %lld refused by the gate, "
-               "%.1f MiB moved, predicted gain %.3f s, realised %.3f s\n",
+               "%lld refused (cap or no room), %.1f MiB moved, predicted gain %.3f s, "
+               "realised %.3f s\n",
                (long long)r->reb_considered, (long long)r->reb_moved, (long long)r->reb_gated,
+               (long long)r->reb_refused,
                r->reb_bytes / 1048576.0, r->reb_predicted_gain_s, r->reb_realised_gain_s);
     if (r->lend_considered)
         printf("  across nodes: %lld late remote samples considered, %lld prepared by an idle node, "

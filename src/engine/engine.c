@@ -17,6 +17,15 @@
  *   its share of the sampled video frames. A failed sample's slots are zeroed
  *   and its items carry the error; the batch is still delivered and the
  *   failure counted, so delivered + failed = samples.
+ * - Rebalancing (helix, DESIGN.md mechanism 4): when the first rank asks for
+ *   step s, the scheduler may move prepared samples between s's batches.
+ *   Batches a worker is writing into (in-flight tasks) are frozen for that
+ *   plan. A batch that receives samples is laid out afresh in a buffer from
+ *   a second ring (the move arena: the main ring's space is the prefetch
+ *   window's) and every item it keeps or receives is copied there; a batch
+ *   that only gives is compacted in place (its items keep their order, so
+ *   each moves down). Receivers are copied before donors are compacted. If
+ *   the arena has no room the plan is refused and counted, never waited on.
  * - Consumers: dh_engine_next_batch records the deadline (the request time)
  *   and waits for readiness; dh_engine_release ends the step (the scheduler
  *   learns the compute window) and frees the buffer. dh_engine_run adds R
@@ -43,13 +52,16 @@ typedef struct {
     dh_batch_item *items;
     int64_t *samples, *tokens;
     int32_t nitems, nsamples, nfailed;
+    int32_t inflight;      /* tasks writing into the buffer now */
     uint8_t laid_out, allocating, allocated;
+    uint8_t in_arena;      /* the buffer is in the move arena, not the main ring */
 } batch_slot;
 
 struct dh_engine {
     dh__run run;
     dh__sched *sched;
     dh__ring ring;
+    dh__ring arena;         /* buffers of batches that received moved samples */
     dh__records rec;
     dh__trace trace;
     pthread_mutex_t mu;
@@ -61,6 +73,9 @@ struct dh_engine {
     batch_slot *slot;
     uint8_t *sample_failed; /* per manifest sample, this run */
     int64_t *next_step;     /* per rank */
+    int64_t reb_next;       /* next step to offer for rebalancing */
+    uint8_t *frozen, *received, *changed; /* per rank, rebalancing scratch */
+    batch_slot *fresh;      /* per rank, rebalancing scratch: new layouts */
     struct timespec t0;
     dh_sample_error_cb on_error;
     void *user;
@@ -100,14 +115,29 @@ static int64_t align_up(int64_t x)
     return (x + ITEM_ALIGN - 1) & ~(int64_t)(ITEM_ALIGN - 1);
 }
 
-/* Fixes batch (st, r)'s layout from the descriptors. Called with e->mu held. */
-static int lay_out(dh_engine *e, int64_t st, int r, batch_slot *b)
+static uint8_t *slot_data(dh_engine *e, const batch_slot *b)
+{
+    return b->allocated ? (b->in_arena ? e->arena.base : e->ring.base) + b->offset : NULL;
+}
+
+static void slot_clear_layout(batch_slot *b)
+{
+    free(b->items);
+    free(b->samples);
+    free(b->tokens);
+    b->items = NULL;
+    b->samples = b->tokens = NULL;
+    b->nitems = b->nsamples = b->nfailed = 0;
+    b->laid_out = 0;
+}
+
+/*
+ * Lays b out for samples[0..n) (b takes the array): one packed, aligned slot
+ * per media item, in sample order. Called with e->mu held.
+ */
+static int lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n)
 {
     const dh_manifest *m = e->run.m;
-    int64_t *samples = malloc((size_t)e->G * sizeof *samples);
-    if (!samples)
-        return DH_ENOMEM;
-    int32_t n = DH_MAX(0, dh__sched_batch_samples(e->sched, st, r, samples, (int32_t)e->G));
     int32_t nitems = 0;
     for (int32_t k = 0; k < n; k++) {
         dh_sample_info si;
@@ -143,6 +173,16 @@ static int lay_out(dh_engine *e, int64_t st, int r, batch_slot *b)
     b->bytes = off;
     b->laid_out = 1;
     return 0;
+}
+
+/* Fixes batch (st, r)'s layout from the descriptors. Called with e->mu held. */
+static int lay_out(dh_engine *e, int64_t st, int r, batch_slot *b)
+{
+    int64_t *samples = malloc((size_t)e->G * sizeof *samples);
+    if (!samples)
+        return DH_ENOMEM;
+    int32_t n = DH_MAX(0, dh__sched_batch_samples(e->sched, st, r, samples, (int32_t)e->G));
+    return lay_out_samples(e, b, samples, n);
 }
 
 /* Gives batch b its buffer: one worker allocates (outside the lock), others wait. */
@@ -231,9 +271,29 @@ static void fail_sample(dh_engine *e, const dh__task *t, batch_slot *b, int code
  */
 static void zero_failed(batch_slot *b, uint8_t *base)
 {
-    for (int32_t k = 0; k < b->nitems && b->nfailed; k++)
+    for (int32_t k = 0; base && k < b->nitems && b->nfailed; k++)
         if (b->items[k].status)
             memset(base + b->items[k].offset, 0, (size_t)b->items[k].bytes);
+}
+
+/*
+ * The exact GPU cost of t's sample once its last part is done: the user's
+ * reading of the decoded items, or the emulated ranks' per-sample time;
+ * -1 for a failed sample (it does not move). Called with e->mu held.
+ */
+static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b, const uint8_t *base)
+{
+    if (e->sample_failed[t->sample] || !dh__sched_last_part(e->sched, t))
+        return -1.0;
+    if (!e->run.cfg.sample_gpu_cost)
+        return e->run.samples.gpu_true[t->sample];
+    int32_t first = 0, n = 0;
+    while (first < b->nitems && b->items[first].sample != t->sample)
+        first++;
+    while (first + n < b->nitems && b->items[first + n].sample == t->sample)
+        n++;
+    return e->run.cfg.sample_gpu_cost(t->sample, b->items + first, n, base,
+                                      e->run.cfg.sample_gpu_cost_user);
 }
 
 static void *worker_main(void *arg)
@@ -250,10 +310,11 @@ static void *worker_main(void *arg)
             continue;
         }
         batch_slot *b = &e->slot[t.step * e->R + t.rank];
+        b->inflight++; /* frozen for rebalancing from here until the task is done */
         int rc = b->laid_out ? 0 : lay_out(e, t.step, t.rank, b);
         if (!rc)
             rc = ensure_buffer(e, b);
-        uint8_t *base = e->ring.base + b->offset;
+        uint8_t *base = slot_data(e, b);
         pthread_mutex_unlock(&e->mu);
         double c0 = thread_cpu(), started = elapsed(e);
         err[0] = 0;
@@ -269,16 +330,141 @@ static void *worker_main(void *arg)
         e->cpu_sum += cpu;
         dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",
                        started, elapsed(e) - started, t.step, t.rank, t.sample);
-        if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu, -1.0)) {
+        if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu, revealed_gpu(e, &t, b, base))) {
             zero_failed(b, base);
             e->rec.ready[t.step * e->R + t.rank] = elapsed(e);
             pthread_cond_broadcast(&e->ready);
         }
+        b->inflight--;
         pthread_cond_broadcast(&e->work);
     }
     e->worker_cpu += thread_cpu(); /* under e->mu: the whole thread, scheduling included */
     pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+/* ------------------------------------------------------------ rebalancing */
+
+static const dh_batch_item *find_item(const batch_slot *b, int64_t sample, int32_t media)
+{
+    for (int32_t k = 0; b->laid_out && k < b->nitems; k++)
+        if (b->items[k].sample == sample && b->items[k].media == media)
+            return &b->items[k];
+    return NULL;
+}
+
+/* Copies (or, in place, moves down) every item of `to` found in `from`, with its status. */
+static void copy_items(dh_engine *e, batch_slot *to, const batch_slot *from)
+{
+    uint8_t *dst = slot_data(e, to);
+    const uint8_t *src = slot_data(e, from);
+    for (int32_t k = 0; dst && src && k < to->nitems; k++) {
+        dh_batch_item *it = &to->items[k];
+        const dh_batch_item *old = find_item(from, it->sample, it->media);
+        if (!old)
+            continue; /* not dispatched yet: decoded into the new layout later */
+        memmove(dst + it->offset, src + old->offset, (size_t)it->bytes);
+        it->status = old->status;
+    }
+}
+
+static void count_failed(batch_slot *b)
+{
+    b->nfailed = 0;
+    for (int32_t k = 0; k < b->nitems; k++)
+        b->nfailed += b->items[k].status && (k == 0 || b->items[k - 1].sample != b->items[k].sample);
+}
+
+/*
+ * The scheduler's accept callback: carries a gated plan out on the batch
+ * buffers of step st (see DESIGN at the top). Returns 0 when done, 1 when
+ * the arena has no room for a receiving batch (nothing has changed then).
+ */
+static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
+{
+    dh_engine *e = ctx;
+    int R = e->R;
+    const int64_t *order = e->run.order + st * e->G;
+    batch_slot *slots = e->slot + st * R, *fresh = e->fresh;
+    uint8_t *recv = e->received, *changed = e->changed;
+    memset(changed, 0, (size_t)R);
+    memset(fresh, 0, (size_t)R * sizeof *fresh);
+    for (int64_t k = 0; k < e->G; k++) {
+        int from = dh__sched_rank_of(e->sched, st, k), to = rank_of[k];
+        if (from != to)
+            recv[to] = changed[from] = changed[to] = 1;
+    }
+    int rc = 0;
+    for (int r = 0; r < R && !rc; r++) {
+        if (!changed[r])
+            continue;
+        int64_t *samples = malloc((size_t)e->G * sizeof *samples);
+        int32_t n = 0;
+        for (int64_t k = 0; samples && k < e->G; k++)
+            if (rank_of[k] == r)
+                samples[n++] = order[k];
+        rc = samples ? lay_out_samples(e, &fresh[r], samples, n) : DH_ENOMEM;
+        if (!rc && recv[r]) {
+            int64_t off = dh__ring_try_alloc(&e->arena, fresh[r].bytes, &fresh[r].block);
+            rc = off < 0;
+            fresh[r].offset = off;
+            fresh[r].allocated = fresh[r].in_arena = off >= 0;
+        }
+    }
+    if (rc) {
+        for (int r = 0; r < R; r++) {
+            if (fresh[r].allocated)
+                dh__ring_free(&e->arena, fresh[r].block);
+            slot_clear_layout(&fresh[r]);
+        }
+        memset(recv, 0, (size_t)R);
+        return 1;
+    }
+    /* Receivers first, from every old batch of the step (donors still hold their data). */
+    for (int r = 0; r < R; r++)
+        for (int q = 0; recv[r] && q < R; q++)
+            copy_items(e, &fresh[r], &slots[q]);
+    for (int r = 0; r < R; r++) {
+        if (!changed[r])
+            continue;
+        batch_slot *b = &slots[r];
+        if (!recv[r]) { /* a donor keeps its buffer: compact it in place */
+            fresh[r].offset = b->offset;
+            fresh[r].block = b->block;
+            fresh[r].allocated = b->allocated;
+            fresh[r].in_arena = b->in_arena;
+            copy_items(e, &fresh[r], b);
+        } else if (b->allocated) {
+            dh__ring_free(b->in_arena ? &e->arena : &e->ring, b->block);
+        }
+        count_failed(&fresh[r]);
+        slot_clear_layout(b);
+        fresh[r].taken = b->taken;
+        *b = fresh[r];
+    }
+    return 0;
+}
+
+/*
+ * Offers step st to the scheduler's rebalancing before any of its batches is
+ * taken; `rank` asked first (the trace shows the plan on its track).
+ */
+static void rebalance_step(dh_engine *e, int64_t st, int rank)
+{
+    const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
+    int64_t moved = reb->moved;
+    for (int r = 0; r < e->R; r++)
+        e->frozen[r] = e->slot[st * e->R + r].inflight > 0;
+    memset(e->received, 0, (size_t)e->R);
+    double t0 = elapsed(e);
+    dh__sched_rebalance(e->sched, st, t0, e->frozen, carry_out, e);
+    if (reb->moved == moved)
+        return;
+    double now = elapsed(e);
+    for (int r = 0; r < e->R; r++) /* a complete receiver is ready once its copy is */
+        if (e->received[r] && e->rec.ready[st * e->R + r] > 0)
+            e->rec.ready[st * e->R + r] = DH_MAX(e->rec.ready[st * e->R + r], now);
+    dh__trace_span(&e->trace, DH_TRACE_RANKS, rank, "rebalance", t0, now - t0, st, rank, -1);
 }
 
 /* -------------------------------------------------------------- consumers */
@@ -295,6 +481,10 @@ int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
     }
     double asked = elapsed(e);
     e->rec.deadline[st * e->R + rank] = asked;
+    if (st == e->reb_next) { /* the first rank to ask: no batch of st is taken yet */
+        e->reb_next++;
+        rebalance_step(e, st, rank);
+    }
     pthread_cond_broadcast(&e->work); /* the request may be what admits this batch */
     while (!dh__sched_batch_ready(e->sched, st, rank))
         pthread_cond_wait(&e->ready, &e->mu);
@@ -308,7 +498,7 @@ int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
     *out = (dh_batch){.step = st, .rank = rank, .nsamples = b->nsamples, .nitems = b->nitems,
                       .nfailed = b->nfailed, .samples = b->samples, .tokens = b->tokens,
                       .items = b->items, .bytes = b->bytes,
-                      .data = b->allocated ? e->ring.base + b->offset : NULL};
+                      .data = slot_data(e, b)};
     pthread_cond_broadcast(&e->work); /* local: the prefetch window moved */
     pthread_mutex_unlock(&e->mu);
     return rc;
@@ -334,13 +524,9 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
                    elapsed(e) - s->taken, b->step, b->rank, -1);
     dh__sched_step_done(e->sched, b->rank, b->step, elapsed(e), gpu);
     if (s->allocated)
-        dh__ring_free(&e->ring, s->block);
+        dh__ring_free(s->in_arena ? &e->arena : &e->ring, s->block);
     s->allocated = 0;
-    free(s->items);
-    free(s->samples);
-    free(s->tokens);
-    s->items = NULL;
-    s->samples = s->tokens = NULL;
+    slot_clear_layout(s);
     pthread_cond_broadcast(&e->work);
     pthread_mutex_unlock(&e->mu);
 }
@@ -359,6 +545,24 @@ static int64_t ring_size(const dh_engine *e)
         max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
     int64_t big_batch = max_sample * per_rank * 2 + 64 * per_rank * 16;
     return e->run.cfg.memory_budget + 2 * big_batch;
+}
+
+/*
+ * The move arena holds the batches that received samples, from the step's
+ * start until their ranks release them: room for two average steps and two
+ * of the largest batches. A plan that does not fit is refused, not waited on.
+ */
+static int64_t arena_size(const dh_engine *e)
+{
+    if (e->run.policy != DH_POL_HELIX)
+        return 4096;
+    int64_t max_sample = 0, sum = 0, per_rank = (e->G + e->R - 1) / e->R;
+    for (int64_t i = 0; i < e->run.samples.n; i++) {
+        max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
+        sum += e->run.samples.bytes[i];
+    }
+    int64_t step = sum / DH_MAX(e->run.samples.n, 1) * e->G + 64 * e->G * 16;
+    return 2 * step + 2 * (max_sample * per_rank * 2 + 64 * per_rank * 16);
 }
 
 static int start_workers(dh_engine *e)
@@ -388,11 +592,17 @@ static int engine_alloc(dh_engine *e)
     e->slot = calloc(nb, sizeof *e->slot);
     e->next_step = calloc((size_t)e->R, sizeof *e->next_step);
     e->sample_failed = calloc((size_t)(e->run.samples.n + 1), 1);
-    if (!e->slot || !e->next_step || !e->sample_failed)
+    e->frozen = calloc((size_t)e->R * 3, 1);
+    e->received = e->frozen ? e->frozen + e->R : NULL;
+    e->changed = e->frozen ? e->frozen + 2 * e->R : NULL;
+    e->fresh = calloc((size_t)e->R, sizeof *e->fresh);
+    if (!e->slot || !e->next_step || !e->sample_failed || !e->frozen || !e->fresh)
         return DH_ENOMEM;
     int rc = dh__records_init(&e->rec, e->R, e->N);
     if (!rc)
         rc = dh__ring_init(&e->ring, ring_size(e), (int64_t)nb);
+    if (!rc)
+        rc = dh__ring_init(&e->arena, arena_size(e), (int64_t)nb);
     return rc;
 }
 
@@ -404,6 +614,11 @@ int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void 
     *out = NULL;
     if (!cfg->manifest) {
         dh__msg(err, errlen, "the real engine needs a manifest of real media");
+        return DH_EINVAL;
+    }
+    if (cfg->nodes > 1) {
+        dh__msg(err, errlen, "the real engine runs on one node (--nodes 1); the simulator "
+                             "models several");
         return DH_EINVAL;
     }
     dh_engine *e = calloc(1, sizeof *e);
@@ -451,6 +666,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     pthread_cond_broadcast(&e->room);
     pthread_mutex_unlock(&e->mu);
     dh__ring_close(&e->ring);
+    dh__ring_close(&e->arena);
     for (int w = 0; w < e->nthreads; w++)
         pthread_join(e->threads[w], NULL);
     e->nthreads = 0;
@@ -465,7 +681,8 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     e->rec.failed = e->failed;
     e->rec.delivered = e->rec.samples - e->failed;
     dh__run_fill_result(&e->run, e->sched, &e->rec, "real", out);
-    out->memory_peak = e->ring.peak; /* the pool's real use, not the scheduler's accounting */
+    /* the pool's real use, not the scheduler's accounting, with the move arena's */
+    out->memory_peak = e->ring.peak + e->arena.peak;
     out->framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
     out->wall_s = elapsed(e);
     return trc;
@@ -475,16 +692,16 @@ void dh_engine_free(dh_engine *e)
 {
     if (!e)
         return;
-    for (int64_t b = 0; e->slot && b < e->N * e->R; b++) {
-        free(e->slot[b].items);
-        free(e->slot[b].samples);
-        free(e->slot[b].tokens);
-    }
+    for (int64_t b = 0; e->slot && b < e->N * e->R; b++)
+        slot_clear_layout(&e->slot[b]);
     free(e->slot);
+    free(e->frozen);
+    free(e->fresh);
     free(e->next_step);
     free(e->sample_failed);
     free(e->threads);
     dh__ring_destroy(&e->ring);
+    dh__ring_destroy(&e->arena);
     dh__records_free(&e->rec);
     dh__sched_free(e->sched);
     dh__run_free(&e->run);

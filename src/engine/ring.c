@@ -58,16 +58,16 @@ static int64_t place(const dh__ring *r, int64_t n)
     return start + n - r->tail <= r->size ? start : -1;
 }
 
-int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block)
+static int64_t ring_alloc(dh__ring *r, int64_t bytes, int64_t *block, int wait)
 {
     int64_t n = (DH_MAX(bytes, 1) + ALIGN - 1) & ~(int64_t)(ALIGN - 1);
     if (n > r->size)
         return -1;
     pthread_mutex_lock(&r->mu);
-    int64_t start;
-    while (!r->closed && ((start = place(r, n)) < 0 || r->nblocks == r->cap))
+    int64_t start = -1;
+    while (!r->closed && ((start = place(r, n)) < 0 || r->nblocks == r->cap) && wait)
         pthread_cond_wait(&r->room, &r->mu);
-    if (r->closed) {
+    if (r->closed || start < 0 || r->nblocks == r->cap) {
         pthread_mutex_unlock(&r->mu);
         return -1;
     }
@@ -80,6 +80,16 @@ int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block)
     *block = id;
     pthread_mutex_unlock(&r->mu);
     return start % r->size;
+}
+
+int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block)
+{
+    return ring_alloc(r, bytes, block, 1);
+}
+
+int64_t dh__ring_try_alloc(dh__ring *r, int64_t bytes, int64_t *block)
+{
+    return ring_alloc(r, bytes, block, 0);
 }
 
 void dh__ring_free(dh__ring *r, int64_t block)

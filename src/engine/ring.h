@@ -34,6 +34,8 @@ int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks);
 void dh__ring_destroy(dh__ring *r);
 /* Blocks until bytes fit; returns the offset and its block id, or -1 if closed or too big. */
 int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block);
+/* The same without waiting: -1 when there is no room now. */
+int64_t dh__ring_try_alloc(dh__ring *r, int64_t bytes, int64_t *block);
 void dh__ring_free(dh__ring *r, int64_t block);
 /* Wakes every waiter; later allocations fail. */
 void dh__ring_close(dh__ring *r);

@@ -128,7 +128,7 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"placement_s\":%.9g,\"memory_budget\":%lld,\"memory_peak\":%lld,\"cap_violations\":%lld,\"framework_overhead\":%.6f,\"reb_considered\":%lld,\"reb_moved\":%lld,"
             "\"reb_gated\":%lld,\"reb_bytes\":%lld,\"reb_predicted_gain_s\":%.9g,"
             "\"reb_realised_gain_s\":%.9g,\"lend_considered\":%lld,\"lent\":%lld,"
-            "\"lend_gated\":%lld,\"bytes_shipped\":%lld,\"wall_s\":%.6g}",
+            "\"lend_gated\":%lld,\"bytes_shipped\":%lld,\"wall_s\":%.6g,\"reb_refused\":%lld}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -138,7 +138,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             r->framework_overhead, (long long)r->reb_considered, (long long)r->reb_moved,
             (long long)r->reb_gated, (long long)r->reb_bytes, r->reb_predicted_gain_s,
             r->reb_realised_gain_s, (long long)r->lend_considered, (long long)r->lent,
-            (long long)r->lend_gated, (long long)r->bytes_shipped, r->wall_s);
+            (long long)r->lend_gated, (long long)r->bytes_shipped, r->wall_s,
+            (long long)r->reb_refused);
     return ferror(f) ? DH_EIO : 0;
 }
 

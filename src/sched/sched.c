@@ -440,6 +440,11 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
     return ++b->ndone == b->ntasks;
 }
 
+int dh__sched_last_part(const dh__sched *s, const dh__task *t)
+{
+    return t->nparts <= 1 || s->parts_left[t->pos] <= 1;
+}
+
 int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank)
 {
     if (step >= s->planned)
@@ -489,17 +494,44 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
     }
 }
 
+/* 1 when the plan keeps every rank that receives samples within the per-rank caps. */
+static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_of)
+{
+    if (!s->cfg.rank_token_cap && !s->cfg.rank_byte_cap)
+        return 1;
+    int64_t *tok = calloc((size_t)s->R * 2, sizeof *tok), *byt = tok + s->R;
+    uint8_t *gains = calloc((size_t)s->R, 1);
+    int ok = tok && gains;
+    for (int64_t k = 0; ok && k < s->G; k++) {
+        int64_t i = s->cfg.order[st * s->G + k];
+        tok[rank_of[k]] += s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
+        byt[rank_of[k]] += s->cfg.pred.bytes[i];
+        gains[rank_of[k]] |= rank_of[k] != s->rank_of[st * s->G + k];
+    }
+    for (int r = 0; ok && r < s->R; r++)
+        if (gains[r] && ((s->cfg.rank_token_cap && tok[r] > s->cfg.rank_token_cap) ||
+                         (s->cfg.rank_byte_cap && byt[r] > s->cfg.rank_byte_cap)))
+            ok = 0;
+    free(tok);
+    free(gains);
+    return ok;
+}
+
 /*
  * The rebalancing plan of one step (DESIGN.md mechanism 4, GPU residual skew
  * inside a node). Prepared samples have exact costs (revealed); the others
- * stay where they are and weigh their predicted cost. The planner improves
- * the current placement of the prepared samples on top of those fixed loads
- * (only moves that lower the step's maximum), and the whole plan is applied
- * if its gain beats its cost: the most bytes any rank receives over the move
- * bandwidth, plus latency, times 1 + 4 x the GPU prediction error (noisier
- * estimates move less).
+ * stay where they are and weigh their predicted cost, and so does every
+ * sample of a frozen rank (the engine is still writing into its batch).
+ * The planner improves the current placement of the movable samples over
+ * the open ranks, on top of those fixed loads (only moves that lower the
+ * step's maximum), and the whole plan is applied if its gain beats its
+ * cost: the most bytes any rank receives over the move bandwidth, plus
+ * latency, times 1 + 4 x the GPU prediction error (noisier estimates move
+ * less). A plan that would put a receiving rank over a per-rank cap, or
+ * that the engine's accept callback turns down, is refused.
  */
-void dh__sched_rebalance(dh__sched *s, int64_t st, double now)
+void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *frozen,
+                         dh__reb_accept accept, void *ctx)
 {
     (void)now;
     if (s->cfg.policy != DH_POL_HELIX || st >= s->planned)
@@ -509,71 +541,91 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now)
         if (!b[r].admitted || b[r].finished)
             return; /* moves stay inside admitted, untaken batches */
     int64_t base = st * s->G, n = 0;
+    int R = s->R, open = 0;
     /* Planning scratch: fixed loads per rank; cost, position and bytes per movable sample. */
     double *fixed = s->plan_cpu, *mov_gpu = s->plan_gpu;
     int64_t *pos_of = s->plan_bytes, *mov_bytes = s->plan_tokens;
-    for (int r = 0; r < s->R; r++)
+    int32_t *start = malloc((size_t)s->G * sizeof *start), *plan = malloc((size_t)s->G * sizeof *plan);
+    int32_t *cidx = malloc((size_t)R * 2 * sizeof *cidx), *rank_at = cidx + R; /* open ranks */
+    double *loads = malloc((size_t)R * 2 * sizeof *loads), *cfixed = loads + R;
+    int32_t *new_rank = malloc((size_t)s->G * sizeof *new_rank);
+    if (!start || !plan || !cidx || !loads || !new_rank)
+        goto done;
+    for (int r = 0; r < R; r++) {
         fixed[r] = 0;
+        cidx[r] = frozen && frozen[r] ? -1 : open;
+        if (cidx[r] >= 0)
+            rank_at[open++] = r;
+    }
     for (int64_t k = 0; k < s->G; k++) {
         int64_t p = base + k;
-        if (s->done[p] && s->revealed[p] >= 0) {
+        if (s->done[p] && s->revealed[p] >= 0 && cidx[s->rank_of[p]] >= 0) {
             pos_of[n] = p;
             mov_gpu[n] = s->revealed[p];
             mov_bytes[n] = s->cfg.pred.bytes[s->cfg.order[p]];
             n++;
         } else {
-            fixed[s->rank_of[p]] += sample_gpu(s, s->cfg.order[p]);
+            fixed[s->rank_of[p]] += s->done[p] && s->revealed[p] >= 0 ? s->revealed[p]
+                                                                        : sample_gpu(s, s->cfg.order[p]);
         }
     }
-    if (n == 0)
-        return;
-    int32_t *start = malloc((size_t)n * sizeof *start), *plan = malloc((size_t)n * sizeof *plan);
-    double *fixed_copy = malloc((size_t)s->R * sizeof *fixed_copy);
-    int64_t *bytes_in = calloc((size_t)s->R, sizeof *bytes_in);
-    if (!start || !plan || !fixed_copy || !bytes_in)
+    if (n == 0 || open < 2)
         goto done;
-    double old_max = 0;
-    memcpy(fixed_copy, fixed, (size_t)s->R * sizeof *fixed_copy);
+    double old_max = 0, frozen_max = 0;
+    memcpy(loads, fixed, (size_t)R * sizeof *loads);
     for (int64_t i = 0; i < n; i++) {
-        start[i] = s->rank_of[pos_of[i]];
-        fixed_copy[start[i]] += mov_gpu[i];
+        start[i] = cidx[s->rank_of[pos_of[i]]];
+        loads[s->rank_of[pos_of[i]]] += mov_gpu[i];
     }
-    for (int r = 0; r < s->R; r++)
-        old_max = DH_MAX(old_max, fixed_copy[r]);
-    dh__part_in in = {.n = (int)n, .ranks = s->R, .gpu = mov_gpu, .base_gpu = fixed,
+    for (int r = 0; r < R; r++) {
+        old_max = DH_MAX(old_max, loads[r]);
+        if (cidx[r] < 0)
+            frozen_max = DH_MAX(frozen_max, fixed[r]);
+        else
+            cfixed[cidx[r]] = fixed[r];
+    }
+    dh__part_in in = {.n = (int)n, .ranks = open, .gpu = mov_gpu, .base_gpu = cfixed,
                       .initial = start};
     dh__part_out po;
     if (dh__partition(&in, plan, &po))
         goto done;
     int64_t moves = 0, bytes = 0, remote = 0;
-    double *in_time = fixed_copy; /* reused: per-rank receive time */
-    for (int r = 0; r < s->R; r++)
+    double *in_time = loads; /* reused: per-rank receive time */
+    for (int r = 0; r < R; r++)
         in_time[r] = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (plan[i] != start[i]) { /* across nodes over the network, else a local handoff */
-            int net = node_of_rank(s, plan[i]) != node_of_rank(s, start[i]);
+    for (int64_t i = 0; i < n; i++) {
+        int from = rank_at[start[i]], to = rank_at[plan[i]];
+        plan[i] = to;
+        if (to != from) { /* across nodes over the network, else a local handoff */
+            int net = node_of_rank(s, to) != node_of_rank(s, from);
             moves++;
             remote += net;
             bytes += mov_bytes[i];
-            bytes_in[plan[i]] += mov_bytes[i];
-            in_time[plan[i]] +=
-                (double)mov_bytes[i] / (net ? s->cfg.net_bandwidth : s->cfg.move_bandwidth);
+            in_time[to] += (double)mov_bytes[i] / (net ? s->cfg.net_bandwidth : s->cfg.move_bandwidth);
         }
+    }
     s->reb.plans++;
     s->reb.considered += moves;
     if (!moves)
         goto done;
     double cost = 0;
-    for (int r = 0; r < s->R; r++)
+    for (int r = 0; r < R; r++)
         cost = DH_MAX(cost, in_time[r]);
     cost += remote ? s->cfg.net_latency : s->cfg.move_latency;
-    double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib), gain = old_max - po.max_gpu;
+    double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib);
+    double gain = old_max - DH_MAX(po.max_gpu, frozen_max);
     if (gain <= margin * cost) {
         s->reb.gated += moves;
         goto done;
     }
+    memcpy(new_rank, s->rank_of + base, (size_t)s->G * sizeof *new_rank);
     for (int64_t i = 0; i < n; i++)
-        s->rank_of[pos_of[i]] = plan[i];
+        new_rank[pos_of[i] - base] = plan[i];
+    if (!plan_within_caps(s, st, new_rank) || (accept && accept(ctx, st, new_rank))) {
+        s->reb.refused += moves;
+        goto done;
+    }
+    memcpy(s->rank_of + base, new_rank, (size_t)s->G * sizeof *new_rank);
     regroup(s, st);
     s->reb.plans_applied++;
     s->reb.moved += moves;
@@ -582,8 +634,9 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now)
 done:
     free(start);
     free(plan);
-    free(fixed_copy);
-    free(bytes_in);
+    free(cidx);
+    free(loads);
+    free(new_rank);
 }
 
 const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s)

@@ -93,17 +93,30 @@ int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out);
 int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured,
                         double revealed_gpu);
 
+/* 1 when t is the last outstanding part of its sample (the one that completes it). */
+int dh__sched_last_part(const dh__sched *s, const dh__task *t);
+
+/*
+ * Called with a gated plan before it is applied: rank_of holds the step's G
+ * new ranks (position k of the global batch). Return 0 to accept (the
+ * engine has moved the data), nonzero to refuse; the placement then stays.
+ */
+typedef int (*dh__reb_accept)(void *ctx, int64_t step, const int32_t *rank_of);
+
 /*
  * Collective rebalancing of step `step` (helix only), called when its ranks
  * are about to take their batches: prepared samples may move between ranks
  * of the step as one plan, if the plan's predicted gain beats its transfer
- * cost times a margin that grows with the GPU prediction error.
+ * cost times a margin that grows with the GPU prediction error. Ranks with
+ * frozen[r] set (may be NULL) neither give nor receive; accept may be NULL.
  */
-void dh__sched_rebalance(dh__sched *s, int64_t step, double now);
+void dh__sched_rebalance(dh__sched *s, int64_t step, double now, const uint8_t *frozen,
+                         dh__reb_accept accept, void *ctx);
 
 typedef struct {
     int64_t plans, plans_applied;
     int64_t considered, moved, gated; /* candidate moves, applied, refused by the gate */
+    int64_t refused; /* moves of gated-in plans not carried out (a cap; no buffer room) */
     int64_t bytes_moved;
     double predicted_gain_s, realised_gain_s;
     int64_t lend_considered, lent, lend_gated; /* CPU readiness: remote late samples */

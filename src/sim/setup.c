@@ -147,7 +147,7 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
     run->cfg = *cfg;
     int pol = dh__policy_from_name(cfg->policy);
     if (pol < 0) {
-        dh__msg(err, errlen, "unknown policy \"%s\" (local, pool, helix, helix-nobalance, helix-fifo)",
+        dh__msg(err, errlen, "unknown policy \"%s\" (local, pool, helix, helix-nobalance, helix-fifo, helix-noreb)",
                 cfg->policy ? cfg->policy : "");
         return DH_EINVAL;
     }
@@ -217,6 +217,7 @@ void dh__run_sched_config(const dh__run *run, dh__sched_config *sc)
     sc->nodes = run->cfg.nodes;
     sc->net_bandwidth = run->cfg.net_bandwidth;
     sc->net_latency = run->cfg.net_latency;
+    sc->move_bandwidth = run->cfg.move_bandwidth;
     sc->rank_byte_cap = run->cfg.rank_byte_cap;
     sc->pred = (dh__pred){.n = run->samples.n,
                           .cpu_pred = run->samples.cpu_pred,
@@ -273,6 +274,7 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, const dh__r
     out->reb_considered = reb->considered;
     out->reb_moved = reb->moved;
     out->reb_gated = reb->gated;
+    out->reb_refused = reb->refused;
     out->reb_bytes = reb->bytes_moved;
     out->reb_predicted_gain_s = reb->predicted_gain_s;
     out->reb_realised_gain_s = reb->realised_gain_s;

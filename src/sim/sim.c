@@ -162,7 +162,7 @@ static void on_barrier(sim *s, const event *e)
         s->done = 1;
         return;
     }
-    dh__sched_rebalance(s->sched, next, e->t); /* before any rank takes its batch */
+    dh__sched_rebalance(s->sched, next, e->t, NULL, NULL, NULL); /* before any rank takes its batch */
     for (int r = 0; r < s->rec.R; r++)
         request(s, r, next, e->t);
 }
