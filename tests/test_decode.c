@@ -224,6 +224,36 @@ static void expect_decode_error(const char *name, dh_media_info mi, size_t cap, 
     dh_spec_free(s);
 }
 
+START_TEST(frames_cut_by_the_edit_list_are_not_described)
+{
+    /* libx264 with B-frames through our MP4 writer: 25 frames, keyframe interval 24. The
+     * edit list ends at 0.96 s, so the 25th frame (a keyframe) is flagged discard and never
+     * shown. Probing counted it (frames 25, keyframes [0, 24]) and a sampled time in the
+     * last 1/25 s then failed with "no frame decodes". */
+    char path[4096], err[256] = "";
+    snprintf(path, sizeof path, "%s/cut_by_edit_list.mp4", media);
+    ck_assert_msg(dh__encode_video(path, 320, 180, 25.0, 25, 24, 254, err, sizeof err) == 0, "%s", err);
+    char *shown = tu_capture("%s -v error -count_frames -select_streams v:0 -show_entries "
+                             "stream=nb_read_frames -of csv=p=0 '%s'", tu_ffprobe(), path);
+    dh_probe_result r = probe("cut_by_edit_list.mp4");
+    ck_assert_int_eq(r.info.frames, atoll(shown)); /* what a decoder returns */
+    for (int32_t k = 0; k < r.info.keyframe_count; k++)
+        ck_assert_int_lt(r.info.keyframes[k], r.info.frames);
+    /* 16 frames over the whole described clip, the last one inside its final frame. */
+    dh_spec *spec = spec_json("{\"video\":{\"sampling\":\"uniform\",\"frames\":16,"
+                              "\"resize\":{\"mode\":\"crop\",\"size\":64}}}");
+    dh_media_derived md;
+    ck_assert_int_eq(dh_derive_media(spec, &r.info, &md), 0);
+    uint8_t *buf = malloc((size_t)md.out_bytes);
+    ck_assert_msg(dh__decode_video(path, spec, &r.info, buf, (size_t)md.out_bytes, NULL, err,
+                                   sizeof err) == 0, "%s", err);
+    free(buf);
+    free(shown);
+    dh_spec_free(spec);
+    dh_probe_result_clear(&r);
+}
+END_TEST
+
 START_TEST(bad_input_is_a_clear_error)
 {
     dh_probe_result pr = probe("bf.mp4");
@@ -525,6 +555,7 @@ int main(void)
     tcase_add_test(tc, variable_frame_rate_matches_ffmpeg);
     tcase_add_test(tc, sparse_samples_seek_dense_ones_do_not);
     tcase_add_test(tc, split_parts_decode_disjoint_keyframe_segments);
+    tcase_add_test(tc, frames_cut_by_the_edit_list_are_not_described);
     tcase_add_test(tc, bad_input_is_a_clear_error);
     suite_add_tcase(s, tc);
     TCase *ti = tcase_create("image");

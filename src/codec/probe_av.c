@@ -86,21 +86,30 @@ static int push_keyframe(dh_probe_result *r, size_t *cap, int64_t frame, const d
     return 0;
 }
 
-/* Keyframes from a complete index (one entry per frame), as MP4 provides. */
+/*
+ * Keyframes from a complete index (one entry per frame), as MP4 provides.
+ * Entries an edit list cuts off (AVINDEX_DISCARD_FRAME: libx264's last
+ * frame past the track duration, for one) are never shown, so they are not
+ * frames: counting them would describe a frame no decoder returns.
+ */
 static int keyframes_from_index(AVStream *st, dh_probe_result *r, const dh_limits *lim, char *err,
                                 size_t errlen)
 {
     int n = avformat_index_get_entries_count(st);
     size_t cap = 0;
+    int64_t shown = 0;
     for (int i = 0; i < n; i++) {
         const AVIndexEntry *e = avformat_index_get_entry(st, i);
-        if (e && (e->flags & AVINDEX_KEYFRAME)) {
-            int rc = push_keyframe(r, &cap, i, lim, err, errlen);
+        if (!e || (e->flags & AVINDEX_DISCARD_FRAME))
+            continue;
+        if (e->flags & AVINDEX_KEYFRAME) {
+            int rc = push_keyframe(r, &cap, shown, lim, err, errlen);
             if (rc)
                 return rc;
         }
+        shown++;
     }
-    r->info.frames = n;
+    r->info.frames = shown;
     return 0;
 }
 
@@ -115,7 +124,7 @@ static int scan_packets(AVFormatContext *fmt, int sidx, dh_probe_result *r, cons
     int64_t frames = 0;
     int rc = 0, ret;
     while ((ret = av_read_frame(fmt, pkt)) >= 0) {
-        if (pkt->stream_index == sidx) {
+        if (pkt->stream_index == sidx && !(pkt->flags & AV_PKT_FLAG_DISCARD)) {
             if ((pkt->flags & AV_PKT_FLAG_KEY) &&
                 (rc = push_keyframe(r, &cap, frames, lim, err, errlen)))
                 break;
