@@ -508,6 +508,9 @@ typedef struct {
     /* moves of plans that passed the gate but were not carried out (a per-rank cap, or the
      * real engine had no buffer room to receive them) */
     int64_t reb_refused;
+    /* real engine: seconds spent moving decoded data for rebalancing, and the gate's
+     * calibrated transfer cost (measured / modelled; 1 in the simulator) */
+    double reb_move_s, reb_move_factor;
 } dh_result;
 
 /* Runs cfg in the discrete-event simulator. */

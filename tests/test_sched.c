@@ -430,6 +430,93 @@ START_TEST(refused_plans_leave_the_placement_and_are_counted)
 }
 END_TEST
 
+START_TEST(measured_move_cost_closes_the_gate)
+{
+    /* Two steps with the same skew (3, 3 | 1, 1 by exact cost). Step 0's swap passes the gate
+     * on the modelled cost (microseconds); the engine then reports that carrying plans out
+     * takes 100 s each, so step 1's identical swap is gated. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 1, 4, 2);
+    dh__sched *s = make(&w);
+    double g[8];
+    for (int st = 0; st < 2; st++) {
+        int r0 = dh__sched_rank_of(s, st, 0);
+        for (int k = 0; k < 4; k++)
+            g[st * 4 + k] = dh__sched_rank_of(s, st, k) == r0 ? 3.0 : 1.0;
+    }
+    for (int k = 0; k < 8; k++) {
+        dh__task t;
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        dh__sched_task_done(s, &t, 0.0, 0.1, g[t.sample]);
+    }
+    const dh__reb_stats *st = dh__sched_reb_stats(s);
+    dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
+    ck_assert_int_eq(st->moved, 2);
+    ck_assert_double_eq(st->move_factor, 1.0);
+    for (int i = 0; i < 20; i++)
+        dh__sched_observe_move(s, 100.0);
+    ck_assert_double_gt(st->move_factor, 1e6);
+    ck_assert_double_eq_tol(st->move_s, 2000.0, 1e-6);
+    dh__sched_rebalance(s, 1, 2.0, NULL, NULL, NULL);
+    ck_assert_int_eq(st->moved, 2);
+    ck_assert_int_eq(st->gated, 2);
+    dh__sched_free(s);
+}
+END_TEST
+
+/*
+ * Two nodes, one rank and one worker each; 3 samples per rank per step, each
+ * 8 s of CPU and `gpu` s of GPU. Both nodes finish step 0 at once; node 1's
+ * worker starts its first step-1 task (busy until 8 s), node 0's worker
+ * finishes all of its own. Returns the task node 0's worker gets next (or
+ * -1): step 1's deadline is 3 x gpu, and node 1's queue ends at 24 s.
+ */
+static int lend_after_backlog(double gpu, dh__task *lent, int64_t *nlent)
+{
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 2, 6, 2);
+    w.cfg.nodes = 2;
+    for (int i = 0; i < 12; i++) {
+        w.cpu[i] = 8.0f;
+        w.feat[i].v = (float)gpu;
+    }
+    dh__sched *s = make(&w);
+    dh__task t;
+    for (int k = 0; k < 3; k++) { /* node 1: step 0 */
+        ck_assert_int_eq(dh__sched_next_task(s, 1, 0.0, &t), 0);
+        ck_assert_int_eq(t.step, 0);
+        dh__sched_task_done(s, &t, 0.0, 8.0, -1);
+    }
+    ck_assert_int_eq(dh__sched_next_task(s, 1, 0.0, &t), 0); /* busy until 8 s */
+    ck_assert_int_eq(t.step, 1);
+    for (int k = 0; k < 6; k++) { /* node 0: both steps */
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        ck_assert_int_eq(t.rank, 0);
+        dh__sched_task_done(s, &t, 0.0, 8.0, -1);
+    }
+    int rc = dh__sched_next_task(s, 0, 0.0, lent);
+    *nlent = dh__sched_reb_stats(s)->lent;
+    dh__sched_free(s);
+    return rc == 0 ? lent->rank : -1;
+}
+
+START_TEST(idle_node_lends_into_a_backlog_before_it_is_late)
+{
+    /* GPU 6 s: deadline 18 s; node 1's last queued task would end at 24 s. The least-slack
+     * task itself could still start in time (slack 10 s), but the backlog behind it is late:
+     * node 0 takes it and ships the result back. */
+    dh__task t;
+    int64_t n;
+    ck_assert_int_eq(lend_after_backlog(6.0, &t, &n), 1);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(t.step, 1);
+    ck_assert_double_gt(t.ship_s, 0);
+    /* GPU 10 s: deadline 30 s, the queue ends at 24 s: nothing is late, nothing is lent. */
+    ck_assert_int_eq(lend_after_backlog(10.0, &t, &n), -1);
+    ck_assert_int_eq(n, 0);
+}
+END_TEST
+
 START_TEST(calibration_converges_on_synthetic_truth)
 {
     /* Truth is 1.5x the CPU model for video and 0.8x the GPU model, with 20% noise. */
@@ -478,6 +565,8 @@ int main(void)
     tcase_add_test(tc, only_prepared_samples_move);
     tcase_add_test(tc, frozen_ranks_neither_give_nor_receive);
     tcase_add_test(tc, refused_plans_leave_the_placement_and_are_counted);
+    tcase_add_test(tc, measured_move_cost_closes_the_gate);
+    tcase_add_test(tc, idle_node_lends_into_a_backlog_before_it_is_late);
     tcase_add_test(tc, calibration_converges_on_synthetic_truth);
     tcase_add_test(tc, policy_names_round_trip);
     suite_add_tcase(s, tc);

@@ -18,7 +18,8 @@ static const char help[] =
     "     defaults: all eleven workloads, R=8, W=32.\n"
     "real: the real engine on real media generated under --data DIR (default bench-data;\n"
     "     made with 'gen --scale mini' when missing), R=4, W=2, G=16, 12 steps by default;\n"
-    "     CPU predictions are first calibrated on this machine (16 samples decoded), and\n"
+    "     CPU predictions are first calibrated on this machine (16 samples decoded; a given\n"
+    "     --cpu-cost-scale is used instead, for runs that must share one GPU scale), and\n"
     "     each run is also simulated with that calibration to show the simulator's error.\n"
     "     Default workloads: kinetics-clips, webvid-caption, native-res-video,\n"
     "     anyres-images, speech-asr.\n"
@@ -44,6 +45,11 @@ static int prepare_real(const char *data, const char *name, const dh_run_config 
             cli_err("bench: preparing %s: %s", name, err[0] ? err : dh_strerror(rc));
             return 1;
         }
+    }
+    if (cfg->cpu_cost_scale > 0) { /* given: runs that must share one GPU scale (rho) */
+        *scale = cfg->cpu_cost_scale;
+        printf("%s: CPU cost on this machine = %.2f x the starting model (given)\n", name, *scale);
+        return 0;
     }
     dh_spec *spec;
     if (dh_spec_builtin(name, &spec))

@@ -127,6 +127,9 @@ void cli_print_result(const dh_result *r)
                (long long)r->reb_considered, (long long)r->reb_moved, (long long)r->reb_gated,
                (long long)r->reb_refused,
                r->reb_bytes / 1048576.0, r->reb_predicted_gain_s, r->reb_realised_gain_s);
+    if (r->reb_move_s > 0)
+        printf("  moving decoded data took %.3f s; transfer cost calibrated to %.2f x the model\n",
+               r->reb_move_s, r->reb_move_factor);
     if (r->lend_considered)
         printf("  across nodes: %lld late remote samples considered, %lld prepared by an idle node, "
                "%lld refused by the gate, %.1f MiB shipped\n",

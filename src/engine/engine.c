@@ -76,6 +76,7 @@ struct dh_engine {
     int64_t reb_next;       /* next step to offer for rebalancing */
     uint8_t *frozen, *received, *changed; /* per rank, rebalancing scratch */
     batch_slot *fresh;      /* per rank, rebalancing scratch: new layouts */
+    double move_s;          /* how long the last plan took to carry out */
     struct timespec t0;
     dh_sample_error_cb on_error;
     void *user;
@@ -363,7 +364,8 @@ static void copy_items(dh_engine *e, batch_slot *to, const batch_slot *from)
         const dh_batch_item *old = find_item(from, it->sample, it->media);
         if (!old)
             continue; /* not dispatched yet: decoded into the new layout later */
-        memmove(dst + it->offset, src + old->offset, (size_t)it->bytes);
+        if (dst + it->offset != src + old->offset) /* a donor's items before its first gap stay */
+            memmove(dst + it->offset, src + old->offset, (size_t)it->bytes);
         it->status = old->status;
     }
 }
@@ -383,6 +385,7 @@ static void count_failed(batch_slot *b)
 static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
 {
     dh_engine *e = ctx;
+    double t0 = elapsed(e);
     int R = e->R;
     const int64_t *order = e->run.order + st * e->G;
     batch_slot *slots = e->slot + st * R, *fresh = e->fresh;
@@ -442,6 +445,7 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
         fresh[r].taken = b->taken;
         *b = fresh[r];
     }
+    e->move_s = elapsed(e) - t0;
     return 0;
 }
 
@@ -460,6 +464,7 @@ static void rebalance_step(dh_engine *e, int64_t st, int rank)
     dh__sched_rebalance(e->sched, st, t0, e->frozen, carry_out, e);
     if (reb->moved == moved)
         return;
+    dh__sched_observe_move(e->sched, e->move_s);
     double now = elapsed(e);
     for (int r = 0; r < e->R; r++) /* a complete receiver is ready once its copy is */
         if (e->received[r] && e->rec.ready[st * e->R + r] > 0)
@@ -600,9 +605,9 @@ static int engine_alloc(dh_engine *e)
         return DH_ENOMEM;
     int rc = dh__records_init(&e->rec, e->R, e->N);
     if (!rc)
-        rc = dh__ring_init(&e->ring, ring_size(e), (int64_t)nb);
+        rc = dh__ring_init(&e->ring, ring_size(e), (int64_t)nb, 0);
     if (!rc)
-        rc = dh__ring_init(&e->arena, arena_size(e), (int64_t)nb);
+        rc = dh__ring_init(&e->arena, arena_size(e), (int64_t)nb, 1); /* copies: no faults */
     return rc;
 }
 

@@ -14,11 +14,12 @@
 
 #define ALIGN 64
 
-int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks)
+int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int populate)
 {
     memset(r, 0, sizeof *r);
     size = (size + 4095) & ~(int64_t)4095;
-    r->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    r->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
     if (r->base == MAP_FAILED) {
         r->base = NULL;
         return DH_ENOMEM;

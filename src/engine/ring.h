@@ -30,7 +30,8 @@ typedef struct {
     int closed;
 } dh__ring;
 
-int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks);
+/* populate: fault every page in now (a pool whose first use sits on a critical path). */
+int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int populate);
 void dh__ring_destroy(dh__ring *r);
 /* Blocks until bytes fit; returns the offset and its block id, or -1 if closed or too big. */
 int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block);

@@ -128,7 +128,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"placement_s\":%.9g,\"memory_budget\":%lld,\"memory_peak\":%lld,\"cap_violations\":%lld,\"framework_overhead\":%.6f,\"reb_considered\":%lld,\"reb_moved\":%lld,"
             "\"reb_gated\":%lld,\"reb_bytes\":%lld,\"reb_predicted_gain_s\":%.9g,"
             "\"reb_realised_gain_s\":%.9g,\"lend_considered\":%lld,\"lent\":%lld,"
-            "\"lend_gated\":%lld,\"bytes_shipped\":%lld,\"wall_s\":%.6g,\"reb_refused\":%lld}",
+            "\"lend_gated\":%lld,\"bytes_shipped\":%lld,\"wall_s\":%.6g,\"reb_refused\":%lld,"
+            "\"reb_move_s\":%.6g,\"reb_move_factor\":%.6g}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -139,7 +140,7 @@ int dh_result_write_json(const dh_result *r, void *file)
             (long long)r->reb_gated, (long long)r->reb_bytes, r->reb_predicted_gain_s,
             r->reb_realised_gain_s, (long long)r->lend_considered, (long long)r->lent,
             (long long)r->lend_gated, (long long)r->bytes_shipped, r->wall_s,
-            (long long)r->reb_refused);
+            (long long)r->reb_refused, r->reb_move_s, r->reb_move_factor);
     return ferror(f) ? DH_EIO : 0;
 }
 

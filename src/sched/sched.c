@@ -61,6 +61,8 @@ struct dh__sched {
     int32_t *orig_rank;   /* N * G: placement before rebalancing (realised gain) */
     int32_t *finished_ranks; /* N: ranks done with the step */
     dh__reb_stats reb;
+    double move_factor;   /* calibrated transfer cost: measured / modelled, EWMA in log space */
+    double last_plan_cost; /* modelled cost of the last plan the gate saw */
     int64_t cur_step;     /* latest step any rank has taken, and when */
     double cur_time;
     int64_t planned;      /* steps planned so far */
@@ -82,6 +84,11 @@ struct dh__sched {
     double *plan_gpu, *plan_cpu; /* G */
     int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;          /* R */
+    /* lending */
+    int nworkers;
+    double *worker_free;         /* per worker: when it is predicted to be free */
+    double *lend_free;           /* workers per node, scratch */
+    void *lend_tasks;            /* DH_LEND_LOOK queued_task, scratch */
 };
 
 static const char *const policy_names[DH_POL_COUNT + 1] = {
@@ -355,30 +362,74 @@ static double slack_of(const dh__sched *s, const heap_item *it, double now)
     return s->cur_time + s->step_start[st] - s->step_start[s->cur_step] - now - c;
 }
 
+typedef struct {
+    double slack, cost;
+} queued_task;
+
+static int by_slack(const void *a, const void *b)
+{
+    double x = ((const queued_task *)a)->slack, y = ((const queued_task *)b)->slack;
+    return (x > y) - (x < y);
+}
+
+/*
+ * Node b's predicted worst lateness if only its own workers take its queued
+ * tasks: list scheduling, in slack order, onto its workers from the times
+ * they are predicted to be free. A task deep in a backlog is late even when
+ * the least-slack one could still start in time. Looks at the heap's first
+ * DH_LEND_LOOK entries (its most urgent, roughly).
+ */
+#define DH_LEND_LOOK 256
+static double backlog_lateness(dh__sched *s, int b, double now)
+{
+    int64_t n = DH_MIN(s->heap_n[b], (int64_t)DH_LEND_LOOK);
+    int wpn = s->workers_per_node;
+    queued_task *q = s->lend_tasks;
+    double *free_at = s->lend_free;
+    for (int64_t i = 0; i < n; i++) {
+        const heap_item *it = &s->heap[b][i];
+        q[i].cost = task_cost(s, it->pos) / (it->nparts > 0 ? it->nparts : 1);
+        q[i].slack = slack_of(s, it, now);
+    }
+    qsort(q, (size_t)n, sizeof *q, by_slack);
+    for (int w = 0; w < wpn; w++)
+        free_at[w] = DH_MAX(now, s->worker_free[b * wpn + w]);
+    double worst = -1e300;
+    for (int64_t i = 0; i < n; i++) {
+        int first = 0;
+        for (int w = 1; w < wpn; w++)
+            first = free_at[w] < free_at[first] ? w : first;
+        worst = DH_MAX(worst, free_at[first] - now - q[i].slack); /* its end - its deadline */
+        free_at[first] += q[i].cost;
+    }
+    return worst;
+}
+
 /*
  * CPU readiness skew across nodes (helix): a worker with nothing to do on its
- * own node takes the least-slack task of another node whose top task is
- * predicted late by more than the cost of shipping the prepared sample back
- * (bytes over the network plus latency) times 1 + 4 x the CPU prediction
- * error. Returns the node to take from, or -1; *ship gets the shipping time.
+ * own node takes the least-slack task of the other node whose queued tasks
+ * are predicted latest (backlog_lateness), when that lateness exceeds the
+ * cost of shipping the prepared sample back (bytes over the network plus
+ * latency) times 1 + 4 x the CPU prediction error. Returns the node to take
+ * from, or -1; *ship gets the shipping time.
  */
 static int lend_from(dh__sched *s, int home, double now, double *ship)
 {
     int best = -1;
-    double best_slack = 0;
+    double best_late = 0;
     for (int b = 0; b < s->nodes; b++) {
         if (b == home || !s->heap_n[b])
             continue;
-        double sl = slack_of(s, &s->heap[b][0], now);
-        if (sl < best_slack)
-            best = b, best_slack = sl;
+        double late = backlog_lateness(s, b, now);
+        if (late > best_late)
+            best = b, best_late = late;
     }
     if (best < 0)
         return -1;
     int64_t bytes = s->cfg.pred.bytes[s->cfg.order[s->heap[best][0].pos]];
     *ship = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
     s->reb.lend_considered++;
-    if (-best_slack <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * *ship) {
+    if (best_late <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * *ship) {
         s->reb.lend_gated++;
         return -1;
     }
@@ -422,14 +473,17 @@ int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
     out->part = part;
     out->nparts = nparts;
     out->pred_cost = task_cost(s, pos) / nparts;
+    if (worker < s->nworkers)
+        s->worker_free[worker] = now + out->pred_cost;
     return 0;
 }
 
 int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured,
                         double revealed_gpu)
 {
-    (void)now;
     int32_t n = t->nparts > 0 ? t->nparts : 1;
+    if (t->worker >= 0 && t->worker < s->nworkers)
+        s->worker_free[t->worker] = now;
     dh__calib_cpu_observe(&s->calib, s->cfg.pred.cls[t->sample], s->task_pred[t->pos] / n,
                           measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
     if (n > 1 && --s->parts_left[t->pos] > 0)
@@ -612,6 +666,8 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
     for (int r = 0; r < R; r++)
         cost = DH_MAX(cost, in_time[r]);
     cost += remote ? s->cfg.net_latency : s->cfg.move_latency;
+    s->last_plan_cost = cost;
+    cost *= s->move_factor; /* what the engine measured moves to cost against this model */
     double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib);
     double gain = old_max - DH_MAX(po.max_gpu, frozen_max);
     if (gain <= margin * cost) {
@@ -637,6 +693,18 @@ done:
     free(cidx);
     free(loads);
     free(new_rank);
+}
+
+void dh__sched_observe_move(dh__sched *s, double seconds)
+{
+    s->reb.move_s += seconds;
+    if (s->last_plan_cost <= 0 || seconds <= 0)
+        return;
+    double r = log(seconds / s->last_plan_cost);
+    /* From the model (factor 1) as the prior: one slow plan does not shut the gate for good. */
+    s->move_factor = exp(0.7 * log(s->move_factor) + 0.3 * r);
+    s->reb.move_obs++;
+    s->reb.move_factor = s->move_factor;
 }
 
 const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s)
@@ -714,6 +782,9 @@ void dh__sched_free(dh__sched *s)
     free(s->heap_cap);
     free(s->taken);
     free(s->worker_step);
+    free(s->worker_free);
+    free(s->lend_free);
+    free(s->lend_tasks);
     free(s->plan_gpu);
     free(s->plan_cpu);
     free(s->plan_fill);
@@ -764,6 +835,10 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->finished_ranks = calloc((size_t)s->N + 1, sizeof *s->finished_ranks);
     s->taken = calloc((size_t)s->R, sizeof *s->taken);
     s->worker_step = malloc((size_t)nw * sizeof *s->worker_step);
+    s->nworkers = nw;
+    s->worker_free = calloc((size_t)nw, sizeof *s->worker_free);
+    s->lend_free = calloc((size_t)nw, sizeof *s->lend_free);
+    s->lend_tasks = malloc(DH_LEND_LOOK * sizeof(queued_task));
     s->plan_gpu = malloc((size_t)DH_MAX(s->G, (int64_t)s->R) * sizeof *s->plan_gpu);
     s->plan_cpu = malloc((size_t)DH_MAX(s->G, (int64_t)s->R) * sizeof *s->plan_cpu);
     s->plan_fill = malloc((size_t)s->R * sizeof *s->plan_fill);
@@ -772,7 +847,7 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     if (!s->plan_tokens || !s->plan_bytes || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->fifo[s->nodes - 1] || !s->fifo_head || !s->fifo_tail ||
         !s->heap || !s->heap_n || !s->heap_cap || !s->parts_left || !s->revealed || !s->done || !s->orig_rank ||
         !s->finished_ranks ||
-        !s->taken || !s->worker_step) {
+        !s->taken || !s->worker_step || !s->worker_free || !s->lend_free || !s->lend_tasks) {
         dh__sched_free(s);
         return DH_ENOMEM;
     }
@@ -784,6 +859,7 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
         s->cfg.move_bandwidth = 20e9;
     if (!s->cfg.move_latency)
         s->cfg.move_latency = 5e-6;
+    s->move_factor = s->reb.move_factor = 1.0;
     if (!s->cfg.net_bandwidth)
         s->cfg.net_bandwidth = 100e9 / 8;
     if (!s->cfg.net_latency)

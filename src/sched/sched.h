@@ -93,6 +93,13 @@ int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out);
 int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double measured,
                         double revealed_gpu);
 
+/*
+ * The engine took `seconds` to carry out the plan it just accepted. The gate
+ * then scales its transfer-cost model by the measured / modelled ratio (an
+ * EWMA in log space), so moves that prove dear on this machine stop passing.
+ */
+void dh__sched_observe_move(dh__sched *s, double seconds);
+
 /* 1 when t is the last outstanding part of its sample (the one that completes it). */
 int dh__sched_last_part(const dh__sched *s, const dh__task *t);
 
@@ -121,6 +128,9 @@ typedef struct {
     double predicted_gain_s, realised_gain_s;
     int64_t lend_considered, lent, lend_gated; /* CPU readiness: remote late samples */
     int64_t bytes_shipped;
+    double move_s;        /* seconds the engine spent carrying plans out (observed) */
+    int64_t move_obs;     /* plans observed */
+    double move_factor;   /* measured / modelled transfer cost (1 until observed) */
 } dh__reb_stats;
 
 const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s);

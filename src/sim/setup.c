@@ -275,6 +275,8 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, const dh__r
     out->reb_moved = reb->moved;
     out->reb_gated = reb->gated;
     out->reb_refused = reb->refused;
+    out->reb_move_s = reb->move_s;
+    out->reb_move_factor = reb->move_factor;
     out->reb_bytes = reb->bytes_moved;
     out->reb_predicted_gain_s = reb->predicted_gain_s;
     out->reb_realised_gain_s = reb->realised_gain_s;
