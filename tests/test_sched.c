@@ -244,6 +244,18 @@ static double rank_load(dh__sched *s, int rank, const double *g)
     return sum;
 }
 
+/*
+ * Exact costs that skew step st of a 4-sample, 2-rank world: 3 for the samples placed with
+ * position 0 (on rank r0, returned), 1 for the others; g is indexed by sample.
+ */
+static int skew_step(dh__sched *s, int64_t st, double *g)
+{
+    int r0 = dh__sched_rank_of(s, st, 0);
+    for (int k = 0; k < 4; k++)
+        g[st * 4 + k] = dh__sched_rank_of(s, st, k) == r0 ? 3.0 : 1.0;
+    return r0;
+}
+
 START_TEST(rebalancing_finds_the_known_optimal_plan)
 {
     /* Four samples predicted equal: placed 2 | 2. Prepared, they turn out to cost 3, 1, 3, 1
@@ -251,10 +263,8 @@ START_TEST(rebalancing_finds_the_known_optimal_plan)
     world w;
     world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
     dh__sched *s = make(&w);
-    int r0 = dh__sched_rank_of(s, 0, 0);
     double g[4];
-    for (int k = 0; k < 4; k++)
-        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    int r0 = skew_step(s, 0, g);
     prepare_step0(s, g, 4);
     ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9);
     dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
@@ -287,9 +297,7 @@ START_TEST(rebalancing_gate_follows_transfer_cost)
     world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
     w.cfg.move_bandwidth = 1.0;
     dh__sched *s = make(&w);
-    int r0 = dh__sched_rank_of(s, 0, 0);
-    for (int k = 0; k < 4; k++)
-        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    int r0 = skew_step(s, 0, g);
     prepare_step0(s, g, 4);
     dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
     ck_assert_int_eq(dh__sched_reb_stats(s)->moved, 0);
@@ -308,9 +316,7 @@ START_TEST(rebalancing_gate_follows_transfer_cost)
     /* helix-noreb never moves. */
     world_init(&w, DH_POL_HELIX_NOREB, 2, 1, 4, 1);
     s = make(&w);
-    r0 = dh__sched_rank_of(s, 0, 0);
-    for (int k = 0; k < 4; k++)
-        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    r0 = skew_step(s, 0, g);
     prepare_step0(s, g, 4);
     dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
     ck_assert_int_eq(dh__sched_reb_stats(s)->plans, 0);
@@ -390,10 +396,8 @@ START_TEST(refused_plans_leave_the_placement_and_are_counted)
     world w;
     world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
     dh__sched *s = make(&w);
-    int r0 = dh__sched_rank_of(s, 0, 0);
     double g[4];
-    for (int k = 0; k < 4; k++)
-        g[k] = dh__sched_rank_of(s, 0, k) == r0 ? 3.0 : 1.0;
+    int r0 = skew_step(s, 0, g);
     prepare_step0(s, g, 4);
     /* The engine could not carry the plan out (no buffer room): nothing moves. */
     accept_ctx x = {0, 0, s};
@@ -439,11 +443,8 @@ START_TEST(measured_move_cost_closes_the_gate)
     world_init(&w, DH_POL_HELIX, 2, 1, 4, 2);
     dh__sched *s = make(&w);
     double g[8];
-    for (int st = 0; st < 2; st++) {
-        int r0 = dh__sched_rank_of(s, st, 0);
-        for (int k = 0; k < 4; k++)
-            g[st * 4 + k] = dh__sched_rank_of(s, st, k) == r0 ? 3.0 : 1.0;
-    }
+    for (int st = 0; st < 2; st++)
+        skew_step(s, st, g);
     for (int k = 0; k < 8; k++) {
         dh__task t;
         ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
