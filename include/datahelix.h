@@ -511,6 +511,10 @@ typedef struct {
     /* real engine: seconds spent moving decoded data for rebalancing, and the gate's
      * calibrated transfer cost (measured / modelled; 1 in the simulator) */
     double reb_move_s, reb_move_factor;
+    /* of the input wait (steps >= 1), the fraction a single task explains: the batch's
+     * longest task (or split part), started when its step's first task did, would still
+     * end that late, so no placement or lending hides it (only finer splitting could) */
+    double wait_single_frac;
 } dh_result;
 
 /* Runs cfg in the discrete-event simulator. */

@@ -32,9 +32,16 @@ START_TEST(metrics_on_a_hand_built_trace)
     rec.cpu_true_sum = 6;
     rec.makespan = 5;
     rec.samples = rec.delivered = 12;
+    /* Step 1's first task started at 1.0; rank 1's longest took 1.2 s (and a shorter 0.3):
+     * alone it ends 0.2 s after rank 1's deadline, 0.2 of its 0.5 s wait. Rank 0's long task
+     * does not matter: rank 0 did not wait. */
+    dh__records_task(&rec, 1, 1, 1.3, 0.3);
+    dh__records_task(&rec, 1, 1, 1.0, 1.2);
+    dh__records_task(&rec, 1, 0, 1.1, 5.0);
     dh_result r;
     memset(&r, 0, sizeof r);
     dh__records_finish(&rec, 2, &r);
+    ck_assert_double_eq_tol(r.wait_single_frac, 0.4, 1e-9);
     ck_assert_double_eq_tol(r.fill_wait_ms, 1000, 1e-9);
     ck_assert_double_eq_tol(r.miss_rate, 0.25, 1e-12);     /* 1 of 4 after the fill step */
     ck_assert_double_eq_tol(r.wait_mean_ms, 125, 1e-9);    /* (0 + 500 + 0 + 0) / 4 */

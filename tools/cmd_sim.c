@@ -120,6 +120,9 @@ void cli_print_result(const dh_result *r)
            100 * r->cpu_mape, 100 * r->gpu_mape, r->memory_peak / 1048576.0,
            r->memory_budget / 1048576.0, (long long)r->delivered, (long long)r->failed,
            (long long)r->samples, r->wall_s, strcmp(r->engine, "real") ? "to simulate" : "wall");
+    if (r->wait_mean_ms > 0)
+        printf("  of the input wait, %.0f%% is single tasks longer than their step allows "
+               "(no placement hides them)\n", 100 * r->wait_single_frac);
     if (r->reb_considered)
         printf("  rebalancing: %lld moves considered, %lld made, %lld refused by the gate, "
                "%lld refused (cap or no room), %.1f MiB moved, predicted gain %.3f s, "

@@ -329,6 +329,7 @@ static void *worker_main(void *arg)
             fail_sample(e, &t, b, rc);
         }
         e->cpu_sum += cpu;
+        dh__records_task(&e->rec, t.step, t.rank, started, elapsed(e) - started);
         dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",
                        started, elapsed(e) - started, t.step, t.rank, t.sample);
         if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu, revealed_gpu(e, &t, b, base))) {

@@ -15,6 +15,11 @@ typedef struct {
     double *deadline; /* N * R: when rank r asked for batch s */
     double *ready;    /* N * R: when batch (s, r) was complete */
     double *compute;  /* N * R: compute seconds of (s, r) */
+    /* What no placement can hide: the first task of step s started at step_start[s] (< 0:
+     * none yet), and the longest single task (or split part) of batch (s, r) took
+     * longest_task seconds, delivery included. See dh__records_task. */
+    double *step_start;   /* N */
+    double *longest_task; /* N * R */
     double makespan;
     /* bound inputs, from the run's true costs */
     double step_fixed;   /* o: fixed cost of a step (per-step constant + all-reduce) */
@@ -26,6 +31,9 @@ typedef struct {
 
 int dh__records_init(dh__records *rec, int ranks, int64_t steps);
 void dh__records_free(dh__records *rec);
+
+/* A task of batch (step, rank) started at `start` and took `seconds` (delivery included). */
+void dh__records_task(dh__records *rec, int64_t step, int rank, double start, double seconds);
 
 /* Fills every metric of out that the records determine (workers: W of the bound). */
 void dh__records_finish(const dh__records *rec, int workers, dh_result *out);

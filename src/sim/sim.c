@@ -131,6 +131,7 @@ static void on_task_done(sim *s, const event *e)
     int w = e->a;
     dh__task t = s->current[w];
     double cost = true_cost(s, &t);
+    dh__records_task(&s->rec, t.step, t.rank, s->task_start[w], cost + t.ship_s);
     dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, t.ship_s > 0 ? "prepare (lent)" : "prepare",
                    s->task_start[w], cost, t.step, t.rank, t.sample);
     s->idle[w] = 1;
