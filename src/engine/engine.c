@@ -355,12 +355,16 @@ static const dh_batch_item *find_item(const batch_slot *b, int64_t sample, int32
     return NULL;
 }
 
-/* Copies (or, in place, moves down) every item of `to` found in `from`, with its status. */
-static void copy_items(dh_engine *e, batch_slot *to, const batch_slot *from)
+/*
+ * Copies (or, in place, moves down) items [first, end) of `to` from where
+ * `from` holds them, with their status.
+ */
+static void copy_items(dh_engine *e, batch_slot *to, int32_t first, int32_t end,
+                       const batch_slot *from)
 {
     uint8_t *dst = slot_data(e, to);
     const uint8_t *src = slot_data(e, from);
-    for (int32_t k = 0; dst && src && k < to->nitems; k++) {
+    for (int32_t k = first; dst && src && k < end; k++) {
         dh_batch_item *it = &to->items[k];
         const dh_batch_item *old = find_item(from, it->sample, it->media);
         if (!old)
@@ -424,10 +428,19 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
         memset(recv, 0, (size_t)R);
         return 1;
     }
-    /* Receivers first, from every old batch of the step (donors still hold their data). */
-    for (int r = 0; r < R; r++)
-        for (int q = 0; recv[r] && q < R; q++)
-            copy_items(e, &fresh[r], &slots[q]);
+    /* Receivers first (donors still hold their data): each sample from its old batch. */
+    for (int r = 0; r < R; r++) {
+        int32_t item = 0;
+        for (int64_t k = 0; recv[r] && k < e->G; k++) {
+            if (rank_of[k] != r)
+                continue;
+            dh_sample_info si;
+            dh_manifest_sample(e->run.m, order[k], &si);
+            copy_items(e, &fresh[r], item, item + si.media_count,
+                       &slots[dh__sched_rank_of(e->sched, st, k)]);
+            item += si.media_count;
+        }
+    }
     for (int r = 0; r < R; r++) {
         if (!changed[r])
             continue;
@@ -437,7 +450,7 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
             fresh[r].block = b->block;
             fresh[r].allocated = b->allocated;
             fresh[r].in_arena = b->in_arena;
-            copy_items(e, &fresh[r], b);
+            copy_items(e, &fresh[r], 0, fresh[r].nitems, b);
         } else if (b->allocated) {
             dh__ring_free(b->in_arena ? &e->arena : &e->ring, b->block);
         }
