@@ -5,7 +5,12 @@
  * class of bad input the decoder meets.
  */
 #include "codec/decode.h"
+#include "codec/scale.h"
 #include "testutil.h"
+
+#include <libavutil/pixfmt.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -251,6 +256,40 @@ START_TEST(frames_cut_by_the_edit_list_are_not_described)
     free(shown);
     dh_spec_free(spec);
     dh_probe_result_clear(&r);
+}
+END_TEST
+
+START_TEST(scaling_stays_inside_the_padding_of_a_picture)
+{
+    /* Packed RGB24 pictures laid out so that DH_SCALE_PAD bytes after their last pixel sit a
+     * page that cannot be read: every resize the image decoders make must stay inside.
+     * With no padding (how pictures were allocated before) 333x251 -> 336x336 read 32 bytes
+     * past the end and crashed, first seen on anyres-images under load. */
+    static const int in[][2] = {{333, 251}, {97, 61}, {1023, 767}, {2048, 37}, {111, 2048}};
+    static const int out[][2] = {{336, 336}, {224, 224}, {64, 48}};
+    long pg = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+        for (size_t o = 0; o < sizeof out / sizeof *out; o++) {
+            int w = in[i][0], h = in[i][1], ow = out[o][0], oh = out[o][1];
+            size_t need = (size_t)w * h * 3 + DH_SCALE_PAD;
+            size_t total = (need + (size_t)pg - 1) / (size_t)pg * (size_t)pg + (size_t)pg;
+            uint8_t *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            ck_assert_ptr_ne(m, MAP_FAILED);
+            ck_assert_int_eq(mprotect(m + total - pg, (size_t)pg, PROT_NONE), 0);
+            uint8_t *pic = m + total - pg - need, *dst = malloc((size_t)ow * oh * 3);
+            memset(pic, 77, need);
+            const uint8_t *data[4] = {pic, NULL, NULL, NULL};
+            int linesize[4] = {3 * w, 0, 0, 0};
+            struct SwsContext *sws = NULL;
+            dh__rect whole = {0, 0, w, h}, crop = dh__cover_crop(w, h, ow, oh);
+            ck_assert_int_eq(dh__scale_rgb(&sws, data, linesize, AV_PIX_FMT_RGB24, whole, ow, oh, dst), 0);
+            ck_assert_int_eq(dh__scale_rgb(&sws, data, linesize, AV_PIX_FMT_RGB24, crop, ow, oh, dst), 0);
+            ck_assert_int_eq(dst[(size_t)ow * oh * 3 - 1], 77); /* a flat picture stays flat */
+            sws_freeContext(sws);
+            free(dst);
+            munmap(m, total);
+        }
+    }
 }
 END_TEST
 
@@ -556,6 +595,7 @@ int main(void)
     tcase_add_test(tc, sparse_samples_seek_dense_ones_do_not);
     tcase_add_test(tc, split_parts_decode_disjoint_keyframe_segments);
     tcase_add_test(tc, frames_cut_by_the_edit_list_are_not_described);
+    tcase_add_test(tc, scaling_stays_inside_the_padding_of_a_picture);
     tcase_add_test(tc, bad_input_is_a_clear_error);
     suite_add_tcase(s, tc);
     TCase *ti = tcase_create("image");

@@ -71,7 +71,7 @@ static int decode_jpeg(const uint8_t *buf, size_t len, const dh_spec *spec, cons
         tjscalingfactor sf = {dh__jpeg_scale_m(spec, w, h), 8};
         p->w = TJSCALED(w, sf);
         p->h = TJSCALED(h, sf);
-        p->rgb = malloc((size_t)p->w * p->h * 3);
+        p->rgb = malloc((size_t)p->w * p->h * 3 + DH_SCALE_PAD);
         if (!p->rgb)
             rc = DH_ENOMEM;
         else if (tjDecompress2(tj, buf, (unsigned long)len, p->rgb, p->w, 0, p->h, TJPF_RGB, 0) != 0)
@@ -143,7 +143,7 @@ static int decode_png(const uint8_t *buf, size_t len, const dh_media_info *mi, p
     }
     p->w = w;
     p->h = h;
-    p->rgb = malloc((size_t)w * h * 3);
+    p->rgb = malloc((size_t)w * h * 3 + DH_SCALE_PAD);
     rows = malloc((size_t)h * sizeof *rows);
     if (!p->rgb || !rows) {
         rc = DH_ENOMEM;
