@@ -332,7 +332,8 @@ static void *worker_main(void *arg)
         dh__records_task(&e->rec, t.step, t.rank, started, elapsed(e) - started);
         dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",
                        started, elapsed(e) - started, t.step, t.rank, t.sample);
-        if (dh__sched_task_done(e->sched, &t, elapsed(e), cpu, revealed_gpu(e, &t, b, base))) {
+        if (dh__sched_task_done(e->sched, &t, elapsed(e), rc ? -1.0 : cpu,
+                                revealed_gpu(e, &t, b, base))) {
             zero_failed(b, base);
             e->rec.ready[t.step * e->R + t.rank] = elapsed(e);
             pthread_cond_broadcast(&e->ready);

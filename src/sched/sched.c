@@ -484,8 +484,9 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
     int32_t n = t->nparts > 0 ? t->nparts : 1;
     if (t->worker >= 0 && t->worker < s->nworkers)
         s->worker_free[t->worker] = now;
-    dh__calib_cpu_observe(&s->calib, s->cfg.pred.cls[t->sample], s->task_pred[t->pos] / n,
-                          measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
+    if (measured >= 0) /* a failed task's time says nothing about decoding */
+        dh__calib_cpu_observe(&s->calib, s->cfg.pred.cls[t->sample], s->task_pred[t->pos] / n,
+                              measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
     if (n > 1 && --s->parts_left[t->pos] > 0)
         return 0; /* other parts of this sample are still running */
     s->revealed[t->pos] = (float)revealed_gpu;

@@ -86,7 +86,8 @@ int dh__sched_worker_rank(const dh__sched *s, int worker);
 /* 0: *out is the worker's next task; 1: nothing for this worker now. */
 int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out);
 /*
- * Returns 1 when this completed the task's batch. revealed_gpu is the
+ * Returns 1 when this completed the task's batch. measured < 0: the task
+ * failed (its time does not calibrate the CPU model). revealed_gpu is the
  * sample's exact GPU cost once it is prepared (known from its decoded
  * content), or < 0 if the engine cannot tell; rebalancing uses it.
  */
