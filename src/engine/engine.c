@@ -17,10 +17,12 @@
  *   its share of the sampled video frames. A failed sample's slots are zeroed
  *   and its items carry the error; the batch is still delivered and the
  *   failure counted, so delivered + failed = samples.
- * - Rebalancing (helix, DESIGN.md mechanism 4): when the first rank asks for
- *   step s, the scheduler may move prepared samples between s's batches.
- *   Batches a worker is writing into (in-flight tasks) are frozen for that
- *   plan. A batch that receives samples is laid out afresh in a buffer from
+ * - Rebalancing (helix, DESIGN.md mechanism 4): step s is offered to the
+ *   scheduler once, before any rank takes a batch of it: as soon as all its
+ *   batches are prepared (the copies then happen while the ranks compute
+ *   the step before), or else when the first rank asks for it. The
+ *   scheduler may move prepared samples between s's batches. Batches a
+ *   worker is writing into (in-flight tasks) are frozen for that plan. A batch that receives samples is laid out afresh in a buffer from
  *   a second ring (the move arena: the main ring's space is the prefetch
  *   window's) and every item it keeps or receives is copied there; a batch
  *   that only gives is compacted in place (its items keep their order, so
@@ -73,7 +75,7 @@ struct dh_engine {
     batch_slot *slot;
     uint8_t *sample_failed; /* per manifest sample, this run */
     int64_t *next_step;     /* per rank */
-    int64_t reb_next;       /* next step to offer for rebalancing */
+    uint8_t *reb_offered;   /* per step: offered to rebalancing already */
     uint8_t *frozen, *received, *changed; /* per rank, rebalancing scratch */
     batch_slot *fresh;      /* per rank, rebalancing scratch: new layouts */
     double move_s;          /* how long the last plan took to carry out */
@@ -297,6 +299,8 @@ static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b,
                                       e->run.cfg.sample_gpu_cost_user);
 }
 
+static void offer_prepared_step(dh_engine *e, int64_t st, int worker);
+
 static void *worker_main(void *arg)
 {
     dh_engine *e = ((void **)arg)[0];
@@ -332,13 +336,15 @@ static void *worker_main(void *arg)
         dh__records_task(&e->rec, t.step, t.rank, started, elapsed(e) - started);
         dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",
                        started, elapsed(e) - started, t.step, t.rank, t.sample);
-        if (dh__sched_task_done(e->sched, &t, elapsed(e), rc ? -1.0 : cpu,
-                                revealed_gpu(e, &t, b, base))) {
+        int complete = dh__sched_task_done(e->sched, &t, elapsed(e), rc ? -1.0 : cpu,
+                                           revealed_gpu(e, &t, b, base));
+        b->inflight--; /* done writing: b may be re-laid out from here */
+        if (complete) {
             zero_failed(b, base);
             e->rec.ready[t.step * e->R + t.rank] = elapsed(e);
+            offer_prepared_step(e, t.step, w);
             pthread_cond_broadcast(&e->ready);
         }
-        b->inflight--;
         pthread_cond_broadcast(&e->work);
     }
     e->worker_cpu += thread_cpu(); /* under e->mu: the whole thread, scheduling included */
@@ -465,11 +471,18 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
 }
 
 /*
- * Offers step st to the scheduler's rebalancing before any of its batches is
- * taken; `rank` asked first (the trace shows the plan on its track).
+ * Offers step st to the scheduler's rebalancing, once and only while no
+ * rank has taken a batch of it. The trace shows the plan on track (pid, tid):
+ * the rank that asked or the worker that completed the step.
  */
-static void rebalance_step(dh_engine *e, int64_t st, int rank)
+static void offer_step(dh_engine *e, int64_t st, int pid, int tid)
 {
+    if (st >= e->N || e->reb_offered[st])
+        return;
+    for (int r = 0; r < e->R; r++)
+        if (e->next_step[r] > st)
+            return; /* taken: too late for this step */
+    e->reb_offered[st] = 1;
     const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
     int64_t moved = reb->moved;
     for (int r = 0; r < e->R; r++)
@@ -484,7 +497,16 @@ static void rebalance_step(dh_engine *e, int64_t st, int rank)
     for (int r = 0; r < e->R; r++) /* a complete receiver is ready once its copy is */
         if (e->received[r] && e->rec.ready[st * e->R + r] > 0)
             e->rec.ready[st * e->R + r] = DH_MAX(e->rec.ready[st * e->R + r], now);
-    dh__trace_span(&e->trace, DH_TRACE_RANKS, rank, "rebalance", t0, now - t0, st, rank, -1);
+    dh__trace_span(&e->trace, pid, tid, "rebalance", t0, now - t0, st, -1, -1);
+}
+
+/* Offers st if all of its batches are prepared (called when one completes). */
+static void offer_prepared_step(dh_engine *e, int64_t st, int worker)
+{
+    for (int r = 0; r < e->R; r++)
+        if (!dh__sched_batch_ready(e->sched, st, r))
+            return;
+    offer_step(e, st, DH_TRACE_WORKERS, worker);
 }
 
 /* -------------------------------------------------------------- consumers */
@@ -501,10 +523,7 @@ int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
     }
     double asked = elapsed(e);
     e->rec.deadline[st * e->R + rank] = asked;
-    if (st == e->reb_next) { /* the first rank to ask: no batch of st is taken yet */
-        e->reb_next++;
-        rebalance_step(e, st, rank);
-    }
+    offer_step(e, st, DH_TRACE_RANKS, rank); /* unless it was offered once prepared */
     pthread_cond_broadcast(&e->work); /* the request may be what admits this batch */
     while (!dh__sched_batch_ready(e->sched, st, rank))
         pthread_cond_wait(&e->ready, &e->mu);
@@ -612,11 +631,13 @@ static int engine_alloc(dh_engine *e)
     e->slot = calloc(nb, sizeof *e->slot);
     e->next_step = calloc((size_t)e->R, sizeof *e->next_step);
     e->sample_failed = calloc((size_t)(e->run.samples.n + 1), 1);
+    e->reb_offered = calloc((size_t)e->N + 1, 1);
     e->frozen = calloc((size_t)e->R * 3, 1);
     e->received = e->frozen ? e->frozen + e->R : NULL;
     e->changed = e->frozen ? e->frozen + 2 * e->R : NULL;
     e->fresh = calloc((size_t)e->R, sizeof *e->fresh);
-    if (!e->slot || !e->next_step || !e->sample_failed || !e->frozen || !e->fresh)
+    if (!e->slot || !e->next_step || !e->sample_failed || !e->frozen || !e->fresh ||
+        !e->reb_offered)
         return DH_ENOMEM;
     int rc = dh__records_init(&e->rec, e->R, e->N);
     if (!rc)
@@ -719,6 +740,7 @@ void dh_engine_free(dh_engine *e)
     free(e->fresh);
     free(e->next_step);
     free(e->sample_failed);
+    free(e->reb_offered);
     free(e->threads);
     dh__ring_destroy(&e->ring);
     dh__ring_destroy(&e->arena);
