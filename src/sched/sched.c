@@ -89,6 +89,13 @@ struct dh__sched {
     double *worker_free;         /* per worker: when it is predicted to be free */
     double *lend_free;           /* workers per node, scratch */
     void *lend_tasks;            /* DH_LEND_LOOK queued_task, scratch */
+    uint64_t epoch;              /* bumped when deadlines move */
+    uint64_t lend_ver, best_ver; /* any change lending reads; the version best_* is for */
+    int best_node;               /* lending's latest node, or -1 */
+    double best_late;
+    uint64_t *node_ver;          /* per node: bumped when its queue or workers change */
+    uint64_t *lend_memo_ver, *lend_memo_epoch; /* per node: backlog_lateness memo */
+    double *lend_memo_val;
 };
 
 static const char *const policy_names[DH_POL_COUNT + 1] = {
@@ -226,13 +233,28 @@ static int heap_before(const heap_item *a, const heap_item *b)
 
 DH_HEAP_DEFINE(task_heap, heap_item, heap_before)
 
+/* Lending's predictions read node queues and workers (per node) and deadlines (all). */
+static void touch_node(dh__sched *s, int node)
+{
+    s->node_ver[node]++;
+    s->lend_ver++;
+}
+
+static void touch_all(dh__sched *s)
+{
+    s->epoch++;
+    s->lend_ver++;
+}
+
 static int heap_push(dh__sched *s, int node, heap_item it)
 {
+    touch_node(s, node);
     return task_heap_push(&s->heap[node], &s->heap_cap[node], &s->heap_n[node], it);
 }
 
 static heap_item heap_pop(dh__sched *s, int node)
 {
+    touch_node(s, node);
     return task_heap_pop(s->heap[node], &s->heap_n[node]);
 }
 
@@ -379,9 +401,18 @@ static int by_slack(const void *a, const void *b)
  * the least-slack one could still start in time. Looks at the heap's first
  * DH_LEND_LOOK entries (its most urgent, roughly).
  */
-#define DH_LEND_LOOK 256
+#define DH_LEND_LOOK 64
 static double backlog_lateness(dh__sched *s, int b, double now)
 {
+    /*
+     * Every idle worker of every other node asks this after every event: the answer is
+     * kept until b's queue or workers change (node_ver) or deadlines move (epoch: a step
+     * taken or finished). Calibration drifts slowly and is picked up at the next change;
+     * an idle worker of b whose predicted free time has passed would take a task (and
+     * change node_ver) before the clock could matter.
+     */
+    if (s->lend_memo_ver[b] == s->node_ver[b] && s->lend_memo_epoch[b] == s->epoch)
+        return s->lend_memo_val[b];
     int64_t n = DH_MIN(s->heap_n[b], (int64_t)DH_LEND_LOOK);
     int wpn = s->workers_per_node;
     queued_task *q = s->lend_tasks;
@@ -402,6 +433,9 @@ static double backlog_lateness(dh__sched *s, int b, double now)
         worst = DH_MAX(worst, free_at[first] - now - q[i].slack); /* its end - its deadline */
         free_at[first] += q[i].cost;
     }
+    s->lend_memo_ver[b] = s->node_ver[b];
+    s->lend_memo_epoch[b] = s->epoch;
+    s->lend_memo_val[b] = worst;
     return worst;
 }
 
@@ -415,15 +449,22 @@ static double backlog_lateness(dh__sched *s, int b, double now)
  */
 static int lend_from(dh__sched *s, int home, double now, double *ship)
 {
-    int best = -1;
-    double best_late = 0;
-    for (int b = 0; b < s->nodes; b++) {
-        if (b == home || !s->heap_n[b])
-            continue;
-        double late = backlog_lateness(s, b, now);
-        if (late > best_late)
-            best = b, best_late = late;
+    /* The latest node is the same for every idle worker until something changes (home's
+     * own queue is empty, or it would not ask, so no answer names it). */
+    if (s->best_ver != s->lend_ver) {
+        s->best_node = -1;
+        s->best_late = 0;
+        for (int b = 0; b < s->nodes; b++) {
+            if (!s->heap_n[b])
+                continue;
+            double late = backlog_lateness(s, b, now);
+            if (late > s->best_late)
+                s->best_node = b, s->best_late = late;
+        }
+        s->best_ver = s->lend_ver;
     }
+    int best = s->best_node == home ? -1 : s->best_node;
+    double best_late = s->best_late;
     if (best < 0)
         return -1;
     int64_t bytes = s->cfg.pred.bytes[s->cfg.order[s->heap[best][0].pos]];
@@ -473,8 +514,10 @@ int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
     out->part = part;
     out->nparts = nparts;
     out->pred_cost = task_cost(s, pos) / nparts;
-    if (worker < s->nworkers)
+    if (worker < s->nworkers) {
         s->worker_free[worker] = now + out->pred_cost;
+        touch_node(s, worker / s->workers_per_node);
+    }
     return 0;
 }
 
@@ -482,8 +525,10 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
                         double revealed_gpu)
 {
     int32_t n = t->nparts > 0 ? t->nparts : 1;
-    if (t->worker >= 0 && t->worker < s->nworkers)
+    if (t->worker >= 0 && t->worker < s->nworkers) {
         s->worker_free[t->worker] = now;
+        touch_node(s, t->worker / s->workers_per_node);
+    }
     if (measured >= 0) /* a failed task's time says nothing about decoding */
         dh__calib_cpu_observe(&s->calib, s->cfg.pred.cls[t->sample], s->task_pred[t->pos] / n,
                               measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
@@ -510,6 +555,7 @@ int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank)
 
 void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now)
 {
+    touch_all(s); /* deadlines move */
     s->taken[rank] = DH_MAX(s->taken[rank], step + 1);
     if (step > s->cur_step || (step == 0 && s->cur_time == 0)) {
         s->cur_step = step;
@@ -534,6 +580,7 @@ static double step_max(const dh__sched *s, int64_t st, const int32_t *rank_of, d
 
 void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time)
 {
+    touch_all(s);
     (void)now;
     batch_rec *b = &s->batch[step * s->R + rank];
     if (b->finished)
@@ -786,6 +833,10 @@ void dh__sched_free(dh__sched *s)
     free(s->worker_free);
     free(s->lend_free);
     free(s->lend_tasks);
+    free(s->lend_memo_ver);
+    free(s->lend_memo_epoch);
+    free(s->node_ver);
+    free(s->lend_memo_val);
     free(s->plan_gpu);
     free(s->plan_cpu);
     free(s->plan_fill);
@@ -840,6 +891,11 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->worker_free = calloc((size_t)nw, sizeof *s->worker_free);
     s->lend_free = calloc((size_t)nw, sizeof *s->lend_free);
     s->lend_tasks = malloc(DH_LEND_LOOK * sizeof(queued_task));
+    s->lend_memo_ver = calloc((size_t)s->nodes, sizeof *s->lend_memo_ver);
+    s->lend_memo_epoch = calloc((size_t)s->nodes, sizeof *s->lend_memo_epoch);
+    s->node_ver = calloc((size_t)s->nodes, sizeof *s->node_ver);
+    s->lend_memo_val = calloc((size_t)s->nodes, sizeof *s->lend_memo_val);
+    s->epoch = 1; /* memos start invalid (epoch 0) */
     s->plan_gpu = malloc((size_t)DH_MAX(s->G, (int64_t)s->R) * sizeof *s->plan_gpu);
     s->plan_cpu = malloc((size_t)DH_MAX(s->G, (int64_t)s->R) * sizeof *s->plan_cpu);
     s->plan_fill = malloc((size_t)s->R * sizeof *s->plan_fill);
@@ -848,7 +904,8 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     if (!s->plan_tokens || !s->plan_bytes || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->batch || !s->rank_of || !s->members || !s->step_start || !s->task_pred || !s->fifo || !s->fifo[s->nodes - 1] || !s->fifo_head || !s->fifo_tail ||
         !s->heap || !s->heap_n || !s->heap_cap || !s->parts_left || !s->revealed || !s->done || !s->orig_rank ||
         !s->finished_ranks ||
-        !s->taken || !s->worker_step || !s->worker_free || !s->lend_free || !s->lend_tasks) {
+        !s->taken || !s->worker_step || !s->worker_free || !s->lend_free || !s->lend_tasks ||
+        !s->lend_memo_ver || !s->lend_memo_epoch || !s->node_ver || !s->lend_memo_val) {
         dh__sched_free(s);
         return DH_ENOMEM;
     }
