@@ -601,9 +601,10 @@ static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_
 {
     if (!s->cfg.rank_token_cap && !s->cfg.rank_byte_cap)
         return 1;
-    int64_t *tok = calloc((size_t)s->R * 2, sizeof *tok), *byt = tok + s->R;
+    int64_t *tok = calloc((size_t)s->R * 2, sizeof *tok);
     uint8_t *gains = calloc((size_t)s->R, 1);
     int ok = tok && gains;
+    int64_t *byt = ok ? tok + s->R : NULL;
     for (int64_t k = 0; ok && k < s->G; k++) {
         int64_t i = s->cfg.order[st * s->G + k];
         tok[rank_of[k]] += s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
