@@ -8,6 +8,9 @@
  *   GPU idle = 1 - sum compute / (R * makespan);
  *   bound = max(sum_s [o + max(sum_{i in s} g_i / R, max_{i in s} g_i)],
  *               sum_i c_i / W), efficiency = bound / makespan.
+ *   wait_single_frac = sum over late (s >= 1, r) of
+ *       min(wait, max(0, first start of step s + longest task of (s, r) - deadline))
+ *     / sum of waits: what one task too long for its window explains.
  */
 #include "metrics.h"
 
