@@ -61,7 +61,6 @@ struct dh__sched {
     int32_t *orig_rank;   /* N * G: placement before rebalancing (realised gain) */
     int32_t *finished_ranks; /* N: ranks done with the step */
     dh__reb_stats reb;
-    double move_factor;   /* calibrated transfer cost: measured / modelled, EWMA in log space */
     double last_plan_cost; /* modelled cost of the last plan the gate saw */
     int64_t cur_step;     /* latest step any rank has taken, and when */
     double cur_time;
@@ -716,7 +715,7 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
         cost = DH_MAX(cost, in_time[r]);
     cost += remote ? s->cfg.net_latency : s->cfg.move_latency;
     s->last_plan_cost = cost;
-    cost *= s->move_factor; /* what the engine measured moves to cost against this model */
+    cost *= s->reb.move_factor; /* what the engine measured moves to cost against this model */
     double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib);
     double gain = old_max - DH_MAX(po.max_gpu, frozen_max);
     if (gain <= margin * cost) {
@@ -751,9 +750,8 @@ void dh__sched_observe_move(dh__sched *s, double seconds)
         return;
     double r = log(seconds / s->last_plan_cost);
     /* From the model (factor 1) as the prior: one slow plan does not shut the gate for good. */
-    s->move_factor = exp(0.7 * log(s->move_factor) + 0.3 * r);
+    s->reb.move_factor = exp(0.7 * log(s->reb.move_factor) + 0.3 * r);
     s->reb.move_obs++;
-    s->reb.move_factor = s->move_factor;
 }
 
 const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s)
@@ -918,7 +916,7 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
         s->cfg.move_bandwidth = 20e9;
     if (!s->cfg.move_latency)
         s->cfg.move_latency = 5e-6;
-    s->move_factor = s->reb.move_factor = 1.0;
+    s->reb.move_factor = 1.0;
     if (!s->cfg.net_bandwidth)
         s->cfg.net_bandwidth = 100e9 / 8;
     if (!s->cfg.net_latency)
