@@ -52,6 +52,7 @@ extern "C" {
     XX(ERANGE, -ERANGE, "value out of range")                                                      \
     XX(EEXIST, -EEXIST, "already exists")                                                          \
     XX(ENOTDIR, -ENOTDIR, "not a directory")                                                       \
+    XX(ECANCELED, -ECANCELED, "stopped before it completed")                                       \
     XX(EPARSE, -10000, "malformed input")                                                          \
     XX(ESCHEMA, -10001, "missing key or wrong type")                                               \
     XX(ELIMIT, -10002, "value over configured limit")                                              \
@@ -478,7 +479,24 @@ typedef struct {
     double (*sample_gpu_cost)(int64_t sample, const struct dh_batch_item *items, int32_t nitems,
                               const uint8_t *data, void *user);
     void *sample_gpu_cost_user;
+    /*
+     * Run length (with `steps` above): steps > 0 runs that many global batches; steps ==
+     * DH_STEPS_FOREVER goes on epoch after epoch until stopped (dh_engine_stop, or
+     * should_stop); steps == 0 runs `epochs` whole epochs (0: one epoch; a workload run
+     * without a manifest: 200 steps).
+     */
+    int64_t epochs;
+    /* Polled once per step by both engines (from an engine thread): nonzero ends the run
+     * after the steps in flight, with the accounting of what was done. May be NULL. */
+    int (*should_stop)(void *user);
+    void *should_stop_user;
+    /* Samples a workload run generates (its dataset; epochs go round it); 0: the samples
+     * of min(steps, 1000) global batches (200 batches when steps is 0). */
+    int64_t workload_samples;
 } dh_run_config;
+
+/* steps value of a run that goes on until it is stopped. */
+#define DH_STEPS_FOREVER (-1)
 
 DH_API void dh_run_config_default(dh_run_config *cfg);
 DH_API const char *const *dh_policy_names(void); /* NULL-terminated, static */
@@ -581,6 +599,14 @@ DH_API int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error
                            dh_engine **out, char *errbuf, size_t errlen);
 DH_API int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out);
 DH_API void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds);
+/*
+ * Stops the run: workers finish their current task and exit, every consumer
+ * blocked in dh_engine_next_batch returns DH_ECANCELED (a batch that is
+ * already complete may still be taken). Safe from any thread, and from a
+ * progress or should_stop callback; not from a signal handler (set a flag
+ * that should_stop reads instead). Then call dh_engine_finish.
+ */
+DH_API void dh_engine_stop(dh_engine *e);
 DH_API int dh_engine_finish(dh_engine *e, dh_result *out);
 DH_API void dh_engine_free(dh_engine *e);
 /*

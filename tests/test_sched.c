@@ -20,8 +20,20 @@ typedef struct {
     uint8_t cls[MAXS];
     int32_t segments[MAXS];
     int64_t order[MAXS];
+    int64_t drawn; /* steps the scheduler drew from order */
     dh__sched_config cfg;
 } world;
+
+/* The order source: step s is order[s * G, (s + 1) * G), wrapping round the table. */
+static int world_order(void *ctx, int64_t *out)
+{
+    world *w = ctx;
+    int64_t G = w->cfg.global_batch;
+    for (int64_t k = 0; k < G; k++)
+        out[k] = w->order[(w->drawn * G + k) % MAXS];
+    w->drawn++;
+    return 0;
+}
 
 static void world_init(world *w, dh__policy p, int ranks, int workers, int64_t G, int64_t steps)
 {
@@ -35,7 +47,8 @@ static void world_init(world *w, dh__policy p, int ranks, int workers, int64_t G
     }
     w->cfg = (dh__sched_config){.policy = p, .ranks = ranks, .workers = workers,
                                 .global_batch = G, .steps = steps, .memory_budget = 1 << 30,
-                                .gpu = {.a_enc = 1.0}, .order = w->order};
+                                .gpu = {.a_enc = 1.0}, .next_order = world_order,
+                                .order_ctx = w};
     w->cfg.pred = (dh__pred){.n = MAXS, .cpu_pred = w->cpu, .feat = w->feat, .bytes = w->bytes,
                              .cls = w->cls, .segments = w->segments};
 }

@@ -75,14 +75,12 @@ static int alloc_table(dh__samples *s, int64_t n)
     s->n = n;
     size_t k = (size_t)(n > 0 ? n : 1);
     s->cpu_pred = malloc(k * sizeof *s->cpu_pred);
-    s->cpu_true = malloc(k * sizeof *s->cpu_true);
-    s->gpu_true = malloc(k * sizeof *s->gpu_true);
     s->feat = malloc(k * sizeof *s->feat);
     s->bytes = malloc(k * sizeof *s->bytes);
     s->segments = malloc(k * sizeof *s->segments);
     s->tokens = malloc(k * sizeof *s->tokens);
     s->cls = malloc(k * sizeof *s->cls);
-    if (!s->cpu_pred || !s->cpu_true || !s->gpu_true || !s->feat || !s->bytes || !s->segments ||
+    if (!s->cpu_pred || !s->feat || !s->bytes || !s->segments ||
         !s->tokens || !s->cls) {
         dh__samples_free(s);
         return DH_ENOMEM;
@@ -129,7 +127,7 @@ static int build_one(const dh_manifest *m, const dh_spec *spec, const dh__cpu_mo
 }
 
 int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_model *cpu,
-                      uint64_t seed, dh__samples *s, char *err, size_t errlen)
+                      dh__samples *s, char *err, size_t errlen)
 {
     int64_t n = dh_manifest_count(m);
     int rc = alloc_table(s, n);
@@ -144,12 +142,6 @@ int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_m
             dh__samples_free(s);
             return rc;
         }
-        dh_sample_info si;
-        dh_manifest_sample(m, i, &si);
-        s->cpu_true[i] = si.sim_cpu_ms >= 0
-                             ? (float)(si.sim_cpu_ms * 1e-3)
-                             : (float)(s->cpu_pred[i] * dh__lognormal_noise(seed, i, 1, 0.25));
-        s->gpu_true[i] = -1.0f; /* filled by dh__samples_gpu_truth once the model is scaled */
     }
     return 0;
 }
@@ -176,24 +168,9 @@ int dh_sample_cpu_cost(const dh_spec *spec, const dh_manifest *m, int64_t i, dou
     return 0;
 }
 
-void dh__samples_gpu_truth(dh__samples *s, const dh_manifest *m, const dh__gpu_model *g,
-                           uint64_t seed)
-{
-    for (int64_t i = 0; i < s->n; i++) {
-        dh_sample_info si;
-        dh_manifest_sample(m, i, &si);
-        s->gpu_true[i] = si.sim_gpu_ms >= 0
-                             ? (float)(si.sim_gpu_ms * 1e-3)
-                             : (float)(dh__gpu_sample_cost(g, &s->feat[i]) *
-                                       dh__lognormal_noise(seed, i, 2, 0.05));
-    }
-}
-
 void dh__samples_free(dh__samples *s)
 {
     free(s->cpu_pred);
-    free(s->cpu_true);
-    free(s->gpu_true);
     free(s->feat);
     free(s->bytes);
     free(s->segments);

@@ -2,11 +2,10 @@
  * cost.h - CPU and GPU cost models, the per-sample cost table, online
  * calibration (internal).
  *
- * DESIGN: policies see predictions only (cpu_pred, GPU features and the
- * calibrated GPU model); the truth columns exist for engines (the simulator
- * takes durations from them) and are filled from the manifest's `sim` fields
- * or, without them, from the true model times seeded log-normal noise
- * (WORKLOADS.md: sigma 0.25 CPU, 0.05 GPU).
+ * DESIGN: this module holds predictions only (cpu_pred, GPU features and
+ * the calibrated GPU model): what a policy may read. Ground truth (the
+ * manifest's `sim` fields, or the models times seeded noise) and the stress
+ * injectors live in src/truth, which only the engines include.
  */
 #ifndef DH_COST_H
 #define DH_COST_H
@@ -46,12 +45,10 @@ static inline double dh__gpu_sample_cost(const dh__gpu_model *g, const dh__gpu_f
 enum { DH_CLS_VIDEO_H264, DH_CLS_VIDEO_OTHER, DH_CLS_JPEG, DH_CLS_IMAGE_OTHER, DH_CLS_AUDIO,
        DH_CLS_TEXT, DH_CLS_COUNT };
 
-/* The per-sample table every policy and engine works from. */
+/* The per-sample prediction table every policy and engine works from. */
 typedef struct {
     int64_t n;
     float *cpu_pred;     /* seconds, uncalibrated model */
-    float *cpu_true;     /* seconds, engines only */
-    float *gpu_true;     /* seconds, engines only */
     dh__gpu_feat *feat;  /* GPU features */
     int64_t *bytes;      /* output bytes */
     int32_t *segments;   /* independently decodable keyframe segments (>= 1) */
@@ -59,15 +56,9 @@ typedef struct {
     uint8_t *cls;
 } dh__samples;
 
-/*
- * Builds the table for every sample of m under spec. gpu_true_model gives the
- * truth where the manifest has no sim.gpu_ms; noise is seeded by seed.
- */
+/* Builds the prediction table for every sample of m under spec. */
 int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_model *cpu,
-                      uint64_t seed, dh__samples *out, char *err, size_t errlen);
-/* Fills gpu_true from the model (times noise) where the manifest gave none. */
-void dh__samples_gpu_truth(dh__samples *s, const dh_manifest *m, const dh__gpu_model *g,
-                           uint64_t seed);
+                      dh__samples *out, char *err, size_t errlen);
 void dh__samples_free(dh__samples *s);
 
 /*

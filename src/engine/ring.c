@@ -109,6 +109,8 @@ void dh__ring_free(dh__ring *r, int64_t block)
 
 void dh__ring_close(dh__ring *r)
 {
+    if (!r->blocks)
+        return; /* never initialised (the engine failed before it) */
     pthread_mutex_lock(&r->mu);
     r->closed = 1;
     pthread_cond_broadcast(&r->room);

@@ -18,49 +18,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dh__records_init(dh__records *rec, int ranks, int64_t steps)
+/* ------------------------------------------------------------ wait sketch */
+
+#define HIST_LO_MS 1e-6   /* waits below land in bucket 0 */
+#define HIST_RATIO 1.001  /* bucket b covers [lo * r^b, lo * r^(b+1)) */
+#define HIST_BUCKETS 34560 /* up to ~1e9 ms */
+
+static int64_t hist_bucket(double w)
 {
-    memset(rec, 0, sizeof *rec);
-    rec->R = ranks;
-    rec->N = steps;
-    size_t n = (size_t)(steps * ranks + 1), s = (size_t)steps + 1;
-    rec->deadline = calloc(n, sizeof *rec->deadline);
-    rec->ready = calloc(n, sizeof *rec->ready);
-    rec->compute = calloc(n, sizeof *rec->compute);
-    rec->step_gpu_sum = calloc(s, sizeof *rec->step_gpu_sum);
-    rec->step_gpu_max = calloc(s, sizeof *rec->step_gpu_max);
-    rec->step_start = malloc(s * sizeof *rec->step_start);
-    rec->longest_task = calloc(n, sizeof *rec->longest_task);
-    if (!rec->deadline || !rec->ready || !rec->compute || !rec->step_gpu_sum ||
-        !rec->step_gpu_max || !rec->step_start || !rec->longest_task) {
-        dh__records_free(rec);
-        return DH_ENOMEM;
+    double b = w > HIST_LO_MS ? floor(log(w / HIST_LO_MS) / log(HIST_RATIO)) : 0;
+    return (int64_t)DH_MIN(b, (double)(HIST_BUCKETS - 1));
+}
+
+static double hist_value(int64_t b)
+{
+    return HIST_LO_MS * pow(HIST_RATIO, (double)b + 0.5);
+}
+
+static int sketch_add(dh__wait_sketch *k, double w)
+{
+    if (w <= 0) {
+        k->zeros++;
+        return 0;
     }
-    for (size_t i = 0; i < s; i++)
-        rec->step_start[i] = -1;
+    if (!k->hist && k->n < DH_WAIT_EXACT) {
+        if (dh__grow((void **)&k->v, &k->cap, (size_t)k->n + 1, sizeof *k->v))
+            return DH_ENOMEM;
+        k->v[k->n++] = w;
+        return 0;
+    }
+    if (!k->hist) { /* the exact list is full: fold it into the histogram */
+        if (!(k->hist = calloc(HIST_BUCKETS, sizeof *k->hist)))
+            return DH_ENOMEM;
+        for (int64_t i = 0; i < k->n; i++)
+            k->hist[hist_bucket(k->v[i])]++;
+        free(k->v);
+        k->v = NULL;
+        k->cap = 0;
+    }
+    k->hist[hist_bucket(w)]++;
+    k->n++;
     return 0;
-}
-
-void dh__records_task(dh__records *rec, int64_t step, int rank, double start, double seconds)
-{
-    if (step < 0 || step >= rec->N)
-        return;
-    if (rec->step_start[step] < 0 || start < rec->step_start[step])
-        rec->step_start[step] = start;
-    double *l = &rec->longest_task[step * rec->R + rank];
-    *l = DH_MAX(*l, seconds);
-}
-
-void dh__records_free(dh__records *rec)
-{
-    free(rec->deadline);
-    free(rec->ready);
-    free(rec->compute);
-    free(rec->step_gpu_sum);
-    free(rec->step_gpu_max);
-    free(rec->step_start);
-    free(rec->longest_task);
-    memset(rec, 0, sizeof *rec);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -69,73 +67,190 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Nearest-rank percentile of sorted v[0..n). */
-static double percentile(const double *v, int64_t n, double p)
+/* Nearest-rank percentile over every wait added (k->v sorted). */
+static double sketch_percentile(const dh__wait_sketch *k, double p)
 {
-    if (n == 0)
+    int64_t total = k->zeros + k->n;
+    if (total == 0)
         return 0.0;
-    int64_t k = (int64_t)ceil(p / 100.0 * (double)n);
-    return v[DH_MAX(k, 1) - 1];
+    int64_t rank = DH_MAX((int64_t)ceil(p / 100.0 * (double)total), 1);
+    if (rank <= k->zeros)
+        return 0.0;
+    rank -= k->zeros;
+    if (!k->hist)
+        return k->v[rank - 1];
+    for (int64_t b = 0, seen = 0; b < HIST_BUCKETS; b++)
+        if ((seen += k->hist[b]) >= rank)
+            return hist_value(b);
+    return hist_value(HIST_BUCKETS - 1);
 }
 
-static void wait_stats(const dh__records *rec, dh_result *out)
+/* ---------------------------------------------------------------- records */
+
+int dh__records_init(dh__records *rec, int ranks, int64_t global_batch)
 {
-    int64_t n = (rec->N - 1) * rec->R, misses = 0;
-    double *w = malloc((size_t)(n > 0 ? n : 1) * sizeof *w), sum = 0, fill = 0, single = 0;
-    for (int r = 0; r < rec->R && rec->N > 0; r++)
-        fill += DH_MAX(0.0, rec->ready[r] - rec->deadline[r]);
-    out->fill_wait_ms = rec->R ? fill / rec->R * 1e3 : 0;
-    if (!w || n <= 0) {
-        free(w);
+    memset(rec, 0, sizeof *rec);
+    rec->R = ranks;
+    rec->G = global_batch;
+    return ranks > 0 ? 0 : DH_EINVAL;
+}
+
+void dh__records_free(dh__records *rec)
+{
+    free(rec->batch);
+    free(rec->step);
+    free(rec->sketch.v);
+    free(rec->sketch.hist);
+    memset(rec, 0, sizeof *rec);
+}
+
+/* Moves the live steps into slots of a window of ncap steps. */
+static int records_regrow(dh__records *rec, int64_t ncap)
+{
+    dh__rec_batch *batch = calloc((size_t)(ncap * rec->R), sizeof *batch);
+    dh__rec_step *step = calloc((size_t)ncap, sizeof *step);
+    if (!batch || !step) {
+        free(batch);
+        free(step);
+        return DH_ENOMEM;
+    }
+    for (int64_t st = rec->lo; st < rec->hi; st++) {
+        int64_t o = st & (rec->cap - 1), n = st & (ncap - 1);
+        step[n] = rec->step[o];
+        memcpy(batch + n * rec->R, rec->batch + o * rec->R, (size_t)rec->R * sizeof *batch);
+    }
+    free(rec->batch);
+    free(rec->step);
+    rec->batch = batch;
+    rec->step = step;
+    rec->cap = ncap;
+    return 0;
+}
+
+/* Opens steps up to `st`; 0, or an error (then rec->error is set). */
+static int records_open(dh__records *rec, int64_t st)
+{
+    if (rec->error)
+        return rec->error;
+    int64_t ncap = rec->cap ? rec->cap : 8;
+    while (ncap < st + 1 - rec->lo)
+        ncap *= 2;
+    if (ncap != rec->cap && (rec->error = records_regrow(rec, ncap)))
+        return rec->error;
+    for (; rec->hi <= st; rec->hi++) {
+        int64_t slot = rec->hi & (rec->cap - 1);
+        memset(&rec->step[slot], 0, sizeof rec->step[slot]);
+        memset(&rec->batch[slot * rec->R], 0, (size_t)rec->R * sizeof *rec->batch);
+        rec->step[slot].start = -1;
+    }
+    return 0;
+}
+
+dh__rec_step *dh__records_step(dh__records *rec, int64_t step)
+{
+    if (step < rec->lo || records_open(rec, step))
+        return NULL;
+    return &rec->step[step & (rec->cap - 1)];
+}
+
+dh__rec_batch *dh__records_batch(dh__records *rec, int64_t step, int rank)
+{
+    if (step < rec->lo || rank < 0 || rank >= rec->R || records_open(rec, step))
+        return NULL;
+    return &rec->batch[(step & (rec->cap - 1)) * rec->R + rank];
+}
+
+void dh__records_task(dh__records *rec, int64_t step, int rank, double start, double seconds)
+{
+    dh__rec_step *st = dh__records_step(rec, step);
+    dh__rec_batch *b = dh__records_batch(rec, step, rank);
+    if (!st || !b)
         return;
-    }
-    for (int64_t k = 0; k < n; k++) {
-        int64_t b = rec->R + k; /* skip step 0 */
-        double late = rec->ready[b] - rec->deadline[b];
-        misses += late > 1e-9;
-        w[k] = DH_MAX(0.0, late) * 1e3;
-        sum += w[k];
-        /* The part of the wait that the batch's longest task alone explains: even started
-         * when its step's first task did, it would end this late. */
-        int64_t st = b / rec->R;
-        if (late > 1e-9 && rec->step_start[st] >= 0)
-            single += DH_MIN(late, DH_MAX(0.0, rec->step_start[st] + rec->longest_task[b] -
-                                                   rec->deadline[b])) * 1e3;
-    }
-    out->wait_single_frac = sum > 0 ? single / sum : 0;
-    qsort(w, (size_t)n, sizeof *w, cmp_double);
-    out->miss_rate = (double)misses / (double)n;
-    out->wait_mean_ms = sum / (double)n;
-    out->wait_p50_ms = percentile(w, n, 50);
-    out->wait_p95_ms = percentile(w, n, 95);
-    out->wait_p99_ms = percentile(w, n, 99);
-    free(w);
+    if (st->start < 0 || start < st->start)
+        st->start = start;
+    b->longest_task = DH_MAX(b->longest_task, seconds);
 }
 
-void dh__records_finish(const dh__records *rec, int workers, dh_result *out)
+/*
+ * Folds step st into the running metrics, in step order, so every sum is
+ * taken in the same order as over a whole-run array.
+ */
+static void fold(dh__records *rec, int64_t st)
 {
-    out->steps = rec->N;
-    out->samples = rec->samples;
-    out->delivered = rec->delivered;
-    out->failed = rec->failed;
-    out->makespan_s = rec->makespan;
-    out->throughput_sps = rec->makespan > 0 ? (double)rec->delivered / rec->makespan : 0;
-    double gpu_bound = 0, compute = 0, placement = 0;
-    for (int64_t s = 0; s < rec->N; s++) {
-        double slowest = 0;
-        for (int r = 0; r < rec->R; r++)
-            slowest = DH_MAX(slowest, rec->compute[s * rec->R + r]);
-        placement += rec->step_fixed + slowest;
-        gpu_bound += rec->step_fixed + DH_MAX(rec->step_gpu_sum[s] / rec->R, rec->step_gpu_max[s]);
+    const dh__rec_step *sp = &rec->step[st & (rec->cap - 1)];
+    const dh__rec_batch *b = &rec->batch[(st & (rec->cap - 1)) * rec->R];
+    double slowest = 0;
+    for (int r = 0; r < rec->R; r++) {
+        double late = b[r].ready - b[r].deadline;
+        if (st == 0) {
+            rec->fill += DH_MAX(0.0, late);
+        } else {
+            double w = DH_MAX(0.0, late) * 1e3;
+            rec->misses += late > 1e-9;
+            rec->wait_sum += w;
+            rec->waits++;
+            /* The part of the wait that the batch's longest task alone explains: even started
+             * when its step's first task did, it would end this late. */
+            if (late > 1e-9 && sp->start >= 0)
+                rec->single += DH_MIN(late, DH_MAX(0.0, sp->start + b[r].longest_task -
+                                                             b[r].deadline)) * 1e3;
+            if (sketch_add(&rec->sketch, w))
+                rec->error = DH_ENOMEM;
+        }
+        slowest = DH_MAX(slowest, b[r].compute);
     }
-    out->placement_s = placement;
-    for (int64_t b = 0; b < rec->N * rec->R; b++)
-        compute += rec->compute[b];
-    out->bound_gpu_s = gpu_bound;
+    rec->placement += rec->step_fixed + slowest;
+    rec->gpu_bound += rec->step_fixed + DH_MAX(sp->gpu_sum / rec->R, sp->gpu_max);
+    for (int r = 0; r < rec->R; r++)
+        rec->compute_sum += b[r].compute;
+    rec->failed += sp->failed;
+    rec->steps++;
+}
+
+void dh__records_close(dh__records *rec, int64_t step)
+{
+    dh__rec_step *sp = dh__records_step(rec, step);
+    if (!sp)
+        return;
+    sp->closed = 1;
+    while (rec->lo < rec->hi && rec->step[rec->lo & (rec->cap - 1)].closed)
+        fold(rec, rec->lo++);
+}
+
+static void wait_stats(dh__records *rec, dh_result *out)
+{
+    out->fill_wait_ms = rec->R && rec->steps > 0 ? rec->fill / rec->R * 1e3 : 0;
+    int64_t n = rec->waits;
+    if (n <= 0)
+        return;
+    if (rec->sketch.v && !rec->sketch.hist)
+        qsort(rec->sketch.v, (size_t)rec->sketch.n, sizeof *rec->sketch.v, cmp_double);
+    out->wait_single_frac = rec->wait_sum > 0 ? rec->single / rec->wait_sum : 0;
+    out->miss_rate = (double)rec->misses / (double)n;
+    out->wait_mean_ms = rec->wait_sum / (double)n;
+    out->wait_p50_ms = sketch_percentile(&rec->sketch, 50);
+    out->wait_p95_ms = sketch_percentile(&rec->sketch, 95);
+    out->wait_p99_ms = sketch_percentile(&rec->sketch, 99);
+}
+
+void dh__records_finish(dh__records *rec, int workers, dh_result *out)
+{
+    /* Steps opened but never closed (a stopped run) do not count, nor does their CPU work. */
+    for (int64_t st = rec->lo; st < rec->hi && !rec->cpu_measured; st++)
+        rec->cpu_true_sum -= rec->step[st & (rec->cap - 1)].cpu_sum;
+    rec->hi = rec->lo;
+    out->steps = rec->steps;
+    out->samples = rec->steps * rec->G;
+    out->failed = rec->failed;
+    out->delivered = out->samples - rec->failed;
+    out->makespan_s = rec->makespan;
+    out->throughput_sps = rec->makespan > 0 ? (double)out->delivered / rec->makespan : 0;
+    out->placement_s = rec->placement;
+    out->bound_gpu_s = rec->gpu_bound;
     out->bound_cpu_s = rec->cpu_true_sum / workers;
     out->bound_s = DH_MAX(out->bound_gpu_s, out->bound_cpu_s);
     out->efficiency = rec->makespan > 0 ? out->bound_s / rec->makespan : 0;
-    out->gpu_idle_frac = rec->makespan > 0 ? 1.0 - compute / (rec->R * rec->makespan) : 0;
+    out->gpu_idle_frac = rec->makespan > 0 ? 1.0 - rec->compute_sum / (rec->R * rec->makespan) : 0;
     wait_stats(rec, out);
 }
 

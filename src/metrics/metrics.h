@@ -9,34 +9,85 @@
 
 #include <stdio.h>
 
+/*
+ * Input waits for percentiles: exact (every positive wait kept) up to
+ * DH_WAIT_EXACT values, then a log-spaced histogram (0.1% relative
+ * resolution) so a run of any length holds bounded memory. Zero waits are
+ * counted, not stored.
+ */
+#define DH_WAIT_EXACT 65536
+typedef struct {
+    int64_t zeros, n;   /* waits of 0; positive waits */
+    double *v;          /* the positive waits while n <= DH_WAIT_EXACT */
+    size_t cap;
+    int64_t *hist;      /* non-NULL once the exact list overflowed */
+} dh__wait_sketch;
+
+/* One batch (step, rank) of the records. */
+typedef struct {
+    double deadline;     /* when rank r asked for batch s */
+    double ready;        /* when batch (s, r) was complete */
+    double compute;      /* compute seconds of (s, r) */
+    double longest_task; /* the longest single task (or split part), delivery included */
+} dh__rec_batch;
+
+/* One step of the records: what no placement can hide, and the bound's inputs. */
+typedef struct {
+    double start;   /* when the step's first task started; < 0: none yet */
+    double gpu_sum; /* sum of true g_i of the step */
+    double gpu_max; /* max true g_i of the step */
+    double cpu_sum; /* sum of true c_i of the step */
+    int64_t failed; /* samples of the step that failed */
+    uint8_t closed; /* every rank is done with it */
+} dh__rec_step;
+
+/*
+ * Records of a run, streamed: steps live in a window of slots from the
+ * moment an engine first touches them until they are closed (every rank
+ * done) and every earlier step is closed too; then they are folded into the
+ * running metrics and their slots reused. Memory depends on the steps in
+ * flight, not on the run's length.
+ */
 typedef struct {
     int R;
-    int64_t N;
-    double *deadline; /* N * R: when rank r asked for batch s */
-    double *ready;    /* N * R: when batch (s, r) was complete */
-    double *compute;  /* N * R: compute seconds of (s, r) */
-    /* What no placement can hide: the first task of step s started at step_start[s] (< 0:
-     * none yet), and the longest single task (or split part) of batch (s, r) took
-     * longest_task seconds, delivery included. See dh__records_task. */
-    double *step_start;   /* N */
-    double *longest_task; /* N * R */
+    int64_t G;          /* samples per step */
+    double step_fixed;  /* o: fixed cost of a step (per-step constant + all-reduce) */
+    int64_t lo, hi, cap; /* live steps [lo, hi), slot = step & (cap - 1) */
+    dh__rec_batch *batch; /* cap * R */
+    dh__rec_step *step;   /* cap */
+    int error;            /* growing the window failed: the run must stop */
+    /* folded steps */
+    int64_t steps, misses, waits;
+    double fill, wait_sum, single, compute_sum, placement, gpu_bound;
+    dh__wait_sketch sketch;
+    double cpu_true_sum;  /* sum of true c_i over drawn samples (the real engine: measured) */
+    int cpu_measured;     /* cpu_true_sum is measured work: keep it whole when a run stops */
     double makespan;
-    /* bound inputs, from the run's true costs */
-    double step_fixed;   /* o: fixed cost of a step (per-step constant + all-reduce) */
-    double *step_gpu_sum; /* N: sum of true g_i of the step */
-    double *step_gpu_max; /* N: max true g_i of the step */
-    double cpu_true_sum;  /* sum of true c_i over consumed samples */
-    int64_t samples, delivered, failed;
+    int64_t failed;       /* samples of folded steps that failed (delivered = steps * G - failed) */
 } dh__records;
 
-int dh__records_init(dh__records *rec, int ranks, int64_t steps);
+int dh__records_init(dh__records *rec, int ranks, int64_t global_batch);
 void dh__records_free(dh__records *rec);
+
+/*
+ * The record of batch (step, rank) / of a step, opening the step (and any
+ * before it) if needed; NULL if the step was folded already or the window
+ * could not grow (rec->error is then set). Valid until the next call that
+ * may open a step.
+ */
+dh__rec_batch *dh__records_batch(dh__records *rec, int64_t step, int rank);
+dh__rec_step *dh__records_step(dh__records *rec, int64_t step);
 
 /* A task of batch (step, rank) started at `start` and took `seconds` (delivery included). */
 void dh__records_task(dh__records *rec, int64_t step, int rank, double start, double seconds);
+/* Step `step` is over on every rank: fold it (and any closed steps after it) in order. */
+void dh__records_close(dh__records *rec, int64_t step);
 
-/* Fills every metric of out that the records determine (workers: W of the bound). */
-void dh__records_finish(const dh__records *rec, int workers, dh_result *out);
+/*
+ * Fills every metric of out that the records determine (workers: W of the
+ * bound). Steps never closed (a stopped run) do not count.
+ */
+void dh__records_finish(dh__records *rec, int workers, dh_result *out);
 
 /* Chrome trace (JSON array format; opens in Perfetto). NULL path: all calls are no-ops. */
 typedef struct {

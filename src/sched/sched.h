@@ -9,7 +9,9 @@
  *   step_done(rank, step, now, gpu) rank r finished computing step s
  * and reads batch_ready(step, rank) to know when a rank may start.
  *
- * The scheduler sees predictions only (dh__pred): never ground truth.
+ * The scheduler sees predictions only (dh__pred): never ground truth. It
+ * includes nothing from src/truth, and the engines hand it no truth: the
+ * types say so (test_truth checks it over whole runs).
  */
 #ifndef DH_SCHED_H
 #define DH_SCHED_H
@@ -19,16 +21,47 @@
 typedef enum {
     DH_POL_LOCAL = 0,        /* rank-local DataLoader: private workers, whole batches in order */
     DH_POL_POOL,             /* shared actor pool: one task per sample, FIFO */
-    DH_POL_HELIX,            /* balanced placement, least slack first */
+    DH_POL_HELIX,            /* balanced placement, least slack first, rebalancing, lending */
     DH_POL_HELIX_NOBALANCE,  /* stride placement, least slack first */
     DH_POL_HELIX_FIFO,       /* balanced placement, FIFO */
-    DH_POL_HELIX_NOREB,      /* helix without collective rebalancing */
+    DH_POL_HELIX_NOREB,      /* helix without collective rebalancing (nor lending) */
     DH_POL_COUNT
 } dh__policy;
+
+/* Which rank a sample of the global batch goes to. */
+typedef enum {
+    DH_PLACE_STRIDE = 0, /* DistributedSampler: sample k -> rank k mod R, equal counts */
+    DH_PLACE_BALANCED    /* token-latent-aware partition (mechanism 2) */
+} dh__placement;
+
+/* In which order CPU workers take tasks. */
+typedef enum {
+    DH_SERVE_LOCAL = 0,  /* private workers per rank build whole batches in step order */
+    DH_SERVE_FIFO,       /* shared pool, one task per sample, in admission order */
+    DH_SERVE_LEAST_SLACK /* shared pool, least slack first over the window (mechanism 3) */
+} dh__service;
+
+/*
+ * A policy is one row of capabilities: every ablation of helix is helix
+ * with one of them turned off. The scheduler never compares policy ids.
+ */
+typedef struct {
+    const char *name;
+    dh__placement placement;
+    dh__service service;
+    uint8_t split;     /* heavy samples may be cut into keyframe-aligned parts */
+    uint8_t rebalance; /* prepared samples may move between a step's ranks (mechanism 4) */
+    uint8_t lend;      /* an idle node may prepare another node's late samples */
+} dh__policy_caps;
+
+/* The row of policy p (p < DH_POL_COUNT). */
+const dh__policy_caps *dh__policy_caps_of(dh__policy p);
 
 /* Returns the policy for a name, or -1. */
 int dh__policy_from_name(const char *name);
 const char *dh__policy_name(dh__policy p);
+/* "local, pool, ...": every policy name, for messages; static storage. */
+const char *dh__policy_list(void);
 
 /* The prediction columns of the sample table: what a policy may read. */
 typedef struct {
@@ -54,8 +87,17 @@ typedef struct {
     double net_latency;      /* seconds per transfer between nodes (0: 20 us) */
     dh__pred pred;
     dh__gpu_model gpu;       /* predicted GPU model (c0 = fixed per-step cost) */
-    const int64_t *order;    /* steps * global_batch sample indices (the sampler's) */
+    /*
+     * The order source: writes the G sample indices of the next global batch
+     * (called once per step, in step order, when the step is planned);
+     * returns 0 or a negative error, which stops the run.
+     */
+    int (*next_order)(void *ctx, int64_t *out);
+    void *order_ctx;
 } dh__sched_config;
+
+/* steps = 0 in the config: the run goes on until the engine stops it. */
+#define DH__STEPS_UNBOUNDED (INT64_C(1) << 52)
 
 typedef struct {
     int64_t pos;    /* position in the global order: step * G + k */
@@ -83,10 +125,15 @@ int dh__sched_worker_count(const dh__sched *s);
 /* Ranks whose private workers are w's (local), or -1 when workers are shared. */
 int dh__sched_worker_rank(const dh__sched *s, int worker);
 
-/* 0: *out is the worker's next task; 1: nothing for this worker now. */
+/*
+ * 0: *out is the worker's next task; DH__IDLE: nothing for this worker now;
+ * < 0: the scheduler failed (out of memory, the order source failed): the
+ * run must stop. After a failure every call returns the same error.
+ */
+#define DH__IDLE 1
 int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out);
 /*
- * Returns 1 when this completed the task's batch. measured < 0: the task
+ * Returns 1 when this completed the task's batch (0 otherwise). measured < 0: the task
  * failed (its time does not calibrate the CPU model). revealed_gpu is the
  * sample's exact GPU cost once it is prepared (known from its decoded
  * content), or < 0 if the engine cannot tell; rebalancing uses it.
@@ -139,10 +186,20 @@ int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank);
 void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now);
 void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time);
 
-/* Samples of batch (step, rank): count, and the first `cap` sample indices into out. */
+/*
+ * Samples of batch (step, rank): count, and the first `cap` sample indices
+ * into out; a negative error if the step cannot be planned. The step must
+ * not have left the window (every rank finished it).
+ */
 int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *out, int32_t cap);
-/* Rank of the k-th sample of step's global batch (plans the step if needed). */
+/* Rank of the k-th sample of step's global batch (plans the step if needed), or < 0. */
 int dh__sched_rank_of(dh__sched *s, int64_t step, int64_t k);
+/* The G sample indices of a planned step still in the window, or NULL. */
+const int64_t *dh__sched_step_order(const dh__sched *s, int64_t step);
+/* Steps the window holds now (planned, not yet retired), and the most it held. */
+int64_t dh__sched_window_steps(const dh__sched *s);
+/* The first internal failure (0 if none). */
+int dh__sched_error(const dh__sched *s);
 const dh__calib *dh__sched_calib(const dh__sched *s);
 int64_t dh__sched_memory_peak(const dh__sched *s);
 /* Samples placed over a cap because no rank could take them within it. */

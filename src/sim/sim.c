@@ -13,7 +13,7 @@
  * batch was taken (local's prefetch window moves) or a step finished (memory
  * is freed for the shared window).
  */
-#include "setup.h"
+#include "../run/run.h"
 
 #include "../core/heap.h"
 #include "../metrics/metrics.h"
@@ -46,9 +46,11 @@ typedef struct {
     double *task_start;
     uint8_t *idle;
     int64_t *waiting;  /* per rank: step it waits for, -1 when busy */
-    int *arrived;      /* per step: ranks at the barrier */
+    int arrived;       /* ranks at the current step's barrier (one step at a time) */
     int64_t *batch_buf;
+    int64_t N;         /* steps of the run */
     int done;
+    int error;         /* the first failure (scheduler, records); ends the run */
 } sim;
 
 static int event_before(const event *x, const event *y)
@@ -72,20 +74,33 @@ static event pop(sim *s)
 /* A task's true duration: its sample's, or an equal share plus the part overhead. */
 static double true_cost(const sim *s, const dh__task *t)
 {
-    double c = s->run->samples.cpu_true[t->sample];
+    double c = s->run->truth.cpu[t->sample];
     return t->nparts > 1 ? c / t->nparts + DH_SPLIT_PART_OVERHEAD_S : c;
+}
+
+static void fail(sim *s, int rc)
+{
+    if (!s->error)
+        s->error = rc;
 }
 
 /* Gives worker w a task if the policy has one; returns 0 if it got one. */
 static int dispatch(sim *s, int w, double now)
 {
     dh__task *t = &s->current[w];
-    if (dh__sched_next_task(s->sched, w, now, t))
+    int rc = dh__sched_next_task(s->sched, w, now, t);
+    if (rc) {
+        if (rc < 0)
+            fail(s, rc);
         return 1;
+    }
     s->idle[w] = 0;
     s->task_start[w] = now;
     /* A sample prepared on another node arrives after its network transfer. */
-    return push(s, now + true_cost(s, t) + t->ship_s, EV_TASK_DONE, w, 0) ? 1 : 0;
+    rc = push(s, now + true_cost(s, t) + t->ship_s, EV_TASK_DONE, w, 0);
+    if (rc)
+        fail(s, rc);
+    return rc ? 1 : 0;
 }
 
 /*
@@ -108,10 +123,15 @@ static void start_compute(sim *s, int r, int64_t st, double now)
 {
     double gpu = 0;
     int32_t n = dh__sched_batch_samples(s->sched, st, r, s->batch_buf, (int32_t)s->run->cfg.global_batch);
+    dh__rec_batch *b = dh__records_batch(&s->rec, st, r);
+    if (n < 0 || !b) {
+        fail(s, n < 0 ? n : s->rec.error);
+        return;
+    }
     for (int32_t k = 0; k < n; k++)
-        gpu += s->run->samples.gpu_true[s->batch_buf[k]];
+        gpu += s->run->truth.gpu[s->batch_buf[k]];
     s->waiting[r] = -1;
-    s->rec.compute[st * s->rec.R + r] = gpu;
+    b->compute = gpu;
     dh__sched_batch_taken(s->sched, r, st, now);
     dh__trace_span(&s->trace, DH_TRACE_RANKS, r, "compute", now, gpu, st, r, -1);
     push(s, now + gpu, EV_COMPUTE_DONE, r, st);
@@ -120,7 +140,12 @@ static void start_compute(sim *s, int r, int64_t st, double now)
 
 static void request(sim *s, int r, int64_t st, double now)
 {
-    s->rec.deadline[st * s->rec.R + r] = now;
+    dh__rec_batch *b = dh__records_batch(&s->rec, st, r);
+    if (!b) {
+        fail(s, s->rec.error ? s->rec.error : DH_EINVAL);
+        return;
+    }
+    b->deadline = now;
     s->waiting[r] = st;
     if (dh__sched_batch_ready(s->sched, st, r))
         start_compute(s, r, st, now);
@@ -136,8 +161,14 @@ static void on_task_done(sim *s, const event *e)
                    s->task_start[w], cost, t.step, t.rank, t.sample);
     s->idle[w] = 1;
     /* The sample's exact GPU cost becomes known once it is prepared (DESIGN.md mech. 4). */
-    if (dh__sched_task_done(s->sched, &t, e->t, cost, s->run->samples.gpu_true[t.sample])) {
-        s->rec.ready[t.step * s->rec.R + t.rank] = e->t;
+    int rc = dh__sched_task_done(s->sched, &t, e->t, cost, s->run->truth.gpu[t.sample]);
+    dh__rec_batch *b = dh__records_batch(&s->rec, t.step, t.rank);
+    if (rc < 0 || !b) {
+        fail(s, rc < 0 ? rc : s->rec.error);
+        return;
+    }
+    if (rc) {
+        b->ready = e->t;
         if (s->waiting[t.rank] == t.step)
             start_compute(s, t.rank, t.step, e->t);
     }
@@ -149,16 +180,21 @@ static void on_compute_done(sim *s, const event *e)
 {
     int r = e->a;
     int64_t st = e->b;
-    dh__sched_step_done(s->sched, r, st, e->t, s->rec.compute[st * s->rec.R + r]);
+    dh__rec_batch *b = dh__records_batch(&s->rec, st, r);
+    dh__sched_step_done(s->sched, r, st, e->t, b ? b->compute : 0);
     poll_idle(s, -1, e->t); /* memory was freed */
-    if (++s->arrived[st] == s->rec.R)
-        push(s, e->t + s->run->gpu.c0, EV_BARRIER, -1, st);
+    if (++s->arrived == s->rec.R) {
+        s->arrived = 0;
+        if (push(s, e->t + s->run->gpu.c0, EV_BARRIER, -1, st))
+            fail(s, DH_ENOMEM);
+    }
 }
 
 static void on_barrier(sim *s, const event *e)
 {
     int64_t next = e->b + 1;
-    if (next >= s->rec.N) {
+    dh__records_close(&s->rec, e->b);
+    if (next >= s->N || dh__run_should_stop(s->run)) {
         s->rec.makespan = e->t;
         s->done = 1;
         return;
@@ -176,9 +212,8 @@ static int sim_alloc(sim *s)
     s->task_start = calloc((size_t)s->nworkers, sizeof *s->task_start);
     s->idle = malloc((size_t)s->nworkers);
     s->waiting = malloc((size_t)R * sizeof *s->waiting);
-    s->arrived = calloc((size_t)s->rec.N + 1, sizeof *s->arrived);
     s->batch_buf = malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
-    if (!s->current || !s->task_start || !s->idle || !s->waiting || !s->arrived || !s->batch_buf)
+    if (!s->current || !s->task_start || !s->idle || !s->waiting || !s->batch_buf)
         return DH_ENOMEM;
     memset(s->idle, 1, (size_t)s->nworkers);
     return 0;
@@ -191,7 +226,6 @@ static void sim_free(sim *s)
     free(s->task_start);
     free(s->idle);
     free(s->waiting);
-    free(s->arrived);
     free(s->batch_buf);
     dh__records_free(&s->rec);
     dh__sched_free(s->sched);
@@ -202,7 +236,7 @@ static int simulate(sim *s)
     for (int r = 0; r < s->rec.R; r++)
         request(s, r, 0, 0.0);
     poll_idle(s, -1, 0.0);
-    while (!s->done && s->nheap > 0) {
+    while (!s->done && !s->error && s->nheap > 0) {
         event e = pop(s);
         if (e.type == EV_TASK_DONE)
             on_task_done(s, &e);
@@ -211,7 +245,32 @@ static int simulate(sim *s)
         else
             on_barrier(s, &e);
     }
+    if (s->error)
+        return s->error;
     return s->done ? 0 : DH_EIO; /* an empty heap before the last step is a scheduler stall */
+}
+
+static int sim_start(sim *s, dh__run *run, const dh_run_config *cfg, char *err, size_t errlen)
+{
+    if (run->cfg.steps <= 0 && !cfg->should_stop) {
+        dh__msg(err, errlen, "the simulator needs a run length (steps or epochs), or should_stop");
+        return DH_EINVAL;
+    }
+    s->N = run->cfg.steps > 0 ? run->cfg.steps : DH__STEPS_UNBOUNDED;
+    dh__sched_config sc;
+    dh__run_sched_config(run, &sc);
+    int rc = dh__records_init(&s->rec, run->cfg.ranks, run->cfg.global_batch);
+    if (!rc)
+        rc = dh__sched_new(&sc, &s->sched);
+    if (!rc)
+        rc = sim_alloc(s);
+    if (!rc && (rc = dh__trace_open(&s->trace, cfg->trace_path, s->nworkers, run->cfg.ranks)))
+        dh__msg(err, errlen, "cannot write the trace %s: %s", cfg->trace_path, dh_strerror(rc));
+    else if (rc)
+        dh__msg(err, errlen, "%s", dh_strerror(rc));
+    s->rec.step_fixed = run->gpu.c0;
+    run->rec = &s->rec; /* drawn steps' truth: the bound's inputs */
+    return rc;
 }
 
 int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errlen)
@@ -225,25 +284,19 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
     if (rc)
         return rc;
     sim s = {.run = &run};
-    dh__sched_config sc;
-    dh__run_sched_config(&run, &sc);
-    if (!(rc = dh__sched_new(&sc, &s.sched)) &&
-        !(rc = dh__records_init(&s.rec, run.cfg.ranks, run.cfg.steps)) && !(rc = sim_alloc(&s)) &&
-        !(rc = dh__trace_open(&s.trace, cfg->trace_path, s.nworkers, run.cfg.ranks))) {
-        dh__run_bound_inputs(&run, &s.rec);
-        s.rec.delivered = s.rec.samples; /* the simulator fails no sample */
+    if (!(rc = sim_start(&s, &run, cfg, err, errlen))) {
         rc = simulate(&s);
         int trc = dh__trace_close(&s.trace);
-        if (rc)
+        if (rc == DH_EIO)
             dh__msg(err, errlen, "simulation stalled before the last step (policy %s)",
                     dh__policy_name(run.policy));
+        else if (rc)
+            dh__msg(err, errlen, "the simulation stopped: %s", dh_strerror(rc));
         else if (trc)
             dh__msg(err, errlen, "writing the trace %s failed", cfg->trace_path);
         rc = rc ? rc : trc;
         if (!rc)
             dh__run_fill_result(&run, s.sched, &s.rec, "sim", out);
-    } else if (rc) {
-        dh__msg(err, errlen, "%s", dh_strerror(rc));
     }
     sim_free(&s);
     dh__run_free(&run);

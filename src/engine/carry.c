@@ -1,0 +1,196 @@
+/*
+ * carry.c - carrying out rebalancing plans on the real batch buffers
+ * (helix, mechanism 4).
+ *
+ * DESIGN: step s is offered to the scheduler once, before any rank takes a
+ * batch of it: as soon as all its batches are prepared (the copies then
+ * happen while the ranks compute the step before), or else when the first
+ * rank asks for it. The scheduler may move prepared samples between s's
+ * batches. Batches a worker is writing into (in-flight tasks) are frozen for
+ * that plan. A batch that receives samples is laid out afresh in a buffer
+ * from a second ring (the move arena: the main ring's space is the prefetch
+ * window's) and every item it keeps or receives is copied there; a batch
+ * that only gives is compacted in place (its items keep their order, so
+ * each moves down). Receivers are copied before donors are compacted. If
+ * the arena has no room the plan is refused and counted, never waited on.
+ * Everything here runs under e->mu.
+ */
+#include "engine_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const dh_batch_item *find_item(const batch_slot *b, int64_t sample, int32_t media)
+{
+    for (int32_t k = 0; b->laid_out && k < b->nitems; k++)
+        if (b->items[k].sample == sample && b->items[k].media == media)
+            return &b->items[k];
+    return NULL;
+}
+
+/*
+ * Copies (or, in place, moves down) items [first, end) of `to` from where
+ * `from` holds them, with their status.
+ */
+static void copy_items(dh_engine *e, batch_slot *to, int32_t first, int32_t end,
+                       const batch_slot *from)
+{
+    uint8_t *dst = dh__slot_data(e, to);
+    const uint8_t *src = dh__slot_data(e, from);
+    for (int32_t k = first; dst && src && k < end; k++) {
+        dh_batch_item *it = &to->items[k];
+        const dh_batch_item *old = find_item(from, it->sample, it->media);
+        if (!old)
+            continue; /* not dispatched yet: decoded into the new layout later */
+        if (dst + it->offset != src + old->offset) /* a donor's items before its first gap stay */
+            memmove(dst + it->offset, src + old->offset, (size_t)it->bytes);
+        it->status = old->status;
+    }
+}
+
+static void count_failed(batch_slot *b)
+{
+    b->nfailed = 0;
+    for (int32_t k = 0; k < b->nitems; k++)
+        b->nfailed += b->items[k].status && (k == 0 || b->items[k - 1].sample != b->items[k].sample);
+}
+
+/* New layouts for every batch the plan changes; receivers get arena buffers. 0 or 1 (no room). */
+static int lay_out_fresh(dh_engine *e, const int64_t *order, const int32_t *rank_of)
+{
+    int rc = 0;
+    for (int r = 0; r < e->R && !rc; r++) {
+        if (!e->changed[r])
+            continue;
+        int64_t *samples = malloc((size_t)e->G * sizeof *samples);
+        int32_t n = 0;
+        for (int64_t k = 0; samples && k < e->G; k++)
+            if (rank_of[k] == r)
+                samples[n++] = order[k];
+        rc = samples ? dh__lay_out_samples(e, &e->fresh[r], samples, n) : DH_ENOMEM;
+        if (!rc && e->received[r]) {
+            batch_slot *f = &e->fresh[r];
+            int64_t off = dh__ring_try_alloc(&e->arena, f->bytes, &f->block);
+            rc = off < 0;
+            f->offset = off;
+            f->allocated = f->in_arena = off >= 0;
+        }
+    }
+    if (rc) {
+        for (int r = 0; r < e->R; r++) {
+            if (e->fresh[r].allocated)
+                dh__ring_free(&e->arena, e->fresh[r].block);
+            dh__slot_clear_layout(&e->fresh[r]);
+        }
+        memset(e->received, 0, (size_t)e->R);
+    }
+    return rc ? 1 : 0;
+}
+
+/* Receivers first (donors still hold their data): each sample from its old batch. */
+static void copy_receivers(dh_engine *e, int64_t st, batch_slot *slots, const int64_t *order,
+                           const int32_t *rank_of)
+{
+    for (int r = 0; r < e->R; r++) {
+        int32_t item = 0;
+        for (int64_t k = 0; e->received[r] && k < e->G; k++) {
+            if (rank_of[k] != r)
+                continue;
+            dh_sample_info si;
+            dh_manifest_sample(e->run.m, order[k], &si);
+            copy_items(e, &e->fresh[r], item, item + si.media_count,
+                       &slots[dh__sched_rank_of(e->sched, st, k)]);
+            item += si.media_count;
+        }
+    }
+}
+
+/*
+ * The scheduler's accept callback: carries a gated plan out on the batch
+ * buffers of step st. Returns 0 when done, 1 when the arena has no room for
+ * a receiving batch (nothing has changed then).
+ */
+static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
+{
+    dh_engine *e = ctx;
+    double t0 = dh__eng_elapsed(e);
+    const int64_t *order = dh__sched_step_order(e->sched, st);
+    eng_step *step = dh__eng_step(e, st);
+    if (!order || !step)
+        return 1;
+    batch_slot *slots = step->b;
+    memset(e->changed, 0, (size_t)e->R);
+    memset(e->fresh, 0, (size_t)e->R * sizeof *e->fresh);
+    for (int64_t k = 0; k < e->G; k++) {
+        int from = dh__sched_rank_of(e->sched, st, k), to = rank_of[k];
+        if (from != to)
+            e->received[to] = e->changed[from] = e->changed[to] = 1;
+    }
+    if (lay_out_fresh(e, order, rank_of))
+        return 1;
+    copy_receivers(e, st, slots, order, rank_of);
+    for (int r = 0; r < e->R; r++) {
+        if (!e->changed[r])
+            continue;
+        batch_slot *b = &slots[r], *f = &e->fresh[r];
+        if (!e->received[r]) { /* a donor keeps its buffer: compact it in place */
+            f->offset = b->offset;
+            f->block = b->block;
+            f->allocated = b->allocated;
+            f->in_arena = b->in_arena;
+            copy_items(e, f, 0, f->nitems, b);
+        } else if (b->allocated) {
+            dh__ring_free(b->in_arena ? &e->arena : &e->ring, b->block);
+        }
+        count_failed(f);
+        dh__slot_clear_layout(b);
+        f->taken = b->taken;
+        *b = *f;
+    }
+    e->move_s = dh__eng_elapsed(e) - t0;
+    return 0;
+}
+
+/*
+ * Offers step st to the scheduler's rebalancing, once and only while no
+ * rank has taken a batch of it. The trace shows the plan on track (pid, tid):
+ * the rank that asked or the worker that completed the step.
+ */
+void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
+{
+    if (!dh__policy_caps_of(e->run.policy)->rebalance)
+        return;
+    eng_step *step = dh__eng_step(e, st);
+    if (!step || step->reb_offered)
+        return;
+    for (int r = 0; r < e->R; r++)
+        if (e->next_step[r] > st)
+            return; /* taken: too late for this step */
+    step->reb_offered = 1;
+    const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
+    int64_t moved = reb->moved;
+    for (int r = 0; r < e->R; r++)
+        e->frozen[r] = step->b[r].inflight > 0;
+    memset(e->received, 0, (size_t)e->R);
+    double t0 = dh__eng_elapsed(e);
+    dh__sched_rebalance(e->sched, st, t0, e->frozen, carry_out, e);
+    if (reb->moved == moved)
+        return;
+    dh__sched_observe_move(e->sched, e->move_s);
+    double now = dh__eng_elapsed(e);
+    for (int r = 0; r < e->R; r++) { /* a complete receiver is ready once its copy is */
+        dh__rec_batch *rb = dh__records_batch(&e->rec, st, r);
+        if (e->received[r] && rb && rb->ready > 0)
+            rb->ready = DH_MAX(rb->ready, now);
+    }
+    dh__trace_span(&e->trace, pid, tid, "rebalance", t0, now - t0, st, -1, -1);
+}
+
+/* Offers st if all of its batches are prepared (called when one completes). */
+void dh__eng_offer_prepared_step(dh_engine *e, int64_t st, int worker)
+{
+    for (int r = 0; r < e->R; r++)
+        if (!dh__sched_batch_ready(e->sched, st, r))
+            return;
+    dh__eng_offer_step(e, st, DH_TRACE_WORKERS, worker);
+}

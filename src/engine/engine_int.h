@@ -1,0 +1,109 @@
+/*
+ * engine_int.h - the real engine's state, shared by its rooms (internal to
+ * src/engine): slots.c (the step window of batch slots, layout, buffers),
+ * workers.c (decoding threads), carry.c (carrying out rebalancing plans),
+ * engine.c (lifecycle and the consumer API) and ranks.c (emulated ranks).
+ *
+ * DESIGN
+ * - One mutex (e->mu) guards the scheduler, the batch slots, the records and
+ *   the error count. Decoding happens outside it. Lock order: e->mu may be
+ *   held while taking the ring's lock (dh__ring_free); dh__ring_alloc, which
+ *   can block, is only ever called without e->mu.
+ * - Steps in flight: each live step has one heap block of R batch slots
+ *   (eng_step), reached through a power-of-two ring of pointers indexed by
+ *   step. Growing the ring moves pointers only, so a worker may keep a
+ *   batch_slot pointer while it decodes without the lock. A step's block is
+ *   freed when every rank released its batch; engine memory is sized by the
+ *   steps in flight, not by the run.
+ * - Stopping (dh_engine_stop, a failure, or should_stop) sets e->stop and
+ *   wakes every waiter: workers exit, consumers return DH_ECANCELED or the
+ *   error that stopped the run.
+ */
+#ifndef DH_ENGINE_INT_H
+#define DH_ENGINE_INT_H
+
+#include "../metrics/metrics.h"
+#include "../run/run.h"
+#include "ring.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#define ITEM_ALIGN 64
+
+typedef struct {
+    double taken;          /* when its rank took it (trace) */
+    int64_t offset, block; /* in the ring; block < 0: no buffer */
+    int64_t bytes;
+    dh_batch_item *items;
+    int64_t *samples, *tokens;
+    int32_t nitems, nsamples, nfailed;
+    int32_t inflight;      /* tasks writing into the buffer now */
+    uint8_t laid_out, allocating, allocated;
+    uint8_t in_arena;      /* the buffer is in the move arena, not the main ring */
+} batch_slot;
+
+typedef struct {
+    int released;        /* ranks that released their batch of the step */
+    uint8_t reb_offered; /* offered to rebalancing already */
+    batch_slot b[];      /* R */
+} eng_step;
+
+struct dh_engine {
+    dh__run run;
+    dh__sched *sched;
+    dh__ring ring;
+    dh__ring arena;         /* buffers of batches that received moved samples */
+    dh__records rec;
+    dh__trace trace;
+    pthread_mutex_t mu;
+    pthread_cond_t work, ready, room;
+    pthread_t *threads;
+    int nthreads, stop;
+    int error;              /* what stopped the run, if it failed (0: not failed) */
+    int64_t N, G;           /* N: steps of the run (DH__STEPS_UNBOUNDED: until stopped) */
+    int R;
+    eng_step **steps;       /* ring of live steps, slot = step & (cap - 1) */
+    int64_t lo, hi, cap;    /* live steps [lo, hi) */
+    int64_t *next_step;     /* per rank */
+    uint8_t *frozen, *received, *changed; /* per rank, rebalancing scratch */
+    batch_slot *fresh;      /* per rank, rebalancing scratch: new layouts */
+    double move_s;          /* how long the last plan took to carry out */
+    struct timespec t0;
+    dh_sample_error_cb on_error;
+    void *user;
+    int64_t failed;
+    double cpu_sum;          /* CPU time inside decoding, all tasks */
+    double worker_cpu;       /* CPU time of the worker threads, all of it */
+    const dh_spec *spec;
+};
+
+/* engine.c */
+double dh__eng_elapsed(const dh_engine *e);
+double dh__thread_cpu(void);
+/* Stops the run with error rc (first one wins) and wakes every waiter. Under e->mu. */
+void dh__eng_fail(dh_engine *e, int rc);
+
+/* slots.c (all under e->mu) */
+/* The slot of batch (step, rank), opening the step if needed; NULL when released/failed. */
+batch_slot *dh__eng_slot(dh_engine *e, int64_t step, int rank);
+eng_step *dh__eng_step(dh_engine *e, int64_t step);
+/* Rank released its batch of step: frees the step once every rank did. */
+void dh__eng_step_released(dh_engine *e, int64_t step);
+void dh__eng_slots_free(dh_engine *e);
+uint8_t *dh__slot_data(dh_engine *e, const batch_slot *b);
+void dh__slot_clear_layout(batch_slot *b);
+int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n);
+int dh__lay_out(dh_engine *e, int64_t st, int r, batch_slot *b);
+int dh__ensure_buffer(dh_engine *e, batch_slot *b);
+int64_t dh__eng_ring_size(const dh_engine *e);
+int64_t dh__eng_arena_size(const dh_engine *e);
+
+/* workers.c */
+int dh__eng_start_workers(dh_engine *e);
+
+/* carry.c */
+void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid);
+void dh__eng_offer_prepared_step(dh_engine *e, int64_t st, int worker);
+
+#endif

@@ -1,0 +1,227 @@
+/*
+ * slots.c - the real engine's batch slots: the window of steps in flight,
+ * each batch's layout fixed from the descriptors, and its buffer.
+ *
+ * DESIGN: a batch's layout is fixed from the descriptors when its first task
+ * is dispatched: one slot per media item, 64-byte aligned and packed. Its
+ * buffer comes from the ring, so memory is bounded by the ring's size; a
+ * worker that finds the ring full waits (backpressure). Every batch that
+ * holds a buffer can complete without another allocation, so waiting cannot
+ * deadlock. Everything here runs under e->mu.
+ */
+#include "engine_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ step window */
+
+static int grow_ring(dh_engine *e, int64_t ncap)
+{
+    eng_step **steps = calloc((size_t)ncap, sizeof *steps);
+    if (!steps)
+        return DH_ENOMEM;
+    for (int64_t st = e->lo; st < e->hi; st++)
+        steps[st & (ncap - 1)] = e->steps[st & (e->cap - 1)];
+    free(e->steps);
+    e->steps = steps;
+    e->cap = ncap;
+    return 0;
+}
+
+eng_step *dh__eng_step(dh_engine *e, int64_t step)
+{
+    if (step < e->lo || step >= e->N)
+        return NULL;
+    if (step >= e->hi) {
+        int64_t ncap = e->cap ? e->cap : 8;
+        while (ncap < step + 1 - e->lo)
+            ncap *= 2;
+        if (ncap != e->cap && grow_ring(e, ncap)) {
+            dh__eng_fail(e, DH_ENOMEM);
+            return NULL;
+        }
+        for (; e->hi <= step; e->hi++) {
+            eng_step *s = calloc(1, sizeof *s + (size_t)e->R * sizeof(batch_slot));
+            if (!s) {
+                dh__eng_fail(e, DH_ENOMEM);
+                return NULL;
+            }
+            for (int r = 0; r < e->R; r++)
+                s->b[r].block = -1;
+            e->steps[e->hi & (e->cap - 1)] = s;
+        }
+    }
+    return e->steps[step & (e->cap - 1)];
+}
+
+batch_slot *dh__eng_slot(dh_engine *e, int64_t step, int rank)
+{
+    eng_step *s = dh__eng_step(e, step);
+    return s ? &s->b[rank] : NULL;
+}
+
+static void free_step(eng_step *s, int R)
+{
+    for (int r = 0; s && r < R; r++)
+        dh__slot_clear_layout(&s->b[r]);
+    free(s);
+}
+
+void dh__eng_step_released(dh_engine *e, int64_t step)
+{
+    eng_step *s = dh__eng_step(e, step);
+    if (!s || ++s->released < e->R)
+        return;
+    dh__records_close(&e->rec, step);
+    while (e->lo < e->hi && e->steps[e->lo & (e->cap - 1)]->released == e->R) {
+        free_step(e->steps[e->lo & (e->cap - 1)], e->R);
+        e->steps[e->lo & (e->cap - 1)] = NULL;
+        e->lo++;
+    }
+}
+
+void dh__eng_slots_free(dh_engine *e)
+{
+    for (int64_t st = e->lo; e->steps && st < e->hi; st++)
+        free_step(e->steps[st & (e->cap - 1)], e->R);
+    free(e->steps);
+    e->steps = NULL;
+    e->lo = e->hi = e->cap = 0;
+}
+
+/* ---------------------------------------------------------------- layout */
+
+static int64_t align_up(int64_t x)
+{
+    return (x + ITEM_ALIGN - 1) & ~(int64_t)(ITEM_ALIGN - 1);
+}
+
+uint8_t *dh__slot_data(dh_engine *e, const batch_slot *b)
+{
+    return b->allocated ? (b->in_arena ? e->arena.base : e->ring.base) + b->offset : NULL;
+}
+
+void dh__slot_clear_layout(batch_slot *b)
+{
+    free(b->items);
+    free(b->samples);
+    free(b->tokens);
+    b->items = NULL;
+    b->samples = b->tokens = NULL;
+    b->nitems = b->nsamples = b->nfailed = 0;
+    b->laid_out = 0;
+}
+
+/* Lays b out for samples[0..n) (b takes the array): one packed, aligned slot per media item. */
+int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n)
+{
+    const dh_manifest *m = e->run.m;
+    int32_t nitems = 0;
+    for (int32_t k = 0; k < n; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(m, samples[k], &si);
+        nitems += si.media_count;
+    }
+    b->samples = samples;
+    b->nsamples = n;
+    b->tokens = calloc((size_t)DH_MAX(n, 1), sizeof *b->tokens);
+    b->items = calloc((size_t)DH_MAX(nitems, 1), sizeof *b->items);
+    if (!b->tokens || !b->items)
+        return DH_ENOMEM;
+    int64_t off = 0;
+    for (int32_t k = 0; k < n; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(m, samples[k], &si);
+        b->tokens[k] = e->run.samples.tokens[samples[k]];
+        for (int32_t j = 0; j < si.media_count; j++) {
+            dh_media_info mi;
+            dh_media_derived md;
+            dh_manifest_media(m, samples[k], j, &mi);
+            int rc = dh_derive_media(e->spec, &mi, &md);
+            if (rc)
+                return rc;
+            dh_batch_item *it = &b->items[b->nitems++];
+            *it = (dh_batch_item){.sample = samples[k], .media = j, .type = mi.type,
+                                  .ndim = md.ndim, .elem_bytes = md.elem_bytes,
+                                  .offset = off, .bytes = md.out_bytes};
+            memcpy(it->shape, md.shape, sizeof it->shape);
+            off = align_up(off + md.out_bytes);
+        }
+    }
+    b->bytes = off;
+    b->laid_out = 1;
+    return 0;
+}
+
+/* Fixes batch (st, r)'s layout from the descriptors. */
+int dh__lay_out(dh_engine *e, int64_t st, int r, batch_slot *b)
+{
+    int64_t *samples = malloc((size_t)e->G * sizeof *samples);
+    if (!samples)
+        return DH_ENOMEM;
+    int32_t n = dh__sched_batch_samples(e->sched, st, r, samples, (int32_t)e->G);
+    if (n < 0) {
+        free(samples);
+        return n;
+    }
+    return dh__lay_out_samples(e, b, samples, n);
+}
+
+/* Gives batch b its buffer: one worker allocates (outside the lock), others wait. */
+int dh__ensure_buffer(dh_engine *e, batch_slot *b)
+{
+    while (b->allocating && !b->allocated && !e->stop)
+        pthread_cond_wait(&e->room, &e->mu);
+    if (b->allocated)
+        return 0;
+    if (e->stop)
+        return DH_ECANCELED;
+    b->allocating = 1;
+    int64_t bytes = b->bytes;
+    pthread_mutex_unlock(&e->mu);
+    int64_t block = -1, off = dh__ring_alloc(&e->ring, bytes, &block);
+    pthread_mutex_lock(&e->mu);
+    if (off < 0) {
+        b->allocating = 0;
+        pthread_cond_broadcast(&e->room);
+        return e->stop ? DH_ECANCELED : DH_ENOMEM; /* closed, or larger than the pool */
+    }
+    b->offset = off;
+    b->block = block;
+    b->allocated = 1;
+    pthread_cond_broadcast(&e->room);
+    return 0;
+}
+
+/*
+ * Ring size: the memory budget plus room for the largest batch twice over,
+ * so out-of-order releases within a step and the no-wrap rule never starve
+ * the window the scheduler admits.
+ */
+int64_t dh__eng_ring_size(const dh_engine *e)
+{
+    int64_t max_sample = 0, per_rank = (e->G + e->R - 1) / e->R;
+    for (int64_t i = 0; i < e->run.samples.n; i++)
+        max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
+    int64_t big_batch = max_sample * per_rank * 2 + 64 * per_rank * 16;
+    return e->run.cfg.memory_budget + 2 * big_batch;
+}
+
+/*
+ * The move arena holds the batches that received samples, from the step's
+ * start until their ranks release them: room for two average steps and two
+ * of the largest batches. A plan that does not fit is refused, not waited on.
+ */
+int64_t dh__eng_arena_size(const dh_engine *e)
+{
+    if (!dh__policy_caps_of(e->run.policy)->rebalance)
+        return 4096;
+    int64_t max_sample = 0, sum = 0, per_rank = (e->G + e->R - 1) / e->R;
+    for (int64_t i = 0; i < e->run.samples.n; i++) {
+        max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
+        sum += e->run.samples.bytes[i];
+    }
+    int64_t step = sum / DH_MAX(e->run.samples.n, 1) * e->G + 64 * e->G * 16;
+    return 2 * step + 2 * (max_sample * per_rank * 2 + 64 * per_rank * 16);
+}

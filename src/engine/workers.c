@@ -1,0 +1,226 @@
+/*
+ * workers.c - the real engine's decoding threads: each pulls its next task
+ * from the scheduler under e->mu, decodes outside it straight into the
+ * batch buffer, and reports the measured CPU time back.
+ *
+ * DESIGN: a task is one sample, or one part of a split sample: part p of n
+ * decodes its share of the sampled video frames. A failed sample's slots
+ * are zeroed and its items carry the error; the batch is still delivered
+ * and the failure counted once per scheduled occurrence (the same manifest
+ * sample in a later epoch is decoded afresh), so delivered + failed =
+ * samples. A scheduler failure stops the run (dh__eng_fail), never waits.
+ */
+#include "engine_int.h"
+
+#include "../codec/decode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void report(dh_engine *e, const dh__task *t, const char *path, int code, const char *msg)
+{
+    dh_sample_info si;
+    dh_manifest_sample(e->run.m, t->sample, &si);
+    if (e->on_error) {
+        dh_sample_error se = {t->step, t->rank, t->sample, si.id, path, code, msg};
+        e->on_error(&se, e->user);
+    }
+}
+
+/* Index of the first item of `sample` in b, or b->nitems. */
+static int32_t first_item_of(const dh_batch_item *items, int32_t nitems, int64_t sample)
+{
+    int32_t k = 0;
+    while (k < nitems && items[k].sample != sample)
+        k++;
+    return k;
+}
+
+/* Decodes task t's share of its sample into the batch buffer; returns 0 or the first error. */
+static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items, int32_t nitems,
+                    uint8_t *base, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    const dh_manifest *m = e->run.m;
+    dh_sample_info si;
+    dh_manifest_sample(m, t->sample, &si);
+    int32_t first = first_item_of(items, nitems, t->sample);
+    if (first + si.media_count > nitems)
+        return DH_EINVAL; /* the layout does not hold this sample: a scheduler bug */
+    for (int32_t j = 0; j < si.media_count; j++) {
+        dh_media_info mi;
+        dh_manifest_media(m, t->sample, j, &mi);
+        const dh_batch_item *it = &items[first + j];
+        const char *dir = dh_manifest_dir(m);
+        snprintf(path, pathlen, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
+        uint8_t *dst = base + it->offset;
+        int rc;
+        if (mi.type == DH_MEDIA_VIDEO) {
+            rc = dh__decode_video_part(path, e->spec, &mi, t->part, t->nparts, dst,
+                                       (size_t)it->bytes, NULL, err, errlen);
+        } else if (t->part > 0) {
+            rc = 0; /* only videos split; other items belong to part 0 */
+        } else if (mi.type == DH_MEDIA_IMAGE) {
+            rc = dh__decode_image(path, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
+        } else {
+            rc = dh__decode_audio(path, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* 1 when t's sample has failed in this batch already (another part failed it). */
+static int sample_failed(const batch_slot *b, int64_t sample)
+{
+    int32_t k = first_item_of(b->items, b->nitems, sample);
+    return k < b->nitems && b->items[k].status != 0;
+}
+
+/* Marks sample t->sample failed in its batch: its items carry the code. */
+static void fail_sample(dh_engine *e, const dh__task *t, batch_slot *b, int code)
+{
+    if (sample_failed(b, t->sample))
+        return;
+    b->nfailed++;
+    e->failed++;
+    dh__rec_step *sp = dh__records_step(&e->rec, t->step);
+    if (sp)
+        sp->failed++;
+    for (int32_t k = 0; k < b->nitems; k++)
+        if (b->items[k].sample == t->sample)
+            b->items[k].status = code;
+}
+
+/*
+ * Zeroes the slots of failed samples once the batch is complete: only then
+ * has every part of a split sample stopped writing into its slot.
+ */
+static void zero_failed(batch_slot *b, uint8_t *base)
+{
+    for (int32_t k = 0; base && k < b->nitems && b->nfailed; k++)
+        if (b->items[k].status)
+            memset(base + b->items[k].offset, 0, (size_t)b->items[k].bytes);
+}
+
+/*
+ * The exact GPU cost of t's sample once its last part is done: the user's
+ * reading of the decoded items, or the emulated ranks' per-sample time;
+ * -1 for a failed sample (it does not move).
+ */
+static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b, const uint8_t *base)
+{
+    if (sample_failed(b, t->sample) || !dh__sched_last_part(e->sched, t))
+        return -1.0;
+    if (!e->run.cfg.sample_gpu_cost)
+        return e->run.truth.gpu[t->sample];
+    int32_t first = first_item_of(b->items, b->nitems, t->sample), n = 0;
+    while (first + n < b->nitems && b->items[first + n].sample == t->sample)
+        n++;
+    return e->run.cfg.sample_gpu_cost(t->sample, b->items + first, n, base,
+                                      e->run.cfg.sample_gpu_cost_user);
+}
+
+/* After a task: failures, records, the scheduler; a completed batch is announced. */
+static void finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
+                        int rc, double started, double cpu, const char *path, const char *err)
+{
+    if (rc == DH_ECANCELED && e->stop) { /* the run is stopping: not the sample's fault */
+        b->inflight--;
+        return;
+    }
+    if (rc) {
+        report(e, t, path, rc, err[0] ? err : dh_strerror(rc));
+        fail_sample(e, t, b, rc);
+    }
+    e->cpu_sum += cpu;
+    dh__records_task(&e->rec, t->step, t->rank, started, dh__eng_elapsed(e) - started);
+    dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare", started,
+                   dh__eng_elapsed(e) - started, t->step, t->rank, t->sample);
+    int complete = dh__sched_task_done(e->sched, t, dh__eng_elapsed(e), rc ? -1.0 : cpu,
+                                       revealed_gpu(e, t, b, base));
+    b->inflight--; /* done writing: b may be re-laid out from here */
+    if (complete < 0) {
+        dh__eng_fail(e, complete);
+    } else if (complete) {
+        zero_failed(b, base);
+        dh__rec_batch *rb = dh__records_batch(&e->rec, t->step, t->rank);
+        if (rb)
+            rb->ready = dh__eng_elapsed(e);
+        dh__eng_offer_prepared_step(e, t->step, w);
+        pthread_cond_broadcast(&e->ready);
+    }
+    pthread_cond_broadcast(&e->work);
+}
+
+/* Takes and runs one task; returns 1 when there was none (the caller waits). */
+static int work_once(dh_engine *e, int w, char *path, size_t pathlen, char *err, size_t errlen)
+{
+    dh__task t;
+    int rc = dh__sched_next_task(e->sched, w, dh__eng_elapsed(e), &t);
+    if (rc) {
+        if (rc < 0)
+            dh__eng_fail(e, rc);
+        return 1;
+    }
+    batch_slot *b = dh__eng_slot(e, t.step, t.rank);
+    if (!b) {
+        dh__eng_fail(e, e->error ? e->error : DH_EINVAL);
+        return 1;
+    }
+    b->inflight++; /* frozen for rebalancing from here until the task is done */
+    rc = b->laid_out ? 0 : dh__lay_out(e, t.step, t.rank, b);
+    if (!rc)
+        rc = dh__ensure_buffer(e, b);
+    uint8_t *base = dh__slot_data(e, b);
+    const dh_batch_item *items = b->items; /* stable while inflight > 0 */
+    int32_t nitems = b->nitems;
+    pthread_mutex_unlock(&e->mu);
+    double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
+    err[0] = 0;
+    path[0] = 0;
+    if (!rc)
+        rc = run_task(e, &t, items, nitems, base, path, pathlen, err, errlen);
+    double cpu = dh__thread_cpu() - c0;
+    pthread_mutex_lock(&e->mu);
+    finish_task(e, w, &t, b, base, rc, started, cpu, path, err);
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    dh_engine *e = ((void **)arg)[0];
+    int w = (int)(intptr_t)((void **)arg)[1];
+    free(arg);
+    char path[4096], err[512];
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop)
+        if (work_once(e, w, path, sizeof path, err, sizeof err) && !e->stop)
+            pthread_cond_wait(&e->work, &e->mu);
+    e->worker_cpu += dh__thread_cpu(); /* under e->mu: the whole thread, scheduling included */
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+int dh__eng_start_workers(dh_engine *e)
+{
+    int n = dh__sched_worker_count(e->sched);
+    e->threads = calloc((size_t)n, sizeof *e->threads);
+    if (!e->threads)
+        return DH_ENOMEM;
+    for (int w = 0; w < n; w++) {
+        void **arg = malloc(2 * sizeof *arg);
+        if (!arg)
+            return DH_ENOMEM;
+        arg[0] = e;
+        arg[1] = (void *)(intptr_t)w;
+        int rc = pthread_create(&e->threads[w], NULL, worker_main, arg);
+        if (rc != 0) {
+            free(arg);
+            return -rc; /* the threads started so far are joined by dh_engine_finish */
+        }
+        e->nthreads = w + 1;
+    }
+    return 0;
+}

@@ -1,0 +1,300 @@
+/*
+ * run.c - run preparation shared by both engines (see run.h).
+ *
+ * Defaults: a workload run generates min(steps, 1000) global batches of
+ * samples (200 steps unless given) and runs `steps` batches over them,
+ * epoch after epoch; a manifest run covers one epoch of complete batches
+ * unless steps or epochs ask for more (the sampler rolls into later
+ * epochs), or goes on until stopped (DH_STEPS_FOREVER).
+ * Without a workload, a manifest run uses the "default" spec and a generic
+ * GPU shape (linear in tokens and latents, quadratic in tokens from 8k) at
+ * rho 1. The memory budget defaults to what the DataLoader baseline holds:
+ * 2 prefetched batches per worker plus the batch each rank is computing on,
+ * each of G/R samples of mean output size.
+ */
+#include "run.h"
+
+#include "../metrics/metrics.h"
+#include "../workloads/workloads.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_STEPS 200
+#define MAX_GENERATED_STEPS 1000 /* a longer workload run goes round its dataset */
+
+void dh_run_config_default(dh_run_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->policy = "helix";
+    cfg->ranks = 8;
+    cfg->workers = 32;
+    cfg->seed = 1;
+}
+
+static int resolve_inputs(dh__run *run, const dh__workload **wl, char *err, size_t errlen)
+{
+    dh_run_config *c = &run->cfg;
+    *wl = NULL;
+    if (c->workload) {
+        *wl = dh__workload_find(c->workload);
+        if (!*wl) {
+            dh__msg(err, errlen, "unknown workload \"%s\"", c->workload);
+            return DH_ENOENT;
+        }
+    } else if (!c->manifest) {
+        dh__msg(err, errlen, "a run needs a workload or a manifest");
+        return DH_EINVAL;
+    }
+    if (!c->global_batch)
+        c->global_batch = *wl ? (*wl)->global_batch : 64;
+    if (c->ranks < 1 || c->workers < 1 || c->global_batch < c->ranks) {
+        dh__msg(err, errlen, "need ranks >= 1, workers >= 1 and a global batch >= ranks (%lld < %d)",
+                (long long)c->global_batch, c->ranks);
+        return DH_EINVAL;
+    }
+    snprintf(run->workload, sizeof run->workload, "%s", c->workload ? c->workload : "manifest");
+    if (c->manifest) {
+        run->m = c->manifest;
+    } else {
+        int64_t steps = c->steps > 0 ? DH_MIN(c->steps, MAX_GENERATED_STEPS) : DEFAULT_STEPS;
+        int64_t n = c->workload_samples > 0 ? c->workload_samples : steps * c->global_batch;
+        if (!c->steps && !c->epochs)
+            c->steps = DEFAULT_STEPS;
+        int rc = dh_workload_generate(c->workload, n, c->seed, &run->owned);
+        if (rc) {
+            dh__msg(err, errlen, "generating %s: %s", c->workload, dh_strerror(rc));
+            return rc;
+        }
+        run->m = run->owned;
+    }
+    int rc = c->spec ? 0 : dh_spec_builtin(*wl ? (*wl)->name : "default", &run->spec);
+    if (rc)
+        dh__msg(err, errlen, "no spec: %s", dh_strerror(rc));
+    return rc;
+}
+
+static int build_sampler(dh__run *run, char *err, size_t errlen)
+{
+    dh_run_config *c = &run->cfg;
+    dh_sampler_opts so = {.global_batch = c->global_batch, .seed = c->seed, .shuffle = 1,
+                          .drop_last = 1};
+    int rc = dh_sampler_new(run->m, &so, &run->sampler);
+    if (rc) {
+        dh__msg(err, errlen, "sampler: %lld samples cannot fill a global batch of %lld (%s)",
+                (long long)dh_manifest_count(run->m), (long long)c->global_batch, dh_strerror(rc));
+        return rc;
+    }
+    if (c->steps < 0 && c->steps != DH_STEPS_FOREVER) {
+        dh__msg(err, errlen, "steps must be > 0, 0 (epochs) or DH_STEPS_FOREVER, not %lld",
+                (long long)c->steps);
+        return DH_EINVAL;
+    }
+    if (!c->steps) {
+        int64_t per = dh_sampler_steps_per_epoch(run->sampler);
+        int64_t epochs = c->epochs > 0 ? c->epochs : 1;
+        if (epochs > INT64_MAX / 4 / per) {
+            dh__msg(err, errlen, "%lld epochs of %lld steps is too long a run", (long long)epochs,
+                    (long long)per);
+            return DH_ERANGE;
+        }
+        c->steps = epochs * per;
+    }
+    run->step_buf = malloc((size_t)c->global_batch * sizeof *run->step_buf);
+    return run->step_buf ? 0 : DH_ENOMEM;
+}
+
+/* The stress options of the config, as the truth module takes them. */
+static dh__stress stress_of(const dh_run_config *c)
+{
+    dh__stress st = {.cpu_sigma = c->cpu_noise_sigma, .cpu_heavy_frac = c->cpu_heavy_fraction,
+                     .cpu_heavy_k = c->cpu_heavy_factor, .understate_told = c->understate_told};
+    if (c->understate_fraction > 0 && c->understate_factor > 0)
+        st.understate_frac = c->understate_fraction, st.understate_k = c->understate_factor;
+    return st;
+}
+
+/*
+ * Predictions and truth, in this order: truth from the raw CPU model (or the
+ * manifest), then both moved to this machine by cpu_cost_scale, the CPU
+ * stress, the GPU model scaled to rho, GPU truth and the GPU stress.
+ */
+static int build_costs(dh__run *run, const dh__workload *wl, char *err, size_t errlen)
+{
+    dh_run_config *c = &run->cfg;
+    dh__cpu_model cpu;
+    dh__cpu_model_default(&cpu);
+    int rc = dh__samples_build(run->m, run->use_spec, &cpu, &run->samples, err, errlen);
+    if (!rc && (rc = dh__truth_init(&run->truth, run->samples.n)))
+        dh__msg(err, errlen, "out of memory for the truth of %lld samples",
+                (long long)run->samples.n);
+    if (rc)
+        return rc;
+    dh__truth_cpu(&run->truth, run->m, run->samples.cpu_pred, c->seed, c->cpu_cost_scale);
+    /* A measured machine factor moves the CPU predictions (and so rho) to this machine. */
+    for (int64_t i = 0; c->cpu_cost_scale > 0 && i < run->samples.n; i++)
+        run->samples.cpu_pred[i] *= (float)c->cpu_cost_scale;
+    dh__stress st = stress_of(c);
+    if (st.cpu_sigma > 0 || st.cpu_heavy_frac > 0)
+        dh__truth_cpu_stress(&run->truth, run->m, run->samples.cpu_pred, c->seed, &st);
+    run->gpu = wl ? wl->gpu : (dh__gpu_model){1.0, 1.0 / 8000, 1.0, 0, 0};
+    if (!c->rho)
+        c->rho = wl ? wl->rho : 1.0;
+    dh__gpu_scale_for_rho(&run->gpu, &run->samples, c->ranks, c->workers, c->global_batch, c->rho);
+    dh__truth_gpu(&run->truth, run->m, run->samples.feat, &run->gpu, c->seed);
+    if (st.understate_frac > 0)
+        dh__truth_understate(&run->truth, run->m, run->samples.feat, &run->gpu, c->seed, &st);
+    return 0;
+}
+
+/* DataLoader's holding: 2 prefetched batches per worker plus the one each rank computes on. */
+static int64_t default_budget(const dh__run *run)
+{
+    const dh_run_config *c = &run->cfg;
+    double mean = 0;
+    for (int64_t i = 0; i < run->samples.n; i++)
+        mean += (double)run->samples.bytes[i];
+    mean /= (double)(run->samples.n ? run->samples.n : 1);
+    int k = c->workers / c->ranks > 1 ? c->workers / c->ranks : 1;
+    double batches = (double)c->ranks * (2.0 * k + 1.0);
+    return (int64_t)(batches * ((double)c->global_batch / c->ranks) * mean);
+}
+
+int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen)
+{
+    memset(run, 0, sizeof *run);
+    run->cfg = *cfg;
+    int pol = dh__policy_from_name(cfg->policy);
+    if (pol < 0) {
+        dh__msg(err, errlen, "unknown policy \"%s\" (%s)", cfg->policy ? cfg->policy : "",
+                dh__policy_list());
+        return DH_EINVAL;
+    }
+    run->policy = (dh__policy)pol;
+    dh_run_config *c = &run->cfg;
+    const dh__workload *wl;
+    int rc = resolve_inputs(run, &wl, err, errlen);
+    if (!rc && c->nodes > 1 && (c->ranks % c->nodes || c->workers % c->nodes)) {
+        dh__msg(err, errlen, "--nodes %d must divide ranks (%d) and workers (%d)", c->nodes,
+                c->ranks, c->workers);
+        rc = DH_EINVAL;
+    }
+    if (!rc) {
+        run->use_spec = cfg->spec ? cfg->spec : run->spec;
+        rc = build_costs(run, wl, err, errlen);
+    }
+    if (!rc)
+        rc = build_sampler(run, err, errlen);
+    if (rc) {
+        dh__run_free(run);
+        return rc;
+    }
+    if (!c->memory_budget)
+        c->memory_budget = default_budget(run);
+    return 0;
+}
+
+/*
+ * The scheduler's order source: the sampler's next global batch. Each drawn
+ * step's true costs go to the engine's records (the bound's inputs), summed
+ * in draw order.
+ */
+static int draw_step(void *ctx, int64_t *out)
+{
+    dh__run *run = ctx;
+    int rc = dh_sampler_next(run->sampler, out, run->cfg.global_batch);
+    if (rc || !run->rec) {
+        run->drawn += !rc;
+        return rc;
+    }
+    dh__rec_step *sp = dh__records_step(run->rec, run->drawn);
+    if (!sp)
+        return run->rec->error ? run->rec->error : DH_EINVAL;
+    for (int64_t k = 0; k < run->cfg.global_batch; k++) {
+        int64_t i = out[k];
+        if (i < 0 || i >= run->truth.n)
+            return DH_ERANGE;
+        double g = run->truth.gpu[i];
+        sp->gpu_sum += g;
+        sp->gpu_max = DH_MAX(sp->gpu_max, g);
+        sp->cpu_sum += run->truth.cpu[i];
+        run->rec->cpu_true_sum += run->truth.cpu[i];
+    }
+    run->drawn++;
+    return 0;
+}
+
+void dh__run_sched_config(dh__run *run, dh__sched_config *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->policy = run->policy;
+    sc->ranks = run->cfg.ranks;
+    sc->workers = run->cfg.workers;
+    sc->global_batch = run->cfg.global_batch;
+    sc->steps = run->cfg.steps > 0 ? run->cfg.steps : 0;
+    sc->memory_budget = run->cfg.memory_budget;
+    sc->rank_token_cap = run->cfg.rank_token_cap;
+    sc->nodes = run->cfg.nodes;
+    sc->net_bandwidth = run->cfg.net_bandwidth;
+    sc->net_latency = run->cfg.net_latency;
+    sc->move_bandwidth = run->cfg.move_bandwidth;
+    sc->rank_byte_cap = run->cfg.rank_byte_cap;
+    sc->pred = (dh__pred){.n = run->samples.n,
+                          .cpu_pred = run->samples.cpu_pred,
+                          .feat = run->samples.feat,
+                          .bytes = run->samples.bytes,
+                          .cls = run->samples.cls,
+                          .segments = run->samples.segments,
+                          .tokens = run->samples.tokens};
+    sc->gpu = run->gpu;
+    sc->next_order = draw_step;
+    sc->order_ctx = run;
+}
+
+int dh__run_should_stop(const dh__run *run)
+{
+    return run->cfg.should_stop && run->cfg.should_stop(run->cfg.should_stop_user);
+}
+
+void dh__run_free(dh__run *run)
+{
+    dh__samples_free(&run->samples);
+    dh__truth_free(&run->truth);
+    dh_manifest_free(run->owned);
+    dh_spec_free(run->spec);
+    dh_sampler_free(run->sampler);
+    free(run->step_buf);
+    memset(run, 0, sizeof *run);
+}
+
+void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,
+                         const char *engine, dh_result *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->workload, sizeof out->workload, "%s", run->workload);
+    snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(run->policy));
+    snprintf(out->engine, sizeof out->engine, "%s", engine);
+    out->ranks = run->cfg.ranks;
+    out->workers = run->cfg.workers;
+    dh__records_finish(rec, run->cfg.workers, out);
+    out->cpu_mape = dh__calib_cpu_mape(dh__sched_calib(sched));
+    out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(sched));
+    out->memory_budget = run->cfg.memory_budget;
+    out->memory_peak = dh__sched_memory_peak(sched);
+    out->cap_violations = dh__sched_cap_violations(sched);
+    const dh__reb_stats *reb = dh__sched_reb_stats(sched);
+    out->reb_considered = reb->considered;
+    out->reb_moved = reb->moved;
+    out->reb_gated = reb->gated;
+    out->reb_refused = reb->refused;
+    out->reb_move_s = reb->move_s;
+    out->reb_move_factor = reb->move_factor;
+    out->reb_bytes = reb->bytes_moved;
+    out->reb_predicted_gain_s = reb->predicted_gain_s;
+    out->reb_realised_gain_s = reb->realised_gain_s;
+    out->lend_considered = reb->lend_considered;
+    out->lent = reb->lent;
+    out->lend_gated = reb->lend_gated;
+    out->bytes_shipped = reb->bytes_shipped;
+}

@@ -1,0 +1,48 @@
+/*
+ * run.h - what every run needs before its engine starts (internal): the
+ * samples and their prediction table, the truth and stress (for engines),
+ * the GPU models, the sampler that streams the sample order, and the memory
+ * budget. Engine-independent, so the simulator and the real engine prepare
+ * runs identically; the scheduler is handed predictions only.
+ */
+#ifndef DH_RUN_H
+#define DH_RUN_H
+
+#include "../metrics/metrics.h"
+#include "../sched/sched.h"
+#include "../truth/truth.h"
+
+typedef struct {
+    dh_run_config cfg;        /* with defaults filled in; steps 0: until stopped */
+    dh_manifest *owned;       /* generated manifest, if any */
+    const dh_manifest *m;
+    dh_spec *spec;
+    const dh_spec *use_spec;  /* cfg.spec, or the workload's */
+    dh__samples samples;      /* predictions */
+    dh__truth truth;          /* engines only */
+    dh__gpu_model gpu;        /* scaled to rho: the truth model and the policy's start */
+    dh_sampler *sampler;      /* the global order, drawn step by step */
+    int64_t *step_buf;        /* G: scratch */
+    int64_t drawn;            /* steps drawn from the sampler so far */
+    dh__records *rec;         /* where drawn steps' truth goes (set by the engine) */
+    dh__policy policy;
+    char workload[64];
+} dh__run;
+
+int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen);
+void dh__run_free(dh__run *run);
+/* Every result field both engines fill alike (metrics, calibration, counters). */
+void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,
+                         const char *engine, dh_result *out);
+
+/*
+ * The scheduler config of this run (predictions only). Its order source
+ * draws from run->sampler and, when run->rec is set, records each drawn
+ * step's true costs there (the bound's inputs).
+ */
+void dh__run_sched_config(dh__run *run, dh__sched_config *sc);
+
+/* 1 when cfg.should_stop says the run must end now. */
+int dh__run_should_stop(const dh__run *run);
+
+#endif

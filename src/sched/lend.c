@@ -1,0 +1,131 @@
+/*
+ * lend.c - CPU readiness across nodes (helix; the simulator's nodes): a
+ * worker with nothing to do on its own node prepares another node's late
+ * sample and ships it back, when the predicted lateness beats the shipping
+ * cost (mechanism 4, its CPU side).
+ *
+ * DESIGN: lending reads every node's queue, workers and deadlines, and every
+ * idle worker of every other node asks after every event, so its answers
+ * are memoised: per node until that node's queue or workers change
+ * (node_ver) or deadlines move (epoch), and the latest node overall until
+ * anything lending reads changes (lend_ver).
+ */
+#include "sched_int.h"
+
+#include <stdlib.h>
+
+/* Looks at the heap's first DH_LEND_LOOK entries (its most urgent, roughly). */
+#define DH_LEND_LOOK 64
+
+typedef struct {
+    double slack, cost;
+} queued_task;
+
+static int by_slack(const void *a, const void *b)
+{
+    double x = ((const queued_task *)a)->slack, y = ((const queued_task *)b)->slack;
+    return (x > y) - (x < y);
+}
+
+int dh__lend_init(dh__sched *s)
+{
+    size_t nodes = (size_t)s->nodes;
+    s->lend_free = calloc((size_t)s->nworkers, sizeof *s->lend_free);
+    s->lend_tasks = malloc(DH_LEND_LOOK * sizeof(queued_task));
+    s->lend_memo_ver = calloc(nodes, sizeof *s->lend_memo_ver);
+    s->lend_memo_epoch = calloc(nodes, sizeof *s->lend_memo_epoch);
+    s->node_ver = calloc(nodes, sizeof *s->node_ver);
+    s->lend_memo_val = calloc(nodes, sizeof *s->lend_memo_val);
+    s->epoch = 1; /* memos start invalid (epoch 0) */
+    if (!s->lend_free || !s->lend_tasks || !s->lend_memo_ver || !s->lend_memo_epoch ||
+        !s->node_ver || !s->lend_memo_val)
+        return DH_ENOMEM;
+    return 0;
+}
+
+void dh__lend_free(dh__sched *s)
+{
+    free(s->lend_free);
+    free(s->lend_tasks);
+    free(s->lend_memo_ver);
+    free(s->lend_memo_epoch);
+    free(s->node_ver);
+    free(s->lend_memo_val);
+}
+
+/*
+ * Node b's predicted worst lateness if only its own workers take its queued
+ * tasks: list scheduling, in slack order, onto its workers from the times
+ * they are predicted to be free. A task deep in a backlog is late even when
+ * the least-slack one could still start in time. Calibration drifts slowly
+ * and is picked up at the next change; an idle worker of b whose predicted
+ * free time has passed would take a task (and change node_ver) before the
+ * clock could matter.
+ */
+static double backlog_lateness(dh__sched *s, int b, double now)
+{
+    if (s->lend_memo_ver[b] == s->node_ver[b] && s->lend_memo_epoch[b] == s->epoch)
+        return s->lend_memo_val[b];
+    int64_t n = DH_MIN(s->heap_n[b], (int64_t)DH_LEND_LOOK);
+    int wpn = s->workers_per_node;
+    queued_task *q = s->lend_tasks;
+    double *free_at = s->lend_free;
+    for (int64_t i = 0; i < n; i++) {
+        const heap_item *it = &s->heap[b][i];
+        q[i].cost = task_cost(s, it->pos) / (it->nparts > 0 ? it->nparts : 1);
+        q[i].slack = dh__lst_slack(s, it, now);
+    }
+    qsort(q, (size_t)n, sizeof *q, by_slack);
+    for (int w = 0; w < wpn; w++)
+        free_at[w] = DH_MAX(now, s->worker_free[b * wpn + w]);
+    double worst = -1e300;
+    for (int64_t i = 0; i < n; i++) {
+        int first = 0;
+        for (int w = 1; w < wpn; w++)
+            first = free_at[w] < free_at[first] ? w : first;
+        worst = DH_MAX(worst, free_at[first] - now - q[i].slack); /* its end - its deadline */
+        free_at[first] += q[i].cost;
+    }
+    s->lend_memo_ver[b] = s->node_ver[b];
+    s->lend_memo_epoch[b] = s->epoch;
+    s->lend_memo_val[b] = worst;
+    return worst;
+}
+
+/*
+ * The node an idle worker of `home` should take from: the other node whose
+ * queued tasks are predicted latest (backlog_lateness), when that lateness
+ * exceeds the cost of shipping the prepared sample back (bytes over the
+ * network plus latency) times 1 + 4 x the CPU prediction error. Returns the
+ * node, or -1; *ship gets the shipping time.
+ */
+int dh__lend_from(dh__sched *s, int home, double now, double *ship)
+{
+    /* The latest node is the same for every idle worker until something changes (home's
+     * own queue is empty, or it would not ask, so no answer names it). */
+    if (s->best_ver != s->lend_ver) {
+        s->best_node = -1;
+        s->best_late = 0;
+        for (int b = 0; b < s->nodes; b++) {
+            if (!s->heap_n[b])
+                continue;
+            double late = backlog_lateness(s, b, now);
+            if (late > s->best_late)
+                s->best_node = b, s->best_late = late;
+        }
+        s->best_ver = s->lend_ver;
+    }
+    int best = s->best_node == home ? -1 : s->best_node;
+    if (best < 0)
+        return -1;
+    int64_t bytes = s->cfg.pred.bytes[sample_at(s, s->heap[best][0].pos)];
+    *ship = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
+    s->reb.lend_considered++;
+    if (s->best_late <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * *ship) {
+        s->reb.lend_gated++;
+        return -1;
+    }
+    s->reb.lent++;
+    s->reb.bytes_shipped += bytes;
+    return best;
+}

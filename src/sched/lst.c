@@ -1,0 +1,102 @@
+/*
+ * lst.c - least slack first over the memory-bounded window, with
+ * keyframe-aligned splitting of heavy samples (mechanism 3).
+ *
+ * DESIGN: each node keeps one min-heap of queued tasks on the key
+ * D(s) - c, where D(s) is the predicted start of step s (the prefix sum of
+ * predicted step times) and c the task's calibrated predicted cost. "now"
+ * shifts every slack equally, so ordering by D(s) - c is ordering by
+ * slack = deadline - now - cost. Ties go to the earlier position, then the
+ * lower part, so runs are deterministic.
+ */
+#include "sched_int.h"
+
+#include <math.h>
+
+static int heap_before(const heap_item *a, const heap_item *b)
+{
+    if (a->key != b->key)
+        return a->key < b->key;
+    if (a->pos != b->pos)
+        return a->pos < b->pos;
+    return a->part < b->part;
+}
+
+DH_HEAP_DEFINE(task_heap, heap_item, heap_before)
+
+static int heap_push(dh__sched *s, int node, heap_item it)
+{
+    touch_node(s, node);
+    return task_heap_push(&s->heap[node], &s->heap_cap[node], &s->heap_n[node], it);
+}
+
+static heap_item heap_pop(dh__sched *s, int node)
+{
+    touch_node(s, node);
+    return task_heap_pop(s->heap[node], &s->heap_n[node]);
+}
+
+int dh__lst_push(dh__sched *s, int node, int64_t pos)
+{
+    heap_item it = {D(s, pos / s->G) - task_cost(s, pos), pos, 0, 0};
+    return heap_push(s, node, it);
+}
+
+/* The estimated deadline of step st, as seen now (from the latest step taken). */
+static double deadline_of(const dh__sched *s, int64_t st)
+{
+    return s->cur_time + D(s, st) - D(s, s->cur_step);
+}
+
+/*
+ * Splitting heavy samples: a sample predicted to cost more than its step's
+ * predicted duration is cut into ceil(cost / step) keyframe-aligned parts, or
+ * more if its slack before the batch's estimated deadline is under a quarter
+ * of its cost (enough parts for each to fit the time left with that margin),
+ * never more than its `segments` nor W. The other parts go back on the heap
+ * with the same key, so the next free workers take them at once. Light
+ * samples are never split: when CPU is the bottleneck every task is near its
+ * deadline, and splitting them would only add the per-part overhead.
+ */
+static int32_t split_parts(dh__sched *s, const heap_item *it, double now)
+{
+    int64_t sample = sample_at(s, it->pos);
+    int32_t segs = s->cfg.pred.segments ? s->cfg.pred.segments[sample] : 1;
+    if (!s->caps->split || segs < 2)
+        return 1;
+    int64_t st = it->pos / s->G;
+    double c = task_cost(s, it->pos), step = D(s, st + 1) - D(s, st);
+    if (c <= step)
+        return 1;
+    double left = deadline_of(s, st) - now;
+    double parts = ceil(c / step);
+    if (left - c < 0.25 * c)
+        parts = DH_MAX(parts, left > 0 ? ceil(1.25 * c / left) : (double)segs);
+    return (int32_t)DH_MIN(DH_MAX(parts, 2.0), DH_MIN((double)segs, (double)s->W));
+}
+
+int dh__lst_next(dh__sched *s, int node, double now, int64_t *pos, int32_t *part, int32_t *nparts)
+{
+    if (!s->heap_n[node])
+        return DH__IDLE;
+    heap_item it = heap_pop(s, node);
+    if (it.nparts == 0) {
+        it.nparts = split_parts(s, &it, now);
+        s->parts_left[at(s, it.pos)] = it.nparts;
+        for (int32_t p = 1; p < it.nparts; p++) {
+            heap_item rest = {it.key, it.pos, p, it.nparts};
+            if (heap_push(s, node, rest))
+                return DH_ENOMEM;
+        }
+    }
+    *pos = it.pos;
+    *part = it.part;
+    *nparts = it.nparts;
+    return 0;
+}
+
+double dh__lst_slack(const dh__sched *s, const heap_item *it, double now)
+{
+    double c = task_cost(s, it->pos) / (it->nparts > 0 ? it->nparts : 1);
+    return deadline_of(s, it->pos / s->G) - now - c;
+}

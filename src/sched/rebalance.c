@@ -1,0 +1,239 @@
+/*
+ * rebalance.c - cost-gated collective rebalancing (mechanism 4, GPU
+ * residual skew): once samples are prepared their exact GPU cost is known,
+ * and a step's prepared samples may move between its ranks as one plan,
+ * only when the plan's predicted gain beats its transfer cost.
+ *
+ * DESIGN: prepared samples have exact costs (revealed); the others stay
+ * where they are and weigh their predicted cost, and so does every sample of
+ * a frozen rank (the engine is still writing into its batch). The planner
+ * improves the current placement of the movable samples over the open
+ * ranks, on top of those fixed loads (only moves that lower the step's
+ * maximum), and the whole plan is applied if its gain beats its cost: the
+ * most bytes any rank receives over the move bandwidth (the network's
+ * between nodes), plus latency, times the measured/modelled factor, times
+ * 1 + 4 x the GPU prediction error (noisier estimates move less). A plan
+ * that would put a receiving rank over a per-rank cap, or that the engine's
+ * accept callback turns down, is refused. Every candidate move is counted
+ * as moved, gated or refused.
+ */
+#include "sched_int.h"
+
+#include "../plan/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Slowest rank of step st under a placement (G ranks), with exact costs where known. */
+static double step_max(const dh__sched *s, int64_t st, const int32_t *rank_of, double *load)
+{
+    int64_t base = step_slot(s, st) * s->G;
+    memset(load, 0, (size_t)s->R * sizeof *load);
+    for (int64_t k = 0; k < s->G; k++) {
+        int64_t p = base + k;
+        double g = s->revealed[p] >= 0 ? s->revealed[p] : sample_gpu(s, s->order[p]);
+        load[rank_of[k]] += g;
+    }
+    double m = 0;
+    for (int r = 0; r < s->R; r++)
+        m = DH_MAX(m, load[r]);
+    return m;
+}
+
+void dh__reb_step_finished(dh__sched *s, int64_t st)
+{
+    /* Realised gain: the step's slowest rank before and after its moves, exact costs. */
+    int64_t base = step_slot(s, st) * s->G;
+    s->reb.realised_gain_s += step_max(s, st, s->orig_rank + base, s->plan_gpu) -
+                              step_max(s, st, s->rank_of + base, s->plan_gpu);
+}
+
+/* 1 when the plan keeps every rank that receives samples within the per-rank caps. */
+static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_of)
+{
+    if (!s->cfg.rank_token_cap && !s->cfg.rank_byte_cap)
+        return 1;
+    int64_t base = step_slot(s, st) * s->G;
+    int64_t *tok = calloc((size_t)s->R * 2, sizeof *tok);
+    uint8_t *gains = calloc((size_t)s->R, 1);
+    int ok = tok && gains;
+    int64_t *byt = ok ? tok + s->R : NULL;
+    for (int64_t k = 0; ok && k < s->G; k++) {
+        int64_t i = s->order[base + k];
+        tok[rank_of[k]] += s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
+        byt[rank_of[k]] += s->cfg.pred.bytes[i];
+        gains[rank_of[k]] |= rank_of[k] != s->rank_of[base + k];
+    }
+    for (int r = 0; ok && r < s->R; r++)
+        if (gains[r] && ((s->cfg.rank_token_cap && tok[r] > s->cfg.rank_token_cap) ||
+                         (s->cfg.rank_byte_cap && byt[r] > s->cfg.rank_byte_cap)))
+            ok = 0;
+    free(tok);
+    free(gains);
+    return ok;
+}
+
+/* The per-plan working set, carved from scratch allocated once per scheduler. */
+typedef struct {
+    int64_t n;                  /* movable samples */
+    int open;                   /* ranks that may give or receive */
+    double *fixed, *mov_gpu;    /* per rank; per movable sample */
+    int64_t *pos_of, *mov_bytes; /* per movable sample: k within the step, bytes */
+    int32_t *start, *plan, *new_rank; /* per movable sample (start, plan); per k (new_rank) */
+    int32_t *cidx, *rank_at;    /* rank -> open index (-1 frozen); open index -> rank */
+    double *loads, *cfixed;     /* per rank; per open rank */
+} reb_plan;
+
+static void plan_scratch(dh__sched *s, reb_plan *p)
+{
+    int64_t G = s->G;
+    int R = s->R;
+    *p = (reb_plan){.fixed = s->plan_cpu, .mov_gpu = s->plan_gpu, .pos_of = s->plan_bytes,
+                    .mov_bytes = s->plan_tokens, .start = s->reb_i32, .plan = s->reb_i32 + G,
+                    .new_rank = s->reb_i32 + 2 * G, .cidx = s->reb_i32 + 3 * G,
+                    .rank_at = s->reb_i32 + 3 * G + R, .loads = s->reb_f64,
+                    .cfixed = s->reb_f64 + R};
+}
+
+/* Splits step st's samples into movable (prepared, on open ranks) and fixed loads. */
+static void collect_movable(dh__sched *s, int64_t st, const uint8_t *frozen, reb_plan *p)
+{
+    int64_t base = step_slot(s, st) * s->G;
+    for (int r = 0; r < s->R; r++) {
+        p->fixed[r] = 0;
+        p->cidx[r] = frozen && frozen[r] ? -1 : p->open;
+        if (p->cidx[r] >= 0)
+            p->rank_at[p->open++] = r;
+    }
+    for (int64_t k = 0; k < s->G; k++) {
+        int64_t a = base + k;
+        if (s->done[a] && s->revealed[a] >= 0 && p->cidx[s->rank_of[a]] >= 0) {
+            p->pos_of[p->n] = k;
+            p->mov_gpu[p->n] = s->revealed[a];
+            p->mov_bytes[p->n] = s->cfg.pred.bytes[s->order[a]];
+            p->n++;
+        } else {
+            p->fixed[s->rank_of[a]] += s->done[a] && s->revealed[a] >= 0
+                                           ? s->revealed[a]
+                                           : sample_gpu(s, s->order[a]);
+        }
+    }
+}
+
+/*
+ * Plans the movable samples over the open ranks: fills p->plan (open rank
+ * indices) and *gain (the step's maximum before - after). 0 or an error.
+ */
+static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, double *gain)
+{
+    int64_t base = step_slot(s, st) * s->G;
+    double old_max = 0, frozen_max = 0;
+    memcpy(p->loads, p->fixed, (size_t)s->R * sizeof *p->loads);
+    for (int64_t i = 0; i < p->n; i++) {
+        int r = s->rank_of[base + p->pos_of[i]];
+        p->start[i] = p->cidx[r];
+        p->loads[r] += p->mov_gpu[i];
+    }
+    for (int r = 0; r < s->R; r++) {
+        old_max = DH_MAX(old_max, p->loads[r]);
+        if (p->cidx[r] < 0)
+            frozen_max = DH_MAX(frozen_max, p->fixed[r]);
+        else
+            p->cfixed[p->cidx[r]] = p->fixed[r];
+    }
+    dh__part_in in = {.n = (int)p->n, .ranks = p->open, .gpu = p->mov_gpu,
+                      .base_gpu = p->cfixed, .initial = p->start};
+    dh__part_out po;
+    int rc = dh__partition(&in, p->plan, &po);
+    *gain = old_max - DH_MAX(po.max_gpu, frozen_max);
+    return rc;
+}
+
+/* The plan's modelled transfer cost; counts its moves, remote ones and bytes. */
+static double plan_cost(dh__sched *s, reb_plan *p, int64_t *moves, int64_t *bytes)
+{
+    int64_t remote = 0;
+    double *in_time = p->loads; /* reused: per-rank receive time */
+    for (int r = 0; r < s->R; r++)
+        in_time[r] = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        int from = p->rank_at[p->start[i]], to = p->rank_at[p->plan[i]];
+        p->plan[i] = to;
+        if (to != from) { /* across nodes over the network, else a local handoff */
+            int net = node_of_rank(s, to) != node_of_rank(s, from);
+            (*moves)++;
+            remote += net;
+            *bytes += p->mov_bytes[i];
+            in_time[to] += (double)p->mov_bytes[i] /
+                           (net ? s->cfg.net_bandwidth : s->cfg.move_bandwidth);
+        }
+    }
+    double cost = 0;
+    for (int r = 0; r < s->R; r++)
+        cost = DH_MAX(cost, in_time[r]);
+    return cost + (remote ? s->cfg.net_latency : s->cfg.move_latency);
+}
+
+void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *frozen,
+                         dh__reb_accept accept, void *ctx)
+{
+    (void)now;
+    if (!s->caps->rebalance || st < s->lo || st >= s->planned || s->error)
+        return;
+    for (int r = 0; r < s->R; r++) {
+        const batch_rec *b = batch_of(s, st, r);
+        if (!b->admitted || b->finished)
+            return; /* moves stay inside admitted, untaken batches */
+    }
+    reb_plan p;
+    plan_scratch(s, &p);
+    collect_movable(s, st, frozen, &p);
+    if (p.n == 0 || p.open < 2)
+        return;
+    double gain = 0;
+    if (plan_moves(s, st, &p, &gain)) /* an allocation failed: the placement stays */
+        return;
+    int64_t moves = 0, bytes = 0, base = step_slot(s, st) * s->G;
+    double cost = plan_cost(s, &p, &moves, &bytes);
+    s->reb.plans++;
+    s->reb.considered += moves;
+    if (!moves)
+        return;
+    s->last_plan_cost = cost;
+    cost *= s->reb.move_factor; /* what the engine measured moves to cost against this model */
+    double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib);
+    if (gain <= margin * cost) {
+        s->reb.gated += moves;
+        return;
+    }
+    memcpy(p.new_rank, s->rank_of + base, (size_t)s->G * sizeof *p.new_rank);
+    for (int64_t i = 0; i < p.n; i++)
+        p.new_rank[p.pos_of[i]] = p.plan[i];
+    if (!plan_within_caps(s, st, p.new_rank) || (accept && accept(ctx, st, p.new_rank))) {
+        s->reb.refused += moves;
+        return;
+    }
+    memcpy(s->rank_of + base, p.new_rank, (size_t)s->G * sizeof *p.new_rank);
+    dh__sched_regroup(s, st);
+    s->reb.plans_applied++;
+    s->reb.moved += moves;
+    s->reb.bytes_moved += bytes;
+    s->reb.predicted_gain_s += gain;
+}
+
+void dh__sched_observe_move(dh__sched *s, double seconds)
+{
+    s->reb.move_s += seconds;
+    if (s->last_plan_cost <= 0 || seconds <= 0)
+        return;
+    double r = log(seconds / s->last_plan_cost);
+    /* From the model (factor 1) as the prior: one slow plan does not shut the gate for good. */
+    s->reb.move_factor = exp(0.7 * log(s->reb.move_factor) + 0.3 * r);
+    s->reb.move_obs++;
+}
+
+const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s)
+{
+    return &s->reb;
+}

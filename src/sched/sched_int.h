@@ -1,0 +1,183 @@
+/*
+ * sched_int.h - the scheduler's state, shared by its rooms (internal to
+ * src/sched): sched.c (window, planning, admission, the pull interface),
+ * lst.c (least slack and splitting), baseline.c (the local and FIFO
+ * services), rebalance.c and lend.c. Nothing outside src/sched includes it.
+ *
+ * DESIGN: the step window. A step's state (its samples, placement, batch
+ * records, task progress) lives from the moment it is planned until every
+ * rank has finished it and a later step has been taken; steps [lo, planned)
+ * occupy slots step & (cap - 1) of power-of-two rings that double when the
+ * window outgrows them and never depend on the run's length. A task's
+ * position `pos` is global (step * G + k); at() maps it to its slot.
+ */
+#ifndef DH_SCHED_INT_H
+#define DH_SCHED_INT_H
+
+#include "sched.h"
+
+#include "../core/heap.h"
+
+typedef struct {
+    int64_t bytes;
+    double pred_gpu_raw; /* uncalibrated predicted compute (sum of sample costs) */
+    int32_t first;       /* into members[] of the step: positions of this batch */
+    int32_t ntasks, ndone, nissued;
+    uint8_t admitted, finished;
+} batch_rec;
+
+typedef struct {
+    double key;
+    int64_t pos;
+    int32_t part, nparts; /* nparts 0: whole sample, not yet considered for splitting */
+} heap_item;
+
+/* A growable FIFO of task positions (pool, helix-fifo): one per node. */
+typedef struct {
+    int64_t *pos;
+    int64_t head, tail;
+    size_t cap;
+} pos_fifo;
+
+struct dh__sched {
+    dh__sched_config cfg;
+    const dh__policy_caps *caps;
+    int64_t G, N; /* N: steps of the run (DH__STEPS_UNBOUNDED until stopped) */
+    int R, W, k_local;
+    dh__calib calib;
+    /* the step window: live steps [lo, planned), slot = step & (cap - 1) */
+    int64_t lo, cap;
+    batch_rec *batch;        /* cap * R */
+    int64_t *order;          /* cap * G: the step's sample indices, from the order source */
+    int32_t *rank_of;        /* cap * G */
+    int64_t *members;        /* cap * G: global positions grouped by (step, rank) */
+    float *task_pred;        /* cap * G: raw predicted cost */
+    int32_t *parts_left;     /* cap * G: parts of a split sample still running or queued */
+    float *revealed;         /* cap * G: exact GPU cost once prepared; < 0 until then */
+    uint8_t *done;           /* cap * G: sample fully prepared */
+    int32_t *orig_rank;      /* cap * G: placement before rebalancing (realised gain) */
+    double *step_start;      /* cap: D(s), predicted start of step s, for s in [lo, planned] */
+    int32_t *finished_ranks; /* cap: ranks done with the step */
+    dh__reb_stats reb;
+    double last_plan_cost;   /* modelled cost of the last plan the gate saw */
+    int64_t cur_step;        /* latest step any rank has taken, and when */
+    double cur_time;
+    int64_t planned;         /* steps planned so far */
+    int64_t cap_violations;  /* samples no rank could take within the caps */
+    int error;               /* the first internal failure; every later call returns it */
+    /* window of admitted batches */
+    int64_t admit_next;      /* next batch index s * R + r to admit */
+    int64_t mem_in_use, mem_peak;
+    /* shared ready structures, one per node: each node's workers serve its ranks */
+    int nodes, ranks_per_node, workers_per_node;
+    pos_fifo *fifo;
+    heap_item **heap;
+    int64_t *heap_n;
+    size_t *heap_cap;
+    /* local */
+    int64_t *taken;       /* per rank: batches taken (next step it will take) */
+    int64_t *worker_step; /* per local worker: batch it is building, or next to build */
+    /* planning scratch, allocated once */
+    double *plan_gpu, *plan_cpu;       /* max(G, R) */
+    int64_t *plan_tokens, *plan_bytes; /* G */
+    int32_t *plan_fill;                /* R */
+    int32_t *reb_i32;                  /* 3G + 2R: rebalancing's per-plan arrays */
+    double *reb_f64;                   /* 2R */
+    /* lending */
+    int nworkers;
+    double *worker_free;         /* per worker: when it is predicted to be free */
+    double *lend_free;           /* workers per node, scratch */
+    void *lend_tasks;            /* DH_LEND_LOOK queued tasks, scratch */
+    uint64_t epoch;              /* bumped when deadlines move */
+    uint64_t lend_ver, best_ver; /* any change lending reads; the version best_* is for */
+    int best_node;               /* lending's latest node, or -1 */
+    double best_late;
+    uint64_t *node_ver;          /* per node: bumped when its queue or workers change */
+    uint64_t *lend_memo_ver, *lend_memo_epoch; /* per node: backlog_lateness memo */
+    double *lend_memo_val;
+};
+
+/* Slot of a global position (step * G + k) in the cap * G rings. */
+static inline int64_t at(const dh__sched *s, int64_t pos)
+{
+    return ((pos / s->G) & (s->cap - 1)) * s->G + pos % s->G;
+}
+
+/* Slot of a live step in the per-step rings. */
+static inline int64_t step_slot(const dh__sched *s, int64_t st)
+{
+    return st & (s->cap - 1);
+}
+
+static inline batch_rec *batch_of(const dh__sched *s, int64_t st, int rank)
+{
+    return &s->batch[step_slot(s, st) * s->R + rank];
+}
+
+static inline double D(const dh__sched *s, int64_t st)
+{
+    return s->step_start[step_slot(s, st)];
+}
+
+static inline int64_t sample_at(const dh__sched *s, int64_t pos)
+{
+    return s->order[at(s, pos)];
+}
+
+static inline double sample_gpu(const dh__sched *s, int64_t sample)
+{
+    return dh__gpu_sample_cost(&s->cfg.gpu, &s->cfg.pred.feat[sample]);
+}
+
+/* A queued task's calibrated predicted cost (whole sample). */
+static inline double task_cost(const dh__sched *s, int64_t pos)
+{
+    int64_t a = at(s, pos);
+    return dh__calib_cpu(&s->calib, s->cfg.pred.cls[s->order[a]], s->task_pred[a]);
+}
+
+static inline int node_of_rank(const dh__sched *s, int rank)
+{
+    return rank / s->ranks_per_node;
+}
+
+/* Lending's predictions read node queues and workers (per node) and deadlines (all). */
+static inline void touch_node(dh__sched *s, int node)
+{
+    s->node_ver[node]++;
+    s->lend_ver++;
+}
+
+static inline void touch_all(dh__sched *s)
+{
+    s->epoch++;
+    s->lend_ver++;
+}
+
+/* sched.c */
+int dh__sched_ensure_planned(dh__sched *s, int64_t st);
+/* Regroups step st's positions by rank after its placement changed. */
+void dh__sched_regroup(dh__sched *s, int64_t st);
+
+/* lst.c: least slack first, with keyframe-aligned splitting */
+int dh__lst_push(dh__sched *s, int node, int64_t pos);
+/* 0: a task; 1: the node's queue is empty; < 0: error. */
+int dh__lst_next(dh__sched *s, int node, double now, int64_t *pos, int32_t *part, int32_t *nparts);
+/* A queued task's predicted slack: its batch's estimated deadline - now - its cost. */
+double dh__lst_slack(const dh__sched *s, const heap_item *it, double now);
+
+/* baseline.c: the rank-local DataLoader and FIFO services */
+int dh__local_next(dh__sched *s, int worker, int64_t *pos);
+int dh__fifo_push(pos_fifo *q, int64_t pos);
+/* 0: a task; 1: empty. */
+int dh__fifo_next(pos_fifo *q, int64_t *pos);
+
+/* lend.c: an idle node's worker takes another node's late work */
+int dh__lend_from(dh__sched *s, int home, double now, double *ship);
+int dh__lend_init(dh__sched *s);
+void dh__lend_free(dh__sched *s);
+
+/* rebalance.c: the realised gain of step st once every rank finished it */
+void dh__reb_step_finished(dh__sched *s, int64_t st);
+
+#endif
