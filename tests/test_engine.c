@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char *media;
 
@@ -443,6 +444,81 @@ START_TEST(rebalancing_is_gated_by_transfer_cost_and_off_for_noreb)
 }
 END_TEST
 
+typedef struct {
+    dh_engine *e;
+    int rc;
+} consumer_arg;
+
+static void *take_forever(void *p)
+{
+    consumer_arg *a = p;
+    dh_batch b;
+    for (;;) { /* rank 0 consumes; rank 1 never asks, so the run cannot go far */
+        int rc = dh_engine_next_batch(a->e, 0, &b);
+        if (rc) {
+            a->rc = rc;
+            return NULL;
+        }
+        dh_engine_release(a->e, &b, 0.001);
+    }
+}
+
+START_TEST(stop_wakes_a_blocked_consumer_and_streams_without_a_length)
+{
+    /* A run without a length (DH_STEPS_FOREVER) over 9 samples goes round epoch after
+     * epoch; rank 1 never releases, so rank 0 soon blocks on a batch the memory budget
+     * cannot admit. dh_engine_stop must wake it with DH_ECANCELED, not leave it hanging. */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "pool");
+    c.steps = DH_STEPS_FOREVER;
+    c.memory_budget = 1; /* one batch at a time */
+    dh_engine *e;
+    char err[256] = "";
+    ck_assert_msg(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+    consumer_arg a = {e, 0};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, take_forever, &a), 0);
+    usleep(300000);
+    dh_engine_stop(e);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(a.rc, DH_ECANCELED);
+    dh_result r;
+    dh_engine_finish(e, &r);
+    ck_assert_int_eq(r.steps, 0); /* no step was finished by both ranks */
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+    dh_engine_free(e);
+    dh_manifest_free(m);
+}
+END_TEST
+
+static int stop_after_3(void *user)
+{
+    int *calls = user;
+    return ++*calls >= 3;
+}
+
+START_TEST(should_stop_ends_an_endless_run_with_its_accounting)
+{
+    /* Emulated ranks, no length, one missing file: should_stop ends the run after the third
+     * completed step; the accounting covers exactly the completed steps, failures counted
+     * per scheduled occurrence (the missing file fails again in every epoch). */
+    dh_manifest *m = manifest_with("{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":"
+                                   "\"nope.png\",\"codec\":\"png\",\"width\":8,\"height\":8}]}\n");
+    dh_run_config c = config(m, "helix");
+    c.steps = DH_STEPS_FOREVER;
+    int calls = 0;
+    c.should_stop = stop_after_3;
+    c.should_stop_user = &calls;
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(dh_engine_run(&c, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_ge(r.steps, 3);
+    ck_assert_int_eq(r.samples, r.steps * 4);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(real_engine_refuses_several_nodes)
 {
     dh_manifest *m = manifest_with(NULL);
@@ -482,6 +558,8 @@ int main(void)
     tcase_add_test(tc, rebalancing_moves_decoded_samples_and_keeps_batches_valid);
     tcase_add_test(tc, rebalancing_is_gated_by_transfer_cost_and_off_for_noreb);
     tcase_add_test(tc, real_engine_refuses_several_nodes);
+    tcase_add_test(tc, stop_wakes_a_blocked_consumer_and_streams_without_a_length);
+    tcase_add_test(tc, should_stop_ends_an_endless_run_with_its_accounting);
     tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -135,6 +135,76 @@ static void one_worker_world(world *w, dh__policy p)
     w->cpu[3] = 2.5f; /* the heavy sample of step 3 */
 }
 
+START_TEST(the_window_not_the_run_sizes_the_scheduler)
+{
+    /* 1,000 steps of a pool run taken one by one: the scheduler holds a handful of steps,
+     * whatever the run's length, and keeps serving after the window wrapped many times. */
+    world w;
+    world_init(&w, DH_POL_POOL, 2, 2, 4, 1000);
+    w.cfg.memory_budget = 40; /* one step of two 20-byte batches */
+    dh__sched *s = make(&w);
+    dh__task t;
+    int64_t most = 0;
+    for (int64_t st = 0; st < 1000; st++) {
+        while (!dh__sched_batch_ready(s, st, 0) || !dh__sched_batch_ready(s, st, 1)) {
+            ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+            ck_assert_int_eq(t.step, st);
+            ck_assert_int_ge(dh__sched_task_done(s, &t, 0.0, 0.1, -1), 0);
+        }
+        for (int r = 0; r < 2; r++)
+            dh__sched_batch_taken(s, r, st, (double)st);
+        for (int r = 0; r < 2; r++)
+            dh__sched_step_done(s, r, st, st + 0.5, 0.5);
+        most = DH_MAX(most, dh__sched_window_steps(s));
+    }
+    ck_assert_int_le(most, 3);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), DH__IDLE); /* the run is over */
+    dh__sched_free(s);
+}
+END_TEST
+
+static int failing_order(void *ctx, int64_t *out)
+{
+    (void)ctx;
+    (void)out;
+    return DH_ENOMEM;
+}
+
+START_TEST(an_order_source_failure_is_an_error_not_idleness)
+{
+    /* "No work now" and "failed" are different answers, and the failure sticks. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 1, 1, 1, 5);
+    w.cfg.next_order = failing_order;
+    dh__sched *s = make(&w);
+    dh__task t;
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), DH_ENOMEM);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), DH_ENOMEM);
+    ck_assert_int_eq(dh__sched_error(s), DH_ENOMEM);
+    ck_assert_int_lt(dh__sched_rank_of(s, 0, 0), 0);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(local_with_more_ranks_than_workers_stays_in_bounds)
+{
+    /* R = 4, W = 2: local still runs one private worker per rank (4 threads); their
+     * bookkeeping must index ranks' nodes, not W's (this overflowed a node table). */
+    world w;
+    world_init(&w, DH_POL_LOCAL, 4, 2, 4, 4);
+    dh__sched *s = make(&w);
+    ck_assert_int_eq(dh__sched_worker_count(s), 4);
+    dh__task t;
+    for (int wk = 0; wk < 4; wk++) {
+        ck_assert_int_eq(dh__sched_next_task(s, wk, 0.0, &t), 0);
+        ck_assert_int_eq(t.rank, wk);
+        ck_assert_int_ge(dh__sched_task_done(s, &t, 0.1, 0.1, -1), 0);
+    }
+    ck_assert_int_eq(dh__sched_next_task(s, 4, 0.0, &t), DH_EINVAL);
+    dh__sched_free(s);
+}
+END_TEST
+
 START_TEST(least_slack_starts_a_heavy_sample_three_steps_ahead_first)
 {
     /* Deadlines D(s) = s seconds (1 s predicted compute per step). Keys D - c: s0 -0.1,
@@ -570,6 +640,9 @@ int main(void)
     tcase_add_test(tc, pool_is_fifo_in_submission_order);
     tcase_add_test(tc, local_workers_are_private_and_build_whole_batches);
     tcase_add_test(tc, local_prefetch_is_two_batches_per_worker);
+    tcase_add_test(tc, the_window_not_the_run_sizes_the_scheduler);
+    tcase_add_test(tc, an_order_source_failure_is_an_error_not_idleness);
+    tcase_add_test(tc, local_with_more_ranks_than_workers_stays_in_bounds);
     tcase_add_test(tc, least_slack_starts_a_heavy_sample_three_steps_ahead_first);
     tcase_add_test(tc, window_is_bounded_by_memory);
     tcase_add_test(tc, heavy_late_sample_is_split_into_keyframe_parts);

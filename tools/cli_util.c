@@ -142,7 +142,9 @@ const char cli_run_help[] =
     "  --ranks R               training ranks (default 8)\n"
     "  --workers W             CPU workers in total (default 32)\n"
     "  --batch G               global batch, all ranks together (default: the workload's)\n"
-    "  --steps N               steps to run (default: 200 for a workload, one epoch for a manifest)\n"
+    "  --steps N               steps to run (default: 200 for a workload, one epoch for a manifest);\n"
+    "                          0: epoch after epoch until interrupted (Ctrl-C prints the accounting)\n"
+    "  --epochs N              run N whole epochs of the manifest (or the workload's dataset)\n"
     "  --seed S                seed of data, noise and sampler order (default 1)\n"
     "  --rho X                 load factor to scale GPU costs to (default: the workload's)\n"
     "  --memory-budget BYTES   prepared + in-preparation batch bytes (default: what the DataLoader holds)\n"
@@ -172,7 +174,11 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
     } else if (!strcmp(opt, "--batch")) {
         rc = cli_int(opt, val, 1, INT32_MAX, &cfg->global_batch);
     } else if (!strcmp(opt, "--steps")) {
-        rc = cli_int(opt, val, 1, INT32_MAX, &cfg->steps);
+        rc = cli_int(opt, val, 0, INT64_MAX / 4, &cfg->steps);
+        if (!rc && cfg->steps == 0)
+            cfg->steps = DH_STEPS_FOREVER;
+    } else if (!strcmp(opt, "--epochs")) {
+        rc = cli_int(opt, val, 1, INT32_MAX, &cfg->epochs);
     } else if (!strcmp(opt, "--seed")) {
         rc = cli_int(opt, val, 0, INT64_MAX, &x);
         cfg->seed = (uint64_t)x;

@@ -8,6 +8,7 @@
  */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -154,9 +155,38 @@ static void print_sample_error(const dh_sample_error *e, void *user)
 static void progress(int64_t done, int64_t total, void *user)
 {
     (void)user;
-    fprintf(stderr, "\rrun: step %lld/%lld", (long long)done, (long long)total);
+    if (total > 0)
+        fprintf(stderr, "\rrun: step %lld/%lld", (long long)done, (long long)total);
+    else
+        fprintf(stderr, "\rrun: step %lld (until interrupted)", (long long)done);
     if (done == total)
         fputs("\r\033[K", stderr); /* clear the line before the results */
+}
+
+/* SIGINT/SIGTERM end the run after the steps in flight; the accounting is printed. */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int should_stop(void *user)
+{
+    (void)user;
+    return interrupted;
+}
+
+static void catch_interrupts(dh_run_config *cfg)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    cfg->should_stop = should_stop;
 }
 
 static int sim_or_run(int argc, char **argv, int real)
@@ -173,6 +203,7 @@ static int sim_or_run(int argc, char **argv, int real)
     }
     if (real && isatty(STDERR_FILENO))
         cfg.progress = progress;
+    catch_interrupts(&cfg);
     dh_manifest *m = NULL;
     dh_spec *spec = NULL;
     char err[512] = "";
@@ -219,6 +250,9 @@ static int sim_or_run(int argc, char **argv, int real)
         cli_err("%s: %s [%s]", real ? "run" : "sim", err[0] ? err : dh_strerror(rc),
                 dh_err_name(rc));
     } else {
+        if (interrupted)
+            fprintf(stderr, "\rdatahelix: interrupted: the accounting covers the %lld complete "
+                    "steps\n", (long long)res.steps);
         cli_print_result(&res);
         FILE *jf = f.json ? fopen(f.json, "w") : NULL;
         if (f.json && !jf) {
