@@ -6,7 +6,7 @@
  *   bench_manifest jansson FILE        baseline: only json_loadb + json_decref per line
  *
  * The synthetic lines mimic a video corpus (one video per sample, 2-5
- * keyframes, sim truth), about 240 bytes each, like DESIGN.md's example.
+ * keyframes, sim truth), about 240 bytes each, like docs/DESIGN.md's example.
  */
 #include "datahelix.h"
 

@@ -8,7 +8,7 @@
  * spec, per-sample derivation of shapes, tokens and decode work), the
  * deterministic sampler and header-only media probing.
  *
- * Conventions (see CONVENTIONS.md in the shared design folder):
+ * Conventions (docs/ARCHITECTURE.md, "How the C is written"):
  * - every public symbol starts with dh_ / DH_; handles are opaque;
  * - functions that can fail return 0 on success or a negative error code:
  *   either a negated errno (DH_EINVAL == -EINVAL) or a project code from the
@@ -77,6 +77,17 @@ DH_API const char *dh_strerror(int err);
 DH_API const char *dh_err_name(int err);
 
 DH_API const char *dh_version_string(void);
+/* The version as a number: major * 10000 + minor * 100 + patch (0.1.0 is 100). */
+#define DH_VERSION_NUMBER (DH_VERSION_MAJOR * 10000 + DH_VERSION_MINOR * 100 + DH_VERSION_PATCH)
+DH_API int dh_version(void);
+
+/*
+ * Silences FFmpeg's log output process-wide (unless DH_FFMPEG_LOG is set in
+ * the environment). The library never does this by itself, since the log
+ * level belongs to the host process; the datahelix CLI calls it. Call it
+ * before starting threads that use FFmpeg.
+ */
+DH_API void dh_quiet_ffmpeg_logs(void);
 
 /* --------------------------------------------------------- media vocabulary */
 
@@ -250,7 +261,7 @@ typedef struct dh_spec dh_spec;
 
 DH_API int dh_spec_parse(const char *json, size_t len, dh_spec **out, char *errbuf, size_t errlen);
 DH_API int dh_spec_load(const char *path, dh_spec **out, char *errbuf, size_t errlen);
-/* The spec of a built-in workload (names of shared WORKLOADS.md), or "default". */
+/* The spec of a built-in workload (names of docs/WORKLOADS.md), or "default". */
 DH_API int dh_spec_builtin(const char *name, dh_spec **out);
 /* NULL-terminated list of built-in spec names; static storage. */
 DH_API const char *const *dh_spec_builtin_names(void);
@@ -343,7 +354,7 @@ DH_API int dh_sampler_set_state(dh_sampler *s, const dh_sampler_state *st);
 /*
  * Predicted CPU seconds to prepare sample i on one worker, from its
  * descriptor and the spec (decode work, seeks, resize, audio), with the
- * uncalibrated constants of WORKLOADS.md.
+ * uncalibrated constants of docs/WORKLOADS.md.
  */
 DH_API int dh_sample_cpu_cost(const dh_spec *spec, const dh_manifest *m, int64_t i,
                               double *seconds);
@@ -397,7 +408,7 @@ DH_API int dh_index_dir(const char *dir, const char *out_path, const dh_index_op
 /* ------------------------------------------------------------- workloads */
 
 /*
- * The eleven workloads of the shared WORKLOADS.md suite as seeded descriptor
+ * The eleven workloads of the docs/WORKLOADS.md suite as seeded descriptor
  * generators (simulation scale: full resolutions and durations). Each carries
  * its preprocessing spec, GPU model shape, load factor rho and global batch.
  */
@@ -501,7 +512,7 @@ typedef struct {
 DH_API void dh_run_config_default(dh_run_config *cfg);
 DH_API const char *const *dh_policy_names(void); /* NULL-terminated, static */
 
-/* The DESIGN.md result contract: every metric of one run. */
+/* The docs/DESIGN.md result contract: every metric of one run. */
 typedef struct {
     char workload[64], policy[32], engine[8];
     int ranks, workers;
@@ -612,7 +623,7 @@ DH_API void dh_engine_free(dh_engine *e);
 /*
  * Decodes the first `count` samples of m under spec on this thread and
  * returns measured / predicted CPU time in *scale: the factor that brings
- * WORKLOADS.md's starting constants to this machine.
+ * docs/WORKLOADS.md's starting constants to this machine.
  */
 DH_API int dh_measure_cpu_scale(const dh_manifest *m, const dh_spec *spec, int64_t count,
                                 double *scale, char *errbuf, size_t errlen);

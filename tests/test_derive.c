@@ -148,7 +148,7 @@ END_TEST
 START_TEST(llava_fps_sampling_and_pooling)
 {
     /* 1 fps: 40 s -> 40 frames; 3 min -> capped at 64. 384/14 = 27, pooled 2x2 rounding
-     * up = 14x14 = 196 tokens per frame (WORKLOADS.md). */
+     * up = 14x14 = 196 tokens per frame (docs/WORKLOADS.md). */
     dh_spec *s = builtin("llava-video-sft");
     dh_media_info v = video(1280, 720, 30, 1200, NULL, 0);
     dh_media_derived d = derive(s, &v);

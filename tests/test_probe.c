@@ -5,6 +5,8 @@
  */
 #include "testutil.h"
 
+#include <libavutil/log.h>
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +132,22 @@ static void check_video_against_ffprobe(const char *file, int expect_scanned)
     json_decref(j);
     dh_probe_result_clear(&r);
 }
+
+START_TEST(the_library_leaves_ffmpeg_logging_alone)
+{
+    /* A trainer embedding the library keeps its FFmpeg log level; only dh_quiet_ffmpeg_logs
+     * (which the CLI calls) changes it. */
+    av_log_set_level(AV_LOG_WARNING);
+    dh_probe_result r = probe_ok("h264_bframes.mp4");
+    dh_probe_result_clear(&r);
+    ck_assert_int_eq(av_log_get_level(), AV_LOG_WARNING);
+    unsetenv("DH_FFMPEG_LOG");
+    dh_quiet_ffmpeg_logs();
+    ck_assert_int_eq(av_log_get_level(), AV_LOG_QUIET);
+    ck_assert_int_eq(dh_version(), DH_VERSION_NUMBER);
+    ck_assert_int_eq(dh_version(), 100);
+}
+END_TEST
 
 START_TEST(h264_with_bframes_matches_ffprobe)
 {
@@ -345,6 +363,7 @@ int main(void)
     tcase_add_unchecked_fixture(tc, make_media, drop_media);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, h264_with_bframes_matches_ffprobe);
+    tcase_add_test(tc, the_library_leaves_ffmpeg_logging_alone);
     tcase_add_test(tc, variable_frame_rate_matches_ffprobe);
     tcase_add_test(tc, matroska_is_scanned_not_decoded);
     tcase_add_test(tc, images_match_ffprobe);

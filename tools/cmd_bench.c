@@ -1,7 +1,7 @@
 /*
  * cmd_bench.c - `datahelix bench --mode sim`: every chosen workload under
  * every chosen policy in the simulator, a table like a paper's, and the
- * summary ratios of the DESIGN.md contract (helix against local and pool).
+ * summary ratios of the docs/DESIGN.md contract (helix against local and pool).
  */
 #include "cli.h"
 
@@ -88,7 +88,7 @@ static int find(const char **items, int n, const char *name)
     return -1;
 }
 
-/* The DESIGN.md summary: helix against each baseline present. */
+/* The docs/DESIGN.md summary: helix against each baseline present. */
 static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
                     int np)
 {

@@ -2,7 +2,7 @@
  * cmd_sim.c - `datahelix sim` and `datahelix run`: one policy on a workload
  * or manifest, in the discrete-event simulator (sim) or on the real engine
  * decoding real media on this machine (run). Both take the same options and
- * print the same DESIGN.md metrics; --json writes the result object of the
+ * print the same docs/DESIGN.md metrics; --json writes the result object of the
  * contract. The two commands share this file because they differ only in
  * the engine they call.
  */

@@ -29,6 +29,7 @@ int main(int argc, char **argv)
         return argc < 2 ? CLI_USAGE : 0;
     }
     const char *cmd = argv[1];
+    dh_quiet_ffmpeg_logs(); /* the CLI reports decode errors itself */
     if (!strcmp(cmd, "index"))
         return cli_index(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect"))
@@ -50,7 +51,7 @@ int main(int argc, char **argv)
     static const char *const planned[] = {"serve", NULL};
     for (const char *const *p = planned; *p; p++)
         if (!strcmp(cmd, *p)) {
-            cli_err("\"%s\" is part of the design (DESIGN.md) but not built in this version yet; "
+            cli_err("\"%s\" is part of the design (docs/DESIGN.md) but not built in this version yet; "
                     "this version has index, inspect, gen, sim, run, bench and demo", cmd);
             return CLI_USAGE;
         }

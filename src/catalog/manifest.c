@@ -4,7 +4,7 @@
  * Each line is parsed with jansson (64-bit integers), validated completely
  * into a staging record, and only then appended to the struct-of-arrays table
  * (catalog.h). Every rejection names the line, the sample id when it is known,
- * the offending key and the reason. Unknown keys are ignored (DESIGN.md, Data
+ * the offending key and the reason. Unknown keys are ignored (docs/DESIGN.md, Data
  * model); wrong types, missing required keys, negative or over-limit sizes,
  * paths that escape the manifest directory and duplicate ids are errors.
  */

@@ -1,6 +1,6 @@
 /*
  * spec_builtin.c - the preprocessing specs of the eleven workloads of the
- * shared WORKLOADS.md suite, as JSON text parsed by spec.c (one meaning of a
+ * docs/WORKLOADS.md suite, as JSON text parsed by spec.c (one meaning of a
  * spec, whichever way it arrives). Token counts follow the table: e.g.
  * llava-video-sft's 384 px frames with patch 14 give a 27x27 grid, pooled 2x2
  * (rounding up) to 14x14 = 196 tokens per frame.

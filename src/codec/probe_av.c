@@ -24,9 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pthread_once_t log_once = PTHREAD_ONCE_INIT;
-
-static void quiet_ffmpeg(void)
+/*
+ * The library never changes FFmpeg's process-wide log level on its own: a
+ * trainer embedding it keeps its own settings. Programs that want FFmpeg
+ * quiet (the CLI) ask for it here. Every FFmpeg error we act on is mapped
+ * into our own error codes and messages anyway.
+ */
+void dh_quiet_ffmpeg_logs(void)
 {
     if (!getenv("DH_FFMPEG_LOG"))
         av_log_set_level(AV_LOG_QUIET);
@@ -34,7 +38,6 @@ static void quiet_ffmpeg(void)
 
 void dh__codec_init(void)
 {
-    pthread_once(&log_once, quiet_ffmpeg);
 }
 
 static int map_averror(int averr)

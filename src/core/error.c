@@ -48,3 +48,8 @@ const char *dh_version_string(void)
 #define DH_STR(x) DH_STR2(x)
     return DH_STR(DH_VERSION_MAJOR) "." DH_STR(DH_VERSION_MINOR) "." DH_STR(DH_VERSION_PATCH);
 }
+
+int dh_version(void)
+{
+    return DH_VERSION_NUMBER;
+}

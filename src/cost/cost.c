@@ -2,7 +2,7 @@
  * cost.c - CPU and GPU cost models, the per-sample cost table and online
  * calibration (see cost.h for the roles of prediction and truth).
  *
- * CPU starting constants are those of the shared WORKLOADS.md for one core
+ * CPU starting constants are those of the docs/WORKLOADS.md for one core
  * with software decode: H.264 3.5 ns per decoded pixel (HEVC and VP9 1.5x,
  * AV1 2x), JPEG 8 ns per decoded source pixel (after DCT-domain scaling), PNG
  * 3x JPEG, resize and colour conversion 1 ns per output pixel, FLAC plus

@@ -1,5 +1,5 @@
 /*
- * metrics.c - DESIGN.md's metrics, computed once for both engines.
+ * metrics.c - docs/DESIGN.md's metrics, computed once for both engines.
  *
  *   input wait(s, r) = max(0, ready - deadline); percentiles over s >= 1
  *   (step 0 is pipeline fill, reported apart as fill_wait_ms);

@@ -1,5 +1,5 @@
 /*
- * metrics.h - per-batch records, the DESIGN.md metrics and lower bound, the
+ * metrics.h - per-batch records, the docs/DESIGN.md metrics and lower bound, the
  * JSON result and the Chrome trace; one module for both engines (internal).
  */
 #ifndef DH_METRICS_H

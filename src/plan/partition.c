@@ -1,6 +1,6 @@
 /*
  * partition.c - global batch -> ranks, minimising the step's maximum
- * predicted GPU time (DESIGN.md mechanism 2).
+ * predicted GPU time (docs/DESIGN.md mechanism 2).
  *
  * LPT (longest processing time first) places samples in decreasing GPU cost
  * on the least loaded rank that stays within the token and byte caps, ties

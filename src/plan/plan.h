@@ -1,6 +1,6 @@
 /*
  * plan.h - token-latent-aware partition of a global batch over ranks
- * (DESIGN.md mechanism 2), internal.
+ * (docs/DESIGN.md mechanism 2), internal.
  */
 #ifndef DH_PLAN_H
 #define DH_PLAN_H

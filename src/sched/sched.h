@@ -1,5 +1,5 @@
 /*
- * sched.h - the co-scheduling brain (DESIGN.md mechanisms 2 and 3) behind a
+ * sched.h - the co-scheduling brain (docs/DESIGN.md mechanisms 2 and 3) behind a
  * pull interface that both engines drive, internal.
  *
  * Engine calls, in any interleaving the engine's clock produces:

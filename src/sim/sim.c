@@ -160,7 +160,7 @@ static void on_task_done(sim *s, const event *e)
     dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, t.ship_s > 0 ? "prepare (lent)" : "prepare",
                    s->task_start[w], cost, t.step, t.rank, t.sample);
     s->idle[w] = 1;
-    /* The sample's exact GPU cost becomes known once it is prepared (DESIGN.md mech. 4). */
+    /* The sample's exact GPU cost becomes known once it is prepared (docs/DESIGN.md mech. 4). */
     int rc = dh__sched_task_done(s->sched, &t, e->t, cost, s->run->truth.gpu[t.sample]);
     dh__rec_batch *b = dh__records_batch(&s->rec, t.step, t.rank);
     if (rc < 0 || !b) {

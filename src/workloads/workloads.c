@@ -1,9 +1,9 @@
 /*
- * workloads.c - the eleven workloads of the shared WORKLOADS.md as seeded
+ * workloads.c - the eleven workloads of the docs/WORKLOADS.md as seeded
  * descriptor generators, each with its GPU model shape, load factor rho and
  * global batch. Samples are written as manifest lines and parsed by the
  * manifest loader, so generated and user-supplied manifests share one
- * validated path. Distributions follow the WORKLOADS.md table; where it is
+ * validated path. Distributions follow the docs/WORKLOADS.md table; where it is
  * silent (keyframe interval of some corpora, resolution mix of llava) the
  * choice is stated next to the generator.
  *
@@ -119,7 +119,7 @@ static void gen_webvid(gen_ctx *g)
     webvid_video(g);
 }
 
-/* Keyframes every 2 s (not stated in WORKLOADS.md; a common encoder setting). */
+/* Keyframes every 2 s (not stated in docs/WORKLOADS.md; a common encoder setting). */
 static void gen_panda(gen_ctx *g)
 {
     static const int res[][2] = {{1920, 1080}, {1280, 720}, {3840, 2160}};
@@ -141,7 +141,7 @@ static void gen_native(gen_ctx *g)
     video(g, "h264", wd, ht, 30, lognormal_clip(g->r, 20, 0.7, 3, 120), 150);
 }
 
-/* Resolution mix 480p/720p/1080p (20/60/20%: not stated in WORKLOADS.md). */
+/* Resolution mix 480p/720p/1080p (20/60/20%: not stated in docs/WORKLOADS.md). */
 static void gen_llava(gen_ctx *g)
 {
     static const int res[][2] = {{854, 480}, {1280, 720}, {1920, 1080}};

@@ -1,6 +1,6 @@
 /*
  * workloads.h - the built-in workload table (internal): generator, GPU model
- * shape, load factor and global batch of each workload of WORKLOADS.md.
+ * shape, load factor and global batch of each workload of docs/WORKLOADS.md.
  */
 #ifndef DH_WORKLOADS_H
 #define DH_WORKLOADS_H
