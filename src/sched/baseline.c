@@ -47,7 +47,7 @@ int dh__fifo_push(pos_fifo *q, int64_t pos)
 {
     if (q->head == q->tail)
         q->head = q->tail = 0;
-    if ((size_t)q->tail == q->cap && (size_t)q->head >= q->cap / 2) { /* reuse the front */
+    if (q->cap && (size_t)q->tail == q->cap && (size_t)q->head >= q->cap / 2) { /* reuse the front */
         memmove(q->pos, q->pos + q->head, (size_t)(q->tail - q->head) * sizeof *q->pos);
         q->tail -= q->head;
         q->head = 0;
