@@ -144,6 +144,25 @@ check "a zero handoff bandwidth is a usage error" test $? -eq 2
 "$DH" run --workload laion-images > /dev/null 2> "$WORK/runw.err"
 check "run without a manifest is refused" contains "$WORK/runw.err" "run needs --manifest"
 
+# Streaming: whole epochs, and a run without a length stopped by SIGINT with its accounting.
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --policy pool --ranks 2 --workers 2 --batch 3 \
+    --epochs 3 --json "$WORK/ep.json" > "$WORK/ep.out" 2>&1
+check "run --epochs 3 runs 3 epochs of 2 steps" test "$(json_field "$WORK/ep.json" steps)" = 6
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --policy helix --ranks 2 --workers 2 --batch 3 \
+    --steps 0 --json "$WORK/forever.json" > "$WORK/forever.out" 2> "$WORK/forever.err" &
+pid=$!
+sleep 3
+kill -INT $pid
+wait $pid
+check "an endless run stopped by SIGINT exits 0" test $? -eq 0
+check "an interrupted run says what it covers" contains "$WORK/forever.err" "interrupted"
+steps=$(json_field "$WORK/forever.json" steps)
+check "an interrupted run went past one epoch" test "${steps:-0}" -gt 2
+check "an interrupted run accounts for every sample of its steps" \
+    contains "$WORK/forever.out" "delivered $((steps * 3)) + failed 0 = $((steps * 3))"
+"$DH" sim --workload speech-asr --epochs 2 > "$WORK/simep.out" 2>&1
+check "sim --epochs 2 of a 200-step workload runs 400 steps" contains "$WORK/simep.out" "400 steps"
+
 # ---- gen + run on a generated workload ----
 "$DH" gen --workload speech-asr --out "$WORK/gen" --samples 8 > "$WORK/gen.out" 2>&1
 check "gen writes samples and a manifest" contains "$WORK/gen.out" "8 samples, 8 files"

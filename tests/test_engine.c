@@ -124,7 +124,7 @@ START_TEST(batches_hold_exactly_what_the_decoders_produce)
     dh_batch b;
     ck_assert_int_eq(dh_engine_next_batch(e, 0, &b), DH_EEMPTY);
     ck_assert_int_eq(seen, 8); /* 9 samples, G = 4: two complete steps */
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     ck_assert_int_eq(dh_engine_finish(e, &res), 0);
     ck_assert_str_eq(res.engine, "real");
     ck_assert_int_eq(res.delivered, 8);
@@ -151,7 +151,7 @@ START_TEST(failed_samples_are_delivered_reported_and_counted)
     dh_run_config c = config(m, "pool");
     c.steps = 3; /* all 12 samples */
     errors x = {0};
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     char err[256];
     ck_assert_int_eq(dh_engine_run(&c, on_error, &x, &res, err, sizeof err), 0);
     ck_assert_int_eq(res.samples, 12);
@@ -194,7 +194,7 @@ START_TEST(failed_items_are_zeroed_and_marked)
     ck_assert_int_eq(marked, 1);
     ck_assert_msg(strstr(x.last, "gone|") == x.last && strstr(x.last, "none.png"), "%s", x.last);
     dh_engine_release(e, &b, -1);
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     dh_engine_finish(e, &res);
     ck_assert_int_eq(res.failed, 1);
     dh_engine_free(e);
@@ -209,7 +209,7 @@ START_TEST(every_policy_completes_within_the_pool)
     for (int p = 0; pol[p]; p++) {
         dh_run_config c = config(m, pol[p]);
         c.steps = 6; /* several epochs of the 9 samples: the pool is reused */
-        dh_result res;
+        dh_result res = DH_RESULT_INIT;
         char err[256];
         ck_assert_msg(dh_engine_run(&c, NULL, NULL, &res, err, sizeof err) == 0, "%s: %s", pol[p], err);
         ck_assert_int_eq(res.delivered, 24);
@@ -411,7 +411,7 @@ START_TEST(rebalancing_moves_decoded_samples_and_keeps_batches_valid)
     dh_manifest *m = heavy_manifest(&x);
     dh_run_config c = config(m, "helix");
     c.global_batch = 10;
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     /* Optimal: the 100 s sample alone (100 | 8); the gate passes (gain >= 1 s, cost ~us). */
     ck_assert_int_eq(run_heavy_step(m, &c, &x, &res), 1);
     ck_assert_int_gt(res.reb_moved, 0);
@@ -430,7 +430,7 @@ START_TEST(rebalancing_is_gated_by_transfer_cost_and_off_for_noreb)
     dh_run_config c = config(m, "helix");
     c.global_batch = 10;
     c.move_bandwidth = 1.0; /* 1 byte/s: every move costs more than it gains */
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     ck_assert_int_gt(run_heavy_step(m, &c, &x, &res), 1);
     ck_assert_int_eq(res.reb_moved, 0);
     ck_assert_int_gt(res.reb_gated, 0);
@@ -482,7 +482,7 @@ START_TEST(stop_wakes_a_blocked_consumer_and_streams_without_a_length)
     dh_engine_stop(e);
     pthread_join(t, NULL);
     ck_assert_int_eq(a.rc, DH_ECANCELED);
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     dh_engine_finish(e, &r);
     ck_assert_int_eq(r.steps, 0); /* no step was finished by both ranks */
     ck_assert_int_eq(r.delivered + r.failed, r.samples);
@@ -509,7 +509,7 @@ START_TEST(should_stop_ends_an_endless_run_with_its_accounting)
     int calls = 0;
     c.should_stop = stop_after_3;
     c.should_stop_user = &calls;
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     char err[256] = "";
     ck_assert_msg(dh_engine_run(&c, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
     ck_assert_int_ge(r.steps, 3);
@@ -524,7 +524,7 @@ START_TEST(real_engine_refuses_several_nodes)
     dh_manifest *m = manifest_with(NULL);
     dh_run_config c = config(m, "helix");
     c.nodes = 2;
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     char err[256] = "";
     ck_assert_int_eq(dh_engine_run(&c, NULL, NULL, &res, err, sizeof err), DH_EINVAL);
     ck_assert_msg(strstr(err, "one node") != NULL, "%s", err);
@@ -537,7 +537,7 @@ START_TEST(run_needs_a_manifest)
     dh_run_config c;
     dh_run_config_default(&c);
     c.workload = "laion-images";
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     char err[256];
     ck_assert_int_eq(dh_engine_run(&c, NULL, NULL, &res, err, sizeof err), DH_EINVAL);
     ck_assert(strstr(err, "manifest") != NULL);

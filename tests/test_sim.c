@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,7 @@ START_TEST(metrics_on_a_hand_built_trace)
     dh__records_close(&rec, 1);
     ck_assert_int_eq(rec.steps, 3);
     ck_assert_ptr_null(dh__records_batch(&rec, 1, 0)); /* folded: gone */
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     memset(&r, 0, sizeof r);
     dh__records_finish(&rec, 2, &r);
     ck_assert_int_eq(r.samples, 12);
@@ -86,7 +87,7 @@ START_TEST(wait_percentiles_stay_bounded_past_the_exact_list)
     ck_assert_int_le(rec.cap, 8);
     ck_assert_ptr_nonnull(rec.sketch.hist);
     rec.makespan = 1;
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     memset(&r, 0, sizeof r);
     dh__records_finish(&rec, 1, &r);
     ck_assert_double_eq_tol(r.wait_p50_ms, 100.0, 0.1);
@@ -104,7 +105,7 @@ static dh_result run(const char *workload, const char *policy, uint64_t seed, in
     c.policy = policy;
     c.seed = seed;
     c.steps = steps;
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     char err[256] = "";
     int rc = dh_sim_run(&c, &r, err, sizeof err);
     ck_assert_msg(rc == 0, "%s/%s: %s", workload, policy, err);
@@ -238,9 +239,10 @@ START_TEST(policies_never_read_ground_truth)
             c.policy = pol[p];
             c.manifest = pair ? m0 : m1;
             int na = drive(&c, log_a);
+            dh_stress stress = {.cpu_heavy_fraction = 0.5, .cpu_heavy_factor = 9,
+                                .understate_fraction = 0.5, .understate_factor = 3};
             if (pair) { /* the same samples under stress: truth moves, predictions do not */
-                c.cpu_heavy_fraction = 0.5, c.cpu_heavy_factor = 9;
-                c.understate_fraction = 0.5, c.understate_factor = 3;
+                c.stress = &stress;
             } else {
                 c.manifest = m7;
             }
@@ -253,6 +255,80 @@ START_TEST(policies_never_read_ground_truth)
     dh_manifest_free(m0);
     dh_manifest_free(m1);
     dh_manifest_free(m7);
+}
+END_TEST
+
+START_TEST(configs_and_results_grow_without_breaking_callers)
+{
+    /* An older caller knows a prefix of dh_run_config (up to `epochs`) and of dh_result (up
+     * to wait_single_frac): its config still runs, the fields it lacks take defaults, and the
+     * library writes no byte past the result the caller has. */
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "speech-asr";
+    c.steps = 5;
+    c.epochs = 77;        /* beyond the older caller's struct: must be ignored */
+    c.should_stop = NULL; /* likewise */
+    c.struct_size = (uint32_t)offsetof(dh_run_config, epochs);
+    struct {
+        dh_result r;
+        unsigned char guard[64];
+    } box;
+    memset(&box, 0xAB, sizeof box);
+    box.r.struct_size = (uint32_t)offsetof(dh_result, wait_single_frac);
+    char err[256] = "";
+    ck_assert_msg(dh_sim_run(&c, &box.r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(box.r.steps, 5);
+    ck_assert_int_eq(box.r.struct_size, (uint32_t)offsetof(dh_result, wait_single_frac));
+    const unsigned char *tail = (const unsigned char *)&box.r + box.r.struct_size;
+    for (size_t k = 0; k < sizeof box - box.r.struct_size; k++)
+        ck_assert_int_eq(tail[k], 0xAB);
+    /* Not initialised, or from a newer header: a clear error, nothing run. */
+    c.struct_size = 0;
+    dh_result r = DH_RESULT_INIT;
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "dh_run_config_default"));
+    c.struct_size = sizeof c + 8;
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
+    dh_run_config_default(&c);
+    c.workload = "speech-asr";
+    c.steps = 5;
+    dh_result bad;
+    memset(&bad, 0, sizeof bad);
+    ck_assert_int_eq(dh_sim_run(&c, &bad, err, sizeof err), DH_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "dh_result_init"));
+}
+END_TEST
+
+static int count_to_40(void *user)
+{
+    return ++*(int *)user >= 40;
+}
+
+START_TEST(epochs_and_stopping_set_the_run_length)
+{
+    /* speech-asr with a 300-sample dataset and G = 128: 2 steps an epoch (drop_last). */
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "speech-asr";
+    c.workload_samples = 300;
+    c.epochs = 3;
+    dh_result r = DH_RESULT_INIT;
+    char err[256] = "";
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.steps, 6);
+    ck_assert_int_eq(r.samples, 6 * 128);
+    /* Without a length the simulator needs should_stop; with it, it ends where told. */
+    dh_run_config_default(&c);
+    c.workload = "speech-asr";
+    c.steps = DH_STEPS_FOREVER;
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
+    int calls = 0;
+    c.should_stop = count_to_40;
+    c.should_stop_user = &calls;
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.steps, 40);
+    ck_assert_int_eq(r.delivered, 40 * 128);
 }
 END_TEST
 
@@ -290,7 +366,7 @@ START_TEST(trace_opens_as_chrome_json)
     c.workload = "laion-images";
     c.steps = 3;
     c.trace_path = path;
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     char err[256];
     ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), 0);
     json_error_t e;
@@ -318,7 +394,7 @@ START_TEST(rank_caps_are_honoured_or_counted)
     dh_run_config_default(&c);
     c.workload = "anyres-images";
     c.steps = 20;
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     char err[256];
     c.rank_token_cap = 1000000; /* generous: never binding */
     ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), 0);
@@ -339,12 +415,11 @@ static dh_result run_nodes(int nodes, double net_gbps, const char *policy)
     c.steps = 60;
     c.global_batch = 16;
     c.nodes = nodes;
-    c.cpu_noise_sigma = 0.6;
-    c.cpu_heavy_fraction = 0.1;
-    c.cpu_heavy_factor = 5;
+    dh_stress stress = {.cpu_noise_sigma = 0.6, .cpu_heavy_fraction = 0.1, .cpu_heavy_factor = 5};
+    c.stress = &stress;
     if (net_gbps > 0)
         c.net_bandwidth = net_gbps * 1e9 / 8;
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     char err[256];
     ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
     return r;
@@ -380,7 +455,7 @@ START_TEST(nodes_must_divide_ranks_and_workers)
     dh_run_config_default(&c);
     c.workload = "omni-mix";
     c.nodes = 3; /* 8 ranks, 32 workers */
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     char err[256];
     ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
     ck_assert_msg(strstr(err, "--nodes 3 must divide") != NULL, "%s", err);
@@ -391,7 +466,7 @@ START_TEST(bad_run_configs_are_refused_clearly)
 {
     dh_run_config c;
     dh_run_config_default(&c);
-    dh_result r;
+    dh_result r = DH_RESULT_INIT;
     char err[256];
     c.workload = "no-such";
     ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_ENOENT);
@@ -419,6 +494,8 @@ int main(void)
     tcase_add_test(tc, helix_beats_the_baselines_where_skew_exists);
     tcase_add_test(tc, policies_never_read_ground_truth);
     tcase_add_test(tc, json_result_has_the_contract_keys);
+    tcase_add_test(tc, configs_and_results_grow_without_breaking_callers);
+    tcase_add_test(tc, epochs_and_stopping_set_the_run_length);
     tcase_add_test(tc, trace_opens_as_chrome_json);
     tcase_add_test(tc, rank_caps_are_honoured_or_counted);
     tcase_add_test(tc, one_node_is_the_single_pool);

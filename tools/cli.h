@@ -22,11 +22,13 @@ int cli_demo(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
 /*
- * If argv[*i] is a run option shared by sim and bench (--ranks, --workers,
- * --batch, --steps, --seed, --rho, --memory-budget), consumes it into cfg and
- * returns 1; 0 if it is not one; -1 on a bad value.
+ * If argv[*i] is a run option shared by sim, run and bench (--ranks,
+ * --workers, --batch, --steps, --seed, --rho, --memory-budget, ...),
+ * consumes it into cfg and returns 1; 0 if it is not one; -1 on a bad value.
+ * Stress options go to *stress, which cfg->stress then points at (stress
+ * must outlive the runs of cfg).
  */
-int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg);
+int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress);
 extern const char cli_run_help[];
 /* Human-readable block of one run's metrics. */
 void cli_print_result(const dh_result *r);

@@ -162,7 +162,7 @@ const char cli_run_help[] =
     "  --rank-token-cap N      helix placement: at most N tokens per rank per step\n"
     "  --rank-byte-cap BYTES   helix placement: at most BYTES of output per rank per step\n";
 
-int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
+int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)
 {
     const char *opt = argv[*i];
     const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -201,24 +201,25 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
         rc = cli_num(opt, val, 0, 1e9, &cfg->net_latency);
         cfg->net_latency = cfg->net_latency > 0 ? cfg->net_latency * 1e-6 : 1e-12;
     } else if (!strcmp(opt, "--cpu-sigma")) {
-        rc = cli_num(opt, val, 1e-6, 10, &cfg->cpu_noise_sigma);
+        rc = cli_num(opt, val, 1e-6, 10, &stress->cpu_noise_sigma);
     } else if (!strcmp(opt, "--cpu-heavy")) {
         char *end = NULL;
-        cfg->cpu_heavy_fraction = val ? strtod(val, &end) : -1;
-        cfg->cpu_heavy_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
-        rc = cfg->cpu_heavy_fraction > 0 && cfg->cpu_heavy_fraction <= 1 &&
-                     cfg->cpu_heavy_factor > 0
+        stress->cpu_heavy_fraction = val ? strtod(val, &end) : -1;
+        stress->cpu_heavy_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
+        rc = stress->cpu_heavy_fraction > 0 && stress->cpu_heavy_fraction <= 1 &&
+                     stress->cpu_heavy_factor > 0
                  ? 0
                  : (cli_err("--cpu-heavy expects F:K with 0 < F <= 1 and K > 0"), -1);
     } else if (!strcmp(opt, "--understate-told")) {
-        cfg->understate_told = 1;
+        stress->understate_told = 1;
+        cfg->stress = stress;
         return 1;
     } else if (!strcmp(opt, "--understate")) {
         char *end = NULL;
-        cfg->understate_fraction = val ? strtod(val, &end) : -1;
-        cfg->understate_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
-        rc = cfg->understate_fraction > 0 && cfg->understate_fraction <= 1 &&
-                     cfg->understate_factor > 0
+        stress->understate_fraction = val ? strtod(val, &end) : -1;
+        stress->understate_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
+        rc = stress->understate_fraction > 0 && stress->understate_fraction <= 1 &&
+                     stress->understate_factor > 0
                  ? 0
                  : (cli_err("--understate expects F:K with 0 < F <= 1 and K > 0, got \"%s\"",
                             val ? val : ""),
@@ -232,6 +233,10 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg)
     }
     if (rc)
         return -1;
+    if (!strncmp(opt, "--cpu-", 6) && strcmp(opt, "--cpu-cost-scale"))
+        cfg->stress = stress;
+    if (!strcmp(opt, "--understate"))
+        cfg->stress = stress;
     (*i)++;
     return 1;
 }

@@ -138,112 +138,90 @@ static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
         fprintf(jf, "}");
 }
 
-int cli_bench(int argc, char **argv)
-{
+typedef struct {
     dh_run_config cfg;
-    dh_run_config_default(&cfg);
-    char wl_buf[1024] = "", pol_buf[256] = "local,pool,helix";
-    const char *mode = NULL, *json = NULL, *data = "bench-data";
-    cfg.ranks = cfg.workers = 0; /* defaults depend on the mode */
+    dh_stress stress;
+    char wl_buf[1024], pol_buf[256];
+    const char *mode, *json, *data;
+} bench_opts;
+
+/* Parses bench's options; 0, -1 after --help, or CLI_USAGE. */
+static int parse_bench(int argc, char **argv, bench_opts *o)
+{
+    dh_run_config_default(&o->cfg);
+    snprintf(o->pol_buf, sizeof o->pol_buf, "local,pool,helix");
+    o->data = "bench-data";
+    o->cfg.ranks = o->cfg.workers = 0; /* defaults depend on the mode */
     for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int r = cli_run_option(argc, argv, &i, &cfg);
+        const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = cli_run_option(argc, argv, &i, &o->cfg, &o->stress);
         if (r < 0)
             return CLI_USAGE;
         if (r > 0)
             continue;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+        if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
             fputs(help, stdout);
             fputs(cli_run_help, stdout);
-            return 0;
+            return -1;
         }
-        if (!val || (strcmp(o, "--mode") && strcmp(o, "--workloads") && strcmp(o, "--policies") &&
-                     strcmp(o, "--json") && strcmp(o, "--data"))) {
-            cli_err("bench: unexpected argument \"%s\" (see datahelix bench --help)", o);
+        if (!val || (strcmp(opt, "--mode") && strcmp(opt, "--workloads") &&
+                     strcmp(opt, "--policies") && strcmp(opt, "--json") && strcmp(opt, "--data"))) {
+            cli_err("bench: unexpected argument \"%s\" (see datahelix bench --help)", opt);
             return CLI_USAGE;
         }
         i++;
-        if (!strcmp(o, "--mode"))
-            mode = val;
-        else if (!strcmp(o, "--json"))
-            json = val;
-        else if (!strcmp(o, "--data"))
-            data = val;
+        if (!strcmp(opt, "--mode"))
+            o->mode = val;
+        else if (!strcmp(opt, "--json"))
+            o->json = val;
+        else if (!strcmp(opt, "--data"))
+            o->data = val;
         else
-            snprintf(o[2] == 'w' ? wl_buf : pol_buf, o[2] == 'w' ? sizeof wl_buf : sizeof pol_buf,
-                     "%s", val);
+            snprintf(opt[2] == 'w' ? o->wl_buf : o->pol_buf,
+                     opt[2] == 'w' ? sizeof o->wl_buf : sizeof o->pol_buf, "%s", val);
     }
-    if (!mode || (strcmp(mode, "sim") && strcmp(mode, "real"))) {
+    if (!o->mode || (strcmp(o->mode, "sim") && strcmp(o->mode, "real"))) {
         cli_err("bench needs --mode sim or --mode real");
         return CLI_USAGE;
     }
-    int real = !strcmp(mode, "real");
-    cfg.ranks = cfg.ranks ? cfg.ranks : real ? 4 : 8;
-    cfg.workers = cfg.workers ? cfg.workers : real ? 2 : 32;
-    if (real) {
-        cfg.global_batch = cfg.global_batch ? cfg.global_batch : 16;
-        cfg.steps = cfg.steps ? cfg.steps : 12;
+    return 0;
+}
+
+/* Runs one (workload, policy) pair and prints its row; 0 or 1 (failed). */
+static int bench_one(const dh_run_config *c, int real, dh_result *r, dh_result *simr, FILE *jf,
+                     int first)
+{
+    char err[512] = "";
+    dh_result_init(r);
+    int rc = real ? dh_engine_run(c, NULL, NULL, r, err, sizeof err)
+                  : dh_sim_run(c, r, err, sizeof err);
+    if (!rc && real) { /* the simulator's prediction of the same run */
+        dh_result_init(simr);
+        rc = dh_sim_run(c, simr, err, sizeof err);
     }
-    if (!wl_buf[0])
-        snprintf(wl_buf, sizeof wl_buf, "%s",
-                 real ? "kinetics-clips,webvid-caption,native-res-video,anyres-images,speech-asr"
-                      : "all");
-    const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
-    static const char *const default_pol[] = {"local", "pool", "helix", NULL};
-    int nw = split(wl_buf, wl, dh_workload_names()), np = split(pol_buf, pol, default_pol);
-    dh_result *res = calloc((size_t)(nw * np + 1), sizeof *res);
-    FILE *jf = json ? fopen(json, "w") : NULL;
-    if (!res || (json && !jf)) {
-        cli_err("bench: %s", res ? "cannot write the --json file" : "out of memory");
-        free(res);
+    if (rc) {
+        cli_err("bench %s / %s: %s", c->workload, c->policy, err[0] ? err : dh_strerror(rc));
         return 1;
     }
-    dh_result *simres = real ? calloc((size_t)(nw * np + 1), sizeof *simres) : NULL;
-    printf("%-18s %-16s %8s %10s %12s %8s %8s%s\n", "workload", "policy", "miss%", "p95 ms",
-           "samples/s", "effic.", "placem.", real ? "  overhead  sim samples/s (error)" : "");
-    if (jf)
-        fprintf(jf, "{\"runs\":[");
-    int failed = 0;
-    for (int w = 0; w < nw; w++) {
-        dh_manifest *m = NULL;
-        double scale = 0;
-        if (real && prepare_real(data, wl[w], &cfg, &m, &scale)) {
-            failed = 1;
-            continue;
-        }
-        for (int p = 0; p < np; p++) {
-            dh_run_config c = cfg;
-            c.workload = wl[w];
-            c.policy = pol[p];
-            c.manifest = m;
-            c.cpu_cost_scale = scale;
-            char err[512] = "";
-            dh_result *r = &res[w * np + p];
-            int rc = real ? dh_engine_run(&c, NULL, NULL, r, err, sizeof err)
-                          : dh_sim_run(&c, r, err, sizeof err);
-            if (!rc && real) /* the simulator's prediction of the same run */
-                rc = dh_sim_run(&c, &simres[w * np + p], err, sizeof err);
-            if (rc) {
-                cli_err("bench %s / %s: %s", wl[w], pol[p], err[0] ? err : dh_strerror(rc));
-                failed = 1;
-                continue;
-            }
-            printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f", wl[w], pol[p],
-                   100 * r->miss_rate, r->wait_p95_ms, r->throughput_sps, r->efficiency,
-                   r->placement_s > 0 ? r->bound_s / r->placement_s : 0);
-            if (real)
-                printf("  %7.1f%%  %10.1f (%+.1f%%)", 100 * r->framework_overhead,
-                       simres[w * np + p].throughput_sps,
-                       100 * (simres[w * np + p].throughput_sps / r->throughput_sps - 1));
-            printf("\n");
-            fflush(stdout);
-            if (jf) {
-                fprintf(jf, "%s\n", w + p ? "," : "");
-                dh_result_write_json(r, jf);
-            }
-        }
-        dh_manifest_free(m);
+    printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f", c->workload, c->policy,
+           100 * r->miss_rate, r->wait_p95_ms, r->throughput_sps, r->efficiency,
+           r->placement_s > 0 ? r->bound_s / r->placement_s : 0);
+    if (real)
+        printf("  %7.1f%%  %10.1f (%+.1f%%)", 100 * r->framework_overhead, simr->throughput_sps,
+               100 * (simr->throughput_sps / r->throughput_sps - 1));
+    printf("\n");
+    fflush(stdout);
+    if (jf) {
+        fprintf(jf, "%s\n", first ? "" : ",");
+        dh_result_write_json(r, jf);
     }
+    return 0;
+}
+
+/* The JSON's tail: the simulator's predictions (real mode), the summary. */
+static int bench_finish(FILE *jf, int real, int failed, const dh_result *res,
+                        const dh_result *simres, int nw, const char **pol, int np)
+{
     if (jf)
         fprintf(jf, "\n],");
     if (jf && real && !failed) { /* the simulator's predictions of the same runs */
@@ -260,6 +238,62 @@ int cli_bench(int argc, char **argv)
         fprintf(jf, "}\n");
         failed |= fclose(jf) != 0;
     }
+    return failed;
+}
+
+int cli_bench(int argc, char **argv)
+{
+    bench_opts o = {0};
+    int rc = parse_bench(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    dh_run_config cfg = o.cfg;
+    int real = !strcmp(o.mode, "real");
+    cfg.ranks = cfg.ranks ? cfg.ranks : real ? 4 : 8;
+    cfg.workers = cfg.workers ? cfg.workers : real ? 2 : 32;
+    if (real) {
+        cfg.global_batch = cfg.global_batch ? cfg.global_batch : 16;
+        cfg.steps = cfg.steps ? cfg.steps : 12;
+    }
+    if (!o.wl_buf[0])
+        snprintf(o.wl_buf, sizeof o.wl_buf, "%s",
+                 real ? "kinetics-clips,webvid-caption,native-res-video,anyres-images,speech-asr"
+                      : "all");
+    const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
+    static const char *const default_pol[] = {"local", "pool", "helix", NULL};
+    int nw = split(o.wl_buf, wl, dh_workload_names()), np = split(o.pol_buf, pol, default_pol);
+    dh_result *res = calloc((size_t)(nw * np + 1), sizeof *res);
+    dh_result *simres = calloc((size_t)(nw * np + 1), sizeof *simres);
+    FILE *jf = o.json ? fopen(o.json, "w") : NULL;
+    if (!res || !simres || (o.json && !jf)) {
+        cli_err("bench: %s", res && simres ? "cannot write the --json file" : "out of memory");
+        free(res);
+        free(simres);
+        return 1;
+    }
+    printf("%-18s %-16s %8s %10s %12s %8s %8s%s\n", "workload", "policy", "miss%", "p95 ms",
+           "samples/s", "effic.", "placem.", real ? "  overhead  sim samples/s (error)" : "");
+    if (jf)
+        fprintf(jf, "{\"runs\":[");
+    int failed = 0;
+    for (int w = 0; w < nw; w++) {
+        dh_manifest *m = NULL;
+        double scale = 0;
+        if (real && prepare_real(o.data, wl[w], &cfg, &m, &scale)) {
+            failed = 1;
+            continue;
+        }
+        for (int p = 0; p < np; p++) {
+            dh_run_config c = cfg;
+            c.workload = wl[w];
+            c.policy = pol[p];
+            c.manifest = m;
+            c.cpu_cost_scale = scale;
+            failed |= bench_one(&c, real, &res[w * np + p], &simres[w * np + p], jf, !(w + p));
+        }
+        dh_manifest_free(m);
+    }
+    failed = bench_finish(jf, real, failed, res, simres, nw, pol, np);
     free(res);
     free(simres);
     return failed ? 1 : 0;

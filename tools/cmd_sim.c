@@ -50,11 +50,11 @@ typedef struct {
     int64_t calibrate; /* samples to decode for --calibrate; 0: none */
 } sim_files;
 
-static int parse(int argc, char **argv, dh_run_config *cfg, sim_files *f)
+static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, sim_files *f)
 {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int r = cli_run_option(argc, argv, &i, cfg);
+        int r = cli_run_option(argc, argv, &i, cfg, stress);
         if (r < 0)
             return CLI_USAGE;
         if (r > 0)
@@ -194,7 +194,8 @@ static int sim_or_run(int argc, char **argv, int real)
     dh_run_config cfg;
     dh_run_config_default(&cfg);
     sim_files f = {0};
-    int rc = parse(argc, argv, &cfg, &f);
+    dh_stress stress = {0};
+    int rc = parse(argc, argv, &cfg, &stress, &f);
     if (rc)
         return rc < 0 ? 0 : rc;
     if (real && !f.manifest) {
@@ -242,7 +243,7 @@ static int sim_or_run(int argc, char **argv, int real)
         printf("calibrated: CPU cost on this machine = %.2f x the starting model (%lld samples)\n",
                cfg.cpu_cost_scale, (long long)f.calibrate);
     }
-    dh_result res;
+    dh_result res = DH_RESULT_INIT;
     int64_t sample_errors = 0;
     rc = real ? dh_engine_run(&cfg, print_sample_error, &sample_errors, &res, err, sizeof err)
               : dh_sim_run(&cfg, &res, err, sizeof err);

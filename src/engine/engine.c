@@ -237,15 +237,20 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     int trc = dh__trace_close(&e->trace);
     if (!out)
         return e->error ? e->error : trc;
+    int rc = dh__result_check(out, NULL, 0);
+    if (rc)
+        return rc;
     if (e->rec.makespan <= 0)
         e->rec.makespan = dh__eng_elapsed(e);
     /* GPU terms from the ground truth; the CPU term is what the workers measured. */
     e->rec.cpu_true_sum = e->cpu_sum;
-    dh__run_fill_result(&e->run, e->sched, &e->rec, "real", out);
+    dh_result full;
+    dh__run_fill_result(&e->run, e->sched, &e->rec, "real", &full);
     /* the pool's real use, not the scheduler's accounting, with the move arena's */
-    out->memory_peak = e->ring.peak + e->arena.peak;
-    out->framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
-    out->wall_s = dh__eng_elapsed(e);
+    full.memory_peak = e->ring.peak + e->arena.peak;
+    full.framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
+    full.wall_s = dh__eng_elapsed(e);
+    dh__result_give(out, &full);
     return e->error ? e->error : trc;
 }
 

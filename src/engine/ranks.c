@@ -133,8 +133,11 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
 {
     if (!out)
         return DH_EINVAL;
+    int rc = dh__result_check(out, err, errlen);
+    if (rc)
+        return rc;
     dh_engine *e;
-    int rc = dh_engine_start(cfg, on_error, user, &e, err, errlen);
+    rc = dh_engine_start(cfg, on_error, user, &e, err, errlen);
     if (rc)
         return rc;
     rc = run_ranks(e, err, errlen);

@@ -27,6 +27,7 @@
 void dh_run_config_default(dh_run_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
     cfg->policy = "helix";
     cfg->ranks = 8;
     cfg->workers = 32;
@@ -105,13 +106,52 @@ static int build_sampler(dh__run *run, char *err, size_t errlen)
     return run->step_buf ? 0 : DH_ENOMEM;
 }
 
-/* The stress options of the config, as the truth module takes them. */
+void dh_result_init(dh_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->struct_size = sizeof *r;
+}
+
+int dh__result_check(const dh_result *out, char *err, size_t errlen)
+{
+    if (!out || out->struct_size < sizeof(uint32_t) || out->struct_size > sizeof *out)
+        return dh__fail(err, errlen, DH_EINVAL, "the result struct is not initialised "
+                                                "(dh_result_init or DH_RESULT_INIT)");
+    return 0;
+}
+
+void dh__result_give(dh_result *out, const dh_result *full)
+{
+    uint32_t size = out->struct_size;
+    memcpy(out, full, size);
+    out->struct_size = size;
+}
+
+/* A caller's config, from the size it was built with: unknown fields take defaults. */
+static int take_config(dh_run_config *dst, const dh_run_config *src, char *err, size_t errlen)
+{
+    memset(dst, 0, sizeof *dst);
+    if (src->struct_size < sizeof(uint32_t) || src->struct_size > sizeof *dst)
+        return dh__fail(err, errlen, DH_EINVAL,
+                        "the run config is not initialised (dh_run_config_default) or comes "
+                        "from a newer datahelix.h (struct_size %u, this library knows %zu)",
+                        (unsigned)src->struct_size, sizeof *dst);
+    memcpy(dst, src, src->struct_size);
+    dst->struct_size = sizeof *dst;
+    return 0;
+}
+
+/* The stress of the config, as the truth module takes it. */
 static dh__stress stress_of(const dh_run_config *c)
 {
-    dh__stress st = {.cpu_sigma = c->cpu_noise_sigma, .cpu_heavy_frac = c->cpu_heavy_fraction,
-                     .cpu_heavy_k = c->cpu_heavy_factor, .understate_told = c->understate_told};
-    if (c->understate_fraction > 0 && c->understate_factor > 0)
-        st.understate_frac = c->understate_fraction, st.understate_k = c->understate_factor;
+    dh__stress st = {0};
+    const dh_stress *x = c->stress;
+    if (!x)
+        return st;
+    st = (dh__stress){.cpu_sigma = x->cpu_noise_sigma, .cpu_heavy_frac = x->cpu_heavy_fraction,
+                      .cpu_heavy_k = x->cpu_heavy_factor, .understate_told = x->understate_told};
+    if (x->understate_fraction > 0 && x->understate_factor > 0)
+        st.understate_frac = x->understate_fraction, st.understate_k = x->understate_factor;
     return st;
 }
 
@@ -164,7 +204,10 @@ static int64_t default_budget(const dh__run *run)
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen)
 {
     memset(run, 0, sizeof *run);
-    run->cfg = *cfg;
+    int rc = take_config(&run->cfg, cfg, err, errlen);
+    if (rc)
+        return rc;
+    cfg = &run->cfg;
     int pol = dh__policy_from_name(cfg->policy);
     if (pol < 0) {
         dh__msg(err, errlen, "unknown policy \"%s\" (%s)", cfg->policy ? cfg->policy : "",
@@ -174,7 +217,7 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
     run->policy = (dh__policy)pol;
     dh_run_config *c = &run->cfg;
     const dh__workload *wl;
-    int rc = resolve_inputs(run, &wl, err, errlen);
+    rc = resolve_inputs(run, &wl, err, errlen);
     if (!rc && c->nodes > 1 && (c->ranks % c->nodes || c->workers % c->nodes)) {
         dh__msg(err, errlen, "--nodes %d must divide ranks (%d) and workers (%d)", c->nodes,
                 c->ranks, c->workers);
@@ -271,7 +314,7 @@ void dh__run_free(dh__run *run)
 void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,
                          const char *engine, dh_result *out)
 {
-    memset(out, 0, sizeof *out);
+    dh_result_init(out);
     snprintf(out->workload, sizeof out->workload, "%s", run->workload);
     snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(run->policy));
     snprintf(out->engine, sizeof out->engine, "%s", engine);

@@ -31,7 +31,7 @@ typedef struct {
 
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen);
 void dh__run_free(dh__run *run);
-/* Every result field both engines fill alike (metrics, calibration, counters). */
+/* Every result field both engines fill alike (metrics, calibration, counters); out is whole. */
 void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,
                          const char *engine, dh_result *out);
 
@@ -41,6 +41,11 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records
  * step's true costs there (the bound's inputs).
  */
 void dh__run_sched_config(dh__run *run, dh__sched_config *sc);
+
+/* 0 when out is an initialised result the library may write; else DH_EINVAL and a message. */
+int dh__result_check(const dh_result *out, char *err, size_t errlen);
+/* Copies full into out, as many bytes as the caller's struct has. */
+void dh__result_give(dh_result *out, const dh_result *full);
 
 /* 1 when cfg.should_stop says the run must end now. */
 int dh__run_should_stop(const dh__run *run);

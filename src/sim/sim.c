@@ -277,12 +277,15 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
 {
     if (!cfg || !out)
         return DH_EINVAL;
+    int rc = dh__result_check(out, err, errlen);
+    if (rc)
+        return rc;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     dh__run run;
-    int rc = dh__run_setup(cfg, &run, err, errlen);
-    if (rc)
+    if ((rc = dh__run_setup(cfg, &run, err, errlen)))
         return rc;
+    dh_result full;
     sim s = {.run = &run};
     if (!(rc = sim_start(&s, &run, cfg, err, errlen))) {
         rc = simulate(&s);
@@ -296,11 +299,14 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
             dh__msg(err, errlen, "writing the trace %s failed", cfg->trace_path);
         rc = rc ? rc : trc;
         if (!rc)
-            dh__run_fill_result(&run, s.sched, &s.rec, "sim", out);
+            dh__run_fill_result(&run, s.sched, &s.rec, "sim", &full);
     }
     sim_free(&s);
     dh__run_free(&run);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    out->wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (!rc) {
+        full.wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        dh__result_give(out, &full);
+    }
     return rc;
 }

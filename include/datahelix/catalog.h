@@ -1,0 +1,249 @@
+/*
+ * datahelix/catalog.h - the descriptor catalog: manifests, the
+ * preprocessing spec, derivation of shapes, tokens and decode work, the
+ * deterministic sampler, header-only probing and indexing.
+ *
+ * Thread-safety: a loaded dh_manifest and a dh_spec are read-only and may be
+ * read from any number of threads at once; adding lines (dh_manifest_parse_line)
+ * and freeing need the caller's exclusion. A dh_sampler belongs to one thread
+ * at a time. dh_probe_file may run on many threads at once; dh_index_dir
+ * starts its own threads and calls its callbacks from the calling thread.
+ * Part of the public C API; include <datahelix.h> for all of it.
+ */
+#ifndef DATAHELIX_CATALOG_H
+#define DATAHELIX_CATALOG_H
+
+#include "base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* ------------------------------------------------------------- manifest */
+
+typedef struct dh_manifest dh_manifest;
+
+typedef enum { DH_ON_ERROR_SKIP = 0, DH_ON_ERROR_FAIL = 1 } dh_on_error;
+
+typedef struct {
+    dh_limits limits;
+    dh_on_error on_error;
+    int check_files;   /* 1: each media path must exist and be a readable file */
+    dh_diag_cb diag;   /* called once per rejected line; may be NULL */
+    void *diag_user;
+} dh_load_opts;
+
+typedef struct {
+    int64_t lines;   /* non-blank lines seen */
+    int64_t loaded;  /* samples in the table */
+    int64_t skipped; /* lines rejected; loaded + skipped == lines */
+    int64_t blank;   /* blank lines (ignored, not counted in lines) */
+} dh_load_stats;
+
+DH_API void dh_load_opts_default(dh_load_opts *opts);
+
+/*
+ * Loads a JSON Lines manifest. Media paths are resolved against the
+ * manifest's directory. On success *out owns the table (free with
+ * dh_manifest_free). With DH_ON_ERROR_FAIL the first bad line makes the call
+ * fail with that line's code; with SKIP bad lines are reported through
+ * opts->diag and left out. stats may be NULL. An I/O error is always fatal.
+ */
+DH_API int dh_manifest_load(const char *path, const dh_load_opts *opts, dh_manifest **out,
+                            dh_load_stats *stats);
+
+/* An empty table whose media paths are relative to base_dir (may be NULL). */
+DH_API int dh_manifest_new(const char *base_dir, const dh_limits *limits, dh_manifest **out);
+DH_API void dh_manifest_free(dh_manifest *m);
+
+/*
+ * Parses one manifest line (no trailing newline needed) and appends it.
+ * The fuzzing entry point: never crashes on any bytes. On failure nothing is
+ * appended and, if errbuf is non-NULL, a message naming the line and reason
+ * is written there. lineno is used only in messages.
+ */
+DH_API int dh_manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
+                                  char *errbuf, size_t errlen);
+
+DH_API int64_t dh_manifest_count(const dh_manifest *m);
+/*
+ * Hash of the accepted samples' descriptors, in order (the sampler keys on
+ * it). The sim truth and the JSON spelling do not enter it.
+ */
+DH_API uint64_t dh_manifest_hash(const dh_manifest *m);
+/* Bytes held by the descriptor table (arrays, strings, id index). */
+DH_API size_t dh_manifest_memory(const dh_manifest *m);
+DH_API const char *dh_manifest_dir(const dh_manifest *m);
+
+typedef struct {
+    const char *id;      /* borrowed, valid until dh_manifest_free */
+    int64_t line;        /* manifest line it came from (0 when appended by API) */
+    int64_t text_tokens;
+    int32_t media_count;
+    double sim_cpu_ms;   /* ground truth for engines only; < 0 when absent */
+    double sim_gpu_ms;
+} dh_sample_info;
+
+DH_API int dh_manifest_sample(const dh_manifest *m, int64_t i, dh_sample_info *out);
+DH_API int dh_manifest_media(const dh_manifest *m, int64_t i, int32_t j, dh_media_info *out);
+/* Index of the sample with this id, or -1. */
+DH_API int64_t dh_manifest_find(const dh_manifest *m, const char *id);
+
+/* ------------------------------------------------------------------ spec */
+
+/*
+ * The preprocessing spec: what each modality is turned into. Parsed from
+ * JSON (unknown keys are an error) or taken from a built-in workload.
+ * See docs/SPEC.md for the format.
+ */
+typedef struct dh_spec dh_spec;
+
+DH_API int dh_spec_parse(const char *json, size_t len, dh_spec **out, char *errbuf, size_t errlen);
+DH_API int dh_spec_load(const char *path, dh_spec **out, char *errbuf, size_t errlen);
+/* The spec of a built-in workload (names of docs/WORKLOADS.md), or "default". */
+DH_API int dh_spec_builtin(const char *name, dh_spec **out);
+/* NULL-terminated list of built-in spec names; static storage. */
+DH_API const char *const *dh_spec_builtin_names(void);
+DH_API void dh_spec_free(dh_spec *s);
+
+/* ------------------------------------------------------------ derivation */
+
+/*
+ * What one media item becomes under a spec, derived from its descriptor
+ * alone (nothing is decoded). shape is the output tensor, outermost first
+ * (video: T,H,W,3 uint8; tiled image: tiles,H,W,3; audio: samples or
+ * mel_bins,frames float32).
+ */
+typedef struct {
+    int32_t ndim;
+    int64_t shape[4];
+    int32_t elem_bytes;
+    int64_t out_bytes;
+    int64_t latents;        /* visual/audio latents the encoder sees */
+    int64_t tokens;         /* tokens contributed to the sequence */
+    int64_t sampled_frames; /* video: frames kept; image: 1; audio: 0 */
+    int64_t decoded_frames; /* video: frames the decoder must produce */
+    int32_t seeks;          /* video: seeks to a keyframe (including the first) */
+    int64_t decode_pixels;  /* source pixels decoded (after DCT-domain scaling) */
+    int64_t resize_pixels;  /* output pixels produced by resize/convert */
+    int32_t out_width, out_height;
+} dh_media_derived;
+
+typedef struct {
+    int64_t tokens;         /* text + all media tokens */
+    int64_t latents;        /* sum of media latents */
+    int64_t out_bytes;      /* all output tensors, text ids as int32 */
+    int64_t decoded_frames;
+    int64_t decode_pixels;
+    int32_t media_count;
+} dh_sample_derived;
+
+DH_API int dh_derive_media(const dh_spec *spec, const dh_media_info *media, dh_media_derived *out);
+/*
+ * Derives every media item of sample i and the sample totals. per_media may be
+ * NULL; otherwise it must hold media_count entries.
+ */
+DH_API int dh_derive_sample(const dh_spec *spec, const dh_manifest *m, int64_t i,
+                            dh_sample_derived *out, dh_media_derived *per_media);
+
+/*
+ * Sampled frame indices of a video under the spec (ascending, at most cap
+ * written). Returns the number of sampled frames, or a negative error.
+ */
+DH_API int64_t dh_video_sample_frames(const dh_spec *spec, const dh_media_info *media,
+                                      int64_t *frames, int64_t cap);
+
+/* --------------------------------------------------------------- sampler */
+
+/*
+ * The global sample order: a pure function of (manifest content hash, seed,
+ * epoch). Global batch s of an epoch is a fixed set of G samples. With
+ * drop_last the tail that does not fill a batch is dropped; otherwise the
+ * epoch is padded to a multiple of G with samples from its beginning (as
+ * PyTorch's DistributedSampler pads).
+ */
+typedef struct dh_sampler dh_sampler;
+
+typedef struct {
+    uint64_t manifest_hash;
+    uint64_t seed;
+    int64_t epoch;
+    int64_t step; /* next batch within the epoch */
+} dh_sampler_state;
+
+typedef struct {
+    int64_t global_batch; /* G >= 1 */
+    uint64_t seed;
+    int shuffle;   /* 0: manifest order */
+    int drop_last; /* 1: drop the incomplete tail; 0: pad it */
+} dh_sampler_opts;
+
+DH_API int dh_sampler_new(const dh_manifest *m, const dh_sampler_opts *opts, dh_sampler **out);
+DH_API void dh_sampler_free(dh_sampler *s);
+DH_API int64_t dh_sampler_steps_per_epoch(const dh_sampler *s);
+/*
+ * Writes the G sample indices of the next global batch into out (cap >= G)
+ * and advances; rolls over into the next epoch at the end of one.
+ */
+DH_API int dh_sampler_next(dh_sampler *s, int64_t *out, int64_t cap);
+DH_API void dh_sampler_get_state(const dh_sampler *s, dh_sampler_state *st);
+/* Fails with DH_EMISMATCH if the state belongs to another manifest or seed. */
+DH_API int dh_sampler_set_state(dh_sampler *s, const dh_sampler_state *st);
+
+/*
+ * Predicted CPU seconds to prepare sample i on one worker, from its
+ * descriptor and the spec (decode work, seeks, resize, audio), with the
+ * uncalibrated constants of docs/WORKLOADS.md.
+ */
+DH_API int dh_sample_cpu_cost(const dh_spec *spec, const dh_manifest *m, int64_t i,
+                              double *seconds);
+
+/* ------------------------------------------------------------------ probe */
+
+/*
+ * Header-only probing of one media file: container/stream headers through
+ * libavformat (video, audio), the TurboJPEG header reader (JPEG) and the IHDR
+ * chunk (PNG). Pixels are never decoded. If a container has no frame index,
+ * packets are scanned (demuxed, not decoded) to count frames and keyframes,
+ * and scanned is set.
+ */
+typedef struct {
+    dh_media_info info; /* path is the probed path; keyframes owned here */
+    int scanned;
+    char format[32];     /* container or image format name */
+    char codec_name[32]; /* the decoder's codec name, also for codecs not in dh_codec */
+} dh_probe_result;
+
+DH_API int dh_probe_file(const char *path, const dh_limits *limits, dh_probe_result *out,
+                         char *errbuf, size_t errlen);
+DH_API void dh_probe_result_clear(dh_probe_result *r);
+
+typedef struct {
+    int threads;                /* 0: one per online CPU */
+    dh_limits limits;
+    dh_diag_cb diag;            /* one call per skipped file */
+    void *diag_user;
+    void (*progress)(int64_t done, int64_t total, void *user); /* may be NULL */
+    void *progress_user;
+} dh_index_opts;
+
+typedef struct {
+    int64_t files;   /* regular files found */
+    int64_t probed;  /* written to the manifest */
+    int64_t skipped; /* probed + skipped == files */
+    int64_t scanned; /* probed by packet scan (no container index) */
+} dh_index_stats;
+
+DH_API void dh_index_opts_default(dh_index_opts *opts);
+/*
+ * Walks dir recursively, probes every regular file in parallel and writes one
+ * manifest line per probed file (one media item, id = path relative to dir)
+ * to out_path, in sorted path order. Paths in the manifest are relative to
+ * out_path's directory. The output file itself is never indexed.
+ */
+DH_API int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opts,
+                        dh_index_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DATAHELIX_CATALOG_H */

@@ -1,0 +1,158 @@
+/*
+ * datahelix/run.h - what a run is (dh_run_config), what it measured
+ * (dh_result, the JSON result contract), the policies, and the simulator.
+ * Part of the public C API; include <datahelix.h> for all of it.
+ */
+#ifndef DATAHELIX_RUN_H
+#define DATAHELIX_RUN_H
+
+#include "catalog.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* ------------------------------------------------------------------ runs */
+
+struct dh_batch_item; /* an item of a prepared batch (datahelix/engine.h) */
+
+/*
+ * Stress of the ground truth, for tests and benchmarks of the mechanisms
+ * (never for production runs): truth moves away from what descriptors and
+ * predictions say, and policies must cope. Both engines honour it (the real
+ * engine's emulated ranks take their compute time from the truth).
+ */
+typedef struct {
+    /* this fraction of samples (seeded) truly carries understate_factor x the tokens and
+     * latents their descriptors say; policies still see the descriptors */
+    double understate_fraction, understate_factor;
+    int understate_told; /* the same heavier samples, described truthfully (the reference) */
+    double cpu_noise_sigma; /* log-normal sigma of CPU truth around the model; 0: 0.25 */
+    /* this fraction of samples truly costs cpu_heavy_factor x its predicted CPU */
+    double cpu_heavy_fraction, cpu_heavy_factor;
+} dh_stress;
+
+/*
+ * One run of a policy over a manifest, in the simulator (engine "sim") or
+ * the real engine ("real"). Initialise with dh_run_config_default (it sets
+ * struct_size, so a caller built against an older, smaller struct keeps
+ * working: fields it does not know take their defaults). Zero fields take
+ * defaults: global_batch from the workload (or 64), steps = one epoch of
+ * complete batches, memory_budget = what the DataLoader baseline holds (2
+ * batches per worker). Lifetimes: manifest, spec, stress and the strings
+ * must outlive the run (for the real engine, until dh_engine_free).
+ */
+typedef struct {
+    uint32_t struct_size;    /* sizeof(dh_run_config) of the caller; set by the init function */
+    const char *workload;    /* built-in workload (spec, GPU model, rho); NULL with a manifest */
+    const dh_manifest *manifest; /* run these samples; NULL: generate the workload */
+    const dh_spec *spec;     /* overrides the workload's spec; may be NULL */
+    const char *policy;      /* local | pool | helix | helix-nobalance | helix-fifo | helix-noreb */
+    int ranks, workers;
+    int64_t global_batch;
+    int64_t steps;
+    uint64_t seed;
+    int64_t memory_budget;   /* bytes of prepared + in-preparation batches */
+    double rho;              /* 0: the workload's load factor (1.0 for a plain manifest) */
+    double cpu_cost_scale;   /* measured / predicted CPU cost on this machine; 0: 1 */
+    int nodes;               /* ranks and workers split evenly over nodes; 0: 1 */
+    double net_bandwidth;    /* bytes/s between nodes; 0: 100 Gb/s */
+    double net_latency;      /* seconds per transfer between nodes; 0: 20 us */
+    int64_t rank_token_cap;  /* helix placement: tokens per rank per step; 0: none */
+    int64_t rank_byte_cap;   /* helix placement: output bytes per rank per step; 0: none */
+    const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */
+    /* Real engine: called after each completed step (from a rank thread); may be NULL. */
+    void (*progress)(int64_t step_done, int64_t steps, void *user);
+    void *progress_user;
+    /* bytes/s of handing a prepared sample to another rank of the same node (rebalancing's
+     * transfer cost); 0: 20 GB/s, a shared-memory copy */
+    double move_bandwidth;
+    /*
+     * Real engine: the exact GPU seconds of a prepared sample, read from its decoded items
+     * (what the model really sees, e.g. tokens after dropping padding), or < 0 if unknown.
+     * Called once per prepared sample, from the worker thread that completes it, with the
+     * engine's lock held: keep it cheap. NULL: the emulated ranks' per-sample time.
+     * Rebalancing (helix) moves prepared samples between the ranks of a step on these costs.
+     */
+    double (*sample_gpu_cost)(int64_t sample, const struct dh_batch_item *items, int32_t nitems,
+                              const uint8_t *data, void *user);
+    void *sample_gpu_cost_user;
+    /*
+     * Run length (with `steps` above): steps > 0 runs that many global batches; steps ==
+     * DH_STEPS_FOREVER goes on epoch after epoch until stopped (dh_engine_stop, or
+     * should_stop); steps == 0 runs `epochs` whole epochs (0: one epoch; a workload run
+     * without a manifest: 200 steps).
+     */
+    int64_t epochs;
+    /* Polled once per step by both engines (from an engine thread): nonzero ends the run
+     * after the steps in flight, with the accounting of what was done. May be NULL. */
+    int (*should_stop)(void *user);
+    void *should_stop_user;
+    /* Samples a workload run generates (its dataset; epochs go round it); 0: the samples
+     * of min(steps, 1000) global batches (200 batches when steps is 0). */
+    int64_t workload_samples;
+    const dh_stress *stress; /* tests and benchmarks only; NULL: the truth as it is */
+} dh_run_config;
+
+/* steps value of a run that goes on until it is stopped. */
+#define DH_STEPS_FOREVER (-1)
+
+/* Fills cfg with defaults (helix, 8 ranks, 32 workers, seed 1) and its struct_size. */
+DH_API void dh_run_config_default(dh_run_config *cfg);
+DH_API const char *const *dh_policy_names(void); /* NULL-terminated, static; any thread */
+
+/*
+ * The result contract (docs/DESIGN.md, "Metrics"): every metric of one run.
+ * Initialise with dh_result_init (or DH_RESULT_INIT) before passing it to a
+ * run: the library writes only the struct_size bytes the caller has.
+ */
+typedef struct {
+    uint32_t struct_size;   /* sizeof(dh_result) of the caller; set by the init function */
+    char workload[64], policy[32], engine[8];
+    int ranks, workers;
+    int64_t steps, samples, delivered, failed;
+    double makespan_s, throughput_sps, bound_s, efficiency, miss_rate;
+    double fill_wait_ms, wait_mean_ms, wait_p50_ms, wait_p95_ms, wait_p99_ms, gpu_idle_frac;
+    double cpu_mape, gpu_mape; /* running prediction error of the calibrated models */
+    double bound_gpu_s, bound_cpu_s; /* the two terms of the bound */
+    /* sum over steps of o + the slowest rank's true compute under the chosen placement:
+     * the makespan with zero input wait. bound <= placement <= makespan splits the loss
+     * into placement (integrality, prediction error) and input wait (scheduling). */
+    double placement_s;
+    int64_t memory_budget, memory_peak;
+    int64_t cap_violations; /* samples placed over a per-rank cap no rank could meet */
+    double framework_overhead; /* real engine: worker CPU not spent decoding, as a fraction */
+    /* collective rebalancing (helix): candidate moves, applied, refused by the gate */
+    int64_t reb_considered, reb_moved, reb_gated, reb_bytes;
+    double reb_predicted_gain_s, reb_realised_gain_s;
+    /* CPU readiness across nodes: remote late samples considered, prepared elsewhere, gated */
+    int64_t lend_considered, lent, lend_gated, bytes_shipped;
+    double wall_s; /* time the simulator itself took */
+    /* moves of plans that passed the gate but were not carried out (a per-rank cap, or the
+     * real engine had no buffer room to receive them) */
+    int64_t reb_refused;
+    /* real engine: seconds spent moving decoded data for rebalancing, and the gate's
+     * calibrated transfer cost (measured / modelled; 1 in the simulator) */
+    double reb_move_s, reb_move_factor;
+    /* of the input wait (steps >= 1), the fraction a single task explains: the batch's
+     * longest task (or split part), started when its step's first task did, would still
+     * end that late, so no placement or lending hides it (only finer splitting could) */
+    double wait_single_frac;
+} dh_result;
+
+#define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}
+DH_API void dh_result_init(dh_result *r);
+
+/*
+ * Runs cfg in the discrete-event simulator and fills *out (initialised with
+ * dh_result_init). A run needs a length (steps or epochs), or should_stop.
+ * errbuf (may be NULL) gets a sentence on failure. Thread-safety: runs on the
+ * calling thread; concurrent runs on different configs are independent.
+ */
+DH_API int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *errbuf, size_t errlen);
+/* Writes one result as a JSON object (no trailing newline). Any thread. */
+DH_API int dh_result_write_json(const dh_result *r, void *file /* FILE * */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DATAHELIX_RUN_H */

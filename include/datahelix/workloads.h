@@ -1,0 +1,53 @@
+/*
+ * datahelix/workloads.h - the built-in workload suite (docs/WORKLOADS.md):
+ * seeded descriptor generators and writers of real media.
+ *
+ * Thread-safety: safe from any thread; each call owns what it creates.
+ * Part of the public C API; include <datahelix.h> for all of it.
+ */
+#ifndef DATAHELIX_WORKLOADS_H
+#define DATAHELIX_WORKLOADS_H
+
+#include "catalog.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* ------------------------------------------------------------- workloads */
+
+/*
+ * The eleven workloads of the docs/WORKLOADS.md suite as seeded descriptor
+ * generators (simulation scale: full resolutions and durations). Each carries
+ * its preprocessing spec, GPU model shape, load factor rho and global batch.
+ */
+DH_API const char *const *dh_workload_names(void); /* NULL-terminated, static */
+/*
+ * Generates `samples` descriptors of workload `name` into a new manifest
+ * (*out, free with dh_manifest_free). Same (name, samples, seed): same table.
+ */
+DH_API int dh_workload_generate(const char *name, int64_t samples, uint64_t seed,
+                                dh_manifest **out);
+typedef struct {
+    int64_t samples;  /* lines written to DIR/manifest.jsonl */
+    int64_t files;    /* media files encoded */
+    int64_t bytes;    /* their total size */
+} dh_gen_stats;
+
+/*
+ * Writes `samples` samples of workload `name` as real media under dir
+ * (created if needed), scaled down by scale: "mini" (resolution, duration
+ * and keyframe interval / 4), "small" (/ 2) or "full", with real encoders
+ * (H.264 via libx264, JPEG, PNG, FLAC), then probes every file and writes
+ * dir/manifest.jsonl from what the probe measured. progress may be NULL.
+ */
+DH_API int dh_workload_write(const char *name, const char *dir, int64_t samples, uint64_t seed,
+                             const char *scale, void (*progress)(int64_t done, int64_t total, void *),
+                             void *user, dh_gen_stats *stats, char *errbuf, size_t errlen);
+
+/* The workload's default global batch, or a negative error. */
+DH_API int64_t dh_workload_global_batch(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DATAHELIX_WORKLOADS_H */
