@@ -519,6 +519,39 @@ START_TEST(should_stop_ends_an_endless_run_with_its_accounting)
 }
 END_TEST
 
+START_TEST(allocation_failures_stop_the_real_engine_cleanly)
+{
+    /* The n-th allocation of the run-time modules fails (and all after it) while decoding
+     * threads and rank threads run: every run must end - with an error and a message, or
+     * complete with exact accounting - and never hang or crash. */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "helix");
+    c.steps = 3;
+    dh_result r = DH_RESULT_INIT;
+    char err[256] = "";
+    dh__alloc_fail_at(INT64_MAX, 0);
+    ck_assert_msg(dh_engine_run(&c, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
+    int64_t total = dh__alloc_fail_at(0, 0), failures = 0;
+    ck_assert_int_gt(total, 10);
+    for (int64_t n = 1; n <= total; n += 1 + total / 40) {
+        err[0] = 0;
+        dh_result_init(&r);
+        dh__alloc_fail_at(n, 1);
+        int rc = dh_engine_run(&c, NULL, NULL, &r, err, sizeof err);
+        dh__alloc_fail_at(0, 0);
+        if (rc) {
+            failures++;
+            ck_assert_msg(rc < 0 && err[0], "allocation %lld: rc %d without a message",
+                          (long long)n, rc);
+        } else {
+            ck_assert_int_eq(r.delivered + r.failed, r.samples);
+        }
+    }
+    ck_assert_int_gt(failures, 0);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(real_engine_refuses_several_nodes)
 {
     dh_manifest *m = manifest_with(NULL);
@@ -558,6 +591,7 @@ int main(void)
     tcase_add_test(tc, rebalancing_moves_decoded_samples_and_keeps_batches_valid);
     tcase_add_test(tc, rebalancing_is_gated_by_transfer_cost_and_off_for_noreb);
     tcase_add_test(tc, real_engine_refuses_several_nodes);
+    tcase_add_test(tc, allocation_failures_stop_the_real_engine_cleanly);
     tcase_add_test(tc, stop_wakes_a_blocked_consumer_and_streams_without_a_length);
     tcase_add_test(tc, should_stop_ends_an_endless_run_with_its_accounting);
     tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */

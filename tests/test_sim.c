@@ -332,6 +332,44 @@ START_TEST(epochs_and_stopping_set_the_run_length)
 }
 END_TEST
 
+START_TEST(every_allocation_failure_stops_the_simulation_cleanly)
+{
+    /* Make the n-th allocation of the run-time modules fail (and every one after it), for
+     * every n the run makes: each run must fail with a message or succeed, never crash,
+     * stall or leak (ASan's leak check runs on this test in the sanitizer build). */
+    const char *const *pol = dh_policy_names();
+    for (int p = 0; pol[p]; p++) {
+        dh_run_config c;
+        dh_run_config_default(&c);
+        c.workload = "omni-mix";
+        c.workload_samples = 64;
+        c.policy = pol[p];
+        c.ranks = 2;
+        c.workers = 4;
+        c.nodes = 2;
+        c.global_batch = 8;
+        c.steps = 12; /* past one epoch */
+        dh_result r = DH_RESULT_INIT;
+        char err[256];
+        dh__alloc_fail_at(INT64_MAX, 0);
+        ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), 0);
+        int64_t total = dh__alloc_fail_at(0, 0);
+        ck_assert_int_gt(total, 10);
+        for (int64_t n = 1; n <= total; n++) {
+            err[0] = 0;
+            dh__alloc_fail_at(n, 1);
+            int rc = dh_sim_run(&c, &r, err, sizeof err);
+            dh__alloc_fail_at(0, 0);
+            ck_assert_msg(rc < 0, "%s: allocation %lld of %lld failed, yet the run succeeded",
+                          pol[p], (long long)n, (long long)total);
+            ck_assert_msg(err[0] != 0, "%s: allocation %lld: no message", pol[p], (long long)n);
+            ck_assert_msg(rc != DH_EIO, "%s: allocation %lld read as a stall: %s", pol[p],
+                          (long long)n, err);
+        }
+    }
+}
+END_TEST
+
 START_TEST(json_result_has_the_contract_keys)
 {
     dh_result r = run("speech-asr", "pool", 1, 10);
@@ -494,6 +532,7 @@ int main(void)
     tcase_add_test(tc, helix_beats_the_baselines_where_skew_exists);
     tcase_add_test(tc, policies_never_read_ground_truth);
     tcase_add_test(tc, json_result_has_the_contract_keys);
+    tcase_add_test(tc, every_allocation_failure_stops_the_simulation_cleanly);
     tcase_add_test(tc, configs_and_results_grow_without_breaking_callers);
     tcase_add_test(tc, epochs_and_stopping_set_the_run_length);
     tcase_add_test(tc, trace_opens_as_chrome_json);

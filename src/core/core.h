@@ -42,6 +42,22 @@ uint64_t dh__rng_below(dh__rng *r, uint64_t bound);
  */
 int dh__grow(void **buf, size_t *cap, size_t need, size_t elem);
 
+/*
+ * Allocation of the run-time modules (scheduler, records, engines, run
+ * setup, truth, costs, planner) goes through these, so that tests can make
+ * the Nth allocation fail (curl's torture idea) and check that every error
+ * path reports and frees. Same contracts as malloc/calloc/realloc.
+ */
+void *dh__malloc(size_t n);
+void *dh__calloc(size_t n, size_t size);
+void *dh__realloc(void *p, size_t n);
+/*
+ * Test hook: the n-th counted allocation from now fails, and every one after
+ * it too while `sticky` (0: the failure hook is off). Thread-safe. Returns
+ * the allocations counted since the previous call.
+ */
+int64_t dh__alloc_fail_at(int64_t n, int sticky);
+
 /* snprintf that never overflows and tolerates buf == NULL. */
 void dh__msg(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

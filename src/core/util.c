@@ -69,7 +69,7 @@ int dh__grow(void **buf, size_t *cap, size_t need, size_t elem)
     }
     if (elem && ncap > SIZE_MAX / elem)
         return DH_ENOMEM;
-    void *p = realloc(*buf, ncap * elem);
+    void *p = dh__realloc(*buf, ncap * elem);
     if (!p)
         return DH_ENOMEM;
     *buf = p;
@@ -102,4 +102,43 @@ int dh__cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+/* ------------------------------------------------------ allocation hook */
+
+static _Atomic int64_t alloc_count, alloc_fail_at;
+static _Atomic int alloc_sticky;
+
+/* 1 when this allocation must fail (the hook is armed and its turn came). */
+static int alloc_fails(void)
+{
+    int64_t at = alloc_fail_at;
+    if (!at)
+        return 0;
+    int64_t n = ++alloc_count;
+    return n == at || (alloc_sticky && n > at);
+}
+
+void *dh__malloc(size_t n)
+{
+    return alloc_fails() ? NULL : malloc(n);
+}
+
+void *dh__calloc(size_t n, size_t size)
+{
+    return alloc_fails() ? NULL : calloc(n, size);
+}
+
+void *dh__realloc(void *p, size_t n)
+{
+    return alloc_fails() ? NULL : realloc(p, n);
+}
+
+int64_t dh__alloc_fail_at(int64_t n, int sticky)
+{
+    int64_t counted = alloc_count;
+    alloc_count = 0;
+    alloc_sticky = sticky;
+    alloc_fail_at = n;
+    return counted;
 }

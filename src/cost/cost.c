@@ -74,12 +74,12 @@ static int alloc_table(dh__samples *s, int64_t n)
     memset(s, 0, sizeof *s);
     s->n = n;
     size_t k = (size_t)(n > 0 ? n : 1);
-    s->cpu_pred = malloc(k * sizeof *s->cpu_pred);
-    s->feat = malloc(k * sizeof *s->feat);
-    s->bytes = malloc(k * sizeof *s->bytes);
-    s->segments = malloc(k * sizeof *s->segments);
-    s->tokens = malloc(k * sizeof *s->tokens);
-    s->cls = malloc(k * sizeof *s->cls);
+    s->cpu_pred = dh__malloc(k * sizeof *s->cpu_pred);
+    s->feat = dh__malloc(k * sizeof *s->feat);
+    s->bytes = dh__malloc(k * sizeof *s->bytes);
+    s->segments = dh__malloc(k * sizeof *s->segments);
+    s->tokens = dh__malloc(k * sizeof *s->tokens);
+    s->cls = dh__malloc(k * sizeof *s->cls);
     if (!s->cpu_pred || !s->feat || !s->bytes || !s->segments ||
         !s->tokens || !s->cls) {
         dh__samples_free(s);
@@ -132,7 +132,8 @@ int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_m
     int64_t n = dh_manifest_count(m);
     int rc = alloc_table(s, n);
     if (rc)
-        return rc;
+        return dh__fail(err, errlen, rc, "out of memory for the cost table of %lld samples",
+                        (long long)n);
     for (int64_t i = 0; i < n; i++) {
         if ((rc = build_one(m, spec, cpu, i, s))) {
             dh_sample_info si;

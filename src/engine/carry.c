@@ -62,7 +62,7 @@ static int lay_out_fresh(dh_engine *e, const int64_t *order, const int32_t *rank
     for (int r = 0; r < e->R && !rc; r++) {
         if (!e->changed[r])
             continue;
-        int64_t *samples = malloc((size_t)e->G * sizeof *samples);
+        int64_t *samples = dh__malloc((size_t)e->G * sizeof *samples);
         int32_t n = 0;
         for (int64_t k = 0; samples && k < e->G; k++)
             if (rank_of[k] == r)

@@ -149,11 +149,11 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
 
 static int engine_alloc(dh_engine *e)
 {
-    e->next_step = calloc((size_t)e->R, sizeof *e->next_step);
-    e->frozen = calloc((size_t)e->R * 3, 1);
+    e->next_step = dh__calloc((size_t)e->R, sizeof *e->next_step);
+    e->frozen = dh__calloc((size_t)e->R * 3, 1);
     e->received = e->frozen ? e->frozen + e->R : NULL;
     e->changed = e->frozen ? e->frozen + 2 * e->R : NULL;
-    e->fresh = calloc((size_t)e->R, sizeof *e->fresh);
+    e->fresh = dh__calloc((size_t)e->R, sizeof *e->fresh);
     if (!e->next_step || !e->frozen || !e->fresh)
         return DH_ENOMEM;
     /* Blocks outstanding at once: batches holding a buffer, far fewer than this. */
@@ -171,7 +171,7 @@ static int engine_alloc(dh_engine *e)
 
 static dh_engine *engine_new(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user)
 {
-    dh_engine *e = calloc(1, sizeof *e);
+    dh_engine *e = dh__calloc(1, sizeof *e);
     if (!e)
         return NULL;
     pthread_mutex_init(&e->mu, NULL);
@@ -197,7 +197,7 @@ int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void 
                                                 "the simulator models several");
     dh_engine *e = engine_new(cfg, on_error, user);
     if (!e)
-        return DH_ENOMEM;
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory starting the engine");
     int rc = dh__run_setup(cfg, &e->run, err, errlen);
     if (rc) {
         dh_engine_free(e);
@@ -244,6 +244,8 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
         e->rec.makespan = dh__eng_elapsed(e);
     /* GPU terms from the ground truth; the CPU term is what the workers measured. */
     e->rec.cpu_true_sum = e->cpu_sum;
+    if (!e->error && e->rec.error)
+        e->error = e->rec.error;
     dh_result full;
     dh__run_fill_result(&e->run, e->sched, &e->rec, "real", &full);
     /* the pool's real use, not the scheduler's accounting, with the move arena's */

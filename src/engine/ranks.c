@@ -103,8 +103,8 @@ static int run_ranks(dh_engine *e, char *err, size_t errlen)
     rank_barrier barrier = {.n = e->R};
     pthread_mutex_init(&barrier.mu, NULL);
     pthread_cond_init(&barrier.cv, NULL);
-    rank_arg *args = calloc((size_t)e->R, sizeof *args);
-    pthread_t *tids = calloc((size_t)e->R, sizeof *tids);
+    rank_arg *args = dh__calloc((size_t)e->R, sizeof *args);
+    pthread_t *tids = dh__calloc((size_t)e->R, sizeof *tids);
     int started = 0, rc = 0;
     for (int r = 0; args && tids && r < e->R; r++, started++) {
         args[r] = (rank_arg){e, r, &barrier, 0};
@@ -133,6 +133,8 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
 {
     if (!out)
         return DH_EINVAL;
+    if (err && errlen)
+        err[0] = 0;
     int rc = dh__result_check(out, err, errlen);
     if (rc)
         return rc;
@@ -142,8 +144,9 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
         return rc;
     rc = run_ranks(e, err, errlen);
     int frc = dh_engine_finish(e, out);
-    if (!rc && frc)
-        dh__msg(err, errlen, "the run stopped: %s", dh_strerror(frc));
+    rc = rc ? rc : frc;
+    if (rc && err && errlen && !err[0])
+        dh__msg(err, errlen, "the run stopped: %s", dh_strerror(rc));
     dh_engine_free(e);
-    return rc ? rc : frc;
+    return rc;
 }

@@ -26,8 +26,8 @@ int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int populate)
     }
     r->size = size;
     r->cap = max_blocks;
-    r->blocks = malloc((size_t)max_blocks * sizeof *r->blocks);
-    r->freed = calloc((size_t)max_blocks, 1);
+    r->blocks = dh__malloc((size_t)max_blocks * sizeof *r->blocks);
+    r->freed = dh__calloc((size_t)max_blocks, 1);
     if (!r->blocks || !r->freed) {
         dh__ring_destroy(r);
         return DH_ENOMEM;

@@ -18,7 +18,7 @@
 
 static int grow_ring(dh_engine *e, int64_t ncap)
 {
-    eng_step **steps = calloc((size_t)ncap, sizeof *steps);
+    eng_step **steps = dh__calloc((size_t)ncap, sizeof *steps);
     if (!steps)
         return DH_ENOMEM;
     for (int64_t st = e->lo; st < e->hi; st++)
@@ -42,7 +42,7 @@ eng_step *dh__eng_step(dh_engine *e, int64_t step)
             return NULL;
         }
         for (; e->hi <= step; e->hi++) {
-            eng_step *s = calloc(1, sizeof *s + (size_t)e->R * sizeof(batch_slot));
+            eng_step *s = dh__calloc(1, sizeof *s + (size_t)e->R * sizeof(batch_slot));
             if (!s) {
                 dh__eng_fail(e, DH_ENOMEM);
                 return NULL;
@@ -125,8 +125,8 @@ int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n
     }
     b->samples = samples;
     b->nsamples = n;
-    b->tokens = calloc((size_t)DH_MAX(n, 1), sizeof *b->tokens);
-    b->items = calloc((size_t)DH_MAX(nitems, 1), sizeof *b->items);
+    b->tokens = dh__calloc((size_t)DH_MAX(n, 1), sizeof *b->tokens);
+    b->items = dh__calloc((size_t)DH_MAX(nitems, 1), sizeof *b->items);
     if (!b->tokens || !b->items)
         return DH_ENOMEM;
     int64_t off = 0;
@@ -157,7 +157,7 @@ int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n
 /* Fixes batch (st, r)'s layout from the descriptors. */
 int dh__lay_out(dh_engine *e, int64_t st, int r, batch_slot *b)
 {
-    int64_t *samples = malloc((size_t)e->G * sizeof *samples);
+    int64_t *samples = dh__malloc((size_t)e->G * sizeof *samples);
     if (!samples)
         return DH_ENOMEM;
     int32_t n = dh__sched_batch_samples(e->sched, st, r, samples, (int32_t)e->G);

@@ -206,11 +206,11 @@ static void *worker_main(void *arg)
 int dh__eng_start_workers(dh_engine *e)
 {
     int n = dh__sched_worker_count(e->sched);
-    e->threads = calloc((size_t)n, sizeof *e->threads);
+    e->threads = dh__calloc((size_t)n, sizeof *e->threads);
     if (!e->threads)
         return DH_ENOMEM;
     for (int w = 0; w < n; w++) {
-        void **arg = malloc(2 * sizeof *arg);
+        void **arg = dh__malloc(2 * sizeof *arg);
         if (!arg)
             return DH_ENOMEM;
         arg[0] = e;

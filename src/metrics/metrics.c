@@ -48,7 +48,7 @@ static int sketch_add(dh__wait_sketch *k, double w)
         return 0;
     }
     if (!k->hist) { /* the exact list is full: fold it into the histogram */
-        if (!(k->hist = calloc(HIST_BUCKETS, sizeof *k->hist)))
+        if (!(k->hist = dh__calloc(HIST_BUCKETS, sizeof *k->hist)))
             return DH_ENOMEM;
         for (int64_t i = 0; i < k->n; i++)
             k->hist[hist_bucket(k->v[i])]++;
@@ -107,8 +107,8 @@ void dh__records_free(dh__records *rec)
 /* Moves the live steps into slots of a window of ncap steps. */
 static int records_regrow(dh__records *rec, int64_t ncap)
 {
-    dh__rec_batch *batch = calloc((size_t)(ncap * rec->R), sizeof *batch);
-    dh__rec_step *step = calloc((size_t)ncap, sizeof *step);
+    dh__rec_batch *batch = dh__calloc((size_t)(ncap * rec->R), sizeof *batch);
+    dh__rec_step *step = dh__calloc((size_t)ncap, sizeof *step);
     if (!batch || !step) {
         free(batch);
         free(step);

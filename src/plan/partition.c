@@ -142,7 +142,7 @@ static int lpt(part_state *s, const int *order, dh__part_out *out)
 {
     const dh__part_in *in = s->in;
     int R = in->ranks, n = R, naside = 0;
-    int *heap = malloc((size_t)R * sizeof *heap), *aside = malloc((size_t)R * sizeof *aside);
+    int *heap = dh__malloc((size_t)R * sizeof *heap), *aside = dh__malloc((size_t)R * sizeof *aside);
     if (!heap || !aside) {
         free(heap);
         free(aside);
@@ -278,15 +278,15 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     memset(out, 0, sizeof *out);
     size_t R = (size_t)in->ranks;
     part_state s = {.in = in, .rank_of = rank_of};
-    s.gpu = calloc(R, sizeof *s.gpu);
-    s.cpu = calloc(R, sizeof *s.cpu);
-    s.tokens = calloc(R, sizeof *s.tokens);
-    s.bytes = calloc(R, sizeof *s.bytes);
+    s.gpu = dh__calloc(R, sizeof *s.gpu);
+    s.cpu = dh__calloc(R, sizeof *s.cpu);
+    s.tokens = dh__calloc(R, sizeof *s.tokens);
+    s.bytes = dh__calloc(R, sizeof *s.bytes);
     size_t n1 = (size_t)(in->n ? in->n : 1);
-    s.head = malloc(R * sizeof *s.head);
-    s.next = malloc(n1 * sizeof *s.next);
-    s.prev = malloc(n1 * sizeof *s.prev);
-    int *order = malloc(n1 * sizeof *order);
+    s.head = dh__malloc(R * sizeof *s.head);
+    s.next = dh__malloc(n1 * sizeof *s.next);
+    s.prev = dh__malloc(n1 * sizeof *s.prev);
+    int *order = dh__malloc(n1 * sizeof *order);
     int rc = 0;
     if (!s.gpu || !s.cpu || !s.tokens || !s.bytes || !s.head || !s.next || !s.prev || !order) {
         rc = DH_ENOMEM;

@@ -102,8 +102,7 @@ static int build_sampler(dh__run *run, char *err, size_t errlen)
         }
         c->steps = epochs * per;
     }
-    run->step_buf = malloc((size_t)c->global_batch * sizeof *run->step_buf);
-    return run->step_buf ? 0 : DH_ENOMEM;
+    return 0;
 }
 
 void dh_result_init(dh_result *r)
@@ -307,7 +306,6 @@ void dh__run_free(dh__run *run)
     dh_manifest_free(run->owned);
     dh_spec_free(run->spec);
     dh_sampler_free(run->sampler);
-    free(run->step_buf);
     memset(run, 0, sizeof *run);
 }
 

@@ -22,7 +22,6 @@ typedef struct {
     dh__truth truth;          /* engines only */
     dh__gpu_model gpu;        /* scaled to rho: the truth model and the policy's start */
     dh_sampler *sampler;      /* the global order, drawn step by step */
-    int64_t *step_buf;        /* G: scratch */
     int64_t drawn;            /* steps drawn from the sampler so far */
     dh__records *rec;         /* where drawn steps' truth goes (set by the engine) */
     dh__policy policy;

@@ -30,12 +30,12 @@ static int by_slack(const void *a, const void *b)
 int dh__lend_init(dh__sched *s)
 {
     size_t nodes = (size_t)s->nodes;
-    s->lend_free = calloc((size_t)s->nworkers, sizeof *s->lend_free);
-    s->lend_tasks = malloc(DH_LEND_LOOK * sizeof(queued_task));
-    s->lend_memo_ver = calloc(nodes, sizeof *s->lend_memo_ver);
-    s->lend_memo_epoch = calloc(nodes, sizeof *s->lend_memo_epoch);
-    s->node_ver = calloc(nodes, sizeof *s->node_ver);
-    s->lend_memo_val = calloc(nodes, sizeof *s->lend_memo_val);
+    s->lend_free = dh__calloc((size_t)s->nworkers, sizeof *s->lend_free);
+    s->lend_tasks = dh__malloc(DH_LEND_LOOK * sizeof(queued_task));
+    s->lend_memo_ver = dh__calloc(nodes, sizeof *s->lend_memo_ver);
+    s->lend_memo_epoch = dh__calloc(nodes, sizeof *s->lend_memo_epoch);
+    s->node_ver = dh__calloc(nodes, sizeof *s->node_ver);
+    s->lend_memo_val = dh__calloc(nodes, sizeof *s->lend_memo_val);
     s->epoch = 1; /* memos start invalid (epoch 0) */
     if (!s->lend_free || !s->lend_tasks || !s->lend_memo_ver || !s->lend_memo_epoch ||
         !s->node_ver || !s->lend_memo_val)

@@ -49,16 +49,22 @@ void dh__reb_step_finished(dh__sched *s, int64_t st)
                               step_max(s, st, s->rank_of + base, s->plan_gpu);
 }
 
-/* 1 when the plan keeps every rank that receives samples within the per-rank caps. */
+/* 1 when the plan keeps every rank that receives samples within the per-rank caps, 0 when
+ * not, < 0 on an allocation failure. */
 static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_of)
 {
     if (!s->cfg.rank_token_cap && !s->cfg.rank_byte_cap)
         return 1;
     int64_t base = step_slot(s, st) * s->G;
-    int64_t *tok = calloc((size_t)s->R * 2, sizeof *tok);
-    uint8_t *gains = calloc((size_t)s->R, 1);
-    int ok = tok && gains;
-    int64_t *byt = ok ? tok + s->R : NULL;
+    int64_t *tok = dh__calloc((size_t)s->R * 2, sizeof *tok);
+    uint8_t *gains = dh__calloc((size_t)s->R, 1);
+    if (!tok || !gains) {
+        free(tok);
+        free(gains);
+        return DH_ENOMEM;
+    }
+    int ok = 1;
+    int64_t *byt = tok + s->R;
     for (int64_t k = 0; ok && k < s->G; k++) {
         int64_t i = s->order[base + k];
         tok[rank_of[k]] += s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
@@ -192,8 +198,11 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
     if (p.n == 0 || p.open < 2)
         return;
     double gain = 0;
-    if (plan_moves(s, st, &p, &gain)) /* an allocation failed: the placement stays */
+    int rc = plan_moves(s, st, &p, &gain);
+    if (rc) {
+        dh__sched_fail(s, rc);
         return;
+    }
     int64_t moves = 0, bytes = 0, base = step_slot(s, st) * s->G;
     double cost = plan_cost(s, &p, &moves, &bytes);
     s->reb.plans++;
@@ -210,7 +219,12 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
     memcpy(p.new_rank, s->rank_of + base, (size_t)s->G * sizeof *p.new_rank);
     for (int64_t i = 0; i < p.n; i++)
         p.new_rank[p.pos_of[i]] = p.plan[i];
-    if (!plan_within_caps(s, st, p.new_rank) || (accept && accept(ctx, st, p.new_rank))) {
+    int within = plan_within_caps(s, st, p.new_rank);
+    if (within < 0) {
+        dh__sched_fail(s, within);
+        return;
+    }
+    if (!within || (accept && accept(ctx, st, p.new_rank))) {
         s->reb.refused += moves;
         return;
     }

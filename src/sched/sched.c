@@ -30,7 +30,7 @@
 
 #define INITIAL_STEP_SLOTS 8
 
-static int fail(dh__sched *s, int rc)
+int dh__sched_fail(dh__sched *s, int rc)
 {
     if (!s->error)
         s->error = rc;
@@ -43,17 +43,17 @@ static int fail(dh__sched *s, int rc)
 static int regrow(dh__sched *s, int64_t ncap)
 {
     int64_t G = s->G, R = s->R;
-    batch_rec *batch = calloc((size_t)(ncap * R), sizeof *batch);
-    int64_t *order = malloc((size_t)(ncap * G) * sizeof *order);
-    int32_t *rank_of = malloc((size_t)(ncap * G) * sizeof *rank_of);
-    int64_t *members = malloc((size_t)(ncap * G) * sizeof *members);
-    float *task_pred = malloc((size_t)(ncap * G) * sizeof *task_pred);
-    int32_t *parts_left = calloc((size_t)(ncap * G), sizeof *parts_left);
-    float *revealed = malloc((size_t)(ncap * G) * sizeof *revealed);
-    uint8_t *done = calloc((size_t)(ncap * G), 1);
-    int32_t *orig_rank = malloc((size_t)(ncap * G) * sizeof *orig_rank);
-    double *step_start = calloc((size_t)ncap, sizeof *step_start);
-    int32_t *finished_ranks = calloc((size_t)ncap, sizeof *finished_ranks);
+    batch_rec *batch = dh__calloc((size_t)(ncap * R), sizeof *batch);
+    int64_t *order = dh__malloc((size_t)(ncap * G) * sizeof *order);
+    int32_t *rank_of = dh__malloc((size_t)(ncap * G) * sizeof *rank_of);
+    int64_t *members = dh__malloc((size_t)(ncap * G) * sizeof *members);
+    float *task_pred = dh__malloc((size_t)(ncap * G) * sizeof *task_pred);
+    int32_t *parts_left = dh__calloc((size_t)(ncap * G), sizeof *parts_left);
+    float *revealed = dh__malloc((size_t)(ncap * G) * sizeof *revealed);
+    uint8_t *done = dh__calloc((size_t)(ncap * G), 1);
+    int32_t *orig_rank = dh__malloc((size_t)(ncap * G) * sizeof *orig_rank);
+    double *step_start = dh__calloc((size_t)ncap, sizeof *step_start);
+    int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
     int ok = batch && order && rank_of && members && task_pred && parts_left && revealed && done &&
              orig_rank && step_start && finished_ranks;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
@@ -213,7 +213,7 @@ int dh__sched_ensure_planned(dh__sched *s, int64_t st)
     while (s->planned <= st && s->planned < s->N) {
         int rc = plan_step(s, s->planned);
         if (rc)
-            return fail(s, rc);
+            return dh__sched_fail(s, rc);
     }
     return 0;
 }
@@ -241,7 +241,7 @@ static int admit(dh__sched *s)
             rc = s->caps->service == DH_SERVE_LEAST_SLACK ? dh__lst_push(s, node, mem[k])
                                                            : dh__fifo_push(&s->fifo[node], mem[k]);
             if (rc)
-                return fail(s, rc);
+                return dh__sched_fail(s, rc);
         }
         s->admit_next++;
     }
@@ -286,7 +286,7 @@ int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
                  ? dh__local_next(s, worker, &pos)
                  : shared_next(s, worker / s->workers_per_node, now, &pos, &part, &nparts, &ship);
     if (rc)
-        return rc < 0 ? fail(s, rc) : rc;
+        return rc < 0 ? dh__sched_fail(s, rc) : rc;
     out->ship_s = ship;
     out->pos = pos;
     out->step = pos / s->G;
@@ -496,20 +496,20 @@ static void fill_defaults(dh__sched *s)
 static int alloc_fixed(dh__sched *s)
 {
     size_t R = (size_t)s->R, G = (size_t)s->G, nodes = (size_t)s->nodes, gr = DH_MAX(G, R);
-    s->fifo = calloc(nodes, sizeof *s->fifo);
-    s->heap = calloc(nodes, sizeof *s->heap);
-    s->heap_n = calloc(nodes, sizeof *s->heap_n);
-    s->heap_cap = calloc(nodes, sizeof *s->heap_cap);
-    s->taken = calloc(R, sizeof *s->taken);
-    s->worker_step = malloc((size_t)s->nworkers * sizeof *s->worker_step);
-    s->worker_free = calloc((size_t)s->nworkers, sizeof *s->worker_free);
-    s->plan_gpu = malloc(gr * sizeof *s->plan_gpu);
-    s->plan_cpu = malloc(gr * sizeof *s->plan_cpu);
-    s->plan_fill = malloc(R * sizeof *s->plan_fill);
-    s->plan_tokens = malloc(G * sizeof *s->plan_tokens);
-    s->plan_bytes = malloc(G * sizeof *s->plan_bytes);
-    s->reb_i32 = malloc((3 * G + 2 * R) * sizeof *s->reb_i32);
-    s->reb_f64 = malloc(2 * R * sizeof *s->reb_f64);
+    s->fifo = dh__calloc(nodes, sizeof *s->fifo);
+    s->heap = dh__calloc(nodes, sizeof *s->heap);
+    s->heap_n = dh__calloc(nodes, sizeof *s->heap_n);
+    s->heap_cap = dh__calloc(nodes, sizeof *s->heap_cap);
+    s->taken = dh__calloc(R, sizeof *s->taken);
+    s->worker_step = dh__malloc((size_t)s->nworkers * sizeof *s->worker_step);
+    s->worker_free = dh__calloc((size_t)s->nworkers, sizeof *s->worker_free);
+    s->plan_gpu = dh__malloc(gr * sizeof *s->plan_gpu);
+    s->plan_cpu = dh__malloc(gr * sizeof *s->plan_cpu);
+    s->plan_fill = dh__malloc(R * sizeof *s->plan_fill);
+    s->plan_tokens = dh__malloc(G * sizeof *s->plan_tokens);
+    s->plan_bytes = dh__malloc(G * sizeof *s->plan_bytes);
+    s->reb_i32 = dh__malloc((3 * G + 2 * R) * sizeof *s->reb_i32);
+    s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
     if (!s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
         !s->plan_bytes || !s->reb_i32 || !s->reb_f64)
@@ -521,7 +521,7 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
 {
     if (!cfg || !out || !config_valid(cfg))
         return DH_EINVAL;
-    dh__sched *s = calloc(1, sizeof *s);
+    dh__sched *s = dh__calloc(1, sizeof *s);
     if (!s)
         return DH_ENOMEM;
     s->cfg = *cfg;

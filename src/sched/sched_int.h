@@ -155,6 +155,8 @@ static inline void touch_all(dh__sched *s)
 }
 
 /* sched.c */
+/* Records the scheduler's first failure (rc < 0); every later call returns it. */
+int dh__sched_fail(dh__sched *s, int rc);
 int dh__sched_ensure_planned(dh__sched *s, int64_t st);
 /* Regroups step st's positions by rank after its placement changed. */
 void dh__sched_regroup(dh__sched *s, int64_t st);

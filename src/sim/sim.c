@@ -208,11 +208,11 @@ static int sim_alloc(sim *s)
 {
     int R = s->run->cfg.ranks;
     s->nworkers = dh__sched_worker_count(s->sched);
-    s->current = calloc((size_t)s->nworkers, sizeof *s->current);
-    s->task_start = calloc((size_t)s->nworkers, sizeof *s->task_start);
-    s->idle = malloc((size_t)s->nworkers);
-    s->waiting = malloc((size_t)R * sizeof *s->waiting);
-    s->batch_buf = malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
+    s->current = dh__calloc((size_t)s->nworkers, sizeof *s->current);
+    s->task_start = dh__calloc((size_t)s->nworkers, sizeof *s->task_start);
+    s->idle = dh__malloc((size_t)s->nworkers);
+    s->waiting = dh__malloc((size_t)R * sizeof *s->waiting);
+    s->batch_buf = dh__malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
     if (!s->current || !s->task_start || !s->idle || !s->waiting || !s->batch_buf)
         return DH_ENOMEM;
     memset(s->idle, 1, (size_t)s->nworkers);
@@ -245,6 +245,8 @@ static int simulate(sim *s)
         else
             on_barrier(s, &e);
     }
+    if (!s->error && s->rec.error)
+        s->error = s->rec.error; /* the records could not keep up (a fold failed) */
     if (s->error)
         return s->error;
     return s->done ? 0 : DH_EIO; /* an empty heap before the last step is a scheduler stall */
@@ -277,6 +279,8 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
 {
     if (!cfg || !out)
         return DH_EINVAL;
+    if (err && errlen)
+        err[0] = 0;
     int rc = dh__result_check(out, err, errlen);
     if (rc)
         return rc;

@@ -13,8 +13,8 @@ int dh__truth_init(dh__truth *t, int64_t n)
     memset(t, 0, sizeof *t);
     size_t k = (size_t)(n > 0 ? n : 1);
     t->n = n;
-    t->cpu = malloc(k * sizeof *t->cpu);
-    t->gpu = malloc(k * sizeof *t->gpu);
+    t->cpu = dh__malloc(k * sizeof *t->cpu);
+    t->gpu = dh__malloc(k * sizeof *t->gpu);
     if (!t->cpu || !t->gpu) {
         dh__truth_free(t);
         return DH_ENOMEM;
