@@ -1,7 +1,7 @@
 /*
  * sched_int.h - the scheduler's state, shared by its rooms (internal to
  * src/sched): sched.c (window, planning, admission, the pull interface),
- * lst.c (least slack and splitting), baseline.c (the local and FIFO
+ * state.c (creation, the window's rings), lst.c (least slack and splitting), baseline.c (the local and FIFO
  * services), rebalance.c and lend.c. Nothing outside src/sched includes it.
  *
  * DESIGN: the step window. A step's state (its samples, placement, batch
@@ -153,6 +153,12 @@ static inline void touch_all(dh__sched *s)
     s->epoch++;
     s->lend_ver++;
 }
+
+/* state.c */
+/* Room in the window for steps [lo, st] and the start of st + 1; 0 or DH_ENOMEM. */
+int dh__sched_ensure_room(dh__sched *s, int64_t st);
+/* Steps every rank finished, before the latest taken one, leave the window. */
+void dh__sched_retire(dh__sched *s);
 
 /* sched.c */
 /* Records the scheduler's first failure (rc < 0); every later call returns it. */

@@ -1,0 +1,209 @@
+/*
+ * state.c - the scheduler's memory: creating and freeing it, and the step
+ * window's rings (sched_int.h): growing them when more steps are in flight
+ * than they hold, and retiring steps every rank is done with. Nothing here
+ * depends on the run's length.
+ */
+#include "sched_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define INITIAL_STEP_SLOTS 8
+
+/* ------------------------------------------------------------------ window */
+
+/* Moves every live step into rings of cap `ncap` (a power of two). */
+static int regrow(dh__sched *s, int64_t ncap)
+{
+    int64_t G = s->G, R = s->R;
+    batch_rec *batch = dh__calloc((size_t)(ncap * R), sizeof *batch);
+    int64_t *order = dh__malloc((size_t)(ncap * G) * sizeof *order);
+    int32_t *rank_of = dh__malloc((size_t)(ncap * G) * sizeof *rank_of);
+    int64_t *members = dh__malloc((size_t)(ncap * G) * sizeof *members);
+    float *task_pred = dh__malloc((size_t)(ncap * G) * sizeof *task_pred);
+    int32_t *parts_left = dh__calloc((size_t)(ncap * G), sizeof *parts_left);
+    float *revealed = dh__malloc((size_t)(ncap * G) * sizeof *revealed);
+    uint8_t *done = dh__calloc((size_t)(ncap * G), 1);
+    int32_t *orig_rank = dh__malloc((size_t)(ncap * G) * sizeof *orig_rank);
+    double *step_start = dh__calloc((size_t)ncap, sizeof *step_start);
+    int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
+    int ok = batch && order && rank_of && members && task_pred && parts_left && revealed && done &&
+             orig_rank && step_start && finished_ranks;
+    for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
+        int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
+        step_start[n] = s->step_start[o];
+        if (st == s->planned)
+            break;
+        finished_ranks[n] = s->finished_ranks[o];
+        memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
+#define MOVE(a) memcpy(a + n * G, s->a + o * G, (size_t)G * sizeof *a)
+        MOVE(order);
+        MOVE(rank_of);
+        MOVE(members);
+        MOVE(task_pred);
+        MOVE(parts_left);
+        MOVE(revealed);
+        MOVE(done);
+        MOVE(orig_rank);
+#undef MOVE
+    }
+#define SWAP(a)                                                                                    \
+    do {                                                                                           \
+        void *t_ = s->a;                                                                           \
+        s->a = ok ? a : s->a;                                                                      \
+        free(ok ? t_ : (void *)a);                                                                 \
+    } while (0)
+    SWAP(batch);
+    SWAP(order);
+    SWAP(rank_of);
+    SWAP(members);
+    SWAP(task_pred);
+    SWAP(parts_left);
+    SWAP(revealed);
+    SWAP(done);
+    SWAP(orig_rank);
+    SWAP(step_start);
+    SWAP(finished_ranks);
+#undef SWAP
+    if (!ok)
+        return DH_ENOMEM;
+    s->cap = ncap;
+    return 0;
+}
+
+/* Room for steps [lo, st] and the start of st + 1. */
+int dh__sched_ensure_room(dh__sched *s, int64_t st)
+{
+    int64_t need = st + 2 - s->lo, ncap = s->cap;
+    while (ncap < need)
+        ncap *= 2;
+    return ncap == s->cap ? 0 : regrow(s, ncap);
+}
+
+/* Steps every rank finished, before the latest taken one, leave the window. */
+void dh__sched_retire(dh__sched *s)
+{
+    while (s->lo < s->planned && s->lo < s->cur_step &&
+           s->finished_ranks[step_slot(s, s->lo)] == s->R)
+        s->lo++;
+}
+
+/* --------------------------------------------------------------- lifecycle */
+
+void dh__sched_free(dh__sched *s)
+{
+    if (!s)
+        return;
+    free(s->batch);
+    free(s->order);
+    free(s->rank_of);
+    free(s->members);
+    free(s->task_pred);
+    free(s->parts_left);
+    free(s->revealed);
+    free(s->done);
+    free(s->orig_rank);
+    free(s->step_start);
+    free(s->finished_ranks);
+    for (int n = 0; n < s->nodes; n++) {
+        if (s->fifo)
+            free(s->fifo[n].pos);
+        if (s->heap)
+            free(s->heap[n]);
+    }
+    free(s->fifo);
+    free(s->heap);
+    free(s->heap_n);
+    free(s->heap_cap);
+    free(s->taken);
+    free(s->worker_step);
+    free(s->worker_free);
+    free(s->plan_gpu);
+    free(s->plan_cpu);
+    free(s->plan_fill);
+    free(s->plan_tokens);
+    free(s->plan_bytes);
+    free(s->reb_i32);
+    free(s->reb_f64);
+    dh__lend_free(s);
+    free(s);
+}
+
+static int config_valid(const dh__sched_config *cfg)
+{
+    return cfg->ranks >= 1 && cfg->workers >= 1 && cfg->global_batch >= 1 &&
+           cfg->global_batch <= INT32_MAX && cfg->steps >= 0 && dh__policy_caps_of(cfg->policy) &&
+           cfg->next_order && cfg->pred.n > 0 && cfg->nodes >= 0 &&
+           (cfg->nodes <= 1 || (cfg->ranks % cfg->nodes == 0 && cfg->workers % cfg->nodes == 0));
+}
+
+static void fill_defaults(dh__sched *s)
+{
+    if (!s->cfg.move_bandwidth)
+        s->cfg.move_bandwidth = 20e9;
+    if (!s->cfg.move_latency)
+        s->cfg.move_latency = 5e-6;
+    s->reb.move_factor = 1.0;
+    if (!s->cfg.net_bandwidth)
+        s->cfg.net_bandwidth = 100e9 / 8;
+    if (!s->cfg.net_latency)
+        s->cfg.net_latency = 20e-6;
+}
+
+static int alloc_fixed(dh__sched *s)
+{
+    size_t R = (size_t)s->R, G = (size_t)s->G, nodes = (size_t)s->nodes, gr = DH_MAX(G, R);
+    s->fifo = dh__calloc(nodes, sizeof *s->fifo);
+    s->heap = dh__calloc(nodes, sizeof *s->heap);
+    s->heap_n = dh__calloc(nodes, sizeof *s->heap_n);
+    s->heap_cap = dh__calloc(nodes, sizeof *s->heap_cap);
+    s->taken = dh__calloc(R, sizeof *s->taken);
+    s->worker_step = dh__malloc((size_t)s->nworkers * sizeof *s->worker_step);
+    s->worker_free = dh__calloc((size_t)s->nworkers, sizeof *s->worker_free);
+    s->plan_gpu = dh__malloc(gr * sizeof *s->plan_gpu);
+    s->plan_cpu = dh__malloc(gr * sizeof *s->plan_cpu);
+    s->plan_fill = dh__malloc(R * sizeof *s->plan_fill);
+    s->plan_tokens = dh__malloc(G * sizeof *s->plan_tokens);
+    s->plan_bytes = dh__malloc(G * sizeof *s->plan_bytes);
+    s->reb_i32 = dh__malloc((3 * G + 2 * R) * sizeof *s->reb_i32);
+    s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
+    if (!s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
+        !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
+        !s->plan_bytes || !s->reb_i32 || !s->reb_f64)
+        return DH_ENOMEM;
+    return dh__lend_init(s);
+}
+
+int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
+{
+    if (!cfg || !out || !config_valid(cfg))
+        return DH_EINVAL;
+    dh__sched *s = dh__calloc(1, sizeof *s);
+    if (!s)
+        return DH_ENOMEM;
+    s->cfg = *cfg;
+    s->caps = dh__policy_caps_of(cfg->policy);
+    s->G = cfg->global_batch;
+    s->N = cfg->steps ? cfg->steps : DH__STEPS_UNBOUNDED;
+    s->R = cfg->ranks;
+    s->W = cfg->workers;
+    s->k_local = DH_MAX(1, s->W / s->R);
+    s->nodes = cfg->nodes > 0 ? cfg->nodes : 1;
+    s->ranks_per_node = s->R / s->nodes;
+    s->workers_per_node = DH_MAX(1, s->W / s->nodes);
+    s->nworkers = s->caps->service == DH_SERVE_LOCAL ? s->R * s->k_local : s->W;
+    dh__calib_init(&s->calib);
+    fill_defaults(s);
+    int rc = alloc_fixed(s);
+    if (!rc)
+        rc = regrow(s, INITIAL_STEP_SLOTS);
+    if (rc) {
+        dh__sched_free(s);
+        return rc;
+    }
+    for (int w = 0; w < s->nworkers; w++)
+        s->worker_step[w] = w % s->k_local;
+    *out = s;
+    return 0;
+}
