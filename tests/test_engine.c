@@ -552,6 +552,36 @@ START_TEST(allocation_failures_stop_the_real_engine_cleanly)
 }
 END_TEST
 
+START_TEST(threads_that_cannot_start_unwind_cleanly)
+{
+    /* The second decoding thread cannot start: dh_engine_start fails with a message and
+     * joins only the thread that did start. A rank thread that cannot start: the ranks that
+     * did start must not wait for it at the step barrier (this deadlocked). */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "pool");
+    c.steps = 3;
+    dh_engine *e = NULL;
+    char err[256] = "";
+    dh__thread_fail_at(2);
+    int rc = dh_engine_start(&c, NULL, NULL, &e, err, sizeof err);
+    dh__thread_fail_at(0);
+    ck_assert_int_eq(rc, -EAGAIN);
+    ck_assert_ptr_null(e);
+    ck_assert_msg(strstr(err, "cannot start the engine"), "%s", err);
+    /* W = 2 workers start first (creations 1, 2), then ranks 0 and 1 (3, 4). */
+    for (int at = 3; at <= 4; at++) {
+        dh_result r = DH_RESULT_INIT;
+        err[0] = 0;
+        dh__thread_fail_at(at);
+        rc = dh_engine_run(&c, NULL, NULL, &r, err, sizeof err);
+        dh__thread_fail_at(0);
+        ck_assert_int_lt(rc, 0);
+        ck_assert_msg(strstr(err, "rank threads"), "%s", err);
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(real_engine_refuses_several_nodes)
 {
     dh_manifest *m = manifest_with(NULL);
@@ -591,6 +621,7 @@ int main(void)
     tcase_add_test(tc, rebalancing_moves_decoded_samples_and_keeps_batches_valid);
     tcase_add_test(tc, rebalancing_is_gated_by_transfer_cost_and_off_for_noreb);
     tcase_add_test(tc, real_engine_refuses_several_nodes);
+    tcase_add_test(tc, threads_that_cannot_start_unwind_cleanly);
     tcase_add_test(tc, allocation_failures_stop_the_real_engine_cleanly);
     tcase_add_test(tc, stop_wakes_a_blocked_consumer_and_streams_without_a_length);
     tcase_add_test(tc, should_stop_ends_an_endless_run_with_its_accounting);

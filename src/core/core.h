@@ -8,6 +8,7 @@
 
 #include "datahelix.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,6 +58,14 @@ void *dh__realloc(void *p, size_t n);
  * the allocations counted since the previous call.
  */
 int64_t dh__alloc_fail_at(int64_t n, int sticky);
+
+/*
+ * pthread_create for the library's threads, returning 0 or a negative
+ * errno; a test hook makes the n-th creation from now fail with EAGAIN
+ * (0: off), to check that every caller unwinds a partial start.
+ */
+int dh__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+void dh__thread_fail_at(int64_t n);
 
 /* snprintf that never overflows and tolerates buf == NULL. */
 void dh__msg(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

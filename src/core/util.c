@@ -142,3 +142,22 @@ int64_t dh__alloc_fail_at(int64_t n, int sticky)
     alloc_fail_at = n;
     return counted;
 }
+
+/* --------------------------------------------------------- thread hook */
+
+static _Atomic int64_t thread_count, thread_fail_at;
+
+int dh__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    int64_t at = thread_fail_at;
+    if (at && ++thread_count == at)
+        return -EAGAIN;
+    int rc = pthread_create(t, NULL, fn, arg);
+    return rc ? -rc : 0;
+}
+
+void dh__thread_fail_at(int64_t n)
+{
+    thread_count = 0;
+    thread_fail_at = n;
+}

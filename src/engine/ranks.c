@@ -108,7 +108,7 @@ static int run_ranks(dh_engine *e, char *err, size_t errlen)
     int started = 0, rc = 0;
     for (int r = 0; args && tids && r < e->R; r++, started++) {
         args[r] = (rank_arg){e, r, &barrier, 0};
-        if (pthread_create(&tids[r], NULL, rank_main, &args[r]) != 0)
+        if (dh__thread_create(&tids[r], rank_main, &args[r]) != 0)
             break;
     }
     if (started < e->R) { /* the ranks that did start must not wait for the missing ones */

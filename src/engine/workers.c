@@ -215,10 +215,10 @@ int dh__eng_start_workers(dh_engine *e)
             return DH_ENOMEM;
         arg[0] = e;
         arg[1] = (void *)(intptr_t)w;
-        int rc = pthread_create(&e->threads[w], NULL, worker_main, arg);
-        if (rc != 0) {
+        int rc = dh__thread_create(&e->threads[w], worker_main, arg);
+        if (rc) {
             free(arg);
-            return -rc; /* the threads started so far are joined by dh_engine_finish */
+            return rc; /* the threads started so far are joined by dh_engine_finish */
         }
         e->nthreads = w + 1;
     }

@@ -173,7 +173,7 @@ static void run_workers(index_job *j, int threads)
     int started = 0;
     threads = DH_MAX(1, DH_MIN(threads, 256));
     for (int t = 0; t < threads; t++)
-        if (pthread_create(&tid[started], NULL, probe_worker, j) == 0)
+        if (dh__thread_create(&tid[started], probe_worker, j) == 0)
             started++;
     if (started == 0)
         probe_worker(j); /* no thread could start: probe on the caller's thread */
