@@ -189,6 +189,73 @@ static void catch_interrupts(dh_run_config *cfg)
     cfg->should_stop = should_stop;
 }
 
+/* Scales the CPU model to this machine by decoding f->calibrate samples; 0 or 1. */
+static int calibrate(dh_run_config *cfg, const sim_files *f, const dh_manifest *m,
+                     dh_spec *spec)
+{
+    char err[512] = "";
+    dh_spec *cs = spec;
+    if (!cs && dh_spec_builtin(cfg->workload ? cfg->workload : "default", &cs)) {
+        cli_err("no spec for calibration");
+        return 1;
+    }
+    int rc = dh_measure_cpu_scale(m, cs, f->calibrate, &cfg->cpu_cost_scale, err, sizeof err);
+    if (cs != spec)
+        dh_spec_free(cs);
+    if (rc) {
+        cli_err("calibration: %s", err);
+        return 1;
+    }
+    printf("calibrated: CPU cost on this machine = %.2f x the starting model (%lld samples)\n",
+           cfg->cpu_cost_scale, (long long)f->calibrate);
+    return 0;
+}
+
+/* Loads the manifest and spec the options name into cfg; 0 or 1 (reported). */
+static int load_inputs(dh_run_config *cfg, const sim_files *f, dh_manifest **m, dh_spec **spec)
+{
+    char err[512] = "";
+    int rc;
+    if (f->manifest) {
+        dh_load_opts lo;
+        dh_load_opts_default(&lo);
+        lo.diag = cli_print_diag;
+        if ((rc = dh_manifest_load(f->manifest, &lo, m, NULL))) {
+            cli_err("%s: %s", f->manifest, dh_strerror(rc));
+            return 1;
+        }
+        cfg->manifest = *m;
+    }
+    if (f->spec && dh_spec_load(f->spec, spec, err, sizeof err)) {
+        cli_err("%s", err);
+        return 1;
+    }
+    cfg->spec = *spec;
+    return f->calibrate && *m ? calibrate(cfg, f, *m, *spec) : 0;
+}
+
+/* Prints the result and writes --json; 0 or 1. */
+static int report_result(const dh_run_config *cfg, const sim_files *f, const dh_result *res)
+{
+    if (interrupted)
+        fprintf(stderr, "\rdatahelix: interrupted: the accounting covers the %lld complete "
+                "steps\n", (long long)res->steps);
+    cli_print_result(res);
+    int rc = 0;
+    FILE *jf = f->json ? fopen(f->json, "w") : NULL;
+    if (f->json && !jf) {
+        cli_err("cannot write %s", f->json);
+        rc = 1;
+    } else if (jf) {
+        dh_result_write_json(res, jf);
+        fputc('\n', jf);
+        rc = fclose(jf) ? 1 : 0;
+    }
+    if (cfg->trace_path)
+        printf("  trace: %s\n", cfg->trace_path);
+    return rc;
+}
+
 static int sim_or_run(int argc, char **argv, int real)
 {
     dh_run_config cfg;
@@ -207,65 +274,18 @@ static int sim_or_run(int argc, char **argv, int real)
     catch_interrupts(&cfg);
     dh_manifest *m = NULL;
     dh_spec *spec = NULL;
-    char err[512] = "";
-    if (f.manifest) {
-        dh_load_opts lo;
-        dh_load_opts_default(&lo);
-        lo.diag = cli_print_diag;
-        if ((rc = dh_manifest_load(f.manifest, &lo, &m, NULL))) {
-            cli_err("sim: %s: %s", f.manifest, dh_strerror(rc));
-            return 1;
-        }
-        cfg.manifest = m;
-    }
-    if (f.spec && (rc = dh_spec_load(f.spec, &spec, err, sizeof err))) {
-        cli_err("%s", err);
-        dh_manifest_free(m);
-        return 1;
-    }
-    cfg.spec = spec;
-    if (f.calibrate && m) {
-        dh_spec *cs = spec;
-        if (!cs && dh_spec_builtin(cfg.workload ? cfg.workload : "default", &cs)) {
-            cli_err("no spec for calibration");
-            dh_manifest_free(m);
-            return 1;
-        }
-        rc = dh_measure_cpu_scale(m, cs, f.calibrate, &cfg.cpu_cost_scale, err, sizeof err);
-        if (cs != spec)
-            dh_spec_free(cs);
-        if (rc) {
-            cli_err("calibration: %s", err);
-            dh_manifest_free(m);
-            dh_spec_free(spec);
-            return 1;
-        }
-        printf("calibrated: CPU cost on this machine = %.2f x the starting model (%lld samples)\n",
-               cfg.cpu_cost_scale, (long long)f.calibrate);
-    }
-    dh_result res = DH_RESULT_INIT;
-    int64_t sample_errors = 0;
-    rc = real ? dh_engine_run(&cfg, print_sample_error, &sample_errors, &res, err, sizeof err)
-              : dh_sim_run(&cfg, &res, err, sizeof err);
-    if (rc) {
-        cli_err("%s: %s [%s]", real ? "run" : "sim", err[0] ? err : dh_strerror(rc),
-                dh_err_name(rc));
-    } else {
-        if (interrupted)
-            fprintf(stderr, "\rdatahelix: interrupted: the accounting covers the %lld complete "
-                    "steps\n", (long long)res.steps);
-        cli_print_result(&res);
-        FILE *jf = f.json ? fopen(f.json, "w") : NULL;
-        if (f.json && !jf) {
-            cli_err("cannot write %s", f.json);
-            rc = 1;
-        } else if (jf) {
-            dh_result_write_json(&res, jf);
-            fputc('\n', jf);
-            rc = fclose(jf) ? 1 : 0;
-        }
-        if (cfg.trace_path)
-            printf("  trace: %s\n", cfg.trace_path);
+    rc = load_inputs(&cfg, &f, &m, &spec);
+    if (!rc) {
+        char err[512] = "";
+        dh_result res = DH_RESULT_INIT;
+        int64_t sample_errors = 0;
+        rc = real ? dh_engine_run(&cfg, print_sample_error, &sample_errors, &res, err, sizeof err)
+                  : dh_sim_run(&cfg, &res, err, sizeof err);
+        if (rc)
+            cli_err("%s: %s [%s]", real ? "run" : "sim", err[0] ? err : dh_strerror(rc),
+                    dh_err_name(rc));
+        else
+            rc = report_result(&cfg, &f, &res);
     }
     dh_manifest_free(m);
     dh_spec_free(spec);

@@ -1,14 +1,14 @@
 /*
- * manifest.c - JSON Lines manifest -> descriptor table.
+ * manifest.c - one JSON Lines manifest line -> a validated staged record.
  *
- * Each line is parsed with jansson (64-bit integers), validated completely
- * into a staging record, and only then appended to the struct-of-arrays table
- * (catalog.h). Every rejection names the line, the sample id when it is known,
+ * Each line is parsed (the fast scanner, jansson as the authority),
+ * validated completely into a staging record, and only then committed to
+ * the struct-of-arrays table (manifest_table.c). Every rejection names the line, the sample id when it is known,
  * the offending key and the reason. Unknown keys are ignored (docs/DESIGN.md, Data
  * model); wrong types, missing required keys, negative or over-limit sizes,
  * paths that escape the manifest directory and duplicate ids are errors.
  */
-#include "catalog.h"
+#include "manifest_int.h"
 #include "jsonlite.h"
 
 #include <jansson.h>
@@ -23,24 +23,6 @@
 #define PATH_MAX_BYTES 4096
 
 typedef dh__line_error line_error;
-
-typedef struct {
-    dh_media_type type;
-    dh_codec codec;
-    const char *path;
-    int64_t width, height, frames, rate, channels, bytes;
-    double fps, duration;
-    size_t kf_first, kf_count; /* into the manifest's kf pool, past nkf (staged) */
-} staged_media;
-
-typedef struct {
-    const char *id;
-    uint32_t *id_slot; /* empty slot of the id index found during validation */
-    int64_t text_tokens;
-    double sim_cpu, sim_gpu;
-    int media_count;
-    staged_media *media;
-} staged_sample;
 
 static int fail(line_error *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -163,7 +145,7 @@ static int check_path(const dh_manifest *m, const char *path, const char *where,
 }
 
 /* Keyframes are staged past m->nkf; they only become part of the table on commit. */
-static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, staged_media *sm,
+static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, dh__staged_media *sm,
                            size_t *staged, line_error *e)
 {
     if (!arr)
@@ -202,7 +184,7 @@ static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, sta
  * Fills frames/fps/duration from each other so that all three are known.
  * duration and fps are already bounded (limits, 100k fps), so their product fits.
  */
-static int complete_timing(staged_media *sm, const char *where, line_error *e)
+static int complete_timing(dh__staged_media *sm, const char *where, line_error *e)
 {
     if (sm->frames == 0 && sm->duration > 0 && sm->fps > 0)
         sm->frames = (int64_t)llround(sm->duration * sm->fps);
@@ -215,7 +197,7 @@ static int complete_timing(staged_media *sm, const char *where, line_error *e)
     return 0;
 }
 
-static int check_limits(const dh_manifest *m, const staged_media *sm, const char *where,
+static int check_limits(const dh_manifest *m, const dh__staged_media *sm, const char *where,
                         line_error *e)
 {
     const dh_limits *l = &m->limits;
@@ -233,7 +215,7 @@ static int check_limits(const dh_manifest *m, const staged_media *sm, const char
     return 0;
 }
 
-static int parse_media(dh_manifest *m, const jv *obj, int i, staged_media *sm, size_t *kf_staged,
+static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *sm, size_t *kf_staged,
                        line_error *e)
 {
     char where[32];
@@ -277,7 +259,7 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, staged_media *sm, s
     return check_path(m, sm->path, where, e);
 }
 
-static int parse_sim(const jv_doc *d, const jv *root, staged_sample *s, line_error *e)
+static int parse_sim(const jv_doc *d, const jv *root, dh__staged_sample *s, line_error *e)
 {
     s->sim_cpu = s->sim_gpu = -1.0;
     const jv *sim = jv_get(d, root, "sim");
@@ -289,44 +271,7 @@ static int parse_sim(const jv_doc *d, const jv *root, staged_sample *s, line_err
     return rc ? rc : get_num(d, sim, "gpu_ms", "sim.", 1e9, &s->sim_gpu, e);
 }
 
-static uint32_t *id_slot(const dh_manifest *m, const char *id, size_t len)
-{
-    size_t mask = m->idx_cap - 1;
-    size_t h = (size_t)dh__hash_bytes(id, len, 0x1d) & mask;
-    for (;;) {
-        uint32_t *slot = &m->idx[h];
-        if (*slot == 0 || !strcmp(dh__str(m, m->id_off[*slot - 1]), id))
-            return slot;
-        h = (h + 1) & mask;
-    }
-}
-
-static int id_index_reserve(dh_manifest *m, int64_t n)
-{
-    if ((size_t)n * 2 <= m->idx_cap)
-        return 0;
-    size_t ncap = m->idx_cap ? m->idx_cap * 2 : 64;
-    while ((size_t)n * 2 > ncap)
-        ncap *= 2;
-    uint32_t *old = m->idx;
-    size_t oldcap = m->idx_cap;
-    m->idx = calloc(ncap, sizeof *m->idx);
-    if (!m->idx) {
-        m->idx = old;
-        return DH_ENOMEM;
-    }
-    m->idx_cap = ncap;
-    for (size_t i = 0; i < oldcap; i++) {
-        if (old[i]) {
-            const char *id = dh__str(m, m->id_off[old[i] - 1]);
-            *id_slot(m, id, strlen(id)) = old[i];
-        }
-    }
-    free(old);
-    return 0;
-}
-
-static int parse_sample(dh_manifest *m, const jv *root, staged_sample *s, size_t *kf_staged,
+static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, size_t *kf_staged,
                         line_error *e)
 {
     const jv_doc *d = m->doc;
@@ -360,135 +305,12 @@ static int parse_sample(dh_manifest *m, const jv *root, staged_sample *s, size_t
     for (const jv *item = nmedia ? jv_first(d, media) : NULL; item; item = jv_next(d, item), i++)
         if ((rc = parse_media(m, item, i, &s->media[i], kf_staged, e)))
             return rc;
-    if ((rc = id_index_reserve(m, m->n + 1)))
+    if ((rc = dh__manifest_id_reserve(m, m->n + 1)))
         return fail(e, rc, "out of memory");
-    s->id_slot = id_slot(m, s->id, idlen);
+    s->id_slot = dh__manifest_id_slot(m, s->id, idlen);
     if (*s->id_slot)
         return fail(e, DH_EDUP, "id \"%s\" already used on line %u", s->id,
                     m->line[*s->id_slot - 1]);
-    return 0;
-}
-
-static int64_t str_push(dh_manifest *m, const char *s)
-{
-    size_t len = strlen(s) + 1;
-    if (m->nstr + len > UINT32_MAX)
-        return DH_ELIMIT;
-    if (dh__grow((void **)&m->str, &m->strcap, m->nstr + len, 1))
-        return DH_ENOMEM;
-    memcpy(m->str + m->nstr, s, len);
-    m->nstr += len;
-    return (int64_t)(m->nstr - len);
-}
-
-/* Grows a family of parallel arrays to at least need rows together. */
-static int grow_columns(void **const *cols, const size_t *elem, size_t ncols, size_t *cap,
-                        size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t want = *cap ? *cap * 2 : 1024;
-    while (want < need)
-        want *= 2;
-    for (size_t k = 0; k < ncols; k++) {
-        size_t c = *cap; /* each column grows from the shared capacity */
-        if (dh__grow(cols[k], &c, want, elem[k]))
-            return DH_ENOMEM; /* columns already grown stay valid, just larger */
-    }
-    *cap = want;
-    return 0;
-}
-
-static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
-{
-    void **const scols[] = {(void **)&m->id_off,      (void **)&m->line,
-                            (void **)&m->text_tokens, (void **)&m->media_first,
-                            (void **)&m->media_count, (void **)&m->sim_cpu_ms,
-                            (void **)&m->sim_gpu_ms};
-    const size_t ssize[] = {4, 4, 4, 4, 2, 4, 4};
-    void **const mcols[] = {(void **)&m->m_type,     (void **)&m->m_codec,
-                            (void **)&m->m_channels, (void **)&m->m_path_off,
-                            (void **)&m->m_width,    (void **)&m->m_height,
-                            (void **)&m->m_fps,      (void **)&m->m_frames,
-                            (void **)&m->m_duration, (void **)&m->m_rate,
-                            (void **)&m->m_bytes,    (void **)&m->m_kf_off,
-                            (void **)&m->m_kf_count};
-    const size_t msize[] = {1, 1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 4, 4};
-    if (grow_columns(scols, ssize, 7, &m->cap, nsamples))
-        return DH_ENOMEM;
-    return grow_columns(mcols, msize, 13, &m->mcap, nmedia);
-}
-
-/*
- * Hash of a sample's descriptor: id, text tokens and every media field, in
- * order. The `sim` truth and the JSON spelling (whitespace, key order) are
- * left out, so re-measured truth or a reformatted manifest keeps the
- * sampler's order.
- */
-static uint64_t descriptor_hash(const dh_manifest *m, const staged_sample *s)
-{
-    uint64_t h = dh__hash_bytes(s->id, strlen(s->id), 0x5eed);
-    h = dh__mix64(h ^ (uint64_t)s->text_tokens);
-    for (int j = 0; j < s->media_count; j++) {
-        const staged_media *sm = &s->media[j];
-        int64_t f[] = {sm->type,   sm->codec, sm->width, sm->height, sm->frames,
-                       sm->rate,   sm->channels, sm->bytes, (int64_t)sm->kf_count};
-        double d[] = {sm->fps, sm->duration};
-        h = dh__hash_bytes(sm->path, strlen(sm->path), h);
-        h = dh__hash_bytes(f, sizeof f, h);
-        h = dh__hash_bytes(d, sizeof d, h);
-        if (sm->kf_count) /* the pool may still be NULL */
-            h = dh__hash_bytes(m->kf + sm->kf_first, sm->kf_count * sizeof *m->kf, h);
-    }
-    return h;
-}
-
-static int commit(dh_manifest *m, const staged_sample *s, int64_t lineno, size_t kf_staged)
-{
-    if (reserve_rows(m, (size_t)m->n + 1, (size_t)m->nm + (size_t)s->media_count))
-        return DH_ENOMEM;
-    /* Strings first: if the pool is exhausted nothing else has changed. */
-    size_t nstr_before = m->nstr;
-    int64_t id_off = str_push(m, s->id);
-    if (id_off < 0)
-        return (int)id_off;
-    int64_t path_off[256];
-    for (int j = 0; j < s->media_count; j++) {
-        path_off[j] = str_push(m, s->media[j].path);
-        if (path_off[j] < 0) {
-            m->nstr = nstr_before;
-            return (int)path_off[j];
-        }
-    }
-    int64_t i = m->n;
-    m->id_off[i] = (uint32_t)id_off;
-    m->line[i] = (uint32_t)DH_MIN(lineno, (int64_t)UINT32_MAX);
-    m->text_tokens[i] = (int32_t)s->text_tokens;
-    m->media_first[i] = (uint32_t)m->nm;
-    m->media_count[i] = (uint16_t)s->media_count;
-    m->sim_cpu_ms[i] = (float)s->sim_cpu;
-    m->sim_gpu_ms[i] = (float)s->sim_gpu;
-    for (int j = 0; j < s->media_count; j++) {
-        const staged_media *sm = &s->media[j];
-        int64_t k = m->nm++;
-        m->m_type[k] = (uint8_t)sm->type;
-        m->m_codec[k] = (uint8_t)sm->codec;
-        m->m_channels[k] = (uint8_t)sm->channels;
-        m->m_path_off[k] = (uint32_t)path_off[j];
-        m->m_width[k] = (int32_t)sm->width;
-        m->m_height[k] = (int32_t)sm->height;
-        m->m_fps[k] = (float)sm->fps;
-        m->m_frames[k] = (int32_t)sm->frames;
-        m->m_duration[k] = (float)sm->duration;
-        m->m_rate[k] = (int32_t)sm->rate;
-        m->m_bytes[k] = sm->bytes;
-        m->m_kf_off[k] = (uint32_t)sm->kf_first;
-        m->m_kf_count[k] = (uint32_t)sm->kf_count;
-    }
-    m->nkf += kf_staged;
-    m->n++;
-    *s->id_slot = (uint32_t)m->n; /* the index is not resized between validation and here */
-    m->hash = dh__mix64(m->hash ^ descriptor_hash(m, s)) + (uint64_t)m->n;
     return 0;
 }
 
@@ -529,12 +351,12 @@ int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_
     int rc = parse_document(m, line, len, e);
     if (rc)
         return rc;
-    staged_media media[256];
-    staged_sample s = {.media = media};
+    dh__staged_media media[256];
+    dh__staged_sample s = {.media = media};
     size_t kf_staged = 0;
     rc = parse_sample(m, jv_root(m->doc), &s, &kf_staged, e);
     if (!rc) {
-        rc = commit(m, &s, lineno, kf_staged);
+        rc = dh__manifest_commit(m, &s, lineno, kf_staged);
         if (rc)
             fail(e, rc, "%s", dh_strerror(rc));
     }
@@ -554,52 +376,4 @@ int dh_manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t
             dh__msg(errbuf, errlen, "line %lld: %s", (long long)lineno, e.reason);
     }
     return rc;
-}
-
-int64_t dh_manifest_find(const dh_manifest *m, const char *id)
-{
-    if (!m || !id || !m->idx_cap)
-        return -1;
-    uint32_t slot = *id_slot(m, id, strlen(id));
-    return slot ? (int64_t)slot - 1 : -1;
-}
-
-int dh_manifest_new(const char *base_dir, const dh_limits *limits, dh_manifest **out)
-{
-    if (!out)
-        return DH_EINVAL;
-    *out = NULL;
-    dh_manifest *m = calloc(1, sizeof *m);
-    if (!m)
-        return DH_ENOMEM;
-    m->dir = strdup(base_dir ? base_dir : "");
-    if (!m->dir) {
-        free(m);
-        return DH_ENOMEM;
-    }
-    if (limits)
-        m->limits = *limits;
-    else
-        dh_limits_default(&m->limits);
-    m->hash = 0x6d616e6966657374ULL;
-    *out = m;
-    return 0;
-}
-
-void dh_manifest_free(dh_manifest *m)
-{
-    if (!m)
-        return;
-    void *arrs[] = {m->dir,        m->id_off,     m->line,       m->text_tokens, m->media_first,
-                    m->media_count, m->sim_cpu_ms, m->sim_gpu_ms, m->m_type,      m->m_codec,
-                    m->m_channels, m->m_path_off, m->m_width,    m->m_height,    m->m_fps,
-                    m->m_frames,   m->m_duration, m->m_rate,     m->m_bytes,     m->m_kf_off,
-                    m->m_kf_count, m->kf,         m->str,        m->idx};
-    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
-        free(arrs[i]);
-    if (m->doc) {
-        dh__jv_free(m->doc);
-        free(m->doc);
-    }
-    free(m);
 }

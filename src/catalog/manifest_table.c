@@ -1,0 +1,219 @@
+/*
+ * manifest_table.c - the descriptor table a manifest's validated lines are
+ * committed to (struct-of-arrays columns, catalog.h), its id index (open
+ * addressing over the ids) and its lifecycle. A commit either appends the
+ * whole sample or changes nothing.
+ */
+#include "manifest_int.h"
+#include "jsonlite.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+uint32_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len)
+{
+    size_t mask = m->idx_cap - 1;
+    size_t h = (size_t)dh__hash_bytes(id, len, 0x1d) & mask;
+    for (;;) {
+        uint32_t *slot = &m->idx[h];
+        if (*slot == 0 || !strcmp(dh__str(m, m->id_off[*slot - 1]), id))
+            return slot;
+        h = (h + 1) & mask;
+    }
+}
+
+int dh__manifest_id_reserve(dh_manifest *m, int64_t n)
+{
+    if ((size_t)n * 2 <= m->idx_cap)
+        return 0;
+    size_t ncap = m->idx_cap ? m->idx_cap * 2 : 64;
+    while ((size_t)n * 2 > ncap)
+        ncap *= 2;
+    uint32_t *old = m->idx;
+    size_t oldcap = m->idx_cap;
+    m->idx = calloc(ncap, sizeof *m->idx);
+    if (!m->idx) {
+        m->idx = old;
+        return DH_ENOMEM;
+    }
+    m->idx_cap = ncap;
+    for (size_t i = 0; i < oldcap; i++) {
+        if (old[i]) {
+            const char *id = dh__str(m, m->id_off[old[i] - 1]);
+            *dh__manifest_id_slot(m, id, strlen(id)) = old[i];
+        }
+    }
+    free(old);
+    return 0;
+}
+
+static int64_t str_push(dh_manifest *m, const char *s)
+{
+    size_t len = strlen(s) + 1;
+    if (m->nstr + len > UINT32_MAX)
+        return DH_ELIMIT;
+    if (dh__grow((void **)&m->str, &m->strcap, m->nstr + len, 1))
+        return DH_ENOMEM;
+    memcpy(m->str + m->nstr, s, len);
+    m->nstr += len;
+    return (int64_t)(m->nstr - len);
+}
+
+/* Grows a family of parallel arrays to at least need rows together. */
+static int grow_columns(void **const *cols, const size_t *elem, size_t ncols, size_t *cap,
+                        size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : 1024;
+    while (want < need)
+        want *= 2;
+    for (size_t k = 0; k < ncols; k++) {
+        size_t c = *cap; /* each column grows from the shared capacity */
+        if (dh__grow(cols[k], &c, want, elem[k]))
+            return DH_ENOMEM; /* columns already grown stay valid, just larger */
+    }
+    *cap = want;
+    return 0;
+}
+
+static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
+{
+    void **const scols[] = {(void **)&m->id_off,      (void **)&m->line,
+                            (void **)&m->text_tokens, (void **)&m->media_first,
+                            (void **)&m->media_count, (void **)&m->sim_cpu_ms,
+                            (void **)&m->sim_gpu_ms};
+    const size_t ssize[] = {4, 4, 4, 4, 2, 4, 4};
+    void **const mcols[] = {(void **)&m->m_type,     (void **)&m->m_codec,
+                            (void **)&m->m_channels, (void **)&m->m_path_off,
+                            (void **)&m->m_width,    (void **)&m->m_height,
+                            (void **)&m->m_fps,      (void **)&m->m_frames,
+                            (void **)&m->m_duration, (void **)&m->m_rate,
+                            (void **)&m->m_bytes,    (void **)&m->m_kf_off,
+                            (void **)&m->m_kf_count};
+    const size_t msize[] = {1, 1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 4, 4};
+    if (grow_columns(scols, ssize, 7, &m->cap, nsamples))
+        return DH_ENOMEM;
+    return grow_columns(mcols, msize, 13, &m->mcap, nmedia);
+}
+
+/*
+ * Hash of a sample's descriptor: id, text tokens and every media field, in
+ * order. The `sim` truth and the JSON spelling (whitespace, key order) are
+ * left out, so re-measured truth or a reformatted manifest keeps the
+ * sampler's order.
+ */
+static uint64_t descriptor_hash(const dh_manifest *m, const dh__staged_sample *s)
+{
+    uint64_t h = dh__hash_bytes(s->id, strlen(s->id), 0x5eed);
+    h = dh__mix64(h ^ (uint64_t)s->text_tokens);
+    for (int j = 0; j < s->media_count; j++) {
+        const dh__staged_media *sm = &s->media[j];
+        int64_t f[] = {sm->type,   sm->codec, sm->width, sm->height, sm->frames,
+                       sm->rate,   sm->channels, sm->bytes, (int64_t)sm->kf_count};
+        double d[] = {sm->fps, sm->duration};
+        h = dh__hash_bytes(sm->path, strlen(sm->path), h);
+        h = dh__hash_bytes(f, sizeof f, h);
+        h = dh__hash_bytes(d, sizeof d, h);
+        if (sm->kf_count) /* the pool may still be NULL */
+            h = dh__hash_bytes(m->kf + sm->kf_first, sm->kf_count * sizeof *m->kf, h);
+    }
+    return h;
+}
+
+int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t lineno, size_t kf_staged)
+{
+    if (reserve_rows(m, (size_t)m->n + 1, (size_t)m->nm + (size_t)s->media_count))
+        return DH_ENOMEM;
+    /* Strings first: if the pool is exhausted nothing else has changed. */
+    size_t nstr_before = m->nstr;
+    int64_t id_off = str_push(m, s->id);
+    if (id_off < 0)
+        return (int)id_off;
+    int64_t path_off[256];
+    for (int j = 0; j < s->media_count; j++) {
+        path_off[j] = str_push(m, s->media[j].path);
+        if (path_off[j] < 0) {
+            m->nstr = nstr_before;
+            return (int)path_off[j];
+        }
+    }
+    int64_t i = m->n;
+    m->id_off[i] = (uint32_t)id_off;
+    m->line[i] = (uint32_t)DH_MIN(lineno, (int64_t)UINT32_MAX);
+    m->text_tokens[i] = (int32_t)s->text_tokens;
+    m->media_first[i] = (uint32_t)m->nm;
+    m->media_count[i] = (uint16_t)s->media_count;
+    m->sim_cpu_ms[i] = (float)s->sim_cpu;
+    m->sim_gpu_ms[i] = (float)s->sim_gpu;
+    for (int j = 0; j < s->media_count; j++) {
+        const dh__staged_media *sm = &s->media[j];
+        int64_t k = m->nm++;
+        m->m_type[k] = (uint8_t)sm->type;
+        m->m_codec[k] = (uint8_t)sm->codec;
+        m->m_channels[k] = (uint8_t)sm->channels;
+        m->m_path_off[k] = (uint32_t)path_off[j];
+        m->m_width[k] = (int32_t)sm->width;
+        m->m_height[k] = (int32_t)sm->height;
+        m->m_fps[k] = (float)sm->fps;
+        m->m_frames[k] = (int32_t)sm->frames;
+        m->m_duration[k] = (float)sm->duration;
+        m->m_rate[k] = (int32_t)sm->rate;
+        m->m_bytes[k] = sm->bytes;
+        m->m_kf_off[k] = (uint32_t)sm->kf_first;
+        m->m_kf_count[k] = (uint32_t)sm->kf_count;
+    }
+    m->nkf += kf_staged;
+    m->n++;
+    *s->id_slot = (uint32_t)m->n; /* the index is not resized between validation and here */
+    m->hash = dh__mix64(m->hash ^ descriptor_hash(m, s)) + (uint64_t)m->n;
+    return 0;
+}
+
+int64_t dh_manifest_find(const dh_manifest *m, const char *id)
+{
+    if (!m || !id || !m->idx_cap)
+        return -1;
+    uint32_t slot = *dh__manifest_id_slot(m, id, strlen(id));
+    return slot ? (int64_t)slot - 1 : -1;
+}
+
+int dh_manifest_new(const char *base_dir, const dh_limits *limits, dh_manifest **out)
+{
+    if (!out)
+        return DH_EINVAL;
+    *out = NULL;
+    dh_manifest *m = calloc(1, sizeof *m);
+    if (!m)
+        return DH_ENOMEM;
+    m->dir = strdup(base_dir ? base_dir : "");
+    if (!m->dir) {
+        free(m);
+        return DH_ENOMEM;
+    }
+    if (limits)
+        m->limits = *limits;
+    else
+        dh_limits_default(&m->limits);
+    m->hash = 0x6d616e6966657374ULL;
+    *out = m;
+    return 0;
+}
+
+void dh_manifest_free(dh_manifest *m)
+{
+    if (!m)
+        return;
+    void *arrs[] = {m->dir,        m->id_off,     m->line,       m->text_tokens, m->media_first,
+                    m->media_count, m->sim_cpu_ms, m->sim_gpu_ms, m->m_type,      m->m_codec,
+                    m->m_channels, m->m_path_off, m->m_width,    m->m_height,    m->m_fps,
+                    m->m_frames,   m->m_duration, m->m_rate,     m->m_bytes,     m->m_kf_off,
+                    m->m_kf_count, m->kf,         m->str,        m->idx};
+    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
+        free(arrs[i]);
+    if (m->doc) {
+        dh__jv_free(m->doc);
+        free(m->doc);
+    }
+    free(m);
+}
