@@ -133,8 +133,6 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
 {
     if (!out)
         return DH_EINVAL;
-    if (err && errlen)
-        err[0] = 0;
     int rc = dh__result_check(out, err, errlen);
     if (rc)
         return rc;

@@ -113,6 +113,8 @@ void dh_result_init(dh_result *r)
 
 int dh__result_check(const dh_result *out, char *err, size_t errlen)
 {
+    if (err && errlen)
+        err[0] = 0; /* a run's message is about this run only */
     if (!out || out->struct_size < sizeof(uint32_t) || out->struct_size > sizeof *out)
         return dh__fail(err, errlen, DH_EINVAL, "the result struct is not initialised "
                                                 "(dh_result_init or DH_RESULT_INIT)");

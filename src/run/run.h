@@ -41,7 +41,10 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records
  */
 void dh__run_sched_config(dh__run *run, dh__sched_config *sc);
 
-/* 0 when out is an initialised result the library may write; else DH_EINVAL and a message. */
+/*
+ * Where every run entry point starts: clears err, then 0 when out is an
+ * initialised result the library may write, else DH_EINVAL and a message.
+ */
 int dh__result_check(const dh_result *out, char *err, size_t errlen);
 /* Copies full into out, as many bytes as the caller's struct has. */
 void dh__result_give(dh_result *out, const dh_result *full);

@@ -279,8 +279,6 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
 {
     if (!cfg || !out)
         return DH_EINVAL;
-    if (err && errlen)
-        err[0] = 0;
     int rc = dh__result_check(out, err, errlen);
     if (rc)
         return rc;
