@@ -582,6 +582,56 @@ START_TEST(threads_that_cannot_start_unwind_cleanly)
 }
 END_TEST
 
+START_TEST(a_failing_sample_fails_in_every_epoch_it_is_scheduled)
+{
+    /* One good PNG and one missing file, G = 2, 5 steps: every step holds both samples.
+     * The missing one must fail (and be counted) in each of the 5 steps; it used to be
+     * failed once per run, and from the second epoch on came back "OK" holding stale data. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/two.jsonl", media);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"id\":\"good\",\"media\":[{\"type\":\"image\",\"path\":\"ok/p.png\",\"codec\":\"png\","
+          "\"width\":120,\"height\":90}]}\n"
+          "{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":\"ok/nope.png\",\"codec\":"
+          "\"png\",\"width\":120,\"height\":90}]}\n", f);
+    fclose(f);
+    dh_manifest *m;
+    ck_assert_int_eq(dh_manifest_load(path, NULL, &m, NULL), 0);
+    dh_run_config c = config(m, "pool");
+    c.ranks = 1;
+    c.global_batch = 2;
+    c.steps = 5;
+    dh_engine *e;
+    errors errs = {0};
+    char err[256] = "";
+    ck_assert_msg(dh_engine_start(&c, on_error, &errs, &e, err, sizeof err) == 0, "%s", err);
+    int64_t gone = dh_manifest_find(m, "gone");
+    for (int st = 0; st < 5; st++) {
+        dh_batch b;
+        ck_assert_int_eq(dh_engine_next_batch(e, 0, &b), 0);
+        ck_assert_int_eq(b.nfailed, 1);
+        for (int32_t k = 0; k < b.nitems; k++) {
+            if (b.items[k].sample == gone) {
+                ck_assert_int_eq(b.items[k].status, DH_ENOENT);
+                for (int64_t x = 0; x < b.items[k].bytes; x++) /* zeroed, not stale */
+                    ck_assert_int_eq(b.data[b.items[k].offset + x], 0);
+            } else {
+                ck_assert_int_eq(b.items[k].status, 0);
+            }
+        }
+        dh_engine_release(e, &b, 0.001);
+    }
+    dh_result r = DH_RESULT_INIT;
+    ck_assert_int_eq(dh_engine_finish(e, &r), 0);
+    ck_assert_int_eq(r.failed, 5);
+    ck_assert_int_eq(r.delivered, 5);
+    ck_assert_int_eq(errs.n, 5);
+    dh_engine_free(e);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(real_engine_refuses_several_nodes)
 {
     dh_manifest *m = manifest_with(NULL);
@@ -621,6 +671,7 @@ int main(void)
     tcase_add_test(tc, rebalancing_moves_decoded_samples_and_keeps_batches_valid);
     tcase_add_test(tc, rebalancing_is_gated_by_transfer_cost_and_off_for_noreb);
     tcase_add_test(tc, real_engine_refuses_several_nodes);
+    tcase_add_test(tc, a_failing_sample_fails_in_every_epoch_it_is_scheduled);
     tcase_add_test(tc, threads_that_cannot_start_unwind_cleanly);
     tcase_add_test(tc, allocation_failures_stop_the_real_engine_cleanly);
     tcase_add_test(tc, stop_wakes_a_blocked_consumer_and_streams_without_a_length);
