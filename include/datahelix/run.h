@@ -60,7 +60,8 @@ typedef struct {
     int64_t rank_token_cap;  /* helix placement: tokens per rank per step; 0: none */
     int64_t rank_byte_cap;   /* helix placement: output bytes per rank per step; 0: none */
     const char *trace_path;  /* Chrome trace (Perfetto) of the run, or NULL */
-    /* Real engine: called after each completed step (from a rank thread); may be NULL. */
+    /* Real engine (emulated ranks): called after each completed step, from a rank thread;
+     * steps is -1 for a run without a length. May be NULL. */
     void (*progress)(int64_t step_done, int64_t steps, void *user);
     void *progress_user;
     /* bytes/s of handing a prepared sample to another rank of the same node (rebalancing's
