@@ -10,6 +10,8 @@
  *   datahelix/workloads.h  the built-in workload suite
  *   datahelix/run.h        run configuration, results, policies, the simulator
  *   datahelix/engine.h     the real engine and its consumer API
+ *   datahelix/serve.h      the per-node agent serving trainer processes
+ *   datahelix/client.h     a trainer process's side of the agent
  *
  * Conventions (docs/ARCHITECTURE.md, "How the C is written"):
  * - every public symbol starts with dh_ / DH_; handles are opaque;
@@ -29,5 +31,7 @@
 #include "datahelix/workloads.h"
 #include "datahelix/run.h"
 #include "datahelix/engine.h"
+#include "datahelix/serve.h"
+#include "datahelix/client.h"
 
 #endif /* DATAHELIX_H */

@@ -3,7 +3,7 @@
 # then builds and runs every test in three configurations:
 #   build/release  optimised, -Werror
 #   build/asan     AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover
-#   build/tsan     ThreadSanitizer, on the threaded parts (parallel index)
+#   build/tsan     ThreadSanitizer, on the threaded parts (index, engine, agent)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -29,5 +29,5 @@ CK_TIMEOUT_MULTIPLIER=10 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_config build/asan -- -DCMAKE_BUILD_TYPE=Debug -DDH_SANITIZE=ON
 CK_TIMEOUT_MULTIPLIER=10 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
-    run_config build/tsan -R "test_probe|test_manifest|test_engine" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
+    run_config build/tsan -R "test_probe|test_manifest|test_engine|test_serve|test_sim" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
 echo "== all configurations passed"

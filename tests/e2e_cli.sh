@@ -176,8 +176,8 @@ check "gen refuses an unknown scale" contains "$WORK/gen.err" "mini, small or fu
 "$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
 "$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2
 "$DH" index > /dev/null 2>&1; check "index without DIR is a usage error" test $? -eq 2
-"$DH" serve > /dev/null 2> "$WORK/sim.err"
-check "a planned command says it is not built yet" contains "$WORK/sim.err" "not built in this version"
+"$DH" serve > /dev/null 2> "$WORK/serve.err"
+check "serve without a manifest is a usage error" contains "$WORK/serve.err" "serve needs --manifest"
 "$DH" inspect m.jsonl --workload nope > /dev/null 2> "$WORK/wl.err"
 check "unknown workload lists the built-ins" contains "$WORK/wl.err" "t2v-diffusion"
 echo '{"video":{"frame":8}}' > "$WORK/spec.json"

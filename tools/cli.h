@@ -17,6 +17,7 @@ int cli_index(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_sim(int argc, char **argv);
 int cli_run(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 int cli_gen(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_bench(int argc, char **argv);

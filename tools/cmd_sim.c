@@ -1,10 +1,11 @@
 /*
- * cmd_sim.c - `datahelix sim` and `datahelix run`: one policy on a workload
- * or manifest, in the discrete-event simulator (sim) or on the real engine
- * decoding real media on this machine (run). Both take the same options and
- * print the same docs/DESIGN.md metrics; --json writes the result object of the
- * contract. The two commands share this file because they differ only in
- * the engine they call.
+ * cmd_sim.c - `datahelix sim`, `datahelix run` and `datahelix serve`: one
+ * policy on a workload or manifest, in the discrete-event simulator (sim),
+ * on the real engine decoding real media for emulated ranks (run), or on the
+ * real engine serving trainer processes that attach over a Unix socket
+ * (serve). All take the same run options and print the same
+ * docs/DESIGN.md metrics; --json writes the result object of the contract.
+ * They share this file because they differ only in the engine they call.
  */
 #include "cli.h"
 
@@ -16,6 +17,8 @@
 static const char help[] =
     "usage: datahelix sim (--workload NAME | --manifest M) --policy P [options]\n"
     "       datahelix run --manifest M [--workload NAME] --policy P [options]\n"
+    "       datahelix serve --manifest M [--workload NAME] --ranks R --workers W --batch G\n"
+    "                       [--socket NAME] [--epochs N | --steps N] [options]\n"
     "\n"
     "sim: simulated figures; durations come from ground truth (the manifest's sim fields,\n"
     "or the workload's cost models times seeded noise), not from this machine.\n"
@@ -32,7 +35,14 @@ static const char help[] =
     "  --trace F               write a Chrome trace (open in Perfetto)\n"
     "  --calibrate N           decode the manifest's first N samples first and scale the CPU\n"
     "                          model to this machine (sets --cpu-cost-scale)\n"
-    "  --list                  list workloads and policies\n";
+    "  --list                  list workloads and policies\n"
+    "\n"
+    "serve: the per-node agent. It listens on --socket (default @datahelix-UID-JOB, an abstract\n"
+    "socket named after $DH_JOB, or \"default\"), waits for --ranks trainer processes to attach,\n"
+    "then decodes into shared memory they map (no tensor byte is copied). Ctrl-C stops it.\n"
+    "  --socket NAME           \"@name\" (abstract, nothing on disk) or a filesystem path (0600)\n"
+    "  --max-leases N          batches a rank may hold at once (default 4)\n"
+    "  --attach-timeout S      seconds to wait for every rank to attach (default 300)\n";
 
 static void list(void)
 {
@@ -48,7 +58,36 @@ static void list(void)
 typedef struct {
     const char *manifest, *spec, *json;
     int64_t calibrate; /* samples to decode for --calibrate; 0: none */
+    dh_serve_opts serve;
 } sim_files;
+
+enum { MODE_SIM, MODE_RUN, MODE_SERVE };
+
+/* serve's own options; 1 consumed, 0 not one, -1 bad value. */
+static int serve_option(int argc, char **argv, int *i, sim_files *f)
+{
+    const char *o = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    int64_t x;
+    if (!strcmp(o, "--socket")) {
+        if (!val || !val[0]) {
+            cli_err("--socket needs a name");
+            return -1;
+        }
+        f->serve.socket = val;
+    } else if (!strcmp(o, "--max-leases")) {
+        if (cli_int(o, val, 1, 64, &x))
+            return -1;
+        f->serve.max_leases = (int)x;
+    } else if (!strcmp(o, "--attach-timeout")) {
+        if (cli_int(o, val, 1, 86400, &x))
+            return -1;
+        f->serve.attach_timeout_ms = (int)(x * 1000);
+    } else {
+        return 0;
+    }
+    (*i)++;
+    return 1;
+}
 
 static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, sim_files *f)
 {
@@ -72,6 +111,11 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
             if (cli_int(o, val, 1, 100000, &f->calibrate))
                 return CLI_USAGE;
             i++;
+            continue;
+        }
+        if ((r = serve_option(argc, argv, &i, f)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
             continue;
         }
         const char **slot = !strcmp(o, "--workload") ? &cfg->workload
@@ -256,20 +300,41 @@ static int report_result(const dh_run_config *cfg, const sim_files *f, const dh_
     return rc;
 }
 
-static int sim_or_run(int argc, char **argv, int real)
+static void print_event(const char *message, void *user)
+{
+    (void)user;
+    fprintf(stderr, "serve: %s\n", message);
+}
+
+static int run_mode(int mode, dh_run_config *cfg, sim_files *f, dh_result *res, char *err,
+                    size_t errlen, int64_t *sample_errors)
+{
+    if (mode == MODE_SIM)
+        return dh_sim_run(cfg, res, err, errlen);
+    if (mode == MODE_RUN)
+        return dh_engine_run(cfg, print_sample_error, sample_errors, res, err, errlen);
+    f->serve.on_event = print_event;
+    return dh_serve(cfg, &f->serve, print_sample_error, sample_errors, res, err, errlen);
+}
+
+static const char *const mode_name[] = {"sim", "run", "serve"};
+
+static int sim_or_run(int argc, char **argv, int mode)
 {
     dh_run_config cfg;
     dh_run_config_default(&cfg);
     sim_files f = {0};
+    dh_serve_opts_default(&f.serve);
     dh_stress stress = {0};
     int rc = parse(argc, argv, &cfg, &stress, &f);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (real && !f.manifest) {
-        cli_err("run needs --manifest M of real media (datahelix index DIR -o M makes one)");
+    if (mode != MODE_SIM && !f.manifest) {
+        cli_err("%s needs --manifest M of real media (datahelix index DIR -o M makes one)",
+                mode_name[mode]);
         return CLI_USAGE;
     }
-    if (real && isatty(STDERR_FILENO))
+    if (mode == MODE_RUN && isatty(STDERR_FILENO))
         cfg.progress = progress;
     catch_interrupts(&cfg);
     dh_manifest *m = NULL;
@@ -279,10 +344,9 @@ static int sim_or_run(int argc, char **argv, int real)
         char err[512] = "";
         dh_result res = DH_RESULT_INIT;
         int64_t sample_errors = 0;
-        rc = real ? dh_engine_run(&cfg, print_sample_error, &sample_errors, &res, err, sizeof err)
-                  : dh_sim_run(&cfg, &res, err, sizeof err);
+        rc = run_mode(mode, &cfg, &f, &res, err, sizeof err, &sample_errors);
         if (rc)
-            cli_err("%s: %s [%s]", real ? "run" : "sim", err[0] ? err : dh_strerror(rc),
+            cli_err("%s: %s [%s]", mode_name[mode], err[0] ? err : dh_strerror(rc),
                     dh_err_name(rc));
         else
             rc = report_result(&cfg, &f, &res);
@@ -294,10 +358,15 @@ static int sim_or_run(int argc, char **argv, int real)
 
 int cli_sim(int argc, char **argv)
 {
-    return sim_or_run(argc, argv, 0);
+    return sim_or_run(argc, argv, MODE_SIM);
 }
 
 int cli_run(int argc, char **argv)
 {
-    return sim_or_run(argc, argv, 1);
+    return sim_or_run(argc, argv, MODE_RUN);
+}
+
+int cli_serve(int argc, char **argv)
+{
+    return sim_or_run(argc, argv, MODE_SERVE);
 }

@@ -43,6 +43,7 @@ extern "C" {
     XX(EEXIST, -EEXIST, "already exists")                                                          \
     XX(ENOTDIR, -ENOTDIR, "not a directory")                                                       \
     XX(ECANCELED, -ECANCELED, "stopped before it completed")                                       \
+    XX(ETIMEDOUT, -ETIMEDOUT, "timed out")                                                         \
     XX(EPARSE, -10000, "malformed input")                                                          \
     XX(ESCHEMA, -10001, "missing key or wrong type")                                               \
     XX(ELIMIT, -10002, "value over configured limit")                                              \
@@ -53,7 +54,8 @@ extern "C" {
     XX(ENOTMEDIA, -10007, "not a media file")                                                      \
     XX(EUNSUPPORTED, -10008, "unsupported media or codec")                                         \
     XX(EMISMATCH, -10009, "state does not match this manifest")                                    \
-    XX(EEMPTY, -10010, "nothing to do: empty input")
+    XX(EEMPTY, -10010, "nothing to do: empty input")                                              \
+    XX(EPEER, -10011, "the process at the other end died or disconnected")
 
 typedef enum {
 #define DH_ERR_ENUM(name, value, text) DH_##name = (value),

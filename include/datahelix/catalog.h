@@ -104,6 +104,9 @@ DH_API int dh_spec_builtin(const char *name, dh_spec **out);
 /* NULL-terminated list of built-in spec names; static storage. */
 DH_API const char *const *dh_spec_builtin_names(void);
 DH_API void dh_spec_free(dh_spec *s);
+/* A hash of what the spec means (its values, not its JSON spelling): agents and trainers
+ * compare it to refuse a mismatch. 0 for NULL. */
+DH_API uint64_t dh_spec_hash(const dh_spec *s);
 
 /* ------------------------------------------------------------ derivation */
 

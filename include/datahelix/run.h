@@ -92,6 +92,10 @@ typedef struct {
      * of min(steps, 1000) global batches (200 batches when steps is 0). */
     int64_t workload_samples;
     const dh_stress *stress; /* tests and benchmarks only; NULL: the truth as it is */
+    /* Resume: step 0 of this run is global batch start_step of epoch start_epoch of the
+     * sampler's order (what an uninterrupted run would have reached); used when resume. */
+    int resume;
+    int64_t start_epoch, start_step;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

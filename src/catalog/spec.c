@@ -349,3 +349,46 @@ void dh_spec_free(dh_spec *s)
 {
     free(s);
 }
+
+/* Mixes one value into a running hash (fields are hashed one by one, never padding). */
+static uint64_t mix_in(uint64_t h, uint64_t v)
+{
+    return dh__mix64(h ^ dh__mix64(v + 0x9e3779b97f4a7c15ULL));
+}
+
+static uint64_t mix_num(uint64_t h, double x)
+{
+    uint64_t v;
+    memcpy(&v, &x, sizeof v);
+    return mix_in(h, v);
+}
+
+uint64_t dh_spec_hash(const dh_spec *s)
+{
+    if (!s)
+        return 0;
+    uint64_t h = 0x73706563; /* "spec" */
+    h = mix_in(h, (uint64_t)s->video.sampling);
+    h = mix_in(h, (uint64_t)s->video.frames);
+    h = mix_num(h, s->video.fps);
+    h = mix_in(h, (uint64_t)s->video.max_frames);
+    h = mix_num(h, s->video.start_s);
+    h = mix_num(h, s->video.end_s);
+    h = mix_in(h, dh__hash_bytes(&s->video.resize, sizeof s->video.resize, 1));
+    h = mix_in(h, (uint64_t)s->video.patch);
+    h = mix_in(h, (uint64_t)s->video.temporal_patch);
+    h = mix_in(h, (uint64_t)s->video.pool);
+    h = mix_in(h, (uint64_t)s->video.vae_temporal);
+    h = mix_in(h, (uint64_t)s->video.vae_spatial);
+    h = mix_in(h, dh__hash_bytes(&s->image.resize, sizeof s->image.resize, 2));
+    h = mix_in(h, (uint64_t)s->image.patch);
+    h = mix_in(h, (uint64_t)s->image.pool);
+    h = mix_in(h, (uint64_t)s->image.tile_size);
+    h = mix_in(h, (uint64_t)s->image.max_tiles);
+    h = mix_in(h, (uint64_t)s->image.base_tile);
+    h = mix_in(h, (uint64_t)s->audio.sample_rate);
+    h = mix_in(h, (uint64_t)s->audio.mel_bins);
+    h = mix_in(h, (uint64_t)s->audio.mel_fps);
+    h = mix_num(h, s->audio.tokens_per_s);
+    return mix_in(h, (uint64_t)s->text.max_tokens);
+}

@@ -13,6 +13,7 @@
  * stopped, the failure's code otherwise).
  */
 #include "engine_int.h"
+#include "engine_serve.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,36 @@ void dh__eng_fail(dh_engine *e, int rc)
     if (!e->error)
         e->error = rc;
     stop_locked(e);
+}
+
+void dh__engine_abort(dh_engine *e, int rc)
+{
+    pthread_mutex_lock(&e->mu);
+    dh__eng_fail(e, rc);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size)
+{
+    const dh__ring *r = pool == 0 ? &e->ring : pool == 1 ? &e->arena : NULL;
+    if (!r || r->shm.fd < 0)
+        return DH_EINVAL;
+    *fd = r->shm.fd;
+    *size = r->size;
+    return 0;
+}
+
+int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, int64_t *offset)
+{
+    for (int32_t p = 0; p < 2; p++) {
+        const dh__ring *r = p ? &e->arena : &e->ring;
+        if (data && r->base && data >= r->base && data < r->base + r->size) {
+            *pool = p;
+            *offset = data - r->base;
+            return 0;
+        }
+    }
+    return DH_EINVAL;
 }
 
 void dh_engine_stop(dh_engine *e)
@@ -147,7 +178,7 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
 
 /* -------------------------------------------------------------- lifecycle */
 
-static int engine_alloc(dh_engine *e)
+static int engine_alloc(dh_engine *e, char *err, size_t errlen)
 {
     e->next_step = dh__calloc((size_t)e->R, sizeof *e->next_step);
     e->frozen = dh__calloc((size_t)e->R * 3, 1);
@@ -162,10 +193,12 @@ static int engine_alloc(dh_engine *e)
     e->rec.step_fixed = e->run.gpu.c0;
     e->rec.cpu_measured = 1;
     e->run.rec = &e->rec;
+    int share = e->shared ? DH_RING_SHARE : 0;
     if (!rc)
-        rc = dh__ring_init(&e->ring, dh__eng_ring_size(e), max_blocks, 0);
+        rc = dh__ring_init(&e->ring, dh__eng_ring_size(e), max_blocks, share, err, errlen);
     if (!rc) /* copies land here on a critical path: fault its pages in now */
-        rc = dh__ring_init(&e->arena, dh__eng_arena_size(e), max_blocks, 1);
+        rc = dh__ring_init(&e->arena, dh__eng_arena_size(e), max_blocks, DH_RING_POPULATE | share,
+                           err, errlen);
     return rc;
 }
 
@@ -184,8 +217,8 @@ static dh_engine *engine_new(const dh_run_config *cfg, dh_sample_error_cb on_err
     return e;
 }
 
-int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
-                    dh_engine **out, char *err, size_t errlen)
+int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on_error,
+                     void *user, dh_engine **out, char *err, size_t errlen)
 {
     if (!cfg || !out)
         return DH_EINVAL;
@@ -198,6 +231,7 @@ int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void 
     dh_engine *e = engine_new(cfg, on_error, user);
     if (!e)
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory starting the engine");
+    e->shared = shared;
     int rc = dh__run_setup(cfg, &e->run, err, errlen);
     if (rc) {
         dh_engine_free(e);
@@ -209,13 +243,14 @@ int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void 
     e->spec = e->run.use_spec;
     dh__sched_config sc;
     dh__run_sched_config(&e->run, &sc);
-    if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e)) &&
+    char why[256] = "";
+    if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
         rc = dh__eng_start_workers(e);
     }
     if (rc) {
-        dh__msg(err, errlen, "cannot start the engine: %s", dh_strerror(rc));
+        dh__msg(err, errlen, "cannot start the engine: %s", why[0] ? why : dh_strerror(rc));
         dh_engine_finish(e, NULL);
         dh_engine_free(e);
         return rc;
@@ -254,6 +289,12 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     full.wall_s = dh__eng_elapsed(e);
     dh__result_give(out, &full);
     return e->error ? e->error : trc;
+}
+
+int dh_engine_start(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
+                    dh_engine **out, char *err, size_t errlen)
+{
+    return dh__engine_start(cfg, 0, on_error, user, out, err, errlen);
 }
 
 void dh_engine_free(dh_engine *e)

@@ -24,6 +24,7 @@
 
 #include "../metrics/metrics.h"
 #include "../run/run.h"
+#include "engine_serve.h"
 #include "ring.h"
 
 #include <pthread.h>
@@ -60,6 +61,7 @@ struct dh_engine {
     pthread_cond_t work, ready, room;
     pthread_t *threads;
     int nthreads, stop;
+    int shared;             /* batch pools in memfds that trainer processes map (serve) */
     int error;              /* what stopped the run, if it failed (0: not failed) */
     int64_t N, G;           /* N: steps of the run (DH__STEPS_UNBOUNDED: until stopped) */
     int R;
@@ -79,6 +81,7 @@ struct dh_engine {
 };
 
 /* engine.c */
+
 double dh__eng_elapsed(const dh_engine *e);
 double dh__thread_cpu(void);
 /* Stops the run with error rc (first one wins) and wakes every waiter. Under e->mu. */

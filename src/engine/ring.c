@@ -14,17 +14,17 @@
 
 #define ALIGN 64
 
-int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int populate)
+int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int flags, char *err,
+                  size_t errlen)
 {
     memset(r, 0, sizeof *r);
-    size = (size + 4095) & ~(int64_t)4095;
-    r->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
-    if (r->base == MAP_FAILED) {
-        r->base = NULL;
-        return DH_ENOMEM;
-    }
-    r->size = size;
+    int share = (flags & DH_RING_SHARE) != 0;
+    int rc = dh__shm_create(&r->shm, size, share, share, (flags & DH_RING_POPULATE) != 0, err,
+                            errlen);
+    if (rc)
+        return rc;
+    r->base = r->shm.base;
+    r->size = r->shm.size;
     r->cap = max_blocks;
     r->blocks = dh__malloc((size_t)max_blocks * sizeof *r->blocks);
     r->freed = dh__calloc((size_t)max_blocks, 1);
@@ -39,8 +39,7 @@ int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int populate)
 
 void dh__ring_destroy(dh__ring *r)
 {
-    if (r->base)
-        munmap(r->base, (size_t)r->size);
+    dh__shm_destroy(&r->shm);
     if (r->blocks) {
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->room);

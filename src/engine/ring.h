@@ -6,19 +6,20 @@
  * window and freed when their rank finishes the step, so a ring fits: the
  * head moves on allocation, the tail moves over blocks once they are freed,
  * and a block freed out of order waits for those before it. The region is
- * mmap(MAP_SHARED | MAP_ANONYMOUS), so a later version can back it with
- * shm_open and let trainer processes map it. Allocation blocks while there
- * is no room (backpressure): memory stays flat however long the run.
+ * shared memory (core/shm.h): with DH_RING_SHARE a memfd that trainer
+ * processes map. Allocation blocks while there is no room (backpressure):
+ * memory stays flat however long the run.
  */
 #ifndef DH_RING_H
 #define DH_RING_H
 
-#include "../core/core.h"
+#include "../core/shm.h"
 
 #include <pthread.h>
 
 typedef struct {
-    uint8_t *base;
+    dh__shm shm;
+    uint8_t *base;          /* shm.base */
     int64_t size;
     int64_t head, tail;   /* monotonically increasing byte positions */
     int64_t *blocks;      /* ring of allocated block ends, in allocation order */
@@ -30,8 +31,13 @@ typedef struct {
     int closed;
 } dh__ring;
 
-/* populate: fault every page in now (a pool whose first use sits on a critical path). */
-int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int populate);
+enum {
+    DH_RING_POPULATE = 1, /* fault every page in now (a pool whose first use is on a critical path) */
+    DH_RING_SHARE = 2     /* a memfd other processes can map, its pages reserved now */
+};
+/* 0, or an error with a message in err (which may be NULL). */
+int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int flags, char *err,
+                  size_t errlen);
 void dh__ring_destroy(dh__ring *r);
 /* Blocks until bytes fit; returns the offset and its block id, or -1 if closed or too big. */
 int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block);

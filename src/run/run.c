@@ -87,6 +87,14 @@ static int build_sampler(dh__run *run, char *err, size_t errlen)
                 (long long)dh_manifest_count(run->m), (long long)c->global_batch, dh_strerror(rc));
         return rc;
     }
+    if (c->resume) {
+        dh_sampler_state st = {dh_manifest_hash(run->m), c->seed, c->start_epoch, c->start_step};
+        if ((rc = dh_sampler_set_state(run->sampler, &st)))
+            return dh__fail(err, errlen, rc, "cannot resume at epoch %lld step %lld: %s (an "
+                            "epoch has %lld steps)", (long long)c->start_epoch,
+                            (long long)c->start_step, dh_strerror(rc),
+                            (long long)dh_sampler_steps_per_epoch(run->sampler));
+    }
     if (c->steps < 0 && c->steps != DH_STEPS_FOREVER) {
         dh__msg(err, errlen, "steps must be > 0, 0 (epochs) or DH_STEPS_FOREVER, not %lld",
                 (long long)c->steps);

@@ -1,0 +1,81 @@
+/*
+ * datahelix/client.h - a training process's side of datahelix/serve.h: attach
+ * to the node's agent as one rank, take batches that view the agent's shared
+ * memory (no tensor byte is copied), release them, report step times.
+ * Part of the public C API; include <datahelix.h> for all of it.
+ *
+ * Thread-safety: dh_client_next and dh_client_state from one thread at a
+ * time; dh_client_release and dh_client_report_step from any thread (a
+ * garbage collector may release a batch from wherever it runs).
+ */
+#ifndef DATAHELIX_CLIENT_H
+#define DATAHELIX_CLIENT_H
+
+#include "engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dh_client dh_client;
+
+/* Initialise with dh_client_opts_default (it sets struct_size). */
+typedef struct {
+    uint32_t struct_size;
+    const char *socket;      /* the agent's socket; NULL: dh_serve_default_socket(NULL) */
+    int rank, world_size;    /* this process's rank among the node's ranks, and their count */
+    int64_t global_batch;    /* 0: do not check */
+    uint64_t manifest_hash;  /* dh_manifest_hash of the trainer's manifest; 0: do not check */
+    uint64_t spec_hash;      /* dh_spec_hash; 0: do not check */
+    int timeout_ms;          /* connect + attach, and the default of dh_client_next; 0: 60 s */
+    int resume;              /* 1: the run starts at (epoch, step) below; all ranks must agree */
+    int64_t epoch, step;
+} dh_client_opts;
+
+DH_API void dh_client_opts_default(dh_client_opts *o);
+
+/*
+ * Connects and attaches (waits until every rank attached and the agent
+ * started the run). On success *out owns the client (dh_client_close).
+ * Refusals (rank taken, world size, global batch or hash mismatch) come
+ * back as DH_EMISMATCH with the agent's sentence in errbuf.
+ */
+DH_API int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *errbuf,
+                             size_t errlen);
+
+/*
+ * The rank's next batch, within timeout_ms (< 0: the connect timeout).
+ * out->data points into the shared pool and every pointer in *out stays
+ * valid until dh_client_release(out) or dh_client_close. DH_EEMPTY after the
+ * run's last step; DH_EPEER when the agent or another rank died (errbuf
+ * says which); DH_ETIMEDOUT; DH_ELIMIT when the rank holds too many leases.
+ */
+DH_API int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *errbuf,
+                          size_t errlen);
+/* The id of sample k of a batch taken by this client (valid as long as the batch). */
+DH_API const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k);
+/*
+ * Gives a batch back; its memory may be reused from here, so nothing may
+ * view it any more. The step time reported for it (or, without a report,
+ * the time since it was taken) feeds the agent's GPU model and deadlines.
+ */
+DH_API int dh_client_release(dh_client *c, const dh_batch *b);
+/* The compute time this rank measured for step `step` (seconds). */
+DH_API int dh_client_report_step(dh_client *c, int64_t step, double seconds);
+
+/* Where a resumed run would start to continue exactly after this rank's last batch. */
+typedef struct {
+    uint64_t manifest_hash, spec_hash, seed;
+    int32_t world_size;
+    int64_t global_batch;
+    int64_t epoch, step; /* the next global batch this rank has not taken */
+} dh_client_state;
+DH_API int dh_client_state_get(dh_client *c, dh_client_state *st);
+
+/* Detaches (releasing what is still leased) and frees. Safe with NULL. */
+DH_API void dh_client_close(dh_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DATAHELIX_CLIENT_H */

@@ -1,0 +1,64 @@
+/*
+ * datahelix/serve.h - the per-node agent: one process owns the node's CPU
+ * workers, the scheduler and the batch buffers, and serves batches to the
+ * node's training processes (its ranks) over a Unix socket, zero-copy: the
+ * buffers are shared memory each trainer maps (datahelix/client.h).
+ * Part of the public C API; include <datahelix.h> for all of it.
+ */
+#ifndef DATAHELIX_SERVE_H
+#define DATAHELIX_SERVE_H
+
+#include "engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * How the agent serves. Initialise with dh_serve_opts_default (it sets
+ * struct_size). Strings must outlive dh_serve.
+ */
+typedef struct {
+    uint32_t struct_size;
+    /*
+     * Where to listen: "@NAME" is a Linux abstract socket (nothing on disk, so a
+     * killed agent leaves nothing behind; only processes of the same user are
+     * accepted), anything else a filesystem path (created mode 0600, a stale
+     * one from a dead agent is replaced). NULL: dh_serve_default_socket(NULL).
+     */
+    const char *socket;
+    int max_leases;        /* batches a rank may hold at once; 0: 4 */
+    int attach_timeout_ms; /* how long to wait for every rank to attach; 0: 300 s */
+    int io_timeout_ms;     /* a handshake or a message once begun; 0: 30 s */
+    /* Attach, detach and fault events as sentences (from agent threads); may be NULL. */
+    void (*on_event)(const char *message, void *user);
+    void *event_user;
+} dh_serve_opts;
+
+DH_API void dh_serve_opts_default(dh_serve_opts *o);
+
+/*
+ * The default socket of a job: "@datahelix-UID-JOB", JOB from the argument,
+ * else $DH_JOB, else "default". Writes at most len bytes. 0 or DH_ERANGE.
+ */
+DH_API int dh_serve_default_socket(const char *job, char *out, size_t len);
+
+/*
+ * Runs the agent: listens, waits for cfg->ranks trainers to attach (each
+ * names its rank, the world size, the global batch and the hashes of its
+ * manifest and spec; a mismatch is refused with a sentence saying what
+ * differs), starts the engine with its batch pools in shared memory, and
+ * serves until the run's last step is consumed, every rank has detached,
+ * cfg->should_stop says so, or a rank dies (then every other rank's next
+ * request fails with an error naming the dead rank and its pid). Fills *out
+ * (initialised with dh_result_init) with the accounting of the completed
+ * steps. Blocks the calling thread; on_error as for dh_engine_run.
+ */
+DH_API int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts,
+                    dh_sample_error_cb on_error, void *user, dh_result *out, char *errbuf,
+                    size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DATAHELIX_SERVE_H */

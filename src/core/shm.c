@@ -1,0 +1,87 @@
+/*
+ * shm.c - shared memory regions (see shm.h).
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int64_t page_round(int64_t size)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t p = page > 0 ? page : 4096;
+    return (DH_MAX(size, 1) + p - 1) / p * p;
+}
+
+int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populate, char *err,
+                   size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->size = page_round(size);
+    int flags = populate ? MAP_POPULATE : 0;
+    if (!share) {
+        s->base = mmap(NULL, (size_t)s->size, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS | flags, -1, 0);
+        if (s->base == MAP_FAILED) {
+            s->base = NULL;
+            return dh__fail(err, errlen, DH_ENOMEM, "cannot map %.1f MiB for the batch pool",
+                            (double)s->size / 1048576.0);
+        }
+        return 0;
+    }
+    s->fd = memfd_create("datahelix-pool", MFD_CLOEXEC);
+    if (s->fd < 0)
+        return dh__fail(err, errlen, -errno, "cannot create shared memory: %s", strerror(errno));
+    int rc = ftruncate(s->fd, (off_t)s->size) ? errno : 0;
+    if (!rc && reserve)
+        rc = posix_fallocate(s->fd, 0, (off_t)s->size);
+    if (rc) {
+        dh__shm_destroy(s);
+        return dh__fail(err, errlen, DH_ENOMEM,
+                        "cannot reserve %.1f MiB of shared memory for the batch pool (%s): lower "
+                        "--memory-budget, or raise the memory (or cgroup memory.max) this job "
+                        "may use", (double)size / 1048576.0, strerror(rc));
+    }
+    s->base = mmap(NULL, (size_t)s->size, PROT_READ | PROT_WRITE, MAP_SHARED | flags, s->fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        rc = errno;
+        dh__shm_destroy(s);
+        return dh__fail(err, errlen, DH_ENOMEM, "cannot map %.1f MiB of shared memory: %s",
+                        (double)size / 1048576.0, strerror(rc));
+    }
+    return 0;
+}
+
+int dh__shm_map(dh__shm *s, int fd, int64_t size, int writable)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    struct stat st;
+    if (fd < 0 || size <= 0 || fstat(fd, &st) || st.st_size < size)
+        return DH_EINVAL; /* mapping past the end would be a SIGBUS later */
+    s->fd = fd;
+    s->size = size;
+    int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+    s->base = mmap(NULL, (size_t)size, prot, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        return -errno;
+    }
+    return 0;
+}
+
+void dh__shm_destroy(dh__shm *s)
+{
+    if (s->base)
+        munmap(s->base, (size_t)s->size);
+    if (s->fd >= 0)
+        close(s->fd);
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+}

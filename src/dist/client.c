@@ -1,0 +1,279 @@
+/*
+ * client.c - a trainer process's side of the agent (datahelix/client.h).
+ *
+ * DESIGN: the client maps the agent's two pools once, from the descriptors
+ * that arrive with ATTACHED. A BATCH message's payload is kept as the
+ * batch's storage (samples, tokens, items, ids) until the batch is
+ * released, so a dh_batch points into it and into the shared pool and
+ * nothing is copied. Sending is serialised by send_mu, so releases and
+ * reports may come from any thread (a garbage collector's) while one
+ * thread waits in dh_client_next; the receiving side belongs to that one
+ * thread. Lock order: lease_mu may be taken while holding send_mu, never
+ * the reverse.
+ */
+#include "dist.h"
+
+#include "../core/shm.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int64_t step;
+    void *payload; /* the BATCH message: the batch's arrays live here */
+} held;
+
+struct dh_client {
+    int fd;
+    int timeout_ms;
+    int rank;
+    dh__attached info;
+    dh__shm pools[2];
+    pthread_mutex_t send_mu, lease_mu;
+    held *leases;
+    int nleases;
+    size_t cap;
+    int64_t taken; /* batches taken so far (state) */
+};
+
+void dh_client_opts_default(dh_client_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+/* The sentence of an ERROR message into errbuf; returns its code. */
+static int error_reply(const void *p, uint32_t len, char *err, size_t errlen)
+{
+    int32_t code = DH_EPARSE;
+    if (len >= sizeof code)
+        memcpy(&code, p, sizeof code);
+    const char *text = len > sizeof code ? (const char *)p + sizeof code : "";
+    dh__msg(err, errlen, "%.*s", (int)(len > sizeof code ? len - sizeof code : 0), text);
+    return code < 0 ? code : DH_EPARSE;
+}
+
+static int map_pools(dh_client *c, const int *fds, int nfds)
+{
+    int64_t sizes[2] = {c->info.ring_size, c->info.arena_size};
+    int rc = nfds == 2 ? 0 : DH_EPARSE;
+    for (int k = 0; k < 2 && !rc; k++)
+        rc = dh__shm_map(&c->pools[k], fds[k], sizes[k], 1);
+    for (int k = 0; k < nfds; k++)
+        if (rc && (k >= 2 || c->pools[k].fd != fds[k]))
+            close(fds[k]);
+    return rc;
+}
+
+/* Sends ATTACH and waits for ATTACHED (the agent answers once every rank attached). */
+static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errlen)
+{
+    dh__attach q = {.rank = o->rank, .world_size = o->world_size,
+                    .global_batch = o->global_batch, .manifest_hash = o->manifest_hash,
+                    .spec_hash = o->spec_hash, .pid = (int32_t)getpid(), .resume = o->resume,
+                    .epoch = o->epoch, .step = o->step};
+    int rc = dh__proto_send(c->fd, DH__MSG_ATTACH, &q, sizeof q, NULL, 0);
+    if (rc)
+        return dh__fail(err, errlen, rc, "the agent closed the connection");
+    dh__msg_head h;
+    void *p = NULL;
+    int fds[2], nfds = 2;
+    rc = dh__proto_recv(c->fd, c->timeout_ms, &h, &p, fds, &nfds);
+    if (rc == DH_ETIMEDOUT)
+        rc = dh__fail(err, errlen, rc, "not every rank attached within %d ms", c->timeout_ms);
+    else if (rc)
+        rc = dh__fail(err, errlen, rc, "the agent went away during the attach");
+    else if (h.type == DH__MSG_ERROR)
+        rc = error_reply(p, h.len, err, errlen);
+    else if (h.type != DH__MSG_ATTACHED || h.len != sizeof c->info)
+        rc = dh__fail(err, errlen, DH_EPARSE, "unexpected answer to the attach");
+    if (!rc) {
+        memcpy(&c->info, p, sizeof c->info);
+        if ((rc = map_pools(c, fds, nfds)))
+            dh__msg(err, errlen, "cannot map the agent's batch pools: %s", dh_strerror(rc));
+    } else {
+        for (int k = 0; k < nfds; k++)
+            close(fds[k]);
+    }
+    free(p);
+    return rc;
+}
+
+int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, size_t errlen)
+{
+    if (!opts || !out || opts->struct_size < sizeof(uint32_t) ||
+        opts->struct_size > sizeof(dh_client_opts))
+        return dh__fail(err, errlen, DH_EINVAL, "initialise the options with "
+                                                "dh_client_opts_default");
+    dh_client_opts o;
+    dh_client_opts_default(&o);
+    memcpy(&o, opts, opts->struct_size);
+    *out = NULL;
+    char name[108];
+    if (!o.socket && dh_serve_default_socket(NULL, name, sizeof name) == 0)
+        o.socket = name;
+    dh_client *c = dh__calloc(1, sizeof *c);
+    if (!c)
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    c->pools[0].fd = c->pools[1].fd = -1;
+    c->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
+    c->rank = o.rank;
+    pthread_mutex_init(&c->send_mu, NULL);
+    pthread_mutex_init(&c->lease_mu, NULL);
+    c->fd = dh__connect(o.socket, c->timeout_ms, err, errlen);
+    int rc = c->fd < 0 ? c->fd : attach(c, &o, err, errlen);
+    if (rc) {
+        dh_client_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+/* Keeps a batch's payload until its release. */
+static int hold(dh_client *c, int64_t step, void *payload)
+{
+    pthread_mutex_lock(&c->lease_mu);
+    int rc = dh__grow((void **)&c->leases, &c->cap, (size_t)c->nleases + 1,
+                      sizeof *c->leases);
+    if (!rc)
+        c->leases[c->nleases++] = (held){step, payload};
+    pthread_mutex_unlock(&c->lease_mu);
+    return rc;
+}
+
+/* Checks a BATCH message and points out at its parts; 0 or DH_EPARSE. */
+static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *out)
+{
+    dh__batch_head bh;
+    if (len < sizeof bh)
+        return DH_EPARSE;
+    memcpy(&bh, p, sizeof bh);
+    uint64_t ns = (uint64_t)(uint32_t)bh.nsamples, ni = (uint64_t)(uint32_t)bh.nitems;
+    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes;
+    if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1)
+        return DH_EPARSE;
+    const dh__shm *pool = bh.pool >= 0 ? &c->pools[bh.pool] : NULL;
+    if (pool && (bh.offset < 0 || bh.bytes < 0 || bh.offset + bh.bytes > pool->size))
+        return DH_EPARSE; /* never hand out a view past the mapping */
+    const uint8_t *q = p + sizeof bh;
+    const dh_batch_item *items = (const void *)(q + 16 * ns);
+    for (uint64_t k = 0; k < ni; k++)
+        if (items[k].offset < 0 || items[k].bytes < 0 || items[k].offset + items[k].bytes > bh.bytes)
+            return DH_EPARSE;
+    *out = (dh_batch){.step = bh.step, .rank = bh.rank, .nsamples = bh.nsamples,
+                      .nitems = bh.nitems, .nfailed = bh.nfailed, .samples = (const void *)q,
+                      .tokens = (const void *)(q + 8 * ns), .items = items,
+                      .data = pool ? pool->base + bh.offset : NULL, .bytes = bh.bytes};
+    return 0;
+}
+
+int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_t errlen)
+{
+    if (!c || !out)
+        return DH_EINVAL;
+    int32_t t = timeout_ms < 0 ? c->timeout_ms : timeout_ms;
+    pthread_mutex_lock(&c->send_mu);
+    int rc = dh__proto_send(c->fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0);
+    pthread_mutex_unlock(&c->send_mu);
+    dh__msg_head h;
+    void *p = NULL;
+    if (!rc)
+        rc = dh__proto_recv(c->fd, t, &h, &p, NULL, NULL);
+    if (rc == DH_EPEER)
+        return dh__fail(err, errlen, rc, "the agent died or closed the connection");
+    if (rc == DH_ETIMEDOUT)
+        return dh__fail(err, errlen, rc, "no batch within %d ms (the connection is out of step "
+                                         "now: close it)", (int)t);
+    if (rc)
+        return dh__fail(err, errlen, rc, "receiving a batch: %s", dh_strerror(rc));
+    if (h.type == DH__MSG_ERROR) {
+        rc = error_reply(p, h.len, err, errlen);
+        free(p);
+        return rc;
+    }
+    rc = h.type == DH__MSG_BATCH ? read_batch(c, p, h.len, out) : DH_EPARSE;
+    if (!rc)
+        rc = hold(c, out->step, p);
+    if (rc) {
+        free(p);
+        return dh__fail(err, errlen, rc, "the agent sent a malformed batch");
+    }
+    c->taken++;
+    return 0;
+}
+
+const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k)
+{
+    (void)c;
+    if (!b || k < 0 || k >= b->nsamples)
+        return NULL;
+    const char *s = (const char *)(b->items + b->nitems);
+    while (k-- > 0)
+        s += strlen(s) + 1;
+    return s;
+}
+
+int dh_client_release(dh_client *c, const dh_batch *b)
+{
+    if (!c || !b)
+        return DH_EINVAL;
+    void *payload = NULL;
+    pthread_mutex_lock(&c->send_mu);
+    pthread_mutex_lock(&c->lease_mu);
+    for (int k = 0; k < c->nleases; k++)
+        if (c->leases[k].step == b->step) {
+            payload = c->leases[k].payload;
+            c->leases[k] = c->leases[--c->nleases];
+            break;
+        }
+    pthread_mutex_unlock(&c->lease_mu);
+    dh__release r = {b->step};
+    int rc = payload ? dh__proto_send(c->fd, DH__MSG_RELEASE, &r, sizeof r, NULL, 0) : DH_EINVAL;
+    pthread_mutex_unlock(&c->send_mu);
+    free(payload); /* after the send: b's arrays may live in it */
+    return rc;
+}
+
+int dh_client_report_step(dh_client *c, int64_t step, double seconds)
+{
+    if (!c || !(seconds >= 0))
+        return DH_EINVAL;
+    dh__report r = {step, seconds};
+    pthread_mutex_lock(&c->send_mu);
+    int rc = dh__proto_send(c->fd, DH__MSG_REPORT, &r, sizeof r, NULL, 0);
+    pthread_mutex_unlock(&c->send_mu);
+    return rc;
+}
+
+int dh_client_state_get(dh_client *c, dh_client_state *st)
+{
+    if (!c || !st)
+        return DH_EINVAL;
+    int64_t spe = DH_MAX(c->info.steps_per_epoch, 1);
+    int64_t at = c->info.epoch * spe + c->info.step + c->taken;
+    *st = (dh_client_state){c->info.manifest_hash, c->info.spec_hash, c->info.seed,
+                            c->info.world_size, c->info.global_batch, at / spe, at % spe};
+    return 0;
+}
+
+void dh_client_close(dh_client *c)
+{
+    if (!c)
+        return;
+    if (c->fd >= 0) {
+        dh__proto_send(c->fd, DH__MSG_DETACH, NULL, 0, NULL, 0); /* releases what is leased */
+        close(c->fd);
+    }
+    for (int k = 0; k < c->nleases; k++)
+        free(c->leases[k].payload);
+    free(c->leases);
+    dh__shm_destroy(&c->pools[0]);
+    dh__shm_destroy(&c->pools[1]);
+    pthread_mutex_destroy(&c->send_mu);
+    pthread_mutex_destroy(&c->lease_mu);
+    free(c);
+}

@@ -1,0 +1,17 @@
+/*
+ * dist.h - what the agent (serve.c) and the client (client.c) share, beside
+ * the wire format (proto.h): sockets (listen.c). Internal to src/dist.
+ */
+#ifndef DH_DIST_H
+#define DH_DIST_H
+
+#include "proto.h"
+
+/* A listening socket on name ("@abstract" or a 0600 path); the fd, or < 0 with a message. */
+int dh__listen(const char *name, int backlog, char *err, size_t errlen);
+/* A connected socket to name, retrying until timeout_ms while nobody listens yet. */
+int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen);
+/* The connected peer's user and process ids. 0 or an error. */
+int dh__peer_uid(int fd, uint32_t *uid, int32_t *pid);
+
+#endif

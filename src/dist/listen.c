@@ -1,0 +1,127 @@
+/*
+ * listen.c - the agent's and the client's Unix sockets: naming, binding
+ * (abstract "@name", or a filesystem path made 0600 with a stale socket of
+ * a dead agent replaced), connecting with a timeout, and the peer's
+ * credentials. Linux-only calls (abstract names, SO_PEERCRED) live here.
+ */
+#include "dist.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+int dh_serve_default_socket(const char *job, char *out, size_t len)
+{
+    if (!job || !job[0])
+        job = getenv("DH_JOB");
+    if (!job || !job[0])
+        job = "default";
+    int n = snprintf(out, len, "@datahelix-%u-%s", (unsigned)getuid(), job);
+    return n < 0 || (size_t)n >= len || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)
+               ? DH_ERANGE
+               : 0;
+}
+
+/* Fills addr from a name ("@abstract" or a path); returns the address length, or < 0. */
+static int make_addr(const char *name, struct sockaddr_un *addr, socklen_t *alen)
+{
+    memset(addr, 0, sizeof *addr);
+    addr->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    if (n == 0 || n >= sizeof addr->sun_path)
+        return DH_ERANGE;
+    memcpy(addr->sun_path, name, n);
+    if (name[0] == '@')
+        addr->sun_path[0] = '\0'; /* abstract: no file, gone with the last descriptor */
+    *alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    return 0;
+}
+
+/* A filesystem socket nobody listens on any more (its agent died): safe to replace. */
+static int stale_socket(const char *path, const struct sockaddr_un *addr, socklen_t alen)
+{
+    struct stat st;
+    if (lstat(path, &st) || !S_ISSOCK(st.st_mode))
+        return 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int refused = connect(fd, (const struct sockaddr *)addr, alen) < 0 && errno == ECONNREFUSED;
+    close(fd);
+    return refused;
+}
+
+int dh__listen(const char *name, int backlog, char *err, size_t errlen)
+{
+    struct sockaddr_un addr;
+    socklen_t alen;
+    if (make_addr(name, &addr, &alen))
+        return dh__fail(err, errlen, DH_ERANGE, "socket name \"%s\" is empty or too long", name);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return dh__fail(err, errlen, -errno, "cannot create a socket: %s", strerror(errno));
+    int is_path = name[0] != '@';
+    if (is_path && stale_socket(name, &addr, alen))
+        unlink(name);
+    if (bind(fd, (struct sockaddr *)&addr, alen) < 0) {
+        int e = errno;
+        close(fd);
+        return dh__fail(err, errlen, e == EADDRINUSE ? DH_EEXIST : -e,
+                        "cannot listen on %s: %s%s", name, strerror(e),
+                        e == EADDRINUSE ? " (another agent serves this job: pick another "
+                                          "--socket or DH_JOB)"
+                                        : "");
+    }
+    if ((is_path && chmod(name, 0600) < 0) || listen(fd, backlog) < 0) {
+        int e = errno;
+        close(fd);
+        if (is_path)
+            unlink(name);
+        return dh__fail(err, errlen, -e, "cannot listen on %s: %s", name, strerror(e));
+    }
+    return fd;
+}
+
+int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen)
+{
+    struct sockaddr_un addr;
+    socklen_t alen;
+    if (make_addr(name, &addr, &alen))
+        return dh__fail(err, errlen, DH_ERANGE, "socket name \"%s\" is empty or too long", name);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) { /* the agent may not listen yet: retry until the timeout */
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return dh__fail(err, errlen, -errno, "cannot create a socket: %s", strerror(errno));
+        if (connect(fd, (struct sockaddr *)&addr, alen) == 0)
+            return fd;
+        int e = errno;
+        close(fd);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double waited = (double)(t.tv_sec - t0.tv_sec) * 1e3 + (double)(t.tv_nsec - t0.tv_nsec) / 1e6;
+        if ((e != ENOENT && e != ECONNREFUSED && e != EAGAIN) || waited >= timeout_ms)
+            return dh__fail(err, errlen, e == ENOENT || e == ECONNREFUSED ? DH_EPEER : -e,
+                            "no agent listens on %s (%s): start `datahelix serve` first, with "
+                            "the same --socket or DH_JOB", name, strerror(e));
+        poll(NULL, 0, 50);
+    }
+}
+
+int dh__peer_uid(int fd, uint32_t *uid, int32_t *pid)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+        return -errno;
+    *uid = cr.uid;
+    *pid = cr.pid;
+    return 0;
+}

@@ -1,0 +1,168 @@
+/*
+ * proto.c - framed messages over a Unix stream socket (see proto.h). Every
+ * wait goes through poll with the caller's timeout; EINTR is retried with
+ * the time left.
+ */
+#include "proto.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Waits until fd is readable; 0, DH_ETIMEDOUT or an error. deadline < 0: none. */
+static int wait_readable(int fd, int64_t deadline)
+{
+    for (;;) {
+        int left = deadline < 0 ? -1 : (int)DH_MAX(0, deadline - now_ms());
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, left);
+        if (n > 0)
+            return 0;
+        if (n == 0)
+            return DH_ETIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+static int send_all(int fd, struct msghdr *m)
+{
+    while (m->msg_iovlen > 0) {
+        ssize_t n = sendmsg(fd, m, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EPIPE || errno == ECONNRESET ? DH_EPEER : -errno;
+        }
+        m->msg_control = NULL; /* fds go with the first bytes only */
+        m->msg_controllen = 0;
+        while (m->msg_iovlen > 0 && (size_t)n >= m->msg_iov->iov_len) {
+            n -= (ssize_t)m->msg_iov->iov_len;
+            m->msg_iov++;
+            m->msg_iovlen--;
+        }
+        if (m->msg_iovlen > 0) {
+            m->msg_iov->iov_base = (char *)m->msg_iov->iov_base + n;
+            m->msg_iov->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+static int send_parts(int fd, int type, const void *a, uint32_t alen, const void *b,
+                      uint32_t blen, const int *fds, int nfds)
+{
+    if ((uint64_t)alen + blen > DH__PROTO_MAX)
+        return DH_ELIMIT;
+    dh__msg_head h = {DH__PROTO_MAGIC, DH__PROTO_VERSION, (uint16_t)type, alen + blen, 0};
+    struct iovec iov[3] = {{&h, sizeof h}, {(void *)a, alen}, {(void *)b, blen}};
+    union {
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 1 + (alen > 0) + (blen > 0)};
+    if (!alen && blen)
+        iov[1] = iov[2];
+    if (nfds > 0 && nfds <= 4) {
+        memset(&ctl, 0, sizeof ctl);
+        m.msg_control = ctl.buf;
+        m.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+    }
+    return send_all(fd, &m);
+}
+
+int dh__proto_send(int fd, int type, const void *payload, uint32_t len, const int *fds, int nfds)
+{
+    return send_parts(fd, type, payload, len, NULL, 0, fds, nfds);
+}
+
+int dh__proto_send2(int fd, int type, const void *a, uint32_t alen, const void *b, uint32_t blen)
+{
+    return send_parts(fd, type, a, alen, b, blen, NULL, 0);
+}
+
+int dh__proto_send_error(int fd, int code, const char *text)
+{
+    int32_t c = code;
+    return dh__proto_send2(fd, DH__MSG_ERROR, &c, sizeof c, text, (uint32_t)strlen(text) + 1);
+}
+
+/* Reads exactly len bytes (the head's first read may carry fds). */
+static int recv_exact(int fd, void *buf, size_t len, int64_t deadline, int *fds, int *nfds)
+{
+    size_t got = 0;
+    int maxfds = nfds ? *nfds : 0;
+    if (nfds)
+        *nfds = 0;
+    while (got < len) {
+        int rc = wait_readable(fd, deadline);
+        if (rc)
+            return rc;
+        union {
+            char buf[CMSG_SPACE(4 * sizeof(int))];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {(char *)buf + got, len - got};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                           .msg_controllen = sizeof ctl.buf};
+        ssize_t n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno == ECONNRESET ? DH_EPEER : -errno;
+        if (n == 0)
+            return DH_EPEER;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < k; i++) {
+                int f;
+                memcpy(&f, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof f);
+                if (nfds && *nfds < maxfds)
+                    fds[(*nfds)++] = f;
+                else
+                    close(f); /* more than the caller expects: never leak them */
+            }
+        }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+int dh__proto_recv(int fd, int timeout_ms, dh__msg_head *h, void **payload, int *fds, int *nfds)
+{
+    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    *payload = NULL;
+    int rc = recv_exact(fd, h, sizeof *h, deadline, fds, nfds);
+    if (rc)
+        return rc;
+    if (h->magic != DH__PROTO_MAGIC || h->version != DH__PROTO_VERSION || h->len > DH__PROTO_MAX)
+        return DH_EPARSE;
+    if (!h->len)
+        return 0;
+    if (!(*payload = dh__malloc(h->len)))
+        return DH_ENOMEM;
+    rc = recv_exact(fd, *payload, h->len, deadline, NULL, NULL);
+    if (rc) {
+        free(*payload);
+        *payload = NULL;
+    }
+    return rc;
+}

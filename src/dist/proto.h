@@ -1,0 +1,90 @@
+/*
+ * proto.h - the wire between a serving agent and its trainer processes
+ * (internal to src/dist).
+ *
+ * DESIGN: a Unix stream socket carries framed messages: a 16-byte head
+ * (magic, version, type, payload length) and the payload, in host byte
+ * order (both ends are on one machine). File descriptors (the batch pools)
+ * travel once, with the ATTACHED message, as SCM_RIGHTS. Tensor bytes never
+ * travel: a BATCH message describes where the batch lies in a pool both
+ * sides have mapped. Every receive has a timeout; a closed peer is
+ * DH_EPEER, a timeout DH_ETIMEDOUT. Messages over DH__PROTO_MAX are refused
+ * before anything is allocated.
+ */
+#ifndef DH_PROTO_H
+#define DH_PROTO_H
+
+#include "../core/core.h"
+
+#define DH__PROTO_MAGIC 0x584c4844u /* "DHLX" */
+#define DH__PROTO_VERSION 1
+#define DH__PROTO_MAX (64u << 20)
+
+enum {
+    DH__MSG_ATTACH = 1, /* client: dh__attach */
+    DH__MSG_ATTACHED,   /* agent: dh__attached + 2 fds (ring, arena) */
+    DH__MSG_NEXT,       /* client: int32 timeout_ms */
+    DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, ids */
+    DH__MSG_RELEASE,    /* client: dh__release (one-way) */
+    DH__MSG_REPORT,     /* client: dh__report (one-way) */
+    DH__MSG_DETACH,     /* client: empty (one-way) */
+    DH__MSG_ERROR       /* agent: int32 code + message text */
+};
+
+typedef struct {
+    uint32_t magic;
+    uint16_t version, type;
+    uint32_t len;
+    uint32_t reserved;
+} dh__msg_head;
+
+typedef struct {
+    int32_t rank, world_size;
+    int64_t global_batch;
+    uint64_t manifest_hash, spec_hash; /* 0: do not check */
+    int32_t pid;
+    int32_t resume;                    /* 1: start at (epoch, step) below */
+    int64_t epoch, step;
+} dh__attach;
+
+typedef struct {
+    int64_t ring_size, arena_size;
+    int64_t steps;                     /* of the run, or -1: until stopped */
+    uint64_t manifest_hash, spec_hash, seed;
+    int32_t world_size, max_leases;
+    int64_t global_batch;
+    int64_t epoch, step;               /* where step 0 of the run lies in the sample order */
+    int64_t steps_per_epoch;
+} dh__attached;
+
+typedef struct {
+    int64_t step;
+    int32_t rank, pool;                /* pool 0: the ring, 1: the move arena */
+    int64_t offset, bytes;             /* of the batch in its pool */
+    int32_t nsamples, nitems, nfailed;
+    uint32_t ids_bytes;                /* NUL-separated sample ids after the items */
+} dh__batch_head;
+
+typedef struct {
+    int64_t step;
+} dh__release;
+
+typedef struct {
+    int64_t step;
+    double seconds;
+} dh__report;
+
+/* Sends one message (and fds, if nfds > 0). 0, DH_EPEER or an error. */
+int dh__proto_send(int fd, int type, const void *payload, uint32_t len, const int *fds, int nfds);
+/* Sends head + two payload parts (no copy into one buffer). */
+int dh__proto_send2(int fd, int type, const void *a, uint32_t alen, const void *b, uint32_t blen);
+/*
+ * Receives one message within timeout_ms (< 0: no limit). *payload is
+ * malloc'd (free it; NULL when empty); up to *nfds fds are stored in fds
+ * (*nfds becomes the count received). 0, DH_ETIMEDOUT, DH_EPEER, DH_EPARSE.
+ */
+int dh__proto_recv(int fd, int timeout_ms, dh__msg_head *h, void **payload, int *fds, int *nfds);
+/* Sends an ERROR message with a code and a sentence. */
+int dh__proto_send_error(int fd, int code, const char *text);
+
+#endif

@@ -1,0 +1,534 @@
+/*
+ * serve.c - the per-node agent (datahelix/serve.h): trainer processes attach
+ * over a Unix socket, one per rank, and take batches that view the engine's
+ * shared pools.
+ *
+ * DESIGN
+ * - Phases: listen; wait until every rank attached (each attach validated
+ *   and held unanswered); start the engine, its pools in memfds; answer
+ *   every attach with the pools' descriptors; serve; finish.
+ * - One thread per rank serves that rank's requests in order: NEXT blocks in
+ *   dh_engine_next_batch, so a rank waiting for its batch holds only its own
+ *   thread. The main thread watches should_stop and the threads' ends.
+ * - A lease is a batch handed to a rank and not yet released; a rank holds
+ *   at most max_leases. A rank that dies or disconnects before the run ended
+ *   has its leases released and stops the run with DH_EPEER and a sentence
+ *   naming it: every other rank's next request gets that sentence (a
+ *   synchronous job cannot go on without it), never a hang.
+ * - Lock order: a.mu (agent state) is never held while calling the engine.
+ */
+#include "dist.h"
+
+#include "../engine/engine_serve.h"
+#include "../run/run.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LEASES 64
+
+typedef struct {
+    dh_batch b;
+    double taken;   /* monotonic seconds */
+    double seconds; /* the reported step time; < 0: none */
+} lease;
+
+typedef struct agent agent;
+
+typedef struct {
+    agent *a;
+    int fd, rank;
+    int32_t pid;
+    dh__attach req;
+    pthread_t thread;
+    int started, finished, detached, ended; /* ended: the run's end was delivered */
+    lease leases[MAX_LEASES];
+    int nleases;
+} conn;
+
+struct agent {
+    const dh_run_config *cfg;
+    dh_serve_opts o;
+    const char *name;
+    int listen_fd, R;
+    dh_engine *e;
+    conn *conns;
+    int attached;
+    uint64_t manifest_hash, spec_hash;
+    int64_t steps_per_epoch;
+    dh__attached info;
+    pthread_mutex_t mu;
+    pthread_cond_t changed;
+    int fault_code;
+    char fault[256];
+};
+
+static double mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void event(agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void event(agent *a, const char *fmt, ...)
+{
+    if (!a->o.on_event)
+        return;
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    a->o.on_event(msg, a->o.event_user);
+}
+
+void dh_serve_opts_default(dh_serve_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+/* ------------------------------------------------------------------ attach */
+
+/* Why this attach cannot be accepted (a sentence in why), or 0. */
+static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
+{
+    const dh__attach *q = &c->req;
+    if (q->world_size != a->R)
+        return dh__fail(why, len, DH_EMISMATCH, "world size %d, but this agent serves %d ranks",
+                        q->world_size, a->R);
+    if (q->rank < 0 || q->rank >= a->R)
+        return dh__fail(why, len, DH_EMISMATCH, "rank %d is outside 0..%d", q->rank, a->R - 1);
+    if (a->conns[q->rank].fd >= 0)
+        return dh__fail(why, len, DH_EMISMATCH, "rank %d is attached already (pid %d)", q->rank,
+                        a->conns[q->rank].pid);
+    if (q->global_batch && q->global_batch != a->cfg->global_batch)
+        return dh__fail(why, len, DH_EMISMATCH, "global batch %lld, but this agent serves %lld",
+                        (long long)q->global_batch, (long long)a->cfg->global_batch);
+    if (q->manifest_hash && q->manifest_hash != a->manifest_hash)
+        return dh__fail(why, len, DH_EMISMATCH, "the trainer's manifest differs from the "
+                                                "agent's (descriptor hashes differ)");
+    if (q->spec_hash && q->spec_hash != a->spec_hash)
+        return dh__fail(why, len, DH_EMISMATCH, "the trainer's preprocessing spec differs from "
+                                                "the agent's");
+    for (int r = 0; r < a->R; r++) { /* every rank must resume at the same place */
+        const conn *o = &a->conns[r];
+        if (o->fd >= 0 && (o->req.resume != q->resume ||
+                           (q->resume && (o->req.epoch != q->epoch || o->req.step != q->step))))
+            return dh__fail(why, len, DH_EMISMATCH, "rank %d resumes at %s, rank %d at %s "
+                            "(restore the same checkpoint on every rank)", o->rank,
+                            o->req.resume ? "a saved state" : "the start", q->rank,
+                            q->resume ? "a saved state" : "the start");
+    }
+    return 0;
+}
+
+/* Reads and validates one attach; keeps the connection, or refuses and closes it. */
+static void take_attach(agent *a, int fd)
+{
+    dh__msg_head h;
+    void *p = NULL;
+    uint32_t uid = 0;
+    int32_t pid = 0;
+    char why[256] = "";
+    int rc = dh__peer_uid(fd, &uid, &pid);
+    if (!rc && uid != getuid())
+        rc = dh__fail(why, sizeof why, DH_EACCES, "user %u may not attach to an agent of user %u",
+                      uid, (unsigned)getuid());
+    if (!rc && (rc = dh__proto_recv(fd, a->o.io_timeout_ms, &h, &p, NULL, NULL)) == 0 &&
+        (h.type != DH__MSG_ATTACH || h.len != sizeof(dh__attach)))
+        rc = dh__fail(why, sizeof why, DH_EPARSE, "expected an attach message");
+    conn c = {.a = a, .fd = fd, .pid = pid};
+    if (!rc) {
+        memcpy(&c.req, p, sizeof c.req);
+        c.rank = c.req.rank;
+        rc = refuse_reason(a, &c, why, sizeof why);
+    }
+    free(p);
+    if (rc) {
+        event(a, "refused an attach from pid %d: %s", (int)pid, why[0] ? why : dh_strerror(rc));
+        if (why[0])
+            dh__proto_send_error(fd, rc, why);
+        close(fd);
+        return;
+    }
+    a->conns[c.rank] = c;
+    a->attached++;
+    event(a, "rank %d attached (pid %d), %d of %d", c.rank, (int)pid, a->attached, a->R);
+}
+
+/* Accepts until every rank attached; 0, DH_ETIMEDOUT or DH_ECANCELED. */
+static int wait_for_ranks(agent *a)
+{
+    double until = mono() + a->o.attach_timeout_ms / 1e3;
+    while (a->attached < a->R) {
+        if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user))
+            return DH_ECANCELED;
+        if (mono() > until)
+            return DH_ETIMEDOUT;
+        struct pollfd pf = {.fd = a->listen_fd, .events = POLLIN};
+        if (poll(&pf, 1, 200) <= 0)
+            continue;
+        int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            take_attach(a, fd);
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- serving */
+
+static int send_batch(agent *a, conn *c, const dh_batch *b)
+{
+    dh__batch_head bh = {.step = b->step, .rank = b->rank, .pool = -1, .bytes = b->bytes,
+                         .nsamples = b->nsamples, .nitems = b->nitems, .nfailed = b->nfailed};
+    if (b->nitems && dh__engine_locate(a->e, b->data, &bh.pool, &bh.offset))
+        return DH_EINVAL;
+    size_t ns = (size_t)b->nsamples, ni = (size_t)b->nitems, ids = 0;
+    for (size_t k = 0; k < ns; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
+        ids += strlen(si.id) + 1;
+    }
+    size_t len = 2 * ns * sizeof(int64_t) + ni * sizeof(dh_batch_item) + ids;
+    if (len > DH__PROTO_MAX - sizeof bh)
+        return DH_ELIMIT;
+    uint8_t *body = dh__malloc(DH_MAX(len, 1));
+    if (!body)
+        return DH_ENOMEM;
+    uint8_t *w = body;
+    memcpy(w, b->samples, ns * sizeof(int64_t)), w += ns * sizeof(int64_t);
+    memcpy(w, b->tokens, ns * sizeof(int64_t)), w += ns * sizeof(int64_t);
+    memcpy(w, b->items, ni * sizeof(dh_batch_item)), w += ni * sizeof(dh_batch_item);
+    for (size_t k = 0; k < ns; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
+        size_t n = strlen(si.id) + 1;
+        memcpy(w, si.id, n), w += n;
+    }
+    bh.ids_bytes = (uint32_t)ids;
+    int rc = dh__proto_send2(c->fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len);
+    free(body);
+    return rc;
+}
+
+/* The sentence for a run that cannot go on (another rank died, the agent stopped). */
+static void send_end(agent *a, conn *c, int rc)
+{
+    char msg[300];
+    pthread_mutex_lock(&a->mu);
+    if (rc == DH_EPEER && a->fault[0])
+        snprintf(msg, sizeof msg, "%s", a->fault);
+    else if (rc == DH_EEMPTY)
+        snprintf(msg, sizeof msg, "the run is complete");
+    else if (rc == DH_ECANCELED)
+        snprintf(msg, sizeof msg, "the agent was stopped");
+    else
+        snprintf(msg, sizeof msg, "the agent's run failed: %s", dh_strerror(rc));
+    pthread_mutex_unlock(&a->mu);
+    c->ended = 1; /* after an end, the rank leaving is expected */
+    dh__proto_send_error(c->fd, rc, msg);
+}
+
+static int on_next(agent *a, conn *c)
+{
+    if (c->nleases >= a->o.max_leases) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "rank %d holds %d batches: release one before taking another "
+                 "(max_leases %d)", c->rank, c->nleases, a->o.max_leases);
+        return dh__proto_send_error(c->fd, DH_ELIMIT, msg);
+    }
+    dh_batch b;
+    int rc = dh_engine_next_batch(a->e, c->rank, &b);
+    if (rc) {
+        send_end(a, c, rc);
+        return 0;
+    }
+    c->leases[c->nleases++] = (lease){b, mono(), -1.0};
+    rc = send_batch(a, c, &b);
+    if (rc && rc != DH_EPEER)
+        dh__proto_send_error(c->fd, rc, "cannot describe the batch");
+    return rc == DH_EPEER ? rc : 0;
+}
+
+static lease *find_lease(conn *c, int64_t step)
+{
+    for (int k = 0; k < c->nleases; k++)
+        if (c->leases[k].b.step == step)
+            return &c->leases[k];
+    return NULL;
+}
+
+/* Gives lease l back to the engine with the step time it was reported (else its hold time). */
+static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
+{
+    double s = reclaimed ? 0 : l->seconds >= 0 ? l->seconds : mono() - l->taken;
+    dh_engine_release(a->e, &l->b, s);
+    *l = c->leases[--c->nleases];
+}
+
+static void on_death(agent *a, conn *c)
+{
+    int64_t step = c->nleases ? c->leases[0].b.step : -1;
+    while (c->nleases)
+        release_lease(a, c, &c->leases[0], 1);
+    if (c->ended || c->detached)
+        return;
+    pthread_mutex_lock(&a->mu);
+    int first = !a->fault_code;
+    if (first) {
+        a->fault_code = DH_EPEER;
+        if (step >= 0)
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected holding "
+                     "step %lld; the job cannot go on without it", c->rank, (int)c->pid,
+                     (long long)step);
+        else
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected; the job "
+                     "cannot go on without it", c->rank, (int)c->pid);
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (first) {
+        event(a, "%s", a->fault);
+        dh__engine_abort(a->e, DH_EPEER);
+    }
+}
+
+/* One message of a rank; 1 when the rank is gone (detached or dead). */
+static int serve_one(agent *a, conn *c, const dh__msg_head *h, const void *p)
+{
+    if (h->type == DH__MSG_NEXT)
+        return on_next(a, c) == DH_EPEER ? (on_death(a, c), 1) : 0;
+    if (h->type == DH__MSG_RELEASE && h->len == sizeof(dh__release)) {
+        lease *l = find_lease(c, ((const dh__release *)p)->step);
+        if (l)
+            release_lease(a, c, l, 0);
+        return 0;
+    }
+    if (h->type == DH__MSG_REPORT && h->len == sizeof(dh__report)) {
+        const dh__report *r = p;
+        lease *l = find_lease(c, r->step);
+        if (l && r->seconds >= 0 && r->seconds < 1e6)
+            l->seconds = r->seconds;
+        return 0;
+    }
+    if (h->type == DH__MSG_DETACH) {
+        c->detached = 1;
+        while (c->nleases)
+            release_lease(a, c, &c->leases[0], 0);
+        event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
+        return 1;
+    }
+    on_death(a, c); /* a message we do not understand: treat the peer as broken */
+    return 1;
+}
+
+static void *rank_main(void *arg)
+{
+    conn *c = arg;
+    agent *a = c->a;
+    for (;;) {
+        dh__msg_head h;
+        void *p = NULL;
+        int rc = dh__proto_recv(c->fd, 500, &h, &p, NULL, NULL);
+        if (rc == DH_ETIMEDOUT)
+            continue; /* the rank is computing; its death shows as a closed socket */
+        int gone = rc ? (on_death(a, c), 1) : serve_one(a, c, &h, p);
+        free(p);
+        if (gone)
+            break;
+    }
+    pthread_mutex_lock(&a->mu);
+    c->finished = 1;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+/* The run config the engine gets: the trainers' resume point, if they asked for one. */
+static dh_run_config engine_config(const agent *a)
+{
+    dh_run_config c = *a->cfg;
+    const dh__attach *q = &a->conns[0].req;
+    if (q->resume) {
+        c.resume = 1;
+        c.start_epoch = q->epoch;
+        c.start_step = q->step;
+    }
+    return c;
+}
+
+/* Answers every held attach: the pools' descriptors and what the run is. */
+static int answer_attaches(agent *a)
+{
+    int fds[2];
+    int rc = dh__engine_pool(a->e, 0, &fds[0], &a->info.ring_size);
+    if (!rc)
+        rc = dh__engine_pool(a->e, 1, &fds[1], &a->info.arena_size);
+    for (int r = 0; !rc && r < a->R; r++)
+        if (dh__proto_send(a->conns[r].fd, DH__MSG_ATTACHED, &a->info, sizeof a->info, fds, 2))
+            event(a, "rank %d went away before the run started", r); /* seen by its thread */
+    return rc;
+}
+
+static void fill_info(agent *a)
+{
+    const dh_run_config *c = a->cfg;
+    const dh__attach *q = &a->conns[0].req;
+    a->info = (dh__attached){.steps = c->steps > 0 ? c->steps : -1,
+                             .manifest_hash = a->manifest_hash, .spec_hash = a->spec_hash,
+                             .seed = c->seed, .world_size = a->R, .max_leases = a->o.max_leases,
+                             .global_batch = c->global_batch,
+                             .epoch = q->resume ? q->epoch : 0, .step = q->resume ? q->step : 0,
+                             .steps_per_epoch = a->steps_per_epoch};
+}
+
+/* Waits until every rank's thread ended, stopping the engine when should_stop says so. */
+static void watch(agent *a)
+{
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        int running = 0;
+        for (int r = 0; r < a->R; r++)
+            running += a->conns[r].started && !a->conns[r].finished;
+        if (!running)
+            break;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 200 * 1000000L;
+        if (until.tv_nsec >= 1000000000L)
+            until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&a->changed, &a->mu, &until);
+        pthread_mutex_unlock(&a->mu);
+        if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user))
+            dh_engine_stop(a->e);
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+static int start_ranks(agent *a, char *err, size_t errlen)
+{
+    for (int r = 0; r < a->R; r++) {
+        int rc = dh__thread_create(&a->conns[r].thread, rank_main, &a->conns[r]);
+        if (rc) {
+            dh_engine_stop(a->e); /* the ranks that started must not wait for this one */
+            return dh__fail(err, errlen, rc, "cannot start the thread of rank %d", r);
+        }
+        a->conns[r].started = 1;
+    }
+    return 0;
+}
+
+/* What the agent needs before listening: hashes of what trainers must match. */
+static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *opts, char *err,
+                      size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    a->cfg = cfg;
+    a->R = cfg->ranks;
+    a->listen_fd = -1;
+    dh_serve_opts_default(&a->o);
+    if (opts)
+        memcpy(&a->o, opts, DH_MIN((size_t)opts->struct_size, sizeof a->o));
+    a->o.max_leases = a->o.max_leases > 0 ? DH_MIN(a->o.max_leases, MAX_LEASES) : 4;
+    a->o.attach_timeout_ms = a->o.attach_timeout_ms > 0 ? a->o.attach_timeout_ms : 300000;
+    a->o.io_timeout_ms = a->o.io_timeout_ms > 0 ? a->o.io_timeout_ms : 30000;
+    if (!cfg->manifest || cfg->ranks < 1 || cfg->global_batch < cfg->ranks)
+        return dh__fail(err, errlen, DH_EINVAL, "serve needs a manifest, ranks >= 1 and a "
+                                                "global batch of at least one sample per rank");
+    dh_spec *builtin = NULL;
+    if (!cfg->spec && dh_spec_builtin(cfg->workload ? cfg->workload : "default", &builtin))
+        return dh__fail(err, errlen, DH_ENOENT, "unknown workload \"%s\"", cfg->workload);
+    a->spec_hash = dh_spec_hash(cfg->spec ? cfg->spec : builtin);
+    dh_spec_free(builtin);
+    a->manifest_hash = dh_manifest_hash(cfg->manifest);
+    a->steps_per_epoch = dh_manifest_count(cfg->manifest) / cfg->global_batch;
+    a->conns = dh__calloc((size_t)a->R, sizeof *a->conns);
+    if (!a->conns)
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    for (int r = 0; r < a->R; r++)
+        a->conns[r].fd = -1;
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->changed, NULL);
+    return 0;
+}
+
+static void agent_free(agent *a)
+{
+    for (int r = 0; a->conns && r < a->R; r++) {
+        if (a->conns[r].started)
+            pthread_join(a->conns[r].thread, NULL);
+        if (a->conns[r].fd >= 0)
+            close(a->conns[r].fd);
+    }
+    if (a->listen_fd >= 0) {
+        close(a->listen_fd);
+        if (a->name && a->name[0] != '@')
+            unlink(a->name);
+    }
+    dh_engine_free(a->e);
+    if (a->conns) {
+        pthread_mutex_destroy(&a->mu);
+        pthread_cond_destroy(&a->changed);
+    }
+    free(a->conns);
+}
+
+/* Tells every held attach why the run could not start. */
+static void refuse_all(agent *a, int rc, const char *why)
+{
+    for (int r = 0; r < a->R; r++)
+        if (a->conns[r].fd >= 0)
+            dh__proto_send_error(a->conns[r].fd, rc, why);
+}
+
+int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_error_cb on_error,
+             void *user, dh_result *out, char *err, size_t errlen)
+{
+    if (!cfg || !out)
+        return DH_EINVAL;
+    agent a;
+    char name[108];
+    int rc = dh__result_check(out, err, errlen);
+    if (!rc)
+        rc = agent_init(&a, cfg, opts, err, errlen);
+    if (rc)
+        return rc;
+    a.name = a.o.socket;
+    if (!a.name && !(rc = dh_serve_default_socket(NULL, name, sizeof name)))
+        a.name = name;
+    if (!rc && (rc = a.listen_fd = dh__listen(a.name, a.R + 8, err, errlen)) >= 0)
+        rc = 0;
+    if (!rc) {
+        event(&a, "listening on %s for %d ranks", a.name, a.R);
+        if ((rc = wait_for_ranks(&a)))
+            dh__msg(err, errlen, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
+                                                    : "stopped with %d of %d ranks attached",
+                    a.attached, a.R);
+    }
+    if (!rc) {
+        fill_info(&a);
+        dh_run_config ec = engine_config(&a);
+        if ((rc = dh__engine_start(&ec, 1, on_error, user, &a.e, err, errlen)))
+            refuse_all(&a, rc, err && errlen ? err : "the agent could not start its engine");
+    }
+    if (!rc && !(rc = answer_attaches(&a)) && !(rc = start_ranks(&a, err, errlen)))
+        watch(&a);
+    int frc = a.e ? dh_engine_finish(a.e, out) : 0;
+    if (!rc && frc == DH_EPEER)
+        rc = dh__fail(err, errlen, frc, "%s", a.fault);
+    else if (!rc && frc && frc != DH_ECANCELED)
+        rc = dh__fail(err, errlen, frc, "the run failed: %s", dh_strerror(frc));
+    agent_free(&a);
+    return rc;
+}

@@ -1,0 +1,21 @@
+/*
+ * engine_serve.h - what a serving agent (src/dist) needs of the engine
+ * beyond the public consumer API: the shared pools and where a batch lies
+ * in them, and a way to stop the run with a reason. Internal.
+ */
+#ifndef DH_ENGINE_SERVE_H
+#define DH_ENGINE_SERVE_H
+
+#include "../core/core.h"
+
+/* dh_engine_start with the batch pools in memfds (pages reserved) trainers can map. */
+int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on_error,
+                     void *user, dh_engine **out, char *err, size_t errlen);
+/* Pool 0 (the ring) or 1 (the move arena): its memfd and size. 0 or DH_EINVAL. */
+int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size);
+/* Which pool holds a batch's data, and at what offset. 0 or DH_EINVAL. */
+int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, int64_t *offset);
+/* Stops the run with error code rc (the first reason wins); every consumer wakes. */
+void dh__engine_abort(dh_engine *e, int rc);
+
+#endif

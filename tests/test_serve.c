@@ -1,0 +1,425 @@
+/*
+ * test_serve.c - the agent and its trainer processes: real forked client
+ * processes attach over a Unix socket and take batches that view the
+ * agent's shared memory. Every sample of an epoch once across ranks, bytes
+ * equal to a direct decode, refusals with a reason, a dead trainer or a dead
+ * agent turned into errors (never hangs), leases bounded, exact resume,
+ * socket permissions and stale sockets.
+ *
+ * Clients are forked before the agent starts any thread (fork and threads
+ * do not mix); each child reports through a file and its exit status.
+ */
+#include "codec/decode.h"
+#include "testutil.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char *media;
+static dh_manifest *manifest;
+static dh_spec *spec;
+
+static void make_media(void)
+{
+    media = tu_mkdtemp();
+    const char *ff = tu_ffmpeg();
+    int rc = tu_sh("cd %s && for i in 0 1 2 3 4 5 6 7; do %s -v error -y -nostdin -f lavfi -i "
+                   "testsrc2=size=$((96+i*16))x72 -frames:v 1 i$i.jpg || exit 1; done && "
+                   "%s -v error -y -nostdin -f lavfi -i testsrc2=size=160x120:rate=25 -t 1 "
+                   "-c:v libx264 -g 10 -pix_fmt yuv420p v.mp4",
+                   media, ff, ff);
+    ck_assert_int_eq(rc, 0);
+    char out[4096];
+    snprintf(out, sizeof out, "%s/m.jsonl", media);
+    ck_assert_int_eq(dh_index_dir(media, out, NULL, NULL), 0);
+    ck_assert_int_eq(dh_manifest_load(out, NULL, &manifest, NULL), 0);
+    ck_assert_int_eq(dh_manifest_count(manifest), 9);
+    ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
+}
+
+static void drop_media(void)
+{
+    dh_manifest_free(manifest);
+    dh_spec_free(spec);
+    tu_sh("rm -rf %s", media);
+    free(media);
+}
+
+static char sock[128];
+
+static void new_socket_name(void)
+{
+    static int n;
+    snprintf(sock, sizeof sock, "@dh-test-%d-%d", (int)getpid(), n++);
+}
+
+static dh_run_config agent_config(const char *policy, int ranks, int64_t G)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.manifest = manifest;
+    c.policy = policy;
+    c.ranks = ranks;
+    c.workers = 2;
+    c.global_batch = G;
+    return c;
+}
+
+static dh_client_opts client_opts(int rank, int world, int64_t G)
+{
+    dh_client_opts o;
+    dh_client_opts_default(&o);
+    o.socket = sock;
+    o.rank = rank;
+    o.world_size = world;
+    o.global_batch = G;
+    o.manifest_hash = dh_manifest_hash(manifest);
+    o.spec_hash = dh_spec_hash(spec);
+    o.timeout_ms = 20000;
+    return o;
+}
+
+/* Exit statuses of a child: 0 fine; others name what went wrong (see each child). */
+static int wait_child(pid_t pid)
+{
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* 1 when every item of b equals a direct decode of its file. */
+static int items_match(const dh_batch *b)
+{
+    for (int32_t k = 0; k < b->nitems; k++) {
+        const dh_batch_item *it = &b->items[k];
+        dh_media_info mi;
+        dh_manifest_media(manifest, it->sample, it->media, &mi);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", media, mi.path);
+        uint8_t *ref = malloc((size_t)it->bytes);
+        int rc = mi.type == DH_MEDIA_VIDEO
+                     ? dh__decode_video(path, spec, &mi, ref, (size_t)it->bytes, NULL, NULL, 0)
+                     : dh__decode_image(path, spec, &mi, ref, (size_t)it->bytes, NULL, NULL, 0);
+        int same = !rc && !memcmp(ref, b->data + it->offset, (size_t)it->bytes);
+        free(ref);
+        if (!same || it->status)
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * A trainer: attaches, takes `take` batches (all of them when take < 0),
+ * checks each against a direct decode, writes "step sample" lines to log,
+ * releases each (reporting a step time), and detaches. Exit 0, or 2 connect
+ * failed, 3 wrong bytes, 4 next failed (not the end), 5 release failed.
+ */
+static pid_t trainer(int rank, int world, int64_t G, int take, const char *log,
+                     const dh_client_opts *extra)
+{
+    pid_t pid = fork();
+    if (pid)
+        return pid;
+    dh_client_opts o = extra ? *extra : client_opts(rank, world, G);
+    dh_client *c;
+    char err[256] = "";
+    if (dh_client_connect(&o, &c, err, sizeof err))
+        _exit(2);
+    FILE *f = log ? fopen(log, "w") : NULL;
+    for (int n = 0; take < 0 || n < take; n++) {
+        dh_batch b;
+        int rc = dh_client_next(c, -1, &b, err, sizeof err);
+        if (rc == DH_EEMPTY)
+            break;
+        if (rc)
+            _exit(4);
+        if (!items_match(&b))
+            _exit(3);
+        for (int32_t k = 0; f && k < b.nsamples; k++)
+            fprintf(f, "%lld %lld %s\n", (long long)b.step, (long long)b.samples[k],
+                    dh_client_sample_id(c, &b, k));
+        dh_client_report_step(c, b.step, 0.002);
+        if (dh_client_release(c, &b))
+            _exit(5);
+    }
+    if (f)
+        fclose(f);
+    dh_client_close(c);
+    _exit(0);
+}
+
+static int run_agent(dh_run_config *c, dh_serve_opts *o, dh_result *r, char *err, size_t len)
+{
+    dh_result_init(r);
+    o->socket = sock;
+    return dh_serve(c, o, NULL, NULL, r, err, len);
+}
+
+START_TEST(two_trainers_get_every_sample_of_each_epoch_once)
+{
+    new_socket_name();
+    char log0[4096], log1[4096];
+    snprintf(log0, sizeof log0, "%s/r0.log", media);
+    snprintf(log1, sizeof log1, "%s/r1.log", media);
+    pid_t p0 = trainer(0, 2, 4, -1, log0, NULL), p1 = trainer(1, 2, 4, -1, log1, NULL);
+    dh_run_config c = agent_config("helix", 2, 4);
+    c.epochs = 3; /* 9 samples, G = 4: 2 steps an epoch */
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p0), 0);
+    ck_assert_int_eq(wait_child(p1), 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(r.steps, 6);
+    ck_assert_int_eq(r.delivered + r.failed, 24);
+    /* Each epoch (2 steps) holds 8 distinct samples, across both ranks. */
+    char *all = tu_capture("cat %s %s | awk '{print int($1/2), $2}' | sort | uniq -d | wc -l; "
+                           "cat %s %s | wc -l", log0, log1, log0, log1);
+    ck_assert_ptr_nonnull(all);
+    int dups = -1, lines = -1;
+    ck_assert_int_eq(sscanf(all, "%d %d", &dups, &lines), 2);
+    ck_assert_int_eq(dups, 0);
+    ck_assert_int_eq(lines, 24);
+    free(all);
+}
+END_TEST
+
+START_TEST(mismatched_trainers_are_refused_with_the_reason)
+{
+    new_socket_name();
+    dh_client_opts bad_world = client_opts(0, 3, 4), bad_spec = client_opts(1, 2, 4);
+    bad_spec.spec_hash ^= 1;
+    pid_t a = fork();
+    if (!a) { /* a wrong world size, then a wrong spec: both refused, with the reason */
+        dh_client *c;
+        char err[256] = "";
+        int rc = dh_client_connect(&bad_world, &c, err, sizeof err);
+        if (rc != DH_EMISMATCH || !strstr(err, "world size 3"))
+            _exit(6);
+        rc = dh_client_connect(&bad_spec, &c, err, sizeof err);
+        _exit(rc == DH_EMISMATCH && strstr(err, "spec") ? 0 : 7);
+    }
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 1;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.attach_timeout_ms = 3000;
+    dh_result r;
+    char err[256] = "";
+    ck_assert_int_eq(run_agent(&c, &o, &r, err, sizeof err), DH_ETIMEDOUT);
+    ck_assert_msg(strstr(err, "0 of 2 ranks"), "%s", err);
+    ck_assert_int_eq(wait_child(a), 0);
+}
+END_TEST
+
+START_TEST(a_dead_trainer_is_an_error_for_the_others_not_a_hang)
+{
+    /* Rank 1 takes one batch and dies holding it (no detach). Rank 0's next requests must
+     * fail with DH_EPEER and a sentence naming rank 1 and its pid; the agent returns. */
+    new_socket_name();
+    pid_t p1 = fork();
+    if (!p1) {
+        dh_client_opts o = client_opts(1, 2, 4);
+        dh_client *c;
+        dh_batch b;
+        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
+            _exit(2);
+        kill(getpid(), SIGKILL);
+    }
+    pid_t p0 = fork();
+    if (!p0) {
+        dh_client_opts o = client_opts(0, 2, 4);
+        dh_client *c;
+        char err[256] = "";
+        if (dh_client_connect(&o, &c, err, sizeof err))
+            _exit(2);
+        for (int n = 0; n < 100; n++) {
+            dh_batch b;
+            int rc = dh_client_next(c, 10000, &b, err, sizeof err);
+            if (rc == DH_EPEER) {
+                char want[64];
+                snprintf(want, sizeof want, "rank 1 (pid %d)", (int)p1);
+                _exit(strstr(err, want) ? 0 : 8);
+            }
+            if (rc)
+                _exit(4);
+            dh_client_release(c, &b);
+        }
+        _exit(9); /* the run should have stopped */
+    }
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = DH_STEPS_FOREVER;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p1), 100 + SIGKILL);
+    ck_assert_int_eq(wait_child(p0), 0);
+    ck_assert_int_eq(rc, DH_EPEER);
+    ck_assert_msg(strstr(err, "rank 1"), "%s", err);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+}
+END_TEST
+
+START_TEST(a_dead_agent_is_an_error_for_every_trainer)
+{
+    /* The agent (a child) is killed while a trainer waits for its next batch: the trainer's
+     * request fails with DH_EPEER at once, well inside its timeout. */
+    new_socket_name();
+    pid_t agent = fork();
+    if (!agent) {
+        dh_run_config c = agent_config("pool", 1, 4);
+        c.steps = DH_STEPS_FOREVER;
+        dh_serve_opts o;
+        dh_serve_opts_default(&o);
+        dh_result r;
+        run_agent(&c, &o, &r, NULL, 0);
+        _exit(0);
+    }
+    dh_client_opts o = client_opts(0, 1, 4);
+    dh_client *c;
+    char err[256] = "";
+    ck_assert_msg(dh_client_connect(&o, &c, err, sizeof err) == 0, "%s", err);
+    dh_batch b;
+    ck_assert_int_eq(dh_client_next(c, -1, &b, err, sizeof err), 0);
+    ck_assert(items_match(&b));
+    kill(agent, SIGKILL);
+    ck_assert_int_eq(wait_child(agent), 100 + SIGKILL);
+    /* The batch already taken stays readable: the mapping is the client's own. */
+    ck_assert(items_match(&b));
+    ck_assert_int_eq(dh_client_next(c, 15000, &b, err, sizeof err), DH_EPEER);
+    ck_assert_msg(strstr(err, "agent"), "%s", err);
+    dh_client_close(c);
+}
+END_TEST
+
+START_TEST(leases_are_bounded)
+{
+    new_socket_name();
+    pid_t p = fork();
+    if (!p) {
+        dh_client_opts o = client_opts(0, 1, 4);
+        dh_client *c;
+        char err[256] = "";
+        dh_batch b[3];
+        if (dh_client_connect(&o, &c, err, sizeof err) || dh_client_next(c, -1, &b[0], NULL, 0) ||
+            dh_client_next(c, -1, &b[1], NULL, 0))
+            _exit(2);
+        if (dh_client_next(c, -1, &b[2], err, sizeof err) != DH_ELIMIT || !strstr(err, "holds 2"))
+            _exit(10);
+        if (dh_client_release(c, &b[0]) || dh_client_next(c, -1, &b[2], NULL, 0))
+            _exit(11); /* one released: the next is served */
+        dh_client_close(c); /* detaching gives the other two back */
+        _exit(0);
+    }
+    dh_run_config c = agent_config("pool", 1, 4);
+    c.steps = 4;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.max_leases = 2;
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(p), 0);
+}
+END_TEST
+
+/* The (step, sample) lines of one rank over a whole run, as one string. */
+static char *sequence(const char *policy, int steps, const dh_client_opts *o, const char *log)
+{
+    pid_t p = trainer(0, 1, 4, steps, log, o);
+    dh_run_config c = agent_config(policy, 1, 4);
+    c.steps = DH_STEPS_FOREVER;
+    dh_serve_opts so;
+    dh_serve_opts_default(&so);
+    dh_result r;
+    char err[256] = "";
+    run_agent(&c, &so, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p), 0);
+    return tu_capture("awk '{print $2}' %s | tr '\\n' ' '", log);
+}
+
+START_TEST(resume_continues_exactly_where_the_run_stopped)
+{
+    /* Uninterrupted: 7 steps. Interrupted after 3 (the trainer saves its state), then a new
+     * agent resumed from that state serves 4 more: the same 7 steps of samples. */
+    char log[4096];
+    snprintf(log, sizeof log, "%s/seq.log", media);
+    new_socket_name();
+    char *whole = sequence("pool", 7, NULL, log);
+    new_socket_name();
+    char *first = sequence("pool", 3, NULL, log);
+    /* The state after 3 steps of an epoch of 2: epoch 1, step 1. */
+    dh_client_opts o = client_opts(0, 1, 4);
+    o.resume = 1;
+    o.epoch = 1;
+    o.step = 1;
+    new_socket_name();
+    char *rest = sequence("pool", 4, &o, log);
+    char joined[4096];
+    snprintf(joined, sizeof joined, "%s%s", first, rest);
+    ck_assert_str_eq(joined, whole);
+    free(whole);
+    free(first);
+    free(rest);
+}
+END_TEST
+
+START_TEST(a_path_socket_is_private_and_a_stale_one_is_replaced)
+{
+    snprintf(sock, sizeof sock, "%s/agent.sock", media);
+    pid_t agent = fork();
+    if (!agent) { /* an agent that dies by SIGKILL, leaving its socket file */
+        dh_run_config c = agent_config("pool", 1, 4);
+        c.steps = 1;
+        dh_serve_opts o;
+        dh_serve_opts_default(&o);
+        dh_result r;
+        run_agent(&c, &o, &r, NULL, 0);
+        _exit(0);
+    }
+    struct stat st;
+    for (int n = 0; n < 200 && stat(sock, &st); n++)
+        usleep(10000);
+    ck_assert_int_eq(stat(sock, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    kill(agent, SIGKILL);
+    wait_child(agent);
+    ck_assert_int_eq(stat(sock, &st), 0); /* left behind by the dead agent... */
+    pid_t p = trainer(0, 1, 4, -1, NULL, NULL);
+    dh_run_config c = agent_config("pool", 1, 4);
+    c.steps = 2;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err); /* ...and replaced */
+    ck_assert_int_eq(wait_child(p), 0);
+    ck_assert_int_ne(stat(sock, &st), 0); /* a clean exit removes it */
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("serve");
+    TCase *tc = tcase_create("serve");
+    tcase_add_unchecked_fixture(tc, make_media, drop_media);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, two_trainers_get_every_sample_of_each_epoch_once);
+    tcase_add_test(tc, mismatched_trainers_are_refused_with_the_reason);
+    tcase_add_test(tc, a_dead_trainer_is_an_error_for_the_others_not_a_hang);
+    tcase_add_test(tc, a_dead_agent_is_an_error_for_every_trainer);
+    tcase_add_test(tc, leases_are_bounded);
+    tcase_add_test(tc, resume_continues_exactly_where_the_run_stopped);
+    tcase_add_test(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
