@@ -7,7 +7,9 @@
 # FFmpeg 5.1's libav* (the reference demuxers/decoders), libjpeg-turbo's
 # TurboJPEG API (header reads, DCT-domain scaling), libpng, Check (forks each
 # test, reports worker-thread asserts, works under TSan); ffmpeg/ffprobe make
-# and verify test media. clang is needed for the fuzz targets only.
+# and verify test media. python3-dev builds the Python package's extension;
+# numpy and torch (Debian's, for /usr/bin/python3) are what trainers use
+# batches with. clang is needed for the fuzz targets only.
 set -euo pipefail
 
 PACKAGES=(
@@ -17,6 +19,7 @@ PACKAGES=(
     libturbojpeg0-dev libpng-dev
     check
     ffmpeg
+    python3-dev python3-numpy python3-torch
 )
 
 missing=()

@@ -89,7 +89,8 @@ static int serve_option(int argc, char **argv, int *i, sim_files *f)
     return 1;
 }
 
-static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, sim_files *f)
+static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, sim_files *f,
+                 const char *cmd)
 {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -126,7 +127,7 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
                             : !strcmp(o, "--trace")    ? &cfg->trace_path
                                                        : NULL;
         if (!slot) {
-            cli_err("sim: unexpected argument \"%s\" (see datahelix sim --help)", o);
+            cli_err("%s: unexpected argument \"%s\" (see datahelix %s --help)", cmd, o, cmd);
             return CLI_USAGE;
         }
         if (!val) {
@@ -135,6 +136,10 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         }
         *slot = val;
         i++;
+    }
+    if (!f->manifest && strcmp(cmd, "sim")) {
+        cli_err("%s needs --manifest M of real media (datahelix index DIR -o M makes one)", cmd);
+        return CLI_USAGE;
     }
     if (!cfg->workload && !f->manifest) {
         cli_err("sim needs --workload NAME or --manifest M (see datahelix sim --help)");
@@ -326,14 +331,9 @@ static int sim_or_run(int argc, char **argv, int mode)
     sim_files f = {0};
     dh_serve_opts_default(&f.serve);
     dh_stress stress = {0};
-    int rc = parse(argc, argv, &cfg, &stress, &f);
+    int rc = parse(argc, argv, &cfg, &stress, &f, mode_name[mode]);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (mode != MODE_SIM && !f.manifest) {
-        cli_err("%s needs --manifest M of real media (datahelix index DIR -o M makes one)",
-                mode_name[mode]);
-        return CLI_USAGE;
-    }
     if (mode == MODE_RUN && isatty(STDERR_FILENO))
         cfg.progress = progress;
     catch_interrupts(&cfg);

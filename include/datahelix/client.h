@@ -72,7 +72,13 @@ typedef struct {
 } dh_client_state;
 DH_API int dh_client_state_get(dh_client *c, dh_client_state *st);
 
-/* Detaches (releasing what is still leased) and frees. Safe with NULL. */
+/*
+ * Detaches from the agent (it takes back every batch still leased and may
+ * reuse their memory) but keeps the pools mapped, so views that outlive the
+ * connection never fault; dh_client_next fails from here. Any thread.
+ */
+DH_API void dh_client_detach(dh_client *c);
+/* Detaches (if not done yet), unmaps and frees: every batch pointer dies. Safe with NULL. */
 DH_API void dh_client_close(dh_client *c);
 
 #ifdef __cplusplus

@@ -177,7 +177,7 @@ int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_
         return DH_EINVAL;
     int32_t t = timeout_ms < 0 ? c->timeout_ms : timeout_ms;
     pthread_mutex_lock(&c->send_mu);
-    int rc = dh__proto_send(c->fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0);
+    int rc = c->fd < 0 ? DH_EPEER : dh__proto_send(c->fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
     dh__msg_head h;
     void *p = NULL;
@@ -232,7 +232,9 @@ int dh_client_release(dh_client *c, const dh_batch *b)
         }
     pthread_mutex_unlock(&c->lease_mu);
     dh__release r = {b->step};
-    int rc = payload ? dh__proto_send(c->fd, DH__MSG_RELEASE, &r, sizeof r, NULL, 0) : DH_EINVAL;
+    int rc = !payload ? DH_EINVAL
+             : c->fd < 0 ? 0 /* detached: the agent took every lease back */
+                         : dh__proto_send(c->fd, DH__MSG_RELEASE, &r, sizeof r, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
     free(payload); /* after the send: b's arrays may live in it */
     return rc;
@@ -244,7 +246,7 @@ int dh_client_report_step(dh_client *c, int64_t step, double seconds)
         return DH_EINVAL;
     dh__report r = {step, seconds};
     pthread_mutex_lock(&c->send_mu);
-    int rc = dh__proto_send(c->fd, DH__MSG_REPORT, &r, sizeof r, NULL, 0);
+    int rc = c->fd < 0 ? DH_EPEER : dh__proto_send(c->fd, DH__MSG_REPORT, &r, sizeof r, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
     return rc;
 }
@@ -260,14 +262,24 @@ int dh_client_state_get(dh_client *c, dh_client_state *st)
     return 0;
 }
 
+void dh_client_detach(dh_client *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->send_mu);
+    if (c->fd >= 0) {
+        dh__proto_send(c->fd, DH__MSG_DETACH, NULL, 0, NULL, 0); /* releases what is leased */
+        close(c->fd);
+        c->fd = -1;
+    }
+    pthread_mutex_unlock(&c->send_mu);
+}
+
 void dh_client_close(dh_client *c)
 {
     if (!c)
         return;
-    if (c->fd >= 0) {
-        dh__proto_send(c->fd, DH__MSG_DETACH, NULL, 0, NULL, 0); /* releases what is leased */
-        close(c->fd);
-    }
+    dh_client_detach(c);
     for (int k = 0; k < c->nleases; k++)
         free(c->leases[k].payload);
     free(c->leases);

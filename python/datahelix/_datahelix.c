@@ -1,0 +1,350 @@
+/*
+ * _datahelix.c - the CPython extension under the `datahelix` package: a thin
+ * binding of the C client (datahelix/client.h). Python owns no tensor
+ * memory: a Batch exposes the batch's bytes in the agent's shared memory
+ * through the buffer protocol, so numpy.frombuffer / torch.frombuffer views
+ * copy nothing.
+ *
+ * DESIGN: a Batch is given back to the agent exactly once, when both (a)
+ * its owner is done with it - batch.release() was called or the Batch
+ * object died - and (b) no buffer export is alive. Every view (and every
+ * slice of a view) keeps its exporter alive and counted, so the memory is
+ * never reused under a live view: release() with views alive only marks
+ * the batch, and the last view's release gives it back. The client is kept
+ * alive by every Batch it produced.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "datahelix.h"
+
+static PyObject *DataHelixError;
+
+typedef struct {
+    PyObject_HEAD
+    dh_client *c;
+    int closed; /* detached: no more batches, the mappings stay for live views */
+} ClientObject;
+
+typedef struct {
+    PyObject_HEAD
+    ClientObject *client;
+    dh_batch b;
+    Py_ssize_t exports;
+    int want_release, released;
+} BatchObject;
+
+static PyTypeObject ClientType, BatchType;
+
+/* Raises DataHelixError(code, name, message). */
+static PyObject *raise_dh(int code, const char *msg)
+{
+    PyObject *args = Py_BuildValue("(iss)", code, dh_err_name(code),
+                                   msg && msg[0] ? msg : dh_strerror(code));
+    if (args) {
+        PyErr_SetObject(DataHelixError, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ Batch */
+
+/* Gives the batch back once its owner is done and no view is alive. */
+static void maybe_give_back(BatchObject *self)
+{
+    if (self->released || !self->want_release || self->exports > 0 || !self->client ||
+        !self->client->c)
+        return;
+    self->released = 1;
+    dh_client_release(self->client->c, &self->b);
+}
+
+static int batch_getbuffer(BatchObject *self, Py_buffer *view, int flags)
+{
+    if (self->released) {
+        PyErr_SetString(PyExc_ValueError, "this batch was released: its memory is not ours");
+        return -1;
+    }
+    void *data = (void *)self->b.data;
+    static char empty;
+    if (PyBuffer_FillInfo(view, (PyObject *)self, data ? data : &empty, self->b.bytes, 0, flags))
+        return -1;
+    self->exports++;
+    return 0;
+}
+
+static void batch_releasebuffer(BatchObject *self, Py_buffer *view)
+{
+    (void)view;
+    self->exports--;
+    maybe_give_back(self);
+}
+
+static PyBufferProcs batch_as_buffer = {(getbufferproc)batch_getbuffer,
+                                        (releasebufferproc)batch_releasebuffer};
+
+static void batch_dealloc(BatchObject *self)
+{
+    self->want_release = 1; /* no view can be alive: each holds a reference */
+    maybe_give_back(self);
+    Py_XDECREF(self->client);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *batch_release(BatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    self->want_release = 1;
+    maybe_give_back(self);
+    return PyBool_FromLong(self->released);
+}
+
+static PyObject *item_dict(const dh_batch_item *it)
+{
+    PyObject *shape = PyTuple_New(it->ndim);
+    for (int d = 0; shape && d < it->ndim; d++)
+        PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(it->shape[d]));
+    if (!shape)
+        return NULL;
+    static const char *const types[] = {"video", "image", "audio"};
+    return Py_BuildValue("{s:L,s:i,s:s,s:N,s:s,s:L,s:L,s:i}", "sample", (long long)it->sample,
+                         "media", it->media,
+                         "type", it->type >= 0 && it->type < 3 ? types[it->type] : "?",
+                         "shape", shape, "dtype", it->elem_bytes == 4 ? "float32" : "uint8",
+                         "offset", (long long)it->offset, "bytes", (long long)it->bytes,
+                         "status", it->status);
+}
+
+/* The batch's description: items, sample indices, ids, tokens, statuses. */
+static PyObject *batch_describe(BatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    const dh_batch *b = &self->b;
+    PyObject *items = PyList_New(b->nitems), *samples = PyList_New(b->nsamples);
+    PyObject *ids = PyList_New(b->nsamples), *tokens = PyList_New(b->nsamples);
+    if (!items || !samples || !ids || !tokens)
+        goto fail;
+    for (int32_t k = 0; k < b->nitems; k++) {
+        PyObject *d = item_dict(&b->items[k]);
+        if (!d)
+            goto fail;
+        PyList_SET_ITEM(items, k, d);
+    }
+    for (int32_t k = 0; k < b->nsamples; k++) {
+        const char *id = dh_client_sample_id(self->client->c, b, k);
+        PyList_SET_ITEM(samples, k, PyLong_FromLongLong(b->samples[k]));
+        PyList_SET_ITEM(tokens, k, PyLong_FromLongLong(b->tokens[k]));
+        PyList_SET_ITEM(ids, k, PyUnicode_DecodeUTF8(id ? id : "", id ? (Py_ssize_t)strlen(id) : 0,
+                                                     "replace"));
+    }
+    return Py_BuildValue("{s:L,s:i,s:N,s:N,s:N,s:N,s:i,s:L}", "step", (long long)b->step, "rank",
+                         b->rank, "items", items, "samples", samples, "ids", ids, "tokens",
+                         tokens, "nfailed", b->nfailed, "bytes", (long long)b->bytes);
+fail:
+    Py_XDECREF(items);
+    Py_XDECREF(samples);
+    Py_XDECREF(ids);
+    Py_XDECREF(tokens);
+    return NULL;
+}
+
+static PyObject *batch_address(BatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromVoidPtr((void *)self->b.data);
+}
+
+static PyObject *batch_get_step(BatchObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(self->b.step);
+}
+
+static PyObject *batch_get_released(BatchObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->released);
+}
+
+static PyMethodDef batch_methods[] = {
+    {"release", (PyCFunction)batch_release, METH_NOARGS,
+     "Give the batch back (deferred while a view of it is alive). Returns True if given back."},
+    {"describe", (PyCFunction)batch_describe, METH_NOARGS, "Items, samples, ids, tokens."},
+    {"address", (PyCFunction)batch_address, METH_NOARGS, "Address of the batch's first byte."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef batch_getset[] = {
+    {"step", (getter)batch_get_step, NULL, "the global step", NULL},
+    {"released", (getter)batch_get_released, NULL, "given back to the agent", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._datahelix.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_as_buffer = &batch_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One batch, viewing the agent's shared memory (buffer protocol).",
+    .tp_methods = batch_methods,
+    .tp_getset = batch_getset,
+};
+
+/* ----------------------------------------------------------------- Client */
+
+static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"socket", "rank", "world_size", "global_batch", "manifest_hash",
+                             "spec_hash", "timeout_ms", "resume_epoch", "resume_step", NULL};
+    const char *sock = NULL;
+    dh_client_opts o;
+    dh_client_opts_default(&o);
+    long long G = 0, epoch = -1, step = -1;
+    unsigned long long mh = 0, sh = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLL", kwlist, &sock, &o.rank,
+                                     &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step))
+        return -1;
+    o.socket = sock;
+    o.global_batch = G;
+    o.manifest_hash = mh;
+    o.spec_hash = sh;
+    if (epoch >= 0 && step >= 0)
+        o.resume = 1, o.epoch = epoch, o.step = step;
+    char err[320] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = dh_client_connect(&o, &self->c, err, sizeof err);
+    Py_END_ALLOW_THREADS if (rc)
+    {
+        raise_dh(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *client_next(ClientObject *self, PyObject *args)
+{
+    int timeout_ms = -1;
+    if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
+        return NULL;
+    if (!self->c || self->closed)
+        return raise_dh(DH_EINVAL, "the client is closed");
+    BatchObject *b = PyObject_New(BatchObject, &BatchType);
+    if (!b)
+        return NULL;
+    b->client = NULL;
+    b->exports = 0;
+    b->want_release = b->released = 1; /* nothing to give back until we have a batch */
+    char err[320] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = dh_client_next(self->c, timeout_ms, &b->b, err, sizeof err);
+    Py_END_ALLOW_THREADS if (rc)
+    {
+        Py_DECREF(b);
+        if (rc == DH_EEMPTY)
+            Py_RETURN_NONE; /* the run's end */
+        return raise_dh(rc, err);
+    }
+    Py_INCREF(self);
+    b->client = self;
+    b->want_release = b->released = 0;
+    return (PyObject *)b;
+}
+
+static PyObject *client_report_step(ClientObject *self, PyObject *args)
+{
+    long long step;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "Ld", &step, &seconds))
+        return NULL;
+    if (!self->c || self->closed)
+        return raise_dh(DH_EINVAL, "the client is closed");
+    int rc = dh_client_report_step(self->c, step, seconds);
+    return rc ? raise_dh(rc, "cannot report the step time") : (Py_INCREF(Py_None), Py_None);
+}
+
+static PyObject *client_state(ClientObject *self, PyObject *unused)
+{
+    (void)unused;
+    dh_client_state st;
+    if (!self->c || dh_client_state_get(self->c, &st))
+        return raise_dh(DH_EINVAL, "the client is closed");
+    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L}", "manifest_hash",
+                         (unsigned long long)st.manifest_hash, "spec_hash",
+                         (unsigned long long)st.spec_hash, "seed", (unsigned long long)st.seed,
+                         "world_size", st.world_size, "global_batch", (long long)st.global_batch,
+                         "epoch", (long long)st.epoch, "step", (long long)st.step);
+}
+
+static PyObject *client_close(ClientObject *self, PyObject *unused)
+{
+    (void)unused;
+    /* Detach only: the pools stay mapped until the last Batch (and so every view) is gone. */
+    self->closed = 1;
+    Py_BEGIN_ALLOW_THREADS dh_client_detach(self->c);
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+static void client_dealloc(ClientObject *self)
+{
+    dh_client_close(self->c);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef client_methods[] = {
+    {"next", (PyCFunction)client_next, METH_VARARGS,
+     "next(timeout_ms=-1) -> Batch, or None after the run's last step."},
+    {"report_step", (PyCFunction)client_report_step, METH_VARARGS,
+     "report_step(step, seconds): the compute time measured for a step."},
+    {"state", (PyCFunction)client_state, METH_NOARGS, "Where a resumed run would continue."},
+    {"close", (PyCFunction)client_close, METH_NOARGS, "Detach from the agent."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ClientType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._datahelix.Client",
+    .tp_basicsize = sizeof(ClientObject),
+    .tp_dealloc = (destructor)client_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Client(socket, rank, world_size, ...): one rank attached to a datahelix agent.",
+    .tp_methods = client_methods,
+    .tp_init = (initproc)client_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *default_socket(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    const char *job = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &job))
+        return NULL;
+    char name[128];
+    if (dh_serve_default_socket(job, name, sizeof name))
+        return raise_dh(DH_ERANGE, "job name too long");
+    return PyUnicode_FromString(name);
+}
+
+static PyMethodDef module_methods[] = {
+    {"default_socket", default_socket, METH_VARARGS, "The agent's default socket for a job."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_datahelix",
+                                    "Binding of the datahelix C client.", -1, module_methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__datahelix(void)
+{
+    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&BatchType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    DataHelixError = PyErr_NewException("datahelix.DataHelixError", PyExc_RuntimeError, NULL);
+    Py_INCREF(&ClientType);
+    Py_INCREF(&BatchType);
+    if (!DataHelixError || PyModule_AddObject(m, "Client", (PyObject *)&ClientType) ||
+        PyModule_AddObject(m, "Batch", (PyObject *)&BatchType) ||
+        PyModule_AddObject(m, "DataHelixError", DataHelixError)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
