@@ -163,6 +163,23 @@ check "an interrupted run accounts for every sample of its steps" \
 "$DH" sim --workload speech-asr --epochs 2 > "$WORK/simep.out" 2>&1
 check "sim --epochs 2 of a 200-step workload runs 400 steps" contains "$WORK/simep.out" "400 steps"
 
+# serve: a pool that cannot fit fails at once, naming the size; Ctrl-C while waiting for
+# ranks stops the agent cleanly.
+"$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 1 --batch 2 --socket "@dhe2e-$$" \
+    --memory-budget 100000000000000 > /dev/null 2> "$WORK/serve-big.err"
+check "serve refuses a pool larger than memory, naming the size" \
+    contains "$WORK/serve-big.err" "the batch pool needs .* MiB of shared memory"
+"$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 2 --batch 2 --socket "@dhe2e-$$" \
+    > /dev/null 2> "$WORK/serve-int.err" &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+check "an interrupted agent says how far the attach got" contains "$WORK/serve-int.err" \
+    "stopped with 0 of 2 ranks attached"
+check "an interrupted agent had said where it listens" contains "$WORK/serve-int.err" \
+    "listening on @dhe2e-"
+
 # ---- gen + run on a generated workload ----
 "$DH" gen --workload speech-asr --out "$WORK/gen" --samples 8 > "$WORK/gen.out" 2>&1
 check "gen writes samples and a manifest" contains "$WORK/gen.out" "8 samples, 8 files"

@@ -407,6 +407,48 @@ START_TEST(a_path_socket_is_private_and_a_stale_one_is_replaced)
 }
 END_TEST
 
+static int stop_after_a_second(void *user)
+{
+    return ++*(int *)user > 5; /* polled every 200 ms while serving */
+}
+
+START_TEST(stopping_the_agent_tells_every_trainer_why)
+{
+    /* The agent is stopped (as by Ctrl-C) while a trainer computes: the trainer's next
+     * request fails with DH_ECANCELED and "stopped"; the agent returns the accounting. */
+    new_socket_name();
+    pid_t p = fork();
+    if (!p) {
+        dh_client_opts o = client_opts(0, 1, 4);
+        dh_client *c;
+        char err[256] = "";
+        if (dh_client_connect(&o, &c, err, sizeof err))
+            _exit(2);
+        for (int n = 0; n < 1000; n++) {
+            dh_batch b;
+            int rc = dh_client_next(c, 10000, &b, err, sizeof err);
+            if (rc)
+                _exit(rc == DH_ECANCELED && strstr(err, "stopped") ? 0 : 12);
+            usleep(300000); /* "computing" */
+            dh_client_release(c, &b);
+        }
+        _exit(13);
+    }
+    dh_run_config c = agent_config("helix", 1, 4);
+    c.steps = DH_STEPS_FOREVER;
+    int calls = 0;
+    c.should_stop = stop_after_a_second;
+    c.should_stop_user = &calls;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(p), 0);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve");
@@ -420,6 +462,7 @@ int main(void)
     tcase_add_test(tc, leases_are_bounded);
     tcase_add_test(tc, resume_continues_exactly_where_the_run_stopped);
     tcase_add_test(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);
+    tcase_add_test(tc, stopping_the_agent_tells_every_trainer_why);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,6 +16,43 @@ static int64_t page_round(int64_t size)
     long page = sysconf(_SC_PAGESIZE);
     int64_t p = page > 0 ? page : 4096;
     return (DH_MAX(size, 1) + p - 1) / p * p;
+}
+
+/* A number from the first line of a file that starts with key (or the file's only line). */
+static int64_t read_kb_field(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    int64_t v = -1;
+    while (fgets(line, sizeof line, f)) {
+        size_t k = strlen(key);
+        if (!strncmp(line, key, k)) {
+            long long x;
+            if (sscanf(line + k, "%lld", &x) == 1)
+                v = x;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+/*
+ * Bytes this process may still fill with shared memory: the memory the
+ * kernel says is available, and the cgroup's limit when one is set.
+ * Reserving more does not fail on Linux: it invites the OOM killer.
+ */
+static int64_t memory_available(void)
+{
+    int64_t kb = read_kb_field("/proc/meminfo", "MemAvailable:");
+    int64_t avail = kb >= 0 ? kb * 1024 : -1;
+    int64_t max = read_kb_field("/sys/fs/cgroup/memory.max", "");
+    int64_t cur = read_kb_field("/sys/fs/cgroup/memory.current", "");
+    if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail))
+        avail = max - cur;
+    return avail;
 }
 
 int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populate, char *err,
@@ -34,6 +72,12 @@ int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populat
         }
         return 0;
     }
+    int64_t avail = reserve ? memory_available() : -1;
+    if (avail >= 0 && s->size > avail)
+        return dh__fail(err, errlen, DH_ENOMEM,
+                        "the batch pool needs %.1f MiB of shared memory but %.1f MiB are "
+                        "available: lower --memory-budget (or the batch size), or give this "
+                        "job more memory", (double)s->size / 1048576.0, (double)avail / 1048576.0);
     s->fd = memfd_create("datahelix-pool", MFD_CLOEXEC);
     if (s->fd < 0)
         return dh__fail(err, errlen, -errno, "cannot create shared memory: %s", strerror(errno));

@@ -179,10 +179,15 @@ int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_
     pthread_mutex_lock(&c->send_mu);
     int rc = c->fd < 0 ? DH_EPEER : dh__proto_send(c->fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
+    if (c->fd < 0)
+        return dh__fail(err, errlen, DH_EPEER, "the client has detached");
     dh__msg_head h;
     void *p = NULL;
-    if (!rc)
-        rc = dh__proto_recv(c->fd, t, &h, &p, NULL, NULL);
+    /* Sending fails once the agent closed; its last word (why) may still be waiting. */
+    int sent = rc;
+    rc = dh__proto_recv(c->fd, sent ? 0 : t, &h, &p, NULL, NULL);
+    if (sent && rc == DH_ETIMEDOUT)
+        rc = DH_EPEER;
     if (rc == DH_EPEER)
         return dh__fail(err, errlen, rc, "the agent died or closed the connection");
     if (rc == DH_ETIMEDOUT)

@@ -65,6 +65,7 @@ struct agent {
     dh__attached info;
     pthread_mutex_t mu;
     pthread_cond_t changed;
+    volatile int stopping;  /* should_stop said so: ranks are told, then let go */
     int fault_code;
     char fault[256];
 };
@@ -338,6 +339,12 @@ static void *rank_main(void *arg)
         dh__msg_head h;
         void *p = NULL;
         int rc = dh__proto_recv(c->fd, 500, &h, &p, NULL, NULL);
+        if (rc == DH_ETIMEDOUT && a->stopping) { /* tell the rank, then let it go */
+            send_end(a, c, DH_ECANCELED);
+            while (c->nleases)
+                release_lease(a, c, &c->leases[0], 1);
+            break;
+        }
         if (rc == DH_ETIMEDOUT)
             continue; /* the rank is computing; its death shows as a closed socket */
         int gone = rc ? (on_death(a, c), 1) : serve_one(a, c, &h, p);
@@ -353,19 +360,6 @@ static void *rank_main(void *arg)
 }
 
 /* ------------------------------------------------------------- lifecycle */
-
-/* The run config the engine gets: the trainers' resume point, if they asked for one. */
-static dh_run_config engine_config(const agent *a)
-{
-    dh_run_config c = *a->cfg;
-    const dh__attach *q = &a->conns[0].req;
-    if (q->resume) {
-        c.resume = 1;
-        c.start_epoch = q->epoch;
-        c.start_step = q->step;
-    }
-    return c;
-}
 
 /* Answers every held attach: the pools' descriptors and what the run is. */
 static int answer_attaches(agent *a)
@@ -409,8 +403,10 @@ static void watch(agent *a)
             until.tv_sec++, until.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&a->changed, &a->mu, &until);
         pthread_mutex_unlock(&a->mu);
-        if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user))
+        if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) {
+            a->stopping = 1;
             dh_engine_stop(a->e);
+        }
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
@@ -509,6 +505,11 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
         a.name = name;
     if (!rc && (rc = a.listen_fd = dh__listen(a.name, a.R + 8, err, errlen)) >= 0)
         rc = 0;
+    if (rc)
+        a.listen_fd = -1;
+    /* The engine and its pools first: a pool that does not fit fails before anyone waits. */
+    if (!rc)
+        rc = dh__engine_start(cfg, 1, on_error, user, &a.e, err, errlen);
     if (!rc) {
         event(&a, "listening on %s for %d ranks", a.name, a.R);
         if ((rc = wait_for_ranks(&a)))
@@ -518,13 +519,15 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
     }
     if (!rc) {
         fill_info(&a);
-        dh_run_config ec = engine_config(&a);
-        if ((rc = dh__engine_start(&ec, 1, on_error, user, &a.e, err, errlen)))
-            refuse_all(&a, rc, err && errlen ? err : "the agent could not start its engine");
+        const dh__attach *q = &a.conns[0].req;
+        if ((rc = dh__engine_begin(a.e, q->resume, q->epoch, q->step, err, errlen)))
+            refuse_all(&a, rc, err && errlen ? err : "the agent could not begin");
     }
     if (!rc && !(rc = answer_attaches(&a)) && !(rc = start_ranks(&a, err, errlen)))
         watch(&a);
     int frc = a.e ? dh_engine_finish(a.e, out) : 0;
+    if (frc == DH_ECANCELED)
+        frc = 0;
     if (!rc && frc == DH_EPEER)
         rc = dh__fail(err, errlen, frc, "%s", a.fault);
     else if (!rc && frc && frc != DH_ECANCELED)

@@ -58,6 +58,27 @@ void dh__engine_abort(dh_engine *e, int rc)
     pthread_mutex_unlock(&e->mu);
 }
 
+int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, char *err,
+                     size_t errlen)
+{
+    if (e->nthreads)
+        return dh__fail(err, errlen, DH_EINVAL, "the engine has begun already");
+    if (resume) {
+        dh_sampler_state st = {dh_manifest_hash(e->run.m), e->run.cfg.seed, epoch, step};
+        int rc = dh_sampler_set_state(e->run.sampler, &st);
+        if (rc)
+            return dh__fail(err, errlen, rc, "cannot resume at epoch %lld step %lld: %s (an "
+                            "epoch has %lld steps)", (long long)epoch, (long long)step,
+                            dh_strerror(rc),
+                            (long long)dh_sampler_steps_per_epoch(e->run.sampler));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &e->t0);
+    int rc = dh__eng_start_workers(e);
+    if (rc)
+        dh__msg(err, errlen, "cannot start the decoding threads: %s", dh_strerror(rc));
+    return rc;
+}
+
 int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size)
 {
     const dh__ring *r = pool == 0 ? &e->ring : pool == 1 ? &e->arena : NULL;
@@ -247,7 +268,7 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
-        rc = dh__eng_start_workers(e);
+        rc = shared ? 0 : dh__eng_start_workers(e); /* a serving engine begins on attach */
     }
     if (rc) {
         dh__msg(err, errlen, "cannot start the engine: %s", why[0] ? why : dh_strerror(rc));
