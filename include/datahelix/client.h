@@ -52,6 +52,12 @@ DH_API int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *
  */
 DH_API int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *errbuf,
                           size_t errlen);
+/*
+ * The batch's modelled compute time in seconds (the workload's GPU model, or
+ * the manifest's sim.gpu_ms): what an emulated accelerator sleeps on a
+ * machine without one; -1 for a batch this client does not hold. Any thread.
+ */
+DH_API double dh_client_emulated_seconds(dh_client *c, const dh_batch *b);
 /* The id of sample k of a batch taken by this client (valid as long as the batch). */
 DH_API const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k);
 /*

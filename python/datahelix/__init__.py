@@ -10,7 +10,9 @@ Each batch dict holds, per modality present ("video", "image", "audio"), a list
 of tensors viewing the shared memory (one per media item, shaped as the
 preprocessing spec says; uint8 pixels, float32 audio), plus "step", "ids",
 "samples", "tokens", "status" (0, or the negative error code of a sample that
-failed: its tensors are zeros) and "data" (the whole batch as one uint8 view).
+failed: its tensors are zeros), "data" (the whole batch as one uint8 view) and
+"emulated_compute_s" (the batch's modelled compute time, for emulating an
+accelerator on a CPU-only machine).
 The batch's memory goes back to the agent when the last tensor viewing it is
 garbage-collected, or on batch["release"]() once no view is left.
 """
@@ -91,7 +93,10 @@ class Loader:
             raw = client.next()
             if raw is None:
                 return
-            yield self._as_dict(raw)
+            batch = self._as_dict(raw)
+            del raw  # only the caller's references keep the batch from here
+            yield batch
+            del batch
 
     def _as_dict(self, raw):
         desc = raw.describe()
@@ -104,6 +109,7 @@ class Loader:
         batch = dict(per_type)
         batch.update(step=desc["step"], ids=desc["ids"], samples=desc["samples"],
                      tokens=desc["tokens"], status=status,
+                     emulated_compute_s=desc["emulated_compute_s"],
                      data=torch.from_numpy(whole) if torch is not None else whole,
                      release=raw.release)
         return batch

@@ -138,9 +138,11 @@ static PyObject *batch_describe(BatchObject *self, PyObject *unused)
         PyList_SET_ITEM(ids, k, PyUnicode_DecodeUTF8(id ? id : "", id ? (Py_ssize_t)strlen(id) : 0,
                                                      "replace"));
     }
-    return Py_BuildValue("{s:L,s:i,s:N,s:N,s:N,s:N,s:i,s:L}", "step", (long long)b->step, "rank",
-                         b->rank, "items", items, "samples", samples, "ids", ids, "tokens",
-                         tokens, "nfailed", b->nfailed, "bytes", (long long)b->bytes);
+    return Py_BuildValue("{s:L,s:i,s:N,s:N,s:N,s:N,s:i,s:L,s:d}", "step", (long long)b->step,
+                         "rank", b->rank, "items", items, "samples", samples, "ids", ids,
+                         "tokens", tokens, "nfailed", b->nfailed, "bytes", (long long)b->bytes,
+                         "emulated_compute_s",
+                         dh_client_emulated_seconds(self->client->c, b));
 fail:
     Py_XDECREF(items);
     Py_XDECREF(samples);

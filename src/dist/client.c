@@ -24,6 +24,7 @@
 typedef struct {
     int64_t step;
     void *payload; /* the BATCH message: the batch's arrays live here */
+    double emulated_s;
 } held;
 
 struct dh_client {
@@ -136,11 +137,13 @@ int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, si
 /* Keeps a batch's payload until its release. */
 static int hold(dh_client *c, int64_t step, void *payload)
 {
+    dh__batch_head bh;
+    memcpy(&bh, payload, sizeof bh);
     pthread_mutex_lock(&c->lease_mu);
     int rc = dh__grow((void **)&c->leases, &c->cap, (size_t)c->nleases + 1,
                       sizeof *c->leases);
     if (!rc)
-        c->leases[c->nleases++] = (held){step, payload};
+        c->leases[c->nleases++] = (held){step, payload, bh.emulated_s};
     pthread_mutex_unlock(&c->lease_mu);
     return rc;
 }
@@ -209,6 +212,17 @@ int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_
     }
     c->taken++;
     return 0;
+}
+
+double dh_client_emulated_seconds(dh_client *c, const dh_batch *b)
+{
+    double s = -1;
+    pthread_mutex_lock(&c->lease_mu);
+    for (int k = 0; k < c->nleases; k++)
+        if (c->leases[k].step == b->step)
+            s = c->leases[k].emulated_s;
+    pthread_mutex_unlock(&c->lease_mu);
+    return s;
 }
 
 const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k)

@@ -63,6 +63,7 @@ typedef struct {
     int64_t offset, bytes;             /* of the batch in its pool */
     int32_t nsamples, nitems, nfailed;
     uint32_t ids_bytes;                /* NUL-separated sample ids after the items */
+    double emulated_s;                 /* the batch's modelled compute time (emulation only) */
 } dh__batch_head;
 
 typedef struct {

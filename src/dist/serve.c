@@ -190,7 +190,8 @@ static int wait_for_ranks(agent *a)
 static int send_batch(agent *a, conn *c, const dh_batch *b)
 {
     dh__batch_head bh = {.step = b->step, .rank = b->rank, .pool = -1, .bytes = b->bytes,
-                         .nsamples = b->nsamples, .nitems = b->nitems, .nfailed = b->nfailed};
+                         .nsamples = b->nsamples, .nitems = b->nitems, .nfailed = b->nfailed,
+                         .emulated_s = dh_engine_batch_gpu_seconds(a->e, b)};
     if (b->nitems && dh__engine_locate(a->e, b->data, &bh.pool, &bh.offset))
         return DH_EINVAL;
     size_t ns = (size_t)b->nsamples, ni = (size_t)b->nitems, ids = 0;
