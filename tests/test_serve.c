@@ -407,6 +407,44 @@ START_TEST(a_path_socket_is_private_and_a_stale_one_is_replaced)
 }
 END_TEST
 
+START_TEST(a_batch_kept_for_long_does_not_stall_the_others)
+{
+    /* A trainer keeps its first batch (a tensor it holds on to) for the whole run while 60
+     * more pass through a pool with room for a few: the batch stays intact and the agent
+     * keeps serving around it. */
+    new_socket_name();
+    pid_t p = fork();
+    if (!p) {
+        dh_client_opts o = client_opts(0, 1, 4);
+        dh_client *c;
+        dh_batch first, b;
+        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &first, NULL, 0))
+            _exit(2);
+        uint8_t *copy = malloc((size_t)first.bytes);
+        memcpy(copy, first.data, (size_t)first.bytes);
+        for (int n = 0; n < 60; n++) {
+            if (dh_client_next(c, 20000, &b, NULL, 0))
+                _exit(14);
+            dh_client_release(c, &b);
+        }
+        int intact = !memcmp(copy, first.data, (size_t)first.bytes) && items_match(&first);
+        dh_client_release(c, &first);
+        dh_client_close(c);
+        _exit(intact ? 0 : 15);
+    }
+    dh_run_config c = agent_config("pool", 1, 4);
+    c.steps = 61;
+    c.memory_budget = 3000000; /* a few batches: the pool wraps many times over the run */
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(p), 0);
+    ck_assert_int_eq(r.steps, 61);
+}
+END_TEST
+
 static int stop_after_a_second(void *user)
 {
     return ++*(int *)user > 5; /* polled every 200 ms while serving */
@@ -463,6 +501,7 @@ int main(void)
     tcase_add_test(tc, resume_continues_exactly_where_the_run_stopped);
     tcase_add_test(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);
     tcase_add_test(tc, stopping_the_agent_tells_every_trainer_why);
+    tcase_add_test(tc, a_batch_kept_for_long_does_not_stall_the_others);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -510,7 +510,7 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
         a.listen_fd = -1;
     /* The engine and its pools first: a pool that does not fit fails before anyone waits. */
     if (!rc)
-        rc = dh__engine_start(cfg, 1, on_error, user, &a.e, err, errlen);
+        rc = dh__engine_start(cfg, a.o.max_leases, on_error, user, &a.e, err, errlen);
     if (!rc) {
         event(&a, "listening on %s for %d ranks", a.name, a.R);
         if ((rc = wait_for_ranks(&a)))

@@ -61,7 +61,7 @@ struct dh_engine {
     pthread_cond_t work, ready, room;
     pthread_t *threads;
     int nthreads, stop;
-    int shared;             /* batch pools in memfds that trainer processes map (serve) */
+    int shared;             /* > 0: pools in memfds trainers map, room for this many leases each */
     int error;              /* what stopped the run, if it failed (0: not failed) */
     int64_t N, G;           /* N: steps of the run (DH__STEPS_UNBOUNDED: until stopped) */
     int R;

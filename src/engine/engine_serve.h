@@ -9,9 +9,10 @@
 #include "../core/core.h"
 
 /*
- * dh_engine_start; with `shared` the batch pools are memfds (pages reserved
- * now, so a pool that does not fit fails here) and the decoding threads
- * wait for dh__engine_begin.
+ * dh_engine_start; with `shared` > 0 the batch pools are memfds (pages
+ * reserved now, so a pool that does not fit fails here) with room for that
+ * many batches kept by each rank, and the decoding threads wait for
+ * dh__engine_begin.
  */
 int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on_error,
                      void *user, dh_engine **out, char *err, size_t errlen);

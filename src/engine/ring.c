@@ -1,16 +1,11 @@
 /*
- * ring.c - the batch buffer pool (see ring.h for the design).
- *
- * Blocks never wrap: an allocation that does not fit before the end of the
- * region skips to its start (the skipped bytes belong to that block), so
- * every slot is contiguous. Lock order: only r->mu, never held while
- * calling out.
+ * ring.c - the batch buffer pool (see ring.h for the design): first-fit
+ * extents over one shared region, merged on free.
  */
 #include "ring.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define ALIGN 64
 
@@ -24,14 +19,24 @@ int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int flags, char
     if (rc)
         return rc;
     r->base = r->shm.base;
-    r->size = r->shm.size;
+    r->size = r->shm.size & ~(int64_t)(ALIGN - 1);
     r->cap = max_blocks;
-    r->blocks = dh__malloc((size_t)max_blocks * sizeof *r->blocks);
-    r->freed = dh__calloc((size_t)max_blocks, 1);
-    if (!r->blocks || !r->freed) {
+    size_t n = (size_t)max_blocks;
+    r->free_ext = dh__malloc((n + 2) * sizeof *r->free_ext);
+    r->blk_off = dh__malloc(n * sizeof *r->blk_off);
+    r->blk_len = dh__malloc(n * sizeof *r->blk_len);
+    r->free_ids = dh__malloc(n * sizeof *r->free_ids);
+    if (!r->free_ext || !r->blk_off || !r->blk_len || !r->free_ids) {
         dh__ring_destroy(r);
-        return DH_ENOMEM;
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory for the pool's block table");
     }
+    for (int64_t i = 0; i < max_blocks; i++) {
+        r->blk_len[i] = -1;
+        r->free_ids[i] = max_blocks - 1 - i; /* id 0 on top */
+    }
+    r->nfree_ids = max_blocks;
+    r->free_ext[0] = (dh__extent){0, r->size};
+    r->nfree = 1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->room, NULL);
     return 0;
@@ -40,22 +45,24 @@ int dh__ring_init(dh__ring *r, int64_t size, int64_t max_blocks, int flags, char
 void dh__ring_destroy(dh__ring *r)
 {
     dh__shm_destroy(&r->shm);
-    if (r->blocks) {
+    if (r->blk_off && r->free_ext && r->blk_len && r->free_ids) {
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->room);
     }
-    free(r->blocks);
-    free(r->freed);
+    free(r->free_ext);
+    free(r->blk_off);
+    free(r->blk_len);
+    free(r->free_ids);
     memset(r, 0, sizeof *r);
 }
 
-/* Where a block of n bytes would start, or -1 if it does not fit now. */
-static int64_t place(const dh__ring *r, int64_t n)
+/* The first free extent that holds n bytes, or -1. */
+static int64_t first_fit(const dh__ring *r, int64_t n)
 {
-    int64_t start = r->head, off = start % r->size;
-    if (off + n > r->size) /* skip to the start of the region */
-        start += r->size - off;
-    return start + n - r->tail <= r->size ? start : -1;
+    for (int64_t k = 0; k < r->nfree; k++)
+        if (r->free_ext[k].len >= n)
+            return k;
+    return -1;
 }
 
 static int64_t ring_alloc(dh__ring *r, int64_t bytes, int64_t *block, int wait)
@@ -64,22 +71,28 @@ static int64_t ring_alloc(dh__ring *r, int64_t bytes, int64_t *block, int wait)
     if (n > r->size)
         return -1;
     pthread_mutex_lock(&r->mu);
-    int64_t start = -1;
-    while (!r->closed && ((start = place(r, n)) < 0 || r->nblocks == r->cap) && wait)
+    int64_t k = -1;
+    while (!r->closed && ((k = first_fit(r, n)) < 0 || !r->nfree_ids) && wait)
         pthread_cond_wait(&r->room, &r->mu);
-    if (r->closed || start < 0 || r->nblocks == r->cap) {
+    if (r->closed || k < 0 || !r->nfree_ids) {
         pthread_mutex_unlock(&r->mu);
         return -1;
     }
-    int64_t id = (r->first + r->nblocks++) % r->cap;
-    r->blocks[id] = start + n;
-    r->freed[id] = 0;
-    r->in_use += start + n - r->head;
+    dh__extent *e = &r->free_ext[k];
+    int64_t off = e->off, id = r->free_ids[--r->nfree_ids];
+    e->off += n;
+    e->len -= n;
+    if (!e->len) { /* used up: drop it, keeping the order */
+        memmove(e, e + 1, (size_t)(r->nfree - k - 1) * sizeof *e);
+        r->nfree--;
+    }
+    r->blk_off[id] = off;
+    r->blk_len[id] = n;
+    r->in_use += n;
     r->peak = DH_MAX(r->peak, r->in_use);
-    r->head = start + n;
     *block = id;
     pthread_mutex_unlock(&r->mu);
-    return start % r->size;
+    return off;
 }
 
 int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block)
@@ -92,15 +105,44 @@ int64_t dh__ring_try_alloc(dh__ring *r, int64_t bytes, int64_t *block)
     return ring_alloc(r, bytes, block, 0);
 }
 
+/* Returns [off, off + len) to the free list, merged with its neighbours. */
+static void give_back(dh__ring *r, int64_t off, int64_t len)
+{
+    int64_t lo = 0, hi = r->nfree; /* the first extent after off */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (r->free_ext[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    dh__extent *x = r->free_ext;
+    int prev = lo > 0 && x[lo - 1].off + x[lo - 1].len == off;
+    int next = lo < r->nfree && off + len == x[lo].off;
+    if (prev && next) {
+        x[lo - 1].len += len + x[lo].len;
+        memmove(&x[lo], &x[lo + 1], (size_t)(r->nfree - lo - 1) * sizeof *x);
+        r->nfree--;
+    } else if (prev) {
+        x[lo - 1].len += len;
+    } else if (next) {
+        x[lo].off = off;
+        x[lo].len += len;
+    } else {
+        memmove(&x[lo + 1], &x[lo], (size_t)(r->nfree - lo) * sizeof *x);
+        x[lo] = (dh__extent){off, len};
+        r->nfree++;
+    }
+}
+
 void dh__ring_free(dh__ring *r, int64_t block)
 {
     pthread_mutex_lock(&r->mu);
-    r->freed[block] = 1;
-    while (r->nblocks > 0 && r->freed[r->first]) { /* reclaim in allocation order */
-        r->in_use -= r->blocks[r->first] - r->tail;
-        r->tail = r->blocks[r->first];
-        r->first = (r->first + 1) % r->cap;
-        r->nblocks--;
+    if (block >= 0 && block < r->cap && r->blk_len[block] >= 0) { /* a double free is ignored */
+        give_back(r, r->blk_off[block], r->blk_len[block]);
+        r->in_use -= r->blk_len[block];
+        r->blk_len[block] = -1;
+        r->free_ids[r->nfree_ids++] = block;
     }
     pthread_cond_broadcast(&r->room);
     pthread_mutex_unlock(&r->mu);
@@ -108,7 +150,7 @@ void dh__ring_free(dh__ring *r, int64_t block)
 
 void dh__ring_close(dh__ring *r)
 {
-    if (!r->blocks)
+    if (!r->free_ids)
         return; /* never initialised (the engine failed before it) */
     pthread_mutex_lock(&r->mu);
     r->closed = 1;

@@ -1,14 +1,17 @@
 /*
- * ring.h - the batch buffer pool (internal): one shared mapping handed out
- * in allocation order and reclaimed in that order.
+ * ring.h - the batch buffer pool (internal): one shared region from which
+ * batches take 64-byte aligned blocks.
  *
- * DESIGN: batches are allocated in (roughly) the order they enter the
- * window and freed when their rank finishes the step, so a ring fits: the
- * head moves on allocation, the tail moves over blocks once they are freed,
- * and a block freed out of order waits for those before it. The region is
- * shared memory (core/shm.h): with DH_RING_SHARE a memfd that trainer
- * processes map. Allocation blocks while there is no room (backpressure):
- * memory stays flat however long the run.
+ * DESIGN: batches are mostly freed in the order they were allocated, but
+ * not always: a trainer may keep a tensor (and so its batch) for as long as
+ * it likes, and rebalanced batches live in their own order. Free space is
+ * therefore kept as a sorted list of extents, first fit, merged on free, so
+ * a block held for long costs only its own bytes and never stalls the
+ * allocations behind it (a strict ring would wait for it at every wrap).
+ * The region is shared memory (core/shm.h): with DH_RING_SHARE a memfd that
+ * trainer processes map. Allocation blocks while there is no room
+ * (backpressure): memory stays flat however long the run. (The name is
+ * historical: it began as a ring.)
  */
 #ifndef DH_RING_H
 #define DH_RING_H
@@ -18,13 +21,18 @@
 #include <pthread.h>
 
 typedef struct {
+    int64_t off, len;
+} dh__extent;
+
+typedef struct {
     dh__shm shm;
     uint8_t *base;          /* shm.base */
     int64_t size;
-    int64_t head, tail;   /* monotonically increasing byte positions */
-    int64_t *blocks;      /* ring of allocated block ends, in allocation order */
-    uint8_t *freed;
-    int64_t nblocks, first, cap;
+    dh__extent *free_ext;   /* free space, sorted by offset, never adjacent */
+    int64_t nfree;
+    int64_t *blk_off, *blk_len; /* per block id; blk_len < 0: id unused */
+    int64_t *free_ids;      /* stack of unused block ids */
+    int64_t nfree_ids, cap; /* cap: most blocks allocated at once */
     int64_t in_use, peak;
     pthread_mutex_t mu;
     pthread_cond_t room;

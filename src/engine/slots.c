@@ -195,9 +195,9 @@ int dh__ensure_buffer(dh_engine *e, batch_slot *b)
 }
 
 /*
- * Ring size: the memory budget plus room for the largest batch twice over,
- * so out-of-order releases within a step and the no-wrap rule never starve
- * the window the scheduler admits.
+ * Pool size: the memory budget plus room for the largest batch twice over,
+ * so out-of-order releases and fragmentation never starve the window the
+ * scheduler admits, plus, when serving, the batches ranks may keep.
  */
 int64_t dh__eng_ring_size(const dh_engine *e)
 {
@@ -205,7 +205,9 @@ int64_t dh__eng_ring_size(const dh_engine *e)
     for (int64_t i = 0; i < e->run.samples.n; i++)
         max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
     int64_t big_batch = max_sample * per_rank * 2 + 64 * per_rank * 16;
-    return e->run.cfg.memory_budget + 2 * big_batch;
+    /* Serving: room for the batches trainers may keep past their step (their leases). */
+    int64_t kept = e->shared * (int64_t)e->R * (max_sample * per_rank + 64 * per_rank * 16);
+    return e->run.cfg.memory_budget + 2 * big_batch + kept;
 }
 
 /*

@@ -141,9 +141,29 @@ int dh__sched_ensure_planned(dh__sched *s, int64_t st)
 
 /* ---------------------------------------------------------------- admission */
 
+/*
+ * Bytes of batches a rank still holds after its later steps began (a
+ * trainer keeping a tensor): they stay in memory, but must not starve the
+ * window, or a single kept batch would stop the run. In lockstep runs (every
+ * engine's emulated ranks, the simulator) steps before the latest one taken
+ * are finished, so this is 0 there.
+ */
+static int64_t held_past_their_step(const dh__sched *s)
+{
+    int64_t bytes = 0;
+    for (int64_t st = s->lo; st < s->cur_step && st < s->planned; st++)
+        for (int r = 0; r < s->R; r++) {
+            const batch_rec *b = batch_of(s, st, r);
+            if (b->admitted && !b->finished && s->taken[r] > st)
+                bytes += b->bytes;
+        }
+    return bytes;
+}
+
 /* Admits batches in (step, rank) order while the memory budget allows. */
 static int admit(dh__sched *s)
 {
+    int64_t held = s->lo < s->cur_step ? held_past_their_step(s) : 0;
     while (s->admit_next / s->R < s->N) {
         int64_t st = s->admit_next / s->R;
         int rc = dh__sched_ensure_planned(s, st);
@@ -151,7 +171,8 @@ static int admit(dh__sched *s)
             return rc;
         int rank = (int)(s->admit_next % s->R);
         batch_rec *b = batch_of(s, st, rank);
-        if (s->mem_in_use > 0 && s->mem_in_use + b->bytes > s->cfg.memory_budget)
+        int64_t in_use = s->mem_in_use - held;
+        if (in_use > 0 && in_use + b->bytes > s->cfg.memory_budget)
             break;
         b->admitted = 1;
         s->mem_in_use += b->bytes;
