@@ -55,7 +55,6 @@ for k in range(n + 200):
         times_dict.append(t1 - t0)
     del b, t
     time.sleep(0.005)  # a training step: the agent prepares ahead meanwhile
-it.close()  # the generator held its last batch: give it back before the raw loop
 client = loader._client
 times_raw = []
 for k in range(n):

@@ -44,6 +44,24 @@ def _views(raw, desc):
     return whole, out
 
 
+class _Batches:
+    """The iterator: unlike a generator it keeps no reference to the batch it returned, so
+    a batch goes back to the agent as soon as the caller drops it (while its step runs),
+    not at the next request."""
+
+    def __init__(self, loader, client):
+        self._loader, self._client = loader, client
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raw = self._client.next()
+        if raw is None:
+            raise StopIteration
+        return self._loader._as_dict(raw)
+
+
 class Loader:
     """Iterates this rank's batches from the node's agent.
 
@@ -88,15 +106,7 @@ class Loader:
 
     # -- iteration -----------------------------------------------------------
     def __iter__(self):
-        client = self._connect()
-        while True:
-            raw = client.next()
-            if raw is None:
-                return
-            batch = self._as_dict(raw)
-            del raw  # only the caller's references keep the batch from here
-            yield batch
-            del batch
+        return _Batches(self, self._connect())
 
     def _as_dict(self, raw):
         desc = raw.describe()
