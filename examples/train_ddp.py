@@ -1,4 +1,5 @@
-"""A real PyTorch data-parallel training loop fed by `datahelix serve`.
+"""A real PyTorch data-parallel training loop fed by `datahelix serve` (or, for
+comparison, by the PyTorch DataLoader with PyAV decoding).
 
 Each rank is its own process (torch.distributed, gloo on CPU): it attaches to
 the node's agent, takes its batch of each step as tensors viewing the agent's
@@ -13,7 +14,14 @@ gradient all-reduce, as in any synchronous job.
 
 --emulate sleeps each batch's modelled accelerator time (sent by the agent)
 after the real forward/backward, so that a CPU-only machine shows what input
-waiting costs a GPU job. Ranks are started here with torch.multiprocessing;
+waiting costs a GPU job; --emulate-ms-per-sample X sleeps X ms per sample
+instead, the same for both loaders. --loader torch feeds the same loop from
+torch.utils.data.DataLoader + DistributedSampler (num_workers W/R, prefetch
+factor 2, persistent workers), decoding with PyAV to the same frames, size
+and crop, for a side-by-side run:
+
+    /usr/bin/python3 examples/train_ddp.py --ranks 2 --loader torch \
+        --manifest data/k/manifest.jsonl --workers 2 --batch 8 --epochs 2 Ranks are started here with torch.multiprocessing;
 under torchrun, run it with --torchrun and the launcher's environment.
 Rank 0 prints one JSON line: throughput, per-rank input wait percentiles, and
 the share of step time spent waiting for input.
@@ -47,6 +55,65 @@ class TinyVideoNet(nn.Module):
         return self.head(self.stem(x).flatten(1))
 
 
+class PyAVClips(torch.utils.data.Dataset):
+    """The manifest's videos as a PyTorch user would read them: PyAV decodes each file on
+    one thread from its start to its last needed frame, keeps `frames` uniformly spaced
+    frames, scales them to cover size x size and crops the centre (the kinetics-clips
+    spec). Returns (uint8 T x H x W x 3 tensor, sample id)."""
+
+    def __init__(self, manifest, frames=16, size=224):
+        self.dir = os.path.dirname(os.path.abspath(manifest))
+        with open(manifest) as f:
+            self.rows = [json.loads(line) for line in f if line.strip()]
+        self.frames, self.size = frames, size
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        import av
+        import numpy as np
+        row = self.rows[i]
+        media = row["media"][0]
+        n = int(media.get("frames") or 1)
+        want = sorted({min(n - 1, int((k + 0.5) * n / self.frames)) for k in range(self.frames)})
+        w, h = media["width"], media["height"]
+        scale = self.size / min(w, h)
+        sw, sh = max(self.size, round(w * scale)), max(self.size, round(h * scale))
+        x0, y0 = (sw - self.size) // 2, (sh - self.size) // 2
+        out = []
+        with av.open(os.path.join(self.dir, media["path"])) as c:
+            c.streams.video[0].thread_type = "SLICE"
+            c.streams.video[0].codec_context.thread_count = 1
+            for k, frame in enumerate(c.decode(video=0)):
+                if k in want:
+                    rgb = frame.to_ndarray(format="rgb24", width=sw, height=sh)
+                    out.append(rgb[y0:y0 + self.size, x0:x0 + self.size])
+                if k >= want[-1]:
+                    break
+        while len(out) < self.frames:  # a short file: repeat its last frame
+            out.append(out[-1])
+        return torch.from_numpy(np.stack(out[:self.frames])), row["id"]
+
+
+def torch_batches(args, rank, world):
+    """DataLoader + DistributedSampler batches, as dicts shaped like datahelix's."""
+    ds = PyAVClips(args.manifest)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        ds, num_replicas=world, rank=rank, shuffle=True, seed=1, drop_last=True)
+    dl = torch.utils.data.DataLoader(ds, batch_size=args.batch // world, sampler=sampler,
+                                     num_workers=max(1, args.workers // world),
+                                     prefetch_factor=2, persistent_workers=True,
+                                     drop_last=True)
+    step = 0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        for clips_, ids in dl:
+            yield {"video": list(clips_), "ids": list(ids), "step": step,
+                   "emulated_compute_s": 0.0}
+            step += 1
+
+
 def clips(batch):
     """The batch's visual items as one float tensor (N, 3, T, H, W): the only copy is this
     conversion to the model's dtype, which any loader pays."""
@@ -77,30 +144,37 @@ def train(rank, world, args):
     loss_fn = nn.CrossEntropyLoss()
     waits, steps, samples = [], 0, 0
     t_start = time.monotonic()
-    with datahelix.Loader(socket=args.socket, rank=rank, world_size=world) as loader:
-        it = iter(loader)
-        while True:
-            t0 = time.monotonic()
-            batch = next(it, None)
-            t1 = time.monotonic()
-            # every rank must agree to go on (a rank at the end stops them all)
-            more = torch.tensor([0 if batch is None else 1])
-            dist.all_reduce(more, op=dist.ReduceOp.MIN)
-            if not more.item():
-                break
-            waits.append(t1 - t0)
-            x = clips(batch)
-            labels = torch.tensor([hash(i) % 10 for i in batch["ids"]][:x.shape[0]])
-            loss = loss_fn(model(x), labels)
-            opt.zero_grad()
-            loss.backward()  # DDP's all-reduce: the step's barrier
-            opt.step()
-            if args.emulate:
-                time.sleep(max(0.0, batch["emulated_compute_s"]))
+    served = args.loader == "datahelix"
+    loader = datahelix.Loader(socket=args.socket, rank=rank, world_size=world) if served \
+        else None
+    it = iter(loader) if served else torch_batches(args, rank, world)
+    while True:
+        t0 = time.monotonic()
+        batch = next(it, None)
+        t1 = time.monotonic()
+        # every rank must agree to go on (a rank at the end stops them all)
+        more = torch.tensor([0 if batch is None else 1])
+        dist.all_reduce(more, op=dist.ReduceOp.MIN)
+        if not more.item():
+            break
+        waits.append(t1 - t0)
+        x = clips(batch)
+        labels = torch.tensor([hash(i) % 10 for i in batch["ids"]][:x.shape[0]])
+        loss = loss_fn(model(x), labels)
+        opt.zero_grad()
+        loss.backward()  # DDP's all-reduce: the step's barrier
+        opt.step()
+        if args.emulate:
+            time.sleep(max(0.0, batch["emulated_compute_s"]))
+        if args.emulate_ms_per_sample > 0:
+            time.sleep(args.emulate_ms_per_sample * 1e-3 * len(batch["ids"]))
+        if served:
             loader.report_step(batch["step"], time.monotonic() - t1)
-            samples += len(batch["ids"])
-            steps += 1
-            del batch, x  # the views go: the batch's memory returns to the agent
+        samples += len(batch["ids"])
+        steps += 1
+        del batch, x  # the views go: the batch's memory returns to the agent
+    if served:
+        loader.close()
     elapsed = time.monotonic() - t_start
     gathered = [None] * world
     dist.all_gather_object(gathered, {"waits": waits, "samples": samples, "steps": steps,
@@ -110,7 +184,7 @@ def train(rank, world, args):
         total = sum(g["samples"] for g in gathered)
         span = max(g["elapsed"] for g in gathered)
         print(json.dumps({
-            "loader": "datahelix", "ranks": world, "steps": steps, "samples": total,
+            "loader": args.loader, "ranks": world, "steps": steps, "samples": total,
             "throughput_sps": total / span if span > 0 else 0.0,
             "wait_p50_ms": 1e3 * percentile(all_waits, 50),
             "wait_p95_ms": 1e3 * percentile(all_waits, 95),
@@ -125,10 +199,19 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--socket", default=None, help="the agent's socket (default: from DH_JOB)")
     ap.add_argument("--emulate", action="store_true",
-                    help="sleep each batch's modelled accelerator time")
+                    help="sleep each batch's modelled accelerator time (datahelix only)")
+    ap.add_argument("--emulate-ms-per-sample", type=float, default=0.0,
+                    help="sleep this many ms per sample of a batch (both loaders)")
+    ap.add_argument("--loader", choices=["datahelix", "torch"], default="datahelix")
+    ap.add_argument("--manifest", help="torch loader: the manifest to read")
+    ap.add_argument("--workers", type=int, default=2, help="torch loader: CPU workers in all")
+    ap.add_argument("--batch", type=int, default=8, help="torch loader: the global batch")
+    ap.add_argument("--epochs", type=int, default=2, help="torch loader: epochs")
     ap.add_argument("--torchrun", action="store_true",
                     help="ranks were started by torchrun (read RANK / WORLD_SIZE)")
     args = ap.parse_args()
+    if args.loader == "torch" and not args.manifest:
+        ap.error("--loader torch needs --manifest")
     if args.torchrun:
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return

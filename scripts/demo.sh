@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # demo.sh - the main job, from a fresh Debian 12 machine: install packages,
-# build, then `datahelix demo`: generate three real workloads (H.264 clips,
-# native-resolution video, any-res images), decode them with the real engine
-# for 4 emulated ranks under local, pool and helix, print the comparison and
-# write the JSON and a Chrome trace. Before it, a quick tour of the catalog
-# (index + inspect of a mixed corpus made with the ffmpeg tool) and of the
-# simulator. Outputs go to demo-out/. A few minutes on 2 cores.
+# build, then a tour of the catalog (index + inspect of a mixed corpus made
+# with the ffmpeg tool) and of the simulator; `datahelix demo` (three real
+# workloads decoded by the real engine for 4 emulated ranks under local, pool
+# and helix); and the main job, training: a 2-rank PyTorch DDP job fed by
+# `datahelix serve`, then the same job fed by the PyTorch DataLoader with
+# PyAV, side by side. Outputs go to demo-out/. A few minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -52,7 +52,36 @@ echo "== simulated comparison at cluster scale (R=8, W=32; simulated figures)"
 "$DH" bench --mode sim --workloads kinetics-clips,native-res-video,omni-mix --steps 300 \
     --json "$OUT/bench-sim.json"
 echo
-echo "== the main job: real media, real decoding, three policies"
+echo "== real media, real decoding, three policies (emulated ranks)"
 "$DH" demo --out "$OUT"
+echo
+
+# The main job: training. Two torch.distributed (gloo) ranks train a small video
+# model on the kinetics-like clips above, fed first by `datahelix serve`, then by
+# the PyTorch DataLoader + DistributedSampler decoding with PyAV; the same model,
+# the same emulated accelerator time per sample, the same CPU budget.
+PY=/usr/bin/python3
+M="$OUT/data/kinetics-clips/manifest.jsonl"
+SOCK="@datahelix-demo-$$"
+echo "== training: DDP on 2 ranks fed by datahelix serve, then by the PyTorch DataLoader"
+"$DH" serve --manifest "$M" --workload kinetics-clips --ranks 2 --workers 2 --batch 8 \
+    --epochs 1 --socket "$SOCK" > "$OUT/serve.out" 2> "$OUT/serve.err" &
+AGENT=$!
+DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --socket "$SOCK" \
+    --emulate-ms-per-sample 15 | tail -n 1 > "$OUT/train-datahelix.json"
+wait $AGENT
+DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --loader torch \
+    --manifest "$M" --workers 2 --batch 8 --epochs 1 --emulate-ms-per-sample 15 \
+    | tail -n 1 > "$OUT/train-torch.json"
+"$PY" - "$OUT/train-datahelix.json" "$OUT/train-torch.json" <<'PYEOF'
+import json, sys
+rows = [json.load(open(f)) for f in sys.argv[1:]]
+print("%-10s %8s %8s %12s %10s %10s %10s %12s" % ("loader", "steps", "samples", "samples/s",
+      "wait p50", "wait p95", "wait p99", "input wait"))
+for r in rows:
+    print("%-10s %8d %8d %12.1f %8.1fms %8.1fms %8.1fms %11.1f%%" % (
+        r["loader"], r["steps"], r["samples"], r["throughput_sps"], r["wait_p50_ms"],
+        r["wait_p95_ms"], r["wait_p99_ms"], 100 * r["input_wait_frac"]))
+PYEOF
 echo
 echo "catalog tour: $OUT/manifest.jsonl, $OUT/inspect-*.json   simulated bench: $OUT/bench-sim.json"
