@@ -158,12 +158,16 @@ def train(rank, world, args):
         if not more.item():
             break
         waits.append(t1 - t0)
-        x = clips(batch)
-        labels = torch.tensor([hash(i) % 10 for i in batch["ids"]][:x.shape[0]])
-        loss = loss_fn(model(x), labels)
-        opt.zero_grad()
-        loss.backward()  # DDP's all-reduce: the step's barrier
-        opt.step()
+        x = None
+        if args.no_model:  # emulated ranks only: the all-reduce above is the barrier
+            pass
+        else:
+            x = clips(batch)
+            labels = torch.tensor([hash(i) % 10 for i in batch["ids"]][:x.shape[0]])
+            loss = loss_fn(model(x), labels)
+            opt.zero_grad()
+            loss.backward()  # DDP's all-reduce: the step's barrier
+            opt.step()
         if args.emulate:
             time.sleep(max(0.0, batch["emulated_compute_s"]))
         if args.emulate_ms_per_sample > 0:
@@ -191,6 +195,8 @@ def train(rank, world, args):
             "wait_p99_ms": 1e3 * percentile(all_waits, 99),
             "input_wait_frac": sum(sum(g["waits"]) for g in gathered) / (world * span)
             if span > 0 else 0.0}), flush=True)
+    del model, opt  # DDP's reducer goes before its process group does
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -203,6 +209,8 @@ def main():
     ap.add_argument("--emulate-ms-per-sample", type=float, default=0.0,
                     help="sleep this many ms per sample of a batch (both loaders)")
     ap.add_argument("--loader", choices=["datahelix", "torch"], default="datahelix")
+    ap.add_argument("--no-model", action="store_true",
+                    help="no forward/backward: ranks only sleep (with --emulate) and meet")
     ap.add_argument("--manifest", help="torch loader: the manifest to read")
     ap.add_argument("--workers", type=int, default=2, help="torch loader: CPU workers in all")
     ap.add_argument("--batch", type=int, default=8, help="torch loader: the global batch")
