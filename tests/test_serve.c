@@ -447,7 +447,7 @@ END_TEST
 
 static int stop_after_a_second(void *user)
 {
-    return ++*(int *)user > 5; /* polled every 200 ms while serving */
+    return ++*(_Atomic int *)user > 5; /* polled every 200 ms, from several threads */
 }
 
 START_TEST(stopping_the_agent_tells_every_trainer_why)
@@ -474,7 +474,7 @@ START_TEST(stopping_the_agent_tells_every_trainer_why)
     }
     dh_run_config c = agent_config("helix", 1, 4);
     c.steps = DH_STEPS_FOREVER;
-    int calls = 0;
+    _Atomic int calls = 0;
     c.should_stop = stop_after_a_second;
     c.should_stop_user = &calls;
     dh_serve_opts o;

@@ -84,8 +84,10 @@ typedef struct {
      * without a manifest: 200 steps).
      */
     int64_t epochs;
-    /* Polled once per step by both engines (from an engine thread): nonzero ends the run
-     * after the steps in flight, with the accounting of what was done. May be NULL. */
+    /* Polled by the engines (once per step) and the agent (every 200 ms), possibly from
+     * several threads at once: keep it thread-safe and cheap (an atomic or sig_atomic_t
+     * flag). Nonzero ends the run after the steps in flight, with the accounting of what
+     * was done. May be NULL. */
     int (*should_stop)(void *user);
     void *should_stop_user;
     /* Samples a workload run generates (its dataset; epochs go round it); 0: the samples
