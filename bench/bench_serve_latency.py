@@ -13,6 +13,7 @@ tensors, plus the tensor bytes copied (each tensor's address checked to lie
 in the batch's shared memory). This is the delivery path's own cost.
 """
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,7 @@ for k in range(n):
 loader.close()
 agent.terminate()
 agent.wait()
+shutil.rmtree(tmp, ignore_errors=True)
 
 
 def us(xs, p):

@@ -445,6 +445,48 @@ START_TEST(a_batch_kept_for_long_does_not_stall_the_others)
 }
 END_TEST
 
+START_TEST(a_trainer_that_never_detaches_does_not_keep_the_agent)
+{
+    /* The trainer takes every batch, keeps the last one, and lingers without detaching or
+     * exiting (a training script that goes on to other work). The agent must still end,
+     * and the kept batch stays readable in the trainer after the agent is gone. */
+    new_socket_name();
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t p = fork();
+    if (!p) {
+        close(go[1]);
+        dh_client_opts o = client_opts(0, 1, 4);
+        dh_client *c;
+        dh_batch b, last;
+        int n = 0;
+        if (dh_client_connect(&o, &c, NULL, 0))
+            _exit(2);
+        while (dh_client_next(c, -1, &b, NULL, 0) == 0) {
+            if (n++)
+                dh_client_release(c, &last);
+            last = b;
+        }
+        char byte;
+        if (read(go[0], &byte, 1) != 1) /* linger until the agent has returned */
+            _exit(16);
+        _exit(n == 3 && items_match(&last) ? 0 : 17);
+    }
+    close(go[0]);
+    dh_run_config c = agent_config("pool", 1, 4);
+    c.steps = 3;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.steps, 3);
+    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    close(go[1]);
+    ck_assert_int_eq(wait_child(p), 0);
+}
+END_TEST
+
 static int stop_after_a_second(void *user)
 {
     return ++*(_Atomic int *)user > 5; /* polled every 200 ms, from several threads */
@@ -502,6 +544,7 @@ int main(void)
     tcase_add_test(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);
     tcase_add_test(tc, stopping_the_agent_tells_every_trainer_why);
     tcase_add_test(tc, a_batch_kept_for_long_does_not_stall_the_others);
+    tcase_add_test(tc, a_trainer_that_never_detaches_does_not_keep_the_agent);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -2,6 +2,7 @@
 torch.distributed (gloo) ranks training on it. Skipped (77) without torch."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class DdpExampleTest(unittest.TestCase):
     def test_two_ranks_train_on_a_served_workload(self):
         tmp = tempfile.mkdtemp(prefix="dhddp")
+        self.addCleanup(shutil.rmtree, tmp, True)
         subprocess.run([CLI, "gen", "--workload", "kinetics-clips", "--out", tmp, "--samples",
                         "24"], check=True, stdout=subprocess.DEVNULL)
         sock = "@dh-ddp-%d" % os.getpid()

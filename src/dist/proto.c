@@ -65,6 +65,8 @@ static int send_parts(int fd, int type, const void *a, uint32_t alen, const void
 {
     if ((uint64_t)alen + blen > DH__PROTO_MAX)
         return DH_ELIMIT;
+    if (nfds < 0 || nfds > 4)
+        return DH_EINVAL; /* never drop descriptors silently */
     dh__msg_head h = {DH__PROTO_MAGIC, DH__PROTO_VERSION, (uint16_t)type, alen + blen, 0};
     struct iovec iov[3] = {{&h, sizeof h}, {(void *)a, alen}, {(void *)b, blen}};
     union {
@@ -74,7 +76,7 @@ static int send_parts(int fd, int type, const void *a, uint32_t alen, const void
     struct msghdr m = {.msg_iov = iov, .msg_iovlen = 1 + (alen > 0) + (blen > 0)};
     if (!alen && blen)
         iov[1] = iov[2];
-    if (nfds > 0 && nfds <= 4) {
+    if (nfds > 0) {
         memset(&ctl, 0, sizeof ctl);
         m.msg_control = ctl.buf;
         m.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));

@@ -340,8 +340,11 @@ static void *rank_main(void *arg)
         dh__msg_head h;
         void *p = NULL;
         int rc = dh__proto_recv(c->fd, 500, &h, &p, NULL, NULL);
-        if (rc == DH_ETIMEDOUT && a->stopping) { /* tell the rank, then let it go */
-            send_end(a, c, DH_ECANCELED);
+        if (rc == DH_ETIMEDOUT && (a->stopping || c->ended)) {
+            /* Stopping: tell the rank, then let it go. Its end delivered and idle since: a
+             * trainer that never detaches must not keep the agent; its mapping stays valid. */
+            if (!c->ended)
+                send_end(a, c, DH_ECANCELED);
             while (c->nleases)
                 release_lease(a, c, &c->leases[0], 1);
             break;

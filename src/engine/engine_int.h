@@ -74,7 +74,6 @@ struct dh_engine {
     struct timespec t0;
     dh_sample_error_cb on_error;
     void *user;
-    int64_t failed;
     double cpu_sum;          /* CPU time inside decoding, all tasks */
     double worker_cpu;       /* CPU time of the worker threads, all of it */
     const dh_spec *spec;

@@ -84,7 +84,6 @@ static void fail_sample(dh_engine *e, const dh__task *t, batch_slot *b, int code
     if (sample_failed(b, t->sample))
         return;
     b->nfailed++;
-    e->failed++;
     dh__rec_step *sp = dh__records_step(&e->rec, t->step);
     if (sp)
         sp->failed++;
