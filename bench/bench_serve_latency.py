@@ -6,7 +6,7 @@ tensor bytes copied on the way (bench/RESULTS.md).
 
 Generates 64 small images, starts `datahelix serve` (1 rank, a memory budget
 that lets the agent prepare ahead), takes BATCHES batches of 8 samples after
-a warm-up, with a 5 ms "training step" between requests so that the agent
+a warm-up, with a 5 ms "training step" (DH_BENCH_STEP_S) before each request so that the agent
 prepares ahead (as it does under a real step), and prints the median and p95
 of (a) the raw request (Client.next) and (b) request + Loader's dict of
 tensors, plus the tensor bytes copied (each tensor's address checked to lie
@@ -36,36 +36,31 @@ subprocess.run([cli, "index", tmp, "-o", os.path.join(tmp, "m.jsonl"), "-q"], ch
                stdout=subprocess.DEVNULL)
 sock = "@dh-latency-%d" % os.getpid()
 agent = subprocess.Popen([cli, "serve", "--manifest", os.path.join(tmp, "m.jsonl"), "--ranks",
-                          "1", "--workers", "2", "--batch", "8", "--steps", "0", "--socket", sock,
+                          "1", "--workers", os.environ.get("DH_BENCH_WORKERS", "2"), "--batch", "8", "--steps", "0", "--socket", sock,
                           "--memory-budget", "200000000"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 loader = datahelix.Loader(socket=sock, rank=0, world_size=1)
-it = iter(loader)
-raw_client = None
+it = iter(loader)  # attaches
+client = loader._client
+step_s = float(os.environ.get("DH_BENCH_STEP_S", "0.005"))
 copied = 0
-times_dict = []
+times_raw, times_dict = [], []
 for k in range(n + 200):
+    time.sleep(step_s)  # a training step: the agent prepares ahead meanwhile
+    # What the Loader's iterator does (_Batches.__next__), timed in its two parts.
     t0 = time.perf_counter()
-    b = next(it)
+    raw = client.next()
     t1 = time.perf_counter()
+    b = loader._as_dict(raw)
+    t2 = time.perf_counter()
     base = b["data"].data_ptr()
     for t in b["image"]:
         if not (base <= t.data_ptr() < base + b["data"].numel()):
             copied += t.numel() * t.element_size()
     if k >= 200:
-        times_dict.append(t1 - t0)
-    del b, t
-    time.sleep(0.005)  # a training step: the agent prepares ahead meanwhile
-client = loader._client
-times_raw = []
-for k in range(n):
-    time.sleep(0.005)
-    t0 = time.perf_counter()
-    raw = client.next()
-    t1 = time.perf_counter()
-    times_raw.append(t1 - t0)
-    raw.release()
-    del raw
+        times_raw.append(t1 - t0)
+        times_dict.append(t2 - t0)
+    del b, t, raw  # the last view gone: the batch goes back to the agent
 loader.close()
 agent.terminate()
 agent.wait()

@@ -28,19 +28,24 @@ import numpy as np
 
 __all__ = ["Loader", "Client", "DataHelixError", "default_socket"]
 
-_NP = {"uint8": np.uint8, "float32": np.float32}
-
-
-def _views(raw, desc):
-    """Per-item views of the batch buffer `raw` (a Batch: buffer protocol)."""
+def _views(raw, items):
+    """Per-item views of the batch buffer `raw` (a Batch: buffer protocol); items as
+    Batch.layout() gives them. Returns the whole batch as one uint8 array and a dict
+    type -> list of arrays (tensors with torch)."""
     whole = np.frombuffer(raw, dtype=np.uint8)  # holds `raw` alive while it lives
     out = {}
-    for it in desc["items"]:
-        dt = np.dtype(_NP[it["dtype"]])
-        arr = whole[it["offset"]:it["offset"] + it["bytes"]].view(dt).reshape(it["shape"])
+    for typ, off, nbytes, is_f32, shape in items:
+        arr = whole[off:off + nbytes]
+        if is_f32:
+            arr = arr.view(np.float32)
+        arr = arr.reshape(shape)
         if torch is not None:
             arr = torch.from_numpy(arr)  # shares the memory; keeps the array (and raw) alive
-        out.setdefault(it["type"], []).append(arr)
+        lst = out.get(typ)
+        if lst is None:
+            out[typ] = [arr]
+        else:
+            lst.append(arr)
     return whole, out
 
 
@@ -109,17 +114,10 @@ class Loader:
         return _Batches(self, self._connect())
 
     def _as_dict(self, raw):
-        desc = raw.describe()
-        whole, per_type = _views(raw, desc)
-        status = [0] * len(desc["samples"])
-        index = {s: k for k, s in enumerate(desc["samples"])}
-        for it in desc["items"]:
-            if it["status"]:
-                status[index[it["sample"]]] = it["status"]
-        batch = dict(per_type)
-        batch.update(step=desc["step"], ids=desc["ids"], samples=desc["samples"],
-                     tokens=desc["tokens"], status=status,
-                     emulated_compute_s=desc["emulated_compute_s"],
+        step, items, samples, ids, tokens, status, emulated = raw.layout()
+        whole, batch = _views(raw, items)
+        batch.update(step=step, ids=ids, samples=samples, tokens=tokens, status=status,
+                     emulated_compute_s=emulated,
                      data=torch.from_numpy(whole) if torch is not None else whole,
                      release=raw.release)
         return batch

@@ -116,6 +116,73 @@ static PyObject *item_dict(const dh_batch_item *it)
                          "status", it->status);
 }
 
+static PyObject *type_names[3]; /* interned "video", "image", "audio" */
+
+/* The batch's layout in the cheapest form to turn into views (the Loader's hot path):
+ * (step, items, samples, ids, tokens, status, emulated_compute_s); items are
+ * (type, offset, bytes, is_float32, shape) tuples; status is per sample (0 or the
+ * negative code of its first failed item). describe() is the readable form. */
+static PyObject *batch_layout(BatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    const dh_batch *b = &self->b;
+    PyObject *items = PyTuple_New(b->nitems), *samples = PyList_New(b->nsamples);
+    PyObject *ids = PyList_New(b->nsamples), *tokens = PyList_New(b->nsamples);
+    PyObject *status = PyList_New(b->nsamples);
+    int32_t *st = NULL;
+    if (!items || !samples || !ids || !tokens || !status)
+        goto fail;
+    for (int32_t k = 0; k < b->nsamples; k++) {
+        const char *id = dh_client_sample_id(self->client->c, b, k);
+        PyList_SET_ITEM(samples, k, PyLong_FromLongLong(b->samples[k]));
+        PyList_SET_ITEM(tokens, k, PyLong_FromLongLong(b->tokens[k]));
+        PyList_SET_ITEM(ids, k, PyUnicode_DecodeUTF8(id ? id : "", id ? (Py_ssize_t)strlen(id) : 0,
+                                                     "replace"));
+    }
+    st = PyMem_Calloc((size_t)b->nsamples + 1, sizeof *st);
+    if (!st)
+        goto fail;
+    for (int32_t k = 0, j = 0; k < b->nitems; k++) {
+        const dh_batch_item *it = &b->items[k];
+        PyObject *shape = PyTuple_New(it->ndim);
+        for (int d = 0; shape && d < it->ndim; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(it->shape[d]));
+        PyObject *type = it->type >= 0 && it->type < 3 ? type_names[it->type] : Py_None;
+        PyObject *t = shape ? Py_BuildValue("(OLLiN)", type, (long long)it->offset,
+                                            (long long)it->bytes, it->elem_bytes == 4, shape)
+                            : NULL;
+        if (!t)
+            goto fail;
+        PyTuple_SET_ITEM(items, k, t);
+        /* Items are grouped by sample in the batch's sample order: follow with a cursor
+         * (a manifest sample can occur twice in a small dataset's batch). */
+        while (j < b->nsamples && b->samples[j] != it->sample)
+            j++;
+        if (j == b->nsamples)
+            for (j = 0; j < b->nsamples && b->samples[j] != it->sample; j++)
+                ;
+        if (it->status && j < b->nsamples && !st[j])
+            st[j] = it->status;
+    }
+    for (int32_t k = 0; k < b->nsamples; k++) {
+        PyObject *v = PyLong_FromLong(st[k]);
+        if (!v)
+            goto fail;
+        PyList_SET_ITEM(status, k, v);
+    }
+    PyMem_Free(st);
+    return Py_BuildValue("(LNNNNNd)", (long long)b->step, items, samples, ids, tokens, status,
+                         dh_client_emulated_seconds(self->client->c, b));
+fail:
+    PyMem_Free(st);
+    Py_XDECREF(items);
+    Py_XDECREF(samples);
+    Py_XDECREF(ids);
+    Py_XDECREF(tokens);
+    Py_XDECREF(status);
+    return NULL;
+}
+
 /* The batch's description: items, sample indices, ids, tokens, statuses. */
 static PyObject *batch_describe(BatchObject *self, PyObject *unused)
 {
@@ -173,6 +240,8 @@ static PyMethodDef batch_methods[] = {
     {"release", (PyCFunction)batch_release, METH_NOARGS,
      "Give the batch back (deferred while a view of it is alive). Returns True if given back."},
     {"describe", (PyCFunction)batch_describe, METH_NOARGS, "Items, samples, ids, tokens."},
+    {"layout", (PyCFunction)batch_layout, METH_NOARGS,
+     "(step, items, samples, ids, tokens, status, emulated_compute_s): the fast form."},
     {"address", (PyCFunction)batch_address, METH_NOARGS, "Address of the batch's first byte."},
     {NULL, NULL, 0, NULL}};
 
@@ -339,6 +408,10 @@ PyMODINIT_FUNC PyInit__datahelix(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
+    static const char *const names[] = {"video", "image", "audio"};
+    for (int k = 0; k < 3; k++)
+        if (!(type_names[k] = PyUnicode_InternFromString(names[k])))
+            return NULL;
     DataHelixError = PyErr_NewException("datahelix.DataHelixError", PyExc_RuntimeError, NULL);
     Py_INCREF(&ClientType);
     Py_INCREF(&BatchType);

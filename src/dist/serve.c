@@ -249,13 +249,16 @@ static int on_next(agent *a, conn *c)
         return dh__proto_send_error(c->fd, DH_ELIMIT, msg);
     }
     dh_batch b;
-    int rc = dh_engine_next_batch(a->e, c->rank, &b);
+    int wake = 0;
+    int rc = dh__engine_next(a->e, c->rank, &b, &wake);
     if (rc) {
         send_end(a, c, rc);
         return 0;
     }
     c->leases[c->nleases++] = (lease){b, mono(), -1.0};
     rc = send_batch(a, c, &b);
+    if (wake)
+        dh__engine_wake(a->e); /* after the answer: the rank does not wait for it */
     if (rc && rc != DH_EPEER)
         dh__proto_send_error(c->fd, rc, "cannot describe the batch");
     return rc == DH_EPEER ? rc : 0;

@@ -123,7 +123,9 @@ static int wait_ready(dh_engine *e, int64_t st, int rank)
     return e->error ? e->error : DH_ECANCELED;
 }
 
-int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
+/* dh_engine_next_batch; *wake set: idle workers wait for dh__engine_wake (the caller
+ * answers its consumer first), else they are woken here. */
+int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
 {
     if (!e || !out || rank < 0 || rank >= e->R)
         return DH_EINVAL;
@@ -140,7 +142,8 @@ int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
     if (!rc) {
         rb->deadline = asked;
         dh__eng_offer_step(e, st, DH_TRACE_RANKS, rank); /* unless it was offered once prepared */
-        pthread_cond_broadcast(&e->work); /* the request may be what admits this batch */
+        if (!dh__sched_batch_ready(e->sched, st, rank))
+            pthread_cond_broadcast(&e->work); /* the request may be what admits this batch */
         rc = wait_ready(e, st, rank);
     }
     if (!rc && !b->laid_out)
@@ -157,9 +160,25 @@ int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
     *out = (dh_batch){.step = st, .rank = rank, .nsamples = b->nsamples, .nitems = b->nitems,
                       .nfailed = b->nfailed, .samples = b->samples, .tokens = b->tokens,
                       .items = b->items, .bytes = b->bytes, .data = dh__slot_data(e, b)};
-    pthread_cond_broadcast(&e->work); /* local: the prefetch window moved */
+    /* local: the prefetch window moved. Only idle workers need the news, and they get it
+     * after the lock is dropped: the consumer's request is the latency users see. */
+    int idle = e->idle_workers > 0;
     pthread_mutex_unlock(&e->mu);
+    if (wake)
+        *wake = idle;
+    else if (idle)
+        pthread_cond_broadcast(&e->work);
     return 0;
+}
+
+void dh__engine_wake(dh_engine *e)
+{
+    pthread_cond_broadcast(&e->work); /* no state changes here: nothing to lock */
+}
+
+int dh_engine_next_batch(dh_engine *e, int rank, dh_batch *out)
+{
+    return dh__engine_next(e, rank, out, NULL);
 }
 
 double dh_engine_batch_gpu_seconds(const dh_engine *e, const dh_batch *b)

@@ -76,6 +76,7 @@ struct dh_engine {
     void *user;
     double cpu_sum;          /* CPU time inside decoding, all tasks */
     double worker_cpu;       /* CPU time of the worker threads, all of it */
+    int idle_workers;        /* workers waiting on `work` (a wake-up costs tens of us on a VM) */
     const dh_spec *spec;
 };
 

@@ -25,5 +25,11 @@ int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size);
 int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, int64_t *offset);
 /* Stops the run with error code rc (the first reason wins); every consumer wakes. */
 void dh__engine_abort(dh_engine *e, int rc);
+/* dh_engine_next_batch, except that when *wake comes back 1 the idle workers are
+ * woken only by dh__engine_wake: call it once the batch has been answered (a
+ * wake-up costs tens of microseconds on a VM, which the consumer need not wait
+ * for). */
+int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake);
+void dh__engine_wake(dh_engine *e);
 
 #endif

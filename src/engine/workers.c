@@ -195,8 +195,11 @@ static void *worker_main(void *arg)
     char path[4096], err[512];
     pthread_mutex_lock(&e->mu);
     while (!e->stop)
-        if (work_once(e, w, path, sizeof path, err, sizeof err) && !e->stop)
+        if (work_once(e, w, path, sizeof path, err, sizeof err) && !e->stop) {
+            e->idle_workers++;
             pthread_cond_wait(&e->work, &e->mu);
+            e->idle_workers--;
+        }
     e->worker_cpu += dh__thread_cpu(); /* under e->mu: the whole thread, scheduling included */
     pthread_mutex_unlock(&e->mu);
     return NULL;
