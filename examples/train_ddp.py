@@ -21,10 +21,19 @@ factor 2, persistent workers), decoding with PyAV to the same frames, size
 and crop, for a side-by-side run:
 
     /usr/bin/python3 examples/train_ddp.py --ranks 2 --loader torch \
-        --manifest data/k/manifest.jsonl --workers 2 --batch 8 --epochs 2 Ranks are started here with torch.multiprocessing;
-under torchrun, run it with --torchrun and the launcher's environment.
+        --manifest data/k/manifest.jsonl --workers 2 --batch 8 --epochs 2
+
+Ranks are started here with torch.multiprocessing; under torchrun, pass
+--torchrun (ranks read the launcher's environment). On Debian 12 (torch 1.13,
+Python 3.11) torchrun's default "--redirects 0 --tee 0" fails to parse, so
+give it "--redirects 1 --tee 1":
+
+    /usr/bin/python3 -m torch.distributed.run --redirects 1 --tee 1 \
+        --nproc_per_node 2 examples/train_ddp.py --torchrun --emulate
+
 Rank 0 prints one JSON line: throughput, per-rank input wait percentiles, and
-the share of step time spent waiting for input.
+the share of step time spent waiting for input, and the CPU the trainer
+processes used (in cores: process CPU seconds over the run's span).
 """
 import argparse
 import json
@@ -143,7 +152,7 @@ def train(rank, world, args):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     waits, steps, samples = [], 0, 0
-    t_start = time.monotonic()
+    t_start, cpu_start = time.monotonic(), time.process_time()
     served = args.loader == "datahelix"
     loader = datahelix.Loader(socket=args.socket, rank=rank, world_size=world) if served \
         else None
@@ -180,9 +189,10 @@ def train(rank, world, args):
     if served:
         loader.close()
     elapsed = time.monotonic() - t_start
+    cpu = time.process_time() - cpu_start  # this process, all its threads (gloo's included)
     gathered = [None] * world
     dist.all_gather_object(gathered, {"waits": waits, "samples": samples, "steps": steps,
-                                      "elapsed": elapsed})
+                                      "elapsed": elapsed, "cpu": cpu})
     if rank == 0:
         all_waits = [w for g in gathered for w in g["waits"][1:]]  # step 0 is pipeline fill
         total = sum(g["samples"] for g in gathered)
@@ -194,7 +204,9 @@ def train(rank, world, args):
             "wait_p95_ms": 1e3 * percentile(all_waits, 95),
             "wait_p99_ms": 1e3 * percentile(all_waits, 99),
             "input_wait_frac": sum(sum(g["waits"]) for g in gathered) / (world * span)
-            if span > 0 else 0.0}), flush=True)
+            if span > 0 else 0.0,
+            "trainer_cpu_frac": sum(g["cpu"] for g in gathered) / span if span > 0 else 0.0}),
+              flush=True)
     del model, opt  # DDP's reducer goes before its process group does
     dist.barrier()
     dist.destroy_process_group()

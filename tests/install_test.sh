@@ -53,4 +53,13 @@ out=$("$WORK/cmake-consumer/build/consumer")
 # Only dh_ symbols are exported by the shared library.
 extra=$(nm -D --defined-only "$libdir/libdatahelix.so" | awk '{print $3}' | grep -v '^dh_' || true)
 [[ -z "$extra" ]] || { echo "FAIL: non-dh_ exports: $extra"; exit 1; }
+# The Python package, when the build made one, imports from where it was installed.
+if [[ -f "$BUILD/python/datahelix/__init__.py" ]]; then
+    pkg=$(find "$WORK/prefix" -path "*dist-packages/datahelix/__init__.py" | head -n 1)
+    [[ -n "$pkg" ]] || { echo "FAIL: the Python package was not installed"; exit 1; }
+    out=$(cd "$WORK" && PYTHONPATH=$(dirname "$(dirname "$pkg")") /usr/bin/python3 -c \
+          'import datahelix; print(datahelix.__file__, datahelix.default_socket("j"))')
+    [[ "$out" == "$WORK/prefix/"*" @datahelix-"*"-j" ]] ||
+        { echo "FAIL: installed Python package printed '$out'"; exit 1; }
+fi
 echo "install_test: 1 passed, 0 failed"

@@ -1,5 +1,6 @@
 """examples/train_ddp.py end to end: a served workload of real H.264 clips, two
-torch.distributed (gloo) ranks training on it. Skipped (77) without torch."""
+torch.distributed (gloo) ranks training on it, started by torch.multiprocessing
+and by torchrun. Skipped (77) without torch."""
 import json
 import os
 import shutil
@@ -16,10 +17,19 @@ except ImportError:
 
 CLI = os.environ.get("DH_CLI", "datahelix")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
+
+
+# Debian 12's torch 1.13 on Python 3.11: torchrun's default "--redirects 0 --tee 0" does not
+# parse (Python 3.11 no longer lists the 0-valued member of an IntFlag, so Std.from_str("0")
+# gives None and the launcher dies before starting a rank); 1 (stdout) parses.
+TORCHRUN_311 = ["--redirects", "1", "--tee", "1"]
 
 
 class DdpExampleTest(unittest.TestCase):
-    def test_two_ranks_train_on_a_served_workload(self):
+    def train(self, launcher):
+        """24 generated clips served to 2 ranks, G = 4, 2 epochs, started by `launcher`
+        (a function of the socket and the run's temp dir returning the command)."""
         tmp = tempfile.mkdtemp(prefix="dhddp")
         self.addCleanup(shutil.rmtree, tmp, True)
         subprocess.run([CLI, "gen", "--workload", "kinetics-clips", "--out", tmp, "--samples",
@@ -31,18 +41,26 @@ class DdpExampleTest(unittest.TestCase):
                                   "--attach-timeout", "60"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         env = dict(os.environ, DH_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_ddp.py"),
-                              "--ranks", "2", "--socket", sock],
-                             capture_output=True, text=True, env=env, timeout=240)
+        out = subprocess.run(launcher(sock, tmp), capture_output=True, text=True, env=env,
+                             timeout=240, cwd=tmp)
         if out.returncode:
             agent.kill()
         a_out, a_err = agent.communicate(timeout=90)
-        self.assertEqual(out.returncode, 0, out.stderr + a_err)
-        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr + a_err)
+        line = [x for x in out.stdout.splitlines() if '"loader"' in x][-1]
+        summary = json.loads(line[line.index("{"):])  # torchrun prefixes "[default0]:"
         self.assertEqual(summary["samples"], 48)  # 24 samples, G = 4: 6 steps an epoch, 2 epochs
         self.assertEqual(summary["steps"], 12)
         self.assertEqual(agent.returncode, 0, a_err)
         self.assertIn("delivered 48 + failed 0 = 48", a_out)
+
+    def test_two_ranks_train_on_a_served_workload(self):
+        self.train(lambda sock, tmp: [sys.executable, EXAMPLE, "--ranks", "2", "--socket", sock])
+
+    def test_ranks_started_by_torchrun(self):
+        self.train(lambda sock, tmp: [sys.executable, "-m", "torch.distributed.run"] +
+                   TORCHRUN_311 + ["--log_dir", os.path.join(tmp, "logs"), "--nproc_per_node",
+                                   "2", EXAMPLE, "--torchrun", "--socket", sock])
 
 
 if __name__ == "__main__":
