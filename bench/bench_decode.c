@@ -40,7 +40,7 @@ int main(int argc, char **argv)
         memset(buf, 1, (size_t)md.out_bytes); /* pre-fault: the engine's pool pages are warm */
         dh__decode_stats st;
         double t0 = cpu_now();
-        int rc = dh__decode_video(argv[i], spec, &pr.info, buf, (size_t)md.out_bytes, &st, err, sizeof err);
+        int rc = dh__decode_video(DH__SRC(argv[i]), spec, &pr.info, buf, (size_t)md.out_bytes, &st, err, sizeof err);
         double dt = cpu_now() - t0;
         if (rc) {
             fprintf(stderr, "%s: %s\n", argv[i], err);

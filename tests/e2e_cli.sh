@@ -28,9 +28,15 @@ ff -f lavfi -i testsrc=size=640x360 -frames:v 1 "$WORK/data/img/c.jpg"
 ff -f lavfi -i testsrc=size=200x100 -frames:v 1 "$WORK/data/img/d.png"
 ff -f lavfi -i sine=sample_rate=16000 -t 2 "$WORK/data/audio/e.flac"
 echo "not media" > "$WORK/data/readme.txt"
-# A link to a file is indexed under its own name; a link to a directory is not followed.
-mkdir -p "$WORK/blobs" && cp "$WORK/data/img/d.png" "$WORK/blobs/blob1"
-ln -s "$WORK/blobs/blob1" "$WORK/data/img/linked.png"
+# A link to a file inside DIR is indexed under its own name (a hidden blob cache is not
+# walked itself); a link that leaves DIR is skipped (a run could not open it either, and
+# must not: containment is the kernel's RESOLVE_BENEATH); a link to a directory is not
+# followed.
+mkdir -p "$WORK/data/.blobs" "$WORK/blobs"
+cp "$WORK/data/img/d.png" "$WORK/data/.blobs/blob1"
+cp "$WORK/data/img/d.png" "$WORK/blobs/blob2"
+ln -s ../.blobs/blob1 "$WORK/data/img/linked.png"
+ln -s "$WORK/blobs/blob2" "$WORK/data/img/outside.png"
 ln -s "$WORK/data" "$WORK/data/loop"
 head -c 500 "$WORK/data/clips/a.mp4" > "$WORK/data/clips/broken.mp4"
 
@@ -38,7 +44,9 @@ head -c 500 "$WORK/data/clips/a.mp4" > "$WORK/data/clips/broken.mp4"
 "$DH" index "$WORK/data" -o "$WORK/data/manifest.jsonl" -j 2 > "$WORK/index.out" 2> "$WORK/index.err"
 rc=$?
 check "index exits 0 with skips" test $rc -eq 0
-check "index summary accounts for every file" contains "$WORK/index.out" "8 files: 6 probed + 2 skipped"
+check "index summary accounts for every file" contains "$WORK/index.out" "9 files: 6 probed + 3 skipped"
+check "index skips a link that leaves DIR, saying so" contains "$WORK/index.err" \
+    "img/outside.png: skipped: resolves outside the manifest's directory"
 check "index says which file was scanned" contains "$WORK/index.out" "1 without a container frame index"
 check "index names the skipped text file" contains "$WORK/index.err" "readme.txt: skipped:"
 check "index names the broken video" contains "$WORK/index.err" "clips/broken.mp4: skipped:"
@@ -162,6 +170,30 @@ check "an interrupted run accounts for every sample of its steps" \
     contains "$WORK/forever.out" "delivered $((steps * 3)) + failed 0 = $((steps * 3))"
 "$DH" sim --workload speech-asr --epochs 2 > "$WORK/simep.out" 2>&1
 check "sim --epochs 2 of a 200-step workload runs 400 steps" contains "$WORK/simep.out" "400 steps"
+
+# Hostile files under a run (issue 12): a FIFO and a link leaving the manifest's directory
+# in place of images, next to a good one. Each fails with its own reason; nothing blocks.
+mkdir -p "$WORK/hostile/img"
+cp "$WORK/data/img/d.png" "$WORK/hostile/img/good.png"
+mkfifo "$WORK/hostile/img/fifo.png"
+ln -s "$WORK/blobs/blob2" "$WORK/hostile/img/away.png"
+good=$(grep '"path":"img/d.png"' "$WORK/data/manifest.jsonl")
+for name in good fifo away; do
+    sed "s|\"id\":\"img/d.png\"|\"id\":\"$name\"|; s|\"path\":\"img/d.png\"|\"path\":\"img/$name.png\"|" \
+        <<< "$good"
+done > "$WORK/hostile/m.jsonl"
+timeout 60 "$DH" run --manifest "$WORK/hostile/m.jsonl" --policy pool --ranks 1 --workers 2 \
+    --batch 3 --steps 1 > "$WORK/hostile.out" 2> "$WORK/hostile.err"
+check "a run over a FIFO and an escaping link ends (no hang)" test $? -eq 0
+check "the FIFO fails with its reason" contains "$WORK/hostile.err" 'sample "fifo".*a FIFO, not a regular file'
+check "the escaping link fails with its reason" \
+    contains "$WORK/hostile.err" "sample \"away\".*resolves outside the manifest's directory"
+check "hostile files: delivered + failed = scheduled" contains "$WORK/hostile.out" \
+    "delivered 1 + failed 2 = 3"
+"$DH" sim --workload kinetics-clips --understate 1:inf --steps 2 > /dev/null 2> "$WORK/inf.err"
+check "an infinite stress factor is refused" contains "$WORK/inf.err" "0 < K <= 1000"
+"$DH" run --manifest "$WORK/hostile/m.jsonl" --sample-timeout nan > /dev/null 2> "$WORK/nan.err"
+check "a NaN sample timeout is refused" contains "$WORK/nan.err" "--sample-timeout expects a number"
 
 # serve: a pool that cannot fit fails at once, naming the size; Ctrl-C while waiting for
 # ranks stops the agent cleanly.

@@ -113,7 +113,7 @@ static void compare_with_ffmpeg(const char *name, const char *spec_text, int cro
     char err[256] = "";
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", media, name);
-    int rc = dh__decode_video(path, spec, &pr.info, out, (size_t)md.out_bytes, &st, err, sizeof err);
+    int rc = dh__decode_video(DH__SRC(path), spec, &pr.info, out, (size_t)md.out_bytes, &st, err, sizeof err);
     ck_assert_msg(rc == 0, "%s: %s", name, err);
     ck_assert_int_eq(st.bytes_written, md.out_bytes);
     int64_t idx[64];
@@ -169,14 +169,14 @@ START_TEST(sparse_samples_seek_dense_ones_do_not)
     dh_spec *dense = spec_json("{\"video\":{\"frames\":40,\"resize\":{\"mode\":\"fixed\",\"size\":32}}}");
     uint8_t *buf = malloc(40 * 32 * 32 * 3);
     dh__decode_stats st;
-    ck_assert_int_eq(dh__decode_video(path, two, &pr.info, buf, 40 * 32 * 32 * 3, &st, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video(DH__SRC(path), two, &pr.info, buf, 40 * 32 * 32 * 3, &st, err, sizeof err), 0);
     ck_assert_int_eq(st.seeks, 2);
     ck_assert_int_lt(st.frames_decoded, 20);
     dh_media_derived md;
     dh_derive_media(two, &pr.info, &md);
     ck_assert_int_eq(md.seeks, 2);
     ck_assert_int_le(st.frames_decoded, md.decoded_frames + 4);
-    ck_assert_int_eq(dh__decode_video(path, dense, &pr.info, buf, 40 * 32 * 32 * 3, &st, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video(DH__SRC(path), dense, &pr.info, buf, 40 * 32 * 32 * 3, &st, err, sizeof err), 0);
     dh_derive_media(dense, &pr.info, &md);
     ck_assert_int_eq(st.seeks, md.seeks - 1);
     ck_assert_int_eq(st.seeks, 7);
@@ -200,9 +200,9 @@ START_TEST(split_parts_decode_disjoint_keyframe_segments)
     size_t n = 6 * 24 * 24 * 3;
     uint8_t *whole = calloc(1, n), *parts = calloc(1, n);
     dh__decode_stats sw, s0, s1;
-    ck_assert_int_eq(dh__decode_video(path, s, &pr.info, whole, n, &sw, err, sizeof err), 0);
-    ck_assert_int_eq(dh__decode_video_part(path, s, &pr.info, 0, 2, parts, n, &s0, err, sizeof err), 0);
-    ck_assert_int_eq(dh__decode_video_part(path, s, &pr.info, 1, 2, parts, n, &s1, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video(DH__SRC(path), s, &pr.info, whole, n, &sw, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video_part(DH__SRC(path), s, &pr.info, 0, 2, parts, n, &s0, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video_part(DH__SRC(path), s, &pr.info, 1, 2, parts, n, &s1, err, sizeof err), 0);
     ck_assert_mem_eq(whole, parts, n);
     ck_assert_int_gt(s0.bytes_written, 0);
     ck_assert_int_gt(s1.bytes_written, 0);
@@ -221,7 +221,7 @@ static void expect_decode_error(const char *name, dh_media_info mi, size_t cap, 
     char path[4096], err[256] = "";
     snprintf(path, sizeof path, "%s/%s", media, name);
     uint8_t *buf = malloc(cap + 1);
-    int rc = dh__decode_video(path, s, &mi, buf, cap, NULL, err, sizeof err);
+    int rc = dh__decode_video(DH__SRC(path), s, &mi, buf, cap, NULL, err, sizeof err);
     ck_assert_msg(rc == code, "%s: expected %s got %s (%s)", name, dh_err_name(code),
                   dh_err_name(rc), err);
     ck_assert_msg(strstr(err, needle) != NULL, "\"%s\" lacks \"%s\"", err, needle);
@@ -250,7 +250,7 @@ START_TEST(frames_cut_by_the_edit_list_are_not_described)
     dh_media_derived md;
     ck_assert_int_eq(dh_derive_media(spec, &r.info, &md), 0);
     uint8_t *buf = malloc((size_t)md.out_bytes);
-    ck_assert_msg(dh__decode_video(path, spec, &r.info, buf, (size_t)md.out_bytes, NULL, err,
+    ck_assert_msg(dh__decode_video(DH__SRC(path), spec, &r.info, buf, (size_t)md.out_bytes, NULL, err,
                                    sizeof err) == 0, "%s", err);
     free(buf);
     free(shown);
@@ -348,7 +348,7 @@ static uint8_t *decode_image_ok(const char *name, const char *spec_text, dh_medi
     char path[4096], err[256] = "";
     snprintf(path, sizeof path, "%s/%s", media, name);
     dh__decode_stats st;
-    int rc = dh__decode_image(path, spec, &pr.info, out, (size_t)md->out_bytes, &st, err, sizeof err);
+    int rc = dh__decode_image(DH__SRC(path), spec, &pr.info, out, (size_t)md->out_bytes, &st, err, sizeof err);
     ck_assert_msg(rc == 0, "%s: %s", name, err);
     ck_assert_int_eq(st.bytes_written, md->out_bytes);
     *mi_out = pr.info;
@@ -443,21 +443,21 @@ START_TEST(bad_images_are_clear_errors)
     uint8_t buf[16 * 16 * 3];
     dh_media_info mi = {.type = DH_MEDIA_IMAGE, .codec = DH_CODEC_JPEG, .width = 2048, .height = 1536};
     snprintf(path, sizeof path, "%s/cut.jpg", media);
-    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_EDECODE);
+    ck_assert_int_eq(dh__decode_image(DH__SRC(path), s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_EDECODE);
     ck_assert_msg(strstr(err, "JPEG data") != NULL, "%s", err);
     mi.width = 100;
     snprintf(path, sizeof path, "%s/big.jpg", media);
-    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_ECORRUPT);
+    ck_assert_int_eq(dh__decode_image(DH__SRC(path), s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_ECORRUPT);
     ck_assert_msg(strstr(err, "2048x1536 but its manifest entry says 100x1536") != NULL, "%s", err);
     mi.width = 96;
     mi.height = 64;
     mi.codec = DH_CODEC_OTHER;
     snprintf(path, sizeof path, "%s/img.bmp", media);
-    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_EUNSUPPORTED);
+    ck_assert_int_eq(dh__decode_image(DH__SRC(path), s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_EUNSUPPORTED);
     snprintf(path, sizeof path, "%s/pal.png", media);
-    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf - 1, NULL, err, sizeof err), DH_ERANGE);
+    ck_assert_int_eq(dh__decode_image(DH__SRC(path), s, &mi, buf, sizeof buf - 1, NULL, err, sizeof err), DH_ERANGE);
     snprintf(path, sizeof path, "%s/none.png", media);
-    ck_assert_int_eq(dh__decode_image(path, s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_ENOENT);
+    ck_assert_int_eq(dh__decode_image(DH__SRC(path), s, &mi, buf, sizeof buf, NULL, err, sizeof err), DH_ENOENT);
     dh_spec_free(s);
 }
 END_TEST
@@ -500,7 +500,7 @@ static float *decode_audio_ok(const char *name, const char *spec_text, dh_media_
     float *out = malloc((size_t)md->out_bytes);
     char path[4096], err[256] = "";
     snprintf(path, sizeof path, "%s/%s", media, name);
-    int rc = dh__decode_audio(path, spec, &pr.info, (uint8_t *)out, (size_t)md->out_bytes, NULL,
+    int rc = dh__decode_audio(DH__SRC(path), spec, &pr.info, (uint8_t *)out, (size_t)md->out_bytes, NULL,
                               err, sizeof err);
     ck_assert_msg(rc == 0, "%s: %s", name, err);
     dh_spec_free(spec);
@@ -566,20 +566,113 @@ START_TEST(bad_audio_is_a_clear_error)
     dh_media_info mi = {.type = DH_MEDIA_AUDIO, .codec = DH_CODEC_FLAC, .duration_s = 10.0,
                         .sample_rate = 16000, .channels = 1};
     snprintf(path, sizeof path, "%s/tone.flac", media);
-    ck_assert_int_eq(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), DH_ECORRUPT);
+    ck_assert_int_eq(dh__decode_audio(DH__SRC(path), s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), DH_ECORRUPT);
     ck_assert_msg(strstr(err, "lasts 3.000 s but its manifest entry says 10.000 s") != NULL, "%s", err);
     mi.duration_s = 3.0;
     mi.sample_rate = 22050;
-    ck_assert_int_eq(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), DH_ECORRUPT);
+    ck_assert_int_eq(dh__decode_audio(DH__SRC(path), s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), DH_ECORRUPT);
     ck_assert_msg(strstr(err, "16000 Hz but its manifest entry says 22050 Hz") != NULL, "%s", err);
     mi.sample_rate = 16000;
-    ck_assert_int_eq(dh__decode_audio(path, s, &mi, (uint8_t *)buf, 100, NULL, err, sizeof err), DH_ERANGE);
+    ck_assert_int_eq(dh__decode_audio(DH__SRC(path), s, &mi, (uint8_t *)buf, 100, NULL, err, sizeof err), DH_ERANGE);
     snprintf(path, sizeof path, "%s/cut.flac", media);
-    ck_assert_int_ne(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), 0);
+    ck_assert_int_ne(dh__decode_audio(DH__SRC(path), s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), 0);
     snprintf(path, sizeof path, "%s/text.flac", media);
-    ck_assert_int_ne(dh__decode_audio(path, s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), 0);
+    ck_assert_int_ne(dh__decode_audio(DH__SRC(path), s, &mi, (uint8_t *)buf, cap, NULL, err, sizeof err), 0);
     free(buf);
     dh_spec_free(s);
+}
+END_TEST
+
+/* ---- sources: what a decoder may open (issue 12: FIFOs, devices, symlink escapes, time) ---- */
+
+static void make_sources(void)
+{
+    make_media();
+    const char *ff = tu_ffmpeg();
+    int rc = tu_sh(
+        "cd %s && %s -v error -y -nostdin -f lavfi -i testsrc2=size=64x48 -frames:v 1 in.png && "
+        "%s -v error -y -nostdin -f lavfi -i sine=sample_rate=16000 -t 1 tone.flac && "
+        "mkdir -p root/v root/.cache && cp in.png root/.cache/blob && cp in.png outside.png && "
+        "ln -s ../.cache/blob root/v/inside.png && ln -s %s/outside.png root/v/abs.png && "
+        "ln -s ../../outside.png root/v/up.png && ln -s /etc/passwd root/v/passwd.png && "
+        "mkfifo root/v/fifo.png root/v/fifo.mp4 && ln -s /dev/zero zero.flac",
+        media, ff, ff, media);
+    ck_assert_int_eq(rc, 0);
+}
+
+static int decode_in_root(const char *rel, const dh_media_info *mi, char *err, size_t errlen)
+{
+    char root[4096];
+    snprintf(root, sizeof root, "%s/root", media);
+    dh_spec *s = spec_json("{\"image\":{\"resize\":{\"mode\":\"fixed\",\"size\":32}}}");
+    static uint8_t buf[32 * 32 * 3];
+    dh__media_src src = {.root = root, .path = rel};
+    int rc = dh__decode_image(&src, s, mi, buf, sizeof buf, NULL, err, errlen);
+    dh_spec_free(s);
+    return rc;
+}
+
+START_TEST(sources_are_confined_beneath_the_root_by_the_kernel)
+{
+    dh_probe_result pr = probe("in.png");
+    char err[256];
+    ck_assert_int_eq(decode_in_root("v/inside.png", &pr.info, err, sizeof err), 0);
+    const char *escapes[] = {"v/abs.png", "v/up.png", "v/passwd.png", "../outside.png"};
+    for (int k = 0; k < 4; k++) {
+        err[0] = 0;
+        ck_assert_int_eq(decode_in_root(escapes[k], &pr.info, err, sizeof err), DH_EPATH);
+        ck_assert_msg(strstr(err, "outside the manifest's directory"), "%s: %s", escapes[k], err);
+    }
+    dh_probe_result_clear(&pr);
+}
+END_TEST
+
+START_TEST(fifos_and_devices_are_refused_without_blocking)
+{
+    dh_probe_result pr = probe("in.png");
+    char err[256], path[4096];
+    /* Before: open() of a FIFO blocked forever (the test's timeout would fire). */
+    ck_assert_int_eq(decode_in_root("v/fifo.png", &pr.info, err, sizeof err), DH_ENOTMEDIA);
+    ck_assert_msg(strstr(err, "a FIFO"), "%s", err);
+    snprintf(path, sizeof path, "%s/root/v/fifo.mp4", media);
+    dh_probe_result bad;
+    ck_assert_int_eq(dh_probe_file(path, NULL, &bad, err, sizeof err), DH_ENOTMEDIA);
+    ck_assert_msg(strstr(err, "a FIFO"), "%s", err);
+    /* Before: an audio path linked to /dev/zero spun in stream probing. */
+    dh_probe_result tone = probe("tone.flac");
+    snprintf(path, sizeof path, "%s/zero.flac", media);
+    dh_spec *s = spec_json("{\"audio\":{\"sample_rate\":16000}}");
+    static float pcm[16000];
+    ck_assert_int_eq(dh__decode_audio(DH__SRC(path), s, &tone.info, (uint8_t *)pcm, sizeof pcm,
+                                      NULL, err, sizeof err), DH_ENOTMEDIA);
+    ck_assert_msg(strstr(err, "a character device"), "%s", err);
+    ck_assert_int_eq(dh_probe_file(path, NULL, &bad, err, sizeof err), DH_ENOTMEDIA);
+    dh_spec_free(s);
+    dh_probe_result_clear(&tone);
+    dh_probe_result_clear(&pr);
+}
+END_TEST
+
+START_TEST(a_sample_over_its_time_limit_fails_with_its_own_error)
+{
+    dh_probe_result pr = probe("bf.mp4");
+    char path[4096], err[256] = "";
+    snprintf(path, sizeof path, "%s/bf.mp4", media);
+    dh_spec *s = spec_json("{\"video\":{\"frames\":16,\"resize\":{\"mode\":\"fixed\","
+                           "\"size\":64}}}");
+    dh_media_derived md;
+    ck_assert_int_eq(dh_derive_media(s, &pr.info, &md), 0);
+    uint8_t *buf = malloc((size_t)md.out_bytes);
+    dh__media_src src = {.path = path, .limit_s = 1e-6};
+    ck_assert_int_eq(dh__decode_video(&src, s, &pr.info, buf, (size_t)md.out_bytes, NULL, err,
+                                      sizeof err), DH_ETIMEDOUT);
+    ck_assert_msg(strstr(err, "time limit"), "%s", err);
+    src.limit_s = 60; /* a generous limit changes nothing */
+    ck_assert_int_eq(dh__decode_video(&src, s, &pr.info, buf, (size_t)md.out_bytes, NULL, err,
+                                      sizeof err), 0);
+    free(buf);
+    dh_spec_free(s);
+    dh_probe_result_clear(&pr);
 }
 END_TEST
 
@@ -613,5 +706,12 @@ int main(void)
     tcase_add_test(ta, log_mel_peaks_at_the_tone);
     tcase_add_test(ta, bad_audio_is_a_clear_error);
     suite_add_tcase(s, ta);
+    TCase *tsrc = tcase_create("sources");
+    tcase_add_unchecked_fixture(tsrc, make_sources, drop_media);
+    tcase_set_timeout(tsrc, 30);
+    tcase_add_test(tsrc, sources_are_confined_beneath_the_root_by_the_kernel);
+    tcase_add_test(tsrc, fifos_and_devices_are_refused_without_blocking);
+    tcase_add_test(tsrc, a_sample_over_its_time_limit_fails_with_its_own_error);
+    suite_add_tcase(s, tsrc);
     return tu_run(s);
 }

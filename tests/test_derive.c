@@ -316,6 +316,25 @@ static void expect_spec_error(const char *json, int code, const char *needle)
     ck_assert_msg(strstr(err, needle) != NULL, "\"%s\" lacks \"%s\"", err, needle);
 }
 
+/* Issue 12: a spec of 100,000 frames at 65536 px derived 1.4 TB per item and failed later
+ * as an out-of-memory with no hint; it is DH_ELIMIT at derivation now. */
+START_TEST(outputs_over_the_item_limit_are_refused)
+{
+    dh_spec *s = spec_json("{\"video\":{\"frames\":100000,\"resize\":{\"mode\":\"fixed\","
+                           "\"width\":65536,\"height\":65536}}}");
+    dh_media_info mi = video(640, 360, 30, 200000, NULL, 0);
+    dh_media_derived d;
+    ck_assert_int_eq(dh_derive_media(s, &mi, &d), DH_ELIMIT);
+    dh_spec_free(s);
+    /* just under: 8 frames of 8192 x 8192 x 3 = 1.5 GiB */
+    s = spec_json("{\"video\":{\"frames\":8,\"resize\":{\"mode\":\"fixed\",\"width\":8192,"
+                  "\"height\":8192}}}");
+    ck_assert_int_eq(dh_derive_media(s, &mi, &d), 0);
+    ck_assert_int_eq(d.out_bytes, INT64_C(8) * 8192 * 8192 * 3);
+    dh_spec_free(s);
+}
+END_TEST
+
 START_TEST(spec_errors)
 {
     expect_spec_error("{\"vidoe\":{}}", DH_ESCHEMA, "spec.vidoe: unknown key");
@@ -380,6 +399,7 @@ int main(void)
     Suite *s = suite_create("derive");
     TCase *tc = tcase_create("derive");
     tcase_add_test(tc, uniform_sampling_decodes_straight_through);
+    tcase_add_test(tc, outputs_over_the_item_limit_are_refused);
     tcase_add_test(tc, sparse_sampling_seeks);
     tcase_add_test(tc, dense_sampling_across_keyframes);
     tcase_add_test(tc, temporal_range);

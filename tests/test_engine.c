@@ -89,9 +89,9 @@ static void check_item(const dh_manifest *m, const dh_spec *spec, const dh_batch
     char path[4096], err[256];
     snprintf(path, sizeof path, "%s/%s", dh_manifest_dir(m), mi.path);
     uint8_t *ref = malloc((size_t)it->bytes);
-    int rc = mi.type == DH_MEDIA_VIDEO   ? dh__decode_video(path, spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
-             : mi.type == DH_MEDIA_IMAGE ? dh__decode_image(path, spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
-                                         : dh__decode_audio(path, spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err);
+    int rc = mi.type == DH_MEDIA_VIDEO   ? dh__decode_video(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
+             : mi.type == DH_MEDIA_IMAGE ? dh__decode_image(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
+                                         : dh__decode_audio(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err);
     ck_assert_msg(rc == 0, "%s: %s", path, err);
     ck_assert_msg(memcmp(ref, b->data + it->offset, (size_t)it->bytes) == 0,
                   "%s: batch slot differs from a direct decode", path);

@@ -116,6 +116,31 @@ START_TEST(video_timing_is_completed)
 }
 END_TEST
 
+/* Issue 12: timing the loader accepted but nothing downstream could use. */
+START_TEST(video_timing_must_be_usable_and_agree)
+{
+    /* 1e-300 passed validation and became 0 once stored: every command then stopped with
+     * "cannot derive" instead of skipping this line. */
+    expect_bad("{\"id\":\"a\",\"media\":[{\"type\":\"video\",\"path\":\"a\",\"width\":2,"
+               "\"height\":2,\"fps\":1e-300,\"duration\":5}]}",
+               DH_ESCHEMA, "media[0].fps: 1e-300 is below 0.001");
+    /* 120 frames, 5 s and 100000 fps contradict: the decoder sampled frame 0 eight times. */
+    expect_bad("{\"id\":\"b\",\"media\":[{\"type\":\"video\",\"path\":\"b\",\"width\":2,"
+               "\"height\":2,\"frames\":120,\"duration\":5,\"fps\":100000}]}",
+               DH_ESCHEMA, "media[0]: contradictory timing: 120 frames at 100000 fps last 0.0012 s");
+    /* Containers round: a frame count, a duration and an average rate that nearly agree are
+     * fine (variable frame rate, edit lists). */
+    ck_assert_int_eq(parse("{\"id\":\"c\",\"media\":[{\"type\":\"video\",\"path\":\"c\","
+                           "\"width\":2,\"height\":2,\"frames\":119,\"duration\":5.08,"
+                           "\"fps\":24}]}"),
+                     0);
+    ck_assert_int_eq(parse("{\"id\":\"d\",\"media\":[{\"type\":\"video\",\"path\":\"d\","
+                           "\"width\":2,\"height\":2,\"frames\":60,\"duration\":3.0,"
+                           "\"fps\":25.7}]}"),
+                     0);
+}
+END_TEST
+
 START_TEST(malformed_json)
 {
     expect_bad("{\"id\":\"x\",", DH_EPARSE, "malformed JSON");
@@ -157,6 +182,9 @@ START_TEST(wrong_types_and_missing_keys)
     expect_bad("{\"id\":\"x\",\"text_tokens\":1,\"sim\":[1]}", DH_ESCHEMA, "sim: expected an object");
     expect_bad("{\"id\":\"x\",\"text_tokens\":1,\"sim\":{\"gpu_ms\":\"fast\"}}", DH_ESCHEMA,
                "sim.gpu_ms: expected a number");
+    /* Issue 12: 1e9 ms (11.6 days per sample) was accepted and slept by emulated ranks. */
+    expect_bad("{\"id\":\"x\",\"text_tokens\":1,\"sim\":{\"gpu_ms\":1e9}}", DH_ELIMIT,
+               "sim.gpu_ms: 1e+09 is over the limit 3.6e+06");
 }
 END_TEST
 
@@ -475,6 +503,7 @@ int main(void)
     tcase_add_test(tc, parses_design_example);
     tcase_add_test(tc, multimodal_and_text_only);
     tcase_add_test(tc, video_timing_is_completed);
+    tcase_add_test(tc, video_timing_must_be_usable_and_agree);
     tcase_add_test(tc, malformed_json);
     tcase_add_test(tc, wrong_types_and_missing_keys);
     tcase_add_test(tc, negative_and_absurd_sizes);

@@ -103,8 +103,8 @@ static int items_match(const dh_batch *b)
         snprintf(path, sizeof path, "%s/%s", media, mi.path);
         uint8_t *ref = malloc((size_t)it->bytes);
         int rc = mi.type == DH_MEDIA_VIDEO
-                     ? dh__decode_video(path, spec, &mi, ref, (size_t)it->bytes, NULL, NULL, 0)
-                     : dh__decode_image(path, spec, &mi, ref, (size_t)it->bytes, NULL, NULL, 0);
+                     ? dh__decode_video(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, NULL, 0)
+                     : dh__decode_image(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, NULL, 0);
         int same = !rc && !memcmp(ref, b->data + it->offset, (size_t)it->bytes);
         free(ref);
         if (!same || it->status)

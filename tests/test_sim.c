@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 START_TEST(metrics_on_a_hand_built_trace)
@@ -521,6 +522,45 @@ START_TEST(bad_run_configs_are_refused_clearly)
 }
 END_TEST
 
+/* Issue 12: NaN, infinities and overflowing sizes are refused where they enter. Before,
+ * understate 1:1e200 printed "makespan -nan" and emulated ranks slept nanosleep(-nan); a
+ * budget of INT64_MAX overflowed the ring's size arithmetic (UBSan). */
+START_TEST(numbers_out_of_range_are_refused_where_they_enter)
+{
+    dh_run_config c;
+    dh_result r = DH_RESULT_INIT;
+    char err[256];
+    dh_stress st = {.understate_fraction = 1, .understate_factor = 1e200};
+    const char *needles[] = {"stress factors", "memory budget", "rho", "cpu_cost_scale",
+                             "sample timeout"};
+    for (int k = 0; k < 5; k++) {
+        dh_run_config_default(&c);
+        c.workload = "kinetics-clips";
+        c.steps = 3;
+        st.understate_factor = k == 0 ? 1e200 : 2;
+        c.stress = &st;
+        if (k == 1)
+            c.memory_budget = INT64_MAX;
+        if (k == 2)
+            c.rho = NAN;
+        if (k == 3)
+            c.cpu_cost_scale = INFINITY;
+        if (k == 4)
+            c.sample_timeout_s = NAN;
+        err[0] = 0;
+        ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
+        ck_assert_msg(strstr(err, needles[k]), "case %d: %s", k, err);
+    }
+    dh_run_config_default(&c); /* and the same knobs in range run */
+    c.workload = "kinetics-clips";
+    c.steps = 3;
+    st.understate_factor = DH_STRESS_MAX_FACTOR;
+    c.stress = &st;
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), 0);
+    ck_assert(isfinite(r.makespan_s));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sim");
@@ -538,6 +578,7 @@ int main(void)
     tcase_add_test(tc, trace_opens_as_chrome_json);
     tcase_add_test(tc, rank_caps_are_honoured_or_counted);
     tcase_add_test(tc, one_node_is_the_single_pool);
+    tcase_add_test(tc, numbers_out_of_range_are_refused_where_they_enter);
     tcase_add_test(tc, idle_nodes_prepare_late_samples_when_the_network_is_cheap);
     tcase_add_test(tc, nodes_must_divide_ranks_and_workers);
     tcase_add_test(tc, bad_run_configs_are_refused_clearly);

@@ -160,7 +160,10 @@ const char cli_run_help[] =
     "  --cpu-sigma X           log-normal sigma of CPU truth around the model (default 0.25)\n"
     "  --cpu-heavy F:K         stress: a fraction F of samples truly costs K x its prediction\n"
     "  --rank-token-cap N      helix placement: at most N tokens per rank per step\n"
-    "  --rank-byte-cap BYTES   helix placement: at most BYTES of output per rank per step\n";
+    "  --rank-byte-cap BYTES   helix placement: at most BYTES of output per rank per step\n"
+    "  --sample-timeout S      real engine: a sample taking over S seconds to read and decode\n"
+    "                          fails with its own error (default: 20x its predicted time,\n"
+    "                          10 s to 300 s; 0: no limit)\n";
 
 int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)
 {
@@ -207,9 +210,10 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         stress->cpu_heavy_fraction = val ? strtod(val, &end) : -1;
         stress->cpu_heavy_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
         rc = stress->cpu_heavy_fraction > 0 && stress->cpu_heavy_fraction <= 1 &&
-                     stress->cpu_heavy_factor > 0
+                     stress->cpu_heavy_factor > 0 && stress->cpu_heavy_factor <= DH_STRESS_MAX_FACTOR
                  ? 0
-                 : (cli_err("--cpu-heavy expects F:K with 0 < F <= 1 and K > 0"), -1);
+                 : (cli_err("--cpu-heavy expects F:K with 0 < F <= 1 and 0 < K <= %g",
+                            DH_STRESS_MAX_FACTOR), -1);
     } else if (!strcmp(opt, "--understate-told")) {
         stress->understate_told = 1;
         cfg->stress = stress;
@@ -219,13 +223,18 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         stress->understate_fraction = val ? strtod(val, &end) : -1;
         stress->understate_factor = end && *end == ':' ? strtod(end + 1, NULL) : -1;
         rc = stress->understate_fraction > 0 && stress->understate_fraction <= 1 &&
-                     stress->understate_factor > 0
+                     stress->understate_factor > 0 &&
+                     stress->understate_factor <= DH_STRESS_MAX_FACTOR
                  ? 0
-                 : (cli_err("--understate expects F:K with 0 < F <= 1 and K > 0, got \"%s\"",
-                            val ? val : ""),
+                 : (cli_err("--understate expects F:K with 0 < F <= 1 and 0 < K <= %g, got \"%s\"",
+                            DH_STRESS_MAX_FACTOR, val ? val : ""),
                     -1);
     } else if (!strcmp(opt, "--rank-token-cap")) {
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->rank_token_cap);
+    } else if (!strcmp(opt, "--sample-timeout")) {
+        rc = cli_num(opt, val, 0, 86400, &cfg->sample_timeout_s);
+        if (!rc && cfg->sample_timeout_s == 0)
+            cfg->sample_timeout_s = -1; /* no limit */
     } else if (!strcmp(opt, "--rank-byte-cap")) {
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->rank_byte_cap);
     } else {

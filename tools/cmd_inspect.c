@@ -38,6 +38,7 @@ typedef struct {
     int64_t by_type[DH_MEDIA_TYPE_COUNT];
     int64_t by_codec[DH_CODEC_COUNT];
     int64_t text_only;
+    int64_t underivable; /* loaded samples the spec cannot derive (each reported) */
     cli_dist dist[D_COUNT];
 } summary;
 
@@ -142,10 +143,14 @@ static int collect(const dh_manifest *m, const dh_spec *spec, summary *s)
         dh_sample_derived sd;
         dh_manifest_sample(m, i, &si);
         int rc = dh_derive_sample(spec, m, i, &sd, md);
-        if (rc) {
-            cli_err("sample \"%s\" (line %lld): cannot derive sizes: %s", si.id,
-                    (long long)si.line, dh_strerror(rc));
-            return rc;
+        if (rc) { /* that sample's error; the others are still described */
+            cli_err("sample \"%s\" (line %lld): cannot derive sizes with this spec: %s: "
+                    "left out of the distributions", si.id, (long long)si.line,
+                    rc == DH_ELIMIT ? "a media item would be over the per-item output limit "
+                                      "(lower the spec's frames, resize or tiles)"
+                                    : dh_strerror(rc));
+            s->underivable++;
+            continue;
         }
         add(s, D_TEXT, (double)si.text_tokens);
         add(s, D_TOK, (double)sd.tokens);
@@ -182,7 +187,11 @@ static void print_summary(const summary *s)
     printf("media by type:  ");
     for (int t = 0; t < DH_MEDIA_TYPE_COUNT; t++)
         printf(" %s %lld ", dh_media_type_name((dh_media_type)t), (long long)s->by_type[t]);
-    printf(" (text-only samples %lld)\nmedia by codec: ", (long long)s->text_only);
+    printf(" (text-only samples %lld)\n", (long long)s->text_only);
+    if (s->underivable)
+        printf("left out: %lld samples this spec cannot derive (each named above)\n",
+               (long long)s->underivable);
+    printf("media by codec: ");
     for (int c = 0; c < DH_CODEC_COUNT; c++)
         if (s->by_codec[c])
             printf(" %s %lld ", dh_codec_name((dh_codec)c), (long long)s->by_codec[c]);
@@ -209,7 +218,8 @@ static int write_json(const char *path, const inspect_args *a, const dh_load_sta
     for (int t = 0; t < DH_MEDIA_TYPE_COUNT; t++)
         fprintf(f, "%s\"%s\":%lld", t ? "," : "", dh_media_type_name((dh_media_type)t),
                 (long long)s->by_type[t]);
-    fprintf(f, "},\"text_only\":%lld,\"by_codec\":{", (long long)s->text_only);
+    fprintf(f, "},\"text_only\":%lld,\"underivable\":%lld,\"by_codec\":{", (long long)s->text_only,
+            (long long)s->underivable);
     for (int c = 0, first = 1; c < DH_CODEC_COUNT; c++)
         if (s->by_codec[c]) {
             fprintf(f, "%s\"%s\":%lld", first ? "" : ",", dh_codec_name((dh_codec)c),

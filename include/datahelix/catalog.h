@@ -140,6 +140,10 @@ typedef struct {
     int32_t media_count;
 } dh_sample_derived;
 
+/* The largest output one media item may have (4 GiB): a spec whose frames, resize or tiles
+ * would give more is DH_ELIMIT from dh_derive_media, not an allocation that fails later. */
+#define DH_MAX_ITEM_BYTES (INT64_C(4) << 30)
+
 DH_API int dh_derive_media(const dh_spec *spec, const dh_media_info *media, dh_media_derived *out);
 /*
  * Derives every media item of sample i and the sample totals. per_media may be

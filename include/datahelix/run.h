@@ -31,6 +31,11 @@ typedef struct {
     double cpu_heavy_fraction, cpu_heavy_factor;
 } dh_stress;
 
+/* The largest factor a stress may apply (larger values are refused: DH_EINVAL). */
+#define DH_STRESS_MAX_FACTOR 1000.0
+/* The largest memory budget a run accepts (1 PiB): sums of batch sizes stay far from overflow. */
+#define DH_MAX_MEMORY_BUDGET (INT64_C(1) << 50)
+
 /*
  * One run of a policy over a manifest, in the simulator (engine "sim") or
  * the real engine ("real"). Initialise with dh_run_config_default (it sets
@@ -98,6 +103,11 @@ typedef struct {
      * sampler's order (what an uninterrupted run would have reached); used when resume. */
     int resume;
     int64_t start_epoch, start_step;
+    /* Real engine: seconds a worker may spend reading and decoding one sample (or one part
+     * of a split one) before abandoning it with DH_ETIMEDOUT, so no file holds a worker
+     * forever. 0: per task, 20x its predicted CPU time, at least 10 s and at most 300 s;
+     * < 0: no limit. */
+    double sample_timeout_s;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

@@ -307,7 +307,9 @@ int dh_derive_media(const dh_spec *spec, const dh_media_info *media, dh_media_de
     d->tokens = d->latents;
     d->out_bytes = d->elem_bytes;
     for (int i = 0; i < d->ndim; i++)
-        d->out_bytes *= d->shape[i];
+        if (__builtin_mul_overflow(d->out_bytes, d->shape[i], &d->out_bytes) ||
+            d->out_bytes > DH_MAX_ITEM_BYTES)
+            return DH_ELIMIT; /* the spec asks for more than an item may hold */
     return 0;
 }
 

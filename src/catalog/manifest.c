@@ -21,6 +21,8 @@
 
 #define ID_MAX_BYTES 1024
 #define PATH_MAX_BYTES 4096
+#define DH__MIN_FPS 0.001 /* frames per second: below this a rate is a typo or an attack */
+#define DH__MAX_SIM_MS 3.6e6 /* an hour of CPU or GPU time per sample: beyond is no measurement */
 
 typedef dh__line_error line_error;
 
@@ -186,6 +188,19 @@ static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, dh_
  */
 static int complete_timing(dh__staged_media *sm, const char *where, line_error *e)
 {
+    int given = (sm->frames > 0) + (sm->duration > 0) + (sm->fps > 0);
+    if (sm->fps > 0 && sm->fps < DH__MIN_FPS) /* 1e-300 would be 0 once stored as a float */
+        return fail(e, DH_ESCHEMA, "%sfps: %g is below %g", where, sm->fps, DH__MIN_FPS);
+    /* All three given: they must agree (a frame count, a container duration and an average
+     * rate never match exactly; a contradiction beyond a quarter plus a second is a lie the
+     * decoder would follow silently, e.g. sampling frame 0 eight times). */
+    if (given == 3) {
+        double implied = (double)sm->frames / sm->fps;
+        if (fabs(implied - sm->duration) > 0.25 * sm->duration + 1.0)
+            return fail(e, DH_ESCHEMA, "%.*s: contradictory timing: %lld frames at %g fps "
+                        "last %g s, but \"duration\" says %g s", (int)strlen(where) - 1, where,
+                        (long long)sm->frames, sm->fps, implied, sm->duration);
+    }
     if (sm->frames == 0 && sm->duration > 0 && sm->fps > 0)
         sm->frames = (int64_t)llround(sm->duration * sm->fps);
     if (sm->duration == 0 && sm->frames > 0 && sm->fps > 0)
@@ -267,8 +282,8 @@ static int parse_sim(const jv_doc *d, const jv *root, dh__staged_sample *s, line
         return 0;
     if (sim->type != JV_OBJECT)
         return fail(e, DH_ESCHEMA, "sim: expected an object, got %s", jv_kind(sim));
-    int rc = get_num(d, sim, "cpu_ms", "sim.", 1e9, &s->sim_cpu, e);
-    return rc ? rc : get_num(d, sim, "gpu_ms", "sim.", 1e9, &s->sim_gpu, e);
+    int rc = get_num(d, sim, "cpu_ms", "sim.", DH__MAX_SIM_MS, &s->sim_cpu, e);
+    return rc ? rc : get_num(d, sim, "gpu_ms", "sim.", DH__MAX_SIM_MS, &s->sim_gpu, e);
 }
 
 static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, size_t *kf_staged,

@@ -15,9 +15,14 @@
  */
 void dh__codec_init(void);
 
-/* libavformat: containers with video and/or audio streams. */
-int dh__probe_av(const char *path, const dh_limits *lim, dh_probe_result *r, char *err,
+struct dh__source;
+struct dh__media_src;
+/* libavformat: containers with video and/or audio streams, read from an open source. */
+int dh__probe_av(struct dh__source *src, const dh_limits *lim, dh_probe_result *r, char *err,
                  size_t errlen);
+/* dh_probe_file for a media source (source.h): confined beneath a root, or in memory. */
+int dh__probe_src(const struct dh__media_src *src, const dh_limits *lim, dh_probe_result *out,
+                  char *err, size_t errlen);
 /* JPEG via the TurboJPEG header reader; buf holds the first len bytes of the file. */
 int dh__probe_jpeg(const char *path, const unsigned char *buf, size_t len, int64_t file_bytes,
                    const dh_limits *lim, dh_probe_result *r, char *err, size_t errlen);

@@ -6,13 +6,16 @@
  * float32 samples or mel_bins x frames.
  *
  * Decoders run single-threaded (the worker pool owns parallelism) and never
- * write past dst + cap. A file that contradicts its descriptor (other size,
+ * write past dst + cap. They read through a dh__source (source.h): confined
+ * to the manifest's directory, regular files only, within the source's time
+ * limit (DH_ETIMEDOUT past it). A file that contradicts its descriptor (other size,
  * fewer frames) is an error naming what differs.
  */
 #ifndef DH_DECODE_H
 #define DH_DECODE_H
 
 #include "codec.h"
+#include "source.h"
 
 typedef struct {
     int64_t frames_decoded; /* video: frames the decoder produced */
@@ -33,24 +36,24 @@ dh__rect dh__cover_crop(int w, int h, int ow, int oh);
  * places in the slot dst (which is always the whole item's slot): a split
  * sample's parts each decode their share, each starting from its keyframe.
  */
-int dh__decode_video_range(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_video_range(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                            int64_t first, int64_t end, uint8_t *dst, size_t cap,
                            dh__decode_stats *st, char *err, size_t errlen);
-int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_video(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 /*
  * Part `part` of `nparts` of a split video: whole keyframe segments (runs of
  * sampled frames that start with a seek under the derivation's rule), shared
  * out in order, so no frame is decoded by two parts.
  */
-int dh__decode_video_part(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_video_part(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                           int part, int nparts, uint8_t *dst, size_t cap, dh__decode_stats *st,
                           char *err, size_t errlen);
 
-int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_image(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 
-int dh__decode_audio(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_audio(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 
 #endif

@@ -28,6 +28,7 @@
 #define afail(a, code, ...) dh__fail((a)->err, (a)->errlen, (code), __VA_ARGS__)
 
 typedef struct {
+    dh__source src;
     AVFormatContext *fmt;
     AVCodecContext *dec;
     SwrContext *swr;
@@ -43,6 +44,8 @@ typedef struct {
 
 static int aaverr(adec *a, int e, const char *what)
 {
+    if (dh__source_expired(&a->src))
+        return dh__source_timeout(&a->src, a->err, a->errlen);
     char text[AV_ERROR_MAX_STRING_SIZE];
     av_strerror(e, text, sizeof text);
     return afail(a, e == AVERROR(ENOENT) ? DH_ENOENT : DH_EDECODE, "%s: %s", what, text);
@@ -55,12 +58,16 @@ static void adec_close(adec *a)
     av_packet_free(&a->pkt);
     swr_free(&a->swr);
     avcodec_free_context(&a->dec);
-    avformat_close_input(&a->fmt);
+    dh__source_avclose(&a->fmt);
+    dh__source_close(&a->src);
 }
 
-static int adec_open(adec *a, const char *path, const dh_media_info *mi, int rate)
+static int adec_open(adec *a, const dh__media_src *src, const dh_media_info *mi, int rate)
 {
-    int e = avformat_open_input(&a->fmt, path, NULL, NULL);
+    int rc = dh__source_open(&a->src, src, a->err, a->errlen);
+    if (rc)
+        return rc;
+    int e = dh__source_avopen(&a->src, &a->fmt);
     if (e < 0)
         return aaverr(a, e, "cannot open the audio");
     a->sidx = av_find_best_stream(a->fmt, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0);
@@ -126,6 +133,8 @@ static int decode_all(adec *a, float *out, int64_t cap, int64_t *n)
     *n = 0;
     int e, eof = 0;
     while (!eof) {
+        if (dh__source_expired(&a->src))
+            return dh__source_timeout(&a->src, a->err, a->errlen);
         e = av_read_frame(a->fmt, a->pkt);
         if (e == AVERROR_EOF) {
             eof = 1;
@@ -214,13 +223,13 @@ static int log_mel(const float *pcm, int64_t n, int rate, int bins, int fps, int
     return rc;
 }
 
-int dh__decode_audio(const char *path, const dh_spec *spec, const dh_media_info *mi, uint8_t *dst,
+int dh__decode_audio(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi, uint8_t *dst,
                      size_t cap, dh__decode_stats *st, char *err, size_t errlen)
 {
     dh__decode_stats local;
     st = st ? st : &local;
     memset(st, 0, sizeof *st);
-    adec a = {.err = err, .errlen = errlen};
+    adec a = {.src.fd = -1, .err = err, .errlen = errlen};
     dh__codec_init();
     dh_media_derived md;
     int rc = dh_derive_media(spec, mi, &md);
@@ -235,7 +244,7 @@ int dh__decode_audio(const char *path, const dh_spec *spec, const dh_media_info 
     float *pcm = mel ? malloc((size_t)DH_MAX(want, 1) * sizeof *pcm) : (float *)dst;
     if (!pcm)
         return DH_ENOMEM;
-    if (!(rc = adec_open(&a, path, mi, rate)))
+    if (!(rc = adec_open(&a, src, mi, rate)))
         rc = decode_all(&a, pcm, want, &got);
     if (!rc && want - got > 0.02 * want + 0.05 * rate)
         rc = afail(&a, DH_ECORRUPT,

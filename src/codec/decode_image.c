@@ -32,24 +32,6 @@ typedef struct {
 } picture;
 
 
-static int read_file(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dh__fail(err, errlen, -errno, "cannot open the image: %s", strerror(errno));
-    struct stat st;
-    int rc = 0;
-    if (fstat(fileno(f), &st) != 0 || st.st_size <= 0 || st.st_size > MAX_IMAGE_FILE)
-        rc = dh__fail(err, errlen, DH_ECORRUPT, "image file is empty or over 2 GiB");
-    else if (!(*buf = malloc((size_t)st.st_size)))
-        rc = DH_ENOMEM;
-    else if (fread(*buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size)
-        rc = dh__fail(err, errlen, DH_EIO, "short read");
-    *len = (size_t)st.st_size;
-    fclose(f);
-    return rc;
-}
-
 static int check_size(int w, int h, const dh_media_info *mi, char *err, size_t errlen)
 {
     if (w != mi->width || h != mi->height)
@@ -190,7 +172,7 @@ static int write_tiles(struct SwsContext **sws, const dh_spec *spec, const dh_me
     return rc;
 }
 
-int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info *mi, uint8_t *dst,
+int dh__decode_image(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi, uint8_t *dst,
                      size_t cap, dh__decode_stats *st, char *err, size_t errlen)
 {
     dh__decode_stats local;
@@ -207,7 +189,12 @@ int dh__decode_image(const char *path, const dh_spec *spec, const dh_media_info 
     size_t len = 0;
     picture p = {0};
     struct SwsContext *sws = NULL;
-    if ((rc = read_file(path, &buf, &len, err, errlen)))
+    dh__source in;
+    if ((rc = dh__source_open(&in, src, err, errlen)))
+        goto done;
+    rc = dh__source_read_all(&in, MAX_IMAGE_FILE, &buf, &len, err, errlen);
+    dh__source_close(&in);
+    if (rc)
         goto done;
     if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF)
         rc = decode_jpeg(buf, len, spec, mi, &p, err, errlen);

@@ -31,6 +31,7 @@
 #define vfail(v, code, ...) dh__fail((v)->err, (v)->errlen, (code), __VA_ARGS__)
 
 typedef struct {
+    dh__source src;
     AVFormatContext *fmt;
     AVCodecContext *dec;
     AVStream *st;
@@ -57,6 +58,8 @@ dh__rect dh__cover_crop(int w, int h, int ow, int oh)
 
 static int averr(vdec *v, int e, const char *what)
 {
+    if (dh__source_expired(&v->src))
+        return dh__source_timeout(&v->src, v->err, v->errlen);
     char text[AV_ERROR_MAX_STRING_SIZE];
     av_strerror(e, text, sizeof text);
     return vfail(v, e == AVERROR(ENOENT) ? DH_ENOENT : e == AVERROR(ENOMEM) ? DH_ENOMEM : DH_EDECODE,
@@ -69,13 +72,17 @@ static void vdec_close(vdec *v)
     av_frame_free(&v->next);
     av_packet_free(&v->pkt);
     avcodec_free_context(&v->dec);
-    avformat_close_input(&v->fmt);
+    dh__source_avclose(&v->fmt);
+    dh__source_close(&v->src);
     sws_freeContext(v->sws);
 }
 
-static int vdec_open(vdec *v, const char *path, const dh_media_info *mi)
+static int vdec_open(vdec *v, const dh__media_src *src, const dh_media_info *mi)
 {
-    int e = avformat_open_input(&v->fmt, path, NULL, NULL);
+    int rc = dh__source_open(&v->src, src, v->err, v->errlen);
+    if (rc)
+        return rc;
+    int e = dh__source_avopen(&v->src, &v->fmt);
     if (e < 0)
         return averr(v, e, "cannot open the video");
     int sidx = av_find_best_stream(v->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
@@ -131,6 +138,8 @@ static int decode_next(vdec *v)
             return averr(v, e, "decoding");
         if (v->eof)
             return 1;
+        if (dh__source_expired(&v->src)) /* checked between frames: decoding is no read */
+            return dh__source_timeout(&v->src, v->err, v->errlen);
         e = av_read_frame(v->fmt, v->pkt);
         if (e == AVERROR_EOF) {
             v->eof = 1;
@@ -245,19 +254,19 @@ static int decode_targets(vdec *v, const dh_spec *spec, const dh_media_info *mi,
     return 0;
 }
 
-int dh__decode_video(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_video(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen)
 {
-    return dh__decode_video_range(path, spec, mi, 0, -1, dst, cap, st, err, errlen);
+    return dh__decode_video_range(src, spec, mi, 0, -1, dst, cap, st, err, errlen);
 }
 
-int dh__decode_video_range(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_video_range(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                            int64_t first, int64_t end, uint8_t *dst, size_t cap,
                            dh__decode_stats *st, char *err, size_t errlen)
 {
     dh__decode_stats local;
     memset(st ? st : &local, 0, sizeof local);
-    vdec v = {.stats = st ? st : &local, .err = err, .errlen = errlen};
+    vdec v = {.src.fd = -1, .stats = st ? st : &local, .err = err, .errlen = errlen};
     dh__codec_init();
     dh_media_derived md;
     int rc = dh_derive_media(spec, mi, &md);
@@ -273,7 +282,7 @@ int dh__decode_video_range(const char *path, const dh_spec *spec, const dh_media
     if (end < 0 || end > md.sampled_frames)
         end = md.sampled_frames;
     first = DH_MAX(0, DH_MIN(first, end));
-    rc = vdec_open(&v, path, mi);
+    rc = vdec_open(&v, src, mi);
     if (!rc)
         rc = decode_targets(&v, spec, mi, &md, idx, first, end, dst);
     vdec_close(&v);
@@ -317,7 +326,7 @@ static int part_range(const dh_spec *spec, const dh_media_info *mi, int part, in
     return 0;
 }
 
-int dh__decode_video_part(const char *path, const dh_spec *spec, const dh_media_info *mi,
+int dh__decode_video_part(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                           int part, int nparts, uint8_t *dst, size_t cap, dh__decode_stats *st,
                           char *err, size_t errlen)
 {
@@ -332,5 +341,5 @@ int dh__decode_video_part(const char *path, const dh_spec *spec, const dh_media_
             return 0;
         }
     }
-    return dh__decode_video_range(path, spec, mi, first, end, dst, cap, st, err, errlen);
+    return dh__decode_video_range(src, spec, mi, first, end, dst, cap, st, err, errlen);
 }

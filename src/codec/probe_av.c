@@ -15,6 +15,7 @@
  * use; each IDR frame is the first displayed frame of its GOP.
  */
 #include "codec.h"
+#include "source.h"
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -245,12 +246,12 @@ static int header_incomplete(const AVStream *st)
     return p->sample_rate <= 0;
 }
 
-int dh__probe_av(const char *path, const dh_limits *lim, dh_probe_result *r, char *err,
+int dh__probe_av(dh__source *src, const dh_limits *lim, dh_probe_result *r, char *err,
                  size_t errlen)
 {
     dh__codec_init();
     AVFormatContext *fmt = NULL;
-    int ret = avformat_open_input(&fmt, path, NULL, NULL);
+    int ret = dh__source_avopen(src, &fmt);
     if (ret < 0) {
         int rc = av_fail(ret, "not a readable media container", err, errlen);
         return rc;
@@ -285,6 +286,6 @@ int dh__probe_av(const char *path, const dh_limits *lim, dh_probe_result *r, cha
     rc = is_video ? probe_video(fmt, st, r, lim, err, errlen)
                   : probe_audio(fmt, st, r, lim, err, errlen);
 done:
-    avformat_close_input(&fmt);
+    dh__source_avclose(&fmt);
     return rc;
 }

@@ -138,8 +138,13 @@ int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_m
         if ((rc = build_one(m, spec, cpu, i, s))) {
             dh_sample_info si;
             dh_manifest_sample(m, i, &si);
-            dh__msg(err, errlen, "sample \"%s\": cannot derive its costs: %s", si.id,
-                    dh_strerror(rc));
+            if (rc == DH_ELIMIT)
+                dh__msg(err, errlen, "sample \"%s\": with this spec one of its media items "
+                        "would be over %lld MiB of output: lower the spec's frames, resize or "
+                        "tiles", si.id, (long long)(DH_MAX_ITEM_BYTES >> 20));
+            else
+                dh__msg(err, errlen, "sample \"%s\": cannot derive its costs: %s", si.id,
+                        dh_strerror(rc));
             dh__samples_free(s);
             return rc;
         }

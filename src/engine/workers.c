@@ -37,6 +37,15 @@ static int32_t first_item_of(const dh_batch_item *items, int32_t nitems, int64_t
     return k;
 }
 
+/* Seconds task t may take (dh_run_config.sample_timeout_s); 0: no limit. */
+static double task_limit(const dh_engine *e, const dh__task *t)
+{
+    double cfg = e->run.cfg.sample_timeout_s;
+    if (cfg != 0)
+        return cfg > 0 ? cfg : 0;
+    return DH_MIN(300.0, DH_MAX(10.0, 20.0 * t->pred_cost));
+}
+
 /* Decodes task t's share of its sample into the batch buffer; returns 0 or the first error. */
 static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items, int32_t nitems,
                     uint8_t *base, char *path, size_t pathlen, char *err, size_t errlen)
@@ -44,6 +53,7 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
     const dh_manifest *m = e->run.m;
     dh_sample_info si;
     dh_manifest_sample(m, t->sample, &si);
+    double limit = task_limit(e, t), ends = dh__eng_elapsed(e) + limit; /* all its items */
     int32_t first = first_item_of(items, nitems, t->sample);
     if (first + si.media_count > nitems)
         return DH_EINVAL; /* the layout does not hold this sample: a scheduler bug */
@@ -53,17 +63,23 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
         const dh_batch_item *it = &items[first + j];
         const char *dir = dh_manifest_dir(m);
         snprintf(path, pathlen, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
+        /* Opened beneath the manifest's directory by the kernel, within the task's limit. */
+        dh__media_src src = {.root = dir, .path = mi.path,
+                             .limit_s = limit > 0 ? ends - dh__eng_elapsed(e) : 0};
+        if (limit > 0 && src.limit_s <= 0)
+            return dh__fail(err, errlen, DH_ETIMEDOUT, "over its time limit of %.1f s: "
+                            "abandoned (--sample-timeout)", limit);
         uint8_t *dst = base + it->offset;
         int rc;
         if (mi.type == DH_MEDIA_VIDEO) {
-            rc = dh__decode_video_part(path, e->spec, &mi, t->part, t->nparts, dst,
+            rc = dh__decode_video_part(&src, e->spec, &mi, t->part, t->nparts, dst,
                                        (size_t)it->bytes, NULL, err, errlen);
         } else if (t->part > 0) {
             rc = 0; /* only videos split; other items belong to part 0 */
         } else if (mi.type == DH_MEDIA_IMAGE) {
-            rc = dh__decode_image(path, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
+            rc = dh__decode_image(&src, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
         } else {
-            rc = dh__decode_audio(path, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
+            rc = dh__decode_audio(&src, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
         }
         if (rc)
             return rc;

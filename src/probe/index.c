@@ -12,6 +12,8 @@
  */
 #include "probe.h"
 
+#include "../codec/source.h"
+
 #include <dirent.h>
 #include <jansson.h>
 #include <limits.h>
@@ -60,8 +62,10 @@ static int add_path(index_job *j, const char *rel)
 
 /*
  * Recursive walk below root/rel. A symbolic link to a regular file is indexed
- * under the link's path (dataset caches are often links to blobs); links to
- * directories are not followed, so the walk cannot loop.
+ * under the link's path (dataset caches are often links to blobs) when it
+ * resolves inside the root (probing opens it as a run will, beneath the root:
+ * a link that leaves it is skipped with that reason); links to directories
+ * are not followed, so the walk cannot loop.
  */
 static int walk(index_job *j, const char *rel)
 {
@@ -110,7 +114,9 @@ static void *probe_worker(void *arg)
         snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
         err[0] = 0;
         file_result *fr = &j->results[i];
-        fr->rc = dh_probe_file(full, &j->opts->limits, &fr->res, err, sizeof err);
+        /* Beneath the root, as a run will open it: a link that leaves DIR is skipped. */
+        dh__media_src src = {.root = j->root, .path = j->rel[i]};
+        fr->rc = dh__probe_src(&src, &j->opts->limits, &fr->res, err, sizeof err);
         if (fr->rc)
             fr->err = strdup(err[0] ? err : dh_strerror(fr->rc));
         if (atomic_fetch_add(&j->done, 1) + 1 == j->n) {

@@ -17,6 +17,7 @@
 #include "../metrics/metrics.h"
 #include "../workloads/workloads.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,60 @@ static int take_config(dh_run_config *dst, const dh_run_config *src, char *err, 
     return 0;
 }
 
+/* x is finite and in [lo, hi] (or exactly 0 when zero_ok: "the default"). */
+static int in_range(double x, double lo, double hi, int zero_ok)
+{
+    return (zero_ok && x == 0) || (isfinite(x) && x >= lo && x <= hi);
+}
+
+/*
+ * Every number of the config that reaches arithmetic, allocation or sleep, checked where
+ * it enters: NaN, infinities and sizes that overflow later sums are refused here.
+ */
+static int check_numbers(const dh_run_config *c, char *err, size_t errlen)
+{
+#define CHECK(ok, ...) \
+    do { \
+        if (!(ok)) \
+            return dh__fail(err, errlen, DH_EINVAL, __VA_ARGS__); \
+    } while (0)
+    CHECK(c->ranks >= 1 && c->ranks <= (1 << 20), "ranks %d: expected 1 to %d", c->ranks,
+          1 << 20);
+    CHECK(c->workers >= 1 && c->workers <= (1 << 20), "workers %d: expected 1 to %d",
+          c->workers, 1 << 20);
+    CHECK(c->global_batch >= 0 && c->global_batch <= INT32_MAX,
+          "global batch %lld: expected 0 (the workload's) to %d", (long long)c->global_batch,
+          INT32_MAX);
+    CHECK(c->memory_budget >= 0 && c->memory_budget <= DH_MAX_MEMORY_BUDGET,
+          "memory budget %lld bytes: expected 0 (the default) to %lld (1 PiB)",
+          (long long)c->memory_budget, (long long)DH_MAX_MEMORY_BUDGET);
+    CHECK(in_range(c->rho, 1e-3, 1e3, 1), "rho %g: expected 0 (the workload's) or 0.001 to 1000",
+          c->rho);
+    CHECK(in_range(c->cpu_cost_scale, 1e-6, 1e6, 1), "cpu_cost_scale %g: expected 1e-6 to 1e6",
+          c->cpu_cost_scale);
+    CHECK(in_range(c->net_bandwidth, 1, 1e15, 1), "net bandwidth %g B/s: expected 1 to 1e15",
+          c->net_bandwidth);
+    CHECK(in_range(c->net_latency, 0, 1e3, 1), "net latency %g s: expected 0 to 1000",
+          c->net_latency);
+    CHECK(in_range(c->move_bandwidth, 1, 1e15, 1), "move bandwidth %g B/s: expected 1 to 1e15",
+          c->move_bandwidth);
+    CHECK(isfinite(c->sample_timeout_s) && c->sample_timeout_s <= 86400,
+          "sample timeout %g s: expected at most 86400 (0: derived, < 0: none)",
+          c->sample_timeout_s);
+    const dh_stress *x = c->stress;
+    if (x) {
+        CHECK(in_range(x->understate_fraction, 0, 1, 1) && in_range(x->cpu_heavy_fraction, 0, 1, 1),
+              "stress fractions must lie in [0, 1]");
+        CHECK(in_range(x->understate_factor, 0, DH_STRESS_MAX_FACTOR, 1) &&
+                  in_range(x->cpu_heavy_factor, 0, DH_STRESS_MAX_FACTOR, 1),
+              "stress factors must lie in (0, %g]", DH_STRESS_MAX_FACTOR);
+        CHECK(in_range(x->cpu_noise_sigma, 0, 10, 1), "cpu noise sigma %g: expected 0 to 10",
+              x->cpu_noise_sigma);
+    }
+#undef CHECK
+    return 0;
+}
+
 /* The stress of the config, as the truth module takes it. */
 static dh__stress stress_of(const dh_run_config *c)
 {
@@ -214,6 +269,8 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
 {
     memset(run, 0, sizeof *run);
     int rc = take_config(&run->cfg, cfg, err, errlen);
+    if (!rc)
+        rc = check_numbers(&run->cfg, err, errlen);
     if (rc)
         return rc;
     cfg = &run->cfg;

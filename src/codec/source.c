@@ -1,0 +1,281 @@
+/*
+ * source.c - media sources: confined, regular-file-only opening, whole-file
+ * reads, and FFmpeg reading through a custom AVIO context with a deadline
+ * (see source.h).
+ *
+ * DESIGN: containment is the kernel's job, not string checks: openat2 with
+ * RESOLVE_BENEATH resolves the path beneath the manifest's directory,
+ * following symlinks only while they stay inside it. Where openat2 is not
+ * available (kernels before 5.6, or a seccomp filter that refuses it) the
+ * path is walked one component at a time with O_NOFOLLOW, which refuses every
+ * symlink: stricter, never looser. Opening uses O_NONBLOCK so a FIFO cannot
+ * block in open(); the type check comes before any read.
+ */
+#include "source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AVIO_BUF (64 * 1024)
+#define OPEN_FLAGS (O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The path walked one component at a time beneath dirfd, refusing symlinks and "..". */
+static int open_walk(int dirfd, const char *path)
+{
+    char buf[4096];
+    if (strlen(path) >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(buf, path);
+    int cur = dirfd, owned = 0;
+    char *save = NULL;
+    char *comp = strtok_r(buf, "/", &save);
+    while (comp) {
+        char *next = strtok_r(NULL, "/", &save);
+        if (!strcmp(comp, "..")) {
+            errno = EXDEV;
+            break;
+        }
+        int fd = openat(cur, comp, next ? O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+                                        : OPEN_FLAGS | O_NOFOLLOW);
+        if (owned)
+            close(cur);
+        if (fd < 0)
+            return -1;
+        if (!next)
+            return fd;
+        cur = fd;
+        owned = 1;
+        comp = next;
+    }
+    if (owned)
+        close(cur);
+    if (!comp)
+        errno = EISDIR; /* an empty path: the root itself */
+    return -1;
+}
+
+/* path beneath root: openat2(RESOLVE_BENEATH), else the strict walk. */
+static int open_beneath(const char *root, const char *path)
+{
+    int dirfd = open(root[0] ? root : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        return -1;
+    struct open_how how = {.flags = OPEN_FLAGS,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    if (fd < 0 && (errno == ENOSYS || errno == EPERM))
+        fd = open_walk(dirfd, path);
+    int saved = errno;
+    close(dirfd);
+    errno = saved;
+    return fd;
+}
+
+static const char *file_kind(mode_t m)
+{
+    return S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : S_ISDIR(m) ? "a directory" : "not a regular file";
+}
+
+int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->limit_s = src->limit_s > 0 ? src->limit_s : 0;
+    s->deadline = s->limit_s > 0 ? mono_s() + s->limit_s : 0;
+    if (src->mem) {
+        s->mem = src->mem;
+        s->size = (int64_t)src->memlen;
+        return 0;
+    }
+    if (!src->path || !src->path[0])
+        return dh__fail(err, errlen, DH_EINVAL, "no path");
+    int fd = src->root ? open_beneath(src->root, src->path) : open(src->path, OPEN_FLAGS);
+    if (fd < 0) {
+        int e = errno;
+        if (e == EXDEV)
+            return dh__fail(err, errlen, DH_EPATH, "resolves outside the manifest's directory "
+                            "(through \"..\" or a symlink)");
+        if (e == ELOOP)
+            return dh__fail(err, errlen, DH_EPATH, "a symlink that cannot be followed safely");
+        return dh__fail(err, errlen, -e, "cannot open: %s", strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dh__fail(err, errlen, -e, "cannot stat: %s", strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dh__fail(err, errlen, DH_ENOTMEDIA, "%s, not a regular file: refused",
+                        file_kind(st.st_mode));
+    }
+    fcntl(fd, F_SETFL, O_RDONLY); /* regular files never block; clear O_NONBLOCK all the same */
+    s->fd = fd;
+    s->size = st.st_size;
+    return 0;
+}
+
+void dh__source_close(dh__source *s)
+{
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+}
+
+int dh__source_expired(const dh__source *s)
+{
+    return s->deadline > 0 && mono_s() > s->deadline;
+}
+
+int dh__source_timeout(const dh__source *s, char *err, size_t errlen)
+{
+    return dh__fail(err, errlen, DH_ETIMEDOUT, "over its time limit of %.1f s: abandoned "
+                    "(--sample-timeout)", s->limit_s);
+}
+
+ssize_t dh__source_read_at(dh__source *s, void *buf, size_t n, int64_t off)
+{
+    if (off < 0 || off >= s->size)
+        return 0;
+    if ((int64_t)n > s->size - off)
+        n = (size_t)(s->size - off);
+    if (s->mem) {
+        memcpy(buf, s->mem + off, n);
+        return (ssize_t)n;
+    }
+    for (;;) {
+        ssize_t got = pread(s->fd, buf, n, off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        return got < 0 ? -errno : got;
+    }
+}
+
+/* Up to n bytes at s->pos, advancing it; 0 at the end, -errno on error. */
+static ssize_t source_read(dh__source *s, uint8_t *buf, size_t n)
+{
+    ssize_t got = dh__source_read_at(s, buf, n, s->pos);
+    if (got > 0)
+        s->pos += got;
+    return got;
+}
+
+int dh__source_read_all(dh__source *s, int64_t max, uint8_t **buf, size_t *len, char *err,
+                        size_t errlen)
+{
+    *buf = NULL;
+    *len = 0;
+    if (s->size <= 0)
+        return dh__fail(err, errlen, DH_ECORRUPT, "empty file");
+    if (s->size > max)
+        return dh__fail(err, errlen, DH_ELIMIT, "file of %lld bytes, over the limit of %lld",
+                        (long long)s->size, (long long)max);
+    uint8_t *b = dh__malloc((size_t)s->size);
+    if (!b)
+        return dh__fail(err, errlen, DH_ENOMEM, "no memory for a %lld-byte file",
+                        (long long)s->size);
+    size_t got = 0;
+    s->pos = 0;
+    while (got < (size_t)s->size) {
+        ssize_t n = source_read(s, b + got, (size_t)s->size - got);
+        if (n <= 0) {
+            free(b);
+            return n < 0 ? dh__fail(err, errlen, (int)n, "read failed: %s", strerror((int)-n))
+                         : dh__fail(err, errlen, DH_EIO, "the file shrank while read");
+        }
+        got += (size_t)n;
+    }
+    *buf = b;
+    *len = got;
+    return 0;
+}
+
+/* ----------------------------------------------------------- FFmpeg AVIO */
+
+static int avio_read_cb(void *opaque, uint8_t *buf, int n)
+{
+    dh__source *s = opaque;
+    if (dh__source_expired(s))
+        return AVERROR_EXIT;
+    ssize_t got = source_read(s, buf, (size_t)n);
+    return got < 0 ? AVERROR((int)-got) : got == 0 ? AVERROR_EOF : (int)got;
+}
+
+static int64_t avio_seek_cb(void *opaque, int64_t off, int whence)
+{
+    dh__source *s = opaque;
+    whence &= ~AVSEEK_FORCE;
+    if (whence == AVSEEK_SIZE)
+        return s->size;
+    int64_t to = whence == SEEK_SET ? off : whence == SEEK_CUR ? s->pos + off
+               : whence == SEEK_END ? s->size + off : -1;
+    if (to < 0)
+        return AVERROR(EINVAL);
+    s->pos = to;
+    return to;
+}
+
+static int interrupt_cb(void *opaque)
+{
+    return dh__source_expired(opaque);
+}
+
+int dh__source_avopen(dh__source *s, AVFormatContext **fmt)
+{
+    *fmt = NULL;
+    s->pos = 0;
+    uint8_t *buf = av_malloc(AVIO_BUF);
+    AVIOContext *pb = buf ? avio_alloc_context(buf, AVIO_BUF, 0, s, avio_read_cb, NULL,
+                                               avio_seek_cb)
+                          : NULL;
+    AVFormatContext *f = pb ? avformat_alloc_context() : NULL;
+    if (!f) {
+        if (pb)
+            av_freep(&pb->buffer);
+        else
+            av_free(buf);
+        avio_context_free(&pb);
+        return AVERROR(ENOMEM);
+    }
+    f->pb = pb;
+    f->flags |= AVFMT_FLAG_CUSTOM_IO;
+    f->interrupt_callback = (AVIOInterruptCB){interrupt_cb, s};
+    int e = avformat_open_input(&f, "", NULL, NULL); /* frees f on failure, never pb */
+    if (e < 0) {
+        av_freep(&pb->buffer);
+        avio_context_free(&pb);
+        return e;
+    }
+    *fmt = f;
+    return 0;
+}
+
+void dh__source_avclose(AVFormatContext **fmt)
+{
+    if (!*fmt)
+        return;
+    AVIOContext *pb = (*fmt)->pb;
+    avformat_close_input(fmt);
+    if (pb) {
+        av_freep(&pb->buffer);
+        avio_context_free(&pb);
+    }
+}

@@ -1,0 +1,71 @@
+/*
+ * source.h - where a decoder or the probe reads a media file from (internal).
+ *
+ * Every media read goes through a dh__source: a regular file opened beneath
+ * the manifest's directory by the kernel (openat2 with RESOLVE_BENEATH, so a
+ * symlink or ".." cannot lead outside it), or a buffer in memory (the fuzz
+ * targets). FIFOs, devices, sockets and directories are refused before any
+ * read, so no file can block a worker in open() or feed it an endless stream.
+ * FFmpeg reads through a custom AVIO context over the descriptor, with an
+ * interrupt callback that ends any read or demux past the source's deadline:
+ * a sample that takes longer than its time limit fails with DH_ETIMEDOUT and
+ * its own message instead of holding its worker.
+ */
+#ifndef DH_SOURCE_H
+#define DH_SOURCE_H
+
+#include "codec.h"
+
+#include <libavformat/avformat.h>
+#include <sys/types.h>
+
+/* What to open: a path (relative to root when root is set) or memory. */
+typedef struct dh__media_src {
+    const char *root;   /* the directory paths are confined to; NULL: the path as given */
+    const char *path;   /* relative to root (or as given); shown in errors */
+    const uint8_t *mem; /* in-memory media instead of a file (path may name it) */
+    size_t memlen;
+    double limit_s;     /* time allowed to read and decode it; 0: none */
+} dh__media_src;
+
+/* A path as given, no root, no time limit (tests, tools). */
+#define DH__SRC(p) (&(dh__media_src){.path = (p)})
+
+typedef struct dh__source {
+    int fd;             /* -1 for memory */
+    const uint8_t *mem;
+    int64_t size, pos;
+    double deadline;    /* CLOCK_MONOTONIC seconds; 0: none */
+    double limit_s;
+} dh__source;
+
+/*
+ * Opens src: confined beneath src->root by the kernel, a regular file only,
+ * never blocking in open. Errors: DH_EPATH (outside the root, through a
+ * symlink that leaves it), DH_ENOTMEDIA (not a regular file: names what it
+ * is), -errno (missing, permission), each with a sentence in err.
+ */
+int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t errlen);
+void dh__source_close(dh__source *s);
+
+/* Reads the whole source (at most max bytes) into a new buffer. */
+int dh__source_read_all(dh__source *s, int64_t max, uint8_t **buf, size_t *len, char *err,
+                        size_t errlen);
+
+/* Up to n bytes at offset off (no position change); 0 at the end, -errno on error. */
+ssize_t dh__source_read_at(dh__source *s, void *buf, size_t n, int64_t off);
+
+/* 1 once the source's deadline has passed. */
+int dh__source_expired(const dh__source *s);
+/* The error for an expired source, in err. */
+int dh__source_timeout(const dh__source *s, char *err, size_t errlen);
+
+/*
+ * avformat_open_input over the source (custom AVIO context; the interrupt
+ * callback honours the deadline). Close with dh__source_avclose, which also
+ * frees the AVIO context. Returns 0 or an AVERROR.
+ */
+int dh__source_avopen(dh__source *s, AVFormatContext **fmt);
+void dh__source_avclose(AVFormatContext **fmt);
+
+#endif
