@@ -195,6 +195,14 @@ check "an infinite stress factor is refused" contains "$WORK/inf.err" "0 < K <= 
 "$DH" run --manifest "$WORK/hostile/m.jsonl" --sample-timeout nan > /dev/null 2> "$WORK/nan.err"
 check "a NaN sample timeout is refused" contains "$WORK/nan.err" "--sample-timeout expects a number"
 
+# Diagnostics are capped: 30 bad lines print 20 in full and a count of the rest.
+for i in $(seq 30); do echo "not json $i"; done > "$WORK/junk.jsonl"
+"$DH" inspect "$WORK/junk.jsonl" > /dev/null 2> "$WORK/junk.err"
+check "the first 20 errors are shown in full" test "$(grep -c 'junk.jsonl:[0-9]*: malformed' "$WORK/junk.err")" -eq 20
+check "the rest are counted per reason" contains "$WORK/junk.err" "10 more errors not shown: DH_EPARSE 10"
+DH_MAX_ERRORS=0 "$DH" inspect "$WORK/junk.jsonl" > /dev/null 2> "$WORK/junk-all.err"
+check "DH_MAX_ERRORS=0 shows all" test "$(grep -c 'malformed' "$WORK/junk-all.err")" -eq 30
+
 # serve: a pool that cannot fit fails at once, naming the size; Ctrl-C while waiting for
 # ranks stops the agent cleanly.
 "$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 1 --batch 2 --socket "@dhe2e-$$" \

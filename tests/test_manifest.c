@@ -434,6 +434,45 @@ START_TEST(load_check_files)
 }
 END_TEST
 
+/* Issue 12 #8: getline read a whole line before the length check (inspect /dev/zero grew
+ * to the address-space limit, then reported 0 lines and exited 0). */
+START_TEST(long_lines_are_skipped_without_being_held_and_devices_refused)
+{
+    char *dir = tu_mkdtemp(), path[4096];
+    snprintf(path, sizeof path, "%s/long.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"id\":\"a\",\"text_tokens\":1}\n", f);
+    fputc('{', f);
+    for (int i = 0; i < 300000; i++) /* one 300 kB line, over a 64 kB limit */
+        fputc(' ', f);
+    fputs("}\n{\"id\":\"b\",\"text_tokens\":2}\n", f);
+    fclose(f);
+    dh_load_opts o;
+    dh_load_opts_default(&o);
+    o.limits.max_line_bytes = 65536;
+    diag_log log = {0};
+    o.diag = log_diag;
+    o.diag_user = &log;
+    dh_manifest *mm = NULL;
+    dh_load_stats st;
+    ck_assert_int_eq(dh_manifest_load(path, &o, &mm, &st), 0);
+    ck_assert_int_eq(st.lines, 3);
+    ck_assert_int_eq(st.loaded, 2);
+    ck_assert_int_eq(st.skipped, 1);
+    ck_assert_int_eq(log.codes[0], DH_ELIMIT);
+    ck_assert_msg(strstr(log.msgs[0], ":2: line is 300002 bytes, over the limit 65536"), "%s",
+                  log.msgs[0]);
+    dh_manifest_free(mm);
+    /* a device is not a manifest: refused at once instead of read forever */
+    log = (diag_log){0};
+    ck_assert_int_eq(dh_manifest_load("/dev/zero", &o, &mm, &st), DH_EINVAL);
+    ck_assert_msg(strstr(log.msgs[0], "a character device"), "%s", log.msgs[0]);
+    tu_sh("rm -rf %s", dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(load_missing_file)
 {
     dh_manifest *mm = NULL;
@@ -504,6 +543,7 @@ int main(void)
     tcase_add_test(tc, multimodal_and_text_only);
     tcase_add_test(tc, video_timing_is_completed);
     tcase_add_test(tc, video_timing_must_be_usable_and_agree);
+    tcase_add_test(tc, long_lines_are_skipped_without_being_held_and_devices_refused);
     tcase_add_test(tc, malformed_json);
     tcase_add_test(tc, wrong_types_and_missing_keys);
     tcase_add_test(tc, negative_and_absurd_sizes);

@@ -48,7 +48,15 @@ int cli_num(const char *opt, const char *val, double min, double max, double *ou
 int cli_limit_option(int argc, char **argv, int *i, dh_limits *lim);
 extern const char cli_limits_help[];
 
-/* A diag callback printing each message to stderr, counting them in *(int64_t *)user. */
+/*
+ * Diagnostics on stderr ("datahelix: MESSAGE [CODE]"): the first CLI_DIAG_DEFAULT (or
+ * $DH_MAX_ERRORS; 0: all) in full, the rest counted per code; cli_diag_flush prints the
+ * counts (main registers it at exit). Any thread.
+ */
+#define CLI_DIAG_DEFAULT 20
+void cli_diag(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_diag_flush(void);
+/* A diag callback printing each message through cli_diag, counting them in *(int64_t *)user. */
 void cli_print_diag(const dh_diag *d, void *user);
 
 /* Monotonic seconds. */

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,9 +87,73 @@ int cli_limit_option(int argc, char **argv, int *i, dh_limits *lim)
     return 1;
 }
 
+/* ---- diagnostics: the first ones in full, then a count per reason ---- */
+
+static pthread_mutex_t diag_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t diag_shown, diag_limit = -1;
+typedef struct {
+    int code;
+    int64_t n;
+} diag_count;
+static diag_count diag_hidden[32];
+static int diag_kinds;
+static int64_t diag_hidden_other;
+
+void cli_diag(int code, const char *fmt, ...)
+{
+    pthread_mutex_lock(&diag_mu); /* engines report from worker threads */
+    if (diag_limit < 0) {
+        const char *env = getenv("DH_MAX_ERRORS");
+        diag_limit = env && *env ? strtoll(env, NULL, 10) : CLI_DIAG_DEFAULT;
+        if (diag_limit <= 0)
+            diag_limit = INT64_MAX;
+    }
+    if (diag_shown < diag_limit) {
+        diag_shown++;
+        va_list ap;
+        va_start(ap, fmt);
+        fputs("datahelix: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, " [%s]\n", dh_err_name(code));
+    } else {
+        int k = 0;
+        while (k < diag_kinds && diag_hidden[k].code != code)
+            k++;
+        if (k == diag_kinds && diag_kinds < (int)(sizeof diag_hidden / sizeof diag_hidden[0]))
+            diag_hidden[diag_kinds++] = (diag_count){code, 0};
+        if (k < diag_kinds)
+            diag_hidden[k].n++;
+        else
+            diag_hidden_other++;
+    }
+    pthread_mutex_unlock(&diag_mu);
+}
+
+void cli_diag_flush(void)
+{
+    pthread_mutex_lock(&diag_mu);
+    int64_t total = diag_hidden_other;
+    for (int k = 0; k < diag_kinds; k++)
+        total += diag_hidden[k].n;
+    if (total > 0) {
+        fprintf(stderr, "datahelix: %lld more errors not shown:", (long long)total);
+        for (int k = 0; k < diag_kinds; k++)
+            fprintf(stderr, "%s %s %lld", k ? "," : "", dh_err_name(diag_hidden[k].code),
+                    (long long)diag_hidden[k].n);
+        if (diag_hidden_other)
+            fprintf(stderr, ", other %lld", (long long)diag_hidden_other);
+        fprintf(stderr, " (the first %lld are above; DH_MAX_ERRORS=0 shows all)\n",
+                (long long)diag_shown);
+    }
+    diag_kinds = 0;
+    diag_hidden_other = 0;
+    pthread_mutex_unlock(&diag_mu);
+}
+
 void cli_print_diag(const dh_diag *d, void *user)
 {
-    fprintf(stderr, "datahelix: %s [%s]\n", d->message, dh_err_name(d->code));
+    cli_diag(d->code, "%s", d->message);
     if (user)
         (*(int64_t *)user)++;
 }

@@ -196,9 +196,9 @@ void cli_print_result(const dh_result *r)
 
 static void print_sample_error(const dh_sample_error *e, void *user)
 {
-    (*(int64_t *)user)++;
-    fprintf(stderr, "datahelix: sample \"%s\" (step %lld, rank %d) %s: %s [%s]\n", e->id,
-            (long long)e->step, e->rank, e->path, e->message, dh_err_name(e->code));
+    (*(int64_t *)user)++; /* the engine's thread that prepared the sample */
+    cli_diag(e->code, "sample \"%s\" (step %lld, rank %d) %s: %s", e->id, (long long)e->step,
+             e->rank, e->path, e->message);
 }
 
 static void progress(int64_t done, int64_t total, void *user)

@@ -2,8 +2,9 @@
  * manifest_load.c - reading a manifest file line by line into the table, the
  * per-line accounting (loaded + skipped == lines), and read access to rows.
  *
- * Lines are read with getline() so a line of any length within the limit is
- * handled; CRLF endings and blank lines are tolerated. After loading, the
+ * Lines are read with a bounded reader: a line of any length within the limit
+ * is handled, a longer one is skipped with its length and never held in
+ * memory; CRLF endings and blank lines are tolerated. After loading, the
  * table's arrays are shrunk to their exact size so reported memory is what a
  * long-lived process holds.
  */
@@ -81,6 +82,43 @@ static void report(const dh_load_opts *o, const char *file, int64_t lineno, int 
     o->diag(&d, o->diag_user);
 }
 
+/*
+ * One line of f into *buf (without growing it past max + 1 bytes): its length, or -1 at
+ * the end. A longer line is consumed to its newline without being kept; *over then holds
+ * its length. getline() would first read the whole line, however long (a manifest path
+ * naming /dev/zero grew to the address-space limit).
+ */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap, size_t max, size_t *over)
+{
+    size_t n = 0;
+    *over = 0;
+    for (;;) {
+        if (n + 2 > *cap) {
+            size_t want = *cap ? *cap * 2 : 4096;
+            if (want > max + 2)
+                want = max + 2;
+            if (want <= n + 1) { /* the line is over max: count and drop the rest */
+                size_t total = n;
+                int c;
+                while ((c = getc_unlocked(f)) != EOF && c != '\n')
+                    total++;
+                *over = total;
+                return (ssize_t)n;
+            }
+            char *p = realloc(*buf, want);
+            if (!p)
+                return -2;
+            *buf = p;
+            *cap = want;
+        }
+        if (!fgets(*buf + n, (int)DH_MIN(*cap - n, (size_t)INT32_MAX), f))
+            return n ? (ssize_t)n : -1;
+        n += strlen(*buf + n);
+        if (n && (*buf)[n - 1] == '\n')
+            return (ssize_t)n;
+    }
+}
+
 /* Reads every line of f into m; returns 0, the first bad line's code (FAIL mode) or an I/O code. */
 static int load_lines(dh_manifest *m, FILE *f, const char *path, const dh_load_opts *o,
                       dh_load_stats *st)
@@ -91,18 +129,27 @@ static int load_lines(dh_manifest *m, FILE *f, const char *path, const dh_load_o
     int64_t lineno = 0;
     int rc = 0;
     char msg[1200];
-    while ((len = getline(&buf, &bufcap, f)) >= 0) {
+    size_t max = (size_t)DH_MAX(1, DH_MIN(m->limits.max_line_bytes, INT32_MAX - 2)), over;
+    while ((len = read_line(f, &buf, &bufcap, max, &over)) >= 0) {
         lineno++;
         size_t n = (size_t)len;
         while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
             n--;
-        if (is_blank(buf, n)) {
+        if (!over && is_blank(buf, n)) {
             st->blank++;
             continue;
         }
         st->lines++;
         dh__line_error e;
-        int lrc = dh__manifest_parse_line(m, buf, n, lineno, &e);
+        int lrc;
+        if (over) { /* not kept: parse_line's length check reports it with the same words */
+            e.id[0] = 0;
+            snprintf(e.reason, sizeof e.reason, "line is %zu bytes, over the limit %lld", over,
+                     (long long)m->limits.max_line_bytes);
+            lrc = DH_ELIMIT;
+        } else {
+            lrc = dh__manifest_parse_line(m, buf, n, lineno, &e);
+        }
         if (lrc == 0) {
             st->loaded++;
             continue;
@@ -119,6 +166,8 @@ static int load_lines(dh_manifest *m, FILE *f, const char *path, const dh_load_o
             break;
         }
     }
+    if (!rc && len == -2)
+        rc = DH_ENOMEM;
     if (!rc && ferror(f))
         rc = DH_EIO;
     free(buf);
@@ -149,12 +198,16 @@ int dh_manifest_load(const char *path, const dh_load_opts *opts, dh_manifest **o
         return rc;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        /* a file or a pipe; a device (/dev/zero) would be read forever */
+        int dir = S_ISDIR(st.st_mode);
         char msg[512];
-        snprintf(msg, sizeof msg, "%s: is a directory, not a manifest file", path);
-        report(opts, path, 0, -EISDIR, NULL, msg);
+        snprintf(msg, sizeof msg, "%s: is %s, not a manifest file (a regular file or a pipe)",
+                 path, dir ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+                                           : S_ISBLK(st.st_mode) ? "a block device" : "a socket");
+        report(opts, path, 0, dir ? -EISDIR : DH_EINVAL, NULL, msg);
         fclose(f);
-        return -EISDIR;
+        return dir ? -EISDIR : DH_EINVAL;
     }
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     char *dir = dir_of(path);
