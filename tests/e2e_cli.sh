@@ -162,7 +162,7 @@ pid=$!
 sleep 3
 kill -INT $pid
 wait $pid
-check "an endless run stopped by SIGINT exits 0" test $? -eq 0
+check "an endless run stopped by SIGINT exits 130 (128 + SIGINT), not by itself" test $? -eq 130
 check "an interrupted run says what it covers" contains "$WORK/forever.err" "interrupted"
 steps=$(json_field "$WORK/forever.json" steps)
 check "an interrupted run went past one epoch" test "${steps:-0}" -gt 2
@@ -195,6 +195,23 @@ check "an infinite stress factor is refused" contains "$WORK/inf.err" "0 < K <= 
 "$DH" run --manifest "$WORK/hostile/m.jsonl" --sample-timeout nan > /dev/null 2> "$WORK/nan.err"
 check "a NaN sample timeout is refused" contains "$WORK/nan.err" "--sample-timeout expects a number"
 
+# A split sample whose parts all fail is reported once (issue 12 #12): a 30-keyframe 1080p
+# clip, far heavier than its step, is split over both workers; its file is missing.
+kf=$(seq -s, 0 30 870)
+echo "{\"id\":\"long\",\"media\":[{\"type\":\"video\",\"path\":\"missing.mp4\",\"width\":1920,\"height\":1080,\"fps\":30,\"frames\":900,\"keyframes\":[$kf]}]}" \
+    > "$WORK/split.jsonl"
+"$DH" run --manifest "$WORK/split.jsonl" --workload native-res-video --policy helix --ranks 1 \
+    --workers 2 --batch 1 --steps 1 > "$WORK/split.out" 2> "$WORK/split.err"
+check "a failed split sample is reported once" test "$(grep -c 'sample "long"' "$WORK/split.err")" -eq 1
+check "a failed split sample is counted once" contains "$WORK/split.out" "delivered 0 + failed 1 = 1"
+
+# An unwritable --json is found before the run, not after it (issue 12 #12).
+"$DH" run --manifest "$WORK/split.jsonl" --workload native-res-video --ranks 1 --workers 1 \
+    --batch 1 --steps 1 --json "$WORK/no/such/dir/r.json" > "$WORK/nojson.out" 2> "$WORK/nojson.err"
+check "an unwritable --json fails" test $? -eq 1
+check "an unwritable --json is named" contains "$WORK/nojson.err" "cannot write .*r.json"
+check "an unwritable --json stops before the run" test "$(grep -c delivered "$WORK/nojson.out")" -eq 0
+
 # Diagnostics are capped: 30 bad lines print 20 in full and a count of the rest.
 for i in $(seq 30); do echo "not json $i"; done > "$WORK/junk.jsonl"
 "$DH" inspect "$WORK/junk.jsonl" > /dev/null 2> "$WORK/junk.err"
@@ -219,6 +236,24 @@ check "an interrupted agent says how far the attach got" contains "$WORK/serve-i
     "stopped with 0 of 2 ranks attached"
 check "an interrupted agent had said where it listens" contains "$WORK/serve-int.err" \
     "listening on @dhe2e-"
+
+# Interrupted work leaves nothing a later command trusts (issue 12 #11).
+"$DH" bench --mode sim --steps 2000 --json "$WORK/bench-int.json" > "$WORK/bench-int.out" 2>&1 &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+check "an interrupted bench exits 130" test $? -eq 130
+check "an interrupted bench leaves no JSON" test ! -e "$WORK/bench-int.json"
+check "an interrupted bench leaves no temporary file" \
+    test -z "$(ls "$WORK" | grep 'bench-int.json.tmp')"
+# (SIGTERM: a background job of a script ignores SIGINT, and gen installs no handler)
+"$DH" gen --workload kinetics-clips --out "$WORK/gen-int" --samples 64 > /dev/null 2>&1 &
+pid=$!
+sleep 1
+kill -TERM $pid
+wait $pid
+check "a gen killed mid-way leaves no manifest" test ! -e "$WORK/gen-int/manifest.jsonl"
 
 # ---- gen + run on a generated workload ----
 "$DH" gen --workload speech-asr --out "$WORK/gen" --samples 8 > "$WORK/gen.out" 2>&1

@@ -59,6 +59,30 @@ void cli_diag_flush(void);
 /* A diag callback printing each message through cli_diag, counting them in *(int64_t *)user. */
 void cli_print_diag(const dh_diag *d, void *user);
 
+/*
+ * Output files of the CLI (--json) appear complete or not at all: opened under a temporary
+ * name beside the target before the work starts (an unwritable path fails at once) and
+ * renamed over it by cli_out_commit; cli_out_abort removes it. path NULL: no file, every
+ * call is a no-op. The library does the same for traces and manifests.
+ */
+typedef struct {
+    FILE *f;
+    const char *path;
+    char tmp[4200];
+} cli_out;
+int cli_out_open(cli_out *o, const char *path); /* 0, or 1 with the error printed */
+int cli_out_commit(cli_out *o);                 /* 0, or 1 with the error printed */
+void cli_out_abort(cli_out *o);
+
+/*
+ * SIGINT/SIGTERM: cli_catch_interrupts installs a handler that only records the signal;
+ * cli_should_stop (a dh_run_config.should_stop) then ends runs after the steps in flight,
+ * and cli_interrupted() is the exit status to return (128 + signal), or 0.
+ */
+void cli_catch_interrupts(void);
+int cli_should_stop(void *user);
+int cli_interrupted(void);
+
 /* Monotonic seconds. */
 double cli_now(void);
 

@@ -7,11 +7,13 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 void cli_err(const char *fmt, ...)
 {
@@ -313,4 +315,76 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         cfg->stress = stress;
     (*i)++;
     return 1;
+}
+
+/* ---- output files and interrupts ---- */
+
+int cli_out_open(cli_out *o, const char *path)
+{
+    o->f = NULL;
+    o->path = path;
+    if (!path)
+        return 0;
+    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid()) >=
+        sizeof o->tmp) {
+        cli_err("cannot write %s: path too long", path);
+        return 1;
+    }
+    if (!(o->f = fopen(o->tmp, "w"))) {
+        cli_err("cannot write %s: %s", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+int cli_out_commit(cli_out *o)
+{
+    if (!o->f)
+        return 0;
+    int bad = ferror(o->f);
+    bad |= fclose(o->f) != 0;
+    o->f = NULL;
+    if (bad || rename(o->tmp, o->path) != 0) {
+        cli_err("cannot write %s: %s", o->path, strerror(bad ? EIO : errno));
+        unlink(o->tmp);
+        return 1;
+    }
+    return 0;
+}
+
+void cli_out_abort(cli_out *o)
+{
+    if (!o->f)
+        return;
+    fclose(o->f);
+    o->f = NULL;
+    unlink(o->tmp);
+}
+
+static volatile sig_atomic_t caught_signal;
+
+static void on_signal(int sig)
+{
+    caught_signal = sig;
+}
+
+void cli_catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int cli_should_stop(void *user)
+{
+    (void)user;
+    return caught_signal != 0;
+}
+
+int cli_interrupted(void)
+{
+    return caught_signal ? 128 + caught_signal : 0;
 }

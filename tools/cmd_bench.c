@@ -234,10 +234,8 @@ static int bench_finish(FILE *jf, int real, int failed, const dh_result *res,
     }
     if (!failed)
         summary(jf, res, nw, pol, np);
-    if (jf) {
+    if (jf)
         fprintf(jf, "}\n");
-        failed |= fclose(jf) != 0;
-    }
     return failed;
 }
 
@@ -264,26 +262,30 @@ int cli_bench(int argc, char **argv)
     int nw = split(o.wl_buf, wl, dh_workload_names()), np = split(o.pol_buf, pol, default_pol);
     dh_result *res = calloc((size_t)(nw * np + 1), sizeof *res);
     dh_result *simres = calloc((size_t)(nw * np + 1), sizeof *simres);
-    FILE *jf = o.json ? fopen(o.json, "w") : NULL;
-    if (!res || !simres || (o.json && !jf)) {
-        cli_err("bench: %s", res && simres ? "cannot write the --json file" : "out of memory");
+    cli_out out;
+    if (!res || !simres || cli_out_open(&out, o.json)) {
+        if (!res || !simres)
+            cli_err("bench: out of memory");
         free(res);
         free(simres);
         return 1;
     }
+    FILE *jf = out.f;
+    cli_catch_interrupts();
+    cfg.should_stop = cli_should_stop;
     printf("%-18s %-16s %8s %10s %12s %8s %8s%s\n", "workload", "policy", "miss%", "p95 ms",
            "samples/s", "effic.", "placem.", real ? "  overhead  sim samples/s (error)" : "");
     if (jf)
         fprintf(jf, "{\"runs\":[");
     int failed = 0;
-    for (int w = 0; w < nw; w++) {
+    for (int w = 0; w < nw && !cli_interrupted(); w++) {
         dh_manifest *m = NULL;
         double scale = 0;
         if (real && prepare_real(o.data, wl[w], &cfg, &m, &scale)) {
             failed = 1;
             continue;
         }
-        for (int p = 0; p < np; p++) {
+        for (int p = 0; p < np && !cli_interrupted(); p++) {
             dh_run_config c = cfg;
             c.workload = wl[w];
             c.policy = pol[p];
@@ -293,7 +295,16 @@ int cli_bench(int argc, char **argv)
         }
         dh_manifest_free(m);
     }
+    if (cli_interrupted()) { /* the rows printed so far stand; no partial JSON is left */
+        fprintf(stderr, "\rdatahelix: bench interrupted: the table covers the runs above; "
+                "--json not written\n");
+        cli_out_abort(&out);
+        free(res);
+        free(simres);
+        return cli_interrupted();
+    }
     failed = bench_finish(jf, real, failed, res, simres, nw, pol, np);
+    failed |= cli_out_commit(&out);
     free(res);
     free(simres);
     return failed ? 1 : 0;

@@ -53,7 +53,7 @@ int cli_demo(int argc, char **argv)
     char *bench_argv[] = {"bench", "--mode", "real", "--workloads",
                           "kinetics-clips,native-res-video,anyres-images", "--data", data,
                           "--steps", (char *)steps, "--json", json, NULL};
-    int rc = cli_bench(11, bench_argv);
+    int rc = cli_bench(11, bench_argv); /* Ctrl-C: its accounting, then 130 from here */
     if (rc)
         return rc;
     printf("\none helix run, traced:\n");

@@ -9,7 +9,6 @@
  */
 #include "cli.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -212,32 +211,6 @@ static void progress(int64_t done, int64_t total, void *user)
         fputs("\r\033[K", stderr); /* clear the line before the results */
 }
 
-/* SIGINT/SIGTERM end the run after the steps in flight; the accounting is printed. */
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-static int should_stop(void *user)
-{
-    (void)user;
-    return interrupted;
-}
-
-static void catch_interrupts(dh_run_config *cfg)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    cfg->should_stop = should_stop;
-}
-
 /* Scales the CPU model to this machine by decoding f->calibrate samples; 0 or 1. */
 static int calibrate(dh_run_config *cfg, const sim_files *f, const dh_manifest *m,
                      dh_spec *spec)
@@ -283,23 +256,18 @@ static int load_inputs(dh_run_config *cfg, const sim_files *f, dh_manifest **m, 
     return f->calibrate && *m ? calibrate(cfg, f, *m, *spec) : 0;
 }
 
-/* Prints the result and writes --json; 0 or 1. */
-static int report_result(const dh_run_config *cfg, const sim_files *f, const dh_result *res)
+/* Prints the result and completes --json (opened before the run); 0 or 1. */
+static int report_result(const dh_run_config *cfg, cli_out *json, const dh_result *res)
 {
-    if (interrupted)
+    if (cli_interrupted())
         fprintf(stderr, "\rdatahelix: interrupted: the accounting covers the %lld complete "
                 "steps\n", (long long)res->steps);
     cli_print_result(res);
-    int rc = 0;
-    FILE *jf = f->json ? fopen(f->json, "w") : NULL;
-    if (f->json && !jf) {
-        cli_err("cannot write %s", f->json);
-        rc = 1;
-    } else if (jf) {
-        dh_result_write_json(res, jf);
-        fputc('\n', jf);
-        rc = fclose(jf) ? 1 : 0;
+    if (json->f) {
+        dh_result_write_json(res, json->f);
+        fputc('\n', json->f);
     }
+    int rc = cli_out_commit(json);
     if (cfg->trace_path)
         printf("  trace: %s\n", cfg->trace_path);
     return rc;
@@ -336,10 +304,14 @@ static int sim_or_run(int argc, char **argv, int mode)
         return rc < 0 ? 0 : rc;
     if (mode == MODE_RUN && isatty(STDERR_FILENO))
         cfg.progress = progress;
-    catch_interrupts(&cfg);
+    cli_catch_interrupts();
+    cfg.should_stop = cli_should_stop;
     dh_manifest *m = NULL;
     dh_spec *spec = NULL;
-    rc = load_inputs(&cfg, &f, &m, &spec);
+    cli_out json;
+    rc = cli_out_open(&json, f.json); /* an unwritable --json fails before the run */
+    if (!rc)
+        rc = load_inputs(&cfg, &f, &m, &spec);
     if (!rc) {
         char err[512] = "";
         dh_result res = DH_RESULT_INIT;
@@ -349,11 +321,14 @@ static int sim_or_run(int argc, char **argv, int mode)
             cli_err("%s: %s [%s]", mode_name[mode], err[0] ? err : dh_strerror(rc),
                     dh_err_name(rc));
         else
-            rc = report_result(&cfg, &f, &res);
+            rc = report_result(&cfg, &json, &res);
     }
+    cli_out_abort(&json); /* not committed: nothing left under a temporary name */
     dh_manifest_free(m);
     dh_spec_free(spec);
-    return rc ? 1 : 0;
+    /* Interrupted: the accounting of the completed steps is printed (and written), and the
+     * exit status says the run did not end by itself. */
+    return cli_interrupted() ? cli_interrupted() : rc ? 1 : 0;
 }
 
 int cli_sim(int argc, char **argv)

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define DH_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define DH_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -65,6 +66,15 @@ int64_t dh__alloc_fail_at(int64_t n, int sticky);
  * (0: off), to check that every caller unwinds a partial start.
  */
 int dh__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/*
+ * Output files appear complete or not at all: dh__out_open creates a file under a temporary
+ * name beside path (path.tmp.PID) and dh__out_close renames it over path when keep is set,
+ * or removes it (an interrupted or failed writer leaves nothing a later run could trust).
+ * tmp (at least strlen(path) + 32 bytes) receives the temporary name. NULL: see errno.
+ */
+FILE *dh__out_open(const char *path, char *tmp, size_t tmplen);
+int dh__out_close(FILE *f, const char *tmp, const char *path, int keep);
 void dh__thread_fail_at(int64_t n);
 
 /* snprintf that never overflows and tolerates buf == NULL. */

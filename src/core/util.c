@@ -7,6 +7,7 @@
  */
 #include "core.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,4 +161,25 @@ void dh__thread_fail_at(int64_t n)
 {
     thread_count = 0;
     thread_fail_at = n;
+}
+
+FILE *dh__out_open(const char *path, char *tmp, size_t tmplen)
+{
+    if ((size_t)snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid()) >= tmplen) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    return fopen(tmp, "wb");
+}
+
+int dh__out_close(FILE *f, const char *tmp, const char *path, int keep)
+{
+    int rc = ferror(f) ? DH_EIO : 0;
+    if (fclose(f) != 0 && !rc)
+        rc = DH_EIO;
+    if (keep && !rc && rename(tmp, path) != 0)
+        rc = -errno;
+    if (!keep || rc)
+        unlink(tmp);
+    return rc;
 }

@@ -146,7 +146,8 @@ static void finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, u
         return;
     }
     if (rc) {
-        report(e, t, path, rc, err[0] ? err : dh_strerror(rc));
+        if (!sample_failed(b, t->sample)) /* a split sample's other parts fail it once */
+            report(e, t, path, rc, err[0] ? err : dh_strerror(rc));
         fail_sample(e, t, b, rc);
     }
     e->cpu_sum += cpu;

@@ -294,9 +294,24 @@ int dh__trace_open(dh__trace *t, const char *path, int workers, int ranks)
     memset(t, 0, sizeof *t);
     if (!path)
         return 0;
-    t->f = fopen(path, "w");
-    if (!t->f)
-        return -errno;
+    size_t tmplen = strlen(path) + 32;
+    t->path = dh__malloc(strlen(path) + 1);
+    t->tmp = dh__malloc(tmplen);
+    if (!t->path || !t->tmp) {
+        free(t->path);
+        free(t->tmp);
+        t->path = t->tmp = NULL;
+        return DH_ENOMEM;
+    }
+    strcpy(t->path, path);
+    t->f = dh__out_open(path, t->tmp, tmplen);
+    if (!t->f) {
+        int rc = -errno;
+        free(t->path);
+        free(t->tmp);
+        t->path = t->tmp = NULL;
+        return rc;
+    }
     fputs("[\n", t->f);
     fprintf(t->f, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":{\"name\":\"CPU workers\"}},\n",
             DH_TRACE_WORKERS);
@@ -327,7 +342,10 @@ int dh__trace_close(dh__trace *t)
     if (!t->f)
         return 0;
     fputs("\n]\n", t->f);
-    int rc = fclose(t->f) == 0 ? 0 : DH_EIO;
+    int rc = dh__out_close(t->f, t->tmp, t->path, 1); /* complete: under its name now */
     t->f = NULL;
+    free(t->path);
+    free(t->tmp);
+    t->path = t->tmp = NULL;
     return rc;
 }

@@ -89,10 +89,13 @@ void dh__records_close(dh__records *rec, int64_t step);
  */
 void dh__records_finish(dh__records *rec, int workers, dh_result *out);
 
-/* Chrome trace (JSON array format; opens in Perfetto). NULL path: all calls are no-ops. */
+/* Chrome trace (JSON array format; opens in Perfetto). NULL path: all calls are no-ops.
+ * Written under a temporary name and renamed when closed: a killed run leaves no
+ * truncated trace under the asked name. */
 typedef struct {
     FILE *f;
     int first;
+    char *path, *tmp;
 } dh__trace;
 
 int dh__trace_open(dh__trace *t, const char *path, int workers, int ranks);

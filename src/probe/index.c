@@ -320,18 +320,13 @@ int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opt
         goto done;
     }
     run_workers(&j, opts->threads > 0 ? opts->threads : dh__cpu_count());
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
-    if (!(f = fopen(tmp, "wb"))) {
+    if (!(f = dh__out_open(out_path, tmp, sizeof tmp))) {
         rc = -errno;
         goto done;
     }
     rc = write_manifest(&j, f, prefix, stats);
-    if (fclose(f) != 0 && !rc)
-        rc = DH_EIO;
-    if (!rc && rename(tmp, out_path) != 0)
-        rc = -errno;
-    if (rc)
-        unlink(tmp);
+    int crc = dh__out_close(f, tmp, out_path, !rc);
+    rc = rc ? rc : crc;
 done:
     job_free(&j);
     return rc;

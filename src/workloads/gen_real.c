@@ -139,7 +139,10 @@ int dh_workload_write(const char *name, const char *dir, int64_t samples, uint64
             dh__msg(err, errlen, "cannot create %s: %s", sub, dh_strerror(rc));
     }
     snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
-    FILE *out = rc ? NULL : fopen(path, "w");
+    char tmp[sizeof path + 32];
+    /* The manifest appears only once every sample is written: an interrupted gen (or demo)
+     * leaves no partial manifest that the next one would reuse. */
+    FILE *out = rc ? NULL : dh__out_open(path, tmp, sizeof tmp);
     if (!rc && !out)
         rc = -errno;
     for (int64_t i = 0; !rc && i < samples; i++) {
@@ -148,8 +151,10 @@ int dh_workload_write(const char *name, const char *dir, int64_t samples, uint64
         if (progress)
             progress(i + 1, samples, user);
     }
-    if (out && fclose(out) != 0 && !rc)
-        rc = DH_EIO;
+    if (out) {
+        int crc = dh__out_close(out, tmp, path, !rc);
+        rc = rc ? rc : crc;
+    }
     dh_manifest_free(m);
     return rc;
 }
