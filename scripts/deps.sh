@@ -9,7 +9,8 @@
 # test, reports worker-thread asserts, works under TSan); ffmpeg/ffprobe make
 # and verify test media. python3-dev builds the Python package's extension;
 # numpy and torch (Debian's, for /usr/bin/python3) are what trainers use
-# batches with; PyAV decodes for the PyTorch DataLoader the demo compares. clang is needed for the fuzz targets only.
+# batches with; PyAV decodes for the PyTorch DataLoader the demo compares;
+# clang (with its libFuzzer runtime) builds the fuzz targets the tests run.
 set -euo pipefail
 
 PACKAGES=(
@@ -20,6 +21,7 @@ PACKAGES=(
     check
     ffmpeg
     python3-dev python3-numpy python3-torch python3-av
+    clang
 )
 
 missing=()

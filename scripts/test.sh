@@ -4,6 +4,7 @@
 #   build/release  optimised, -Werror
 #   build/asan     AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover
 #   build/tsan     ThreadSanitizer, on the threaded parts (index, engine, agent)
+#   build/fuzz     every libFuzzer target for 30 s on its committed corpus (clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -30,4 +31,6 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_config build/asan -- -DCMAKE_BUILD_TYPE=Debug -DDH_SANITIZE=ON
 CK_TIMEOUT_MULTIPLIER=10 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
     run_config build/tsan -R "test_probe|test_manifest|test_engine|test_serve|test_sim|test_ring" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
+echo "== build/fuzz: each target 30 s (asserting its invariants)"
+bash scripts/fuzz.sh 30
 echo "== all configurations passed"
