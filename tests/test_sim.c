@@ -522,6 +522,33 @@ START_TEST(bad_run_configs_are_refused_clearly)
 }
 END_TEST
 
+/* Every policy with ranks above and below workers, on one node and two (issue 12 #1: local
+ * with R > W indexed past its node table; the suite runs this under ASan). */
+START_TEST(every_policy_runs_every_shape)
+{
+    static const int shapes[][3] = {{4, 2, 1}, {2, 6, 1}, {8, 4, 2}, {2, 8, 2}};
+    const char *const *pol = dh_policy_names();
+    for (int p = 0; pol[p]; p++)
+        for (int k = 0; k < 4; k++) {
+            dh_run_config c;
+            dh_run_config_default(&c);
+            c.workload = "kinetics-clips";
+            c.policy = pol[p];
+            c.ranks = shapes[k][0];
+            c.workers = shapes[k][1];
+            c.nodes = shapes[k][2];
+            c.global_batch = 16;
+            c.steps = 5;
+            dh_result r = DH_RESULT_INIT;
+            char err[256];
+            ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s R=%d W=%d N=%d: %s",
+                          pol[p], c.ranks, c.workers, c.nodes, err);
+            ck_assert_int_eq(r.delivered + r.failed, 5 * 16);
+            ck_assert(isfinite(r.makespan_s) && r.makespan_s > 0);
+        }
+}
+END_TEST
+
 /* Issue 12: NaN, infinities and overflowing sizes are refused where they enter. Before,
  * understate 1:1e200 printed "makespan -nan" and emulated ranks slept nanosleep(-nan); a
  * budget of INT64_MAX overflowed the ring's size arithmetic (UBSan). */
@@ -579,6 +606,7 @@ int main(void)
     tcase_add_test(tc, rank_caps_are_honoured_or_counted);
     tcase_add_test(tc, one_node_is_the_single_pool);
     tcase_add_test(tc, numbers_out_of_range_are_refused_where_they_enter);
+    tcase_add_test(tc, every_policy_runs_every_shape);
     tcase_add_test(tc, idle_nodes_prepare_late_samples_when_the_network_is_cheap);
     tcase_add_test(tc, nodes_must_divide_ranks_and_workers);
     tcase_add_test(tc, bad_run_configs_are_refused_clearly);

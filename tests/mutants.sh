@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# mutants.sh - the mutation test: COUNT seeded mutants of small generated media
+# (H.264 in MP4 and Matroska, JPEG, PNG, FLAC) go through `index` and then
+# through a real `run` that decodes every one of them under the descriptor of
+# the file it was made from (so broken files reach the decoders, as a file
+# changed under a manifest would). Nothing may crash or hang, every failure
+# must name its sample, and the accounting must be exact:
+# delivered + failed = scheduled. Under the ASan build this is the suite's
+# "mutants under ASan" test; bench/run_mutants.sh runs it long.
+#   usage: mutants.sh DATAHELIX DH_MUTATE [COUNT] [SEED] [KEEP_DIR]
+set -uo pipefail
+DH=${1:?usage: mutants.sh DATAHELIX DH_MUTATE [COUNT] [SEED] [KEEP_DIR]}
+MUTATE=${2:?}
+COUNT=${3:-300}
+SEED=${4:-1}
+FFMPEG=${DH_FFMPEG:-ffmpeg}
+WORK=${5:-$(mktemp -d "${TMPDIR:-/tmp}/dhmut.XXXXXX")}
+[[ -n ${5:-} ]] || trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/seed" "$WORK/m"
+pass=0 fail=0
+check() {
+    local name=$1; shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+ff() { "$FFMPEG" -v error -y -nostdin "$@"; }
+ff -f lavfi -i testsrc2=size=64x48:rate=10 -frames:v 12 -c:v libx264 -g 4 -bf 2 -pix_fmt yuv420p "$WORK/seed/v.mp4"
+ff -f lavfi -i testsrc2=size=48x32:rate=12 -frames:v 8 -c:v libx264 -g 3 -pix_fmt yuv420p "$WORK/seed/w.mkv"
+ff -f lavfi -i testsrc2=size=40x30 -frames:v 1 "$WORK/seed/i.jpg"
+ff -f lavfi -i testsrc2=size=40x30 -frames:v 1 "$WORK/seed/p.png"
+ff -f lavfi -i sine=sample_rate=8000 -t 0.5 "$WORK/seed/a.flac"
+"$DH" index "$WORK/seed" -o "$WORK/seed/seed.jsonl" -q > /dev/null
+check "the seeds index" test "$(wc -l < "$WORK/seed/seed.jsonl")" -eq 5
+
+seeds=("$WORK/seed/v.mp4" "$WORK/seed/w.mkv" "$WORK/seed/i.jpg" "$WORK/seed/p.png" "$WORK/seed/a.flac")
+"$MUTATE" "$SEED" "$COUNT" "$WORK/m" "${seeds[@]}"
+check "mutants written" test "$(ls "$WORK/m" | wc -l)" -eq "$COUNT"
+
+# index probes every mutant: some are still media, the rest are skipped with a reason.
+timeout 600 "$DH" index "$WORK/m" -o "$WORK/m/probed.jsonl" -q > "$WORK/index.out" 2> "$WORK/index.err"
+rc=$?
+check "index over the mutants exits 0 (rc $rc)" test $rc -eq 0
+check "index accounts for every mutant" grep -q "$COUNT files: .* probed + .* skipped" "$WORK/index.out"
+
+# The run: every mutant under its seed's descriptor.
+for ((k = 0; k < COUNT; k++)); do
+    seed=$(basename "${seeds[k % 5]}")
+    name=$(printf 'm%05d.%s' "$k" "${seed##*.}")
+    grep "\"path\":\"$seed\"" "$WORK/seed/seed.jsonl" |
+        sed "s|\"id\":\"$seed\"|\"id\":\"$name\"|; s|\"path\":\"$seed\"|\"path\":\"$name\"|"
+done > "$WORK/m/all.jsonl"
+timeout 1200 "$DH" run --manifest "$WORK/m/all.jsonl" --policy pool --ranks 2 --workers 2 \
+    --batch 10 --epochs 1 --sample-timeout 30 --json "$WORK/run.json" \
+    > "$WORK/run.out" 2> "$WORK/run.err"
+rc=$?
+check "the run over every mutant exits 0 (rc $rc)" test $rc -eq 0
+delivered=$(sed -n 's/.*"delivered":\([0-9]*\).*/\1/p' "$WORK/run.json")
+failed=$(sed -n 's/.*"failed":\([0-9]*\).*/\1/p' "$WORK/run.json")
+scheduled=$(( (COUNT / 10) * 10 ))
+check "delivered ${delivered:-?} + failed ${failed:-?} = scheduled $scheduled" \
+    test "$(( ${delivered:-0} + ${failed:-0} ))" -eq "$scheduled"
+named=$(grep -c '^datahelix: sample "m[0-9]*\.' "$WORK/run.err" || true)
+shown=$(( ${failed:-0} < 20 ? ${failed:-0} : 20 ))
+check "each failure shown names its sample ($named of the first $shown)" test "$named" -eq "$shown"
+check "no sanitizer report" test -z "$(grep -l 'Sanitizer' "$WORK"/*.err 2>/dev/null)"
+echo "mutants: $COUNT mutants (seed $SEED): index $(grep -o '[0-9]* probed + [0-9]* skipped' "$WORK/index.out"); run delivered ${delivered:-?} + failed ${failed:-?} = $scheduled"
+echo "mutants: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
