@@ -49,7 +49,7 @@ for ((k = 0; k < COUNT; k++)); do
         sed "s|\"id\":\"$seed\"|\"id\":\"$name\"|; s|\"path\":\"$seed\"|\"path\":\"$name\"|"
 done > "$WORK/m/all.jsonl"
 timeout 1200 "$DH" run --manifest "$WORK/m/all.jsonl" --policy pool --ranks 2 --workers 2 \
-    --batch 10 --epochs 1 --sample-timeout 30 --json "$WORK/run.json" \
+    --batch 10 --epochs 1 --sample-timeout 30 --json "$WORK/run.json" --trace "$WORK/trace.json" \
     > "$WORK/run.out" 2> "$WORK/run.err"
 rc=$?
 check "the run over every mutant exits 0 (rc $rc)" test $rc -eq 0
@@ -62,6 +62,10 @@ named=$(grep -c '^datahelix: sample "m[0-9]*\.' "$WORK/run.err" || true)
 shown=$(( ${failed:-0} < 20 ? ${failed:-0} : 20 ))
 check "each failure shown names its sample ($named of the first $shown)" test "$named" -eq "$shown"
 check "no sanitizer report" test -z "$(grep -l 'Sanitizer' "$WORK"/*.err 2>/dev/null)"
+# The longest any one sample held a worker (the trace's longest "prepare" span, in us).
+worst=$(grep -o '"name":"prepare[^"]*","ts":[0-9.]*,"dur":[0-9.]*' "$WORK/trace.json" |
+        sed 's/.*"dur"://' | sort -g | tail -n 1)
+echo "mutants: longest single sample on a worker: $(awk -v u="${worst:-0}" 'BEGIN { printf "%.1f ms", u / 1000 }')"
 echo "mutants: $COUNT mutants (seed $SEED): index $(grep -o '[0-9]* probed + [0-9]* skipped' "$WORK/index.out"); run delivered ${delivered:-?} + failed ${failed:-?} = $scheduled"
 echo "mutants: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

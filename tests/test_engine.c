@@ -471,6 +471,34 @@ static void *take_forever(void *p)
     }
 }
 
+/* A consumer waiting for its batch while workers plan steps far ahead: the records'
+ * ring regrows meanwhile and moves every record; the request must not touch the record it
+ * looked up before waiting (TSan/ASan saw a use after free in dh__engine_next). */
+START_TEST(a_waiting_request_survives_the_records_regrowing)
+{
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "pool");
+    c.ranks = 1;
+    c.global_batch = 1; /* 9 steps an epoch: 40 steps open records well past the first 8 */
+    c.steps = 40;
+    c.memory_budget = INT64_C(1) << 30;
+    dh_engine *e;
+    char err[256] = "";
+    ck_assert_msg(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
+    for (int64_t st = 0; st < 40; st++) {
+        dh_batch b;
+        ck_assert_int_eq(dh_engine_next_batch(e, 0, &b), 0);
+        ck_assert_int_eq(b.step, st);
+        dh_engine_release(e, &b, 0.0);
+    }
+    dh_result r = DH_RESULT_INIT;
+    ck_assert_int_eq(dh_engine_finish(e, &r), 0);
+    ck_assert_int_eq(r.delivered, 40);
+    dh_engine_free(e);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(stop_wakes_a_blocked_consumer_and_streams_without_a_length)
 {
     /* A run without a length (DH_STEPS_FOREVER) over 9 samples goes round epoch after
@@ -682,6 +710,7 @@ int main(void)
     tcase_add_test(tc, a_failing_sample_fails_in_every_epoch_it_is_scheduled);
     tcase_add_test(tc, threads_that_cannot_start_unwind_cleanly);
     tcase_add_test(tc, allocation_failures_stop_the_real_engine_cleanly);
+    tcase_add_test(tc, a_waiting_request_survives_the_records_regrowing);
     tcase_add_test(tc, stop_wakes_a_blocked_consumer_and_streams_without_a_length);
     tcase_add_test(tc, should_stop_ends_an_endless_run_with_its_accounting);
     tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */

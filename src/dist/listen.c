@@ -7,6 +7,7 @@
 #include "dist.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +71,29 @@ int dh__listen(const char *name, int backlog, char *err, size_t errlen)
     int is_path = name[0] != '@';
     if (is_path && stale_socket(name, &addr, alen))
         unlink(name);
-    if (bind(fd, (struct sockaddr *)&addr, alen) < 0) {
+    /* A path socket is bound under a temporary name, made 0600, then renamed into place:
+     * the name never shows a socket with the umask's mode, even for an instant. */
+    char tmp[sizeof addr.sun_path];
+    struct sockaddr_un taddr;
+    socklen_t talen;
+    int staged = is_path &&
+                 (size_t)snprintf(tmp, sizeof tmp, "%s.%ld", name, (long)getpid()) < sizeof tmp &&
+                 !make_addr(tmp, &taddr, &talen);
+    if (staged) {
+        unlink(tmp);
+        /* RENAME_NOREPLACE: a live agent's socket is never replaced (it is EEXIST) */
+        if (bind(fd, (struct sockaddr *)&taddr, talen) < 0 || chmod(tmp, 0600) < 0 ||
+            renameat2(AT_FDCWD, tmp, AT_FDCWD, name, RENAME_NOREPLACE) < 0) {
+            int e = errno == EEXIST ? EADDRINUSE : errno;
+            unlink(tmp);
+            close(fd);
+            return dh__fail(err, errlen, e == EADDRINUSE ? DH_EEXIST : -e,
+                            "cannot listen on %s: %s%s", name, strerror(e),
+                            e == EADDRINUSE ? " (another agent serves this job: pick another "
+                                              "--socket or DH_JOB)"
+                                            : "");
+        }
+    } else if (bind(fd, (struct sockaddr *)&addr, alen) < 0) {
         int e = errno;
         close(fd);
         return dh__fail(err, errlen, e == EADDRINUSE ? DH_EEXIST : -e,
@@ -79,7 +102,7 @@ int dh__listen(const char *name, int backlog, char *err, size_t errlen)
                                           "--socket or DH_JOB)"
                                         : "");
     }
-    if ((is_path && chmod(name, 0600) < 0) || listen(fd, backlog) < 0) {
+    if ((is_path && !staged && chmod(name, 0600) < 0) || listen(fd, backlog) < 0) {
         int e = errno;
         close(fd);
         if (is_path)

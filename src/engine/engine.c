@@ -152,7 +152,10 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
         pthread_mutex_unlock(&e->mu);
         return rc;
     }
-    if (rb->ready == 0)
+    /* Again: while we waited, workers may have opened later steps and regrown the records'
+     * ring, which moves every record (the slot b is allocated per step and stays put). */
+    rb = dh__records_batch(&e->rec, st, rank);
+    if (rb && rb->ready == 0)
         rb->ready = asked; /* empty batches are ready at once */
     b->taken = dh__eng_elapsed(e);
     dh__sched_batch_taken(e->sched, rank, st, b->taken);
