@@ -16,10 +16,12 @@ command -v clang > /dev/null || { echo "fuzz.sh: clang is missing (bash scripts/
 
 B=build/fuzz
 mkdir -p build
-CC=clang cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDH_FUZZ=ON -DDH_PYTHON=OFF \
-    > "$B.configure.log" 2>&1 || { cat "$B.configure.log"; exit 1; }
-cmake --build "$B" -j "$(nproc 2>/dev/null || echo 2)" --target "${TARGETS[@]}" \
-    > "$B.build.log" 2>&1 || { cat "$B.build.log"; exit 1; }
+if [[ -z ${DH_FUZZ_NO_BUILD:-} ]]; then # set by bench/run_fuzz.sh, which builds once
+    CC=clang cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDH_FUZZ=ON -DDH_PYTHON=OFF \
+        > "$B.configure.log" 2>&1 || { cat "$B.configure.log"; exit 1; }
+    cmake --build "$B" -j "$(nproc 2>/dev/null || echo 2)" --target "${TARGETS[@]}" \
+        > "$B.build.log" 2>&1 || { cat "$B.build.log"; exit 1; }
+fi
 
 mkdir -p "$B/crashes"
 failed=0

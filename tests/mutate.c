@@ -14,7 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DH_MIN_SIZE(a, b) ((a) < (b) ? (a) : (b))
+/* (a function, not a macro: its arguments draw random numbers and must be drawn once) */
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
 
 static uint64_t rng_state;
 
@@ -61,18 +65,18 @@ static size_t edit(unsigned char *buf, size_t len, size_t cap)
             buf[below(len)] ^= (unsigned char)(1u << below(8));
         return len;
     case 1: /* random bytes over a range */
-        n = DH_MIN_SIZE(1 + below(64), len - at);
+        n = min_size(1 + below(64), len - at);
         for (size_t i = 0; i < n; i++)
             buf[at + i] = (unsigned char)rnd();
         return len;
     case 2: /* zeros over a range */
-        n = DH_MIN_SIZE(1 + below(256), len - at);
+        n = min_size(1 + below(256), len - at);
         memset(buf + at, 0, n);
         return len;
     case 3: /* truncate */
         return at > 0 ? at : len;
     default: /* duplicate a chunk in place */
-        n = DH_MIN_SIZE(1 + below(512), len - at);
+        n = min_size(1 + below(512), len - at);
         if (len + n > cap)
             return len;
         memmove(buf + at + n, buf + at, len - at);

@@ -118,6 +118,28 @@ static PyObject *item_dict(const dh_batch_item *it)
 
 static PyObject *type_names[3]; /* interned "video", "image", "audio" */
 
+/* The batch's sample indices, ids and token counts into three lists of nsamples. */
+static int fill_samples(BatchObject *self, PyObject *samples, PyObject *ids, PyObject *tokens)
+{
+    const dh_batch *b = &self->b;
+    for (int32_t k = 0; k < b->nsamples; k++) {
+        const char *id = dh_client_sample_id(self->client->c, b, k);
+        PyObject *s = PyLong_FromLongLong(b->samples[k]), *t = PyLong_FromLongLong(b->tokens[k]);
+        PyObject *i = PyUnicode_DecodeUTF8(id ? id : "", id ? (Py_ssize_t)strlen(id) : 0,
+                                           "replace");
+        if (!s || !t || !i) {
+            Py_XDECREF(s);
+            Py_XDECREF(t);
+            Py_XDECREF(i);
+            return -1;
+        }
+        PyList_SET_ITEM(samples, k, s);
+        PyList_SET_ITEM(tokens, k, t);
+        PyList_SET_ITEM(ids, k, i);
+    }
+    return 0;
+}
+
 /* The batch's layout in the cheapest form to turn into views (the Loader's hot path):
  * (step, items, samples, ids, tokens, status, emulated_compute_s); items are
  * (type, offset, bytes, is_float32, shape) tuples; status is per sample (0 or the
@@ -132,13 +154,8 @@ static PyObject *batch_layout(BatchObject *self, PyObject *unused)
     int32_t *st = NULL;
     if (!items || !samples || !ids || !tokens || !status)
         goto fail;
-    for (int32_t k = 0; k < b->nsamples; k++) {
-        const char *id = dh_client_sample_id(self->client->c, b, k);
-        PyList_SET_ITEM(samples, k, PyLong_FromLongLong(b->samples[k]));
-        PyList_SET_ITEM(tokens, k, PyLong_FromLongLong(b->tokens[k]));
-        PyList_SET_ITEM(ids, k, PyUnicode_DecodeUTF8(id ? id : "", id ? (Py_ssize_t)strlen(id) : 0,
-                                                     "replace"));
-    }
+    if (fill_samples(self, samples, ids, tokens))
+        goto fail;
     st = PyMem_Calloc((size_t)b->nsamples + 1, sizeof *st);
     if (!st)
         goto fail;
@@ -198,13 +215,8 @@ static PyObject *batch_describe(BatchObject *self, PyObject *unused)
             goto fail;
         PyList_SET_ITEM(items, k, d);
     }
-    for (int32_t k = 0; k < b->nsamples; k++) {
-        const char *id = dh_client_sample_id(self->client->c, b, k);
-        PyList_SET_ITEM(samples, k, PyLong_FromLongLong(b->samples[k]));
-        PyList_SET_ITEM(tokens, k, PyLong_FromLongLong(b->tokens[k]));
-        PyList_SET_ITEM(ids, k, PyUnicode_DecodeUTF8(id ? id : "", id ? (Py_ssize_t)strlen(id) : 0,
-                                                     "replace"));
-    }
+    if (fill_samples(self, samples, ids, tokens))
+        goto fail;
     return Py_BuildValue("{s:L,s:i,s:N,s:N,s:N,s:N,s:i,s:L,s:d}", "step", (long long)b->step,
                          "rank", b->rank, "items", items, "samples", samples, "ids", ids,
                          "tokens", tokens, "nfailed", b->nfailed, "bytes", (long long)b->bytes,

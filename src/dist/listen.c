@@ -59,6 +59,17 @@ static int stale_socket(const char *path, const struct sockaddr_un *addr, sockle
     return refused;
 }
 
+/* Closes fd and says why binding name failed (errno e); a name in use is DH_EEXIST. */
+static int bind_failed(int fd, const char *name, int e, char *err, size_t errlen)
+{
+    close(fd);
+    return dh__fail(err, errlen, e == EADDRINUSE ? DH_EEXIST : -e, "cannot listen on %s: %s%s",
+                    name, strerror(e),
+                    e == EADDRINUSE ? " (another agent serves this job: pick another --socket "
+                                      "or DH_JOB)"
+                                    : "");
+}
+
 int dh__listen(const char *name, int backlog, char *err, size_t errlen)
 {
     struct sockaddr_un addr;
@@ -86,21 +97,10 @@ int dh__listen(const char *name, int backlog, char *err, size_t errlen)
             renameat2(AT_FDCWD, tmp, AT_FDCWD, name, RENAME_NOREPLACE) < 0) {
             int e = errno == EEXIST ? EADDRINUSE : errno;
             unlink(tmp);
-            close(fd);
-            return dh__fail(err, errlen, e == EADDRINUSE ? DH_EEXIST : -e,
-                            "cannot listen on %s: %s%s", name, strerror(e),
-                            e == EADDRINUSE ? " (another agent serves this job: pick another "
-                                              "--socket or DH_JOB)"
-                                            : "");
+            return bind_failed(fd, name, e, err, errlen);
         }
     } else if (bind(fd, (struct sockaddr *)&addr, alen) < 0) {
-        int e = errno;
-        close(fd);
-        return dh__fail(err, errlen, e == EADDRINUSE ? DH_EEXIST : -e,
-                        "cannot listen on %s: %s%s", name, strerror(e),
-                        e == EADDRINUSE ? " (another agent serves this job: pick another "
-                                          "--socket or DH_JOB)"
-                                        : "");
+        return bind_failed(fd, name, errno, err, errlen);
     }
     if ((is_path && !staged && chmod(name, 0600) < 0) || listen(fd, backlog) < 0) {
         int e = errno;
