@@ -42,12 +42,16 @@ check "index over the mutants exits 0 (rc $rc)" test $rc -eq 0
 check "index accounts for every mutant" grep -q "$COUNT files: .* probed + .* skipped" "$WORK/index.out"
 
 # The run: every mutant under its seed's descriptor.
-for ((k = 0; k < COUNT; k++)); do
-    seed=$(basename "${seeds[k % 5]}")
-    name=$(printf 'm%05d.%s' "$k" "${seed##*.}")
-    grep "\"path\":\"$seed\"" "$WORK/seed/seed.jsonl" |
-        sed "s|\"id\":\"$seed\"|\"id\":\"$name\"|; s|\"path\":\"$seed\"|\"path\":\"$name\"|"
-done > "$WORK/m/all.jsonl"
+# (one awk pass: the seed lines by name, then mutant k takes seed k % 5's line)
+awk -v count="$COUNT" -v order="v.mp4 w.mkv i.jpg p.png a.flac" '
+    { for (f = 1; f <= 5; f++) { split(order, o, " ");
+          if (index($0, "\"path\":\"" o[f] "\"")) line[f] = $0 } }
+    END { split(order, o, " ");
+          for (k = 0; k < count; k++) {
+              f = k % 5 + 1; ext = substr(o[f], index(o[f], ".") + 1);
+              name = sprintf("m%05d.%s", k, ext); l = line[f];
+              gsub("\"" o[f] "\"", "\"" name "\"", l); print l } }' \
+    "$WORK/seed/seed.jsonl" > "$WORK/m/all.jsonl"
 timeout 1200 "$DH" run --manifest "$WORK/m/all.jsonl" --policy pool --ranks 2 --workers 2 \
     --batch 10 --epochs 1 --sample-timeout 30 --json "$WORK/run.json" --trace "$WORK/trace.json" \
     > "$WORK/run.out" 2> "$WORK/run.err"
