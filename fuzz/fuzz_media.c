@@ -6,7 +6,8 @@
  * exactly the derived size. Never crashes, hangs or leaks (libFuzzer and
  * ASan check those), and asserts the invariants the engine relies on:
  *   - an accepted probe describes media the manifest loader would accept
- *     (sizes positive and within the default limits, keyframes ascending and
+ *     (sizes positive and within the default limits, a usable frame rate and
+ *     duration that agree with the frame count, keyframes ascending and
  *     inside the frame count);
  *   - what the probe describes derives under the spec;
  *   - a decoder returns 0 or one of the library's negative codes, with a
@@ -15,6 +16,7 @@
  */
 #include "codec/decode.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +74,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                   (int64_t)mi->width * mi->height <= lim.max_pixels,
               "probe accepted %dx%d", mi->width, mi->height);
     if (mi->type == DH_MEDIA_VIDEO) {
-        CHECK(mi->frames > 0 && mi->frames <= lim.max_frames && mi->fps > 0,
-              "probe accepted %lld frames at %g fps", (long long)mi->frames, mi->fps);
+        CHECK(mi->frames > 0 && mi->frames <= lim.max_frames && mi->fps >= 0.001 &&
+                  mi->duration_s > 0 &&
+                  fabs((double)mi->frames / mi->fps - mi->duration_s) <=
+                      0.25 * mi->duration_s + 1.0,
+              "probe accepted %lld frames at %g fps lasting %g s", (long long)mi->frames,
+              mi->fps, mi->duration_s);
         for (int32_t k = 0; k < mi->keyframe_count; k++)
             CHECK(mi->keyframes[k] >= 0 && mi->keyframes[k] < mi->frames &&
                       (k == 0 || mi->keyframes[k] > mi->keyframes[k - 1]),

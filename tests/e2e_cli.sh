@@ -212,6 +212,14 @@ check "an unwritable --json fails" test $? -eq 1
 check "an unwritable --json is named" contains "$WORK/nojson.err" "cannot write .*r.json"
 check "an unwritable --json stops before the run" test "$(grep -c delivered "$WORK/nojson.out")" -eq 0
 
+# A video with one frame and no frame rate or duration (found by fuzz_media) is skipped by
+# index; before, index wrote a line that its own loader refused.
+mkdir -p "$WORK/norate"
+cp "$(dirname "$0")/../fuzz/corpus/media/crash-1frame-0fps.bin" "$WORK/norate/x.bin"
+"$DH" index "$WORK/norate" -o "$WORK/norate/m.jsonl" > /dev/null 2> "$WORK/norate.err"
+check "a video without a usable rate is skipped by index" contains "$WORK/norate.err" \
+    "x.bin: skipped: video has 1 frames but no usable frame rate or duration"
+
 # Diagnostics are capped: 30 bad lines print 20 in full and a count of the rest.
 for i in $(seq 30); do echo "not json $i"; done > "$WORK/junk.jsonl"
 "$DH" inspect "$WORK/junk.jsonl" > /dev/null 2> "$WORK/junk.err"
