@@ -3,7 +3,8 @@
 # Builds revision REV (default: the last commit before the current change
 # series, given as an argument) in a temporary worktree, runs the simulated
 # suite with every policy on both builds and compares the JSON run by run,
-# every key except wall_s (the simulator's own time). Exits non-zero and
+# every key except wall_s (the simulator's own time) and the step-stall keys added
+# after 8bce929 (stall_*, late_step_frac: new metrics, not changed ones). Exits non-zero and
 # prints the differing fields when anything differs.
 #   usage: bench/check_sim_identity.sh REV [BUILD_DIR] [STEPS]
 #   e.g.   bench/check_sim_identity.sh 8bce929 build/release 1000   (about 1 min)
@@ -30,7 +31,7 @@ done
 
 # One run per line, wall_s dropped, keys in the order written.
 norm() { tr -d '\n' < "$1" | sed 's/},{/}\n{/g; s/^{"runs":\[//; s/\],"summary".*//' |
-         sed 's/"wall_s":[^,}]*,\{0,1\}//'; }
+         sed 's/"wall_s":[^,}]*,\{0,1\}//; s/,"stall_mean_ms":[^}]*}/}/g'; }
 if diff <(norm "$tmp/before.json") <(norm "$tmp/after.json") > "$tmp/diff.txt"; then
     runs=$(norm "$tmp/after.json" | grep -c '"policy"')
     echo "identical: $runs simulated runs ($steps steps, $policies) match $rev except wall_s"

@@ -61,6 +61,11 @@ START_TEST(metrics_on_a_hand_built_trace)
     ck_assert_double_eq_tol(r.wait_mean_ms, 125, 1e-9);    /* (0 + 500 + 0 + 0) / 4 */
     ck_assert_double_eq_tol(r.wait_p50_ms, 0, 1e-12);
     ck_assert_double_eq_tol(r.wait_p95_ms, 500, 1e-9);
+    /* Step stalls: step 1 waits for rank 1 (500 ms), step 2 for nobody. */
+    ck_assert_double_eq_tol(r.stall_mean_ms, 250, 1e-9);
+    ck_assert_double_eq_tol(r.stall_p95_ms, 500, 1e-9);
+    ck_assert_double_eq_tol(r.stall_p99_ms, 500, 1e-9);
+    ck_assert_double_eq_tol(r.late_step_frac, 0.5, 1e-12);
     /* GPU bound: (0.1 + max(1, 1)) + (0.1 + max(1, 1)) + (0.1 + max(2, 3)) = 5.3 > CPU 3. */
     ck_assert_double_eq_tol(r.bound_gpu_s, 5.3, 1e-12);
     ck_assert_double_eq_tol(r.bound_cpu_s, 3.0, 1e-12);

@@ -88,6 +88,19 @@ static int find(const char **items, int n, const char *name)
     return -1;
 }
 
+/* 1 - ours / theirs as text ("%+.1f%%") and JSON; relative to a baseline that never
+ * waited it is undefined: "n/a", null. */
+static void reduction(double ours, double theirs, char text[32], char json[32])
+{
+    if (theirs > 0) {
+        snprintf(text, 32, "%+.1f%%", 100 * (1 - ours / theirs));
+        snprintf(json, 32, "%.6f", 1 - ours / theirs);
+    } else {
+        snprintf(text, 32, "n/a");
+        snprintf(json, 32, "null");
+    }
+}
+
 /* The docs/DESIGN.md summary: helix against each baseline present. */
 static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
                     int np)
@@ -104,33 +117,33 @@ static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
         int b = find(pol, np, base[k]);
         if (h < 0 || b < 0)
             continue;
-        double lt = 0, lh = 0, mh = 0, mb = 0, ph = 0, pb = 0;
+        double lt = 0, lh = 0, mh = 0, mb = 0, ph = 0, pb = 0, sh = 0, sb = 0, lsh = 0, lsb = 0;
         for (int w = 0; w < nw; w++) {
             const dh_result *x = &res[w * np + h], *y = &res[w * np + b];
             lt += log(x->throughput_sps / y->throughput_sps);
             lh += log(((double)y->samples / y->bound_s) / y->throughput_sps);
             mh += x->miss_rate, mb += y->miss_rate;
             ph += x->wait_p95_ms, pb += y->wait_p95_ms;
+            sh += x->stall_p95_ms, sb += y->stall_p95_ms;
+            lsh += x->late_step_frac, lsb += y->late_step_frac;
         }
         double tput = exp(lt / nw), head = exp(lh / nw);
-        /* A reduction relative to a baseline that never waited is undefined: n/a, null. */
-        char miss[32] = "n/a", p95[32] = "n/a", jmiss[32] = "null", jp95[32] = "null";
-        if (mb > 0) {
-            snprintf(miss, sizeof miss, "%+.1f%%", 100 * (1 - mh / mb));
-            snprintf(jmiss, sizeof jmiss, "%.6f", 1 - mh / mb);
-        }
-        if (pb > 0) {
-            snprintf(p95, sizeof p95, "%+.1f%%", 100 * (1 - ph / pb));
-            snprintf(jp95, sizeof jp95, "%.6f", 1 - ph / pb);
-        }
+        char miss[32], p95[32], jmiss[32], jp95[32], stall[32], jstall[32], late[32], jlate[32];
+        reduction(mh, mb, miss, jmiss);
+        reduction(ph, pb, p95, jp95);
+        reduction(sh, sb, stall, jstall);
+        reduction(lsh, lsb, late, jlate);
         printf("  vs %-5s throughput x%.2f (geomean; headroom x%.2f)  miss reduction %s  "
-               "p95 reduction %s\n",
-               base[k], tput, head, miss, p95);
+               "p95 reduction %s\n           step stall p95 reduction %s  late steps "
+               "reduction %s\n",
+               base[k], tput, head, miss, p95, stall, late);
         if (jf)
             fprintf(jf,
                     ",\"tput_geomean_vs_%s\":%.6f,\"miss_reduction_vs_%s\":%s,"
-                    "\"p95_reduction_vs_%s\":%s,\"headroom_vs_%s\":%.6f",
-                    base[k], tput, base[k], jmiss, base[k], jp95, base[k], head);
+                    "\"p95_reduction_vs_%s\":%s,\"headroom_vs_%s\":%.6f,"
+                    "\"stall_p95_reduction_vs_%s\":%s,\"late_step_reduction_vs_%s\":%s",
+                    base[k], tput, base[k], jmiss, base[k], jp95, base[k], head, base[k],
+                    jstall, base[k], jlate);
     }
     if (h >= 0)
         printf("  helix min efficiency %.3f\n", min_eff);

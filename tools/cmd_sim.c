@@ -169,6 +169,9 @@ void cli_print_result(const dh_result *r)
            100 * r->cpu_mape, 100 * r->gpu_mape, r->memory_peak / 1048576.0,
            r->memory_budget / 1048576.0, (long long)r->delivered, (long long)r->failed,
            (long long)r->samples, r->wall_s, strcmp(r->engine, "real") ? "to simulate" : "wall");
+    printf("  step stalls (a step waits for its slowest rank) ms: mean %.2f p95 %.2f p99 %.2f  "
+           "late steps %.1f%%\n",
+           r->stall_mean_ms, r->stall_p95_ms, r->stall_p99_ms, 100 * r->late_step_frac);
     if (r->wait_mean_ms > 0)
         printf("  of the input wait, %.0f%% is single tasks longer than their step allows "
                "(no placement hides them)\n", 100 * r->wait_single_frac);

@@ -154,6 +154,10 @@ typedef struct {
      * longest task (or split part), started when its step's first task did, would still
      * end that late, so no placement or lending hides it (only finer splitting could) */
     double wait_single_frac;
+    /* Step stalls (steps >= 1): a synchronous step waits for its slowest rank, so a step's
+     * stall is the longest input wait among its ranks, what the collective really loses.
+     * late_step_frac: steps with any rank late. */
+    double stall_mean_ms, stall_p95_ms, stall_p99_ms, late_step_frac;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

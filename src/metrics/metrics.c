@@ -101,6 +101,8 @@ void dh__records_free(dh__records *rec)
     free(rec->step);
     free(rec->sketch.v);
     free(rec->sketch.hist);
+    free(rec->stalls.v);
+    free(rec->stalls.hist);
     memset(rec, 0, sizeof *rec);
 }
 
@@ -179,7 +181,7 @@ static void fold(dh__records *rec, int64_t st)
 {
     const dh__rec_step *sp = &rec->step[st & (rec->cap - 1)];
     const dh__rec_batch *b = &rec->batch[(st & (rec->cap - 1)) * rec->R];
-    double slowest = 0;
+    double slowest = 0, stall = 0;
     for (int r = 0; r < rec->R; r++) {
         double late = b[r].ready - b[r].deadline;
         if (st == 0) {
@@ -196,8 +198,15 @@ static void fold(dh__records *rec, int64_t st)
                                                              b[r].deadline)) * 1e3;
             if (sketch_add(&rec->sketch, w))
                 rec->error = DH_ENOMEM;
+            stall = DH_MAX(stall, w);
         }
         slowest = DH_MAX(slowest, b[r].compute);
+    }
+    if (st > 0) { /* the step waits for its slowest rank */
+        rec->stall_sum += stall;
+        rec->late_steps += stall > 1e-6;
+        if (sketch_add(&rec->stalls, stall))
+            rec->error = DH_ENOMEM;
     }
     rec->placement += rec->step_fixed + slowest;
     rec->gpu_bound += rec->step_fixed + DH_MAX(sp->gpu_sum / rec->R, sp->gpu_max);
@@ -231,6 +240,15 @@ static void wait_stats(dh__records *rec, dh_result *out)
     out->wait_p50_ms = sketch_percentile(&rec->sketch, 50);
     out->wait_p95_ms = sketch_percentile(&rec->sketch, 95);
     out->wait_p99_ms = sketch_percentile(&rec->sketch, 99);
+    int64_t steps = rec->steps - 1; /* step 0 is the pipeline's fill */
+    if (steps <= 0)
+        return;
+    if (rec->stalls.v && !rec->stalls.hist)
+        qsort(rec->stalls.v, (size_t)rec->stalls.n, sizeof *rec->stalls.v, cmp_double);
+    out->stall_mean_ms = rec->stall_sum / (double)steps;
+    out->stall_p95_ms = sketch_percentile(&rec->stalls, 95);
+    out->stall_p99_ms = sketch_percentile(&rec->stalls, 99);
+    out->late_step_frac = (double)rec->late_steps / (double)steps;
 }
 
 void dh__records_finish(dh__records *rec, int workers, dh_result *out)
@@ -271,7 +289,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"reb_realised_gain_s\":%.9g,\"lend_considered\":%lld,\"lent\":%lld,"
             "\"lend_gated\":%lld,\"bytes_shipped\":%lld,\"wall_s\":%.6g,\"reb_refused\":%lld,"
             "\"reb_move_s\":%.6g,\"reb_move_factor\":%.6g,"
-            "\"wait_single_frac\":%.6f}",
+            "\"wait_single_frac\":%.6f,\"stall_mean_ms\":%.6g,\"stall_p95_ms\":%.6g,"
+            "\"stall_p99_ms\":%.6g,\"late_step_frac\":%.6f}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -283,7 +302,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             r->reb_realised_gain_s, (long long)r->lend_considered, (long long)r->lent,
             (long long)r->lend_gated, (long long)r->bytes_shipped, r->wall_s,
             (long long)r->reb_refused, r->reb_move_s, r->reb_move_factor,
-            r->wait_single_frac);
+            r->wait_single_frac, r->stall_mean_ms, r->stall_p95_ms, r->stall_p99_ms,
+            r->late_step_frac);
     return ferror(f) ? DH_EIO : 0;
 }
 

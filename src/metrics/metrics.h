@@ -60,6 +60,9 @@ typedef struct {
     int64_t steps, misses, waits;
     double fill, wait_sum, single, compute_sum, placement, gpu_bound;
     dh__wait_sketch sketch;
+    int64_t late_steps;   /* steps >= 1 with any rank late */
+    double stall_sum;     /* sum over steps >= 1 of the step's longest wait (ms) */
+    dh__wait_sketch stalls;
     double cpu_true_sum;  /* sum of true c_i over drawn samples (the real engine: measured) */
     int cpu_measured;     /* cpu_true_sum is measured work: keep it whole when a run stops */
     double makespan;
