@@ -245,6 +245,17 @@ check "an interrupted agent says how far the attach got" contains "$WORK/serve-i
 check "an interrupted agent had said where it listens" contains "$WORK/serve-int.err" \
     "listening on @dhe2e-"
 
+# bench --repeats: interleaved repeats, medians and ranges, a noise verdict; every run kept.
+"$DH" bench --mode sim --workloads kinetics-clips --steps 20 --repeats 2 \
+    --json "$WORK/rep.json" > "$WORK/rep.out" 2>&1
+check "bench --repeats prints each policy's median and range" \
+    test "$(grep -c 'median .* samples/s  range' "$WORK/rep.out")" -eq 3
+check "bench --repeats names the best policy" contains "$WORK/rep.out" "  best"
+check "bench --repeats keeps every run in the JSON" \
+    test "$(grep -o '"policy":' "$WORK/rep.json" | wc -l)" -eq 6
+"$DH" bench --mode sim --repeats 0 > /dev/null 2> "$WORK/rep0.err"
+check "bench --repeats 0 is a usage error" test $? -eq 2
+
 # Interrupted work leaves nothing a later command trusts (issue 12 #11).
 "$DH" bench --mode sim --steps 2000 --json "$WORK/bench-int.json" > "$WORK/bench-int.out" 2>&1 &
 pid=$!

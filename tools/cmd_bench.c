@@ -12,7 +12,7 @@
 
 static const char help[] =
     "usage: datahelix bench --mode sim|real [--workloads a,b|all] [--policies a,b] [--json F]\n"
-    "                       [--data DIR] [options]\n"
+    "                       [--data DIR] [--repeats N] [options]\n"
     "\n"
     "sim: all figures simulated (ground truth from the workloads' cost models with noise);\n"
     "     defaults: all eleven workloads, R=8, W=32.\n"
@@ -23,7 +23,12 @@ static const char help[] =
     "     each run is also simulated with that calibration to show the simulator's error.\n"
     "     Default workloads: kinetics-clips, webvid-caption, native-res-video,\n"
     "     anyres-images, speech-asr.\n"
-    "Policies default to local,pool,helix.\n";
+    "Policies default to local,pool,helix.\n"
+    "--repeats N runs every policy N times per workload, interleaved (A B C A B C ...),\n"
+    "with one calibration per workload (sim: seeds S, S+1, ..., as the simulator repeats\n"
+    "itself exactly); prints each policy's median and range of\n"
+    "samples/s and says which differences are within that noise; the summary and the\n"
+    "JSON's sim_predictions use each policy's median-throughput repeat (runs holds all).\n";
 
 /* Real mode: the workload's data under data/NAME, generated if missing, and calibrated. */
 static int prepare_real(const char *data, const char *name, const dh_run_config *cfg,
@@ -156,6 +161,7 @@ typedef struct {
     dh_stress stress;
     char wl_buf[1024], pol_buf[256];
     const char *mode, *json, *data;
+    int repeats;
 } bench_opts;
 
 /* Parses bench's options; 0, -1 after --help, or CLI_USAGE. */
@@ -164,6 +170,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
     dh_run_config_default(&o->cfg);
     snprintf(o->pol_buf, sizeof o->pol_buf, "local,pool,helix");
     o->data = "bench-data";
+    o->repeats = 1;
     o->cfg.ranks = o->cfg.workers = 0; /* defaults depend on the mode */
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -176,6 +183,14 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
             fputs(help, stdout);
             fputs(cli_run_help, stdout);
             return -1;
+        }
+        if (!strcmp(opt, "--repeats")) {
+            int64_t n;
+            if (cli_int(opt, val, 1, 100, &n))
+                return CLI_USAGE;
+            o->repeats = (int)n;
+            i++;
+            continue;
         }
         if (!val || (strcmp(opt, "--mode") && strcmp(opt, "--workloads") &&
                      strcmp(opt, "--policies") && strcmp(opt, "--json") && strcmp(opt, "--data"))) {
@@ -231,6 +246,50 @@ static int bench_one(const dh_run_config *c, int real, dh_result *r, dh_result *
     return 0;
 }
 
+static int cmp_tput(const void *a, const void *b)
+{
+    double x = (*(const dh_result *const *)a)->throughput_sps;
+    double y = (*(const dh_result *const *)b)->throughput_sps;
+    return (x > y) - (x < y);
+}
+
+/*
+ * One workload's repeats (rows[rep * np + p]): each policy's median-throughput repeat into
+ * med[p] (and its simulation into medsim[p]); with several repeats, prints the median and
+ * range per policy and whether each policy's difference from the best is within noise
+ * (their ranges overlap).
+ */
+static void pick_medians(const dh_result *rows, const dh_result *sims, int nrep, int np,
+                         const char **pol, dh_result *med, dh_result *medsim)
+{
+    double lo[MAX_ITEMS], hi[MAX_ITEMS], mid[MAX_ITEMS];
+    int best = 0;
+    for (int p = 0; p < np; p++) {
+        const dh_result *sorted[100];
+        for (int rep = 0; rep < nrep; rep++)
+            sorted[rep] = &rows[rep * np + p];
+        qsort(sorted, (size_t)nrep, sizeof *sorted, cmp_tput);
+        const dh_result *m = sorted[(nrep - 1) / 2];
+        med[p] = *m;
+        medsim[p] = sims[m - rows];
+        lo[p] = sorted[0]->throughput_sps;
+        hi[p] = sorted[nrep - 1]->throughput_sps;
+        mid[p] = m->throughput_sps;
+        if (mid[p] > mid[best])
+            best = p;
+    }
+    if (nrep < 2)
+        return;
+    for (int p = 0; p < np; p++) {
+        double spread = mid[p] > 0 ? 100 * (hi[p] - lo[p]) / mid[p] : 0;
+        printf("  %-16s median %10.1f samples/s  range %.1f-%.1f (%.1f%% of the median)%s\n",
+               pol[p], mid[p], lo[p], hi[p], spread,
+               p == best            ? "  best"
+               : lo[best] <= hi[p] ? "  within noise of the best (ranges overlap)"
+                                   : "");
+    }
+}
+
 /* The JSON's tail: the simulator's predictions (real mode), the summary. */
 static int bench_finish(FILE *jf, int real, int failed, const dh_result *res,
                         const dh_result *simres, int nw, const char **pol, int np)
@@ -273,8 +332,17 @@ int cli_bench(int argc, char **argv)
     const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
     static const char *const default_pol[] = {"local", "pool", "helix", NULL};
     int nw = split(o.wl_buf, wl, dh_workload_names()), np = split(o.pol_buf, pol, default_pol);
+    int nrep = o.repeats;
+    /* every repeat's results: all[((w * nrep) + rep) * np + p]; res/simres: the median */
+    dh_result *all = calloc((size_t)(nw * np * nrep + 1), sizeof *all);
+    dh_result *allsim = calloc((size_t)(nw * np * nrep + 1), sizeof *allsim);
     dh_result *res = calloc((size_t)(nw * np + 1), sizeof *res);
     dh_result *simres = calloc((size_t)(nw * np + 1), sizeof *simres);
+    if (!all || !allsim) {
+        free(res);
+        free(simres);
+        res = simres = NULL; /* reported as out of memory below */
+    }
     cli_out out;
     if (!res || !simres || cli_out_open(&out, o.json)) {
         if (!res || !simres)
@@ -298,26 +366,39 @@ int cli_bench(int argc, char **argv)
             failed = 1;
             continue;
         }
-        for (int p = 0; p < np && !cli_interrupted(); p++) {
-            dh_run_config c = cfg;
-            c.workload = wl[w];
-            c.policy = pol[p];
-            c.manifest = m;
-            c.cpu_cost_scale = scale;
-            failed |= bench_one(&c, real, &res[w * np + p], &simres[w * np + p], jf, !(w + p));
-        }
+        int wfailed = 0;
+        for (int rep = 0; rep < nrep && !cli_interrupted(); rep++)
+            for (int p = 0; p < np && !cli_interrupted(); p++) {
+                dh_run_config c = cfg;
+                c.workload = wl[w];
+                c.policy = pol[p];
+                c.manifest = m;
+                c.cpu_cost_scale = scale; /* one calibration per workload, for every run */
+                if (!real) /* the simulator repeats itself exactly: vary the seed instead */
+                    c.seed = cfg.seed + (uint64_t)rep;
+                int k = (w * nrep + rep) * np + p;
+                wfailed |= bench_one(&c, real, &all[k], &allsim[k], jf, !(w + rep + p));
+            }
+        failed |= wfailed;
+        if (!wfailed && !cli_interrupted())
+            pick_medians(all + w * nrep * np, allsim + w * nrep * np, nrep, np, pol,
+                         res + w * np, simres + w * np);
         dh_manifest_free(m);
     }
     if (cli_interrupted()) { /* the rows printed so far stand; no partial JSON is left */
         fprintf(stderr, "\rdatahelix: bench interrupted: the table covers the runs above; "
                 "--json not written\n");
         cli_out_abort(&out);
+        free(all);
+        free(allsim);
         free(res);
         free(simres);
         return cli_interrupted();
     }
     failed = bench_finish(jf, real, failed, res, simres, nw, pol, np);
     failed |= cli_out_commit(&out);
+    free(all);
+    free(allsim);
     free(res);
     free(simres);
     return failed ? 1 : 0;
