@@ -5,6 +5,7 @@
  * memory stays within the pool; every policy completes.
  */
 #include "codec/decode.h"
+#include "run/run.h"
 #include "testutil.h"
 
 #include <pthread.h>
@@ -12,6 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+
+/* The smallest memory budget the run of c accepts (run.h's one budget), with `leases`. */
+static int64_t min_budget(const dh_run_config *c, int leases)
+{
+    dh__run run;
+    char err[256];
+    dh_run_config x = *c;
+    x.memory_budget = 0;
+    ck_assert_msg(dh__run_setup(&x, &run, err, sizeof err) == 0, "%s", err);
+    int64_t need = dh__run_min_budget(&run, leases);
+    dh__run_free(&run);
+    return need;
+}
 
 static char *media;
 
@@ -223,6 +238,10 @@ START_TEST(every_policy_completes_within_the_pool)
             ck_assert_int_eq(res.failed, 0);
             ck_assert_double_gt(res.efficiency, 0);
             ck_assert_int_gt(res.memory_peak, 0);
+            /* one memory budget: the pool, its slack and the move arena all inside it */
+            ck_assert_msg(res.memory_peak <= res.memory_budget, "%s R=%d W=%d: peak %lld > %lld",
+                          pol[p], c.ranks, c.workers, (long long)res.memory_peak,
+                          (long long)res.memory_budget);
         }
     }
     dh_manifest_free(m);
@@ -507,9 +526,14 @@ START_TEST(stop_wakes_a_blocked_consumer_and_streams_without_a_length)
     dh_manifest *m = manifest_with(NULL);
     dh_run_config c = config(m, "pool");
     c.steps = DH_STEPS_FOREVER;
-    c.memory_budget = 1; /* one batch at a time */
     dh_engine *e;
     char err[256] = "";
+    /* One memory budget (issue 11): a budget that cannot hold one batch besides the pool's
+     * slack is refused with the size needed (1 byte was accepted, and exceeded). */
+    c.memory_budget = 1;
+    ck_assert_int_eq(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "MiB this run needs"), "%s", err);
+    c.memory_budget = min_budget(&c, 0); /* one batch at a time */
     ck_assert_msg(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
     consumer_arg a = {e, 0};
     pthread_t t;

@@ -280,12 +280,20 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
         dh_engine_free(e);
         return rc;
     }
+    /* Serving: the default budget also holds the batches trainers may keep. */
+    if (shared && !cfg->memory_budget)
+        e->run.cfg.memory_budget += dh__run_pool_slack(&e->run, shared) -
+                                    dh__run_pool_slack(&e->run, 0);
+    if ((rc = dh__run_check_budget(&e->run, shared, err, errlen))) {
+        dh_engine_free(e);
+        return rc;
+    }
     e->N = e->run.cfg.steps > 0 ? e->run.cfg.steps : DH__STEPS_UNBOUNDED;
     e->G = e->run.cfg.global_batch;
     e->R = e->run.cfg.ranks;
     e->spec = e->run.use_spec;
     dh__sched_config sc;
-    dh__run_sched_config(&e->run, &sc);
+    dh__run_sched_config(&e->run, shared, &sc);
     char why[256] = "";
     if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {

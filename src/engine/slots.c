@@ -195,35 +195,17 @@ int dh__ensure_buffer(dh_engine *e, batch_slot *b)
 }
 
 /*
- * Pool size: the memory budget plus room for the largest batch twice over,
- * so out-of-order releases and fragmentation never starve the window the
- * scheduler admits, plus, when serving, the batches ranks may keep.
+ * The pool and the arena split the one memory budget (run.h): the pool holds the
+ * admissions, its slack and the leases; the arena the moves. A policy without rebalancing
+ * gets a token arena it never uses.
  */
 int64_t dh__eng_ring_size(const dh_engine *e)
 {
-    int64_t max_sample = 0, per_rank = (e->G + e->R - 1) / e->R;
-    for (int64_t i = 0; i < e->run.samples.n; i++)
-        max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
-    int64_t big_batch = max_sample * per_rank * 2 + 64 * per_rank * 16;
-    /* Serving: room for the batches trainers may keep past their step (their leases). */
-    int64_t kept = e->shared * (int64_t)e->R * (max_sample * per_rank + 64 * per_rank * 16);
-    return e->run.cfg.memory_budget + 2 * big_batch + kept;
+    return dh__run_admission_budget(&e->run, e->shared) + dh__run_pool_slack(&e->run, e->shared);
 }
 
-/*
- * The move arena holds the batches that received samples, from the step's
- * start until their ranks release them: room for two average steps and two
- * of the largest batches. A plan that does not fit is refused, not waited on.
- */
 int64_t dh__eng_arena_size(const dh_engine *e)
 {
-    if (!dh__policy_caps_of(e->run.policy)->rebalance)
-        return 4096;
-    int64_t max_sample = 0, sum = 0, per_rank = (e->G + e->R - 1) / e->R;
-    for (int64_t i = 0; i < e->run.samples.n; i++) {
-        max_sample = DH_MAX(max_sample, e->run.samples.bytes[i]);
-        sum += e->run.samples.bytes[i];
-    }
-    int64_t step = sum / DH_MAX(e->run.samples.n, 1) * e->G + 64 * e->G * 16;
-    return 2 * step + 2 * (max_sample * per_rank * 2 + 64 * per_rank * 16);
+    int64_t a = dh__run_arena_bytes(&e->run);
+    return a > 0 ? a : 4096;
 }

@@ -253,6 +253,50 @@ static int build_costs(dh__run *run, const dh__workload *wl, char *err, size_t e
 }
 
 /* DataLoader's holding: 2 prefetched batches per worker plus the one each rank computes on. */
+/* The largest sample's output bytes, and the mean. */
+static int64_t max_sample_bytes(const dh__run *run, double *mean)
+{
+    int64_t mx = 0;
+    double sum = 0;
+    for (int64_t i = 0; i < run->samples.n; i++) {
+        mx = DH_MAX(mx, run->samples.bytes[i]);
+        sum += (double)run->samples.bytes[i];
+    }
+    if (mean)
+        *mean = sum / (double)(run->samples.n ? run->samples.n : 1);
+    return mx;
+}
+
+/* The largest batch one rank can get, with its items' 64-byte alignment. */
+static int64_t big_batch(const dh__run *run)
+{
+    int64_t per_rank = (run->cfg.global_batch + run->cfg.ranks - 1) / run->cfg.ranks;
+    return max_sample_bytes(run, NULL) * per_rank + 64 * per_rank * 16;
+}
+
+int64_t dh__run_pool_slack(const dh__run *run, int leases)
+{
+    return 2 * 2 * big_batch(run) + (int64_t)leases * run->cfg.ranks * big_batch(run);
+}
+
+static int64_t arena_bytes(const dh__run *run)
+{
+    double mean;
+    max_sample_bytes(run, &mean);
+    int64_t step = (int64_t)(mean * (double)run->cfg.global_batch) + 64 * run->cfg.global_batch * 16;
+    return 2 * step + 2 * 2 * big_batch(run);
+}
+
+int64_t dh__run_arena_bytes(const dh__run *run)
+{
+    return dh__policy_caps_of(run->policy)->rebalance ? arena_bytes(run) : 0;
+}
+
+int64_t dh__run_admission_budget(const dh__run *run, int leases)
+{
+    return run->cfg.memory_budget - dh__run_pool_slack(run, leases) - dh__run_arena_bytes(run);
+}
+
 static int64_t default_budget(const dh__run *run)
 {
     const dh_run_config *c = &run->cfg;
@@ -299,9 +343,30 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
         dh__run_free(run);
         return rc;
     }
+    /* One budget for every policy: what the DataLoader holds, plus the pool's slack and a
+     * move arena (the largest a policy may reserve), so each policy's admissions, slack and
+     * arena fit it; a policy without rebalancing admits what helix keeps for its arena. */
     if (!c->memory_budget)
-        c->memory_budget = default_budget(run);
+        c->memory_budget = default_budget(run) + dh__run_pool_slack(run, 0) + arena_bytes(run);
     return 0;
+}
+
+int64_t dh__run_min_budget(const dh__run *run, int leases)
+{
+    return dh__run_pool_slack(run, leases) + dh__run_arena_bytes(run) + big_batch(run);
+}
+
+int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errlen)
+{
+    int64_t need = dh__run_min_budget(run, leases);
+    if (run->cfg.memory_budget >= need)
+        return 0;
+    return dh__fail(err, errlen, DH_EINVAL,
+                    "memory budget %.1f MiB is below the %.1f MiB this run needs: one of its "
+                    "largest batches, the pool's slack%s%s (--memory-budget; 0 for the default)",
+                    run->cfg.memory_budget / 1048576.0, need / 1048576.0,
+                    dh__run_arena_bytes(run) ? ", the move arena" : "",
+                    leases ? ", the batches trainers may keep" : "");
 }
 
 /*
@@ -334,7 +399,7 @@ static int draw_step(void *ctx, int64_t *out)
     return 0;
 }
 
-void dh__run_sched_config(dh__run *run, dh__sched_config *sc)
+void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc)
 {
     memset(sc, 0, sizeof *sc);
     sc->policy = run->policy;
@@ -342,7 +407,7 @@ void dh__run_sched_config(dh__run *run, dh__sched_config *sc)
     sc->workers = run->cfg.workers;
     sc->global_batch = run->cfg.global_batch;
     sc->steps = run->cfg.steps > 0 ? run->cfg.steps : 0;
-    sc->memory_budget = run->cfg.memory_budget;
+    sc->memory_budget = dh__run_admission_budget(run, leases);
     sc->rank_token_cap = run->cfg.rank_token_cap;
     sc->nodes = run->cfg.nodes;
     sc->net_bandwidth = run->cfg.net_bandwidth;

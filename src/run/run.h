@@ -39,7 +39,22 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records
  * draws from run->sampler and, when run->rec is set, records each drawn
  * step's true costs there (the bound's inputs).
  */
-void dh__run_sched_config(dh__run *run, dh__sched_config *sc);
+/* The scheduler's config; it admits dh__run_admission_budget(run, leases). */
+void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc);
+
+/*
+ * One memory budget (cfg.memory_budget) holds everything a run keeps: admitted batches,
+ * the pool's slack (two of the largest batches, so out-of-order releases and
+ * fragmentation never starve admission; plus `leases` batches per rank that trainers may
+ * keep when serving) and, for rebalancing policies, the move arena. Admissions get what
+ * is left. dh__run_check_budget: DH_EINVAL with the size needed when a budget cannot
+ * hold one largest batch besides the rest.
+ */
+int64_t dh__run_pool_slack(const dh__run *run, int leases);
+int64_t dh__run_arena_bytes(const dh__run *run); /* 0 without rebalancing */
+int64_t dh__run_admission_budget(const dh__run *run, int leases);
+int64_t dh__run_min_budget(const dh__run *run, int leases); /* the smallest it accepts */
+int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errlen);
 
 /*
  * Where every run entry point starts: clears err, then 0 when out is an

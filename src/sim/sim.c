@@ -260,7 +260,7 @@ static int sim_start(sim *s, dh__run *run, const dh_run_config *cfg, char *err, 
     }
     s->N = run->cfg.steps > 0 ? run->cfg.steps : DH__STEPS_UNBOUNDED;
     dh__sched_config sc;
-    dh__run_sched_config(run, &sc);
+    dh__run_sched_config(run, 0, &sc);
     int rc = dh__records_init(&s->rec, run->cfg.ranks, run->cfg.global_batch);
     if (!rc)
         rc = dh__sched_new(&sc, &s->sched);
@@ -287,6 +287,10 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
     dh__run run;
     if ((rc = dh__run_setup(cfg, &run, err, errlen)))
         return rc;
+    if ((rc = dh__run_check_budget(&run, 0, err, errlen))) {
+        dh__run_free(&run);
+        return rc;
+    }
     dh_result full;
     sim s = {.run = &run};
     if (!(rc = sim_start(&s, &run, cfg, err, errlen))) {
