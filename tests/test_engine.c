@@ -5,7 +5,6 @@
  * memory stays within the pool; every policy completes.
  */
 #include "codec/decode.h"
-#include "run/run.h"
 #include "testutil.h"
 
 #include <pthread.h>
@@ -14,19 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
-/* The smallest memory budget the run of c accepts (run.h's one budget), with `leases`. */
-static int64_t min_budget(const dh_run_config *c, int leases)
-{
-    dh__run run;
-    char err[256];
-    dh_run_config x = *c;
-    x.memory_budget = 0;
-    ck_assert_msg(dh__run_setup(&x, &run, err, sizeof err) == 0, "%s", err);
-    int64_t need = dh__run_min_budget(&run, leases);
-    dh__run_free(&run);
-    return need;
-}
 
 static char *media;
 
@@ -533,7 +519,7 @@ START_TEST(stop_wakes_a_blocked_consumer_and_streams_without_a_length)
     c.memory_budget = 1;
     ck_assert_int_eq(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err), DH_EINVAL);
     ck_assert_msg(strstr(err, "MiB this run needs"), "%s", err);
-    c.memory_budget = min_budget(&c, 0); /* one batch at a time */
+    c.memory_budget = tu_min_budget(&c, 0); /* one batch at a time */
     ck_assert_msg(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err) == 0, "%s", err);
     consumer_arg a = {e, 0};
     pthread_t t;

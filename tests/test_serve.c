@@ -10,7 +10,6 @@
  * do not mix); each child reports through a file and its exit status.
  */
 #include "codec/decode.h"
-#include "run/run.h"
 #include "testutil.h"
 
 #include <signal.h>
@@ -21,19 +20,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
-/* The smallest memory budget the run of c accepts (run.h's one budget), with `leases`. */
-static int64_t min_budget(const dh_run_config *c, int leases)
-{
-    dh__run run;
-    char err[256];
-    dh_run_config x = *c;
-    x.memory_budget = 0;
-    ck_assert_msg(dh__run_setup(&x, &run, err, sizeof err) == 0, "%s", err);
-    int64_t need = dh__run_min_budget(&run, leases);
-    dh__run_free(&run);
-    return need;
-}
 
 static char *media;
 static dh_manifest *manifest;
@@ -452,7 +438,7 @@ START_TEST(a_batch_kept_for_long_does_not_stall_the_others)
     dh_serve_opts o;
     dh_serve_opts_default(&o);
     /* the smallest budget (one batch besides the leases' room): the pool wraps many times */
-    c.memory_budget = min_budget(&c, o.max_leases > 0 ? o.max_leases : 4); /* 0: the agent's 4 */
+    c.memory_budget = tu_min_budget(&c, o.max_leases > 0 ? o.max_leases : 4); /* 0: the agent's 4 */
     dh_result r;
     char err[256] = "";
     ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);

@@ -1,6 +1,8 @@
 /* testutil.c - temp files, shell commands and the test runner wrapper. */
 #include "testutil.h"
 
+#include "run/run.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,4 +92,16 @@ int tu_run(Suite *s)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;
+}
+
+int64_t tu_min_budget(const dh_run_config *c, int leases)
+{
+    dh__run run;
+    char err[256];
+    dh_run_config x = *c;
+    x.memory_budget = 0;
+    ck_assert_msg(dh__run_setup(&x, &run, err, sizeof err) == 0, "%s", err);
+    int64_t need = dh__run_min_budget(&run, leases);
+    dh__run_free(&run);
+    return need;
 }

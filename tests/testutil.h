@@ -17,6 +17,9 @@ char *tu_capture(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ffmpeg / ffprobe executables (from the build's configuration or PATH). */
 const char *tu_ffmpeg(void);
 const char *tu_ffprobe(void);
+/* The smallest memory budget a run of c accepts (the one budget of src/run/run.h), with
+ * `leases` batches per rank that trainers may keep (serving; 0 otherwise). */
+int64_t tu_min_budget(const dh_run_config *c, int leases);
 /* Runs an SRunner over one suite and returns the process exit status. */
 int tu_run(Suite *s);
 
