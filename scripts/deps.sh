@@ -10,7 +10,9 @@
 # and verify test media. python3-dev builds the Python package's extension;
 # numpy and torch (Debian's, for /usr/bin/python3) are what trainers use
 # batches with; PyAV decodes for the PyTorch DataLoader the demo compares;
-# clang (with its libFuzzer runtime) builds the fuzz targets the tests run.
+# clang builds the fuzz targets the tests run; its libFuzzer and sanitizer runtimes are
+# in libclang-rt-14-dev, only a recommendation of clang, so it is named here (this script
+# installs without recommendations).
 set -euo pipefail
 
 PACKAGES=(
@@ -21,7 +23,7 @@ PACKAGES=(
     check
     ffmpeg
     python3-dev python3-numpy python3-torch python3-av
-    clang
+    clang libclang-rt-14-dev
 )
 
 missing=()
