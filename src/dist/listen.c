@@ -92,9 +92,11 @@ int dh__listen(const char *name, int backlog, char *err, size_t errlen)
                  !make_addr(tmp, &taddr, &talen);
     if (staged) {
         unlink(tmp);
-        /* RENAME_NOREPLACE: a live agent's socket is never replaced (it is EEXIST) */
+        /* RENAME_NOREPLACE: a live agent's socket is never replaced (it is EEXIST); a
+         * filesystem without it gets the same guarantee from link() + unlink(). */
         if (bind(fd, (struct sockaddr *)&taddr, talen) < 0 || chmod(tmp, 0600) < 0 ||
-            renameat2(AT_FDCWD, tmp, AT_FDCWD, name, RENAME_NOREPLACE) < 0) {
+            (renameat2(AT_FDCWD, tmp, AT_FDCWD, name, RENAME_NOREPLACE) < 0 &&
+             ((errno != EINVAL && errno != ENOSYS) || link(tmp, name) < 0 || unlink(tmp) < 0))) {
             int e = errno == EEXIST ? EADDRINUSE : errno;
             unlink(tmp);
             return bind_failed(fd, name, e, err, errlen);
