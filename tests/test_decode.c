@@ -667,6 +667,20 @@ START_TEST(a_sample_over_its_time_limit_fails_with_its_own_error)
     ck_assert_int_eq(dh__decode_video(&src, s, &pr.info, buf, (size_t)md.out_bytes, NULL, err,
                                       sizeof err), DH_ETIMEDOUT);
     ck_assert_msg(strstr(err, "time limit"), "%s", err);
+    /* The limit counts from `started`, shared by a sample's items: an item opened after the
+     * time is up fails at once, even an image (whose decoding has no reads to interrupt). */
+    dh_probe_result img = probe("in.png");
+    static uint8_t px[32 * 32 * 3];
+    dh_spec *is = spec_json("{\"image\":{\"resize\":{\"mode\":\"fixed\",\"size\":32}}}");
+    char ipath[4096];
+    snprintf(ipath, sizeof ipath, "%s/in.png", media);
+    dh__media_src late = {.path = ipath, .limit_s = 1, .started = dh__source_now() - 5};
+    err[0] = 0;
+    ck_assert_int_eq(dh__decode_image(&late, is, &img.info, px, sizeof px, NULL, err, sizeof err),
+                     DH_ETIMEDOUT);
+    ck_assert_msg(strstr(err, "time limit of 1.0 s"), "%s", err);
+    dh_spec_free(is);
+    dh_probe_result_clear(&img);
     src.limit_s = 60; /* a generous limit changes nothing */
     ck_assert_int_eq(dh__decode_video(&src, s, &pr.info, buf, (size_t)md.out_bytes, NULL, err,
                                       sizeof err), 0);

@@ -26,7 +26,7 @@
 #define AVIO_BUF (64 * 1024)
 #define OPEN_FLAGS (O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
 
-static double mono_s(void)
+double dh__source_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -98,7 +98,10 @@ int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t e
     memset(s, 0, sizeof *s);
     s->fd = -1;
     s->limit_s = src->limit_s > 0 ? src->limit_s : 0;
-    s->deadline = s->limit_s > 0 ? mono_s() + s->limit_s : 0;
+    s->deadline = s->limit_s > 0 ? (src->started > 0 ? src->started : dh__source_now()) + s->limit_s
+                                 : 0;
+    if (dh__source_expired(s)) /* an earlier item of the sample used the time up */
+        return dh__source_timeout(s, err, errlen);
     if (src->mem) {
         s->mem = src->mem;
         s->size = (int64_t)src->memlen;
@@ -142,7 +145,7 @@ void dh__source_close(dh__source *s)
 
 int dh__source_expired(const dh__source *s)
 {
-    return s->deadline > 0 && mono_s() > s->deadline;
+    return s->deadline > 0 && dh__source_now() > s->deadline;
 }
 
 int dh__source_timeout(const dh__source *s, char *err, size_t errlen)

@@ -26,7 +26,12 @@ typedef struct dh__media_src {
     const uint8_t *mem; /* in-memory media instead of a file (path may name it) */
     size_t memlen;
     double limit_s;     /* time allowed to read and decode it; 0: none */
+    double started;     /* dh__source_now() when that time began (a sample's several items
+                         * share one limit); 0: when the source is opened */
 } dh__media_src;
+
+/* CLOCK_MONOTONIC seconds, the clock of dh__media_src.started. */
+double dh__source_now(void);
 
 /* A path as given, no root, no time limit (tests, tools). */
 #define DH__SRC(p) (&(dh__media_src){.path = (p)})

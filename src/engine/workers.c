@@ -53,7 +53,7 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
     const dh_manifest *m = e->run.m;
     dh_sample_info si;
     dh_manifest_sample(m, t->sample, &si);
-    double limit = task_limit(e, t), ends = dh__eng_elapsed(e) + limit; /* all its items */
+    double limit = task_limit(e, t), started = dh__source_now(); /* one limit, every item */
     int32_t first = first_item_of(items, nitems, t->sample);
     if (first + si.media_count > nitems)
         return DH_EINVAL; /* the layout does not hold this sample: a scheduler bug */
@@ -64,11 +64,7 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
         const char *dir = dh_manifest_dir(m);
         snprintf(path, pathlen, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
         /* Opened beneath the manifest's directory by the kernel, within the task's limit. */
-        dh__media_src src = {.root = dir, .path = mi.path,
-                             .limit_s = limit > 0 ? ends - dh__eng_elapsed(e) : 0};
-        if (limit > 0 && src.limit_s <= 0)
-            return dh__fail(err, errlen, DH_ETIMEDOUT, "over its time limit of %.1f s: "
-                            "abandoned (--sample-timeout)", limit);
+        dh__media_src src = {.root = dir, .path = mi.path, .limit_s = limit, .started = started};
         uint8_t *dst = base + it->offset;
         int rc;
         if (mi.type == DH_MEDIA_VIDEO) {
