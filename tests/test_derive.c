@@ -225,9 +225,32 @@ START_TEST(anyres_tiles)
     ck_assert_int_eq(d.tokens, 5 * 576);
     ck_assert_int_eq(d.out_bytes, 5 * 336 * 336 * 3);
     ck_assert_int_eq(d.decode_pixels, 1000 * 700);
+    /* What an outside loader must do: the same 2x2 grid after a base tile. */
+    dh_media_recipe rc;
+    ck_assert_int_eq(dh_media_recipe_of(s, &im, &rc), 0);
+    ck_assert_str_eq(rc.resize, "fixed");
+    ck_assert_int_eq(rc.tile_cols * rc.tile_rows + rc.base_tile, d.shape[0]);
+    ck_assert_int_eq(rc.base_tile, 1);
     im.width = im.height = 300;
     d = derive(s, &im);
     ck_assert_int_eq(d.shape[0], 2);
+    ck_assert_int_eq(dh_media_recipe_of(s, &im, &rc), 0);
+    ck_assert_int_eq(rc.tile_cols * rc.tile_rows, 1);
+    ck_assert_int_eq(dh_media_recipe_of(NULL, &im, &rc), DH_EINVAL);
+    dh_spec_free(s);
+    s = builtin("speech-asr"); /* audio: the rate and mel layout */
+    dh_media_info au = {.type = DH_MEDIA_AUDIO, .codec = DH_CODEC_FLAC, .sample_rate = 44100,
+                        .channels = 2, .duration_s = 3};
+    ck_assert_int_eq(dh_media_recipe_of(s, &au, &rc), 0);
+    ck_assert_int_eq(rc.sample_rate, 16000);
+    ck_assert_int_eq(rc.mel_bins, 80);
+    ck_assert_int_eq(rc.mel_fps, 100);
+    ck_assert_str_eq(rc.resize, "native");
+    dh_spec_free(s);
+    s = builtin("kinetics-clips");
+    dh_media_info v = video(640, 360, 25, 100, NULL, 0);
+    ck_assert_int_eq(dh_media_recipe_of(s, &v, &rc), 0);
+    ck_assert_str_eq(rc.resize, "crop");
     dh_spec_free(s);
 }
 END_TEST

@@ -78,6 +78,67 @@ START_TEST(metrics_on_a_hand_built_trace)
 }
 END_TEST
 
+START_TEST(an_outside_run_gets_the_same_metrics)
+{
+    /* The hand-built trace above, handed in as a loader outside the library would
+     * (dh_result_from_steps): every metric as through the records. */
+    dh_external_batch b[6] = {
+        {0, 1, 1, -1, 0},     {0, 1, 1, -1, 0},        /* step 0: the fill */
+        {2, 1.5, 1, 1.0, 5.0}, {2, 2.5, 1, 1.0, 1.2},   /* step 1: rank 1 0.5 s late */
+        {3.5, 3, 1, -1, 0},   {3.5, 3, 1, -1, 0}};
+    dh_external_step st[3] = {{2, 1, 2, 0}, {2, 1, 2, 1}, {4, 3, 2, 0}};
+    dh_external_run x = {.workload = "w", .policy = "torch", .ranks = 2, .workers = 2,
+                         .global_batch = 4, .steps = 3, .batches = b, .step_info = st,
+                         .step_fixed_s = 0.1, .makespan_s = 5};
+    dh_result r = DH_RESULT_INIT;
+    char err[256];
+    ck_assert_int_eq(dh_result_from_steps(&x, &r, err, sizeof err), 0);
+    ck_assert_str_eq(r.policy, "torch");
+    ck_assert_str_eq(r.engine, "real");
+    ck_assert_int_eq(r.samples, 12);
+    ck_assert_int_eq(r.failed, 1);
+    ck_assert_int_eq(r.delivered, 11);
+    ck_assert_double_eq_tol(r.throughput_sps, 11 / 5.0, 1e-12);
+    ck_assert_double_eq_tol(r.fill_wait_ms, 1000, 1e-9);
+    ck_assert_double_eq_tol(r.miss_rate, 0.25, 1e-12);
+    ck_assert_double_eq_tol(r.wait_mean_ms, 125, 1e-9);
+    ck_assert_double_eq_tol(r.wait_p95_ms, 500, 1e-9);
+    ck_assert_double_eq_tol(r.wait_single_frac, 0.4, 1e-9);
+    ck_assert_double_eq_tol(r.stall_mean_ms, 250, 1e-9);
+    ck_assert_double_eq_tol(r.late_step_frac, 0.5, 1e-12);
+    ck_assert_double_eq_tol(r.bound_cpu_s, 3, 1e-12); /* CPU 6 s over 2 workers */
+    ck_assert_double_eq_tol(r.bound_gpu_s, 0.1 * 3 + 1 + 1 + 3, 1e-12);
+    /* Refused: no ranks; a result too small. */
+    x.ranks = 0;
+    ck_assert_int_eq(dh_result_from_steps(&x, &r, err, sizeof err), DH_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "ranks"));
+}
+END_TEST
+
+START_TEST(emulated_gpu_time_is_the_engines_for_any_policy)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "kinetics-clips";
+    c.workload_samples = 64;
+    c.ranks = 2;
+    c.workers = 2;
+    c.global_batch = 8;
+    c.steps = 4;
+    double g[64], h[64], c0 = 0, c1 = 0;
+    char err[256];
+    c.policy = "local";
+    ck_assert_int_eq(dh_run_emulated_gpu(&c, g, 64, &c0, err, sizeof err), 0);
+    c.policy = "helix";
+    ck_assert_int_eq(dh_run_emulated_gpu(&c, h, 64, &c1, err, sizeof err), 0);
+    ck_assert(c0 > 0 && c0 == c1);
+    for (int i = 0; i < 64; i++)
+        ck_assert(g[i] > 0 && g[i] == h[i]);
+    ck_assert_int_eq(dh_run_emulated_gpu(&c, g, 63, &c0, err, sizeof err), DH_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "64 samples"));
+}
+END_TEST
+
 START_TEST(wait_percentiles_stay_bounded_past_the_exact_list)
 {
     /* 200,000 waits of 1..200000 us over 1 rank: the exact list overflows into the
@@ -600,6 +661,8 @@ int main(void)
     TCase *tc = tcase_create("sim");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, metrics_on_a_hand_built_trace);
+    tcase_add_test(tc, an_outside_run_gets_the_same_metrics);
+    tcase_add_test(tc, emulated_gpu_time_is_the_engines_for_any_policy);
     tcase_add_test(tc, wait_percentiles_stay_bounded_past_the_exact_list);
     tcase_add_test(tc, simulation_is_deterministic_and_accounts_for_every_sample);
     tcase_add_test(tc, helix_beats_the_baselines_where_skew_exists);

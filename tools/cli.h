@@ -22,6 +22,12 @@ int cli_gen(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
+/* bench_torch.c: the PyTorch DataLoader contender of bench --mode real. available: 1, or 0
+ * with the reason (and the command that installs what is missing) in why. bench_torch: runs
+ * c (policy "torch") and fills r; 0, or 1 with the error printed. */
+int bench_torch_available(char *why, size_t len);
+int bench_torch(const dh_run_config *c, dh_result *r);
+
 /*
  * If argv[*i] is a run option shared by sim, run and bench (--ranks,
  * --workers, --batch, --steps, --seed, --rho, --memory-budget, ...),

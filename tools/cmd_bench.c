@@ -23,7 +23,12 @@ static const char help[] =
     "     each run is also simulated with that calibration to show the simulator's error.\n"
     "     Default workloads: kinetics-clips, webvid-caption, native-res-video,\n"
     "     anyres-images, speech-asr.\n"
-    "Policies default to local,pool,helix.\n"
+    "Policies default to local,pool,helix (real: and torch, the PyTorch DataLoader itself:\n"
+    "one process per rank, DataLoader + DistributedSampler, num_workers max(1, W/R),\n"
+    "prefetch_factor 2, persistent workers, PyAV decoding the same frames and sizes, the same\n"
+    "emulated compute; run by /usr/bin/python3 or $DH_PYTHON with Debian's python3-torch and\n"
+    "python3-av, skipped with the reason when they are missing; its sim column is the\n"
+    "simulator's local, our emulation of the DataLoader; memory not counted (0)).\n"
     "--repeats N runs every policy N times per workload, interleaved (A B C A B C ...),\n"
     "with one calibration per workload (sim: seeds S, S+1, ..., as the simulator repeats\n"
     "itself exactly); prints each policy's median and range of\n"
@@ -117,8 +122,8 @@ static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
         min_eff = fmin(min_eff, res[w * np + h].efficiency);
     if (jf)
         fprintf(jf, "\"summary\":{\"min_efficiency\":%.6f", h >= 0 ? min_eff : 0.0);
-    const char *base[] = {"local", "pool"};
-    for (int k = 0; k < 2; k++) {
+    const char *base[] = {"local", "pool", "torch"};
+    for (int k = 0; k < 3; k++) {
         int b = find(pol, np, base[k]);
         if (h < 0 || b < 0)
             continue;
@@ -161,7 +166,7 @@ typedef struct {
     dh_stress stress;
     char wl_buf[1024], pol_buf[256];
     const char *mode, *json, *data;
-    int repeats;
+    int repeats, pol_given;
 } bench_opts;
 
 /* Parses bench's options; 0, -1 after --help, or CLI_USAGE. */
@@ -204,9 +209,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
             o->json = val;
         else if (!strcmp(opt, "--data"))
             o->data = val;
+        else if (!strcmp(opt, "--workloads"))
+            snprintf(o->wl_buf, sizeof o->wl_buf, "%s", val);
         else
-            snprintf(opt[2] == 'w' ? o->wl_buf : o->pol_buf,
-                     opt[2] == 'w' ? sizeof o->wl_buf : sizeof o->pol_buf, "%s", val);
+            snprintf(o->pol_buf, sizeof o->pol_buf, "%s", val), o->pol_given = 1;
     }
     if (!o->mode || (strcmp(o->mode, "sim") && strcmp(o->mode, "real"))) {
         cli_err("bench needs --mode sim or --mode real");
@@ -221,11 +227,18 @@ static int bench_one(const dh_run_config *c, int real, dh_result *r, dh_result *
 {
     char err[512] = "";
     dh_result_init(r);
-    int rc = real ? dh_engine_run(c, NULL, NULL, r, err, sizeof err)
-                  : dh_sim_run(c, r, err, sizeof err);
-    if (!rc && real) { /* the simulator's prediction of the same run */
+    int torch = !strcmp(c->policy, "torch"), rc;
+    if (torch && bench_torch(c, r))
+        return 1;
+    rc = torch  ? 0
+         : real ? dh_engine_run(c, NULL, NULL, r, err, sizeof err)
+                : dh_sim_run(c, r, err, sizeof err);
+    if (!rc && real) { /* the simulator's prediction of the same run (torch: of local, our
+                        * emulation of the DataLoader) */
+        dh_run_config sc = *c;
+        sc.policy = torch ? "local" : c->policy;
         dh_result_init(simr);
-        rc = dh_sim_run(c, simr, err, sizeof err);
+        rc = dh_sim_run(&sc, simr, err, sizeof err);
     }
     if (rc) {
         cli_err("bench %s / %s: %s", c->workload, c->policy, err[0] ? err : dh_strerror(rc));
@@ -234,9 +247,10 @@ static int bench_one(const dh_run_config *c, int real, dh_result *r, dh_result *
     printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f", c->workload, c->policy,
            100 * r->miss_rate, r->wait_p95_ms, r->throughput_sps, r->efficiency,
            r->placement_s > 0 ? r->bound_s / r->placement_s : 0);
-    if (real)
-        printf("  %7.1f%%  %10.1f (%+.1f%%)", 100 * r->framework_overhead, simr->throughput_sps,
-               100 * (simr->throughput_sps / r->throughput_sps - 1));
+    if (real) /* torch: the simulator's local, our emulation of the DataLoader, against it */
+        printf("  %7.1f%%  %10.1f (%+.1f%%%s)", 100 * r->framework_overhead,
+               simr->throughput_sps, 100 * (simr->throughput_sps / r->throughput_sps - 1),
+               torch ? ", simulated local" : "");
     printf("\n");
     fflush(stdout);
     if (jf) {
@@ -331,7 +345,20 @@ int cli_bench(int argc, char **argv)
                       : "all");
     const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
     static const char *const default_pol[] = {"local", "pool", "helix", NULL};
+    if (real && !o.pol_given)
+        snprintf(o.pol_buf, sizeof o.pol_buf, "local,pool,helix,torch");
     int nw = split(o.wl_buf, wl, dh_workload_names()), np = split(o.pol_buf, pol, default_pol);
+    int t = find(pol, np, "torch");
+    if (t >= 0 && !real) {
+        cli_err("bench: the torch contender runs real decoding; use it with --mode real");
+        return CLI_USAGE;
+    }
+    char why[512];
+    if (t >= 0 && !bench_torch_available(why, sizeof why)) { /* the others still run */
+        printf("torch contender skipped: %s\n", why);
+        memmove(&pol[t], &pol[t + 1], (size_t)(np - t - 1) * sizeof *pol);
+        np--;
+    }
     int nrep = o.repeats;
     /* every repeat's results: all[((w * nrep) + rep) * np + p]; res/simres: the median */
     dh_result *all = calloc((size_t)(nw * np * nrep + 1), sizeof *all);

@@ -159,6 +159,25 @@ DH_API int dh_derive_sample(const dh_spec *spec, const dh_manifest *m, int64_t i
 DH_API int64_t dh_video_sample_frames(const dh_spec *spec, const dh_media_info *media,
                                       int64_t *frames, int64_t cap);
 
+/*
+ * How a media item is prepared under the spec, for loaders outside the library that must
+ * do the same work (the bench's PyTorch contender): the resize mode ("native", "fixed",
+ * "crop" = cover then centre crop, "long_side", "bucket" = nearest-aspect bucket, cover,
+ * crop; static strings) and, for any-res images, the tile grid (cols x rows of tiles of
+ * the output size, 0 x 0 without tiling) and whether a base tile of the whole image comes
+ * first; for audio, the rate it is resampled to and the log-mel spectrogram's bins and
+ * frames per second (mel_bins 0: raw samples). Output sizes and frames come from
+ * dh_derive_media and dh_video_sample_frames.
+ */
+typedef struct {
+    const char *resize;
+    int64_t tile_cols, tile_rows;
+    int32_t base_tile;
+    int32_t sample_rate, mel_bins, mel_fps;
+} dh_media_recipe;
+DH_API int dh_media_recipe_of(const dh_spec *spec, const dh_media_info *media,
+                              dh_media_recipe *out);
+
 /* --------------------------------------------------------------- sampler */
 
 /*

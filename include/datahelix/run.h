@@ -170,6 +170,46 @@ DH_API void dh_result_init(dh_result *r);
  * calling thread; concurrent runs on different configs are independent.
  */
 DH_API int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *errbuf, size_t errlen);
+/*
+ * Loaders outside the library (the bench's PyTorch DataLoader contender), measured with
+ * the same metrics. dh_run_emulated_gpu fills gpu_s[i] (n = the run's samples, manifest
+ * order) with the seconds the real engine's emulated ranks compute for sample i under cfg,
+ * and *step_fixed_s with the fixed cost each step pays after its barrier.
+ */
+DH_API int dh_run_emulated_gpu(const dh_run_config *cfg, double *gpu_s, int64_t n,
+                               double *step_fixed_s, char *err, size_t errlen);
+
+/* One (step, rank) of an outside run; seconds since the run started. */
+typedef struct {
+    double asked;            /* the rank asked for its batch (its deadline) */
+    double ready;            /* it had the batch */
+    double compute;          /* the (emulated) compute it then did */
+    double first_task_start; /* when the step's first sample began to be prepared, or -1 */
+    double longest_task;     /* the batch's longest single sample preparation */
+} dh_external_batch;
+
+/* One step of an outside run: the true costs of its samples (the bound's inputs). */
+typedef struct {
+    double gpu_sum, gpu_max; /* emulated compute of its samples: sum and largest */
+    double cpu_sum;          /* measured CPU seconds of preparing its samples */
+    int64_t failed;          /* its samples that could not be prepared */
+} dh_external_step;
+
+typedef struct {
+    const char *workload, *policy, *engine; /* names for the result; engine NULL: "real" */
+    int ranks, workers;
+    int64_t global_batch, steps;
+    const dh_external_batch *batches; /* steps * ranks, step-major */
+    const dh_external_step *step_info; /* steps */
+    double step_fixed_s, makespan_s;
+    int64_t memory_budget, memory_peak; /* as the caller measured them; 0: not measured */
+    double framework_overhead;
+} dh_external_run;
+
+/* Fills *out (initialised with dh_result_init) from an outside run's timings. */
+DH_API int dh_result_from_steps(const dh_external_run *run, dh_result *out, char *err,
+                                size_t errlen);
+
 /* Writes one result as a JSON object (no trailing newline). Any thread. */
 DH_API int dh_result_write_json(const dh_result *r, void *file /* FILE * */);
 

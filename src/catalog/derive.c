@@ -343,3 +343,25 @@ int dh_derive_sample(const dh_spec *spec, const dh_manifest *m, int64_t i, dh_sa
     }
     return 0;
 }
+
+int dh_media_recipe_of(const dh_spec *spec, const dh_media_info *media, dh_media_recipe *out)
+{
+    if (!spec || !media || !out)
+        return DH_EINVAL;
+    static const char *const names[] = {"native", "fixed", "crop", "long_side", "bucket"};
+    memset(out, 0, sizeof *out);
+    const dh__resize *rz = media->type == DH_MEDIA_VIDEO   ? &spec->video.resize
+                           : media->type == DH_MEDIA_IMAGE ? &spec->image.resize
+                                                           : NULL;
+    out->resize = rz && rz->mode >= 0 && rz->mode <= DH_RESIZE_BUCKET ? names[rz->mode] : "native";
+    if (media->type == DH_MEDIA_IMAGE && spec->image.tile_size > 0) {
+        dh__image_grid(spec, media->width, media->height, &out->tile_cols, &out->tile_rows);
+        out->base_tile = spec->image.base_tile != 0;
+    }
+    if (media->type == DH_MEDIA_AUDIO) {
+        out->sample_rate = spec->audio.sample_rate;
+        out->mel_bins = spec->audio.mel_bins;
+        out->mel_fps = spec->audio.mel_fps;
+    }
+    return 0;
+}
