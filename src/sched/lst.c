@@ -36,10 +36,40 @@ static heap_item heap_pop(dh__sched *s, int node)
     return task_heap_pop(s->heap[node], &s->heap_n[node]);
 }
 
-int dh__lst_push(dh__sched *s, int node, int64_t pos)
+int dh__lst_push(dh__sched *s, int node, int64_t pos, double lead, double first_lead)
 {
-    heap_item it = {D(s, pos / s->G) - task_cost(s, pos), pos, 0, 0};
+    double c = task_cost(s, pos);
+    /* A task longer than the step's whole lead spread cannot wait for its batch's turn: it
+     * must start with the step's first batch, or it alone makes its batch late. */
+    heap_item it = {D(s, pos / s->G) - (c > first_lead ? first_lead : lead) - c, pos, 0, 0};
     return heap_push(s, node, it);
+}
+
+/* Predicted CPU seconds of batch (st, rank): the calibrated cost of its tasks. */
+static double batch_cpu(const dh__sched *s, int64_t st, int rank)
+{
+    const batch_rec *b = batch_of(s, st, rank);
+    const int64_t *mem = s->members + step_slot(s, st) * s->G + b->first;
+    double c = 0;
+    for (int32_t k = 0; k < b->ntasks; k++)
+        c += task_cost(s, mem[k]);
+    return c;
+}
+
+double dh__lst_lead(const dh__sched *s, int64_t st, int rank, double *first_lead)
+{
+    int node = node_of_rank(s, rank), first = node * s->ranks_per_node;
+    double mine = batch_cpu(s, st, rank), after = 0, all = 0, least = INFINITY;
+    for (int r = first; r < first + s->ranks_per_node; r++) {
+        double c = batch_cpu(s, st, r);
+        all += c;
+        least = DH_MIN(least, c);
+        if (r != rank && (c > mine || (c == mine && r > rank)))
+            after += c;
+    }
+    double step = D(s, st + 1) - D(s, st), wpn = s->workers_per_node;
+    *first_lead = DH_MIN((all - least) / wpn, step);
+    return DH_MIN(after / wpn, step);
 }
 
 /* The estimated deadline of step st, as seen now (from the latest step taken). */

@@ -178,10 +178,11 @@ static int admit(dh__sched *s)
         s->mem_in_use += b->bytes;
         s->mem_peak = DH_MAX(s->mem_peak, s->mem_in_use);
         const int64_t *mem = s->members + step_slot(s, st) * s->G + b->first;
-        int node = node_of_rank(s, rank);
+        int node = node_of_rank(s, rank), lst = s->caps->service == DH_SERVE_LEAST_SLACK;
+        double first_lead = 0, lead = lst ? dh__lst_lead(s, st, rank, &first_lead) : 0;
         for (int32_t k = 0; k < b->ntasks; k++) {
-            rc = s->caps->service == DH_SERVE_LEAST_SLACK ? dh__lst_push(s, node, mem[k])
-                                                           : dh__fifo_push(&s->fifo[node], mem[k]);
+            rc = lst ? dh__lst_push(s, node, mem[k], lead, first_lead)
+                     : dh__fifo_push(&s->fifo[node], mem[k]);
             if (rc)
                 return dh__sched_fail(s, rc);
         }

@@ -168,7 +168,17 @@ int dh__sched_ensure_planned(dh__sched *s, int64_t st);
 void dh__sched_regroup(dh__sched *s, int64_t st);
 
 /* lst.c: least slack first, with keyframe-aligned splitting */
-int dh__lst_push(dh__sched *s, int node, int64_t pos);
+/* lead: seconds before its step's predicted start that the task's batch is due;
+ * first_lead: the step's first batch's (dh__lst_lead) */
+int dh__lst_push(dh__sched *s, int node, int64_t pos, double lead, double first_lead);
+/*
+ * Fewest ranks waiting: the batches of a step are due one after another, smallest
+ * predicted CPU first, so that when the step cannot be fully prepared in time, whole
+ * batches complete early and only the last ranks wait. The lead of batch (st, rank) is the
+ * predicted CPU of the node's batches due after it, over the node's workers, at most the
+ * step's predicted duration (a step's batches never go before the previous step's).
+ */
+double dh__lst_lead(const dh__sched *s, int64_t st, int rank, double *first_lead);
 /* 0: a task; 1: the node's queue is empty; < 0: error. */
 int dh__lst_next(dh__sched *s, int node, double now, int64_t *pos, int32_t *part, int32_t *nparts);
 /* A queued task's predicted slack: its batch's estimated deadline - now - its cost. */
