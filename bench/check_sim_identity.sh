@@ -7,8 +7,9 @@
 # after 8bce929 (stall_*, late_step_frac: new metrics, not changed ones). Exits non-zero and
 # prints the differing fields when anything differs.
 #   usage: bench/check_sim_identity.sh REV [BUILD_DIR] [STEPS]
-#   e.g.   bench/check_sim_identity.sh 0cbb0f8 build/release 1000   (about 1 min; 0cbb0f8
-#          moved every run's memory budget and pool's admissions on purpose: issue 11)
+#   e.g.   bench/check_sim_identity.sh 437e74c build/release 1000   (about 1 min; 0cbb0f8
+#          moved every run's memory budget and pool's admissions on purpose, 437e74c
+#          helix's order within a step (fewest ranks waiting): issue 11)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: bench/check_sim_identity.sh REV [BUILD_DIR] [STEPS]}

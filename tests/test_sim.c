@@ -270,6 +270,35 @@ START_TEST(a_late_step_keeps_most_ranks_on_time)
 }
 END_TEST
 
+START_TEST(more_worker_threads_than_cores_share_them)
+{
+    /* local with 4 ranks on 2 workers' worth of CPU runs one private worker per rank (as
+     * DataLoader's num_workers >= 1): 4 threads share 2 cores. CPU-bound (10 ms to prepare,
+     * 0.1 ms to compute a sample), no policy can beat the CPU bound: 2 / 10 ms = 200
+     * samples/s. Before, each of the 4 threads ran at full speed (efficiency near 2). */
+    dh_manifest *m = flat_manifest(10, 0.1);
+    const char *pol[] = {"local", "pool", "helix"};
+    for (int k = 0; k < 3; k++) {
+        dh_run_config c;
+        dh_run_config_default(&c);
+        c.manifest = m;
+        c.policy = pol[k];
+        c.ranks = 4;
+        c.workers = 2;
+        c.global_batch = 16;
+        c.steps = 40;
+        dh_result r = DH_RESULT_INIT;
+        char err[256];
+        ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(r.efficiency <= 1.0 + 1e-9 && r.throughput_sps < 1.02 * 200,
+                      "%s: efficiency %.3f, %.1f samples/s", pol[k], r.efficiency,
+                      r.throughput_sps);
+        ck_assert_int_eq(r.delivered, 40 * 16);
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
 #define TRUTH_STEPS 12 /* three epochs of 4 steps: G = 16 over 64 samples */
 #define TRUTH_LOG 4096
 
@@ -705,6 +734,7 @@ int main(void)
     tcase_add_test(tc, metrics_on_a_hand_built_trace);
     tcase_add_test(tc, an_outside_run_gets_the_same_metrics);
     tcase_add_test(tc, a_late_step_keeps_most_ranks_on_time);
+    tcase_add_test(tc, more_worker_threads_than_cores_share_them);
     tcase_add_test(tc, emulated_gpu_time_is_the_engines_for_any_policy);
     tcase_add_test(tc, wait_percentiles_stay_bounded_past_the_exact_list);
     tcase_add_test(tc, simulation_is_deterministic_and_accounts_for_every_sample);

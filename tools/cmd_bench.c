@@ -12,12 +12,13 @@
 
 static const char help[] =
     "usage: datahelix bench --mode sim|real [--workloads a,b|all] [--policies a,b] [--json F]\n"
-    "                       [--data DIR] [--repeats N] [options]\n"
+    "                       [--data DIR] [--repeats N] [--run-seconds S] [options]\n"
     "\n"
     "sim: all figures simulated (ground truth from the workloads' cost models with noise);\n"
     "     defaults: all eleven workloads, R=8, W=32.\n"
     "real: the real engine on real media generated under --data DIR (default bench-data;\n"
-    "     made with 'gen --scale mini' when missing), R=4, W=2, G=16, 12 steps by default;\n"
+    "     made with 'gen --scale mini' when missing: one epoch of min(steps, 12) global\n"
+    "     batches, which longer runs go round again), R=4, W=2, G=16, 12 steps by default;\n"
     "     CPU predictions are first calibrated on this machine (16 samples decoded; a given\n"
     "     --cpu-cost-scale is used instead, for runs that must share one GPU scale), and\n"
     "     each run is also simulated with that calibration to show the simulator's error.\n"
@@ -33,7 +34,10 @@ static const char help[] =
     "with one calibration per workload (sim: seeds S, S+1, ..., as the simulator repeats\n"
     "itself exactly); prints each policy's median and range of\n"
     "samples/s and says which differences are within that noise; the summary and the\n"
-    "JSON's sim_predictions use each policy's median-throughput repeat (runs holds all).\n";
+    "JSON's sim_predictions use each policy's median-throughput repeat (runs holds all).\n"
+    "--run-seconds S (real): each workload's steps chosen so that a run lasts about S\n"
+    "seconds (the simulator's prediction of helix after calibration; at least --steps, or\n"
+    "12), so fast and slow workloads get equally long, equally stable runs.\n";
 
 /* Real mode: the workload's data under data/NAME, generated if missing, and calibrated. */
 static int prepare_real(const char *data, const char *name, const dh_run_config *cfg,
@@ -46,7 +50,9 @@ static int prepare_real(const char *data, const char *name, const dh_run_config 
     dh_load_opts_default(&lo);
     lo.diag = cli_print_diag;
     if (access(path, R_OK) != 0 || dh_manifest_load(path, &lo, m, NULL) != 0) {
-        int64_t need = cfg->steps * cfg->global_batch;
+        /* One epoch of at most 12 steps: longer runs go round it again (as training does
+         * epochs), so a long bench does not spend its time encoding media. */
+        int64_t need = (cfg->steps < 12 ? cfg->steps : 12) * cfg->global_batch;
         printf("generating %lld samples of %s under %s ...\n", (long long)need, name, dir);
         fflush(stdout);
         int rc = dh_workload_write(name, dir, need, cfg->seed, "mini", NULL, NULL, NULL, err,
@@ -72,6 +78,26 @@ static int prepare_real(const char *data, const char *name, const dh_run_config 
         printf("%s: CPU cost on this machine = %.2f x the starting model (16 samples)\n", name,
                *scale);
     return rc ? 1 : 0;
+}
+
+/* Steps for runs of about `seconds` on workload wl: the simulator's helix throughput with
+ * this machine's calibration; at least cfg's steps. */
+static int64_t steps_for(const dh_run_config *cfg, const char *wl, const dh_manifest *m,
+                         double scale, double seconds)
+{
+    dh_run_config c = *cfg;
+    c.workload = wl;
+    c.policy = "helix";
+    c.manifest = m;
+    c.cpu_cost_scale = scale;
+    c.should_stop = NULL;
+    dh_result r = DH_RESULT_INIT;
+    if (dh_sim_run(&c, &r, NULL, 0) != 0 || !(r.throughput_sps > 0))
+        return cfg->steps;
+    double steps = ceil(seconds * r.throughput_sps / (double)cfg->global_batch);
+    int64_t n = steps > (double)cfg->steps ? (int64_t)fmin(steps, 1e6) : cfg->steps;
+    printf("%s: %lld steps per run (about %.0f s each, simulated)\n", wl, (long long)n, seconds);
+    return n;
 }
 
 #define MAX_ITEMS 32
@@ -167,6 +193,7 @@ typedef struct {
     char wl_buf[1024], pol_buf[256];
     const char *mode, *json, *data;
     int repeats, pol_given;
+    double run_seconds;
 } bench_opts;
 
 /* Parses bench's options; 0, -1 after --help, or CLI_USAGE. */
@@ -188,6 +215,12 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
             fputs(help, stdout);
             fputs(cli_run_help, stdout);
             return -1;
+        }
+        if (!strcmp(opt, "--run-seconds")) {
+            if (cli_num(opt, val, 0.1, 3600, &o->run_seconds))
+                return CLI_USAGE;
+            i++;
+            continue;
         }
         if (!strcmp(opt, "--repeats")) {
             int64_t n;
@@ -394,6 +427,8 @@ int cli_bench(int argc, char **argv)
             continue;
         }
         int wfailed = 0;
+        int64_t steps = real && o.run_seconds > 0 ? steps_for(&cfg, wl[w], m, scale, o.run_seconds)
+                                                  : cfg.steps;
         for (int rep = 0; rep < nrep && !cli_interrupted(); rep++)
             for (int p = 0; p < np && !cli_interrupted(); p++) {
                 dh_run_config c = cfg;
@@ -401,6 +436,7 @@ int cli_bench(int argc, char **argv)
                 c.policy = pol[p];
                 c.manifest = m;
                 c.cpu_cost_scale = scale; /* one calibration per workload, for every run */
+                c.steps = steps;
                 if (!real) /* the simulator repeats itself exactly: vary the seed instead */
                     c.seed = cfg.seed + (uint64_t)rep;
                 int k = (w * nrep + rep) * np + p;

@@ -13,15 +13,18 @@
 #include <sys/stat.h>
 
 static const char help[] =
-    "usage: datahelix demo [--out DIR] [--steps N]\n"
+    "usage: datahelix demo [--out DIR] [--steps N] [--repeats N] [--run-seconds S]\n"
     "\n"
     "Generates kinetics-clips, native-res-video and anyres-images as real media under\n"
     "DIR/data (default DIR: demo-out), runs local, pool and helix on each with the real\n"
-    "engine, prints the table, and writes DIR/bench-real.json and DIR/trace.json.\n";
+    "engine (each policy --repeats times, default 3, interleaved, one calibration per\n"
+    "workload; each run about --run-seconds, default 4, but at least --steps, default 12),\n"
+    "prints the table with each policy's median and range and which\n"
+    "differences are within that noise, and writes DIR/bench-real.json and DIR/trace.json.\n";
 
 int cli_demo(int argc, char **argv)
 {
-    const char *out = "demo-out", *steps = "12";
+    const char *out = "demo-out", *steps = "12", *repeats = "3", *secs = "4";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
@@ -31,6 +34,10 @@ int cli_demo(int argc, char **argv)
             out = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--steps"))
             steps = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--repeats"))
+            repeats = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--run-seconds"))
+            secs = argv[++i];
         else {
             cli_err("demo: unexpected argument \"%s\" (see datahelix demo --help)", argv[i]);
             return CLI_USAGE;
@@ -51,9 +58,11 @@ int cli_demo(int argc, char **argv)
            "DataLoader per rank), pool (shared actor pool, FIFO), helix (balanced + least slack).\n\n");
     fflush(stdout);
     char *bench_argv[] = {"bench", "--mode", "real", "--workloads",
-                          "kinetics-clips,native-res-video,anyres-images", "--data", data,
-                          "--steps", (char *)steps, "--json", json, NULL};
-    int rc = cli_bench(11, bench_argv); /* Ctrl-C: its accounting, then 130 from here */
+                          "kinetics-clips,native-res-video,anyres-images", "--policies",
+                          "local,pool,helix", "--data", data, "--steps", (char *)steps,
+                          "--repeats", (char *)repeats, "--run-seconds", (char *)secs,
+                          "--json", json, NULL};
+    int rc = cli_bench(17, bench_argv); /* Ctrl-C: its accounting, then 130 from here */
     if (rc)
         return rc;
     printf("\none helix run, traced:\n");

@@ -12,6 +12,14 @@
  * when something that can create work happens: their own task ended, a
  * batch was taken (local's prefetch window moves) or a step finished (memory
  * is freed for the shared window).
+ *
+ * CPU contention: cfg.workers is the CPU the run has. A policy with more
+ * worker threads than that (local with ranks > workers: one private worker
+ * per rank, as DataLoader's num_workers >= 1) shares it: while B > W tasks
+ * run, each progresses at W / B of full speed (processor sharing). Their
+ * completion events are re-issued whenever B changes (a version per worker
+ * marks the stale ones); with B <= W nothing changes and every task lasts
+ * exactly its true cost.
  */
 #include "../run/run.h"
 
@@ -49,6 +57,11 @@ typedef struct {
     int arrived;       /* ranks at the current step's barrier (one step at a time) */
     int64_t *batch_buf;
     int64_t N;         /* steps of the run */
+    int cores;         /* CPU the workers share (cfg.workers) */
+    int busy;          /* workers running a task */
+    double *rem;       /* per worker: seconds of full-speed work left (contention only) */
+    int64_t *ver;      /* per worker: version of its live completion event */
+    double shared_at;  /* when rem was last brought up to date */
     int done;
     int error;         /* the first failure (scheduler, records); ends the run */
 } sim;
@@ -84,6 +97,34 @@ static void fail(sim *s, int rc)
         s->error = rc;
 }
 
+/* The speed of each running task while `busy` share the CPU. */
+static double share(const sim *s, int busy)
+{
+    return busy > s->cores ? (double)s->cores / busy : 1.0;
+}
+
+/* Brings every running task's remaining work up to `now` at the current speed. */
+static void contention_advance(sim *s, double now)
+{
+    double rate = share(s, s->busy), dt = now - s->shared_at;
+    for (int w = 0; dt > 0 && rate < 1.0 && w < s->nworkers; w++)
+        if (!s->idle[w])
+            s->rem[w] -= dt * rate;
+    s->shared_at = now;
+}
+
+/* New completion events for every running task at the current speed (the old ones go
+ * stale by version). */
+static int contention_reissue(sim *s, double now)
+{
+    double rate = share(s, s->busy);
+    for (int w = 0; w < s->nworkers; w++)
+        if (!s->idle[w] && push(s, now + DH_MAX(s->rem[w], 0.0) / rate, EV_TASK_DONE, w,
+                                ++s->ver[w]))
+            return DH_ENOMEM;
+    return 0;
+}
+
 /* Gives worker w a task if the policy has one; returns 0 if it got one. */
 static int dispatch(sim *s, int w, double now)
 {
@@ -94,10 +135,15 @@ static int dispatch(sim *s, int w, double now)
             fail(s, rc);
         return 1;
     }
+    contention_advance(s, now);
     s->idle[w] = 0;
     s->task_start[w] = now;
     /* A sample prepared on another node arrives after its network transfer. */
-    rc = push(s, now + true_cost(s, t) + t->ship_s, EV_TASK_DONE, w, 0);
+    s->rem[w] = true_cost(s, t) + t->ship_s;
+    if (share(s, ++s->busy) < 1.0 || share(s, s->busy - 1) < 1.0)
+        rc = contention_reissue(s, now);
+    else
+        rc = push(s, now + s->rem[w], EV_TASK_DONE, w, ++s->ver[w]);
     if (rc)
         fail(s, rc);
     return rc ? 1 : 0;
@@ -154,12 +200,23 @@ static void request(sim *s, int r, int64_t st, double now)
 static void on_task_done(sim *s, const event *e)
 {
     int w = e->a;
+    if (s->idle[w] || e->b != s->ver[w])
+        return; /* re-issued at another speed */
+    contention_advance(s, e->t);
+    s->idle[w] = 1;
+    s->busy--;
+    if (share(s, s->busy + 1) < 1.0 && contention_reissue(s, e->t) != 0) {
+        fail(s, DH_ENOMEM);
+        return;
+    }
     dh__task t = s->current[w];
     double cost = true_cost(s, &t);
-    dh__records_task(&s->rec, t.step, t.rank, s->task_start[w], cost + t.ship_s);
+    /* its wall time: its cost unless it shared the CPU with more tasks than cores */
+    double wall = s->nworkers > s->cores ? e->t - s->task_start[w] : cost + t.ship_s;
+    dh__records_task(&s->rec, t.step, t.rank, s->task_start[w], wall);
     dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, t.ship_s > 0 ? "prepare (lent)" : "prepare",
-                   s->task_start[w], cost, t.step, t.rank, t.sample);
-    s->idle[w] = 1;
+                   s->task_start[w], s->nworkers > s->cores ? wall : cost, t.step, t.rank,
+                   t.sample);
     /* The sample's exact GPU cost becomes known once it is prepared (docs/DESIGN.md mech. 4). */
     int rc = dh__sched_task_done(s->sched, &t, e->t, cost, s->run->truth.gpu[t.sample]);
     dh__rec_batch *b = dh__records_batch(&s->rec, t.step, t.rank);
@@ -211,9 +268,13 @@ static int sim_alloc(sim *s)
     s->current = dh__calloc((size_t)s->nworkers, sizeof *s->current);
     s->task_start = dh__calloc((size_t)s->nworkers, sizeof *s->task_start);
     s->idle = dh__malloc((size_t)s->nworkers);
+    s->rem = dh__calloc((size_t)s->nworkers, sizeof *s->rem);
+    s->ver = dh__calloc((size_t)s->nworkers, sizeof *s->ver);
+    s->cores = s->run->cfg.workers;
     s->waiting = dh__malloc((size_t)R * sizeof *s->waiting);
     s->batch_buf = dh__malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
-    if (!s->current || !s->task_start || !s->idle || !s->waiting || !s->batch_buf)
+    if (!s->current || !s->task_start || !s->idle || !s->waiting || !s->batch_buf || !s->rem ||
+        !s->ver)
         return DH_ENOMEM;
     memset(s->idle, 1, (size_t)s->nworkers);
     return 0;
@@ -225,6 +286,8 @@ static void sim_free(sim *s)
     free(s->current);
     free(s->task_start);
     free(s->idle);
+    free(s->rem);
+    free(s->ver);
     free(s->waiting);
     free(s->batch_buf);
     dh__records_free(&s->rec);
