@@ -329,11 +329,16 @@ static void pick_medians(const dh_result *rows, const dh_result *sims, int nrep,
         return;
     for (int p = 0; p < np; p++) {
         double spread = mid[p] > 0 ? 100 * (hi[p] - lo[p]) / mid[p] : 0;
+        char verdict[96];
+        if (p == best)
+            snprintf(verdict, sizeof verdict, "  best");
+        else if (lo[best] <= hi[p])
+            snprintf(verdict, sizeof verdict, "  within noise of the best (ranges overlap)");
+        else
+            snprintf(verdict, sizeof verdict, "  %.1f%% below the best, beyond the noise",
+                     100 * (1 - mid[p] / mid[best]));
         printf("  %-16s median %10.1f samples/s  range %.1f-%.1f (%.1f%% of the median)%s\n",
-               pol[p], mid[p], lo[p], hi[p], spread,
-               p == best            ? "  best"
-               : lo[best] <= hi[p] ? "  within noise of the best (ranges overlap)"
-                                   : "");
+               pol[p], mid[p], lo[p], hi[p], spread, verdict);
     }
 }
 

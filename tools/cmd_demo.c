@@ -18,13 +18,13 @@ static const char help[] =
     "Generates kinetics-clips, native-res-video and anyres-images as real media under\n"
     "DIR/data (default DIR: demo-out), runs local, pool and helix on each with the real\n"
     "engine (each policy --repeats times, default 3, interleaved, one calibration per\n"
-    "workload; each run about --run-seconds, default 4, but at least --steps, default 12),\n"
+    "workload; each run about --run-seconds, default 3, but at least --steps, default 12),\n"
     "prints the table with each policy's median and range and which\n"
     "differences are within that noise, and writes DIR/bench-real.json and DIR/trace.json.\n";
 
 int cli_demo(int argc, char **argv)
 {
-    const char *out = "demo-out", *steps = "12", *repeats = "3", *secs = "4";
+    const char *out = "demo-out", *steps = "12", *repeats = "3", *secs = "3";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
