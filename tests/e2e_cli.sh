@@ -121,6 +121,13 @@ check "bench --mode real exits 0" test $? -eq 0
 check "bench --mode real calibrates on this machine" contains "$WORK/breal.out" "CPU cost on this machine"
 check "bench --mode real saves runs and the simulator's predictions" contains "$WORK/breal.json" '"engine":"real".*'
 check "bench --mode real json has sim_predictions" contains "$WORK/breal.json" '"sim_predictions"'
+"$DH" bench --mode real --workloads speech-asr --policies pool,helix --steps 2 --batch 4 \
+    --repeats 2 --run-seconds 0.3 --data "$WORK/bd" > "$WORK/brep.out" 2>&1
+check "bench --run-seconds picks the steps from the simulator" contains "$WORK/brep.out" \
+    "speech-asr: [0-9]* steps per run (about 0.3 s each, simulated)"
+check "bench --repeats prints medians, ranges and a verdict" contains "$WORK/brep.out" \
+    "median .* range .*\(best\|within noise\|beyond the noise\)"
+check "every repeat is a row" test "$(grep -c '^speech-asr  *\(pool\|helix\)' "$WORK/brep.out")" -eq 4
 "$DH" bench --mode fast > /dev/null 2> "$WORK/mode.err"
 check "bench needs a known mode" contains "$WORK/mode.err" "--mode sim or --mode real"
 "$DH" sim --workload nope > /dev/null 2> "$WORK/nope.err"

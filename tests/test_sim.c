@@ -78,6 +78,20 @@ START_TEST(metrics_on_a_hand_built_trace)
 }
 END_TEST
 
+/* A run config of the given shape (defaults otherwise). */
+static dh_run_config shaped(const char *policy, int ranks, int workers, int64_t batch,
+                            int64_t steps)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.policy = policy;
+    c.ranks = ranks;
+    c.workers = workers;
+    c.global_batch = batch;
+    c.steps = steps;
+    return c;
+}
+
 START_TEST(an_outside_run_gets_the_same_metrics)
 {
     /* The hand-built trace above, handed in as a loader outside the library would
@@ -117,17 +131,11 @@ END_TEST
 
 START_TEST(emulated_gpu_time_is_the_engines_for_any_policy)
 {
-    dh_run_config c;
-    dh_run_config_default(&c);
+    dh_run_config c = shaped("local", 2, 2, 8, 4);
     c.workload = "kinetics-clips";
     c.workload_samples = 64;
-    c.ranks = 2;
-    c.workers = 2;
-    c.global_batch = 8;
-    c.steps = 4;
     double g[64], h[64], c0 = 0, c1 = 0;
     char err[256];
-    c.policy = "local";
     ck_assert_int_eq(dh_run_emulated_gpu(&c, g, 64, &c0, err, sizeof err), 0);
     c.policy = "helix";
     ck_assert_int_eq(dh_run_emulated_gpu(&c, h, 64, &c1, err, sizeof err), 0);
@@ -253,14 +261,8 @@ START_TEST(a_late_step_keeps_most_ranks_on_time)
      * only the last rank waits, where interleaving every rank's samples made all four wait.
      * The step's stall is the same either way: the step needs the same CPU. */
     dh_manifest *m = flat_manifest(10, 30);
-    dh_run_config c;
-    dh_run_config_default(&c);
+    dh_run_config c = shaped("helix-noreb", 4, 1, 16, 40);
     c.manifest = m;
-    c.policy = "helix-noreb";
-    c.ranks = 4;
-    c.workers = 1;
-    c.global_batch = 16;
-    c.steps = 40;
     dh_result r = DH_RESULT_INIT;
     char err[256];
     ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
@@ -279,14 +281,8 @@ START_TEST(more_worker_threads_than_cores_share_them)
     dh_manifest *m = flat_manifest(10, 0.1);
     const char *pol[] = {"local", "pool", "helix"};
     for (int k = 0; k < 3; k++) {
-        dh_run_config c;
-        dh_run_config_default(&c);
+        dh_run_config c = shaped(pol[k], 4, 2, 16, 40);
         c.manifest = m;
-        c.policy = pol[k];
-        c.ranks = 4;
-        c.workers = 2;
-        c.global_batch = 16;
-        c.steps = 40;
         dh_result r = DH_RESULT_INIT;
         char err[256];
         ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);

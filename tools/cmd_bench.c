@@ -96,7 +96,7 @@ static int64_t steps_for(const dh_run_config *cfg, const char *wl, const dh_mani
         return cfg->steps;
     double steps = ceil(seconds * r.throughput_sps / (double)cfg->global_batch);
     int64_t n = steps > (double)cfg->steps ? (int64_t)fmin(steps, 1e6) : cfg->steps;
-    printf("%s: %lld steps per run (about %.0f s each, simulated)\n", wl, (long long)n, seconds);
+    printf("%s: %lld steps per run (about %.3g s each, simulated)\n", wl, (long long)n, seconds);
     return n;
 }
 

@@ -109,10 +109,11 @@ DH_API int dh_engine_finish(dh_engine *e, dh_result *out);
 /* Frees the engine (after dh_engine_finish); every batch pointer becomes invalid. */
 DH_API void dh_engine_free(dh_engine *e);
 /*
- * Decodes the first `count` samples of m under spec on this thread and
- * returns measured / predicted CPU time in *scale: the factor that brings
- * docs/WORKLOADS.md's starting constants to this machine. Any thread; m
- * and spec are only read.
+ * Decodes the first `count` samples of m under spec on this thread, twice,
+ * and returns the lower of the two passes' measured / predicted CPU time in
+ * *scale: the factor that brings docs/WORKLOADS.md's starting constants to
+ * this machine (the lower pass, as a moment of contention or cold caches
+ * only ever inflate it). Any thread; m and spec are only read.
  */
 DH_API int dh_measure_cpu_scale(const dh_manifest *m, const dh_spec *spec, int64_t count,
                                 double *scale, char *errbuf, size_t errlen);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#define CALIBRATION_PASSES 2
+
 static double thread_cpu(void)
 {
     struct timespec t;
@@ -62,22 +64,31 @@ int dh_measure_cpu_scale(const dh_manifest *m, const dh_spec *spec, int64_t coun
         return DH_EINVAL;
     dh__cpu_model cpu;
     dh__cpu_model_default(&cpu);
-    double predicted = 0, measured = 0;
-    int64_t n = DH_MIN(count, dh_manifest_count(m)), used = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double before = thread_cpu(), pred = 0;
-        int rc = decode_sample(m, spec, &cpu, i, &pred);
-        if (rc == DH_ENOMEM)
-            return dh__fail(err, errlen, rc, "out of memory while calibrating");
-        if (rc || pred <= 0)
-            continue; /* a failing sample says nothing about decode speed */
-        measured += thread_cpu() - before;
-        predicted += pred;
-        used++;
+    int64_t n = DH_MIN(count, dh_manifest_count(m));
+    /* Two passes, the lower factor kept: the first pays cold caches and whatever else the
+     * machine was doing for a moment (on a shared 2-core VM one pass moved by 30%). */
+    double best = 0;
+    for (int pass = 0; pass < CALIBRATION_PASSES; pass++) {
+        double predicted = 0, measured = 0;
+        int64_t used = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double before = thread_cpu(), pred = 0;
+            int rc = decode_sample(m, spec, &cpu, i, &pred);
+            if (rc == DH_ENOMEM)
+                return dh__fail(err, errlen, rc, "out of memory while calibrating");
+            if (rc || pred <= 0)
+                continue; /* a failing sample says nothing about decode speed */
+            measured += thread_cpu() - before;
+            predicted += pred;
+            used++;
+        }
+        if (!used || predicted <= 0)
+            return dh__fail(err, errlen, DH_EDECODE,
+                            "no sample of the first %lld decoded: cannot calibrate",
+                            (long long)n);
+        double f = measured / predicted;
+        best = pass == 0 || f < best ? f : best;
     }
-    if (!used || predicted <= 0)
-        return dh__fail(err, errlen, DH_EDECODE,
-                        "no sample of the first %lld decoded: cannot calibrate", (long long)n);
-    *scale = measured / predicted;
+    *scale = best;
     return 0;
 }
