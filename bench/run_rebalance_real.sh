@@ -21,7 +21,7 @@ echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d
 run() { # run NAME WORKLOAD POLICIES SEED [EXTRA...]
     local name=$1 wl=$2 pol=$3 seed=$4; shift 4
     "$B/datahelix" bench --mode real --workloads "$wl" --policies "$pol" --steps "$STEPS" \
-        --seed "$seed" --data "$DATA" --json "$OUT/$name.$wl.$seed.json" "$@" \
+        --repeats 1 --run-seconds 0 --seed "$seed" --data "$DATA" --json "$OUT/$name.$wl.$seed.json" "$@" \
         > "$OUT/$name.$wl.$seed.out"
 }
 # The GPU side is scaled to each workload's rho from the measured CPU cost, so

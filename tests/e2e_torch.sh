@@ -31,7 +31,7 @@ for r in d["runs"]:
               int(r["stall_p95_ms"] >= 0))
 EOF
 }
-small=(--ranks 2 --workers 2 --batch 4 --steps 3)
+small=(--ranks 2 --workers 2 --batch 4 --steps 3 --repeats 1 --run-seconds 0)
 
 # ---- three media kinds: video, tiled images, audio (log-mel) ----
 "$DH" bench --mode real --workloads kinetics-clips,anyres-images,speech-asr --policies local,torch \
@@ -75,7 +75,8 @@ check "torch is refused in the simulator" contains "$WORK/s.err" "use it with --
 
 # ---- interrupted: exit 130, no contender process left behind ----
 "$DH" bench --mode real --workloads kinetics-clips --policies torch --ranks 2 --workers 2 \
-    --batch 4 --steps 400 --cpu-cost-scale 1 --data "$WORK/bd" > "$WORK/i.out" 2>&1 &
+    --batch 4 --steps 400 --repeats 1 --run-seconds 0 --cpu-cost-scale 1 --data "$WORK/bd" \
+    > "$WORK/i.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do pgrep -f "$WORK/dh-bench-torch" > /dev/null && break; sleep 0.1; done
 sleep 2

@@ -18,7 +18,8 @@ static const char help[] =
     "     defaults: all eleven workloads, R=8, W=32.\n"
     "real: the real engine on real media generated under --data DIR (default bench-data;\n"
     "     made with 'gen --scale mini' when missing: one epoch of min(steps, 12) global\n"
-    "     batches, which longer runs go round again), R=4, W=2, G=16, 12 steps by default;\n"
+    "     batches, which longer runs go round again), R=4, W=2, G=16, at least 12 steps,\n"
+    "     each run about 3 s, 3 repeats by default (see below);\n"
     "     CPU predictions are first calibrated on this machine (16 samples decoded; a given\n"
     "     --cpu-cost-scale is used instead, for runs that must share one GPU scale), and\n"
     "     each run is also simulated with that calibration to show the simulator's error.\n"
@@ -30,14 +31,16 @@ static const char help[] =
     "emulated compute; run by /usr/bin/python3 or $DH_PYTHON with Debian's python3-torch and\n"
     "python3-av, skipped with the reason when they are missing; its sim column is the\n"
     "simulator's local, our emulation of the DataLoader; memory not counted (0)).\n"
-    "--repeats N runs every policy N times per workload, interleaved (A B C A B C ...),\n"
+    "--repeats N (real default 3, sim 1) runs every policy N times per workload, interleaved\n"
+    "(A B C A B C ...),\n"
     "with one calibration per workload (sim: seeds S, S+1, ..., as the simulator repeats\n"
     "itself exactly); prints each policy's median and range of\n"
     "samples/s and says which differences are within that noise; the summary and the\n"
     "JSON's sim_predictions use each policy's median-throughput repeat (runs holds all).\n"
-    "--run-seconds S (real): each workload's steps chosen so that a run lasts about S\n"
-    "seconds (the simulator's prediction of helix after calibration; at least --steps, or\n"
-    "12), so fast and slow workloads get equally long, equally stable runs.\n";
+    "--run-seconds S (real, default 3; 0: exactly --steps): each workload's steps chosen so\n"
+    "that a run lasts about S seconds (the simulator's prediction of helix after\n"
+    "calibration; at least --steps, or 12), so fast and slow workloads get equally long,\n"
+    "equally stable runs.\n";
 
 /* Real mode: the workload's data under data/NAME, generated if missing, and calibrated. */
 static int prepare_real(const char *data, const char *name, const dh_run_config *cfg,
@@ -192,7 +195,7 @@ typedef struct {
     dh_stress stress;
     char wl_buf[1024], pol_buf[256];
     const char *mode, *json, *data;
-    int repeats, pol_given;
+    int repeats, pol_given, repeats_given, seconds_given;
     double run_seconds;
 } bench_opts;
 
@@ -217,8 +220,9 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
             return -1;
         }
         if (!strcmp(opt, "--run-seconds")) {
-            if (cli_num(opt, val, 0.1, 3600, &o->run_seconds))
+            if (cli_num(opt, val, 0, 3600, &o->run_seconds))
                 return CLI_USAGE;
+            o->seconds_given = 1;
             i++;
             continue;
         }
@@ -227,6 +231,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
             if (cli_int(opt, val, 1, 100, &n))
                 return CLI_USAGE;
             o->repeats = (int)n;
+            o->repeats_given = 1;
             i++;
             continue;
         }
@@ -373,9 +378,11 @@ int cli_bench(int argc, char **argv)
     int real = !strcmp(o.mode, "real");
     cfg.ranks = cfg.ranks ? cfg.ranks : real ? 4 : 8;
     cfg.workers = cfg.workers ? cfg.workers : real ? 2 : 32;
-    if (real) {
+    if (real) { /* verdicts that hold: 3 interleaved repeats of runs of about 3 s */
         cfg.global_batch = cfg.global_batch ? cfg.global_batch : 16;
         cfg.steps = cfg.steps ? cfg.steps : 12;
+        o.repeats = o.repeats_given ? o.repeats : 3;
+        o.run_seconds = o.seconds_given ? o.run_seconds : 3;
     }
     if (!o.wl_buf[0])
         snprintf(o.wl_buf, sizeof o.wl_buf, "%s",
