@@ -12,7 +12,8 @@
 # batches with; PyAV decodes for the PyTorch DataLoader the demo compares;
 # clang builds the fuzz targets the tests run; its libFuzzer and sanitizer runtimes are
 # in libclang-rt-14-dev, only a recommendation of clang, so it is named here (this script
-# installs without recommendations).
+# installs without recommendations). OpenMPI (openmpi-bin, libopenmpi-dev) is the
+# distributed runtime the multi-node agent is built on (linked into the agent only).
 set -euo pipefail
 
 PACKAGES=(
@@ -24,6 +25,7 @@ PACKAGES=(
     ffmpeg
     python3-dev python3-numpy python3-torch python3-av
     clang libclang-rt-14-dev
+    openmpi-bin libopenmpi-dev
 )
 
 missing=()

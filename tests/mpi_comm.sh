@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# mpi_comm.sh - the multi-node communication layer under mpirun on this one
+# machine: 2 and 4 nodes exchanging progress and messages, and a node that
+# kills itself (the others must name it, not hang).
+#   usage: mpi_comm.sh PATH/TO/test_comm
+set -u
+T=${1:?usage: mpi_comm.sh PATH/TO/test_comm}
+MPIRUN=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
+[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhmpi.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+pass=0 fail=0
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+for np in 2 4; do
+    timeout 120 "${MPIRUN[@]}" -np $np "$T" basic > "$WORK/basic$np.out" 2> "$WORK/basic$np.err"
+    check "$np nodes: exit 0" test $? -eq 0
+    check "$np nodes: every node passed" test "$(grep -c '^ok node' "$WORK/basic$np.out")" -eq $np
+    [[ $fail -eq 0 ]] || cat "$WORK/basic$np.err"
+done
+# A killed node: with --enable-recovery the survivors run on and must name it.
+timeout 120 "${MPIRUN[@]}" --enable-recovery -np 3 "$T" die > "$WORK/die.out" 2> "$WORK/die.err"
+check "a killed node is named by both survivors" \
+    test "$(grep -c '^detected node [01]: node 2 (.*pid .*) stopped responding' "$WORK/die.out")" -eq 2
+[[ $fail -eq 0 ]] || { cat "$WORK/die.out" "$WORK/die.err"; }
+echo "mpi_comm: $pass passed, $fail failed"
+test $fail -eq 0
