@@ -7,9 +7,12 @@
  * tags only; a header's chunks are received by receives posted at once, and
  * MPI's per-sender ordering keeps them matched), complete receives into the
  * inbox, drive the one allgather in flight, and declare a node dead when it
- * was silent for the timeout. When iterations move nothing it sleeps, 50 us
- * doubling to 1 ms, so an idle agent costs little CPU and a message waits at
- * most about 1 ms to be seen. Callers share the inbox,
+ * was silent for the timeout. While a transfer is in flight it polls
+ * without sleeping (MPI moves a large message only while it is called);
+ * when nothing is in flight and iterations move nothing it waits, 50 us
+ * doubling to 1 ms, or until a caller queues work (a condition variable),
+ * so an idle agent costs little CPU, what it is given goes out at once, and
+ * an arriving message waits at most about 1 ms to be seen. Callers share the inbox,
  * outbox and allgather slot with it under one mutex; every wait has a
  * deadline and ends early when a node is dead. Buffers are the comm's own
  * (callers' data is copied), so a caller that gives up never leaves MPI
@@ -20,6 +23,7 @@
 #include <mpi.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +51,8 @@ typedef enum { AG_IDLE, AG_ASKED, AG_RUNNING, AG_DONE } ag_state;
 struct dh__comm {
     pthread_t thr;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;   /* the thread -> callers: something arrived, or a node died */
+    pthread_cond_t wake; /* callers -> the idle thread: work was queued */
     int rank, size;
     int started, stop;
     int rc;          /* start failure */
@@ -346,9 +351,20 @@ static void *comm_main(void *p)
             break;
         /* idle: back off from 50 us to 1 ms (a message waits at most that long to be seen;
          * an idle agent's thread then costs well under 1% of a core) */
-        idle_ns = moved ? 0 : DH_MIN(idle_ns ? idle_ns * 2 : 50000, 1000000L);
-        if (idle_ns)
-            nanosleep(&(struct timespec){0, idle_ns}, NULL);
+        int busy = moved || sending || receiving || ag_req != MPI_REQUEST_NULL;
+        idle_ns = busy ? 0 : DH_MIN(idle_ns ? idle_ns * 2 : 50000, 1000000L);
+        if (idle_ns) { /* until the backoff ends, or a caller queues work */
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            t.tv_nsec += idle_ns;
+            t.tv_sec += t.tv_nsec / 1000000000L;
+            t.tv_nsec %= 1000000000L;
+            pthread_mutex_lock(&c->mu);
+            if (!c->out_head && c->ag != AG_ASKED && !c->stop)
+                pthread_cond_timedwait(&c->wake, &c->mu, &t);
+            pthread_mutex_unlock(&c->mu);
+        } else if (!moved)
+            sched_yield(); /* a transfer in flight progresses only while MPI is called */
     }
     for (msg *m = receiving, *nx; m; m = nx) { /* a peer stopped mid-message */
         nx = m->next;
@@ -389,11 +405,13 @@ int dh__comm_start(double timeout_s, dh__comm **out, char *err, size_t errlen)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cv, &ca);
+    pthread_cond_init(&c->wake, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&c->mu, NULL);
     if (dh__thread_create(&c->thr, comm_main, c) != 0) {
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
+        pthread_cond_destroy(&c->wake);
         free(c);
         return dh__fail(err, errlen, DH_ENOMEM, "cannot start the communication thread");
     }
@@ -409,6 +427,7 @@ int dh__comm_start(double timeout_s, dh__comm **out, char *err, size_t errlen)
         free(c->last_seen);
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
+        pthread_cond_destroy(&c->wake);
         free(c);
         return rc;
     }
@@ -460,6 +479,7 @@ int dh__comm_send(dh__comm *c, int to, int32_t tag, const void *buf, size_t len)
     int dead = c->dead >= 0;
     if (!dead)
         append(&c->out_head, &c->out_tail, m);
+    pthread_cond_signal(&c->wake);
     pthread_mutex_unlock(&c->mu);
     if (dead)
         msg_free(m);
@@ -522,6 +542,7 @@ int dh__comm_allgather(dh__comm *c, const void *mine, void *all, size_t len, dou
     if (!rc) {
         memcpy(c->ag_mine, mine, len);
         c->ag = AG_ASKED;
+        pthread_cond_signal(&c->wake);
         while (c->ag != AG_DONE && !(rc = dead_locked(c, err, errlen)))
             if (wait_until(c, deadline)) {
                 rc = dh__fail(err, errlen, DH_ETIMEDOUT,
@@ -557,6 +578,7 @@ void dh__comm_stop(dh__comm *c)
         return;
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
+    pthread_cond_signal(&c->wake);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thr, NULL);
     for (msg *m = c->in_head, *nx; m; m = nx) {
@@ -573,5 +595,6 @@ void dh__comm_stop(dh__comm *c)
     free(c->last_seen);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
+    pthread_cond_destroy(&c->wake);
     free(c);
 }
