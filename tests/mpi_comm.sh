@@ -21,7 +21,8 @@ for np in 2 4; do
     [[ $fail -eq 0 ]] || cat "$WORK/basic$np.err"
 done
 # A killed node: with --enable-recovery the survivors run on and must name it.
-timeout 120 "${MPIRUN[@]}" --enable-recovery -np 3 "$T" die > "$WORK/die.out" 2> "$WORK/die.err"
+timeout 60 "${MPIRUN[@]}" --enable-recovery -np 3 "$T" die > "$WORK/die.out" 2> "$WORK/die.err"
+check "the survivors exit (no wait for the dead node in MPI_Finalize)" test $? -ne 124
 check "a killed node is named by both survivors" \
     test "$(grep -c '^detected node [01]: node 2 (.*pid .*) stopped responding' "$WORK/die.out")" -eq 2
 [[ $fail -eq 0 ]] || { cat "$WORK/die.out" "$WORK/die.err"; }

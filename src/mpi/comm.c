@@ -380,6 +380,11 @@ static void *comm_main(void *p)
         msg_free(m); /* (their requests are abandoned: MPI_Finalize cleans up) */
     }
     free(hb_req);
+    pthread_mutex_lock(&c->mu);
+    int dead = c->dead >= 0;
+    pthread_mutex_unlock(&c->mu);
+    if (dead) /* MPI_Finalize waits for every process, the dead one too: it would never return */
+        return NULL;
     MPI_Comm_free(&c->comm);
     MPI_Finalize();
     return NULL;

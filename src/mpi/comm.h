@@ -72,7 +72,8 @@ int dh__comm_allgather(dh__comm *c, const void *mine, void *all, size_t len, dou
 int dh__comm_silent(dh__comm *c, double min_s, double *silent_s);
 
 /* Stops the thread after sending what was queued (at most a few seconds), finalises MPI
- * and frees c. Messages not received are dropped. */
+ * (not after a node died: MPI_Finalize would wait for it forever) and frees c. Messages
+ * not received are dropped. */
 void dh__comm_stop(dh__comm *c);
 
 /* 1 when this process was started by mpirun (OpenMPI's environment), else 0. */
