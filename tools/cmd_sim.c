@@ -295,6 +295,19 @@ static int run_mode(int mode, dh_run_config *cfg, sim_files *f, dh_result *res, 
 
 static const char *const mode_name[] = {"sim", "run", "serve"};
 
+/* Processes in the MPI job that started us (OpenMPI's, or the PMI launchers'), or 1. */
+static int mpi_processes(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+        const char *v = getenv(vars[k]);
+        long n = v ? strtol(v, NULL, 10) : 0;
+        if (n > 1)
+            return n > 1000000 ? 1000000 : (int)n;
+    }
+    return 1;
+}
+
 static int sim_or_run(int argc, char **argv, int mode)
 {
     dh_run_config cfg;
@@ -305,6 +318,12 @@ static int sim_or_run(int argc, char **argv, int mode)
     int rc = parse(argc, argv, &cfg, &stress, &f, mode_name[mode]);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (mode != MODE_SIM && mpi_processes() > 1) { /* each would decode the whole job */
+        cli_err("%s: started as one of %d MPI processes, but the real engine runs on one node "
+                "for now (docs/MULTINODE.md): start it without mpirun",
+                mode_name[mode], mpi_processes());
+        return CLI_USAGE;
+    }
     if (mode == MODE_RUN && isatty(STDERR_FILENO))
         cfg.progress = progress;
     cli_catch_interrupts();
