@@ -283,18 +283,17 @@ int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank)
 
 void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now)
 {
-    touch_all(s); /* deadlines move */
     s->taken[rank] = DH_MAX(s->taken[rank], step + 1);
     if (step > s->cur_step || (step == 0 && s->cur_time == 0)) {
         s->cur_step = step;
         s->cur_time = now; /* deadlines of later steps count from here */
+        touch_all(s);      /* deadlines moved: every node's predicted lateness changes */
     }
     dh__sched_retire(s);
 }
 
 void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time)
 {
-    touch_all(s);
     (void)now;
     if (step < s->lo || step >= s->planned)
         return;
