@@ -395,6 +395,27 @@ int dh__comm_launched(void)
     return getenv("OMPI_COMM_WORLD_SIZE") != NULL;
 }
 
+/* Frees c and everything it still holds (its thread has ended). */
+static void comm_free(dh__comm *c)
+{
+    for (msg *m = c->in_head, *nx; m; m = nx) {
+        nx = m->next;
+        msg_free(m);
+    }
+    for (msg *m = c->out_head, *nx; m; m = nx) {
+        nx = m->next;
+        msg_free(m);
+    }
+    free(c->ag_mine);
+    free(c->ag_all);
+    free(c->names);
+    free(c->last_seen);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    pthread_cond_destroy(&c->wake);
+    free(c);
+}
+
 int dh__comm_start(double timeout_s, dh__comm **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -428,12 +449,7 @@ int dh__comm_start(double timeout_s, dh__comm **out, char *err, size_t errlen)
     if (rc) {
         dh__fail(err, errlen, rc, "%s", c->err);
         pthread_join(c->thr, NULL);
-        free(c->names);
-        free(c->last_seen);
-        pthread_mutex_destroy(&c->mu);
-        pthread_cond_destroy(&c->cv);
-        pthread_cond_destroy(&c->wake);
-        free(c);
+        comm_free(c);
         return rc;
     }
     *out = c;
@@ -586,20 +602,5 @@ void dh__comm_stop(dh__comm *c)
     pthread_cond_signal(&c->wake);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thr, NULL);
-    for (msg *m = c->in_head, *nx; m; m = nx) {
-        nx = m->next;
-        msg_free(m);
-    }
-    for (msg *m = c->out_head, *nx; m; m = nx) {
-        nx = m->next;
-        msg_free(m);
-    }
-    free(c->ag_mine);
-    free(c->ag_all);
-    free(c->names);
-    free(c->last_seen);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-    pthread_cond_destroy(&c->wake);
-    free(c);
+    comm_free(c);
 }
