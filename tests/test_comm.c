@@ -126,6 +126,9 @@ static void die(dh__comm *c)
             char want[32];
             snprintf(want, sizeof want, "node %d (", victim);
             CHECK(strstr(err, want) && strstr(err, "stopped responding"), "%s", err);
+            double quiet = 0; /* and the longest-silent node is the dead one */
+            CHECK(dh__comm_silent(c, 0.5, &quiet) == victim && quiet > 0.5,
+                  "dh__comm_silent: %d after %.2f s", dh__comm_silent(c, 0.5, NULL), quiet);
             printf("detected node %d: %s\n", node, err);
             return;
         }

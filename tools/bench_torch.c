@@ -233,9 +233,12 @@ static int read_timings(const char *path, const dh_run_config *c, const double *
     int64_t *seen = calloc((size_t)(S * R), sizeof *seen);
     double makespan = -1;
     char line[512];
-    int bad = !b || !st || !seen;
+    double *first = malloc((size_t)S * sizeof *first); /* each step's first task start */
+    int bad = !b || !st || !seen || !first;
     for (int64_t k = 0; !bad && k < S * R; k++)
-        b[k].first_task_start = -1, b[k].asked = -1;
+        b[k].asked = -1;
+    for (int64_t k = 0; !bad && k < S; k++)
+        first[k] = -1;
     while (!bad && fgets(line, sizeof line, f)) {
         lineno++;
         long long s, r, idx;
@@ -256,9 +259,8 @@ static int read_timings(const char *path, const dh_run_config *c, const double *
             e->failed += !ok;
             eb->longest_task = t2 > eb->longest_task ? t2 : eb->longest_task;
             seen[s * R + r]++;
-            for (int q = 0; q < R; q++) /* the step's first task, seen by all its ranks */
-                if (b[s * R + q].first_task_start < 0 || t1 < b[s * R + q].first_task_start)
-                    b[s * R + q].first_task_start = t1;
+            if (first[s] < 0 || t1 < first[s])
+                first[s] = t1;
         } else if (sscanf(line, "end %lf", &t4) == 1) {
             makespan = t4;
         } else {
@@ -279,7 +281,10 @@ static int read_timings(const char *path, const dh_run_config *c, const double *
         cli_err("bench torch: the contender's timings have no end");
         bad = 1;
     }
+    for (int64_t k = 0; !bad && k < S * R; k++) /* seen by every rank of its step */
+        b[k].first_task_start = first[k / R];
     free(seen);
+    free(first);
     if (bad) {
         free(b);
         free(st);

@@ -390,11 +390,6 @@ static void *comm_main(void *p)
     return NULL;
 }
 
-int dh__comm_launched(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") != NULL;
-}
-
 /* Frees c and everything it still holds (its thread has ended). */
 static void comm_free(dh__comm *c)
 {

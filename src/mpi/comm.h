@@ -76,7 +76,4 @@ int dh__comm_silent(dh__comm *c, double min_s, double *silent_s);
  * not received are dropped. */
 void dh__comm_stop(dh__comm *c);
 
-/* 1 when this process was started by mpirun (OpenMPI's environment), else 0. */
-int dh__comm_launched(void);
-
 #endif
