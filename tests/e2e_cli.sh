@@ -161,7 +161,7 @@ check "run with rebalancing exits 0" test $? -eq 0
 check "run json counts refused moves" contains "$WORK/reb.json" '"reb_refused":'
 check "run with rebalancing accounts for all" contains "$WORK/reb.out" "delivered 18 + failed 0 = 18"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --nodes 2 > /dev/null 2> "$WORK/nodes.err"
-check "the real engine refuses several nodes" contains "$WORK/nodes.err" "one node"
+check "the real engine refuses --nodes without mpirun" contains "$WORK/nodes.err" "mpirun"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --move-gbps 0 > /dev/null 2>&1
 check "a zero handoff bandwidth is a usage error" test $? -eq 2
 "$DH" run --workload laion-images > /dev/null 2> "$WORK/runw.err"

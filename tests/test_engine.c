@@ -678,7 +678,7 @@ START_TEST(a_failing_sample_fails_in_every_epoch_it_is_scheduled)
 }
 END_TEST
 
-START_TEST(real_engine_refuses_several_nodes)
+START_TEST(real_engine_refuses_several_nodes_without_an_exchange)
 {
     dh_manifest *m = manifest_with(NULL);
     dh_run_config c = config(m, "helix");
@@ -686,7 +686,308 @@ START_TEST(real_engine_refuses_several_nodes)
     dh_result res = DH_RESULT_INIT;
     char err[256] = "";
     ck_assert_int_eq(dh_engine_run(&c, NULL, NULL, &res, err, sizeof err), DH_EINVAL);
-    ck_assert_msg(strstr(err, "one node") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "mpirun") != NULL, "%s", err);
+    dh_manifest_free(m);
+}
+END_TEST
+
+/* ------------------------------------------------------------ several nodes */
+
+/*
+ * The step exchange of several nodes, in one process: an allgather over threads (the
+ * agent's is MPI). A node told to die stops taking part; the others' waits then fail with
+ * DH_EPEER naming it, as the agent's heartbeats make them.
+ */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n, arrived, dead;
+    int64_t gen;
+    unsigned char *in, *out;
+} hub;
+
+typedef struct {
+    hub *h;
+    int node, calls, die_at; /* die_at >= 0: this node dies at its die_at-th exchange */
+    dh_run_config cfg;
+    dh_result res;
+    int rc, consume; /* consume: the test's consumers (checking every item), not emulated ranks */
+    char err[512];
+    int64_t *seen; /* consume: per step, the sample indices delivered, G slots */
+    int64_t seen_n;
+    const dh_spec *spec;
+    errors errs;
+} hub_node;
+
+static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, char *err,
+                        size_t errlen)
+{
+    hub_node *me = user;
+    hub *h = me->h;
+    pthread_mutex_lock(&h->mu);
+    if (me->die_at >= 0 && me->calls >= me->die_at)
+        h->dead = me->node;
+    me->calls++;
+    if (h->dead >= 0) {
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        snprintf(err, errlen, "node %d (test) stopped responding", h->dead);
+        return DH_EPEER;
+    }
+    if (!h->in) {
+        h->in = calloc((size_t)h->n, bytes);
+        h->out = calloc((size_t)h->n, bytes);
+    }
+    memcpy(h->in + (size_t)me->node * bytes, mine, bytes);
+    int64_t gen = h->gen;
+    if (++h->arrived == h->n) {
+        h->arrived = 0;
+        h->gen++;
+        memcpy(h->out, h->in, (size_t)h->n * bytes);
+        pthread_cond_broadcast(&h->cv);
+    }
+    while (gen == h->gen && h->dead < 0)
+        pthread_cond_wait(&h->cv, &h->mu);
+    int ok = gen != h->gen; /* out stays until every node (this one too) gave the next round */
+    if (ok)
+        memcpy(all, h->out, (size_t)h->n * bytes);
+    else
+        snprintf(err, errlen, "node %d (test) stopped responding", h->dead);
+    pthread_mutex_unlock(&h->mu);
+    return ok ? 0 : DH_EPEER;
+}
+
+typedef struct {
+    hub_node *n;
+    dh_engine *e;
+    int rank;
+} node_consumer;
+
+/* A trainer's loop on one rank of one node: every item checked against a direct decode. */
+static void *consume_rank(void *p)
+{
+    node_consumer *c = p;
+    for (;;) {
+        dh_batch b;
+        if (dh_engine_next_batch(c->e, c->rank, &b))
+            break;
+        for (int32_t k = 0; k < b.nitems; k++)
+            if (b.items[k].status == 0)
+                check_item(c->n->cfg.manifest, c->n->spec, &b, &b.items[k]);
+        pthread_mutex_lock(&c->n->h->mu);
+        for (int32_t k = 0; k < b.nsamples; k++)
+            c->n->seen[c->n->seen_n++] = b.step * 1000000 + b.samples[k];
+        pthread_mutex_unlock(&c->n->h->mu);
+        dh_engine_release(c->e, &b, -1);
+    }
+    return NULL;
+}
+
+static void *run_node(void *p)
+{
+    hub_node *n = p;
+    if (!n->consume) {
+        n->rc = dh_engine_run(&n->cfg, on_error, &n->errs, &n->res, n->err, sizeof n->err);
+        return NULL;
+    }
+    dh_engine *e;
+    n->rc = dh_engine_start(&n->cfg, on_error, &n->errs, &e, n->err, sizeof n->err);
+    if (n->rc)
+        return NULL;
+    int per = n->cfg.ranks / n->cfg.nodes;
+    node_consumer cs[8];
+    pthread_t t[8];
+    for (int i = 0; i < per; i++) {
+        cs[i] = (node_consumer){n, e, n->node * per + i};
+        pthread_create(&t[i], NULL, consume_rank, &cs[i]);
+    }
+    for (int i = 0; i < per; i++)
+        pthread_join(t[i], NULL);
+    n->rc = dh_engine_finish(e, &n->res);
+    dh_engine_free(e);
+    return NULL;
+}
+
+/* Runs base on `nodes` nodes (threads of this process); node `die` dies at its die_at-th
+ * exchange (die -1: none); tweak (may be NULL) changes node k's config. */
+static void run_nodes(const dh_run_config *base, int nodes, int consume, int die, int die_at,
+                      hub_node *out, void (*tweak)(int node, dh_run_config *c))
+{
+    hub h = {.n = nodes, .dead = -1};
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    pthread_t t[4];
+    for (int k = 0; k < nodes; k++) {
+        out[k] = (hub_node){.h = &h, .node = k, .die_at = k == die ? die_at : -1,
+                            .cfg = *base, .consume = consume};
+        dh_result_init(&out[k].res);
+        out[k].cfg.nodes = nodes;
+        out[k].cfg.node = k;
+        out[k].cfg.exchange = hub_exchange;
+        out[k].cfg.exchange_user = &out[k];
+        if (tweak)
+            tweak(k, &out[k].cfg);
+        if (consume)
+            out[k].seen = calloc((size_t)(base->steps * base->global_batch), sizeof *out[k].seen);
+        ck_assert_int_eq(dh_spec_builtin("default", (dh_spec **)&out[k].spec), 0);
+        pthread_create(&t[k], NULL, run_node, &out[k]);
+    }
+    for (int k = 0; k < nodes; k++)
+        pthread_join(t[k], NULL);
+    free(h.in);
+    free(h.out);
+    pthread_mutex_destroy(&h.mu);
+    pthread_cond_destroy(&h.cv);
+}
+
+static void free_nodes(hub_node *n, int nodes)
+{
+    for (int k = 0; k < nodes; k++) {
+        free(n[k].seen);
+        dh_spec_free((dh_spec *)n[k].spec);
+    }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
+{
+    /* Each node decodes only its own ranks' batches; together they deliver exactly what one
+     * node delivers (the same samples in every step), each once, each byte-equal to a
+     * direct decode; every node reports the same whole-run accounting. */
+    dh_manifest *m = manifest_with(NULL);
+    const char *pols[] = {"helix", "pool", "local"};
+    for (int p = 0; p < 3; p++) {
+        for (int nodes = 2; nodes <= 4; nodes += 2) {
+            dh_run_config c = config(m, pols[p]);
+            c.ranks = 4;
+            c.workers = 4;
+            c.global_batch = 8;
+            c.steps = 5;
+            hub_node one[1], n[4];
+            run_nodes(&c, 1, 1, -1, 0, one, NULL); /* nodes = 1: the plain engine */
+            ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
+            run_nodes(&c, nodes, 1, -1, 0, n, NULL);
+            int64_t all[64], k = 0;
+            for (int x = 0; x < nodes; x++) {
+                ck_assert_msg(n[x].rc == 0, "%s on %d nodes, node %d: %s", pols[p], nodes, x,
+                              n[x].err);
+                ck_assert_int_eq(n[x].res.nodes, nodes);
+                ck_assert_int_eq(n[x].res.steps, 5);
+                ck_assert_int_eq(n[x].res.delivered, 40);
+                ck_assert_int_eq(n[x].res.failed, 0);
+                ck_assert_double_eq(n[x].res.wait_p95_ms, n[0].res.wait_p95_ms);
+                ck_assert_double_eq(n[x].res.makespan_s, n[0].res.makespan_s);
+                ck_assert_int_eq(n[x].res.memory_peak, n[0].res.memory_peak);
+                ck_assert_double_gt(n[x].res.exchange_mean_s, 0);
+                for (int64_t i = 0; i < n[x].seen_n; i++)
+                    all[k++] = n[x].seen[i];
+            }
+            ck_assert_int_eq(k, 40);
+            ck_assert_int_eq(one[0].seen_n, 40);
+            qsort(all, (size_t)k, sizeof *all, cmp_i64);
+            qsort(one[0].seen, 40, sizeof *all, cmp_i64);
+            for (int i = 0; i < 40; i++)
+                ck_assert_int_eq(all[i], one[0].seen[i]);
+            free_nodes(one, 1);
+            free_nodes(n, nodes);
+        }
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(several_nodes_run_every_policy_with_failures_counted_once)
+{
+    /* Emulated ranks on 2 nodes (the all-reduce is the step exchange), a missing file in
+     * every epoch: reported once per occurrence, by the node that prepared it. */
+    dh_manifest *m = manifest_with("{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":"
+                                   "\"nope.png\",\"codec\":\"png\",\"width\":8,\"height\":8}]}\n");
+    const char *const *pol = dh_policy_names();
+    for (int p = 0; pol[p]; p++) {
+        dh_run_config c = config(m, pol[p]);
+        c.ranks = 4;
+        c.workers = 2;
+        c.steps = 5; /* 20 samples over 10: the missing one twice */
+        hub_node n[2];
+        run_nodes(&c, 2, 0, -1, 0, n, NULL);
+        for (int x = 0; x < 2; x++) {
+            ck_assert_msg(n[x].rc == 0, "%s node %d: %s", pol[p], x, n[x].err);
+            ck_assert_int_eq(n[x].res.samples, 20);
+            ck_assert_msg(n[x].res.failed == 2, "%s node %d: failed %lld (errors %d, %d; last %s)",
+                          pol[p], x, (long long)n[x].res.failed, n[0].errs.n, n[1].errs.n,
+                          n[x].errs.last);
+            ck_assert_int_eq(n[x].res.delivered + n[x].res.failed, 20);
+            ck_assert_msg(n[x].res.memory_peak <= n[x].res.memory_budget, "%s", pol[p]);
+        }
+        ck_assert_int_eq(n[0].errs.n + n[1].errs.n, 2);
+        free_nodes(n, 2);
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(a_dead_node_stops_every_node_with_its_name)
+{
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "helix");
+    c.ranks = 4;
+    c.workers = 2;
+    c.steps = 8;
+    hub_node n[2];
+    run_nodes(&c, 2, 0, 1, 4, n, NULL); /* node 1 dies at its 4th exchange (hello + 3 steps) */
+    ck_assert_int_eq(n[0].rc, DH_EPEER);
+    ck_assert_msg(strstr(n[0].err, "node 1 (test) stopped responding") != NULL, "%s", n[0].err);
+    /* the survivor's accounting: the steps every node closed, exact */
+    ck_assert_int_eq(n[0].res.steps, 3);
+    ck_assert_int_eq(n[0].res.delivered + n[0].res.failed, n[0].res.samples);
+    ck_assert_int_eq(n[0].res.samples, 12);
+    free_nodes(n, 2);
+    dh_manifest_free(m);
+}
+END_TEST
+
+static int node_1_polls; /* on several nodes only the exchange thread polls should_stop */
+
+static void node_1_is_stopped(int node, dh_run_config *c)
+{
+    c->should_stop = node == 1 ? stop_after_3 : NULL;
+    c->should_stop_user = &node_1_polls;
+}
+
+static void node_1_has_another_seed(int node, dh_run_config *c)
+{
+    c->seed = 1 + (uint64_t)node;
+}
+
+START_TEST(several_nodes_agree_on_stopping_and_on_the_job)
+{
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "pool");
+    c.steps = DH_STEPS_FOREVER;
+    hub_node n[2];
+    /* Only node 1 is asked to stop: both stop after the same step, with the same count. */
+    run_nodes(&c, 2, 0, -1, 0, n, node_1_is_stopped);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
+        ck_assert_int_ge(n[k].res.steps, 3);
+        ck_assert_int_eq(n[k].res.steps, n[0].res.steps);
+        ck_assert_int_eq(n[k].res.delivered, n[k].res.steps * 4);
+    }
+    free_nodes(n, 2);
+    /* A node started on another job (another seed) is refused by every node. */
+    c.steps = 4;
+    run_nodes(&c, 2, 0, -1, 0, n, node_1_has_another_seed);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(n[k].rc, DH_EINVAL);
+        ck_assert_msg(strstr(n[k].err, "node 1 was started on another job than node 0: --seed"),
+                      "%s", n[k].err);
+    }
+    free_nodes(n, 2);
     dh_manifest_free(m);
 }
 END_TEST
@@ -716,13 +1017,17 @@ int main(void)
     tcase_add_test(tc, run_needs_a_manifest);
     tcase_add_test(tc, rebalancing_moves_decoded_samples_and_keeps_batches_valid);
     tcase_add_test(tc, rebalancing_is_gated_by_transfer_cost_and_off_for_noreb);
-    tcase_add_test(tc, real_engine_refuses_several_nodes);
+    tcase_add_test(tc, real_engine_refuses_several_nodes_without_an_exchange);
     tcase_add_test(tc, a_failing_sample_fails_in_every_epoch_it_is_scheduled);
     tcase_add_test(tc, threads_that_cannot_start_unwind_cleanly);
     tcase_add_test(tc, allocation_failures_stop_the_real_engine_cleanly);
     tcase_add_test(tc, a_waiting_request_survives_the_records_regrowing);
     tcase_add_test(tc, stop_wakes_a_blocked_consumer_and_streams_without_a_length);
     tcase_add_test(tc, should_stop_ends_an_endless_run_with_its_accounting);
+    tcase_add_test(tc, several_nodes_deliver_every_sample_once_byte_equal);
+    tcase_add_test(tc, several_nodes_run_every_policy_with_failures_counted_once);
+    tcase_add_test(tc, a_dead_node_stops_every_node_with_its_name);
+    tcase_add_test(tc, several_nodes_agree_on_stopping_and_on_the_job);
     tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -29,6 +29,20 @@ int bench_torch_available(char *why, size_t len);
 int bench_torch(const dh_run_config *c, dh_result *r);
 
 /*
+ * agent_mpi.c: the agent as one node of an mpirun job. cli_node_start: not started by a
+ * multi-process launcher: 0 and *out NULL (one node, today's behaviour); else joins the
+ * other nodes, sets cfg's nodes, node and step exchange, 0 and *out; 1 or CLI_USAGE with the
+ * error printed. With *out NULL every other call is a no-op (rank 0).
+ */
+typedef struct cli_node cli_node;
+int cli_node_start(dh_run_config *cfg, cli_node **out);
+int cli_node_rank(const cli_node *n);
+const char *cli_node_name(const cli_node *n); /* "node K (HOST, pid P)" */
+/* Replaces *value by the mean of every node's (the same on all); 0, or 1 with the error. */
+int cli_node_agree_mean(cli_node *n, double *value);
+void cli_node_stop(cli_node *n);
+
+/*
  * If argv[*i] is a run option shared by sim, run and bench (--ranks,
  * --workers, --batch, --steps, --seed, --rho, --memory-budget, ...),
  * consumes it into cfg and returns 1; 0 if it is not one; -1 on a bad value.

@@ -17,12 +17,13 @@
 
 void cli_err(const char *fmt, ...)
 {
+    /* One write per line: the agents of several nodes share mpirun's stderr. */
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    fputs("datahelix: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "datahelix: %s%s\n", line, n >= (int)sizeof line ? "..." : "");
 }
 
 int cli_int(const char *opt, const char *val, int64_t min, int64_t max, int64_t *out)

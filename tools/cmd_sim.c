@@ -149,9 +149,12 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
 
 void cli_print_result(const dh_result *r)
 {
-    printf("%s / %s (%s): R=%d W=%d, %lld steps, %lld samples\n", r->workload, r->policy,
+    char nodes[32] = "";
+    if (r->nodes > 1)
+        snprintf(nodes, sizeof nodes, " on %d nodes", r->nodes);
+    printf("%s / %s (%s): R=%d W=%d%s, %lld steps, %lld samples\n", r->workload, r->policy,
            strcmp(r->engine, "real") ? "sim: simulated figures" : "real: measured on this machine",
-           r->ranks, r->workers, (long long)r->steps, (long long)r->samples);
+           r->ranks, r->workers, nodes, (long long)r->steps, (long long)r->samples);
     printf("  makespan %.3f s  throughput %.1f samples/s  bound %.3f s (gpu %.3f, cpu %.3f)  "
            "efficiency %.3f\n",
            r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s,
@@ -190,6 +193,10 @@ void cli_print_result(const dh_result *r)
                "%lld refused by the gate, %.1f MiB shipped\n",
                (long long)r->lend_considered, (long long)r->lent, (long long)r->lend_gated,
                r->bytes_shipped / 1048576.0);
+    if (r->nodes > 1 && r->exchange_mean_s > 0)
+        printf("  step exchange between nodes: %.3f ms per step (largest %.3f, waiting for the "
+               "slowest node included); records built and applied in %.1f us per step\n",
+               1e3 * r->exchange_mean_s, 1e3 * r->exchange_max_s, 1e6 * r->control_mean_s);
     if (r->cap_violations)
         printf("  %lld samples could not be placed within the per-rank caps (placed on the least "
                "loaded rank)\n",
@@ -295,17 +302,18 @@ static int run_mode(int mode, dh_run_config *cfg, sim_files *f, dh_result *res, 
 
 static const char *const mode_name[] = {"sim", "run", "serve"};
 
-/* Processes in the MPI job that started us (OpenMPI's, or the PMI launchers'), or 1. */
-static int mpi_processes(void)
+/* Prints why the run failed, and the accounting of what every node completed. */
+static void report_failure(int mode, const cli_node *node, const char *err, int rc,
+                           const dh_result *res)
 {
-    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
-        const char *v = getenv(vars[k]);
-        long n = v ? strtol(v, NULL, 10) : 0;
-        if (n > 1)
-            return n > 1000000 ? 1000000 : (int)n;
+    cli_err("%s%s%s: %s [%s]", mode_name[mode], node ? ": " : "", node ? cli_node_name(node) : "",
+            err[0] ? err : dh_strerror(rc), dh_err_name(rc));
+    if (node && res->engine[0]) { /* the survivors of a lost node still account for the steps */
+        cli_err("%s: the accounting of the %lld steps this node saw every node complete (one "
+                "in flight when a node died may be counted by some survivors only):",
+                cli_node_name(node), (long long)res->steps);
+        cli_print_result(res);
     }
-    return 1;
 }
 
 static int sim_or_run(int argc, char **argv, int mode)
@@ -318,36 +326,46 @@ static int sim_or_run(int argc, char **argv, int mode)
     int rc = parse(argc, argv, &cfg, &stress, &f, mode_name[mode]);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (mode != MODE_SIM && mpi_processes() > 1) { /* each would decode the whole job */
-        cli_err("%s: started as one of %d MPI processes, but the real engine runs on one node "
-                "for now (docs/MULTINODE.md): start it without mpirun",
-                mode_name[mode], mpi_processes());
-        return CLI_USAGE;
+    /* Under mpirun: one agent per node (without it, one node: nothing changes). */
+    cli_node *node = NULL;
+    if (mode != MODE_SIM && (rc = cli_node_start(&cfg, &node)))
+        return rc;
+    int lead = cli_node_rank(node) == 0; /* node 0 prints the result and writes --json */
+    char trace[4200];
+    if (!lead && cfg.trace_path) { /* one trace per node */
+        snprintf(trace, sizeof trace, "%s.node%d", cfg.trace_path, cli_node_rank(node));
+        cfg.trace_path = trace;
     }
-    if (mode == MODE_RUN && isatty(STDERR_FILENO))
+    if (mode == MODE_RUN && lead && isatty(STDERR_FILENO))
         cfg.progress = progress;
     cli_catch_interrupts();
     cfg.should_stop = cli_should_stop;
     dh_manifest *m = NULL;
     dh_spec *spec = NULL;
     cli_out json;
-    rc = cli_out_open(&json, f.json); /* an unwritable --json fails before the run */
+    rc = cli_out_open(&json, lead ? f.json : NULL); /* an unwritable --json fails before the run */
     if (!rc)
         rc = load_inputs(&cfg, &f, &m, &spec);
+    if (!rc && node && f.calibrate) { /* every node plans with the same CPU model */
+        rc = cli_node_agree_mean(node, &cfg.cpu_cost_scale);
+        if (!rc && lead)
+            printf("calibrated on %d nodes: CPU cost = %.2f x the starting model (their mean)\n",
+                   cfg.nodes, cfg.cpu_cost_scale);
+    }
     if (!rc) {
         char err[512] = "";
         dh_result res = DH_RESULT_INIT;
         int64_t sample_errors = 0;
         rc = run_mode(mode, &cfg, &f, &res, err, sizeof err, &sample_errors);
         if (rc)
-            cli_err("%s: %s [%s]", mode_name[mode], err[0] ? err : dh_strerror(rc),
-                    dh_err_name(rc));
-        else
+            report_failure(mode, node, err, rc, &res);
+        else if (lead)
             rc = report_result(&cfg, &json, &res);
     }
     cli_out_abort(&json); /* not committed: nothing left under a temporary name */
     dh_manifest_free(m);
     dh_spec_free(spec);
+    cli_node_stop(node);
     /* Interrupted: the accounting of the completed steps is printed (and written), and the
      * exit status says the run did not end by itself. */
     return cli_interrupted() ? cli_interrupted() : rc ? 1 : 0;

@@ -108,6 +108,20 @@ typedef struct {
      * forever. 0: per task, 20x its predicted CPU time, at least 10 s and at most 300 s;
      * < 0: no limit. */
     double sample_timeout_s;
+    /*
+     * Real engine on several nodes (the agent under mpirun; docs/MULTINODE.md). With
+     * nodes > 1 and exchange set, this process is node `node` (0 .. nodes - 1): it runs
+     * ranks [node * R / nodes, (node + 1) * R / nodes) and W / nodes workers, plans every
+     * step as every other node does, and calls exchange when it starts, after each step and
+     * when it ends. exchange is an allgather: every node gives `bytes` bytes of mine and all
+     * receives nodes * bytes, node by node; it returns when every node has called it, 0 or a
+     * negative error (DH_EPEER: a node died) with a sentence in err. Each node holds
+     * memory_budget / nodes. Called from an engine thread, never with the engine's lock.
+     */
+    int node;
+    int (*exchange)(void *user, const void *mine, void *all, size_t bytes, char *err,
+                    size_t errlen);
+    void *exchange_user;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */
@@ -158,6 +172,12 @@ typedef struct {
      * stall is the longest input wait among its ranks, what the collective really loses.
      * late_step_frac: steps with any rank late. */
     double stall_mean_ms, stall_p95_ms, stall_p99_ms, late_step_frac;
+    /* Several nodes (real engine): nodes of the run (1 otherwise); per step, the mean and
+     * largest seconds a node spent in the step exchange (the allgather, including waiting for
+     * the slowest node), and the mean seconds it held the engine's lock to build its record
+     * and apply the others' (the control plane's own cost). */
+    int nodes;
+    double exchange_mean_s, exchange_max_s, control_mean_s;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

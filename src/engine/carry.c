@@ -169,8 +169,8 @@ void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
     step->reb_offered = 1;
     const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
     int64_t moved = reb->moved;
-    for (int r = 0; r < e->R; r++)
-        e->frozen[r] = step->b[r].inflight > 0;
+    for (int r = 0; r < e->R; r++) /* another node's batches are not here to move */
+        e->frozen[r] = step->b[r].inflight > 0 || !dh__eng_rank_here(e, r);
     memset(e->received, 0, (size_t)e->R);
     double t0 = dh__eng_elapsed(e);
     dh__sched_rebalance(e->sched, st, t0, e->frozen, carry_out, e);
@@ -189,7 +189,7 @@ void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
 /* Offers st if all of its batches are prepared (called when one completes). */
 void dh__eng_offer_prepared_step(dh_engine *e, int64_t st, int worker)
 {
-    for (int r = 0; r < e->R; r++)
+    for (int r = e->rank_lo; r < e->rank_hi; r++)
         if (!dh__sched_batch_ready(e->sched, st, r))
             return;
     dh__eng_offer_step(e, st, DH_TRACE_WORKERS, worker);

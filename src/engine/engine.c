@@ -34,9 +34,10 @@ double dh__thread_cpu(void)
 }
 
 /* Sets the stop flag and wakes every waiter; the rings stop handing out buffers. */
-static void stop_locked(dh_engine *e)
+void dh__eng_stop_locked(dh_engine *e)
 {
     e->stop = 1;
+    dh__eng_nodes_wake(e);
     pthread_cond_broadcast(&e->work);
     pthread_cond_broadcast(&e->ready);
     pthread_cond_broadcast(&e->room);
@@ -48,7 +49,7 @@ void dh__eng_fail(dh_engine *e, int rc)
 {
     if (!e->error)
         e->error = rc;
-    stop_locked(e);
+    dh__eng_stop_locked(e);
 }
 
 void dh__engine_abort(dh_engine *e, int rc)
@@ -72,8 +73,10 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, char
                             dh_strerror(rc),
                             (long long)dh_sampler_steps_per_epoch(e->run.sampler));
     }
-    clock_gettime(CLOCK_MONOTONIC, &e->t0);
-    int rc = dh__eng_start_workers(e);
+    int rc = dh__eng_nodes_begin(e, err, errlen);
+    if (rc)
+        return rc;
+    rc = dh__eng_start_workers(e);
     if (rc)
         dh__msg(err, errlen, "cannot start the decoding threads: %s", dh_strerror(rc));
     return rc;
@@ -107,7 +110,7 @@ void dh_engine_stop(dh_engine *e)
     if (!e)
         return;
     pthread_mutex_lock(&e->mu);
-    stop_locked(e);
+    dh__eng_stop_locked(e);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -127,8 +130,8 @@ static int wait_ready(dh_engine *e, int64_t st, int rank)
  * answers its consumer first), else they are woken here. */
 int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
 {
-    if (!e || !out || rank < 0 || rank >= e->R)
-        return DH_EINVAL;
+    if (!e || !out || !dh__eng_rank_here(e, rank))
+        return DH_EINVAL; /* not a rank, or another node's */
     pthread_mutex_lock(&e->mu);
     int64_t st = e->next_step[rank];
     if (st >= e->N) {
@@ -199,12 +202,13 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
     pthread_mutex_lock(&e->mu);
     batch_slot *s = dh__eng_slot(e, b->step, b->rank);
     dh__rec_batch *rb = dh__records_batch(&e->rec, b->step, b->rank);
-    if (!s || !rb || b->rank < 0 || b->rank >= e->R) { /* released twice, or not ours */
+    if (!s || !rb || !dh__eng_rank_here(e, b->rank)) { /* released twice, or not ours */
         pthread_mutex_unlock(&e->mu);
         return;
     }
     double gpu = gpu_seconds >= 0 ? gpu_seconds : dh_engine_batch_gpu_seconds(e, b);
     rb->compute = gpu;
+    s->released_at = dh__eng_elapsed(e);
     dh__trace_span(&e->trace, DH_TRACE_RANKS, b->rank, "compute", s->taken,
                    dh__eng_elapsed(e) - s->taken, b->step, b->rank, -1);
     dh__sched_step_done(e->sched, b->rank, b->step, dh__eng_elapsed(e), gpu);
@@ -213,8 +217,9 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
     s->allocated = 0;
     dh__slot_clear_layout(s);
     dh__eng_step_released(e, b->step);
-    if (e->lo > b->step && dh__run_should_stop(&e->run)) /* a step just ended: stop here? */
-        stop_locked(e);
+    /* A step just ended: stop here? (On several nodes the step exchange agrees on it.) */
+    if (!e->x && e->lo > b->step && dh__run_should_stop(&e->run))
+        dh__eng_stop_locked(e);
     pthread_cond_broadcast(&e->work);
     pthread_mutex_unlock(&e->mu);
 }
@@ -268,9 +273,10 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     *out = NULL;
     if (!cfg->manifest)
         return dh__fail(err, errlen, DH_EINVAL, "the real engine needs a manifest of real media");
-    if (cfg->nodes > 1)
-        return dh__fail(err, errlen, DH_EINVAL, "the real engine runs on one node (--nodes 1); "
-                                                "the simulator models several");
+    if (cfg->nodes > 1 && !cfg->exchange)
+        return dh__fail(err, errlen, DH_EINVAL, "the real engine runs on several nodes as the "
+                        "agent started by mpirun (mpirun -np NODES datahelix run), which "
+                        "exchanges progress between them; --nodes alone is for the simulator");
     dh_engine *e = engine_new(cfg, on_error, user);
     if (!e)
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory starting the engine");
@@ -284,6 +290,8 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     if (shared && !cfg->memory_budget)
         e->run.cfg.memory_budget += dh__run_pool_slack(&e->run, shared) -
                                     dh__run_pool_slack(&e->run, 0);
+    if (cfg->exchange && cfg->nodes > 1) /* several nodes: each holds its share */
+        e->run.cfg.memory_budget = dh__run_node_budget(&e->run, cfg->memory_budget, shared);
     if ((rc = dh__run_check_budget(&e->run, shared, err, errlen))) {
         dh_engine_free(e);
         return rc;
@@ -295,10 +303,16 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     dh__sched_config sc;
     dh__run_sched_config(&e->run, shared, &sc);
     char why[256] = "";
-    if (!(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
+    if (!(rc = dh__eng_nodes_init(e))) {
+        sc.node_local = e->nodes > 1;
+        sc.node = e->node;
+    }
+    if (!rc && !(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
-        rc = shared ? 0 : dh__eng_start_workers(e); /* a serving engine begins on attach */
+        /* a serving engine begins on attach */
+        if (!shared && !(rc = dh__eng_nodes_begin(e, why, sizeof why)))
+            rc = dh__eng_start_workers(e);
     }
     if (rc) {
         dh__msg(err, errlen, "cannot start the engine: %s", why[0] ? why : dh_strerror(rc));
@@ -315,7 +329,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     if (!e)
         return DH_EINVAL;
     pthread_mutex_lock(&e->mu);
-    stop_locked(e);
+    dh__eng_stop_locked(e);
     pthread_mutex_unlock(&e->mu);
     for (int w = 0; w < e->nthreads; w++)
         pthread_join(e->threads[w], NULL);
@@ -328,16 +342,23 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
         return rc;
     if (e->rec.makespan <= 0)
         e->rec.makespan = dh__eng_elapsed(e);
+    /* Several nodes: every node's totals (the records hold every rank already). */
+    dh__node_totals t = {.nodes = 1, .cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
+                         .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak};
+    dh__eng_nodes_finish(e, &t);
+    e->rec.makespan = t.makespan;
     /* GPU terms from the ground truth; the CPU term is what the workers measured. */
-    e->rec.cpu_true_sum = e->cpu_sum;
+    e->rec.cpu_true_sum = t.cpu_sum;
     if (!e->error && e->rec.error)
         e->error = e->rec.error;
     dh_result full;
     dh__run_fill_result(&e->run, e->sched, &e->rec, "real", &full);
     /* the pool's real use, not the scheduler's accounting, with the move arena's */
-    full.memory_peak = e->ring.peak + e->arena.peak;
-    full.framework_overhead = e->worker_cpu > 0 ? 1.0 - e->cpu_sum / e->worker_cpu : 0;
+    full.memory_peak = t.peak;
+    full.framework_overhead = t.worker_cpu > 0 ? 1.0 - t.cpu_sum / t.worker_cpu : 0;
     full.wall_s = dh__eng_elapsed(e);
+    if (e->x)
+        dh__node_result(&t, e->nodes, &full);
     dh__result_give(out, &full);
     return e->error ? e->error : trc;
 }
@@ -360,6 +381,7 @@ void dh_engine_free(dh_engine *e)
     dh__ring_destroy(&e->ring);
     dh__ring_destroy(&e->arena);
     dh__records_free(&e->rec);
+    dh__eng_nodes_free(e);
     dh__sched_free(e->sched);
     dh__run_free(&e->run);
     pthread_mutex_destroy(&e->mu);

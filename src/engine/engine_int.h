@@ -34,6 +34,7 @@
 
 typedef struct {
     double taken;          /* when its rank took it (trace) */
+    double released_at;    /* when its rank released it (the step exchange) */
     int64_t offset, block; /* in the ring; block < 0: no buffer */
     int64_t bytes;
     dh_batch_item *items;
@@ -78,7 +79,16 @@ struct dh_engine {
     double worker_cpu;       /* CPU time of the worker threads, all of it */
     int idle_workers;        /* workers waiting on `work` (a wake-up costs tens of us on a VM) */
     const dh_spec *spec;
+    /* several nodes (nodes.c): this process runs ranks [rank_lo, rank_hi) and its workers */
+    int node, nodes, rank_lo, rank_hi;
+    struct dh__xchg *x;     /* the step exchange; NULL on one node */
 };
+
+/* 1 when rank r runs in this process (every rank on one node). */
+static inline int dh__eng_rank_here(const dh_engine *e, int r)
+{
+    return r >= e->rank_lo && r < e->rank_hi;
+}
 
 /* engine.c */
 
@@ -86,6 +96,8 @@ double dh__eng_elapsed(const dh_engine *e);
 double dh__thread_cpu(void);
 /* Stops the run with error rc (first one wins) and wakes every waiter. Under e->mu. */
 void dh__eng_fail(dh_engine *e, int rc);
+/* Stops the run (no error) and wakes every waiter. Under e->mu. */
+void dh__eng_stop_locked(dh_engine *e);
 
 /* slots.c (all under e->mu) */
 /* The slot of batch (step, rank), opening the step if needed; NULL when released/failed. */
@@ -104,6 +116,33 @@ int64_t dh__eng_arena_size(const dh_engine *e);
 
 /* workers.c */
 int dh__eng_start_workers(dh_engine *e);
+
+/* nodes.c: the engine as one node of several (docs/MULTINODE.md) */
+/* Sets the node's share from cfg (one node: every rank); 0 or DH_ENOMEM. */
+int dh__eng_nodes_init(dh_engine *e);
+/* Before the workers start: agrees with every node (the same job?) and sets the shared
+ * start of the clock (e->t0); starts the exchange thread. 0, or an error with a sentence. */
+int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen);
+/* A rank of this node waits until step st has been exchanged with every node (0), or the
+ * run stopped (-1). Without e->mu. */
+int dh__eng_wait_exchanged(dh_engine *e, int64_t st);
+/* Every local rank released step st: wake the exchange. Under e->mu. */
+void dh__eng_step_local_done(dh_engine *e, int64_t st);
+/* Every node's totals of a run (nodes.c), summed; makespan and xmax are maxima. */
+typedef struct {
+    int nodes; /* nodes whose totals these are (1: only this one's reached us) */
+    double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, xsum, xmax, ctrl;
+    int64_t xn, peak, considered, moved, gated, refused, moved_bytes;
+} dh__node_totals;
+/* After the workers stopped: the FINAL rounds; t gets every node's totals. */
+void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t);
+/* Writes the totals' share of a several-node result (moves, exchange costs, the budget). */
+void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full);
+/* Wakes the exchange thread and the ranks waiting for it (a release, a stop). */
+void dh__eng_nodes_wake(dh_engine *e);
+/* What stopped the run if another node did ("" if none). */
+const char *dh__eng_nodes_error(const dh_engine *e);
+void dh__eng_nodes_free(dh_engine *e);
 
 /* carry.c */
 void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid);

@@ -82,7 +82,7 @@ static void *rank_main(void *p)
         sleep_for(gpu);
         dh_engine_release(e, &b, gpu);
         int last = barrier_wait(a->barrier);
-        if (last < 0)
+        if (last < 0 || dh__eng_wait_exchanged(e, st)) /* several nodes: every node's ranks */
             break;
         if (last && e->run.cfg.progress)
             e->run.cfg.progress(st + 1, e->run.cfg.steps > 0 ? e->N : -1,
@@ -97,22 +97,23 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-/* Starts and joins the R rank threads; 0, or the first rank's error. */
+/* Starts and joins this node's rank threads; 0, or the first rank's error. */
 static int run_ranks(dh_engine *e, char *err, size_t errlen)
 {
-    rank_barrier barrier = {.n = e->R};
+    int n = e->rank_hi - e->rank_lo;
+    rank_barrier barrier = {.n = n};
     pthread_mutex_init(&barrier.mu, NULL);
     pthread_cond_init(&barrier.cv, NULL);
-    rank_arg *args = dh__calloc((size_t)e->R, sizeof *args);
-    pthread_t *tids = dh__calloc((size_t)e->R, sizeof *tids);
+    rank_arg *args = dh__calloc((size_t)n, sizeof *args);
+    pthread_t *tids = dh__calloc((size_t)n, sizeof *tids);
     int started = 0, rc = 0;
-    for (int r = 0; args && tids && r < e->R; r++, started++) {
-        args[r] = (rank_arg){e, r, &barrier, 0};
+    for (int r = 0; args && tids && r < n; r++, started++) {
+        args[r] = (rank_arg){e, e->rank_lo + r, &barrier, 0};
         if (dh__thread_create(&tids[r], rank_main, &args[r]) != 0)
             break;
     }
-    if (started < e->R) { /* the ranks that did start must not wait for the missing ones */
-        rc = dh__fail(err, errlen, DH_ENOMEM, "cannot start %d rank threads (started %d)", e->R,
+    if (started < n) { /* the ranks that did start must not wait for the missing ones */
+        rc = dh__fail(err, errlen, DH_ENOMEM, "cannot start %d rank threads (started %d)", n,
                       started);
         dh_engine_stop(e);
         barrier_break(&barrier);
@@ -143,6 +144,8 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
     rc = run_ranks(e, err, errlen);
     int frc = dh_engine_finish(e, out);
     rc = rc ? rc : frc;
+    if (rc && err && errlen && !err[0] && dh__eng_nodes_error(e)[0]) /* another node's */
+        dh__msg(err, errlen, "%s", dh__eng_nodes_error(e));
     if (rc && err && errlen && !err[0])
         dh__msg(err, errlen, "the run stopped: %s", dh_strerror(rc));
     dh_engine_free(e);

@@ -220,7 +220,9 @@ static void *worker_main(void *arg)
 
 int dh__eng_start_workers(dh_engine *e)
 {
-    int n = dh__sched_worker_count(e->sched);
+    int first = 0, n = dh__sched_worker_count(e->sched);
+    if (e->nodes > 1) /* this node's workers only */
+        n = dh__sched_node_workers(e->sched, e->node, &first);
     e->threads = dh__calloc((size_t)n, sizeof *e->threads);
     if (!e->threads)
         return DH_ENOMEM;
@@ -229,7 +231,7 @@ int dh__eng_start_workers(dh_engine *e)
         if (!arg)
             return DH_ENOMEM;
         arg[0] = e;
-        arg[1] = (void *)(intptr_t)w;
+        arg[1] = (void *)(intptr_t)(first + w);
         int rc = dh__thread_create(&e->threads[w], worker_main, arg);
         if (rc) {
             free(arg);

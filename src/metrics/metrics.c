@@ -290,7 +290,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"lend_gated\":%lld,\"bytes_shipped\":%lld,\"wall_s\":%.6g,\"reb_refused\":%lld,"
             "\"reb_move_s\":%.6g,\"reb_move_factor\":%.6g,"
             "\"wait_single_frac\":%.6f,\"stall_mean_ms\":%.6g,\"stall_p95_ms\":%.6g,"
-            "\"stall_p99_ms\":%.6g,\"late_step_frac\":%.6f}",
+            "\"stall_p99_ms\":%.6g,\"late_step_frac\":%.6f,\"nodes\":%d,"
+            "\"exchange_mean_s\":%.6g,\"exchange_max_s\":%.6g,\"control_mean_s\":%.6g}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -303,7 +304,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             (long long)r->lend_gated, (long long)r->bytes_shipped, r->wall_s,
             (long long)r->reb_refused, r->reb_move_s, r->reb_move_factor,
             r->wait_single_frac, r->stall_mean_ms, r->stall_p95_ms, r->stall_p99_ms,
-            r->late_step_frac);
+            r->late_step_frac, r->nodes > 0 ? r->nodes : 1, r->exchange_mean_s,
+            r->exchange_max_s, r->control_mean_s);
     return ferror(f) ? DH_EIO : 0;
 }
 

@@ -28,7 +28,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stdarg.h>
 #include <unistd.h>
+
+/* Self-contained (the agent links it beside the shared library, whose internals are hidden). */
+#define DH_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* Writes the sentence into err (may be NULL) and returns code. */
+static int comm_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int comm_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
 
 enum { TAG_HB = 1, TAG_HDR = 2, TAG_DATA = 3 };
 #define CHUNK_DEFAULT ((size_t)1 << 30)
@@ -415,10 +433,10 @@ int dh__comm_start(double timeout_s, dh__comm **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (!(timeout_s > 0))
-        return dh__fail(err, errlen, DH_EINVAL, "a node timeout must be positive");
+        return comm_fail(err, errlen, DH_EINVAL, "a node timeout must be positive");
     dh__comm *c = calloc(1, sizeof *c);
     if (!c)
-        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+        return comm_fail(err, errlen, DH_ENOMEM, "out of memory");
     c->dead = -1;
     c->timeout = timeout_s;
     c->chunk = CHUNK_DEFAULT;
@@ -429,12 +447,12 @@ int dh__comm_start(double timeout_s, dh__comm **out, char *err, size_t errlen)
     pthread_cond_init(&c->wake, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&c->mu, NULL);
-    if (dh__thread_create(&c->thr, comm_main, c) != 0) {
+    if (pthread_create(&c->thr, NULL, comm_main, c) != 0) {
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
         pthread_cond_destroy(&c->wake);
         free(c);
-        return dh__fail(err, errlen, DH_ENOMEM, "cannot start the communication thread");
+        return comm_fail(err, errlen, DH_ENOMEM, "cannot start the communication thread");
     }
     pthread_mutex_lock(&c->mu);
     while (!c->started)
@@ -442,7 +460,7 @@ int dh__comm_start(double timeout_s, dh__comm **out, char *err, size_t errlen)
     int rc = c->rc;
     pthread_mutex_unlock(&c->mu);
     if (rc) {
-        dh__fail(err, errlen, rc, "%s", c->err);
+        comm_fail(err, errlen, rc, "%s", c->err);
         pthread_join(c->thr, NULL);
         comm_free(c);
         return rc;
@@ -507,7 +525,7 @@ static int dead_locked(dh__comm *c, char *err, size_t errlen)
 {
     if (c->dead < 0)
         return 0;
-    return dh__fail(err, errlen, DH_EPEER, "%s", c->err);
+    return comm_fail(err, errlen, DH_EPEER, "%s", c->err);
 }
 
 int dh__comm_recv(dh__comm *c, dh__comm_msg *out, double timeout_s, char *err, size_t errlen)
@@ -518,7 +536,7 @@ int dh__comm_recv(dh__comm *c, dh__comm_msg *out, double timeout_s, char *err, s
     int rc = 0;
     while (!c->in_head && !(rc = dead_locked(c, err, errlen)))
         if (wait_until(c, deadline)) {
-            rc = dh__fail(err, errlen, DH_ETIMEDOUT, "no message within %.1f s", timeout_s);
+            rc = comm_fail(err, errlen, DH_ETIMEDOUT, "no message within %.1f s", timeout_s);
             break;
         }
     msg *m = c->in_head;
@@ -539,13 +557,13 @@ int dh__comm_allgather(dh__comm *c, const void *mine, void *all, size_t len, dou
                        char *err, size_t errlen)
 {
     if (!len || len > INT32_MAX / (size_t)c->size)
-        return dh__fail(err, errlen, DH_EINVAL, "an exchanged record must be 1 to %d bytes",
+        return comm_fail(err, errlen, DH_EINVAL, "an exchanged record must be 1 to %d bytes",
                         (int)(INT32_MAX / c->size));
     double deadline = mono() + timeout_s;
     pthread_mutex_lock(&c->mu);
     int rc = dead_locked(c, err, errlen);
     if (!rc && c->ag != AG_IDLE)
-        rc = dh__fail(err, errlen, DH_EPEER, "the previous exchange never completed");
+        rc = comm_fail(err, errlen, DH_EPEER, "the previous exchange never completed");
     if (!rc && c->ag_len != len) {
         free(c->ag_mine);
         free(c->ag_all);
@@ -553,7 +571,7 @@ int dh__comm_allgather(dh__comm *c, const void *mine, void *all, size_t len, dou
         c->ag_all = malloc(len * (size_t)c->size);
         c->ag_len = c->ag_mine && c->ag_all ? len : 0;
         if (!c->ag_len)
-            rc = dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+            rc = comm_fail(err, errlen, DH_ENOMEM, "out of memory");
     }
     if (!rc) {
         memcpy(c->ag_mine, mine, len);
@@ -561,7 +579,7 @@ int dh__comm_allgather(dh__comm *c, const void *mine, void *all, size_t len, dou
         pthread_cond_signal(&c->wake);
         while (c->ag != AG_DONE && !(rc = dead_locked(c, err, errlen)))
             if (wait_until(c, deadline)) {
-                rc = dh__fail(err, errlen, DH_ETIMEDOUT,
+                rc = comm_fail(err, errlen, DH_ETIMEDOUT,
                               "the per-step exchange did not complete within %.1f s", timeout_s);
                 break;
             }

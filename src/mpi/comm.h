@@ -22,7 +22,7 @@
 #ifndef DH_COMM_H
 #define DH_COMM_H
 
-#include "../core/core.h"
+#include <datahelix.h> /* error codes only: this layer uses no library internals */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -351,6 +351,15 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
     return 0;
 }
 
+int64_t dh__run_node_budget(const dh__run *run, int64_t asked, int leases)
+{
+    int nodes = DH_MAX(1, run->cfg.nodes);
+    if (asked > 0)
+        return asked / nodes;
+    int64_t fixed = dh__run_pool_slack(run, leases) + arena_bytes(run);
+    return (run->cfg.memory_budget - fixed) / nodes + fixed;
+}
+
 int64_t dh__run_min_budget(const dh__run *run, int leases)
 {
     return dh__run_pool_slack(run, leases) + dh__run_arena_bytes(run) + big_batch(run);
@@ -450,6 +459,7 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records
     snprintf(out->engine, sizeof out->engine, "%s", engine);
     out->ranks = run->cfg.ranks;
     out->workers = run->cfg.workers;
+    out->nodes = DH_MAX(1, run->cfg.nodes);
     dh__records_finish(rec, run->cfg.workers, out);
     out->cpu_mape = dh__calib_cpu_mape(dh__sched_calib(sched));
     out->gpu_mape = dh__calib_gpu_mape(dh__sched_calib(sched));

@@ -54,6 +54,9 @@ int64_t dh__run_pool_slack(const dh__run *run, int leases);
 int64_t dh__run_arena_bytes(const dh__run *run); /* 0 without rebalancing */
 int64_t dh__run_admission_budget(const dh__run *run, int leases);
 int64_t dh__run_min_budget(const dh__run *run, int leases); /* the smallest it accepts */
+/* One node's share of the run's budget on cfg.nodes nodes: asked / nodes, or (asked 0) its
+ * share of the default admissions plus its own pool slack and move arena. */
+int64_t dh__run_node_budget(const dh__run *run, int64_t asked, int leases);
 int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errlen);
 
 /*

@@ -74,7 +74,8 @@ static int place_balanced(dh__sched *s, const int64_t *idx, int32_t *rank_of)
     double *gpu = s->plan_gpu, *cpu = s->plan_cpu;
     for (int64_t k = 0; k < s->G; k++) {
         gpu[k] = sample_gpu(s, idx[k]);
-        cpu[k] = dh__calib_cpu(&s->calib, s->cfg.pred.cls[idx[k]], s->cfg.pred.cpu_pred[idx[k]]);
+        cpu[k] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib,
+                               s->cfg.pred.cls[idx[k]], s->cfg.pred.cpu_pred[idx[k]]);
         s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
         s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
     }
@@ -154,7 +155,7 @@ static int64_t held_past_their_step(const dh__sched *s)
     for (int64_t st = s->lo; st < s->cur_step && st < s->planned; st++)
         for (int r = 0; r < s->R; r++) {
             const batch_rec *b = batch_of(s, st, r);
-            if (b->admitted && !b->finished && s->taken[r] > st)
+            if (b->admitted && !b->finished && s->taken[r] > st && rank_here(s, r))
                 bytes += b->bytes;
         }
     return bytes;
@@ -171,6 +172,11 @@ static int admit(dh__sched *s)
             return rc;
         int rank = (int)(s->admit_next % s->R);
         batch_rec *b = batch_of(s, st, rank);
+        if (!rank_here(s, rank)) { /* another node's: it admits and prepares it */
+            b->admitted = 1;
+            s->admit_next++;
+            continue;
+        }
         int64_t in_use = s->mem_in_use - held;
         if (in_use > 0 && in_use + b->bytes > s->cfg.memory_budget)
             break;
@@ -210,7 +216,7 @@ static int shared_next(dh__sched *s, int node, double now, int64_t *pos, int32_t
     if (s->caps->service == DH_SERVE_FIFO)
         return dh__fifo_next(&s->fifo[node], pos);
     rc = dh__lst_next(s, node, now, pos, part, nparts);
-    if (rc != DH__IDLE || !s->caps->lend || s->nodes < 2)
+    if (rc != DH__IDLE || !s->caps->lend || s->nodes < 2 || s->cfg.node_local)
         return rc;
     int from = dh__lend_from(s, node, now, ship);
     return from < 0 ? DH__IDLE : dh__lst_next(s, from, now, pos, part, nparts);
@@ -301,7 +307,8 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
     if (b->finished)
         return;
     b->finished = 1;
-    s->mem_in_use -= b->bytes;
+    if (rank_here(s, rank))
+        s->mem_in_use -= b->bytes;
     if (b->ntasks > 0)
         dh__calib_gpu_observe(&s->calib, b->pred_gpu_raw, gpu_time);
     if (++s->finished_ranks[step_slot(s, step)] == s->R && s->caps->rebalance)
@@ -371,4 +378,12 @@ int dh__sched_worker_count(const dh__sched *s)
 int dh__sched_worker_rank(const dh__sched *s, int worker)
 {
     return s->caps->service == DH_SERVE_LOCAL ? worker / s->k_local : -1;
+}
+
+int dh__sched_node_workers(const dh__sched *s, int node, int *first)
+{
+    int n = s->caps->service == DH_SERVE_LOCAL ? s->ranks_per_node * s->k_local
+                                                : s->workers_per_node;
+    *first = node * n;
+    return n;
 }

@@ -85,6 +85,15 @@ typedef struct {
     int nodes;               /* ranks and workers split evenly over nodes (0: 1) */
     double net_bandwidth;    /* bytes/s between nodes (0: 100 Gb/s) */
     double net_latency;      /* seconds per transfer between nodes (0: 20 us) */
+    /*
+     * 1: this scheduler is node `node`'s replica on a real multi-node run. It plans every
+     * step for every rank exactly as the other nodes' replicas do (placement depends only on
+     * the order, the predictions and the start calibration), but admits, queues and counts
+     * memory for its own node's ranks only; other nodes' ranks advance through batch_taken
+     * and step_done as the step exchange reports them. No lending (it needs the queues of
+     * other nodes). 0: every node is here (the simulator, a one-node run).
+     */
+    int node_local, node;
     dh__pred pred;
     dh__gpu_model gpu;       /* predicted GPU model (c0 = fixed per-step cost) */
     /*
@@ -124,6 +133,8 @@ void dh__sched_free(dh__sched *s);
 int dh__sched_worker_count(const dh__sched *s);
 /* Ranks whose private workers are w's (local), or -1 when workers are shared. */
 int dh__sched_worker_rank(const dh__sched *s, int worker);
+/* The workers of node `node`: [*first, *first + return value). */
+int dh__sched_node_workers(const dh__sched *s, int node, int *first);
 
 /*
  * 0: *out is the worker's next task; DH__IDLE: nothing for this worker now;

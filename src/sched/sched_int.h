@@ -45,6 +45,7 @@ struct dh__sched {
     int64_t G, N; /* N: steps of the run (DH__STEPS_UNBOUNDED until stopped) */
     int R, W, k_local;
     dh__calib calib;
+    dh__calib plan_calib;    /* what placement reads: calib, or the start's on a replica */
     /* the step window: live steps [lo, planned), slot = step & (cap - 1) */
     int64_t lo, cap;
     batch_rec *batch;        /* cap * R */
@@ -139,6 +140,12 @@ static inline double task_cost(const dh__sched *s, int64_t pos)
 static inline int node_of_rank(const dh__sched *s, int rank)
 {
     return rank / s->ranks_per_node;
+}
+
+/* 1 when rank's batches are admitted, queued and counted here (sched.h: node_local). */
+static inline int rank_here(const dh__sched *s, int rank)
+{
+    return !s->cfg.node_local || node_of_rank(s, rank) == s->cfg.node;
 }
 
 /* Lending's predictions read node queues and workers (per node) and deadlines (all). */

@@ -135,7 +135,8 @@ static int config_valid(const dh__sched_config *cfg)
     return cfg->ranks >= 1 && cfg->workers >= 1 && cfg->global_batch >= 1 &&
            cfg->global_batch <= INT32_MAX && cfg->steps >= 0 && dh__policy_caps_of(cfg->policy) &&
            cfg->next_order && cfg->pred.n > 0 && cfg->nodes >= 0 &&
-           (cfg->nodes <= 1 || (cfg->ranks % cfg->nodes == 0 && cfg->workers % cfg->nodes == 0));
+           (cfg->nodes <= 1 || (cfg->ranks % cfg->nodes == 0 && cfg->workers % cfg->nodes == 0)) &&
+           (!cfg->node_local || (cfg->node >= 0 && cfg->node < DH_MAX(1, cfg->nodes)));
 }
 
 static void fill_defaults(dh__sched *s)
@@ -194,6 +195,7 @@ int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
     s->workers_per_node = DH_MAX(1, s->W / s->nodes);
     s->nworkers = s->caps->service == DH_SERVE_LOCAL ? s->R * s->k_local : s->W;
     dh__calib_init(&s->calib);
+    dh__calib_init(&s->plan_calib);
     fill_defaults(s);
     int rc = alloc_fixed(s);
     if (!rc)

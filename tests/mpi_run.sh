@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# mpi_run.sh - the real engine on several nodes under mpirun on this one machine:
+# exactly once and byte-equal (against the one-node engine), the agent's `run` on 2
+# and 4 nodes with a corrupt file, a killed node named by the survivors with their
+# accounting, and agents started on different jobs.
+#   usage: mpi_run.sh PATH/TO/datahelix PATH/TO/mpi_nodes
+set -u
+DH=${1:?usage: mpi_run.sh DATAHELIX MPI_NODES}
+NODES=${2:?usage: mpi_run.sh DATAHELIX MPI_NODES}
+MPIRUN=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
+[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhmpirun.XXXXXX")
+cleanup() { [[ -n "${BG:-}" ]] && kill -9 -- -"$BG" 2> /dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+pass=0 fail=0
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+contains() { grep -q -- "$2" "$1"; }
+
+# 24 small clips, one of them cut short (it fails every time it is scheduled).
+"$DH" gen --workload kinetics-clips --out "$WORK/data" --samples 24 > /dev/null 2>&1
+check "gen made the media" test -s "$WORK/data/manifest.jsonl"
+CUT=$(ls "$WORK/data/video" | head -n 1)
+head -c 3000 "$WORK/data/video/$CUT" > "$WORK/cut" && mv "$WORK/cut" "$WORK/data/video/$CUT"
+M="$WORK/data/manifest.jsonl"
+
+# Exactly once, byte-equal: the nodes' deliveries together are the one-node run's.
+for pol in helix pool local; do
+    "$NODES" "$M" $pol 4 4 8 6 "$WORK/one.$pol" > /dev/null 2> "$WORK/one.$pol.err"
+    check "$pol: one node runs" test $? -eq 0
+    sort "$WORK/one.$pol" > "$WORK/one.$pol.sorted"
+    check "$pol: one node delivers 6 steps x 8" test "$(wc -l < "$WORK/one.$pol.sorted")" -eq 48
+    for np in 2 4; do
+        timeout 120 "${MPIRUN[@]}" -np $np "$NODES" "$M" $pol 4 4 8 6 "$WORK/n$np.$pol" \
+            > "$WORK/n$np.$pol.out" 2> "$WORK/n$np.$pol.err"
+        check "$pol on $np nodes: exit 0" test $? -eq 0
+        check "$pol on $np nodes: every node accounts for the whole run" \
+            test "$(grep -c "steps 6 delivered 4[0-9] failed [0-9]* nodes $np rc 0" "$WORK/n$np.$pol.out")" -eq $np
+        cat "$WORK/n$np.$pol".node* | sort > "$WORK/n$np.$pol.sorted"
+        check "$pol on $np nodes: each sample once, the same bytes as on one node" \
+            cmp -s "$WORK/n$np.$pol.sorted" "$WORK/one.$pol.sorted"
+        [[ $fail -eq 0 ]] || { cat "$WORK/n$np.$pol.out" "$WORK/n$np.$pol.err"; }
+    done
+done
+check "the cut clip failed and was delivered marked" grep -q ' -[0-9]* ' "$WORK/one.helix.sorted"
+
+# The agent: `mpirun -np N datahelix run`, node 0 reports; the cut file is named.
+for np in 2 4; do
+    timeout 120 "${MPIRUN[@]}" -np $np "$DH" run --manifest "$M" --workload kinetics-clips \
+        --ranks 4 --workers 4 --batch 8 --steps 9 --json "$WORK/run$np.json" \
+        > "$WORK/run$np.out" 2> "$WORK/run$np.err"
+    check "run on $np nodes: exit 0" test $? -eq 0
+    check "run on $np nodes: the result says so" contains "$WORK/run$np.out" "R=4 W=4 on $np nodes"
+    check "run on $np nodes: exact accounting" \
+        grep -Eq 'delivered ([0-9]+) \+ failed ([0-9]+) = 72' "$WORK/run$np.out"
+    check "run on $np nodes: one result, from node 0" test "$(grep -c '^  makespan' "$WORK/run$np.out")" -eq 1
+    check "run on $np nodes: json" contains "$WORK/run$np.json" "\"nodes\":$np,"
+    check "run on $np nodes: the cut file is named" contains "$WORK/run$np.err" "$CUT"
+    check "run on $np nodes: exchange cost reported" contains "$WORK/run$np.out" "step exchange between nodes"
+    [[ $fail -eq 0 ]] || { cat "$WORK/run$np.out" "$WORK/run$np.err"; }
+done
+python3 - "$WORK/run2.json" << 'EOF' || { fail=$((fail + 1)); echo "FAIL: json accounting"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["delivered"] + r["failed"] == r["samples"] == 72 and r["failed"] >= 1, r
+assert r["nodes"] == 2 and r["exchange_mean_s"] > 0, r
+EOF
+
+# Different jobs on different nodes are refused by every node, naming the difference.
+timeout 60 "${MPIRUN[@]}" -np 1 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
+    --steps 2 --seed 1 : -np 1 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
+    --steps 2 --seed 2 > "$WORK/mix.out" 2> "$WORK/mix.err"
+check "different jobs: nonzero exit" test $? -ne 0
+check "different jobs: named" contains "$WORK/mix.err" "node 1 was started on another job than node 0: --seed differs"
+timeout 60 "${MPIRUN[@]}" -np 2 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
+    --nodes 3 > /dev/null 2> "$WORK/nodes.err"
+check "--nodes that contradicts mpirun is refused" contains "$WORK/nodes.err" "mpirun started 2 processes"
+
+# A killed node: the survivors name it within the node timeout and print their accounting.
+DH_NODE_TIMEOUT=2 setsid timeout 120 "${MPIRUN[@]}" --enable-recovery -np 3 "$DH" run \
+    --manifest "$M" --ranks 3 --workers 3 --batch 6 --steps 100000 \
+    > "$WORK/kill.out" 2> "$WORK/kill.err" &
+BG=$!
+victim=""
+for _ in $(seq 100); do
+    sleep 0.1
+    victim=$(pgrep -f -- "--manifest $M --ranks 3 --workers 3" | sort -n | tail -n 1)
+    [[ -n "$victim" ]] && grep -q . <(pgrep -f -- "--manifest $M --ranks 3" | sed -n 3p) && break
+done
+sleep 2
+kill -9 "$victim" 2> /dev/null
+wait $BG
+rc=$?
+BG=""
+check "killed node: the job ends, no hang" test $rc -ne 124
+check "killed node: both survivors name it" \
+    test "$(grep -c 'stopped responding' "$WORK/kill.err")" -ge 2
+check "killed node: the survivors print their accounting" \
+    test "$(grep -c 'the accounting of the' "$WORK/kill.err")" -eq 2
+accounts=$(grep -Eo 'delivered [0-9]+ \+ failed [0-9]+ = [0-9]+' "$WORK/kill.out" |
+    awk '$2 + $5 == $7 && $7 > 0' | wc -l)
+check "killed node: each survivor's accounting is exact" test "$accounts" -eq 2
+[[ $fail -eq 0 ]] || { cat "$WORK/kill.out" "$WORK/kill.err"; }
+echo "mpi_run: $pass passed, $fail failed"
+test $fail -eq 0
