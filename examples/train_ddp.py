@@ -31,6 +31,15 @@ give it "--redirects 1 --tee 1":
     /usr/bin/python3 -m torch.distributed.run --redirects 1 --tee 1 \
         --nproc_per_node 2 examples/train_ddp.py --torchrun --emulate
 
+Several nodes: one agent per node under mpirun, each serving its node's ranks
+(here two agents on one host, hence the per-node socket names):
+
+    mpirun -np 2 datahelix serve --manifest data/k/manifest.jsonl \
+        --workload kinetics-clips --ranks 4 --workers 2 --batch 8 --epochs 2 \
+        --socket @dh-%n &
+    /usr/bin/python3 examples/train_ddp.py --ranks 4 --ranks-per-node 2 \
+        --socket @dh-%n --emulate
+
 Rank 0 prints one JSON line: throughput, per-rank input wait percentiles, and
 the share of step time spent waiting for input, and the CPU the trainer
 processes used (in cores: process CPU seconds over the run's span).
@@ -154,7 +163,10 @@ def train(rank, world, args):
     waits, steps, samples = [], 0, 0
     t_start, cpu_start = time.monotonic(), time.process_time()
     served = args.loader == "datahelix"
-    loader = datahelix.Loader(socket=args.socket, rank=rank, world_size=world) if served \
+    sock = args.socket
+    if sock and "%n" in sock:  # this rank's node's agent
+        sock = sock.replace("%n", str(rank // (args.ranks_per_node or world)))
+    loader = datahelix.Loader(socket=sock, rank=rank, world_size=world) if served \
         else None
     it = iter(loader) if served else torch_batches(args, rank, world)
     while True:
@@ -215,7 +227,11 @@ def train(rank, world, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--socket", default=None, help="the agent's socket (default: from DH_JOB)")
+    ap.add_argument("--socket", default=None, help="the agent's socket (default: from DH_JOB); "
+                    "%%n becomes the rank's node (rank // --ranks-per-node) when agents of "
+                    "several nodes share a host")
+    ap.add_argument("--ranks-per-node", type=int, default=0,
+                    help="ranks each node's agent serves (several nodes under mpirun)")
     ap.add_argument("--emulate", action="store_true",
                     help="sleep each batch's modelled accelerator time (datahelix only)")
     ap.add_argument("--emulate-ms-per-sample", type=float, default=0.0,

@@ -39,7 +39,9 @@ static const char help[] =
     "serve: the per-node agent. It listens on --socket (default @datahelix-UID-JOB, an abstract\n"
     "socket named after $DH_JOB, or \"default\"), waits for --ranks trainer processes to attach,\n"
     "then decodes into shared memory they map (no tensor byte is copied). Ctrl-C stops it.\n"
-    "  --socket NAME           \"@name\" (abstract, nothing on disk) or a filesystem path (0600)\n"
+    "  --socket NAME           \"@name\" (abstract, nothing on disk) or a filesystem path (0600);\n"
+    "                          under mpirun, %n in NAME becomes the node's number (agents of\n"
+    "                          several nodes on one host need distinct names)\n"
     "  --max-leases N          batches a rank may hold at once (default 4)\n"
     "  --attach-timeout S      seconds to wait for every rank to attach (default 300)\n";
 
@@ -335,6 +337,13 @@ static int sim_or_run(int argc, char **argv, int mode)
     if (!lead && cfg.trace_path) { /* one trace per node */
         snprintf(trace, sizeof trace, "%s.node%d", cfg.trace_path, cli_node_rank(node));
         cfg.trace_path = trace;
+    }
+    char sock[256];
+    const char *pct = f.serve.socket ? strstr(f.serve.socket, "%n") : NULL;
+    if (pct) { /* several agents on one host: --socket NAME%n, one name per node */
+        snprintf(sock, sizeof sock, "%.*s%d%s", (int)(pct - f.serve.socket), f.serve.socket,
+                 cli_node_rank(node), pct + 2);
+        f.serve.socket = sock;
     }
     if (mode == MODE_RUN && lead && isatty(STDERR_FILENO))
         cfg.progress = progress;

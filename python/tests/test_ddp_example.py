@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 try:
@@ -53,6 +54,53 @@ class DdpExampleTest(unittest.TestCase):
         self.assertEqual(summary["steps"], 12)
         self.assertEqual(agent.returncode, 0, a_err)
         self.assertIn("delivered 48 + failed 0 = 48", a_out)
+
+    def test_two_nodes_under_mpirun(self):
+        """Two agents (mpirun -np 2 datahelix serve), each serving its node's 2 of 4 gloo
+        ranks; node 0 reports the whole run."""
+        if not shutil.which("mpirun"):
+            self.skipTest("mpirun is not installed (apt-get install openmpi-bin)")
+        tmp = tempfile.mkdtemp(prefix="dhddp")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        subprocess.run([CLI, "gen", "--workload", "kinetics-clips", "--out", tmp, "--samples",
+                        "24"], check=True, stdout=subprocess.DEVNULL)
+        sock = "@dh-ddp-%d-%%n" % os.getpid()
+        mpirun = ["mpirun", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
+                  "none"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
+        agents = subprocess.Popen(mpirun + ["-np", "2", CLI, "serve", "--manifest",
+                                            os.path.join(tmp, "manifest.jsonl"), "--workload",
+                                            "kinetics-clips", "--ranks", "4", "--workers", "2",
+                                            "--batch", "4", "--epochs", "2", "--socket", sock,
+                                            "--attach-timeout", "60"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        import datahelix
+        refused = None  # rank 3 is node 1's: node 0's agent refuses it, with the reason
+        for _ in range(100):
+            try:
+                datahelix.Client(sock.replace("%n", "0"), 3, 4, timeout_ms=10000)
+            except datahelix.DataHelixError as e:
+                refused = str(e)
+                if "belongs to node" in refused:
+                    break
+                time.sleep(0.1)  # not listening yet
+        self.assertIn("rank 3 belongs to node 1; this agent is node 0 and serves ranks 0..1",
+                      refused)
+        env = dict(os.environ, DH_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+        out = subprocess.run([sys.executable, EXAMPLE, "--ranks", "4", "--ranks-per-node", "2",
+                              "--socket", sock], capture_output=True, text=True, env=env,
+                             timeout=300, cwd=tmp)
+        if out.returncode:
+            agents.kill()
+        a_out, a_err = agents.communicate(timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr + a_err)
+        summary = json.loads([x for x in out.stdout.splitlines() if '"loader"' in x][-1])
+        self.assertEqual(summary["samples"], 48)
+        self.assertEqual(agents.returncode, 0, a_err)
+        self.assertIn("R=4 W=2 on 2 nodes", a_out)
+        self.assertIn("delivered 48 + failed 0 = 48", a_out)
+        self.assertEqual(a_out.count("makespan"), 2)  # one result (two lines name it), node 0's
+        for rank in range(4):  # every rank attached to its own node's agent
+            self.assertIn("rank %d attached" % rank, a_err)
 
     def test_two_ranks_train_on_a_served_workload(self):
         self.train(lambda sock, tmp: [sys.executable, EXAMPLE, "--ranks", "2", "--socket", sock])

@@ -57,6 +57,7 @@ struct agent {
     dh_serve_opts o;
     const char *name;
     int listen_fd, R;
+    int lo, hi;             /* the ranks this agent serves: all, or its node's on several */
     dh_engine *e;
     conn *conns;
     int attached;
@@ -108,6 +109,10 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
                         q->world_size, a->R);
     if (q->rank < 0 || q->rank >= a->R)
         return dh__fail(why, len, DH_EMISMATCH, "rank %d is outside 0..%d", q->rank, a->R - 1);
+    if (q->rank < a->lo || q->rank >= a->hi)
+        return dh__fail(why, len, DH_EMISMATCH, "rank %d belongs to node %d; this agent is node "
+                        "%d and serves ranks %d..%d (attach to your node's agent)", q->rank,
+                        q->rank / (a->hi - a->lo), a->lo / (a->hi - a->lo), a->lo, a->hi - 1);
     if (a->conns[q->rank].fd >= 0)
         return dh__fail(why, len, DH_EMISMATCH, "rank %d is attached already (pid %d)", q->rank,
                         a->conns[q->rank].pid);
@@ -120,7 +125,7 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
     if (q->spec_hash && q->spec_hash != a->spec_hash)
         return dh__fail(why, len, DH_EMISMATCH, "the trainer's preprocessing spec differs from "
                                                 "the agent's");
-    for (int r = 0; r < a->R; r++) { /* every rank must resume at the same place */
+    for (int r = a->lo; r < a->hi; r++) { /* every rank must resume at the same place */
         const conn *o = &a->conns[r];
         if (o->fd >= 0 && (o->req.resume != q->resume ||
                            (q->resume && (o->req.epoch != q->epoch || o->req.step != q->step))))
@@ -163,14 +168,14 @@ static void take_attach(agent *a, int fd)
     }
     a->conns[c.rank] = c;
     a->attached++;
-    event(a, "rank %d attached (pid %d), %d of %d", c.rank, (int)pid, a->attached, a->R);
+    event(a, "rank %d attached (pid %d), %d of %d", c.rank, (int)pid, a->attached, a->hi - a->lo);
 }
 
 /* Accepts until every rank attached; 0, DH_ETIMEDOUT or DH_ECANCELED. */
 static int wait_for_ranks(agent *a)
 {
     double until = mono() + a->o.attach_timeout_ms / 1e3;
-    while (a->attached < a->R) {
+    while (a->attached < a->hi - a->lo) {
         if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user))
             return DH_ECANCELED;
         if (mono() > until)
@@ -375,7 +380,7 @@ static int answer_attaches(agent *a)
     int rc = dh__engine_pool(a->e, 0, &fds[0], &a->info.ring_size);
     if (!rc)
         rc = dh__engine_pool(a->e, 1, &fds[1], &a->info.arena_size);
-    for (int r = 0; !rc && r < a->R; r++)
+    for (int r = a->lo; !rc && r < a->hi; r++)
         if (dh__proto_send(a->conns[r].fd, DH__MSG_ATTACHED, &a->info, sizeof a->info, fds, 2))
             event(a, "rank %d went away before the run started", r); /* seen by its thread */
     return rc;
@@ -384,7 +389,7 @@ static int answer_attaches(agent *a)
 static void fill_info(agent *a)
 {
     const dh_run_config *c = a->cfg;
-    const dh__attach *q = &a->conns[0].req;
+    const dh__attach *q = &a->conns[a->lo].req;
     a->info = (dh__attached){.steps = c->steps > 0 ? c->steps : -1,
                              .manifest_hash = a->manifest_hash, .spec_hash = a->spec_hash,
                              .seed = c->seed, .world_size = a->R, .max_leases = a->o.max_leases,
@@ -399,7 +404,7 @@ static void watch(agent *a)
     pthread_mutex_lock(&a->mu);
     for (;;) {
         int running = 0;
-        for (int r = 0; r < a->R; r++)
+        for (int r = a->lo; r < a->hi; r++)
             running += a->conns[r].started && !a->conns[r].finished;
         if (!running)
             break;
@@ -412,7 +417,8 @@ static void watch(agent *a)
         pthread_mutex_unlock(&a->mu);
         if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) {
             a->stopping = 1;
-            dh_engine_stop(a->e);
+            if (!a->cfg->exchange || a->cfg->nodes < 2) /* on several, the nodes agree first */
+                dh_engine_stop(a->e);
         }
         pthread_mutex_lock(&a->mu);
     }
@@ -421,7 +427,7 @@ static void watch(agent *a)
 
 static int start_ranks(agent *a, char *err, size_t errlen)
 {
-    for (int r = 0; r < a->R; r++) {
+    for (int r = a->lo; r < a->hi; r++) {
         int rc = dh__thread_create(&a->conns[r].thread, rank_main, &a->conns[r]);
         if (rc) {
             dh_engine_stop(a->e); /* the ranks that started must not wait for this one */
@@ -439,6 +445,9 @@ static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *o
     memset(a, 0, sizeof *a);
     a->cfg = cfg;
     a->R = cfg->ranks;
+    int nodes = cfg->exchange && cfg->nodes > 1 ? cfg->nodes : 1;
+    a->lo = nodes > 1 ? cfg->node * (a->R / nodes) : 0;
+    a->hi = nodes > 1 ? a->lo + a->R / nodes : a->R;
     a->listen_fd = -1;
     dh_serve_opts_default(&a->o);
     if (opts)
@@ -490,7 +499,7 @@ static void agent_free(agent *a)
 /* Tells every held attach why the run could not start. */
 static void refuse_all(agent *a, int rc, const char *why)
 {
-    for (int r = 0; r < a->R; r++)
+    for (int r = a->lo; r < a->hi; r++)
         if (a->conns[r].fd >= 0)
             dh__proto_send_error(a->conns[r].fd, rc, why);
 }
@@ -518,15 +527,15 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
     if (!rc)
         rc = dh__engine_start(cfg, a.o.max_leases, on_error, user, &a.e, err, errlen);
     if (!rc) {
-        event(&a, "listening on %s for %d ranks", a.name, a.R);
+        event(&a, "listening on %s for %d ranks (%d..%d)", a.name, a.hi - a.lo, a.lo, a.hi - 1);
         if ((rc = wait_for_ranks(&a)))
             dh__msg(err, errlen, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
                                                     : "stopped with %d of %d ranks attached",
-                    a.attached, a.R);
+                    a.attached, a.hi - a.lo);
     }
     if (!rc) {
         fill_info(&a);
-        const dh__attach *q = &a.conns[0].req;
+        const dh__attach *q = &a.conns[a.lo].req;
         if ((rc = dh__engine_begin(a.e, q->resume, q->epoch, q->step, err, errlen)))
             refuse_all(&a, rc, err && errlen ? err : "the agent could not begin");
     }
