@@ -115,6 +115,11 @@ int cli_node_agree_mean(cli_node *n, double *value)
     return 0;
 }
 
+double cli_node_comm_cpu(cli_node *n)
+{
+    return n ? dh__comm_cpu(n->comm) : 0;
+}
+
 void cli_node_stop(cli_node *n)
 {
     if (!n)
@@ -153,6 +158,12 @@ int cli_node_agree_mean(cli_node *n, double *value)
 {
     (void)n;
     (void)value;
+    return 0;
+}
+
+double cli_node_comm_cpu(cli_node *n)
+{
+    (void)n;
     return 0;
 }
 

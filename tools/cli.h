@@ -40,6 +40,8 @@ int cli_node_rank(const cli_node *n);
 const char *cli_node_name(const cli_node *n); /* "node K (HOST, pid P)" */
 /* Replaces *value by the mean of every node's (the same on all); 0, or 1 with the error. */
 int cli_node_agree_mean(cli_node *n, double *value);
+/* CPU seconds this node's communication thread used so far. */
+double cli_node_comm_cpu(cli_node *n);
 void cli_node_stop(cli_node *n);
 
 /*

@@ -361,6 +361,7 @@ static int sim_or_run(int argc, char **argv, int mode)
             printf("calibrated on %d nodes: CPU cost = %.2f x the starting model (their mean)\n",
                    cfg.nodes, cfg.cpu_cost_scale);
     }
+    double comm0 = cli_node_comm_cpu(node); /* MPI's start-up is not the run's */
     if (!rc) {
         char err[512] = "";
         dh_result res = DH_RESULT_INIT;
@@ -370,6 +371,10 @@ static int sim_or_run(int argc, char **argv, int mode)
             report_failure(mode, node, err, rc, &res);
         else if (lead)
             rc = report_result(&cfg, &json, &res);
+        if (!rc && lead && node && res.wall_s > 0) /* the control plane's own CPU */
+            printf("  node 0's communication thread: %.1f ms of CPU during the run, %.2f%% of "
+                   "a core\n", 1e3 * (cli_node_comm_cpu(node) - comm0),
+                   100 * (cli_node_comm_cpu(node) - comm0) / res.wall_s);
     }
     cli_out_abort(&json); /* not committed: nothing left under a temporary name */
     dh_manifest_free(m);

@@ -68,6 +68,9 @@ int dh__comm_recv(dh__comm *c, dh__comm_msg *msg, double timeout_s, char *err, s
 int dh__comm_allgather(dh__comm *c, const void *mine, void *all, size_t len, double timeout_s,
                        char *err, size_t errlen);
 
+/* CPU seconds the communication thread has used so far (the control plane's own cost). */
+double dh__comm_cpu(dh__comm *c);
+
 /* The node silent longest, if silent for more than min_s (else -1), and for how long. */
 int dh__comm_silent(dh__comm *c, double min_s, double *silent_s);
 
