@@ -61,7 +61,7 @@ enum { TAG_HB = 1, TAG_HDR = 2, TAG_DATA = 3, TAG_AG = 4 };
 #define CHUNK_DEFAULT ((size_t)1 << 30)
 #define STOP_GRACE_S 3.0
 #define AG_SPIN_S 50e-6         /* an exchange is spun on this long, then polled */
-#define AG_POLL_MAX_NS 200000L  /* at most this far apart: it completes that much late */
+#define AG_POLL_MAX_NS 2000000L /* at most this far apart (see below) */
 #define IDLE_MAX_NS 5000000L    /* nothing pending: wake at least this often (or when given work) */
 
 typedef struct msg {
@@ -339,7 +339,7 @@ static int pump(dh__comm *c, msg **sending, msg **receiving, MPI_Request *hb_req
         msg_free(m);
         moved = 1;
     }
-    if (now - *hb_at >= DH__COMM_HEARTBEAT_S) { /* heartbeats (one in flight per peer) */
+    if (now - *hb_at >= dh__comm_heartbeat(c->timeout)) { /* heartbeats, one in flight per peer */
         static const uint8_t beat = 1;
         for (int k = 0; k < c->size; k++) {
             int done = 1;
@@ -402,7 +402,10 @@ static void *comm_main(void *p)
 {
     dh__comm *c = p;
     int rc = start_mpi(c);
+    struct timespec cpu0;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
     pthread_mutex_lock(&c->mu);
+    c->cpu_s = (double)cpu0.tv_sec + (double)cpu0.tv_nsec * 1e-9; /* MPI's start-up */
     c->rc = rc;
     c->started = 1;
     pthread_cond_broadcast(&c->cv);
@@ -434,9 +437,10 @@ static void *comm_main(void *p)
         /* idle: back off from 50 us to IDLE_MAX_NS (a message from another node waits at
          * most that long to be seen; work queued here wakes the thread at once), so an idle
          * agent's thread costs well under 1% of a core. An exchange waiting for
-         * a slower node is spun on for its first AG_SPIN_S only, then polled every 20 to
-         * AG_POLL_MAX_NS (it completes that much late at most): spinning through a whole step's
-         * wait would take a core from the decoders. */
+         * a slower node is spun on for its first AG_SPIN_S only, then polled every 50 us,
+         * doubling up to AG_POLL_MAX_NS: spinning through a whole step's wait would take a core
+         * from the decoders. The node that arrives last finds every record there and goes on at
+         * once; only nodes that were early (they had slack) see theirs up to a poll late. */
         double now = mono();
         int ag = c->ag_active;
         ag_since = !ag ? 0 : ag_since > 0 ? ag_since : now;

@@ -12,7 +12,8 @@
  *   - a per-step exchange of one fixed-size record per node (a
  *     nonblocking allgather the thread drives);
  *   - liveness: every node sends a heartbeat to every other node each
- *     DH__COMM_HEARTBEAT_S; a node not heard from for the configured timeout
+ *     dh__comm_heartbeat(timeout) seconds (an eighth of the timeout, at
+ *     most DH__COMM_HEARTBEAT_S); a node not heard from for the timeout
  *     is dead, and every wait then returns DH_EPEER with a sentence naming
  *     it (node, host, pid), never hanging. (Under mpirun, pass
  *     --enable-recovery so the survivors run on to report; without it
@@ -27,7 +28,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DH__COMM_HEARTBEAT_S 0.05
+#define DH__COMM_HEARTBEAT_S 0.25
+
+/* Seconds between heartbeats for a node timeout: often enough that a live node is never
+ * taken for dead, rarely enough that an idle thread costs little. */
+static inline double dh__comm_heartbeat(double timeout_s)
+{
+    return timeout_s / 8 < DH__COMM_HEARTBEAT_S ? timeout_s / 8 : DH__COMM_HEARTBEAT_S;
+}
 
 typedef struct dh__comm dh__comm;
 
