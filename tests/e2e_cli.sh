@@ -128,14 +128,8 @@ check "bench --run-seconds picks the steps from the simulator" contains "$WORK/b
 check "bench --repeats prints medians, ranges and a verdict" contains "$WORK/brep.out" \
     "median .* range .*\(best\|within noise\|beyond the noise\)"
 check "every repeat is a row" test "$(grep -c '^speech-asr  *\(pool\|helix\)' "$WORK/brep.out")" -eq 4
-# Started by mpirun as one of several processes: refused (each would decode the whole job).
-OMPI_COMM_WORLD_SIZE=2 "$DH" run --manifest "$WORK/data/manifest.jsonl" --ranks 2 --workers 2 \
-    --batch 2 --steps 1 > /dev/null 2> "$WORK/mpi.err"
-check "run under mpirun with 2 processes exits 2" test $? -eq 2
-check "run under mpirun says it runs on one node" contains "$WORK/mpi.err" "one of 2 MPI processes"
-PMI_SIZE=4 "$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 2 --workers 2 --batch 2 \
-    > /dev/null 2> "$WORK/mpi2.err"
-check "serve under a 4-process launcher is refused" contains "$WORK/mpi2.err" "one of 4 MPI processes"
+# Several processes under mpirun: tests/mpi_run.sh (a real launcher; faking its variables
+# would leave MPI_Init waiting for a launcher that is not there).
 "$DH" bench --mode fast > /dev/null 2> "$WORK/mode.err"
 check "bench needs a known mode" contains "$WORK/mode.err" "--mode sim or --mode real"
 "$DH" sim --workload nope > /dev/null 2> "$WORK/nope.err"

@@ -48,7 +48,7 @@ typedef struct {
     int64_t failed;     /* the step's samples that failed here */
     /* HELLO: what every node must agree on */
     uint64_t manifest_hash, seed;
-    int64_t ranks, workers, batch, steps, budget;
+    int64_t ranks, workers, batch, steps, budget, start_epoch, start_step;
     double cpu_scale, rho;
     char policy[32], workload[64];
     /* FINAL: this node's totals */
@@ -155,6 +155,10 @@ static void fill_hello(dh_engine *e, xrec *m)
     m->batch = c->global_batch;
     m->steps = e->N;
     m->budget = c->memory_budget;
+    dh_sampler_state where; /* where the order starts (a resumed job: every node alike) */
+    dh_sampler_get_state(e->run.sampler, &where);
+    m->start_epoch = where.epoch;
+    m->start_step = where.step;
     m->cpu_scale = c->cpu_cost_scale;
     m->rho = c->rho;
     snprintf(m->policy, sizeof m->policy, "%s", dh__policy_name(e->run.policy));
@@ -171,6 +175,8 @@ static const char *job_differs(const xrec *a, const xrec *b)
            : a->batch != b->batch               ? "--batch"
            : a->steps != b->steps               ? "the run's length (--steps, --epochs)"
            : a->budget != b->budget             ? "--memory-budget"
+           : a->start_epoch != b->start_epoch || a->start_step != b->start_step
+               ? "the resume point (every rank must restore the same checkpoint)"
            : a->cpu_scale != b->cpu_scale       ? "the CPU calibration (--cpu-cost-scale)"
            : a->rho != b->rho                   ? "--rho"
            : strcmp(a->policy, b->policy)       ? "--policy"
