@@ -67,6 +67,21 @@ static int exchange(void *user, const void *mine, void *all, size_t bytes, char 
     return dh__comm_allgather(user, mine, all, bytes, 600, err, errlen);
 }
 
+static int send_msg(void *user, int to, const void *buf, size_t len)
+{
+    return dh__comm_send(user, to, 0, buf, len);
+}
+
+static int recv_msg(void *user, int *from, void **data, size_t *len, double timeout_s,
+                    char *err, size_t errlen)
+{
+    dh__comm_msg m;
+    int rc = dh__comm_recv(user, &m, timeout_s, err, errlen);
+    if (!rc)
+        *from = m.from, *data = m.data, *len = m.len;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 8) {
@@ -98,6 +113,8 @@ int main(int argc, char **argv)
         c.nodes = dh__comm_size(comm);
         c.node = node = dh__comm_rank(comm);
         c.exchange = exchange;
+        c.send = send_msg; /* helix lends between nodes */
+        c.recv = recv_msg;
         c.exchange_user = comm;
     }
     char path[4096];
@@ -123,8 +140,9 @@ int main(int argc, char **argv)
     rc = dh_engine_finish(e, &r);
     dh_engine_free(e);
     fclose(log);
-    printf("node %d: steps %lld delivered %lld failed %lld nodes %d rc %d\n", node,
-           (long long)r.steps, (long long)r.delivered, (long long)r.failed, r.nodes, rc);
+    printf("node %d: steps %lld delivered %lld failed %lld nodes %d rc %d lent %lld\n", node,
+           (long long)r.steps, (long long)r.delivered, (long long)r.failed, r.nodes, rc,
+           (long long)r.lent);
     free(cs);
     free(t);
     dh_manifest_free(m);

@@ -37,7 +37,7 @@ for pol in helix pool local; do
             > "$WORK/n$np.$pol.out" 2> "$WORK/n$np.$pol.err"
         check "$pol on $np nodes: exit 0" test $? -eq 0
         check "$pol on $np nodes: every node accounts for the whole run" \
-            test "$(grep -c "steps 6 delivered 4[0-9] failed [0-9]* nodes $np rc 0" "$WORK/n$np.$pol.out")" -eq $np
+            test "$(grep -c "steps 6 delivered 4[0-9] failed [0-9]* nodes $np rc 0 " "$WORK/n$np.$pol.out")" -eq $np
         cat "$WORK/n$np.$pol".node* | sort > "$WORK/n$np.$pol.sorted"
         check "$pol on $np nodes: each sample once, the same bytes as on one node" \
             cmp -s "$WORK/n$np.$pol.sorted" "$WORK/one.$pol.sorted"
@@ -45,6 +45,27 @@ for pol in helix pool local; do
     done
 done
 check "the cut clip failed and was delivered marked" grep -q ' -[0-9]* ' "$WORK/one.helix.sorted"
+grep -h "lent" "$WORK"/n*.helix.out | sed 's/^/  helix lending (by timing): /'
+
+# Lending over the wire: the run accounts for loans in the lend keys; a prohibitive network
+# (1000 s per transfer) lends nothing and counts every loan considered as gated.
+for lat in 16 1000000000; do
+    timeout 120 "${MPIRUN[@]}" -np 2 "$DH" run --manifest "$M" --workload kinetics-clips \
+        --ranks 4 --workers 2 --batch 8 --steps 24 --net-latency-us $lat \
+        --json "$WORK/lend$lat.json" > "$WORK/lend$lat.out" 2> "$WORK/lend$lat.err"
+    check "lending run (latency $lat us): exit 0" test $? -eq 0
+done
+python3 - "$WORK/lend16.json" "$WORK/lend1000000000.json" << 'EOF2' || { fail=$((fail + 1)); echo "FAIL: lending keys"; }
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for r in (a, b):
+    assert r["delivered"] + r["failed"] == r["samples"] == 192, r
+    assert r["lent"] <= r["lend_considered"] and r["lend_gated"] <= r["lend_considered"], r
+assert (a["lent"] > 0) == (a["bytes_shipped"] > 0), a
+assert b["lent"] == 0 and b["bytes_shipped"] == 0 and b["lend_gated"] == b["lend_considered"], b
+print("  lending: %d of %d considered lent (%.1f MiB); prohibitive: %d considered, all gated"
+      % (a["lent"], a["lend_considered"], a["bytes_shipped"] / 2**20, b["lend_considered"]))
+EOF2
 
 # The agent: `mpirun -np N datahelix run`, node 0 reports; the cut file is named.
 for np in 2 4; do

@@ -5,6 +5,7 @@
  * memory stays within the pool; every policy completes.
  */
 #include "codec/decode.h"
+#include "engine/engine_int.h"
 #include "testutil.h"
 
 #include <pthread.h>
@@ -698,17 +699,26 @@ END_TEST
  * agent's is MPI). A node told to die stops taking part; the others' waits then fail with
  * DH_EPEER naming it, as the agent's heartbeats make them.
  */
+typedef struct hub_msg {
+    struct hub_msg *next;
+    int from;
+    size_t len;
+    void *data;
+} hub_msg;
+
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n, arrived, dead;
     int64_t gen;
     unsigned char *in, *out;
+    hub_msg *box[4]; /* per node, in arrival order (lending's messages) */
 } hub;
 
 typedef struct {
     hub *h;
     int node, calls, die_at; /* die_at >= 0: this node dies at its die_at-th exchange */
+    int die_on_loan;         /* this node dies when it is handed another node's task */
     dh_run_config cfg;
     dh_result res;
     int rc, consume; /* consume: the test's consumers (checking every item), not emulated ranks */
@@ -755,6 +765,65 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
         snprintf(err, errlen, "node %d (test) stopped responding", h->dead);
     pthread_mutex_unlock(&h->mu);
     return ok ? 0 : DH_EPEER;
+}
+
+static int hub_send(void *user, int to, const void *buf, size_t len)
+{
+    hub_node *me = user;
+    hub *h = me->h;
+    hub_msg *m = calloc(1, sizeof *m);
+    if (!m || posix_memalign(&m->data, 64, len ? len : 1)) {
+        free(m);
+        return DH_ENOMEM;
+    }
+    memcpy(m->data, buf, len);
+    m->len = len;
+    m->from = me->node;
+    pthread_mutex_lock(&h->mu);
+    hub_msg **p = &h->box[to];
+    while (*p)
+        p = &(*p)->next;
+    *p = m;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return 0;
+}
+
+static int hub_recv(void *user, int *from, void **data, size_t *len, double timeout_s,
+                    char *err, size_t errlen)
+{
+    hub_node *me = user;
+    hub *h = me->h;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(timeout_s * 1e9);
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&h->mu);
+    while (!h->box[me->node] && h->dead < 0 &&
+           pthread_cond_timedwait(&h->cv, &h->mu, &until) == 0)
+        ;
+    hub_msg *m = h->box[me->node];
+    if (m)
+        h->box[me->node] = m->next;
+    if (m && me->die_on_loan && *(const int32_t *)m->data == DH__LEND_TASK) {
+        h->dead = me->node; /* dies holding the task: its owner waits for it in vain */
+        pthread_cond_broadcast(&h->cv);
+        free(m->data);
+        free(m);
+        m = NULL;
+    }
+    int dead = h->dead;
+    pthread_mutex_unlock(&h->mu);
+    if (!m && dead >= 0)
+        snprintf(err, errlen, "node %d (test) stopped responding", dead);
+    if (!m)
+        return dead >= 0 ? DH_EPEER : DH_ETIMEDOUT;
+    *from = m->from;
+    *data = m->data;
+    *len = m->len;
+    free(m);
+    return 0;
 }
 
 typedef struct {
@@ -808,6 +877,8 @@ static void *run_node(void *p)
     return NULL;
 }
 
+static int die_on_loan_node = -1; /* the node that dies when handed a loan, or -1 */
+
 /* Runs base on `nodes` nodes (threads of this process); node `die` dies at its die_at-th
  * exchange (die -1: none); tweak (may be NULL) changes node k's config. */
 static void run_nodes(const dh_run_config *base, int nodes, int consume, int die, int die_at,
@@ -819,11 +890,14 @@ static void run_nodes(const dh_run_config *base, int nodes, int consume, int die
     pthread_t t[4];
     for (int k = 0; k < nodes; k++) {
         out[k] = (hub_node){.h = &h, .node = k, .die_at = k == die ? die_at : -1,
-                            .cfg = *base, .consume = consume};
+                            .die_on_loan = k == die_on_loan_node, .cfg = *base,
+                            .consume = consume};
         dh_result_init(&out[k].res);
         out[k].cfg.nodes = nodes;
         out[k].cfg.node = k;
         out[k].cfg.exchange = hub_exchange;
+        out[k].cfg.send = hub_send;
+        out[k].cfg.recv = hub_recv;
         out[k].cfg.exchange_user = &out[k];
         if (tweak)
             tweak(k, &out[k].cfg);
@@ -834,6 +908,12 @@ static void run_nodes(const dh_run_config *base, int nodes, int consume, int die
     }
     for (int k = 0; k < nodes; k++)
         pthread_join(t[k], NULL);
+    for (int k = 0; k < nodes; k++)
+        for (hub_msg *m = h.box[k], *nx; m; m = nx) {
+            nx = m->next;
+            free(m->data);
+            free(m);
+        }
     free(h.in);
     free(h.out);
     pthread_mutex_destroy(&h.mu);
@@ -951,6 +1031,31 @@ START_TEST(a_dead_node_stops_every_node_with_its_name)
 }
 END_TEST
 
+START_TEST(a_node_that_dies_holding_a_loan_stops_its_owner)
+{
+    /* Node 1 dies as it is handed node 0's task: node 0 waits for that sample in vain unless
+     * the lost peer stops it (it used to hang there: found under ASan). */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "helix");
+    c.ranks = 4;
+    c.workers = 2;
+    c.steps = 8;
+    hub_node n[2];
+    dh__eng_test_lend_always(1);
+    die_on_loan_node = 1;
+    run_nodes(&c, 2, 0, -1, 0, n, NULL);
+    die_on_loan_node = -1;
+    dh__eng_test_lend_always(0);
+    for (int x = 0; x < 2; x++) {
+        ck_assert_int_eq(n[x].rc, DH_EPEER);
+        ck_assert_int_eq(n[x].res.delivered + n[x].res.failed, n[x].res.samples);
+    }
+    ck_assert_msg(strstr(n[0].err, "node 1 (test) stopped responding") != NULL, "%s", n[0].err);
+    free_nodes(n, 2);
+    dh_manifest_free(m);
+}
+END_TEST
+
 static int node_1_polls; /* on several nodes only the exchange thread polls should_stop */
 
 static void node_1_is_stopped(int node, dh_run_config *c)
@@ -958,6 +1063,61 @@ static void node_1_is_stopped(int node, dh_run_config *c)
     c->should_stop = node == 1 ? stop_after_3 : NULL;
     c->should_stop_user = &node_1_polls;
 }
+
+static void prohibitive_network(int node, dh_run_config *c)
+{
+    (void)node;
+    c->net_latency = 1000; /* seconds per transfer: no loan is worth it */
+}
+
+START_TEST(idle_nodes_prepare_late_samples_of_other_nodes)
+{
+    /* helix on 2 nodes of 1 worker each: a node whose queue ran dry prepares the other's
+     * samples (whole, or a keyframe part of a split video) and ships them back, which the
+     * owner copies into its batch. Whether a backlog is late is a matter of timing, so the
+     * test makes lenders ask whenever idle (dh__eng_test_lend_always); every sample must
+     * still arrive once, byte-equal to the one-node run's. A prohibitive network lends none. */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "helix");
+    c.ranks = 4;
+    c.workers = 2;
+    c.global_batch = 8;
+    c.steps = 10;
+    hub_node one[1], n[2];
+    run_nodes(&c, 1, 1, -1, 0, one, NULL);
+    ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
+    qsort(one[0].seen, (size_t)one[0].seen_n, sizeof *one[0].seen, cmp_i64);
+    dh__eng_test_lend_always(1);
+    run_nodes(&c, 2, 1, -1, 0, n, NULL);
+    int64_t all[80], k = 0;
+    for (int x = 0; x < 2; x++) {
+        ck_assert_msg(n[x].rc == 0, "node %d: %s", x, n[x].err);
+        ck_assert_int_eq(n[x].res.delivered, 80);
+        ck_assert_int_eq(n[x].res.lent, n[0].res.lent); /* every node reports the total */
+        for (int64_t i = 0; i < n[x].seen_n; i++)
+            all[k++] = n[x].seen[i];
+    }
+    ck_assert_int_eq(k, 80);
+    qsort(all, (size_t)k, sizeof *all, cmp_i64);
+    for (int i = 0; i < 80; i++)
+        ck_assert_int_eq(all[i], one[0].seen[i]);
+    ck_assert_int_gt(n[0].res.lent, 0);
+    ck_assert_int_gt(n[0].res.bytes_shipped, 0);
+    free_nodes(n, 2);
+    run_nodes(&c, 2, 1, -1, 0, n, prohibitive_network);
+    dh__eng_test_lend_always(0);
+    for (int x = 0; x < 2; x++) {
+        ck_assert_msg(n[x].rc == 0, "node %d: %s", x, n[x].err);
+        ck_assert_int_eq(n[x].res.lent, 0);
+        ck_assert_int_eq(n[x].res.bytes_shipped, 0);
+        ck_assert_int_eq(n[x].res.lend_gated, n[x].res.lend_considered);
+    }
+    ck_assert_int_gt(n[0].res.lend_considered, 0);
+    free_nodes(n, 2);
+    free_nodes(one, 1);
+    dh_manifest_free(m);
+}
+END_TEST
 
 static void node_1_has_another_seed(int node, dh_run_config *c)
 {
@@ -1026,6 +1186,8 @@ int main(void)
     tcase_add_test(tc, should_stop_ends_an_endless_run_with_its_accounting);
     tcase_add_test(tc, several_nodes_deliver_every_sample_once_byte_equal);
     tcase_add_test(tc, several_nodes_run_every_policy_with_failures_counted_once);
+    tcase_add_test(tc, idle_nodes_prepare_late_samples_of_other_nodes);
+    tcase_add_test(tc, a_node_that_dies_holding_a_loan_stops_its_owner);
     tcase_add_test(tc, a_dead_node_stops_every_node_with_its_name);
     tcase_add_test(tc, several_nodes_agree_on_stopping_and_on_the_job);
     tcase_add_test(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */

@@ -56,6 +56,26 @@ static int exchange(void *user, const void *mine, void *all, size_t bytes, char 
     return dh__comm_allgather(n->comm, mine, all, bytes, EXCHANGE_WAIT_S, err, errlen);
 }
 
+static int send_msg(void *user, int to, const void *buf, size_t len)
+{
+    cli_node *n = user;
+    return dh__comm_send(n->comm, to, 0, buf, len);
+}
+
+static int recv_msg(void *user, int *from, void **data, size_t *len, double timeout_s,
+                    char *err, size_t errlen)
+{
+    cli_node *n = user;
+    dh__comm_msg m;
+    int rc = dh__comm_recv(n->comm, &m, timeout_s, err, errlen);
+    if (!rc) {
+        *from = m.from;
+        *data = m.data;
+        *len = m.len;
+    }
+    return rc;
+}
+
 int cli_node_start(dh_run_config *cfg, cli_node **out)
 {
     *out = NULL;
@@ -77,6 +97,8 @@ int cli_node_start(dh_run_config *cfg, cli_node **out)
     cfg->nodes = dh__comm_size(n->comm);
     cfg->node = dh__comm_rank(n->comm);
     cfg->exchange = exchange;
+    cfg->send = send_msg; /* lending: prepared samples between nodes */
+    cfg->recv = recv_msg;
     cfg->exchange_user = n;
     *out = n;
     return 0;

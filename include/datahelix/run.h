@@ -122,6 +122,18 @@ typedef struct {
     int (*exchange)(void *user, const void *mine, void *all, size_t bytes, char *err,
                     size_t errlen);
     void *exchange_user;
+    /*
+     * Several nodes, optional: messages between nodes, for CPU lending (helix: an idle node
+     * prepares another node's late samples and ships them back). Both NULL: no lending. send
+     * queues len bytes of buf (copied) for node `to` and returns at once: 0 or an error.
+     * recv waits up to timeout_s for the next message to this node: 0 with *from, *data
+     * (allocated with malloc-compatible memory; the engine frees it with free()) and *len;
+     * DH_ETIMEDOUT; or another error (a node died: the run stops with the sentence in err).
+     * Same user pointer as exchange.
+     */
+    int (*send)(void *user, int to, const void *buf, size_t len);
+    int (*recv)(void *user, int *from, void **data, size_t *len, double timeout_s, char *err,
+                size_t errlen);
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

@@ -50,6 +50,10 @@ int dh__decode_video_part(const dh__media_src *src, const dh_spec *spec, const d
                           int part, int nparts, uint8_t *dst, size_t cap, dh__decode_stats *st,
                           char *err, size_t errlen);
 
+/* The bytes of a video's item that part `part` of `nparts` writes: [*off, *off + *len). */
+int dh__video_part_bytes(const dh_spec *spec, const dh_media_info *mi, int part, int nparts,
+                         int64_t *off, int64_t *len);
+
 int dh__decode_image(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen);
 

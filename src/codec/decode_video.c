@@ -326,6 +326,22 @@ static int part_range(const dh_spec *spec, const dh_media_info *mi, int part, in
     return 0;
 }
 
+int dh__video_part_bytes(const dh_spec *spec, const dh_media_info *mi, int part, int nparts,
+                         int64_t *off, int64_t *len)
+{
+    dh_media_derived md;
+    int64_t first = 0, end = 0;
+    int rc = dh_derive_media(spec, mi, &md);
+    if (!rc)
+        rc = part_range(spec, mi, part, nparts, &first, &end);
+    if (rc)
+        return rc;
+    int64_t fb = md.sampled_frames > 0 ? md.out_bytes / md.sampled_frames : 0;
+    *off = first * fb;
+    *len = end > first ? (end - first) * fb : 0;
+    return 0;
+}
+
 int dh__decode_video_part(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                           int part, int nparts, uint8_t *dst, size_t cap, dh__decode_stats *st,
                           char *err, size_t errlen)

@@ -328,6 +328,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
 {
     if (!e)
         return DH_EINVAL;
+    dh__eng_nodes_drain(e);
     pthread_mutex_lock(&e->mu);
     dh__eng_stop_locked(e);
     pthread_mutex_unlock(&e->mu);

@@ -116,6 +116,11 @@ int64_t dh__eng_arena_size(const dh_engine *e);
 
 /* workers.c */
 int dh__eng_start_workers(dh_engine *e);
+/* After a task: failures, records, the scheduler; a completed batch is announced. remote: it
+ * was prepared on another node (its CPU is counted there). Under e->mu. */
+void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
+                         int rc, double started, double cpu, const char *path, const char *err,
+                         int remote);
 
 /* nodes.c: the engine as one node of several (docs/MULTINODE.md) */
 /* Sets the node's share from cfg (one node: every rank); 0 or DH_ENOMEM. */
@@ -126,16 +131,46 @@ int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen);
 /* A rank of this node waits until step st has been exchanged with every node (0), or the
  * run stopped (-1). Without e->mu. */
 int dh__eng_wait_exchanged(dh_engine *e, int64_t st);
-/* Every local rank released step st: wake the exchange. Under e->mu. */
-void dh__eng_step_local_done(dh_engine *e, int64_t st);
+/* Before a node that finished its steps stops: until every node finished them too (another
+ * node may still be waiting for a sample this node prepares for it). Without e->mu. */
+void dh__eng_nodes_drain(dh_engine *e);
 /* Every node's totals of a run (nodes.c), summed; makespan and xmax are maxima. */
 typedef struct {
     int nodes; /* nodes whose totals these are (1: only this one's reached us) */
     double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, xsum, xmax, ctrl;
     int64_t xn, peak, considered, moved, gated, refused, moved_bytes;
+    int64_t lend_considered, lent, lend_gated, shipped;
 } dh__node_totals;
 /* After the workers stopped: the FINAL rounds; t gets every node's totals. */
 void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t);
+/*
+ * Lending between nodes (nodes.c; docs/MULTINODE.md). A node whose queue is empty asks the
+ * node reported latest for a task (STEAL); the owner pops its least-slack task if its backlog
+ * is late and answers with the sample's item sizes (TASK) or NOTASK; the lender decodes into
+ * its own memory and ships the items back (RESULT), which the owner copies into the batch
+ * and completes as its own worker would. Under e->mu:
+ *   dh__eng_lend_handback: a task popped for a lender that could not be lent (no buffer
+ *     room, a split part): this node's workers run it first; 1 with *t.
+ *   dh__eng_lend_remote: another node's task to prepare here (free it with free()), or NULL
+ *     (and a STEAL goes out if a node is worth asking).
+ * Without e->mu: dh__eng_lend_result ships a prepared (or failed) task back.
+ */
+enum { DH__LEND_STEAL = 1, DH__LEND_TASK, DH__LEND_NOTASK, DH__LEND_RESULT }; /* kinds */
+typedef struct {
+    int32_t kind, node, rank, part, nparts, nitems;
+    int64_t pos, step, sample;
+    double pred_cost;
+    int64_t item_bytes[]; /* nitems */
+} dh__lend_msg;
+int dh__eng_lend_handback(dh_engine *e, dh__task *t);
+/* Tests only: lend whenever a worker is idle, late or not (process-wide). */
+void dh__eng_test_lend_always(int on);
+dh__lend_msg *dh__eng_lend_remote(dh_engine *e);
+/* The bytes a RESULT message keeps before its payload (data must start there). */
+size_t dh__eng_lend_header(void);
+void dh__eng_lend_result(dh_engine *e, const dh__lend_msg *m, uint8_t *msg, int64_t payload,
+                         int status, double cpu, const char *path, const char *err);
+
 /* Writes the totals' share of a several-node result (moves, exchange costs, the budget). */
 void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full);
 /* Wakes the exchange thread and the ranks waiting for it (a release, a stop). */

@@ -28,6 +28,8 @@
  */
 #include "engine_int.h"
 
+#include "../codec/decode.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,8 @@ typedef struct {
     /* STEP */
     double first_start; /* the step's first task started here (-1: none) */
     int64_t failed;     /* the step's samples that failed here */
+    double late;        /* this node's backlog's predicted worst lateness (lending) */
+    int64_t late_bytes; /* output bytes of its least-slack task */
     /* HELLO: what every node must agree on */
     uint64_t manifest_hash, seed;
     int64_t ranks, workers, batch, steps, budget, start_epoch, start_step;
@@ -55,9 +59,16 @@ typedef struct {
     double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain;
     double xsum, xmax, ctrl;
     int64_t xn, peak, considered, moved, gated, refused, moved_bytes, closed_steps, closed_failed;
+    int64_t lend_considered, lent, lend_gated, shipped;
     char msg[256];
     xrank r[];
 } xrec;
+
+typedef struct {
+    dh__task t;
+    double sent; /* when the TASK went out (the task's start on this node's clock) */
+    int to;
+} lent_task;
 
 struct dh__xchg {
     pthread_t thread;
@@ -70,6 +81,20 @@ struct dh__xchg {
     double sum, max, ctrl; /* seconds in STEP rounds (wall), the largest, under e->mu */
     int64_t n;
     char err[384];        /* why another node (or the exchange) stopped this one */
+    /* lending (send and recv set, a lending policy) */
+    int lending;
+    pthread_t mthread;
+    int mstarted;
+    double *late;          /* per node, from the last STEP round */
+    int64_t *late_bytes;
+    uint8_t *skip;         /* per node: answered NOTASK or gated since the last round */
+    int asking;            /* the node a STEAL is out to, or -1 */
+    lent_task *lent;       /* owner: tasks out on other nodes */
+    int nlent, caplent;
+    dh__lend_msg **rq;     /* lender: other nodes' tasks to prepare here (FIFO) */
+    int rq_head, rq_n, rq_cap;
+    dh__task *back;        /* owner: tasks popped for a lender but kept here */
+    int nback, capback;
 };
 
 static xrec *rec_of(const struct dh__xchg *x, int node)
@@ -100,7 +125,12 @@ int dh__eng_nodes_init(dh_engine *e)
     x->mine = dh__calloc(1, x->bytes);
     x->all = dh__calloc((size_t)e->nodes, x->bytes);
     pthread_cond_init(&x->cv, NULL);
-    return x->mine && x->all ? 0 : DH_ENOMEM;
+    x->asking = -1;
+    x->lending = c->send && c->recv && dh__policy_caps_of(e->run.policy)->lend;
+    x->late = dh__calloc((size_t)e->nodes, sizeof *x->late);
+    x->late_bytes = dh__calloc((size_t)e->nodes, sizeof *x->late_bytes);
+    x->skip = dh__calloc((size_t)e->nodes, 1);
+    return x->mine && x->all && x->late && x->late_bytes && x->skip ? 0 : DH_ENOMEM;
 }
 
 void dh__eng_nodes_free(dh_engine *e)
@@ -111,6 +141,14 @@ void dh__eng_nodes_free(dh_engine *e)
     pthread_cond_destroy(&x->cv);
     free(x->mine);
     free(x->all);
+    free(x->late);
+    free(x->late_bytes);
+    free(x->skip);
+    free(x->lent);
+    for (int k = 0; k < x->rq_n; k++)
+        free(x->rq[(x->rq_head + k) % x->rq_cap]);
+    free(x->rq);
+    free(x->back);
     free(x);
     e->x = NULL;
 }
@@ -185,6 +223,7 @@ static const char *job_differs(const xrec *a, const xrec *b)
 }
 
 static void *exchange_main(void *arg);
+static void *message_main(void *arg);
 
 int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
 {
@@ -208,6 +247,9 @@ int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
     if (rc)
         return dh__fail(err, errlen, rc, "cannot start the exchange thread");
     x->started = 1;
+    if (x->lending && (rc = dh__thread_create(&x->mthread, message_main, e)))
+        return dh__fail(err, errlen, rc, "cannot start the lending thread");
+    x->mstarted = x->lending;
     return 0;
 }
 
@@ -229,6 +271,7 @@ static void fill_step(dh_engine *e, int64_t st, int stop)
     dh__rec_step *sp = dh__records_step(&e->rec, st);
     m->first_start = sp ? sp->start : -1;
     m->failed = sp ? sp->failed : 0;
+    m->late = dh__sched_backlog_lateness(e->sched, dh__eng_elapsed(e), &m->late_bytes);
     eng_step *s = dh__eng_step(e, st);
     for (int i = 0; i < rpn(e); i++) {
         int r = e->rank_lo + i;
@@ -273,6 +316,11 @@ static int apply_step(dh_engine *e, int64_t st)
             *rb = (dh__rec_batch){o->r[i].asked, o->r[i].ready, o->r[i].compute, o->r[i].longest};
             sp = dh__records_step(&e->rec, st); /* the records' ring may have moved */
         }
+    }
+    for (int k = 0; k < e->nodes; k++) { /* what lending reads, until the next round */
+        x->late[k] = rec_of(x, k)->late;
+        x->late_bytes[k] = rec_of(x, k)->late_bytes;
+        x->skip[k] = 0;
     }
     for (int k = 0; k < e->nodes; k++) {
         const xrec *o = rec_of(x, k);
@@ -336,6 +384,20 @@ static void *exchange_main(void *arg)
     return NULL;
 }
 
+void dh__eng_nodes_drain(dh_engine *e)
+{
+    struct dh__xchg *x = e->x;
+    if (!x)
+        return;
+    pthread_mutex_lock(&e->mu);
+    int done = 1; /* did every local rank take every step? (else this node stops early) */
+    for (int r = e->rank_lo; r < e->rank_hi; r++)
+        done &= e->next_step[r] >= e->N;
+    while (done && !e->stop && !x->done && x->exchanged < e->N)
+        pthread_cond_wait(&x->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
 int dh__eng_wait_exchanged(dh_engine *e, int64_t st)
 {
     struct dh__xchg *x = e->x;
@@ -369,6 +431,10 @@ static void fill_final(dh_engine *e, xrec *m)
     m->gated = reb->gated;
     m->refused = reb->refused;
     m->moved_bytes = reb->bytes_moved;
+    m->lend_considered = reb->lend_considered;
+    m->lent = reb->lent;
+    m->lend_gated = reb->lend_gated;
+    m->shipped = reb->bytes_shipped;
     m->move_s = reb->move_s;
     m->pred_gain = reb->predicted_gain_s;
     m->real_gain = reb->realised_gain_s;
@@ -389,6 +455,9 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
     if (x->started)
         pthread_join(x->thread, NULL);
     x->started = 0;
+    if (x->mstarted)
+        pthread_join(x->mthread, NULL);
+    x->mstarted = 0;
     char err[384] = "";
     int rc = 0, all_final = 0;
     xrec *mine = dh__malloc(x->bytes);
@@ -432,6 +501,10 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
         t->gated += o->gated;
         t->refused += o->refused;
         t->moved_bytes += o->moved_bytes;
+        t->lend_considered += o->lend_considered;
+        t->lent += o->lent;
+        t->lend_gated += o->lend_gated;
+        t->shipped += o->shipped;
         t->move_s += o->move_s;
         t->pred_gain += o->pred_gain;
         t->real_gain += o->real_gain;
@@ -452,10 +525,298 @@ void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
     full->reb_gated = t->gated;
     full->reb_refused = t->refused;
     full->reb_bytes = t->moved_bytes;
+    full->lend_considered = t->lend_considered;
+    full->lent = t->lent;
+    full->lend_gated = t->lend_gated;
+    full->bytes_shipped = t->shipped;
     full->reb_move_s = t->move_s;
     full->reb_predicted_gain_s = t->pred_gain;
     full->reb_realised_gain_s = t->real_gain;
     full->exchange_mean_s = t->xn ? t->xsum / (double)t->xn : 0;
     full->exchange_max_s = t->xmax;
     full->control_mean_s = t->xn ? t->ctrl / (double)t->xn : 0;
+}
+
+/* ---------------------------------------------------------------- lending */
+
+enum { M_STEAL = DH__LEND_STEAL, M_TASK = DH__LEND_TASK, M_NOTASK = DH__LEND_NOTASK,
+       M_RESULT = DH__LEND_RESULT };
+
+/* Tests: lend whenever a worker is idle and the other node has queued work, late or not, so
+ * that the whole path (parts, hand-backs, results) runs on every test run, not by timing. */
+static _Atomic int lend_always;
+
+void dh__eng_test_lend_always(int on)
+{
+    lend_always = on;
+}
+
+typedef struct {
+    int32_t kind, node;
+} m_head;
+
+typedef struct {
+    int32_t kind, node, part, status;
+    int64_t pos, payload;
+    double cpu;
+    char path[512], err[384];
+} m_result;
+
+static int push(void **arr, int *n, int *cap, size_t size, const void *item)
+{
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 8;
+        void *p = realloc(*arr, (size_t)nc * size);
+        if (!p)
+            return DH_ENOMEM;
+        *arr = p;
+        *cap = nc;
+    }
+    memcpy((char *)*arr + (size_t)(*n)++ * size, item, size);
+    return 0;
+}
+
+static void send_head(dh_engine *e, int to, int kind)
+{
+    m_head h = {kind, e->node};
+    e->run.cfg.send(e->run.cfg.exchange_user, to, &h, sizeof h);
+}
+
+int dh__eng_lend_handback(dh_engine *e, dh__task *t)
+{
+    struct dh__xchg *x = e->x;
+    if (!x->nback)
+        return 0;
+    *t = x->back[--x->nback];
+    return 1;
+}
+
+dh__lend_msg *dh__eng_lend_remote(dh_engine *e)
+{
+    struct dh__xchg *x = e->x;
+    if (!x->lending)
+        return NULL;
+    if (x->rq_n) {
+        dh__lend_msg *m = x->rq[x->rq_head];
+        x->rq_head = (x->rq_head + 1) % x->rq_cap;
+        x->rq_n--;
+        return m;
+    }
+    if (x->asking >= 0 || e->stop)
+        return NULL;
+    int best = -1; /* the node reported latest, not yet asked in vain this round */
+    for (int k = 0; k < e->nodes; k++)
+        if (k != e->node && (lend_always || (!x->skip[k] && x->late[k] > 0)) &&
+            (best < 0 || x->late[k] > x->late[best]))
+            best = k;
+    if (best < 0)
+        return NULL;
+    double late = lend_always ? DH_MAX(x->late[best], 1.0) : x->late[best];
+    if (!dh__sched_lend_gate(e->sched, late, DH_MAX(x->late_bytes[best], 1))) {
+        x->skip[best] = 1; /* not worth shipping: until the next round says otherwise */
+        return NULL;
+    }
+    x->asking = best;
+    send_head(e, best, M_STEAL);
+    return NULL;
+}
+
+size_t dh__eng_lend_header(void)
+{
+    return (sizeof(m_result) + ITEM_ALIGN - 1) & ~(size_t)(ITEM_ALIGN - 1);
+}
+
+void dh__eng_lend_result(dh_engine *e, const dh__lend_msg *m, uint8_t *msg, int64_t payload,
+                         int status, double cpu, const char *path, const char *err)
+{
+    m_result r = {M_RESULT, e->node, m->part, status, m->pos, payload, cpu, "", ""};
+    snprintf(r.path, sizeof r.path, "%s", path);
+    snprintf(r.err, sizeof r.err, "%s", err);
+    if (msg) {
+        memcpy(msg, &r, sizeof r);
+        e->run.cfg.send(e->run.cfg.exchange_user, m->node, msg,
+                        dh__eng_lend_header() + (size_t)payload);
+    } else {
+        e->run.cfg.send(e->run.cfg.exchange_user, m->node, &r, sizeof r);
+    }
+}
+
+/* Owner: a lender asks. Pops this node's least-slack task if its backlog is late, gives it a
+ * buffer without waiting (a full pool keeps it here), and answers TASK or NOTASK. */
+static void on_steal(dh_engine *e, int from)
+{
+    struct dh__xchg *x = e->x;
+    dh__lend_msg *m = NULL;
+    size_t len = 0;
+    pthread_mutex_lock(&e->mu);
+    dh__task t;
+    int rc = e->stop ? DH__IDLE
+                     : dh__sched_lend_task(e->sched, dh__eng_elapsed(e), lend_always, &t);
+    batch_slot *b = rc ? NULL : dh__eng_slot(e, t.step, t.rank);
+    if (rc < 0)
+        dh__eng_fail(e, rc);
+    if (b) {
+        int ok = b->laid_out || !dh__lay_out(e, t.step, t.rank, b);
+        if (ok && !b->allocated && !b->allocating) {
+            int64_t off = dh__ring_try_alloc(&e->ring, b->bytes, &b->block);
+            if (off >= 0)
+                b->offset = off, b->allocated = 1;
+        }
+        int32_t first = 0, n = 0;
+        while (ok && first < b->nitems && b->items[first].sample != t.sample)
+            first++;
+        while (ok && first + n < b->nitems && b->items[first + n].sample == t.sample)
+            n++;
+        ok = ok && b->allocated && n > 0;
+        len = sizeof *m + (size_t)n * sizeof(int64_t);
+        if (ok && (m = dh__calloc(1, len))) {
+            *m = (dh__lend_msg){M_TASK, e->node, t.rank, t.part, t.nparts, n, t.pos, t.step,
+                                t.sample, t.pred_cost};
+            for (int32_t j = 0; j < n; j++)
+                m->item_bytes[j] = b->items[first + j].bytes;
+            lent_task lt = {t, dh__eng_elapsed(e), from};
+            if (push((void **)&x->lent, &x->nlent, &x->caplent, sizeof lt, &lt)) {
+                free(m);
+                m = NULL;
+            }
+        }
+        if (m) {
+            b->inflight++; /* frozen for rebalancing until the result is in */
+        } else if (push((void **)&x->back, &x->nback, &x->capback, sizeof t, &t)) {
+            dh__eng_fail(e, DH_ENOMEM);
+        } else {
+            pthread_cond_broadcast(&e->work); /* kept here: this node's workers take it */
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (m)
+        e->run.cfg.send(e->run.cfg.exchange_user, from, m, len);
+    else
+        send_head(e, from, M_NOTASK);
+    free(m);
+}
+
+/* The bytes of item `it` that part t->part of a split sample wrote: its share of a video's
+ * frames; every other item belongs to part 0. */
+static int part_bytes(dh_engine *e, const dh__task *t, const dh_batch_item *it, int64_t *from,
+                      int64_t *n)
+{
+    dh_media_info mi;
+    dh_manifest_media(e->run.m, t->sample, it->media, &mi);
+    if (mi.type == DH_MEDIA_VIDEO)
+        return dh__video_part_bytes(e->spec, &mi, t->part, t->nparts, from, n);
+    *from = 0;
+    *n = t->part == 0 ? it->bytes : 0;
+    return 0;
+}
+
+/* Owner: a lent task came back. Its items go into the batch; it completes as a worker's. */
+static void on_result(dh_engine *e, int from, const uint8_t *data, size_t len)
+{
+    struct dh__xchg *x = e->x;
+    m_result r;
+    memcpy(&r, data, sizeof r);
+    r.path[sizeof r.path - 1] = r.err[sizeof r.err - 1] = 0;
+    pthread_mutex_lock(&e->mu);
+    int k = 0;
+    while (k < x->nlent && !(x->lent[k].t.pos == r.pos && x->lent[k].t.part == r.part &&
+                             x->lent[k].to == from))
+        k++;
+    batch_slot *b = k < x->nlent ? dh__eng_slot(e, x->lent[k].t.step, x->lent[k].t.rank) : NULL;
+    if (b && !e->stop) {
+        lent_task lt = x->lent[k];
+        x->lent[k] = x->lent[--x->nlent];
+        uint8_t *base = dh__slot_data(e, b);
+        const uint8_t *src = data + dh__eng_lend_header();
+        size_t off = 0;
+        int rc = r.status;
+        for (int32_t j = 0; !rc && base && j < b->nitems; j++) {
+            const dh_batch_item *it = &b->items[j];
+            if (it->sample != lt.t.sample)
+                continue;
+            if (dh__eng_lend_header() + off + (size_t)it->bytes > len) {
+                rc = DH_EPARSE; /* a short result: the sample fails, named, never half-copied */
+                break;
+            }
+            int64_t at = 0, n = it->bytes; /* a split sample's part: only what it wrote */
+            if (lt.t.nparts > 1)
+                rc = part_bytes(e, &lt.t, it, &at, &n);
+            if (!rc && n > 0)
+                memcpy(base + it->offset + at, src + off + (size_t)at, (size_t)n);
+            off += ((size_t)it->bytes + ITEM_ALIGN - 1) & ~(size_t)(ITEM_ALIGN - 1);
+        }
+        dh__eng_finish_task(e, -1, &lt.t, b, base, rc, lt.sent, rc ? -1.0 : r.cpu, r.path,
+                            rc == r.status ? r.err : "the prepared sample arrived incomplete", 1);
+        dh__sched_count_lent(e->sched, r.payload);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *message_main(void *arg)
+{
+    dh_engine *e = arg;
+    struct dh__xchg *x = e->x;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        int stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop)
+            break;
+        int from = -1;
+        void *data = NULL;
+        size_t len = 0;
+        char err[384] = "";
+        int rc = e->run.cfg.recv(e->run.cfg.exchange_user, &from, &data, &len, 0.05, err,
+                                 sizeof err);
+        if (rc == DH_ETIMEDOUT)
+            continue;
+        if (rc) { /* a node died: this one may be waiting for a sample lent to it */
+            pthread_mutex_lock(&e->mu);
+            if (!x->err[0])
+                dh__msg(x->err, sizeof x->err, "%s", err[0] ? err : dh_strerror(rc));
+            dh__eng_fail(e, rc);
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        int32_t kind = len >= sizeof(m_head) ? ((const m_head *)data)->kind : 0;
+        if (kind == M_STEAL) {
+            on_steal(e, from);
+        } else if (kind == M_RESULT && len >= sizeof(m_result)) {
+            on_result(e, from, data, len);
+        } else if (kind == M_TASK && len >= sizeof(dh__lend_msg)) {
+            pthread_mutex_lock(&e->mu);
+            dh__lend_msg *m = data;
+            data = NULL;
+            if (x->rq_n == x->rq_cap) { /* grow the FIFO, keeping its order */
+                int nc = x->rq_cap ? 2 * x->rq_cap : 8;
+                dh__lend_msg **q = dh__calloc((size_t)nc, sizeof *q);
+                for (int i = 0; q && i < x->rq_n; i++)
+                    q[i] = x->rq[(x->rq_head + i) % x->rq_cap];
+                if (q) {
+                    free(x->rq);
+                    x->rq = q;
+                    x->rq_head = 0;
+                    x->rq_cap = nc;
+                }
+            }
+            if (x->rq_n < x->rq_cap) {
+                x->rq[(x->rq_head + x->rq_n++) % x->rq_cap] = m;
+            } else {
+                free(m);
+                dh__eng_fail(e, DH_ENOMEM);
+            }
+            x->asking = -1;
+            pthread_cond_broadcast(&e->work);
+            pthread_mutex_unlock(&e->mu);
+        } else if (kind == M_NOTASK) {
+            pthread_mutex_lock(&e->mu);
+            x->asking = -1;
+            if (from >= 0 && from < e->nodes)
+                x->skip[from] = 1;
+            pthread_cond_broadcast(&e->work);
+            pthread_mutex_unlock(&e->mu);
+        }
+        free(data);
+    }
+    return NULL;
 }

@@ -133,9 +133,9 @@ static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b,
                                       e->run.cfg.sample_gpu_cost_user);
 }
 
-/* After a task: failures, records, the scheduler; a completed batch is announced. */
-static void finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
-                        int rc, double started, double cpu, const char *path, const char *err)
+void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
+                         int rc, double started, double cpu, const char *path, const char *err,
+                         int remote)
 {
     if (rc == DH_ECANCELED && e->stop) { /* the run is stopping: not the sample's fault */
         b->inflight--;
@@ -146,10 +146,12 @@ static void finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, u
             report(e, t, path, rc, err[0] ? err : dh_strerror(rc));
         fail_sample(e, t, b, rc);
     }
-    e->cpu_sum += cpu;
+    if (!remote)
+        e->cpu_sum += cpu;
     dh__records_task(&e->rec, t->step, t->rank, started, dh__eng_elapsed(e) - started);
-    dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare", started,
-                   dh__eng_elapsed(e) - started, t->step, t->rank, t->sample);
+    if (w >= 0)
+        dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",
+                       started, dh__eng_elapsed(e) - started, t->step, t->rank, t->sample);
     int complete = dh__sched_task_done(e->sched, t, dh__eng_elapsed(e), rc ? -1.0 : cpu,
                                        revealed_gpu(e, t, b, base));
     b->inflight--; /* done writing: b may be re-laid out from here */
@@ -166,16 +168,63 @@ static void finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, u
     pthread_cond_broadcast(&e->work);
 }
 
+/* Prepares another node's task (lending) into this node's memory and ships it back. */
+static int run_remote(dh_engine *e, int w, dh__lend_msg *m, char *path, size_t pathlen,
+                      char *err, size_t errlen)
+{
+    dh__task t = {.pos = m->pos, .sample = m->sample, .step = m->step, .rank = m->rank,
+                  .worker = w, .part = m->part, .nparts = m->nparts, .pred_cost = m->pred_cost};
+    dh_batch_item *items = dh__calloc((size_t)DH_MAX(1, m->nitems), sizeof *items);
+    size_t head = dh__eng_lend_header(), total = 0;
+    for (int32_t j = 0; items && j < m->nitems; j++) {
+        items[j] = (dh_batch_item){.sample = t.sample, .media = j, .offset = (int64_t)total,
+                                   .bytes = m->item_bytes[j]};
+        total += ((size_t)m->item_bytes[j] + ITEM_ALIGN - 1) & ~(size_t)(ITEM_ALIGN - 1);
+    }
+    uint8_t *msg = NULL;
+    if (items && posix_memalign((void **)&msg, ITEM_ALIGN, head + total))
+        msg = NULL;
+    pthread_mutex_unlock(&e->mu);
+    double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
+    err[0] = 0;
+    path[0] = 0;
+    int rc = msg ? run_task(e, &t, items, m->nitems, msg + head, path, pathlen, err, errlen)
+                 : DH_ENOMEM;
+    double cpu = dh__thread_cpu() - c0;
+    if (msg)
+        dh__eng_lend_result(e, m, msg, rc ? 0 : (int64_t)total, rc, cpu, path,
+                            err[0] ? err : dh_strerror(rc));
+    else
+        dh__eng_lend_result(e, m, NULL, 0, DH_ENOMEM, cpu, "", "out of memory");
+    free(msg);
+    free(items);
+    free(m);
+    pthread_mutex_lock(&e->mu);
+    e->cpu_sum += cpu; /* the CPU was spent here; the owner counts the sample */
+    dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, "prepare (lent)", started,
+                   dh__eng_elapsed(e) - started, t.step, t.rank, t.sample);
+    return 0;
+}
+
 /* Takes and runs one task; returns 1 when there was none (the caller waits). */
 static int work_once(dh_engine *e, int w, char *path, size_t pathlen, char *err, size_t errlen)
 {
     dh__task t;
-    int rc = dh__sched_next_task(e->sched, w, dh__eng_elapsed(e), &t);
+    int rc = e->x && dh__eng_lend_handback(e, &t) ? 0
+                                                 : dh__sched_next_task(e->sched, w,
+                                                                       dh__eng_elapsed(e), &t);
+    if (rc == DH__IDLE && e->x) { /* nothing here: another node's late work? */
+        dh__lend_msg *m = dh__eng_lend_remote(e);
+        if (m)
+            return run_remote(e, w, m, path, pathlen, err, errlen);
+    }
     if (rc) {
         if (rc < 0)
             dh__eng_fail(e, rc);
         return 1;
     }
+    if (t.worker < 0)
+        t.worker = w; /* handed back: this worker runs it */
     batch_slot *b = dh__eng_slot(e, t.step, t.rank);
     if (!b) {
         dh__eng_fail(e, e->error ? e->error : DH_EINVAL);
@@ -196,7 +245,7 @@ static int work_once(dh_engine *e, int w, char *path, size_t pathlen, char *err,
         rc = run_task(e, &t, items, nitems, base, path, pathlen, err, errlen);
     double cpu = dh__thread_cpu() - c0;
     pthread_mutex_lock(&e->mu);
-    finish_task(e, w, &t, b, base, rc, started, cpu, path, err);
+    dh__eng_finish_task(e, w, &t, b, base, rc, started, cpu, path, err, 0);
     return 0;
 }
 

@@ -62,7 +62,7 @@ void dh__lend_free(dh__sched *s)
  * free time has passed would take a task (and change node_ver) before the
  * clock could matter.
  */
-static double backlog_lateness(dh__sched *s, int b, double now)
+double dh__lend_lateness(dh__sched *s, int b, double now)
 {
     if (s->lend_memo_ver[b] == s->node_ver[b] && s->lend_memo_epoch[b] == s->epoch)
         return s->lend_memo_val[b];
@@ -109,7 +109,7 @@ int dh__lend_from(dh__sched *s, int home, double now, double *ship)
         for (int b = 0; b < s->nodes; b++) {
             if (!s->heap_n[b])
                 continue;
-            double late = backlog_lateness(s, b, now);
+            double late = dh__lend_lateness(s, b, now);
             if (late > s->best_late)
                 s->best_node = b, s->best_late = late;
         }

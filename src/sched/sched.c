@@ -222,6 +222,21 @@ static int shared_next(dh__sched *s, int node, double now, int64_t *pos, int32_t
     return from < 0 ? DH__IDLE : dh__lst_next(s, from, now, pos, part, nparts);
 }
 
+/* The task at global position pos (part of nparts), for `worker` (-1: another node's). */
+static void fill_task(dh__sched *s, int64_t pos, int32_t part, int32_t nparts, int worker,
+                      double ship, dh__task *out)
+{
+    out->ship_s = ship;
+    out->pos = pos;
+    out->step = pos / s->G;
+    out->sample = sample_at(s, pos);
+    out->rank = s->rank_of[at(s, pos)];
+    out->worker = worker;
+    out->part = part;
+    out->nparts = nparts;
+    out->pred_cost = task_cost(s, pos) / nparts;
+}
+
 int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
 {
     if (s->error)
@@ -236,15 +251,7 @@ int dh__sched_next_task(dh__sched *s, int worker, double now, dh__task *out)
                  : shared_next(s, worker / s->workers_per_node, now, &pos, &part, &nparts, &ship);
     if (rc)
         return rc < 0 ? dh__sched_fail(s, rc) : rc;
-    out->ship_s = ship;
-    out->pos = pos;
-    out->step = pos / s->G;
-    out->sample = sample_at(s, pos);
-    out->rank = s->rank_of[at(s, pos)];
-    out->worker = worker;
-    out->part = part;
-    out->nparts = nparts;
-    out->pred_cost = task_cost(s, pos) / nparts;
+    fill_task(s, pos, part, nparts, worker, ship, out);
     s->worker_free[worker] = now + out->pred_cost;
     touch_node(s, node_of_worker(s, worker));
     return 0;
@@ -314,6 +321,50 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
     if (++s->finished_ranks[step_slot(s, step)] == s->R && s->caps->rebalance)
         dh__reb_step_finished(s, step);
     dh__sched_retire(s);
+}
+
+/* ----------------------------------------------------- lending between real nodes */
+
+double dh__sched_backlog_lateness(dh__sched *s, double now, int64_t *head_bytes)
+{
+    int node = s->cfg.node_local ? s->cfg.node : 0;
+    *head_bytes = s->heap_n[node] ? s->cfg.pred.bytes[sample_at(s, s->heap[node][0].pos)] : 0;
+    return s->heap_n[node] ? dh__lend_lateness(s, node, now) : 0;
+}
+
+int dh__sched_lend_task(dh__sched *s, double now, int any, dh__task *out)
+{
+    if (s->error)
+        return s->error;
+    int node = s->cfg.node_local ? s->cfg.node : 0;
+    if (!s->caps->lend || s->caps->service != DH_SERVE_LEAST_SLACK || !s->heap_n[node] ||
+        (!any && dh__lend_lateness(s, node, now) <= 0))
+        return DH__IDLE; /* on time: this node's own workers will do */
+    int64_t pos = 0;
+    int32_t part = 0, nparts = 1;
+    int rc = dh__lst_next(s, node, now, &pos, &part, &nparts);
+    if (rc)
+        return rc < 0 ? dh__sched_fail(s, rc) : rc;
+    fill_task(s, pos, part, nparts, -1, 0, out);
+    touch_node(s, node);
+    return 0;
+}
+
+int dh__sched_lend_gate(dh__sched *s, double late, int64_t bytes)
+{
+    double ship = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
+    s->reb.lend_considered++;
+    if (late <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * ship) {
+        s->reb.lend_gated++;
+        return 0;
+    }
+    return 1;
+}
+
+void dh__sched_count_lent(dh__sched *s, int64_t bytes)
+{
+    s->reb.lent++;
+    s->reb.bytes_shipped += bytes;
 }
 
 /* --------------------------------------------------------------- accessors */

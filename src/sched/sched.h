@@ -179,6 +179,20 @@ typedef int (*dh__reb_accept)(void *ctx, int64_t step, const int32_t *rank_of);
 void dh__sched_rebalance(dh__sched *s, int64_t step, double now, const uint8_t *frozen,
                          dh__reb_accept accept, void *ctx);
 
+/*
+ * Lending between real nodes (node_local replicas; the simulator lends through next_task).
+ * backlog_lateness: this node's predicted worst lateness if only its own workers take its
+ * queue (seconds, <= 0: on time), and the output bytes of its least-slack task, for the step
+ * exchange. lend_task: for another node's idle worker, this node's least-slack task if its
+ * backlog is late (worker -1), else DH__IDLE. lend_gate: the lender's gate (a node reported
+ * `late` seconds; shipping `bytes` back costs the network model): 1 to ask; counts
+ * lend_considered and lend_gated. count_lent: a lent task's result arrived.
+ */
+double dh__sched_backlog_lateness(dh__sched *s, double now, int64_t *head_bytes);
+int dh__sched_lend_task(dh__sched *s, double now, int any, dh__task *out); /* any: even on time */
+int dh__sched_lend_gate(dh__sched *s, double late, int64_t bytes);
+void dh__sched_count_lent(dh__sched *s, int64_t bytes);
+
 typedef struct {
     int64_t plans, plans_applied;
     int64_t considered, moved, gated; /* candidate moves, applied, refused by the gate */

@@ -199,6 +199,8 @@ int dh__fifo_next(pos_fifo *q, int64_t *pos);
 
 /* lend.c: an idle node's worker takes another node's late work */
 int dh__lend_from(dh__sched *s, int home, double now, double *ship);
+/* Node b's predicted worst lateness if only its own workers take its queue (memoised). */
+double dh__lend_lateness(dh__sched *s, int b, double now);
 int dh__lend_init(dh__sched *s);
 void dh__lend_free(dh__sched *s);
 
