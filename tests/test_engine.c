@@ -70,6 +70,18 @@ static dh_run_config config(const dh_manifest *m, const char *policy)
     return c;
 }
 
+/* config() with R ranks, W workers, global batch G (0: config's) and a length. */
+static dh_run_config config_of(const dh_manifest *m, const char *policy, int ranks, int workers,
+                               int64_t g, int64_t steps)
+{
+    dh_run_config c = config(m, policy);
+    c.ranks = ranks;
+    c.workers = workers;
+    c.global_batch = g ? g : c.global_batch;
+    c.steps = steps;
+    return c;
+}
+
 typedef struct {
     int n;
     char last[512];
@@ -739,9 +751,9 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
         h->dead = me->node;
     me->calls++;
     if (h->dead >= 0) {
+        snprintf(err, errlen, "node %d (test) stopped responding", h->dead);
         pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
-        snprintf(err, errlen, "node %d (test) stopped responding", h->dead);
         return DH_EPEER;
     }
     if (!h->in) {
@@ -943,11 +955,7 @@ START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
     const char *pols[] = {"helix", "pool", "local"};
     for (int p = 0; p < 3; p++) {
         for (int nodes = 2; nodes <= 4; nodes += 2) {
-            dh_run_config c = config(m, pols[p]);
-            c.ranks = 4;
-            c.workers = 4;
-            c.global_batch = 8;
-            c.steps = 5;
+            dh_run_config c = config_of(m, pols[p], 4, 4, 8, 5);
             hub_node one[1], n[4];
             run_nodes(&c, 1, 1, -1, 0, one, NULL); /* nodes = 1: the plain engine */
             ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
@@ -989,10 +997,7 @@ START_TEST(several_nodes_run_every_policy_with_failures_counted_once)
                                    "\"nope.png\",\"codec\":\"png\",\"width\":8,\"height\":8}]}\n");
     const char *const *pol = dh_policy_names();
     for (int p = 0; pol[p]; p++) {
-        dh_run_config c = config(m, pol[p]);
-        c.ranks = 4;
-        c.workers = 2;
-        c.steps = 5; /* 20 samples over 10: the missing one twice */
+        dh_run_config c = config_of(m, pol[p], 4, 2, 0, 5); /* 20 samples over 10: the missing one twice */
         hub_node n[2];
         run_nodes(&c, 2, 0, -1, 0, n, NULL);
         for (int x = 0; x < 2; x++) {
@@ -1014,10 +1019,7 @@ END_TEST
 START_TEST(a_dead_node_stops_every_node_with_its_name)
 {
     dh_manifest *m = manifest_with(NULL);
-    dh_run_config c = config(m, "helix");
-    c.ranks = 4;
-    c.workers = 2;
-    c.steps = 8;
+    dh_run_config c = config_of(m, "helix", 4, 2, 0, 8);
     hub_node n[2];
     run_nodes(&c, 2, 0, 1, 4, n, NULL); /* node 1 dies at its 4th exchange (hello + 3 steps) */
     ck_assert_int_eq(n[0].rc, DH_EPEER);
@@ -1036,10 +1038,7 @@ START_TEST(a_node_that_dies_holding_a_loan_stops_its_owner)
     /* Node 1 dies as it is handed node 0's task: node 0 waits for that sample in vain unless
      * the lost peer stops it (it used to hang there: found under ASan). */
     dh_manifest *m = manifest_with(NULL);
-    dh_run_config c = config(m, "helix");
-    c.ranks = 4;
-    c.workers = 2;
-    c.steps = 8;
+    dh_run_config c = config_of(m, "helix", 4, 2, 0, 8);
     hub_node n[2];
     dh__eng_test_lend_always(1);
     die_on_loan_node = 1;
@@ -1078,11 +1077,7 @@ START_TEST(idle_nodes_prepare_late_samples_of_other_nodes)
      * test makes lenders ask whenever idle (dh__eng_test_lend_always); every sample must
      * still arrive once, byte-equal to the one-node run's. A prohibitive network lends none. */
     dh_manifest *m = manifest_with(NULL);
-    dh_run_config c = config(m, "helix");
-    c.ranks = 4;
-    c.workers = 2;
-    c.global_batch = 8;
-    c.steps = 10;
+    dh_run_config c = config_of(m, "helix", 4, 2, 8, 10);
     hub_node one[1], n[2];
     run_nodes(&c, 1, 1, -1, 0, one, NULL);
     ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
