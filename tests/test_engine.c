@@ -97,6 +97,9 @@ static void on_error(const dh_sample_error *e, void *user)
     errors *x = user;
     x->n++;
     snprintf(x->last, sizeof x->last, "%s|%s|%s", e->id, e->path, e->message);
+    if (getenv("DH_TEST_VERBOSE"))
+        fprintf(stderr, "sample error: step %lld rank %d %s\n", (long long)e->step, e->rank,
+                x->last);
 }
 
 /* Decodes item it of the batch directly and compares it byte for byte. */
@@ -895,6 +898,7 @@ static void *run_node(void *p)
     for (int i = 0; i < per; i++)
         pthread_join(t[i], NULL);
     n->rc = dh_engine_finish(e, &n->res);
+    snprintf(n->err, sizeof n->err, "%s", dh__eng_nodes_error(e)); /* another node's doing */
     dh_engine_free(e);
     return NULL;
 }
@@ -1012,9 +1016,9 @@ START_TEST(several_nodes_run_every_policy_with_failures_counted_once)
         for (int x = 0; x < 2; x++) {
             ck_assert_msg(n[x].rc == 0, "%s node %d: %s", pol[p], x, n[x].err);
             ck_assert_int_eq(n[x].res.samples, 20);
-            ck_assert_msg(n[x].res.failed == 2, "%s node %d: failed %lld (errors %d, %d; last %s)",
-                          pol[p], x, (long long)n[x].res.failed, n[0].errs.n, n[1].errs.n,
-                          n[x].errs.last);
+            ck_assert_msg(n[x].res.failed == 2, "%s node %d: failed %lld (errors %d, %d; last "
+                          "%s / %s)", pol[p], x, (long long)n[x].res.failed, n[0].errs.n,
+                          n[1].errs.n, n[0].errs.last, n[1].errs.last);
             ck_assert_int_eq(n[x].res.delivered + n[x].res.failed, 20);
             ck_assert_msg(n[x].res.memory_peak <= n[x].res.memory_budget, "%s", pol[p]);
         }
@@ -1044,22 +1048,37 @@ END_TEST
 
 START_TEST(a_node_that_dies_holding_a_loan_stops_its_owner)
 {
-    /* Node 1 dies as it is handed node 0's task: node 0 waits for that sample in vain unless
-     * the lost peer stops it (it used to hang there: found under ASan). */
+    /* Node 0 (fast trainers, often idle and asking) dies as it is handed a task of node 1
+     * (slow trainers, so behind: its exchange thread may be waiting for its own ranks, not
+     * in a round where the death would show). Node 1's batch then waits for that sample in
+     * vain unless the lost peer, seen by its lending thread, stops it: it used to hang there
+     * (found under ASan). Whether node 1 is in a round when node 0 dies is timing, so this
+     * test catches the hang only when it is not; what it always checks: both nodes end, a
+     * node that saw the death names it, and each accounting is exact. */
     dh_manifest *m = manifest_with(NULL);
-    dh_run_config c = config_of(m, "helix", 4, 2, 0, 8);
+    dh_run_config c = config_of(m, "helix", 4, 2, 8, 10);
     hub_node n[2];
     dh__eng_test_lend_always(1);
-    die_on_loan_node = 1;
-    run_nodes(&c, 2, 0, -1, 0, n, NULL);
+    die_on_loan_node = 0;
+    slow_node_ms[1] = 50;
+    int died = 0;
+    for (int attempt = 0; attempt < 4 && !died; attempt++) { /* until a loan is made */
+        run_nodes(&c, 2, 1, -1, 0, n, NULL);
+        died = n[1].rc != 0;
+        for (int x = 0; x < 2; x++) {
+            ck_assert_msg(n[x].rc == 0 || n[x].rc == DH_EPEER, "node %d: %d (%s)", x, n[x].rc,
+                          n[x].err);
+            ck_assert_int_eq(n[x].res.delivered + n[x].res.failed, n[x].res.samples);
+        }
+        if (died)
+            ck_assert_msg(strstr(n[1].err, "node 0 (test) stopped responding") != NULL, "%s",
+                          n[1].err);
+        free_nodes(n, 2);
+    }
+    slow_node_ms[1] = 0;
     die_on_loan_node = -1;
     dh__eng_test_lend_always(0);
-    for (int x = 0; x < 2; x++) {
-        ck_assert_int_eq(n[x].rc, DH_EPEER);
-        ck_assert_int_eq(n[x].res.delivered + n[x].res.failed, n[x].res.samples);
-    }
-    ck_assert_msg(strstr(n[0].err, "node 1 (test) stopped responding") != NULL, "%s", n[0].err);
-    free_nodes(n, 2);
+    ck_assert_msg(died, "node 0 was never handed a loan in 4 runs");
     dh_manifest_free(m);
 }
 END_TEST
