@@ -344,7 +344,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     if (e->rec.makespan <= 0)
         e->rec.makespan = dh__eng_elapsed(e);
     /* Several nodes: every node's totals (the records hold every rank already). */
-    dh__node_totals t = {.nodes = 1, .cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
+    dh__node_totals t = {.cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
                          .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak};
     dh__eng_nodes_finish(e, &t);
     e->rec.makespan = t.makespan;

@@ -136,7 +136,6 @@ int dh__eng_wait_exchanged(dh_engine *e, int64_t st);
 void dh__eng_nodes_drain(dh_engine *e);
 /* Every node's totals of a run (nodes.c), summed; makespan and xmax are maxima. */
 typedef struct {
-    int nodes; /* nodes whose totals these are (1: only this one's reached us) */
     double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, xsum, xmax, ctrl;
     int64_t xn, peak, considered, moved, gated, refused, moved_bytes;
     int64_t lend_considered, lent, lend_gated, shipped;

@@ -478,7 +478,7 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
     if (rc && !e->error)
         e->error = rc;
     const xrec *me = mine;
-    *t = (dh__node_totals){.nodes = 1};
+    *t = (dh__node_totals){0};
     for (int k = 0; me && k < e->nodes; k++) {
         const xrec *o = all_final && !rc ? rec_of(x, k) : k == e->node ? me : NULL;
         if (!o)
@@ -491,7 +491,6 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
             if (!e->error)
                 e->error = DH_EMISMATCH;
         }
-        t->nodes = o == me && !(all_final && !rc) ? 1 : e->nodes;
         t->cpu_sum += o->cpu_sum;
         t->worker_cpu += o->worker_cpu;
         t->makespan = DH_MAX(t->makespan, o->makespan);
