@@ -191,6 +191,9 @@ void cli_print_result(const dh_result *r)
                (long long)r->reb_considered, (long long)r->reb_moved, (long long)r->reb_gated,
                (long long)r->reb_refused,
                r->reb_bytes / 1048576.0, r->reb_predicted_gain_s, r->reb_realised_gain_s);
+    if (r->reb_remote)
+        printf("  of the moves, %lld went to a rank of another node (%.1f MiB over the "
+               "network)\n", (long long)r->reb_remote, r->reb_remote_bytes / 1048576.0);
     if (r->reb_move_s > 0)
         printf("  moving decoded data took %.3f s; transfer cost calibrated to %.2f x the model\n",
                r->reb_move_s, r->reb_move_factor);

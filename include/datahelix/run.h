@@ -190,6 +190,8 @@ typedef struct {
      * and apply the others' (the control plane's own cost). */
     int nodes;
     double exchange_mean_s, exchange_max_s, control_mean_s;
+    /* of reb_moved: samples moved to a rank of another node (their bytes over the network) */
+    int64_t reb_remote, reb_remote_bytes;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

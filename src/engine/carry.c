@@ -48,7 +48,7 @@ static void copy_items(dh_engine *e, batch_slot *to, int32_t first, int32_t end,
     }
 }
 
-static void count_failed(batch_slot *b)
+void dh__slot_count_failed(batch_slot *b)
 {
     b->nfailed = 0;
     for (int32_t k = 0; k < b->nitems; k++)
@@ -87,7 +87,8 @@ static int lay_out_fresh(dh_engine *e, const int64_t *order, const int32_t *rank
     return rc ? 1 : 0;
 }
 
-/* Receivers first (donors still hold their data): each sample from its old batch. */
+/* Receivers first (donors still hold their data): each sample from its old batch. A sample
+ * whose old batch is on another node arrives later (agreed plans): counted as incoming. */
 static void copy_receivers(dh_engine *e, int64_t st, batch_slot *slots, const int64_t *order,
                            const int32_t *rank_of)
 {
@@ -98,21 +99,33 @@ static void copy_receivers(dh_engine *e, int64_t st, batch_slot *slots, const in
                 continue;
             dh_sample_info si;
             dh_manifest_sample(e->run.m, order[k], &si);
-            copy_items(e, &e->fresh[r], item, item + si.media_count,
-                       &slots[dh__sched_rank_of(e->sched, st, k)]);
+            int from = dh__sched_rank_of(e->sched, st, k);
+            if (dh__eng_rank_here(e, from))
+                copy_items(e, &e->fresh[r], item, item + si.media_count, &slots[from]);
+            else
+                e->fresh[r].incoming++;
             item += si.media_count;
         }
     }
 }
 
-/*
- * The scheduler's accept callback: carries a gated plan out on the batch
- * buffers of step st. Returns 0 when done, 1 when the arena has no room for
- * a receiving batch (nothing has changed then).
- */
-static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
+/* Agreed plans: the samples leaving this node are packed for their node. */
+static int send_departures(dh_engine *e, int64_t st, batch_slot *slots, const int32_t *rank_of)
 {
-    dh_engine *e = ctx;
+    int per = e->rank_hi - e->rank_lo;
+    for (int64_t k = 0; k < e->G; k++) {
+        int from = dh__sched_rank_of(e->sched, st, k);
+        if (dh__eng_rank_here(e, from) && !dh__eng_rank_here(e, rank_of[k])) {
+            int rc = dh__eng_move_out(e, st, k, rank_of[k] / per, &slots[from]);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, int agreed)
+{
     double t0 = dh__eng_elapsed(e);
     const int64_t *order = dh__sched_step_order(e->sched, st);
     eng_step *step = dh__eng_step(e, st);
@@ -120,15 +133,23 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
         return 1;
     batch_slot *slots = step->b;
     memset(e->changed, 0, (size_t)e->R);
+    memset(e->received, 0, (size_t)e->R);
     memset(e->fresh, 0, (size_t)e->R * sizeof *e->fresh);
-    for (int64_t k = 0; k < e->G; k++) {
+    for (int64_t k = 0; k < e->G; k++) { /* agreed: only this node's batches change here */
         int from = dh__sched_rank_of(e->sched, st, k), to = rank_of[k];
-        if (from != to)
-            e->received[to] = e->changed[from] = e->changed[to] = 1;
+        if (from == to)
+            continue;
+        if (!agreed || dh__eng_rank_here(e, to))
+            e->received[to] = e->changed[to] = 1;
+        if (!agreed || dh__eng_rank_here(e, from))
+            e->changed[from] = 1;
     }
     if (lay_out_fresh(e, order, rank_of))
         return 1;
     copy_receivers(e, st, slots, order, rank_of);
+    int rc = agreed ? send_departures(e, st, slots, rank_of) : 0;
+    if (rc)
+        dh__eng_fail(e, rc); /* the other nodes go on with the plan: this one cannot */
     for (int r = 0; r < e->R; r++) {
         if (!e->changed[r])
             continue;
@@ -142,13 +163,19 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
         } else if (b->allocated) {
             dh__ring_free(b->in_arena ? &e->arena : &e->ring, b->block);
         }
-        count_failed(f);
+        dh__slot_count_failed(f);
         dh__slot_clear_layout(b);
         f->taken = b->taken;
         *b = *f;
     }
     e->move_s = dh__eng_elapsed(e) - t0;
     return 0;
+}
+
+/* The scheduler's accept callback on one node. */
+static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
+{
+    return dh__eng_carry(ctx, st, rank_of, 0);
 }
 
 /*
@@ -158,8 +185,8 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
  */
 void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
 {
-    if (!dh__policy_caps_of(e->run.policy)->rebalance)
-        return;
+    if (!dh__policy_caps_of(e->run.policy)->rebalance || dh__eng_nodes_moving(e))
+        return; /* several nodes: the step exchange makes every plan */
     eng_step *step = dh__eng_step(e, st);
     if (!step || step->reb_offered)
         return;
@@ -171,7 +198,6 @@ void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
     int64_t moved = reb->moved;
     for (int r = 0; r < e->R; r++) /* another node's batches are not here to move */
         e->frozen[r] = step->b[r].inflight > 0 || !dh__eng_rank_here(e, r);
-    memset(e->received, 0, (size_t)e->R);
     double t0 = dh__eng_elapsed(e);
     dh__sched_rebalance(e->sched, st, t0, e->frozen, carry_out, e);
     if (reb->moved == moved)

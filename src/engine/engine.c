@@ -116,12 +116,20 @@ void dh_engine_stop(dh_engine *e)
 
 /* -------------------------------------------------------------- consumers */
 
-/* Waits until batch (st, rank) is ready or the run stops; 0 or the reason it cannot be had. */
-static int wait_ready(dh_engine *e, int64_t st, int rank)
+/* 1 when batch (st, rank) may be handed out: prepared, and on several nodes neither waiting
+ * for the nodes' plan nor for samples moved to it. */
+static int ready(dh_engine *e, int64_t st, int rank, const batch_slot *b)
 {
-    while (!e->stop && !dh__sched_batch_ready(e->sched, st, rank))
+    return dh__sched_batch_ready(e->sched, st, rank) && !b->agreeing && !b->incoming &&
+           !dh__eng_nodes_plan_pending(e, st, rank);
+}
+
+/* Waits until batch (st, rank) is ready or the run stops; 0 or the reason it cannot be had. */
+static int wait_ready(dh_engine *e, int64_t st, int rank, const batch_slot *b)
+{
+    while (!e->stop && !ready(e, st, rank, b))
         pthread_cond_wait(&e->ready, &e->mu);
-    if (dh__sched_batch_ready(e->sched, st, rank) && !e->error)
+    if (ready(e, st, rank, b) && !e->error)
         return 0;
     return e->error ? e->error : DH_ECANCELED;
 }
@@ -147,7 +155,7 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
         dh__eng_offer_step(e, st, DH_TRACE_RANKS, rank); /* unless it was offered once prepared */
         if (!dh__sched_batch_ready(e->sched, st, rank))
             pthread_cond_broadcast(&e->work); /* the request may be what admits this batch */
-        rc = wait_ready(e, st, rank);
+        rc = wait_ready(e, st, rank, b);
     }
     if (!rc && !b->laid_out)
         rc = dh__lay_out(e, st, rank, b); /* a batch with no samples */

@@ -41,6 +41,8 @@ typedef struct {
     int64_t *samples, *tokens;
     int32_t nitems, nsamples, nfailed;
     int32_t inflight;      /* tasks writing into the buffer now */
+    int32_t incoming;      /* samples moved here from another node, still on the wire */
+    uint8_t agreeing;      /* offered to the nodes' agreed plan: not taken until it is made */
     uint8_t laid_out, allocating, allocated;
     uint8_t in_arena;      /* the buffer is in the move arena, not the main ring */
 } batch_slot;
@@ -48,6 +50,8 @@ typedef struct {
 typedef struct {
     int released;        /* ranks that released their batch of the step */
     uint8_t reb_offered; /* offered to rebalancing already */
+    int32_t incoming;    /* several nodes: samples moved to this node, still on the wire */
+    double moves_at;     /* when the agreed plan that sent them was carried out here */
     batch_slot b[];      /* R */
 } eng_step;
 
@@ -137,7 +141,7 @@ void dh__eng_nodes_drain(dh_engine *e);
 /* Every node's totals of a run (nodes.c), summed; makespan and xmax are maxima. */
 typedef struct {
     double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, xsum, xmax, ctrl;
-    int64_t xn, peak, considered, moved, gated, refused, moved_bytes;
+    int64_t xn, peak, considered, moved, gated, refused, moved_bytes, remote, remote_bytes;
     int64_t lend_considered, lent, lend_gated, shipped;
 } dh__node_totals;
 /* After the workers stopped: the FINAL rounds; t gets every node's totals. */
@@ -178,7 +182,25 @@ void dh__eng_nodes_wake(dh_engine *e);
 const char *dh__eng_nodes_error(const dh_engine *e);
 void dh__eng_nodes_free(dh_engine *e);
 
+/* Rebalancing agreed between nodes (nodes.c; docs/MULTINODE.md): 1 when this run makes
+ * every plan with the other nodes at the step exchange (then no node plans alone). */
+int dh__eng_nodes_moving(const dh_engine *e);
+/* 1 while rank's batch of st waits for the plan made at step st - 1's exchange: the rank
+ * released st - 1 (one that still holds it takes st at once: the exchange waits for its
+ * release) and the exchange has not happened yet. Under e->mu. */
+int dh__eng_nodes_plan_pending(dh_engine *e, int64_t st, int rank);
+/* A sample of step st (position k) leaves this node's batch `from` for node `to`: its items
+ * are packed for sending now (before the batch is compacted). 0 or DH_ENOMEM. Under e->mu. */
+int dh__eng_move_out(dh_engine *e, int64_t st, int64_t k, int to, const batch_slot *from);
+
 /* carry.c */
+/* Carries out plan rank_of of step st on the batch buffers. agreed: a plan made with the
+ * other nodes; only this node's batches change here, samples leaving are packed for their
+ * node (dh__eng_move_out) and samples arriving are counted in their batch's `incoming`.
+ * 0, or 1 when the arena has no room for a receiving batch (nothing changed then). */
+int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, int agreed);
+/* Recounts b's failed samples from its items' status. */
+void dh__slot_count_failed(batch_slot *b);
 void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid);
 void dh__eng_offer_prepared_step(dh_engine *e, int64_t st, int worker);
 

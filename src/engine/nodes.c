@@ -50,6 +50,13 @@ typedef struct {
     int64_t failed;     /* the step's samples that failed here */
     double late;        /* this node's backlog's predicted worst lateness (lending) */
     int64_t late_bytes; /* output bytes of its least-slack task */
+    /* STEP, agreed moves (x->moving): step + 1 is offered to the agreed plan (mv), with this
+     * node's GPU prediction error, move factor and arena room; after r[]: per local rank
+     * whether its batch is open to the plan, then per position of step + 1 the exact GPU
+     * cost of a sample prepared here (< 0: not prepared here) */
+    int32_t mv;
+    double mv_mape, mv_factor;
+    int64_t mv_room, mv_ids;
     /* HELLO: what every node must agree on */
     uint64_t manifest_hash, seed;
     int64_t ranks, workers, batch, steps, budget, start_epoch, start_step;
@@ -59,6 +66,7 @@ typedef struct {
     double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain;
     double xsum, xmax, ctrl;
     int64_t xn, peak, considered, moved, gated, refused, moved_bytes, closed_steps, closed_failed;
+    int64_t remote, remote_bytes;
     int64_t lend_considered, lent, lend_gated, shipped;
     char msg[256];
     xrank r[];
@@ -69,6 +77,12 @@ typedef struct {
     double sent; /* when the TASK went out (the task's start on this node's clock) */
     int to;
 } lent_task;
+
+typedef struct {
+    int node;    /* to (out) or from (parked) */
+    void *data;  /* a MOVE message */
+    size_t len;
+} move_msg;
 
 struct dh__xchg {
     pthread_t thread;
@@ -95,6 +109,15 @@ struct dh__xchg {
     int rq_head, rq_n, rq_cap;
     dh__task *back;        /* owner: tasks popped for a lender but kept here */
     int nback, capback;
+    /* agreed moves (send and recv set, a rebalancing policy) */
+    int moving;
+    size_t open_at, cost_at; /* where a record's open flags and costs begin */
+    uint8_t *mv_frozen;      /* R, scratch */
+    int64_t *mv_need, *mv_n; /* per node, scratch: arena bytes and buffers a plan needs */
+    move_msg *out;           /* packed by a plan, sent once the lock is dropped */
+    int nout, capout;
+    move_msg *parked;        /* arrived before this node made the plan they belong to */
+    int nparked, capparked;
 };
 
 static xrec *rec_of(const struct dh__xchg *x, int node)
@@ -105,6 +128,16 @@ static xrec *rec_of(const struct dh__xchg *x, int node)
 static int rpn(const dh_engine *e)
 {
     return e->rank_hi - e->rank_lo;
+}
+
+static uint8_t *rec_open(const struct dh__xchg *x, xrec *m)
+{
+    return (uint8_t *)m + x->open_at;
+}
+
+static float *rec_cost(const struct dh__xchg *x, xrec *m)
+{
+    return (float *)((uint8_t *)m + x->cost_at);
 }
 
 int dh__eng_nodes_init(dh_engine *e)
@@ -121,15 +154,27 @@ int dh__eng_nodes_init(dh_engine *e)
     if (!x)
         return DH_ENOMEM;
     e->x = x;
-    x->bytes = (sizeof(xrec) + (size_t)per * sizeof(xrank) + 63) & ~(size_t)63;
+    const dh__policy_caps *caps = dh__policy_caps_of(e->run.policy);
+    x->moving = c->send && c->recv && caps->rebalance;
+    x->open_at = sizeof(xrec) + (size_t)per * sizeof(xrank);
+    x->cost_at = x->open_at + (((size_t)per + 7) & ~(size_t)7);
+    size_t end = x->moving ? x->cost_at + (size_t)e->G * sizeof(float) : x->open_at;
+    x->bytes = (end + 63) & ~(size_t)63;
     x->mine = dh__calloc(1, x->bytes);
     x->all = dh__calloc((size_t)e->nodes, x->bytes);
     pthread_cond_init(&x->cv, NULL);
     x->asking = -1;
-    x->lending = c->send && c->recv && dh__policy_caps_of(e->run.policy)->lend;
+    x->lending = c->send && c->recv && caps->lend;
     x->late = dh__calloc((size_t)e->nodes, sizeof *x->late);
     x->late_bytes = dh__calloc((size_t)e->nodes, sizeof *x->late_bytes);
     x->skip = dh__calloc((size_t)e->nodes, 1);
+    if (x->moving) {
+        x->mv_frozen = dh__calloc((size_t)e->R, 1);
+        x->mv_need = dh__calloc((size_t)e->nodes * 2, sizeof *x->mv_need);
+        x->mv_n = x->mv_need ? x->mv_need + e->nodes : NULL;
+        if (!x->mv_frozen || !x->mv_need)
+            return DH_ENOMEM;
+    }
     return x->mine && x->all && x->late && x->late_bytes && x->skip ? 0 : DH_ENOMEM;
 }
 
@@ -149,6 +194,14 @@ void dh__eng_nodes_free(dh_engine *e)
         free(x->rq[(x->rq_head + k) % x->rq_cap]);
     free(x->rq);
     free(x->back);
+    free(x->mv_frozen);
+    free(x->mv_need);
+    for (int k = 0; k < x->nout; k++)
+        free(x->out[k].data);
+    for (int k = 0; k < x->nparked; k++)
+        free(x->parked[k].data);
+    free(x->out);
+    free(x->parked);
     free(x);
     e->x = NULL;
 }
@@ -224,6 +277,10 @@ static const char *job_differs(const xrec *a, const xrec *b)
 
 static void *exchange_main(void *arg);
 static void *message_main(void *arg);
+static void offer_next_step(dh_engine *e, xrec *m, int64_t ns);
+static void agree_moves(dh_engine *e, int64_t ns);
+static int send_moves(dh_engine *e);
+static void apply_parked(dh_engine *e);
 
 int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
 {
@@ -247,9 +304,11 @@ int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
     if (rc)
         return dh__fail(err, errlen, rc, "cannot start the exchange thread");
     x->started = 1;
-    if (x->lending && (rc = dh__thread_create(&x->mthread, message_main, e)))
+    if ((x->lending || x->moving) && (rc = dh__thread_create(&x->mthread, message_main, e)))
         return dh__fail(err, errlen, rc, "cannot start the lending thread");
-    x->mstarted = x->lending;
+    x->mstarted = x->lending || x->moving;
+    if (x->moving) /* every node makes each plan: one counts what it moved and gained */
+        dh__sched_reb_counting(e->sched, e->node == 0);
     return 0;
 }
 
@@ -281,6 +340,8 @@ static void fill_step(dh_engine *e, int64_t st, int stop)
         if (s)
             m->r[i].taken = s->b[r].taken, m->r[i].released = s->b[r].released_at;
     }
+    if (e->x->moving)
+        offer_next_step(e, m, st + 1);
 }
 
 /* Applies the other nodes' step st; 1 when every node stops after it (or could not go on). */
@@ -366,10 +427,23 @@ static void *exchange_main(void *arg)
         }
         double t3 = dh__eng_elapsed(e);
         int stop = apply_step(e, st);
+        if (!stop && x->moving)
+            agree_moves(e, st + 1);
         x->ctrl += held + dh__eng_elapsed(e) - t3;
         x->exchanged = st + 1;
+        if (x->moving)
+            apply_parked(e); /* moves of st + 1 that came in before this node made its plan */
         pthread_cond_broadcast(&x->cv);
         pthread_cond_broadcast(&e->ready);
+        if (x->nout) {
+            pthread_mutex_unlock(&e->mu);
+            rc = send_moves(e);
+            pthread_mutex_lock(&e->mu);
+            if (rc) {
+                dh__eng_fail(e, rc);
+                break;
+            }
+        }
         if (stop) {
             if (e->error)
                 dh__eng_fail(e, e->error);
@@ -378,8 +452,12 @@ static void *exchange_main(void *arg)
             break;
         }
     }
+    for (int64_t st = e->lo; x->moving && st < e->hi; st++) /* no plan is coming now */
+        for (int r = e->rank_lo; r < e->rank_hi; r++)
+            dh__eng_step(e, st)->b[r].agreeing = 0;
     x->done = 1;
     pthread_cond_broadcast(&x->cv);
+    pthread_cond_broadcast(&e->ready);
     pthread_mutex_unlock(&e->mu);
     return NULL;
 }
@@ -431,6 +509,8 @@ static void fill_final(dh_engine *e, xrec *m)
     m->gated = reb->gated;
     m->refused = reb->refused;
     m->moved_bytes = reb->bytes_moved;
+    m->remote = reb->moved_remote;
+    m->remote_bytes = reb->remote_bytes;
     m->lend_considered = reb->lend_considered;
     m->lent = reb->lent;
     m->lend_gated = reb->lend_gated;
@@ -500,6 +580,8 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
         t->gated += o->gated;
         t->refused += o->refused;
         t->moved_bytes += o->moved_bytes;
+        t->remote += o->remote;
+        t->remote_bytes += o->remote_bytes;
         t->lend_considered += o->lend_considered;
         t->lent += o->lent;
         t->lend_gated += o->lend_gated;
@@ -524,6 +606,8 @@ void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
     full->reb_gated = t->gated;
     full->reb_refused = t->refused;
     full->reb_bytes = t->moved_bytes;
+    full->reb_remote = t->remote;
+    full->reb_remote_bytes = t->remote_bytes;
     full->lend_considered = t->lend_considered;
     full->lent = t->lent;
     full->lend_gated = t->lend_gated;
@@ -539,7 +623,14 @@ void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
 /* ---------------------------------------------------------------- lending */
 
 enum { M_STEAL = DH__LEND_STEAL, M_TASK = DH__LEND_TASK, M_NOTASK = DH__LEND_NOTASK,
-       M_RESULT = DH__LEND_RESULT };
+       M_RESULT = DH__LEND_RESULT, M_MOVE /* agreed moves (below) */ };
+
+typedef struct {
+    int32_t kind, node, nitems, pad;
+    int64_t step, k, sample, payload;
+} m_move; /* then int32_t status[nitems], then the items, each 64-byte aligned */
+
+static int on_move(dh_engine *e, int from, void *data, size_t len);
 
 /* Tests: lend whenever a worker is idle and the other node has queued work, late or not, so
  * that the whole path (parts, hand-backs, results) runs on every test run, not by timing. */
@@ -807,6 +898,9 @@ static void *message_main(void *arg)
             x->asking = -1;
             pthread_cond_broadcast(&e->work);
             pthread_mutex_unlock(&e->mu);
+        } else if (kind == M_MOVE && len >= sizeof(m_move)) {
+            if (on_move(e, from, data, len))
+                data = NULL; /* parked until this node makes the plan it belongs to */
         } else if (kind == M_NOTASK) {
             pthread_mutex_lock(&e->mu);
             x->asking = -1;
@@ -818,4 +912,329 @@ static void *message_main(void *arg)
         free(data);
     }
     return NULL;
+}
+
+/* ---------------------------------------------------------- agreed moves */
+
+/*
+ * Rebalancing between nodes. A plan moves prepared samples between the batches of one step,
+ * and every node must make the same one: so step ns is planned by every node at the exchange
+ * of step ns - 1, from what every record says (its ranks' batches open to the plan, the exact
+ * GPU cost of each sample it prepared, its prediction error, move factor and arena room), by
+ * the same deterministic code. A batch is open when it is complete, in its buffer and not
+ * taken; from then until the plan is made it is not handed to its rank (`agreeing`: emulated
+ * ranks wait for the exchange anyway; a trainer asking for it waits one exchange). Each node
+ * carries out its part: its receiving batches are laid out afresh in the arena (the plan is
+ * refused everywhere, alike, if some node published too little room), samples moving within
+ * the node are copied, samples leaving are packed and sent (MOVE) after the lock is dropped,
+ * and samples arriving keep their batch from being handed out until they are copied in.
+ */
+
+static size_t move_header(int32_t nitems)
+{
+    return (sizeof(m_move) + (size_t)nitems * sizeof(int32_t) + ITEM_ALIGN - 1) &
+           ~(size_t)(ITEM_ALIGN - 1);
+}
+
+int dh__eng_nodes_moving(const dh_engine *e)
+{
+    return e->x && e->x->moving;
+}
+
+int dh__eng_nodes_plan_pending(dh_engine *e, int64_t st, int rank)
+{
+    struct dh__xchg *x = e->x;
+    if (!x || !x->moving || st < 1 || x->exchanged >= st || x->done || e->stop)
+        return 0;
+    eng_step *prev = st - 1 >= e->lo ? dh__eng_step(e, st - 1) : NULL;
+    return !prev || prev->b[rank].released_at > 0;
+}
+
+/* Step ns into this node's STEP record: its batches open to the plan (marked agreeing) and
+ * the costs of the samples it prepared. Under e->mu. */
+static void offer_next_step(dh_engine *e, xrec *m, int64_t ns)
+{
+    struct dh__xchg *x = e->x;
+    uint8_t *open = rec_open(x, m);
+    float *cost = rec_cost(x, m);
+    if (ns >= e->N || dh__sched_rank_of(e->sched, ns, 0) < 0)
+        return; /* mv 0: no plan for ns (the run's end, or the scheduler failed) */
+    eng_step *s = dh__eng_step(e, ns);
+    if (!s)
+        return;
+    m->mv = 1;
+    m->mv_mape = dh__calib_gpu_mape(dh__sched_calib(e->sched));
+    m->mv_factor = dh__sched_reb_stats(e->sched)->move_factor;
+    dh__ring_room(&e->arena, &m->mv_room, &m->mv_ids);
+    for (int i = 0; i < rpn(e); i++) {
+        int r = e->rank_lo + i;
+        batch_slot *b = &s->b[r];
+        open[i] = b->laid_out && b->allocated && !b->inflight &&
+                  !b->incoming && e->next_step[r] <= ns && dh__sched_batch_ready(e->sched, ns, r);
+        b->agreeing = open[i];
+    }
+    for (int64_t k = 0; k < e->G; k++) {
+        int r = dh__sched_rank_of(e->sched, ns, k);
+        cost[k] = (float)(dh__eng_rank_here(e, r) ? dh__sched_prepared_cost(e->sched, ns, k) : -1);
+    }
+}
+
+/* The scheduler's accept callback for an agreed plan: every node decides alike whether every
+ * node's receiving batches fit the arena room it published; then this node carries out its
+ * part. 0: carried out; 1: refused (by every node). */
+static int carry_agreed(void *ctx, int64_t st, const int32_t *rank_of)
+{
+    dh_engine *e = ctx;
+    struct dh__xchg *x = e->x;
+    const int64_t *order = dh__sched_step_order(e->sched, st);
+    if (!order)
+        return 1; /* not on any node: every replica plans the same steps */
+    memset(x->mv_need, 0, (size_t)e->nodes * 2 * sizeof *x->mv_need);
+    int64_t *samples = dh__malloc((size_t)e->G * sizeof *samples);
+    for (int r = 0; samples && r < e->R; r++) {
+        int32_t n = 0, gets = 0;
+        for (int64_t k = 0; k < e->G; k++)
+            if (rank_of[k] == r) {
+                samples[n++] = order[k];
+                gets |= dh__sched_rank_of(e->sched, st, k) != r;
+            }
+        if (!gets)
+            continue;
+        batch_slot probe = {.block = -1};
+        int64_t *mine = dh__malloc((size_t)DH_MAX(n, 1) * sizeof *mine);
+        int rc = mine ? 0 : DH_ENOMEM;
+        if (mine) {
+            memcpy(mine, samples, (size_t)n * sizeof *mine);
+            rc = dh__lay_out_samples(e, &probe, mine, n); /* the same layout on every node */
+        }
+        x->mv_need[r / rpn(e)] += dh__ring_aligned(probe.bytes);
+        x->mv_n[r / rpn(e)]++;
+        dh__slot_clear_layout(&probe);
+        if (rc) {
+            free(samples);
+            dh__eng_fail(e, rc);
+            return 1;
+        }
+    }
+    free(samples);
+    if (!samples && !e->stop) {
+        dh__eng_fail(e, DH_ENOMEM);
+        return 1;
+    }
+    for (int k = 0; k < e->nodes; k++) {
+        const xrec *o = rec_of(x, k);
+        if (x->mv_need[k] > o->mv_room || x->mv_n[k] > o->mv_ids)
+            return 1; /* node k has no room to receive: no node moves anything */
+    }
+    eng_step *s = dh__eng_step(e, st);
+    memset(e->changed, 0, (size_t)e->R);
+    if (!s || dh__eng_carry(e, st, rank_of, 1)) {
+        /* the room was published: only a failure gets here; the others go on without us */
+        if (!x->err[0])
+            dh__msg(x->err, sizeof x->err, "node %d could not carry out the plan agreed for "
+                    "step %lld (no room in its move arena)", e->node, (long long)st);
+        dh__eng_fail(e, DH_ENOMEM);
+        return 0;
+    }
+    int part = 0; /* does the plan change a batch of this node? */
+    for (int r = e->rank_lo; r < e->rank_hi; r++)
+        part |= e->changed[r];
+    s->incoming = 0;
+    for (int r = e->rank_lo; r < e->rank_hi; r++)
+        s->incoming += s->b[r].incoming;
+    if (part)
+        s->moves_at = dh__eng_elapsed(e);
+    return 0;
+}
+
+/* After step ns - 1's round: every node makes the plan of step ns alike. Under e->mu. */
+static void agree_moves(dh_engine *e, int64_t ns)
+{
+    struct dh__xchg *x = e->x;
+    eng_step *s = ns < e->N ? dh__eng_step(e, ns) : NULL;
+    int all = s != NULL;
+    for (int k = 0; all && k < e->nodes; k++)
+        all = rec_of(x, k)->mv;
+    dh__reb_agreed a = {x->mv_frozen, 0, 0, e->node == 0};
+    for (int k = 0; all && k < e->nodes; k++) {
+        xrec *o = rec_of(x, k);
+        const uint8_t *open = rec_open(x, o);
+        const float *cost = rec_cost(x, o);
+        for (int i = 0; i < rpn(e); i++)
+            x->mv_frozen[k * rpn(e) + i] = !open[i];
+        a.gpu_mape = DH_MAX(a.gpu_mape, o->mv_mape);
+        a.move_factor = DH_MAX(a.move_factor, o->mv_factor);
+        for (int64_t j = 0; k != e->node && j < e->G; j++)
+            if (cost[j] >= 0)
+                dh__sched_learn_prepared(e->sched, ns, j, cost[j]);
+    }
+    if (all) {
+        double moved_before = s->moves_at;
+        dh__sched_rebalance_agreed(e->sched, ns, &a, carry_agreed, e);
+        double now = dh__eng_elapsed(e);
+        if (s->moves_at != moved_before) { /* this node took part in a plan */
+            for (int r = e->rank_lo; r < e->rank_hi; r++) {
+                dh__rec_batch *rb = dh__records_batch(&e->rec, ns, r);
+                if (s->b[r].in_arena && !s->b[r].incoming && rb && rb->ready > 0)
+                    rb->ready = DH_MAX(rb->ready, now); /* complete once its copies are */
+            }
+            if (!s->incoming)
+                dh__sched_observe_move(e->sched, e->move_s);
+        }
+    }
+    for (int r = e->rank_lo; s && r < e->rank_hi; r++)
+        s->b[r].agreeing = 0;
+}
+
+int dh__eng_move_out(dh_engine *e, int64_t st, int64_t k, int to, const batch_slot *from)
+{
+    struct dh__xchg *x = e->x;
+    const int64_t *order = dh__sched_step_order(e->sched, st);
+    const uint8_t *base = dh__slot_data(e, from);
+    int32_t first = 0, n = 0;
+    while (first < from->nitems && from->items[first].sample != order[k])
+        first++;
+    while (first + n < from->nitems && from->items[first + n].sample == order[k])
+        n++;
+    size_t head = move_header(n), payload = 0;
+    for (int32_t j = 0; j < n; j++)
+        payload += (size_t)dh__ring_aligned(from->items[first + j].bytes);
+    move_msg mm = {to, dh__malloc(head + payload), head + payload};
+    if (!mm.data || !base)
+        return free(mm.data), DH_ENOMEM;
+    m_move h = {M_MOVE, e->node, n, 0, st, k, order[k], (int64_t)payload};
+    memcpy(mm.data, &h, sizeof h);
+    int32_t *status = (int32_t *)((uint8_t *)mm.data + sizeof h);
+    uint8_t *dst = (uint8_t *)mm.data + head;
+    for (int32_t j = 0; j < n; j++) {
+        const dh_batch_item *it = &from->items[first + j];
+        status[j] = it->status;
+        memcpy(dst, base + it->offset, (size_t)it->bytes);
+        dst += dh__ring_aligned(it->bytes);
+    }
+    if (push((void **)&x->out, &x->nout, &x->capout, sizeof mm, &mm))
+        return free(mm.data), DH_ENOMEM;
+    return 0;
+}
+
+/* Sends what the last plan packed. Without e->mu (the exchange thread's). */
+static int send_moves(dh_engine *e)
+{
+    struct dh__xchg *x = e->x;
+    pthread_mutex_lock(&e->mu);
+    move_msg *out = x->out;
+    int n = x->nout;
+    x->out = NULL;
+    x->nout = x->capout = 0;
+    pthread_mutex_unlock(&e->mu);
+    int rc = 0;
+    for (int k = 0; k < n; k++) {
+        int src = rc ? rc : e->run.cfg.send(e->run.cfg.exchange_user, out[k].node, out[k].data,
+                                            out[k].len);
+        if (src && !rc) {
+            rc = src;
+            pthread_mutex_lock(&e->mu);
+            if (!x->err[0])
+                dh__msg(x->err, sizeof x->err, "cannot send moved samples to node %d: %s",
+                        out[k].node, dh_strerror(src));
+            pthread_mutex_unlock(&e->mu);
+        }
+        free(out[k].data);
+    }
+    free(out);
+    return rc;
+}
+
+/* A moved sample arrived: its items go into its new batch, which is handed out once nothing
+ * else is on the wire for it. Under e->mu. */
+static void apply_move(dh_engine *e, const uint8_t *data, size_t len)
+{
+    m_move h;
+    memcpy(&h, data, sizeof h);
+    eng_step *s = h.step >= e->lo ? dh__eng_step(e, h.step) : NULL;
+    int r = s && h.k >= 0 && h.k < e->G ? dh__sched_rank_of(e->sched, h.step, h.k) : -1;
+    batch_slot *b = r >= 0 && dh__eng_rank_here(e, r) ? &s->b[r] : NULL;
+    size_t head = move_header(h.nitems);
+    if (!b || !b->incoming || h.nitems < 0 || len < head || (size_t)h.payload > len - head) {
+        if (!e->x->err[0])
+            dh__msg(e->x->err, sizeof e->x->err, "node %d sent a sample this node does not "
+                    "expect (step %lld, position %lld)", h.node, (long long)h.step,
+                    (long long)h.k);
+        dh__eng_fail(e, DH_EPARSE);
+        return;
+    }
+    const int32_t *status = (const int32_t *)(data + sizeof h);
+    uint8_t *base = dh__slot_data(e, b);
+    size_t off = 0;
+    int32_t j = 0;
+    for (int32_t i = 0; base && i < b->nitems; i++) {
+        dh_batch_item *it = &b->items[i];
+        if (it->sample != h.sample)
+            continue;
+        size_t n = (size_t)dh__ring_aligned(it->bytes);
+        if (j >= h.nitems || off + (size_t)it->bytes > (size_t)h.payload)
+            break;
+        memcpy(base + it->offset, data + head + off, (size_t)it->bytes);
+        it->status = status[j++];
+        off += n;
+    }
+    if (j != h.nitems) { /* layouts are the same on every node: this is a broken message */
+        if (!e->x->err[0])
+            dh__msg(e->x->err, sizeof e->x->err, "a sample moved from node %d arrived "
+                    "incomplete (step %lld, sample %lld)", h.node, (long long)h.step,
+                    (long long)h.sample);
+        dh__eng_fail(e, DH_EPARSE);
+        return;
+    }
+    dh__slot_count_failed(b);
+    double now = dh__eng_elapsed(e);
+    if (--b->incoming == 0) {
+        dh__rec_batch *rb = dh__records_batch(&e->rec, h.step, r);
+        if (rb && rb->ready > 0)
+            rb->ready = DH_MAX(rb->ready, now);
+        pthread_cond_broadcast(&e->ready);
+    }
+    if (--s->incoming == 0)
+        dh__sched_observe_move(e->sched, now - s->moves_at);
+}
+
+/* Message thread: a MOVE. Applied at once, or parked until this node made the plan (1: the
+ * message is kept). */
+static int on_move(dh_engine *e, int from, void *data, size_t len)
+{
+    struct dh__xchg *x = e->x;
+    int kept = 0;
+    pthread_mutex_lock(&e->mu);
+    m_move h;
+    memcpy(&h, data, sizeof h);
+    if (e->stop) {
+        /* the run is over here: nothing waits for it */
+    } else if (x->exchanged < h.step) {
+        move_msg mm = {from, data, len};
+        if (push((void **)&x->parked, &x->nparked, &x->capparked, sizeof mm, &mm))
+            dh__eng_fail(e, DH_ENOMEM);
+        else
+            kept = 1;
+    } else {
+        apply_move(e, data, len);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return kept;
+}
+
+static void apply_parked(dh_engine *e)
+{
+    struct dh__xchg *x = e->x;
+    int k = 0;
+    while (k < x->nparked) {
+        m_move h;
+        memcpy(&h, x->parked[k].data, sizeof h);
+        if (x->exchanged < h.step) {
+            k++;
+            continue;
+        }
+        apply_move(e, x->parked[k].data, x->parked[k].len);
+        free(x->parked[k].data);
+        x->parked[k] = x->parked[--x->nparked];
+    }
 }

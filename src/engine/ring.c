@@ -65,9 +65,26 @@ static int64_t first_fit(const dh__ring *r, int64_t n)
     return -1;
 }
 
+int64_t dh__ring_aligned(int64_t bytes)
+{
+    return (DH_MAX(bytes, 1) + ALIGN - 1) & ~(int64_t)(ALIGN - 1);
+}
+
+void dh__ring_room(dh__ring *r, int64_t *largest, int64_t *ids)
+{
+    *largest = *ids = 0;
+    if (!r->free_ids)
+        return;
+    pthread_mutex_lock(&r->mu);
+    for (int64_t k = 0; !r->closed && k < r->nfree; k++)
+        *largest = DH_MAX(*largest, r->free_ext[k].len);
+    *ids = r->closed ? 0 : r->nfree_ids;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static int64_t ring_alloc(dh__ring *r, int64_t bytes, int64_t *block, int wait)
 {
-    int64_t n = (DH_MAX(bytes, 1) + ALIGN - 1) & ~(int64_t)(ALIGN - 1);
+    int64_t n = dh__ring_aligned(bytes);
     if (n > r->size)
         return -1;
     pthread_mutex_lock(&r->mu);

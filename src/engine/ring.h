@@ -52,6 +52,12 @@ int64_t dh__ring_alloc(dh__ring *r, int64_t bytes, int64_t *block);
 /* The same without waiting: -1 when there is no room now. */
 int64_t dh__ring_try_alloc(dh__ring *r, int64_t bytes, int64_t *block);
 void dh__ring_free(dh__ring *r, int64_t block);
+/* Room now: the largest free extent and the block ids left. Allocations whose aligned sizes
+ * sum to at most *largest, *ids of them, all succeed while nothing else allocates (first fit
+ * takes from an extent at least as large as each one needs, the largest one if no other). */
+void dh__ring_room(dh__ring *r, int64_t *largest, int64_t *ids);
+/* The bytes an allocation of `bytes` takes (its aligned size). */
+int64_t dh__ring_aligned(int64_t bytes);
 /* Wakes every waiter; later allocations fail. */
 void dh__ring_close(dh__ring *r);
 

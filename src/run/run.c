@@ -474,6 +474,8 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records
     out->reb_move_s = reb->move_s;
     out->reb_move_factor = reb->move_factor;
     out->reb_bytes = reb->bytes_moved;
+    out->reb_remote = reb->moved_remote;
+    out->reb_remote_bytes = reb->remote_bytes;
     out->reb_predicted_gain_s = reb->predicted_gain_s;
     out->reb_realised_gain_s = reb->realised_gain_s;
     out->lend_considered = reb->lend_considered;

@@ -43,6 +43,8 @@ static double step_max(const dh__sched *s, int64_t st, const int32_t *rank_of, d
 
 void dh__reb_step_finished(dh__sched *s, int64_t st)
 {
+    if (s->reb_quiet)
+        return; /* agreed plans: another node counts what they gained */
     /* Realised gain: the step's slowest rank before and after its moves, exact costs. */
     int64_t base = step_slot(s, st) * s->G;
     s->reb.realised_gain_s += step_max(s, st, s->orig_rank + base, s->plan_gpu) -
@@ -157,9 +159,9 @@ static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, double *gain)
 }
 
 /* The plan's modelled transfer cost; counts its moves, remote ones and bytes. */
-static double plan_cost(dh__sched *s, reb_plan *p, int64_t *moves, int64_t *bytes)
+static double plan_cost(dh__sched *s, reb_plan *p, int64_t *moves, int64_t *remote,
+                        int64_t *bytes, int64_t *remote_bytes)
 {
-    int64_t remote = 0;
     double *in_time = p->loads; /* reused: per-rank receive time */
     for (int r = 0; r < s->R; r++)
         in_time[r] = 0;
@@ -169,8 +171,9 @@ static double plan_cost(dh__sched *s, reb_plan *p, int64_t *moves, int64_t *byte
         if (to != from) { /* across nodes over the network, else a local handoff */
             int net = node_of_rank(s, to) != node_of_rank(s, from);
             (*moves)++;
-            remote += net;
+            *remote += net;
             *bytes += p->mov_bytes[i];
+            *remote_bytes += net ? p->mov_bytes[i] : 0;
             in_time[to] += (double)p->mov_bytes[i] /
                            (net ? s->cfg.net_bandwidth : s->cfg.move_bandwidth);
         }
@@ -178,23 +181,30 @@ static double plan_cost(dh__sched *s, reb_plan *p, int64_t *moves, int64_t *byte
     double cost = 0;
     for (int r = 0; r < s->R; r++)
         cost = DH_MAX(cost, in_time[r]);
-    return cost + (remote ? s->cfg.net_latency : s->cfg.move_latency);
+    return cost + (*remote ? s->cfg.net_latency : s->cfg.move_latency);
 }
 
-void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *frozen,
-                         dh__reb_accept accept, void *ctx)
+/* What a plan may read: on one node the scheduler's own state; agreed between nodes, only
+ * what every node was given alike (dh__reb_agreed). */
+typedef struct {
+    const uint8_t *frozen;
+    double gpu_mape, move_factor;
+    int need_admitted; /* every batch of the step admitted here (one node) */
+} reb_in;
+
+static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept accept,
+                      void *ctx)
 {
-    (void)now;
     if (!s->caps->rebalance || st < s->lo || st >= s->planned || s->error)
         return;
-    for (int r = 0; r < s->R; r++) {
+    for (int r = 0; in->need_admitted && r < s->R; r++) {
         const batch_rec *b = batch_of(s, st, r);
         if (!b->admitted || b->finished)
             return; /* moves stay inside admitted, untaken batches */
     }
     reb_plan p;
     plan_scratch(s, &p);
-    collect_movable(s, st, frozen, &p);
+    collect_movable(s, st, in->frozen, &p);
     if (p.n == 0 || p.open < 2)
         return;
     double gain = 0;
@@ -203,15 +213,15 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
         dh__sched_fail(s, rc);
         return;
     }
-    int64_t moves = 0, bytes = 0, base = step_slot(s, st) * s->G;
-    double cost = plan_cost(s, &p, &moves, &bytes);
+    int64_t moves = 0, remote = 0, bytes = 0, rbytes = 0, base = step_slot(s, st) * s->G;
+    double cost = plan_cost(s, &p, &moves, &remote, &bytes, &rbytes);
     s->reb.plans++;
     s->reb.considered += moves;
     if (!moves)
         return;
     s->last_plan_cost = cost;
-    cost *= s->reb.move_factor; /* what the engine measured moves to cost against this model */
-    double margin = 1.0 + 4.0 * dh__calib_gpu_mape(&s->calib);
+    cost *= in->move_factor; /* what the engine measured moves to cost against this model */
+    double margin = 1.0 + 4.0 * in->gpu_mape;
     if (gain <= margin * cost) {
         s->reb.gated += moves;
         return;
@@ -232,8 +242,54 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
     dh__sched_regroup(s, st);
     s->reb.plans_applied++;
     s->reb.moved += moves;
+    s->reb.moved_remote += remote;
+    s->reb.remote_bytes += rbytes;
     s->reb.bytes_moved += bytes;
     s->reb.predicted_gain_s += gain;
+}
+
+void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *frozen,
+                         dh__reb_accept accept, void *ctx)
+{
+    (void)now;
+    reb_in in = {frozen, dh__calib_gpu_mape(&s->calib), s->reb.move_factor, 1};
+    rebalance(s, st, &in, accept, ctx);
+}
+
+void dh__sched_rebalance_agreed(dh__sched *s, int64_t st, const dh__reb_agreed *a,
+                                dh__reb_accept accept, void *ctx)
+{
+    reb_in in = {a->frozen, a->gpu_mape, a->move_factor, 0};
+    dh__reb_stats keep = s->reb;
+    rebalance(s, st, &in, accept, ctx);
+    if (!a->count) /* every node applied the same plan; one of them counts it */
+        s->reb = keep;
+}
+
+double dh__sched_prepared_cost(const dh__sched *s, int64_t st, int64_t k)
+{
+    if (st < s->lo || st >= s->planned || k < 0 || k >= s->G)
+        return -1;
+    int64_t a = step_slot(s, st) * s->G + k;
+    return s->done[a] && s->revealed[a] >= 0 ? s->revealed[a] : -1;
+}
+
+int dh__sched_learn_prepared(dh__sched *s, int64_t st, int64_t k, double cost)
+{
+    if (st < s->lo || st >= s->planned || k < 0 || k >= s->G || !(cost >= 0))
+        return DH_EINVAL;
+    int64_t a = step_slot(s, st) * s->G + k;
+    if (s->done[a] || rank_here(s, s->rank_of[a]))
+        return 0; /* prepared here: this node knows it first-hand */
+    s->revealed[a] = (float)cost;
+    s->done[a] = 1;
+    batch_of(s, st, s->rank_of[a])->ndone++;
+    return 0;
+}
+
+void dh__sched_reb_counting(dh__sched *s, int on)
+{
+    s->reb_quiet = !on;
 }
 
 void dh__sched_observe_move(dh__sched *s, double seconds)

@@ -180,6 +180,31 @@ void dh__sched_rebalance(dh__sched *s, int64_t step, double now, const uint8_t *
                          dh__reb_accept accept, void *ctx);
 
 /*
+ * Rebalancing agreed between real nodes (node_local replicas, docs/MULTINODE.md): every node
+ * makes the same plan for `step` from the same inputs, exchanged at the previous step. So
+ * nothing here may read a node's own state that the others do not share: which ranks are
+ * frozen, the GPU prediction error and the move factor come in; the prepared samples' costs
+ * are those learnt with dh__sched_learn_prepared; whether a batch is admitted is not asked
+ * (a batch not admitted on its node is frozen there). `count`: this node counts the plan in
+ * its stats (one node of those making it, so a sum over nodes counts it once).
+ */
+typedef struct {
+    const uint8_t *frozen; /* R: neither give nor receive */
+    double gpu_mape, move_factor;
+    int count;
+} dh__reb_agreed;
+void dh__sched_rebalance_agreed(dh__sched *s, int64_t step, const dh__reb_agreed *in,
+                                dh__reb_accept accept, void *ctx);
+/* The exact GPU cost of the k-th sample of step if it is prepared here (or was learnt), else
+ * < 0. */
+double dh__sched_prepared_cost(const dh__sched *s, int64_t step, int64_t k);
+/* Another node prepared the k-th sample of step (its exact GPU cost): the replica learns it.
+ * 0, or DH_EINVAL outside the window. */
+int dh__sched_learn_prepared(dh__sched *s, int64_t step, int64_t k, double cost);
+/* Off: this replica's realised gains are not counted (another node counts the agreed plans). */
+void dh__sched_reb_counting(dh__sched *s, int on);
+
+/*
  * Lending between real nodes (node_local replicas; the simulator lends through next_task).
  * backlog_lateness: this node's predicted worst lateness if only its own workers take its
  * queue (seconds, <= 0: on time), and the output bytes of its least-slack task, for the step
@@ -198,6 +223,7 @@ typedef struct {
     int64_t considered, moved, gated; /* candidate moves, applied, refused by the gate */
     int64_t refused; /* moves of gated-in plans not carried out (a cap; no buffer room) */
     int64_t bytes_moved;
+    int64_t moved_remote, remote_bytes; /* of moved: to a rank on another node */
     double predicted_gain_s, realised_gain_s;
     int64_t lend_considered, lent, lend_gated; /* CPU readiness: remote late samples */
     int64_t bytes_shipped;

@@ -61,6 +61,7 @@ struct dh__sched {
     int32_t *finished_ranks; /* cap: ranks done with the step */
     dh__reb_stats reb;
     double last_plan_cost;   /* modelled cost of the last plan the gate saw */
+    uint8_t reb_quiet;       /* realised gains counted on another node (agreed plans) */
     int64_t cur_step;        /* latest step any rank has taken, and when */
     double cur_time;
     int64_t planned;         /* steps planned so far */
