@@ -1,7 +1,7 @@
 /*
  * mpi_nodes.c - the real engine on several nodes under mpirun (tests/mpi_run.sh),
  * through the public API and the agent's MPI layer only.
- *   mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG
+ *   mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy]
  * Started by mpirun, each process is one node: it runs the engine with its
  * own ranks' consumers (as trainers attached to `serve` would) and writes one
  * line per delivered sample to LOG.nodeK: "step sample status crc", crc over
@@ -9,7 +9,10 @@
  * The script checks that the nodes' lines together are exactly the lines of
  * the one-node run: every sample of every step delivered once, on one node,
  * with the same bytes (and the one-node engine's bytes equal a direct decode:
- * test_engine). Prints "node K: steps S delivered D failed F nodes N".
+ * test_engine). Prints "node K: steps S delivered D failed F nodes N ...".
+ * "heavy": sample 0 costs 100 s of GPU time once prepared, every other 1 s,
+ * and each consumer holds its batch 300 ms (the next step is prepared
+ * meanwhile), so rebalancing moves samples off sample 0's rank, across nodes.
  */
 #include "mpi/comm.h"
 
@@ -38,11 +41,22 @@ typedef struct {
     pthread_mutex_t *mu;
 } consumer;
 
+static int heavy; /* the "heavy" mode (above) */
+
+static double heavy_cost(int64_t sample, const dh_batch_item *items, int32_t n,
+                         const uint8_t *data, void *user)
+{
+    (void)items, (void)n, (void)data, (void)user;
+    return sample == 0 ? 100.0 : 1.0;
+}
+
 static void *consume(void *p)
 {
     consumer *c = p;
     dh_batch b;
     while (dh_engine_next_batch(c->e, c->rank, &b) == 0) {
+        if (heavy)
+            nanosleep(&(struct timespec){0, 300000000L}, NULL);
         for (int32_t k = 0; k < b.nsamples; k++) {
             uint32_t crc = 0;
             int status = 0;
@@ -84,10 +98,11 @@ static int recv_msg(void *user, int *from, void **data, size_t *len, double time
 
 int main(int argc, char **argv)
 {
-    if (argc != 8) {
-        fprintf(stderr, "usage: mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG\n");
+    if (argc != 8 && !(argc == 9 && !strcmp(argv[8], "heavy"))) {
+        fprintf(stderr, "usage: mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy]\n");
         return 2;
     }
+    heavy = argc == 9;
     dh__comm *comm = NULL;
     char err[512] = "";
     const char *np = getenv("OMPI_COMM_WORLD_SIZE");
@@ -108,6 +123,8 @@ int main(int argc, char **argv)
     c.workers = atoi(argv[4]);
     c.global_batch = atoi(argv[5]);
     c.steps = atoi(argv[6]);
+    if (heavy)
+        c.sample_gpu_cost = heavy_cost;
     int node = 0;
     if (comm) {
         c.nodes = dh__comm_size(comm);
@@ -140,9 +157,9 @@ int main(int argc, char **argv)
     rc = dh_engine_finish(e, &r);
     dh_engine_free(e);
     fclose(log);
-    printf("node %d: steps %lld delivered %lld failed %lld nodes %d rc %d lent %lld\n", node,
-           (long long)r.steps, (long long)r.delivered, (long long)r.failed, r.nodes, rc,
-           (long long)r.lent);
+    printf("node %d: steps %lld delivered %lld failed %lld nodes %d rc %d lent %lld moved %lld "
+           "remote %lld\n", node, (long long)r.steps, (long long)r.delivered, (long long)r.failed,
+           r.nodes, rc, (long long)r.lent, (long long)r.reb_moved, (long long)r.reb_remote);
     free(cs);
     free(t);
     dh_manifest_free(m);

@@ -47,6 +47,29 @@ done
 check "the cut clip failed and was delivered marked" grep -q ' -[0-9]* ' "$WORK/one.helix.sorted"
 grep -h "lent" "$WORK"/n*.helix.out | sed 's/^/  helix lending (by timing): /'
 
+# Rebalancing moves over the wire: sample 0 costs 100 s once prepared (every other 1 s) and
+# consumers hold each batch 300 ms, so the plan agreed at each exchange moves samples off
+# its rank, across nodes (one rank per node; small images: every next step is prepared well
+# within the hold). The one-node run (4 ranks) delivers the same samples in every step.
+"$DH" gen --workload laion-images --out "$WORK/img" --samples 16 > /dev/null 2>&1
+MI="$WORK/img/manifest.jsonl"
+"$NODES" "$MI" helix 4 4 8 5 "$WORK/hv1" heavy > /dev/null 2> "$WORK/hv1.err"
+check "heavy: one node runs" test $? -eq 0
+sort "$WORK/hv1" > "$WORK/hv1.sorted"
+for np in 2 4; do
+    timeout 120 "${MPIRUN[@]}" -np $np "$NODES" "$MI" helix $np 4 8 5 "$WORK/hv$np" heavy \
+        > "$WORK/hv$np.out" 2> "$WORK/hv$np.err"
+    check "heavy on $np nodes: exit 0" test $? -eq 0
+    cat "$WORK/hv$np".node* | sort > "$WORK/hv$np.sorted"
+    check "heavy on $np nodes: each sample once, the same bytes as on one node" \
+        cmp -s "$WORK/hv$np.sorted" "$WORK/hv1.sorted"
+    check "heavy on $np nodes: every node counts the same moves, some across nodes" \
+        test "$(grep -Ec "delivered 40 failed 0 nodes $np rc 0 .* moved ([0-9]+) remote [1-9]" \
+            "$WORK/hv$np.out")" -eq $np
+    [[ $fail -eq 0 ]] || { cat "$WORK/hv$np.out" "$WORK/hv$np.err"; }
+done
+grep -h "moved" "$WORK"/hv*.out | sed -n 's/^node 0: .*\(moved .*\)/  heavy: \1/p'
+
 # Lending over the wire: the run accounts for loans in the lend keys; a prohibitive network
 # (1000 s per transfer) lends nothing and counts every loan considered as gated.
 for lat in 16 1000000000; do

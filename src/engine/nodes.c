@@ -93,6 +93,7 @@ struct dh__xchg {
     xrec *mine;
     unsigned char *all;
     double sum, max, ctrl; /* seconds in STEP rounds (wall), the largest, under e->mu */
+    double carry_s;        /* seconds carrying out agreed plans (copies, packing) */
     int64_t n;
     char err[384];        /* why another node (or the exchange) stopped this one */
     /* lending (send and recv set, a lending policy) */
@@ -425,11 +426,12 @@ static void *exchange_main(void *arg)
             dh__eng_fail(e, rc);
             break;
         }
-        double t3 = dh__eng_elapsed(e);
+        double t3 = dh__eng_elapsed(e), carried = x->carry_s;
         int stop = apply_step(e, st);
         if (!stop && x->moving)
             agree_moves(e, st + 1);
-        x->ctrl += held + dh__eng_elapsed(e) - t3;
+        /* the control plane's own cost: copying moved data is the data plane's (reb_move_s) */
+        x->ctrl += held + dh__eng_elapsed(e) - t3 - (x->carry_s - carried);
         x->exchanged = st + 1;
         if (x->moving)
             apply_parked(e); /* moves of st + 1 that came in before this node made its plan */
@@ -1028,7 +1030,10 @@ static int carry_agreed(void *ctx, int64_t st, const int32_t *rank_of)
     }
     eng_step *s = dh__eng_step(e, st);
     memset(e->changed, 0, (size_t)e->R);
-    if (!s || dh__eng_carry(e, st, rank_of, 1)) {
+    double t0 = dh__eng_elapsed(e);
+    int rc = !s || dh__eng_carry(e, st, rank_of, 1);
+    x->carry_s += dh__eng_elapsed(e) - t0;
+    if (rc) {
         /* the room was published: only a failure gets here; the others go on without us */
         if (!x->err[0])
             dh__msg(x->err, sizeof x->err, "node %d could not carry out the plan agreed for "
