@@ -548,6 +548,70 @@ START_TEST(measured_move_cost_closes_the_gate)
 }
 END_TEST
 
+START_TEST(measured_wire_cost_closes_the_gates_between_nodes)
+{
+    /* The same skew on two nodes, one rank each: every move crosses the network. Step 0's
+     * swap passes on the network model (us) and is counted as remote; transfers between
+     * nodes then measure 100 s each, so step 1's identical swap is gated, and so is lending
+     * a sample whose lateness (1 s) beat the model's shipping cost before. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 2, 4, 2);
+    w.cfg.nodes = 2;
+    dh__sched *s = make(&w);
+    double g[8];
+    for (int st = 0; st < 2; st++)
+        skew_step(s, st, g);
+    dh__task t;
+    for (int wk = 0; wk < 2; wk++)
+        while (dh__sched_next_task(s, wk, 0.0, &t) == 0)
+            dh__sched_task_done(s, &t, 0.0, 0.1, g[t.step * 4 + (t.pos % 4)]);
+    const dh__reb_stats *st = dh__sched_reb_stats(s);
+    ck_assert_int_eq(dh__sched_lend_gate(s, 1.0, 1 << 20), 1);
+    dh__sched_rebalance(s, 0, 1.0, NULL, NULL, NULL);
+    ck_assert_int_eq(st->moved, 2);
+    ck_assert_int_eq(st->moved_remote, 2);
+    ck_assert_int_gt(st->remote_bytes, 0);
+    ck_assert_double_eq(st->net_factor, 1.0);
+    for (int i = 0; i < 20; i++)
+        dh__sched_observe_wire(s, 1 << 20, 100.0);
+    ck_assert_double_gt(st->net_factor, 1e5); /* 100 s against ~100 us */
+    ck_assert_int_eq(st->net_obs, 20);
+    ck_assert_double_eq(st->move_factor, 1.0); /* moves within a node are another matter */
+    dh__sched_rebalance(s, 1, 2.0, NULL, NULL, NULL);
+    ck_assert_int_eq(st->moved, 2);
+    ck_assert_int_eq(st->gated, 2);
+    ck_assert_int_eq(dh__sched_lend_gate(s, 1.0, 1 << 20), 0);
+    dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(an_agreed_plan_is_applied_by_every_node_and_counted_by_one)
+{
+    /* Agreed between nodes (dh__sched_rebalance_agreed): the plan comes from the inputs
+     * given (frozen ranks, factors), the placement changes on a node that does not count it,
+     * and its stats stay as they were there; a frozen rank keeps its samples. */
+    for (int count = 0; count <= 1; count++) {
+        world w;
+        world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
+        dh__sched *s = make(&w);
+        double g[4];
+        int r0 = skew_step(s, 0, g);
+        prepare_step0(s, g, 4);
+        uint8_t frozen[2] = {0, 0};
+        dh__reb_agreed a = {frozen, 0.0, 1.0, 1.0, count};
+        frozen[r0] = 1;
+        dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
+        ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9); /* frozen: nothing moves */
+        frozen[r0] = 0;
+        dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
+        ck_assert_double_eq_tol(rank_load(s, r0, g), 4.0, 1e-9);
+        ck_assert_int_eq(dh__sched_reb_stats(s)->moved, count ? 2 : 0);
+        ck_assert_int_eq(dh__sched_reb_stats(s)->plans, count ? 1 : 0);
+        dh__sched_free(s);
+    }
+}
+END_TEST
+
 /*
  * Two nodes, one rank and one worker each; 3 samples per rank per step, each
  * 8 s of CPU and `gpu` s of GPU. Both nodes finish step 0 at once; node 1's
@@ -653,6 +717,8 @@ int main(void)
     tcase_add_test(tc, frozen_ranks_neither_give_nor_receive);
     tcase_add_test(tc, refused_plans_leave_the_placement_and_are_counted);
     tcase_add_test(tc, measured_move_cost_closes_the_gate);
+    tcase_add_test(tc, measured_wire_cost_closes_the_gates_between_nodes);
+    tcase_add_test(tc, an_agreed_plan_is_applied_by_every_node_and_counted_by_one);
     tcase_add_test(tc, idle_node_lends_into_a_backlog_before_it_is_late);
     tcase_add_test(tc, calibration_converges_on_synthetic_truth);
     tcase_add_test(tc, policy_names_round_trip);

@@ -194,6 +194,9 @@ void cli_print_result(const dh_result *r)
     if (r->reb_remote)
         printf("  of the moves, %lld went to a rank of another node (%.1f MiB over the "
                "network)\n", (long long)r->reb_remote, r->reb_remote_bytes / 1048576.0);
+    if (r->nodes > 1 && r->net_factor > 0 && r->net_factor != 1)
+        printf("  transfers between nodes measured %.2f x the network model (both gates use "
+               "it)\n", r->net_factor);
     if (r->reb_move_s > 0)
         printf("  moving decoded data took %.3f s; transfer cost calibrated to %.2f x the model\n",
                r->reb_move_s, r->reb_move_factor);

@@ -192,6 +192,9 @@ typedef struct {
     double exchange_mean_s, exchange_max_s, control_mean_s;
     /* of reb_moved: samples moved to a rank of another node (their bytes over the network) */
     int64_t reb_remote, reb_remote_bytes;
+    /* between nodes, the gates' network model scaled by what transfers measured (moves and
+     * lent samples; the largest of the nodes'; 1 in the simulator) */
+    double net_factor;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

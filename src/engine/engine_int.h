@@ -141,6 +141,7 @@ void dh__eng_nodes_drain(dh_engine *e);
 /* Every node's totals of a run (nodes.c), summed; makespan and xmax are maxima. */
 typedef struct {
     double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, xsum, xmax, ctrl;
+    double net_factor; /* the largest of the nodes' */
     int64_t xn, peak, considered, moved, gated, refused, moved_bytes, remote, remote_bytes;
     int64_t lend_considered, lent, lend_gated, shipped;
 } dh__node_totals;

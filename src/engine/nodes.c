@@ -55,7 +55,7 @@ typedef struct {
      * whether its batch is open to the plan, then per position of step + 1 the exact GPU
      * cost of a sample prepared here (< 0: not prepared here) */
     int32_t mv;
-    double mv_mape, mv_factor;
+    double mv_mape, mv_factor, mv_net;
     int64_t mv_room, mv_ids;
     /* HELLO: what every node must agree on */
     uint64_t manifest_hash, seed;
@@ -63,7 +63,7 @@ typedef struct {
     double cpu_scale, rho;
     char policy[32], workload[64];
     /* FINAL: this node's totals */
-    double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain;
+    double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, net_factor;
     double xsum, xmax, ctrl;
     int64_t xn, peak, considered, moved, gated, refused, moved_bytes, closed_steps, closed_failed;
     int64_t remote, remote_bytes;
@@ -518,6 +518,7 @@ static void fill_final(dh_engine *e, xrec *m)
     m->lend_gated = reb->lend_gated;
     m->shipped = reb->bytes_shipped;
     m->move_s = reb->move_s;
+    m->net_factor = reb->net_factor;
     m->pred_gain = reb->predicted_gain_s;
     m->real_gain = reb->realised_gain_s;
     m->xsum = x->sum;
@@ -589,6 +590,7 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
         t->lend_gated += o->lend_gated;
         t->shipped += o->shipped;
         t->move_s += o->move_s;
+        t->net_factor = DH_MAX(t->net_factor, o->net_factor);
         t->pred_gain += o->pred_gain;
         t->real_gain += o->real_gain;
         t->xsum += o->xsum;
@@ -615,6 +617,7 @@ void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
     full->lend_gated = t->lend_gated;
     full->bytes_shipped = t->shipped;
     full->reb_move_s = t->move_s;
+    full->net_factor = t->net_factor;
     full->reb_predicted_gain_s = t->pred_gain;
     full->reb_realised_gain_s = t->real_gain;
     full->exchange_mean_s = t->xn ? t->xsum / (double)t->xn : 0;
@@ -650,7 +653,7 @@ typedef struct {
 typedef struct {
     int32_t kind, node, part, status;
     int64_t pos, payload;
-    double cpu;
+    double cpu, sent; /* sent: when the lender sent it (the shared clock) */
     char path[512], err[384];
 } m_result;
 
@@ -721,7 +724,8 @@ size_t dh__eng_lend_header(void)
 void dh__eng_lend_result(dh_engine *e, const dh__lend_msg *m, uint8_t *msg, int64_t payload,
                          int status, double cpu, const char *path, const char *err)
 {
-    m_result r = {M_RESULT, e->node, m->part, status, m->pos, payload, cpu, "", ""};
+    m_result r = {M_RESULT, e->node, m->part, status, m->pos, payload, cpu, dh__eng_elapsed(e),
+                  "", ""};
     snprintf(r.path, sizeof r.path, "%s", path);
     snprintf(r.err, sizeof r.err, "%s", err);
     if (msg) {
@@ -840,6 +844,8 @@ static void on_result(dh_engine *e, int from, const uint8_t *data, size_t len)
         dh__eng_finish_task(e, -1, &lt.t, b, base, rc, lt.sent, rc ? -1.0 : r.cpu, r.path,
                             rc == r.status ? r.err : "the prepared sample arrived incomplete", 1);
         dh__sched_count_lent(e->sched, r.payload);
+        if (!rc) /* the wire, as the shared clock tells it (its start agreed to a latency) */
+            dh__sched_observe_wire(e->sched, r.payload, dh__eng_elapsed(e) - r.sent);
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -967,6 +973,7 @@ static void offer_next_step(dh_engine *e, xrec *m, int64_t ns)
     m->mv = 1;
     m->mv_mape = dh__calib_gpu_mape(dh__sched_calib(e->sched));
     m->mv_factor = dh__sched_reb_stats(e->sched)->move_factor;
+    m->mv_net = dh__sched_reb_stats(e->sched)->net_factor;
     dh__ring_room(&e->arena, &m->mv_room, &m->mv_ids);
     for (int i = 0; i < rpn(e); i++) {
         int r = e->rank_lo + i;
@@ -1060,7 +1067,7 @@ static void agree_moves(dh_engine *e, int64_t ns)
     int all = s != NULL;
     for (int k = 0; all && k < e->nodes; k++)
         all = rec_of(x, k)->mv;
-    dh__reb_agreed a = {x->mv_frozen, 0, 0, e->node == 0};
+    dh__reb_agreed a = {x->mv_frozen, 0, 0, 0, e->node == 0};
     for (int k = 0; all && k < e->nodes; k++) {
         xrec *o = rec_of(x, k);
         const uint8_t *open = rec_open(x, o);
@@ -1069,6 +1076,7 @@ static void agree_moves(dh_engine *e, int64_t ns)
             x->mv_frozen[k * rpn(e) + i] = !open[i];
         a.gpu_mape = DH_MAX(a.gpu_mape, o->mv_mape);
         a.move_factor = DH_MAX(a.move_factor, o->mv_factor);
+        a.net_factor = DH_MAX(a.net_factor, o->mv_net);
         for (int64_t j = 0; k != e->node && j < e->G; j++)
             if (cost[j] >= 0)
                 dh__sched_learn_prepared(e->sched, ns, j, cost[j]);
@@ -1083,8 +1091,6 @@ static void agree_moves(dh_engine *e, int64_t ns)
                 if (s->b[r].in_arena && !s->b[r].incoming && rb && rb->ready > 0)
                     rb->ready = DH_MAX(rb->ready, now); /* complete once its copies are */
             }
-            if (!s->incoming)
-                dh__sched_observe_move(e->sched, e->move_s);
         }
     }
     for (int r = e->rank_lo; s && r < e->rank_hi; r++)
@@ -1199,8 +1205,10 @@ static void apply_move(dh_engine *e, const uint8_t *data, size_t len)
             rb->ready = DH_MAX(rb->ready, now);
         pthread_cond_broadcast(&e->ready);
     }
-    if (--s->incoming == 0)
-        dh__sched_observe_move(e->sched, now - s->moves_at);
+    s->incoming--;
+    /* what the receiver waited from its plan to this sample: the wire, and the other node's
+     * lag to make the same plan */
+    dh__sched_observe_wire(e->sched, h.payload, now - s->moves_at);
 }
 
 /* Message thread: a MOVE. Applied at once, or parked until this node made the plan (1: the

@@ -476,6 +476,7 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records
     out->reb_bytes = reb->bytes_moved;
     out->reb_remote = reb->moved_remote;
     out->reb_remote_bytes = reb->remote_bytes;
+    out->net_factor = reb->net_factor;
     out->reb_predicted_gain_s = reb->predicted_gain_s;
     out->reb_realised_gain_s = reb->realised_gain_s;
     out->lend_considered = reb->lend_considered;

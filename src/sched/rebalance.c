@@ -158,13 +158,17 @@ static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, double *gain)
     return rc;
 }
 
-/* The plan's modelled transfer cost; counts its moves, remote ones and bytes. */
-static double plan_cost(dh__sched *s, reb_plan *p, int64_t *moves, int64_t *remote,
-                        int64_t *bytes, int64_t *remote_bytes)
+/* The plan's modelled transfer cost, each part scaled by what such transfers measured to
+ * cost against the model (within a node, between nodes); counts its moves, remote ones and
+ * bytes. *local: the part within nodes, unscaled (what observe_move compares with). */
+static double plan_cost(dh__sched *s, reb_plan *p, double move_factor, double net_factor,
+                        int64_t *moves, int64_t *remote, int64_t *bytes, int64_t *remote_bytes,
+                        double *local)
 {
-    double *in_time = p->loads; /* reused: per-rank receive time */
+    double *in_time = p->loads; /* reused: per-rank receive time, scaled */
+    double *in_local = p->cfixed; /* reused (no longer read): the same, unscaled, local only */
     for (int r = 0; r < s->R; r++)
-        in_time[r] = 0;
+        in_time[r] = in_local[r] = 0;
     for (int64_t i = 0; i < p->n; i++) {
         int from = p->rank_at[p->start[i]], to = p->rank_at[p->plan[i]];
         p->plan[i] = to;
@@ -174,21 +178,27 @@ static double plan_cost(dh__sched *s, reb_plan *p, int64_t *moves, int64_t *remo
             *remote += net;
             *bytes += p->mov_bytes[i];
             *remote_bytes += net ? p->mov_bytes[i] : 0;
-            in_time[to] += (double)p->mov_bytes[i] /
-                           (net ? s->cfg.net_bandwidth : s->cfg.move_bandwidth);
+            double t = (double)p->mov_bytes[i] /
+                       (net ? s->cfg.net_bandwidth : s->cfg.move_bandwidth);
+            in_time[to] += t * (net ? net_factor : move_factor);
+            in_local[to] += net ? 0 : t;
         }
     }
     double cost = 0;
-    for (int r = 0; r < s->R; r++)
+    *local = 0;
+    for (int r = 0; r < s->R; r++) {
         cost = DH_MAX(cost, in_time[r]);
-    return cost + (*remote ? s->cfg.net_latency : s->cfg.move_latency);
+        *local = DH_MAX(*local, in_local[r]);
+    }
+    *local += s->cfg.move_latency;
+    return cost + (*remote ? s->cfg.net_latency * net_factor : s->cfg.move_latency * move_factor);
 }
 
 /* What a plan may read: on one node the scheduler's own state; agreed between nodes, only
  * what every node was given alike (dh__reb_agreed). */
 typedef struct {
     const uint8_t *frozen;
-    double gpu_mape, move_factor;
+    double gpu_mape, move_factor, net_factor;
     int need_admitted; /* every batch of the step admitted here (one node) */
 } reb_in;
 
@@ -214,13 +224,14 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
         return;
     }
     int64_t moves = 0, remote = 0, bytes = 0, rbytes = 0, base = step_slot(s, st) * s->G;
-    double cost = plan_cost(s, &p, &moves, &remote, &bytes, &rbytes);
+    double local = 0; /* what the engine measured moves to cost against the model scales it */
+    double cost = plan_cost(s, &p, in->move_factor, in->net_factor, &moves, &remote, &bytes,
+                            &rbytes, &local);
     s->reb.plans++;
     s->reb.considered += moves;
     if (!moves)
         return;
-    s->last_plan_cost = cost;
-    cost *= in->move_factor; /* what the engine measured moves to cost against this model */
+    s->last_plan_cost = local;
     double margin = 1.0 + 4.0 * in->gpu_mape;
     if (gain <= margin * cost) {
         s->reb.gated += moves;
@@ -252,14 +263,15 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
                          dh__reb_accept accept, void *ctx)
 {
     (void)now;
-    reb_in in = {frozen, dh__calib_gpu_mape(&s->calib), s->reb.move_factor, 1};
+    reb_in in = {frozen, dh__calib_gpu_mape(&s->calib), s->reb.move_factor, s->reb.net_factor,
+                 1};
     rebalance(s, st, &in, accept, ctx);
 }
 
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t st, const dh__reb_agreed *a,
                                 dh__reb_accept accept, void *ctx)
 {
-    reb_in in = {a->frozen, a->gpu_mape, a->move_factor, 0};
+    reb_in in = {a->frozen, a->gpu_mape, a->move_factor, a->net_factor, 0};
     dh__reb_stats keep = s->reb;
     rebalance(s, st, &in, accept, ctx);
     if (!a->count) /* every node applied the same plan; one of them counts it */
@@ -301,6 +313,16 @@ void dh__sched_observe_move(dh__sched *s, double seconds)
     /* From the model (factor 1) as the prior: one slow plan does not shut the gate for good. */
     s->reb.move_factor = exp(0.7 * log(s->reb.move_factor) + 0.3 * r);
     s->reb.move_obs++;
+}
+
+void dh__sched_observe_wire(dh__sched *s, int64_t bytes, double seconds)
+{
+    double model = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
+    if (!(seconds > 0) || !(model > 0))
+        return;
+    double r = log(seconds / model);
+    s->reb.net_factor = exp(0.7 * log(s->reb.net_factor) + 0.3 * r);
+    s->reb.net_obs++;
 }
 
 const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s)

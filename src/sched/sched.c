@@ -352,7 +352,7 @@ int dh__sched_lend_task(dh__sched *s, double now, int any, dh__task *out)
 
 int dh__sched_lend_gate(dh__sched *s, double late, int64_t bytes)
 {
-    double ship = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
+    double ship = ((double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency) * s->reb.net_factor;
     s->reb.lend_considered++;
     if (late <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * ship) {
         s->reb.lend_gated++;

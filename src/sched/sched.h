@@ -158,6 +158,13 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
  * EWMA in log space), so moves that prove dear on this machine stop passing.
  */
 void dh__sched_observe_move(dh__sched *s, double seconds);
+/*
+ * A transfer between nodes of `bytes` took `seconds` (from when it was decided to when it
+ * landed): the network model (latency + bytes / bandwidth) is scaled by the measured /
+ * modelled ratio, as moves within a node are, and both gates between nodes (lending's and
+ * moves') use it.
+ */
+void dh__sched_observe_wire(dh__sched *s, int64_t bytes, double seconds);
 
 /* 1 when t is the last outstanding part of its sample (the one that completes it). */
 int dh__sched_last_part(const dh__sched *s, const dh__task *t);
@@ -190,7 +197,7 @@ void dh__sched_rebalance(dh__sched *s, int64_t step, double now, const uint8_t *
  */
 typedef struct {
     const uint8_t *frozen; /* R: neither give nor receive */
-    double gpu_mape, move_factor;
+    double gpu_mape, move_factor, net_factor;
     int count;
 } dh__reb_agreed;
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t step, const dh__reb_agreed *in,
@@ -230,6 +237,8 @@ typedef struct {
     double move_s;        /* seconds the engine spent carrying plans out (observed) */
     int64_t move_obs;     /* plans observed */
     double move_factor;   /* measured / modelled transfer cost (1 until observed) */
+    double net_factor;    /* the same between nodes: measured / modelled wire time */
+    int64_t net_obs;      /* transfers between nodes observed */
 } dh__reb_stats;
 
 const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s);

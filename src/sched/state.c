@@ -146,6 +146,7 @@ static void fill_defaults(dh__sched *s)
     if (!s->cfg.move_latency)
         s->cfg.move_latency = 5e-6;
     s->reb.move_factor = 1.0;
+    s->reb.net_factor = 1.0;
     if (!s->cfg.net_bandwidth)
         s->cfg.net_bandwidth = 100e9 / 8;
     if (!s->cfg.net_latency)
