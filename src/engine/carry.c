@@ -13,6 +13,10 @@
  * that only gives is compacted in place (its items keep their order, so
  * each moves down). Receivers are copied before donors are compacted. If
  * the arena has no room the plan is refused and counted, never waited on.
+ * On several nodes the plan is agreed at the step exchange (nodes.c), not
+ * offered here: this node carries out its part (its batches only; samples
+ * leaving are packed for their node, samples arriving are counted in their
+ * batch's `incoming` and copied in when they land).
  * Everything here runs under e->mu.
  */
 #include "engine_int.h"

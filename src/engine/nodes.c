@@ -25,6 +25,9 @@
  * - One thread per node does the exchanges (never holding e->mu while it
  *   waits); emulated ranks wait for their step's exchange (the all-reduce of
  *   a synchronous job), trainers attached to `serve` do not.
+ * - Messages (send, recv; one thread receives): lending (STEAL, TASK,
+ *   NOTASK, RESULT) and the agreed rebalancing moves (MOVE), each described
+ *   where it is handled below.
  */
 #include "engine_int.h"
 
