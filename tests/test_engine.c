@@ -816,11 +816,23 @@ static int hub_send(void *user, int to, const void *buf, size_t len)
     return 0;
 }
 
+static int bogus_move_to = -1; /* this node's first message is a malformed MOVE, or -1 */
+
 static int hub_recv(void *user, int *from, void **data, size_t *len, double timeout_s,
                     char *err, size_t errlen)
 {
     hub_node *me = user;
     hub *h = me->h;
+    if (me->node == bogus_move_to) { /* kind MOVE, from node 0, one item, cut short */
+        bogus_move_to = -1;
+        int32_t *m = calloc(12, sizeof *m);
+        m[0] = DH__LEND_RESULT + 1;
+        m[2] = 1;
+        *from = 0;
+        *data = m;
+        *len = 12 * sizeof *m;
+        return 0;
+    }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += (long)(timeout_s * 1e9);
@@ -1132,6 +1144,27 @@ START_TEST(moves_between_nodes_are_gated_by_the_network)
 }
 END_TEST
 
+START_TEST(a_malformed_move_stops_the_run_with_its_reason)
+{
+    /* Bad input on the wire: a MOVE no plan asked for, and too short for its one item. The
+     * receiving node stops naming it (no crash, no copy); the other stops with it. */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config_of(m, "helix", 2, 2, 0, 6);
+    hub_node n[2];
+    bogus_move_to = 1;
+    run_nodes(&c, 2, 0, -1, 0, n, NULL);
+    bogus_move_to = -1;
+    ck_assert_int_eq(n[1].rc, DH_EPARSE);
+    ck_assert_msg(strstr(n[1].err, "node 0 sent a sample this node does not expect") != NULL,
+                  "%s", n[1].err);
+    ck_assert_int_ne(n[0].rc, 0);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(n[k].res.delivered + n[k].res.failed, n[k].res.samples);
+    free_nodes(n, 2);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(a_dead_node_stops_every_node_with_its_name)
 {
     dh_manifest *m = manifest_with(NULL);
@@ -1336,6 +1369,7 @@ int main(void)
     ADD_TEST(tc, a_node_that_dies_holding_a_loan_stops_its_owner);
     ADD_TEST(tc, several_nodes_move_prepared_samples_between_nodes);
     ADD_TEST(tc, moves_between_nodes_are_gated_by_the_network);
+    ADD_TEST(tc, a_malformed_move_stops_the_run_with_its_reason);
     ADD_TEST(tc, a_dead_node_stops_every_node_with_its_name);
     ADD_TEST(tc, several_nodes_agree_on_stopping_and_on_the_job);
     ADD_TEST(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */

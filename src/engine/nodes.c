@@ -33,6 +33,7 @@
 
 #include "../codec/decode.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1159,6 +1160,18 @@ static int send_moves(dh_engine *e)
     return rc;
 }
 
+/* A MOVE this node cannot take: the run stops, naming it (first sentence wins). */
+static void move_refused(dh_engine *e, const char *fmt, ...)
+{
+    if (!e->x->err[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->x->err, sizeof e->x->err, fmt, ap);
+        va_end(ap);
+    }
+    dh__eng_fail(e, DH_EPARSE);
+}
+
 /* A moved sample arrived: its items go into its new batch, which is handed out once nothing
  * else is on the wire for it. Under e->mu. */
 static void apply_move(dh_engine *e, const uint8_t *data, size_t len)
@@ -1170,11 +1183,8 @@ static void apply_move(dh_engine *e, const uint8_t *data, size_t len)
     batch_slot *b = r >= 0 && dh__eng_rank_here(e, r) ? &s->b[r] : NULL;
     size_t head = move_header(h.nitems);
     if (!b || !b->incoming || h.nitems < 0 || len < head || (size_t)h.payload > len - head) {
-        if (!e->x->err[0])
-            dh__msg(e->x->err, sizeof e->x->err, "node %d sent a sample this node does not "
-                    "expect (step %lld, position %lld)", h.node, (long long)h.step,
-                    (long long)h.k);
-        dh__eng_fail(e, DH_EPARSE);
+        move_refused(e, "node %d sent a sample this node does not expect (step %lld, "
+                     "position %lld)", h.node, (long long)h.step, (long long)h.k);
         return;
     }
     const int32_t *status = (const int32_t *)(data + sizeof h);
@@ -1193,11 +1203,8 @@ static void apply_move(dh_engine *e, const uint8_t *data, size_t len)
         off += n;
     }
     if (j != h.nitems) { /* layouts are the same on every node: this is a broken message */
-        if (!e->x->err[0])
-            dh__msg(e->x->err, sizeof e->x->err, "a sample moved from node %d arrived "
-                    "incomplete (step %lld, sample %lld)", h.node, (long long)h.step,
-                    (long long)h.sample);
-        dh__eng_fail(e, DH_EPARSE);
+        move_refused(e, "a sample moved from node %d arrived incomplete (step %lld, sample "
+                     "%lld)", h.node, (long long)h.step, (long long)h.sample);
         return;
     }
     dh__slot_count_failed(b);
