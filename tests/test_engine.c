@@ -1118,29 +1118,39 @@ START_TEST(several_nodes_move_prepared_samples_between_nodes)
 }
 END_TEST
 
-START_TEST(moves_between_nodes_are_gated_by_the_network)
+START_TEST(moves_between_nodes_are_gated_by_the_network_or_refused_alike)
 {
-    /* The same job with a 1 byte/s network: every move is gated, none made, on every node. */
-    reveal_ctx x;
-    dh_manifest *m = heavy_manifest_with(&x, NULL);
-    int64_t G = dh_manifest_count(m);
-    dh_run_config c = config_of(m, "helix", 2, 2, G, 3);
-    c.sample_gpu_cost = reveal_cost;
-    c.sample_gpu_cost_user = &x;
-    c.net_bandwidth = 1.0;
-    hub_node n[2];
-    hold_until_prepared = &x;
-    run_nodes(&c, 2, 1, -1, 0, n, NULL);
-    hold_until_prepared = NULL;
-    for (int k = 0; k < 2; k++) {
-        ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
-        ck_assert_int_eq(n[k].res.delivered, 3 * G);
-        ck_assert_int_eq(n[k].res.reb_moved, 0);
-        ck_assert_int_gt(n[k].res.reb_gated, 0);
-        ck_assert_int_eq(n[k].res.reb_gated, n[0].res.reb_gated); /* counted once */
+    /* The same job with a 1 byte/s network: every move is gated, none made, on every node.
+     * Then with the network as it is but every node publishing no room in its move arena:
+     * every plan passes the gate and is refused by every node alike (a node cannot refuse
+     * alone: the others would wait for samples it never sends). */
+    for (int room = 0; room <= 1; room++) {
+        reveal_ctx x;
+        dh_manifest *m = heavy_manifest_with(&x, NULL);
+        int64_t G = dh_manifest_count(m);
+        dh_run_config c = config_of(m, "helix", 2, 2, G, 3);
+        c.sample_gpu_cost = reveal_cost;
+        c.sample_gpu_cost_user = &x;
+        if (!room)
+            c.net_bandwidth = 1.0;
+        else
+            dh__eng_test_move_room(0);
+        hub_node n[2];
+        hold_until_prepared = &x;
+        run_nodes(&c, 2, 1, -1, 0, n, NULL);
+        hold_until_prepared = NULL;
+        dh__eng_test_move_room(-1);
+        for (int k = 0; k < 2; k++) {
+            ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
+            ck_assert_int_eq(n[k].res.delivered, 3 * G);
+            ck_assert_int_eq(n[k].res.reb_moved, 0);
+            int64_t stopped = room ? n[k].res.reb_refused : n[k].res.reb_gated;
+            ck_assert_int_gt(stopped, 0);
+            ck_assert_int_eq(stopped, room ? n[0].res.reb_refused : n[0].res.reb_gated);
+        }
+        free_nodes(n, 2);
+        dh_manifest_free(m);
     }
-    free_nodes(n, 2);
-    dh_manifest_free(m);
 }
 END_TEST
 
@@ -1368,7 +1378,7 @@ int main(void)
     ADD_TEST(tc, idle_nodes_prepare_late_samples_of_other_nodes);
     ADD_TEST(tc, a_node_that_dies_holding_a_loan_stops_its_owner);
     ADD_TEST(tc, several_nodes_move_prepared_samples_between_nodes);
-    ADD_TEST(tc, moves_between_nodes_are_gated_by_the_network);
+    ADD_TEST(tc, moves_between_nodes_are_gated_by_the_network_or_refused_alike);
     ADD_TEST(tc, a_malformed_move_stops_the_run_with_its_reason);
     ADD_TEST(tc, a_dead_node_stops_every_node_with_its_name);
     ADD_TEST(tc, several_nodes_agree_on_stopping_and_on_the_job);

@@ -186,6 +186,8 @@ void dh__eng_nodes_free(dh_engine *e);
 /* Rebalancing agreed between nodes (nodes.c; docs/MULTINODE.md): 1 when this run makes
  * every plan with the other nodes at the step exchange (then no node plans alone). */
 int dh__eng_nodes_moving(const dh_engine *e);
+/* Tests only: every node publishes at most `bytes` of move-arena room (< 0: off). */
+void dh__eng_test_move_room(int64_t bytes);
 /* 1 while rank's batch of st waits for the plan made at step st - 1's exchange: the rank
  * released st - 1 (one that still holds it takes st at once: the exchange waits for its
  * release) and the exchange has not happened yet. Under e->mu. */

@@ -948,6 +948,14 @@ static size_t move_header(int32_t nitems)
            ~(size_t)(ITEM_ALIGN - 1);
 }
 
+/* Tests: every node publishes at most this much move-arena room (< 0: what it has). */
+static _Atomic int64_t test_room = -1;
+
+void dh__eng_test_move_room(int64_t bytes)
+{
+    test_room = bytes;
+}
+
 int dh__eng_nodes_moving(const dh_engine *e)
 {
     return e->x && e->x->moving;
@@ -979,6 +987,8 @@ static void offer_next_step(dh_engine *e, xrec *m, int64_t ns)
     m->mv_factor = dh__sched_reb_stats(e->sched)->move_factor;
     m->mv_net = dh__sched_reb_stats(e->sched)->net_factor;
     dh__ring_room(&e->arena, &m->mv_room, &m->mv_ids);
+    if (test_room >= 0)
+        m->mv_room = DH_MIN(m->mv_room, test_room);
     for (int i = 0; i < rpn(e); i++) {
         int r = e->rank_lo + i;
         batch_slot *b = &s->b[r];
