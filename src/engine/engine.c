@@ -311,10 +311,8 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     dh__sched_config sc;
     dh__run_sched_config(&e->run, shared, &sc);
     char why[256] = "";
-    if (!(rc = dh__eng_nodes_init(e))) {
-        sc.node_local = e->nodes > 1;
-        sc.node = e->node;
-    }
+    if (!(rc = dh__eng_nodes_init(e)))
+        dh__eng_nodes_sched_config(e, &sc);
     if (!rc && !(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
