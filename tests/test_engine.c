@@ -823,8 +823,12 @@ static int hub_recv(void *user, int *from, void **data, size_t *len, double time
 {
     hub_node *me = user;
     hub *h = me->h;
-    if (me->node == bogus_move_to) { /* kind MOVE, from node 0, one item, cut short */
+    pthread_mutex_lock(&h->mu);
+    int bogus = me->node == bogus_move_to;
+    if (bogus)
         bogus_move_to = -1;
+    pthread_mutex_unlock(&h->mu);
+    if (bogus) { /* kind MOVE, from node 0, one item, cut short */
         int32_t *m = calloc(12, sizeof *m);
         m[0] = DH__LEND_RESULT + 1;
         m[2] = 1;
@@ -1105,6 +1109,26 @@ START_TEST(several_nodes_run_every_policy_with_failures_counted_once)
 }
 END_TEST
 
+/* The moves tests' job on `nodes` nodes, one rank and one worker each: the heavy sample
+ * costs 100 s once prepared, consumers hold each batch until their node's next batches are
+ * prepared. net_bandwidth 0: the default network. Returns the manifest (*G: one epoch a
+ * step). */
+static dh_manifest *run_heavy_nodes(reveal_ctx *x, int nodes, int64_t steps,
+                                    double net_bandwidth, hub_node *n, int64_t *G)
+{
+    dh_manifest *m = heavy_manifest_with(x, NULL);
+    *G = dh_manifest_count(m);
+    dh_run_config c = config_of(m, "helix", nodes, nodes, *G, steps);
+    c.sample_gpu_cost = reveal_cost;
+    c.sample_gpu_cost_user = x;
+    c.net_bandwidth = net_bandwidth;
+    memset(heavy_batch_n, 0, sizeof heavy_batch_n);
+    hold_until_prepared = x;
+    run_nodes(&c, nodes, 1, -1, 0, n, NULL);
+    hold_until_prepared = NULL;
+    return m;
+}
+
 START_TEST(several_nodes_move_prepared_samples_between_nodes)
 {
     /* One rank per node, so every move crosses nodes. The heavy sample's exact cost is 100 s,
@@ -1114,16 +1138,9 @@ START_TEST(several_nodes_move_prepared_samples_between_nodes)
      * item), each node reports the same totals, and the heavy sample ends alone. */
     for (int nodes = 2; nodes <= 4; nodes += 2) {
         reveal_ctx x;
-        dh_manifest *m = heavy_manifest_with(&x, NULL);
-        int64_t G = dh_manifest_count(m);
-        dh_run_config c = config_of(m, "helix", nodes, nodes, G, 4);
-        c.sample_gpu_cost = reveal_cost;
-        c.sample_gpu_cost_user = &x;
         hub_node n[4];
-        memset(heavy_batch_n, 0, sizeof heavy_batch_n);
-        hold_until_prepared = &x;
-        run_nodes(&c, nodes, 1, -1, 0, n, NULL);
-        hold_until_prepared = NULL;
+        int64_t G;
+        dh_manifest *m = run_heavy_nodes(&x, nodes, 4, 0, n, &G);
         for (int k = 0; k < nodes; k++) {
             ck_assert_msg(n[k].rc == 0, "%d nodes, node %d: %s", nodes, k, n[k].err);
             ck_assert_int_eq(n[k].res.delivered, 4 * G);
@@ -1159,19 +1176,11 @@ START_TEST(moves_between_nodes_are_gated_by_the_network_or_refused_alike)
      * alone: the others would wait for samples it never sends). */
     for (int room = 0; room <= 1; room++) {
         reveal_ctx x;
-        dh_manifest *m = heavy_manifest_with(&x, NULL);
-        int64_t G = dh_manifest_count(m);
-        dh_run_config c = config_of(m, "helix", 2, 2, G, 3);
-        c.sample_gpu_cost = reveal_cost;
-        c.sample_gpu_cost_user = &x;
-        if (!room)
-            c.net_bandwidth = 1.0;
-        else
-            dh__eng_test_move_room(0);
         hub_node n[2];
-        hold_until_prepared = &x;
-        run_nodes(&c, 2, 1, -1, 0, n, NULL);
-        hold_until_prepared = NULL;
+        int64_t G;
+        if (room)
+            dh__eng_test_move_room(0);
+        dh_manifest *m = run_heavy_nodes(&x, 2, 3, room ? 0 : 1.0, n, &G);
         dh__eng_test_move_room(-1);
         for (int k = 0; k < 2; k++) {
             ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
