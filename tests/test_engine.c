@@ -883,13 +883,20 @@ static int slow_node_ms[4];       /* per node: its consumers hold each batch thi
  * note how many samples share a batch with the heavy one in each step. */
 static reveal_ctx *hold_until_prepared;
 static int heavy_batch_n[16];
+static int take_before_release; /* consumers release batch st only once they took st + 1 */
 
 static void *consume_rank(void *p)
 {
     node_consumer *c = p;
+    dh_batch prev;
+    int held = 0;
     for (;;) {
         dh_batch b;
-        if (dh_engine_next_batch(c->e, c->rank, &b))
+        int rc = dh_engine_next_batch(c->e, c->rank, &b);
+        if (held) /* a Python trainer's batch, released when the next one replaced it */
+            dh_engine_release(c->e, &prev, -1);
+        held = 0;
+        if (rc)
             break;
         for (int32_t k = 0; k < b.nitems; k++)
             if (b.items[k].status == 0)
@@ -919,7 +926,12 @@ static void *consume_rank(void *p)
                     nanosleep(&(struct timespec){0, 1000000L}, NULL);
             }
         }
-        dh_engine_release(c->e, &b, -1);
+        if (take_before_release) {
+            prev = b;
+            held = 1;
+        } else {
+            dh_engine_release(c->e, &b, -1);
+        }
     }
     return NULL;
 }
@@ -1165,6 +1177,44 @@ START_TEST(several_nodes_move_prepared_samples_between_nodes)
         free_nodes(n, nodes);
         dh_manifest_free(m);
     }
+}
+END_TEST
+
+START_TEST(trainers_that_take_before_releasing_still_rebalance_within_their_node)
+{
+    /* Trainers that release a batch only once they took the next (Python's garbage
+     * collection) take step s before the exchange of s - 1, so no plan of s can be agreed:
+     * each node then plans s alone over its own batches, when its first rank asks. Two ranks
+     * per node: the heavy sample's rank gives its other samples to its neighbour, never
+     * across nodes; every sample still once per step, byte-equal. */
+    reveal_ctx x;
+    dh_manifest *m = heavy_manifest_with(&x, NULL);
+    int64_t G = dh_manifest_count(m);
+    dh_run_config c = config_of(m, "helix", 4, 2, G, 4);
+    c.sample_gpu_cost = reveal_cost;
+    c.sample_gpu_cost_user = &x;
+    hub_node n[2];
+    memset(heavy_batch_n, 0, sizeof heavy_batch_n);
+    hold_until_prepared = &x;
+    take_before_release = 1;
+    run_nodes(&c, 2, 1, -1, 0, n, NULL);
+    take_before_release = 0;
+    hold_until_prepared = NULL;
+    int64_t per_step[4] = {0};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
+        ck_assert_int_eq(n[k].res.delivered, 4 * G);
+        ck_assert_int_eq(n[k].res.reb_remote, 0);
+        ck_assert_int_eq(n[k].res.reb_moved, n[0].res.reb_moved);
+        for (int64_t i = 0; i < n[k].seen_n; i++)
+            per_step[n[k].seen[i] / 1000000]++;
+    }
+    ck_assert_int_gt(n[0].res.reb_moved, 0);
+    for (int st = 0; st < 4; st++)
+        ck_assert_int_eq(per_step[st], G);
+    ck_assert_int_eq(x.bad_items, 0);
+    free_nodes(n, 2);
+    dh_manifest_free(m);
 }
 END_TEST
 
@@ -1422,6 +1472,7 @@ int main(void)
     ADD_TEST(tc, a_node_that_dies_holding_a_loan_stops_its_owner);
     ADD_TEST(tc, several_nodes_move_prepared_samples_between_nodes);
     ADD_TEST(tc, moves_between_nodes_are_gated_by_the_network_or_refused_alike);
+    ADD_TEST(tc, trainers_that_take_before_releasing_still_rebalance_within_their_node);
     ADD_TEST(tc, a_malformed_move_stops_the_run_with_its_reason);
     ADD_TEST(tc, a_dead_node_stops_every_node_with_its_name);
     ADD_TEST(tc, several_nodes_agree_on_stopping_and_on_the_job);

@@ -189,10 +189,18 @@ static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
  */
 void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
 {
-    if (!dh__policy_caps_of(e->run.policy)->rebalance || dh__eng_nodes_moving(e))
-        return; /* several nodes: the step exchange makes every plan */
+    if (!dh__policy_caps_of(e->run.policy)->rebalance)
+        return;
     eng_step *step = dh__eng_step(e, st);
     if (!step || step->reb_offered)
+        return;
+    /* Several nodes: the step exchange makes the plans. A rank that asks for st before the
+     * exchange of st - 1, and will not wait for it (it still holds its batch of st - 1),
+     * leaves no plan to agree on: this node then plans st alone, over its own batches, and
+     * does not offer st to the agreed plan (the other nodes' view of its batches is left as
+     * it was, which no later plan of st reads). */
+    if (dh__eng_nodes_moving(e) && (pid != DH_TRACE_RANKS || step->published ||
+                                    dh__eng_nodes_plan_pending(e, st, tid)))
         return;
     for (int r = 0; r < e->R; r++)
         if (e->next_step[r] > st)

@@ -49,7 +49,8 @@ typedef struct {
 
 typedef struct {
     int released;        /* ranks that released their batch of the step */
-    uint8_t reb_offered; /* offered to rebalancing already */
+    uint8_t reb_offered; /* offered to rebalancing already (on several nodes: planned here) */
+    uint8_t published;   /* several nodes: offered to the agreed plan (no local plan then) */
     int32_t incoming;    /* several nodes: samples moved to this node, still on the wire */
     double moves_at;     /* when the agreed plan that sent them was carried out here */
     batch_slot b[];      /* R */

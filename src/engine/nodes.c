@@ -1000,8 +1000,9 @@ static void offer_next_step(dh_engine *e, xrec *m, int64_t ns)
     if (ns >= e->N || dh__sched_rank_of(e->sched, ns, 0) < 0)
         return; /* mv 0: no plan for ns (the run's end, or the scheduler failed) */
     eng_step *s = dh__eng_step(e, ns);
-    if (!s)
-        return;
+    if (!s || s->reb_offered)
+        return; /* planned here alone already (a rank took its batch before this exchange) */
+    s->published = 1;
     m->mv = 1;
     m->mv_mape = dh__calib_gpu_mape(dh__sched_calib(e->sched));
     m->mv_factor = dh__sched_reb_stats(e->sched)->move_factor;
