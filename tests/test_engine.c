@@ -1177,6 +1177,28 @@ START_TEST(several_nodes_move_prepared_samples_between_nodes)
         free_nodes(n, nodes);
         dh_manifest_free(m);
     }
+    /* Records that carry only 2 exact costs per node (at many nodes a record carries about
+     * twice a node's share): the samples past them are planned as unknown by every node,
+     * their own included, so the nodes still agree: every sample once per step, no hang. */
+    reveal_ctx x;
+    hub_node n[2];
+    int64_t G;
+    dh__eng_test_cost_cap(2);
+    dh_manifest *m = run_heavy_nodes(&x, 2, 4, 0, n, &G);
+    dh__eng_test_cost_cap(-1);
+    int64_t per_step[4] = {0};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(n[k].rc == 0, "capped costs, node %d: %s", k, n[k].err);
+        ck_assert_int_eq(n[k].res.delivered, 4 * G);
+        ck_assert_int_eq(n[k].res.reb_moved, n[0].res.reb_moved);
+        for (int64_t i = 0; i < n[k].seen_n; i++)
+            per_step[n[k].seen[i] / 1000000]++;
+    }
+    for (int st = 0; st < 4; st++)
+        ck_assert_int_eq(per_step[st], G);
+    ck_assert_int_eq(x.bad_items, 0);
+    free_nodes(n, 2);
+    dh_manifest_free(m);
 }
 END_TEST
 

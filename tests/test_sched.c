@@ -588,26 +588,38 @@ END_TEST
 START_TEST(an_agreed_plan_is_applied_by_every_node_and_counted_by_one)
 {
     /* Agreed between nodes (dh__sched_rebalance_agreed): the plan comes from the inputs
-     * given (frozen ranks, factors), the placement changes on a node that does not count it,
-     * and its stats stay as they were there; a frozen rank keeps its samples. */
+     * given (frozen ranks, the exchanged exact costs, factors), the placement changes on a
+     * node that does not count it, and its stats stay as they were there; a frozen rank
+     * keeps its samples. Replicas that saw different samples prepared (one all, one none:
+     * a sample may be prepared on its node after the costs were exchanged) make the same
+     * plan from the same exchanged costs. */
     for (int count = 0; count <= 1; count++) {
-        world w;
+        world w, wb;
         world_init(&w, DH_POL_HELIX, 2, 1, 4, 1);
-        dh__sched *s = make(&w);
+        world_init(&wb, DH_POL_HELIX, 2, 1, 4, 1);
+        dh__sched *s = make(&w), *b = make(&wb);
         double g[4];
+        float known[4];
         int r0 = skew_step(s, 0, g);
+        ck_assert_int_eq(skew_step(b, 0, g), r0);
+        for (int k = 0; k < 4; k++)
+            known[k] = (float)g[k];
         prepare_step0(s, g, 4);
         uint8_t frozen[2] = {0, 0};
-        dh__reb_agreed a = {frozen, 0.0, 1.0, 1.0, count};
+        dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, count};
         frozen[r0] = 1;
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
         ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9); /* frozen: nothing moves */
         frozen[r0] = 0;
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
+        dh__sched_rebalance_agreed(b, 0, &a, NULL, NULL);
         ck_assert_double_eq_tol(rank_load(s, r0, g), 4.0, 1e-9);
+        for (int k = 0; k < 4; k++)
+            ck_assert_int_eq(dh__sched_rank_of(b, 0, k), dh__sched_rank_of(s, 0, k));
         ck_assert_int_eq(dh__sched_reb_stats(s)->moved, count ? 2 : 0);
         ck_assert_int_eq(dh__sched_reb_stats(s)->plans, count ? 1 : 0);
         dh__sched_free(s);
+        dh__sched_free(b);
     }
 }
 END_TEST

@@ -193,6 +193,8 @@ void dh__eng_nodes_sched_config(dh_engine *e, dh__sched_config *sc);
 int64_t dh__eng_nodes_plan_waits(const dh_engine *e);
 /* Tests only: every node publishes at most `bytes` of move-arena room (< 0: off). */
 void dh__eng_test_move_room(int64_t bytes);
+/* Tests only: STEP records carry at most n exact costs per node (< 0: off). */
+void dh__eng_test_cost_cap(int64_t n);
 /* 1 while rank's batch of st waits for the plan made at step st - 1's exchange: the rank
  * released st - 1 (one that still holds it takes st at once: the exchange waits for its
  * release) and the exchange has not happened yet. Under e->mu. */

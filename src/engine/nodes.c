@@ -117,7 +117,9 @@ struct dh__xchg {
     /* agreed moves (send and recv set, a rebalancing policy) */
     int moving;
     size_t open_at, cost_at; /* where a record's open flags and costs begin */
+    int64_t ncost;           /* costs a record carries: its node's first samples of the step */
     uint8_t *mv_frozen;      /* R, scratch */
+    float *mv_known;         /* G, scratch: every exchanged exact cost of the step */
     int64_t *mv_need, *mv_n; /* per node, scratch: arena bytes and buffers a plan needs */
     move_msg *out;           /* packed by a plan, sent once the lock is dropped */
     int nout, capout;
@@ -134,6 +136,14 @@ struct dh__xchg {
 static xrec *rec_of(const struct dh__xchg *x, int node)
 {
     return (xrec *)(x->all + (size_t)node * x->bytes);
+}
+
+/* Tests: records carry at most this many exact costs (< 0: as many as computed). */
+static _Atomic int64_t test_cost_cap = -1;
+
+void dh__eng_test_cost_cap(int64_t n)
+{
+    test_cost_cap = n;
 }
 
 static int rpn(const dh_engine *e)
@@ -169,7 +179,13 @@ int dh__eng_nodes_init(dh_engine *e)
     x->moving = c->send && c->recv && caps->rebalance;
     x->open_at = sizeof(xrec) + (size_t)per * sizeof(xrank);
     x->cost_at = x->open_at + (((size_t)per + 7) & ~(size_t)7);
-    size_t end = x->moving ? x->cost_at + (size_t)e->G * sizeof(float) : x->open_at;
+    /* A node's share of a step is G / N samples on average; a record carries the exact
+     * costs of twice that (its first ones in the step's order), so it stays small at many
+     * nodes. A sample past that is planned as unknown by every node, its own included. */
+    x->ncost = DH_MIN(e->G, 2 * ((e->G + e->nodes - 1) / e->nodes) + 8);
+    if (test_cost_cap >= 0)
+        x->ncost = DH_MIN(x->ncost, test_cost_cap);
+    size_t end = x->moving ? x->cost_at + (size_t)x->ncost * sizeof(float) : x->open_at;
     x->bytes = (end + 63) & ~(size_t)63;
     x->mine = dh__calloc(1, x->bytes);
     x->all = dh__calloc((size_t)e->nodes, x->bytes);
@@ -184,9 +200,10 @@ int dh__eng_nodes_init(dh_engine *e)
     x->skip = dh__calloc((size_t)e->nodes, 1);
     if (x->moving) {
         x->mv_frozen = dh__calloc((size_t)e->R, 1);
+        x->mv_known = dh__calloc((size_t)e->G, sizeof *x->mv_known);
         x->mv_need = dh__calloc((size_t)e->nodes * 2, sizeof *x->mv_need);
         x->mv_n = x->mv_need ? x->mv_need + e->nodes : NULL;
-        if (!x->mv_frozen || !x->mv_need)
+        if (!x->mv_frozen || !x->mv_known || !x->mv_need)
             return DH_ENOMEM;
     }
     return x->mine && x->all && x->late && x->late_bytes && x->skip ? 0 : DH_ENOMEM;
@@ -209,6 +226,7 @@ void dh__eng_nodes_free(dh_engine *e)
     free(x->rq);
     free(x->back);
     free(x->mv_frozen);
+    free(x->mv_known);
     free(x->mv_need);
     for (int k = 0; k < x->nout; k++)
         free(x->out[k].data);
@@ -1017,10 +1035,12 @@ static void offer_next_step(dh_engine *e, xrec *m, int64_t ns)
                   !b->incoming && e->next_step[r] <= ns && dh__sched_batch_ready(e->sched, ns, r);
         b->agreeing = open[i];
     }
-    for (int64_t k = 0; k < e->G; k++) {
-        int r = dh__sched_rank_of(e->sched, ns, k);
-        cost[k] = (float)(dh__eng_rank_here(e, r) ? dh__sched_prepared_cost(e->sched, ns, k) : -1);
-    }
+    int64_t n = 0; /* this node's samples of ns, in the step's order, as far as ncost */
+    for (int64_t k = 0; k < e->G && n < x->ncost; k++)
+        if (dh__eng_rank_here(e, dh__sched_rank_of(e->sched, ns, k)))
+            cost[n++] = (float)dh__sched_prepared_cost(e->sched, ns, k);
+    for (; n < x->ncost; n++)
+        cost[n] = -1;
 }
 
 /* The scheduler's accept callback for an agreed plan: every node decides alike whether every
@@ -1102,19 +1122,27 @@ static void agree_moves(dh_engine *e, int64_t ns)
     int all = s != NULL;
     for (int k = 0; all && k < e->nodes; k++)
         all = rec_of(x, k)->mv;
-    dh__reb_agreed a = {x->mv_frozen, 0, 0, 0, e->node == 0};
+    dh__reb_agreed a = {x->mv_frozen, x->mv_known, 0, 0, 0, e->node == 0};
+    int64_t *seen = x->mv_need; /* per node: its samples met so far (scratch, before carry) */
     for (int k = 0; all && k < e->nodes; k++) {
         xrec *o = rec_of(x, k);
         const uint8_t *open = rec_open(x, o);
-        const float *cost = rec_cost(x, o);
         for (int i = 0; i < rpn(e); i++)
             x->mv_frozen[k * rpn(e) + i] = !open[i];
         a.gpu_mape = DH_MAX(a.gpu_mape, o->mv_mape);
         a.move_factor = DH_MAX(a.move_factor, o->mv_factor);
         a.net_factor = DH_MAX(a.net_factor, o->mv_net);
-        for (int64_t j = 0; k != e->node && j < e->G; j++)
-            if (cost[j] >= 0)
-                dh__sched_learn_prepared(e->sched, ns, j, cost[j]);
+        seen[k] = 0;
+    }
+    /* Each node's costs are of its samples in the step's order: the same on every replica,
+     * since no plan of ns was made anywhere yet. A sample prepared here after the record
+     * went out stays unknown, as it is for the others. */
+    for (int64_t j = 0; all && j < e->G; j++) {
+        int k = dh__sched_rank_of(e->sched, ns, j) / rpn(e);
+        int64_t i = seen[k]++;
+        x->mv_known[j] = i < x->ncost ? rec_cost(x, rec_of(x, k))[i] : -1;
+        if (k != e->node && x->mv_known[j] >= 0)
+            dh__sched_learn_prepared(e->sched, ns, j, x->mv_known[j]);
     }
     if (all) {
         double moved_before = s->moves_at;

@@ -104,8 +104,11 @@ static void plan_scratch(dh__sched *s, reb_plan *p)
                     .cfixed = s->reb_f64 + R};
 }
 
-/* Splits step st's samples into movable (prepared, on open ranks) and fixed loads. */
-static void collect_movable(dh__sched *s, int64_t st, const uint8_t *frozen, reb_plan *p)
+/* Splits step st's samples into movable (prepared, on open ranks) and fixed loads. known
+ * (G, may be NULL): the exact costs to plan with (< 0: not known), instead of what this
+ * scheduler has seen prepared (agreed plans: what every node was told alike). */
+static void collect_movable(dh__sched *s, int64_t st, const uint8_t *frozen, const float *known,
+                            reb_plan *p)
 {
     int64_t base = step_slot(s, st) * s->G;
     for (int r = 0; r < s->R; r++) {
@@ -116,15 +119,14 @@ static void collect_movable(dh__sched *s, int64_t st, const uint8_t *frozen, reb
     }
     for (int64_t k = 0; k < s->G; k++) {
         int64_t a = base + k;
-        if (s->done[a] && s->revealed[a] >= 0 && p->cidx[s->rank_of[a]] >= 0) {
+        double exact = known ? known[k] : s->done[a] && s->revealed[a] >= 0 ? s->revealed[a] : -1;
+        if (exact >= 0 && p->cidx[s->rank_of[a]] >= 0) {
             p->pos_of[p->n] = k;
-            p->mov_gpu[p->n] = s->revealed[a];
+            p->mov_gpu[p->n] = exact;
             p->mov_bytes[p->n] = s->cfg.pred.bytes[s->order[a]];
             p->n++;
         } else {
-            p->fixed[s->rank_of[a]] += s->done[a] && s->revealed[a] >= 0
-                                           ? s->revealed[a]
-                                           : sample_gpu(s, s->order[a]);
+            p->fixed[s->rank_of[a]] += exact >= 0 ? exact : sample_gpu(s, s->order[a]);
         }
     }
 }
@@ -198,6 +200,7 @@ static double plan_cost(dh__sched *s, reb_plan *p, double move_factor, double ne
  * what every node was given alike (dh__reb_agreed). */
 typedef struct {
     const uint8_t *frozen;
+    const float *known; /* agreed: the exact costs every node was told (else NULL) */
     double gpu_mape, move_factor, net_factor;
     int need_admitted; /* every batch of the step admitted here (one node) */
 } reb_in;
@@ -214,7 +217,7 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
     }
     reb_plan p;
     plan_scratch(s, &p);
-    collect_movable(s, st, in->frozen, &p);
+    collect_movable(s, st, in->frozen, in->known, &p);
     if (p.n == 0 || p.open < 2)
         return;
     double gain = 0;
@@ -263,15 +266,15 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
                          dh__reb_accept accept, void *ctx)
 {
     (void)now;
-    reb_in in = {frozen, dh__calib_gpu_mape(&s->calib), s->reb.move_factor, s->reb.net_factor,
-                 1};
+    reb_in in = {frozen, NULL, dh__calib_gpu_mape(&s->calib), s->reb.move_factor,
+                 s->reb.net_factor, 1};
     rebalance(s, st, &in, accept, ctx);
 }
 
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t st, const dh__reb_agreed *a,
                                 dh__reb_accept accept, void *ctx)
 {
-    reb_in in = {a->frozen, a->gpu_mape, a->move_factor, a->net_factor, 0};
+    reb_in in = {a->frozen, a->known, a->gpu_mape, a->move_factor, a->net_factor, 0};
     dh__reb_stats keep = s->reb;
     rebalance(s, st, &in, accept, ctx);
     if (!a->count) /* every node applied the same plan; one of them counts it */

@@ -200,13 +200,15 @@ void dh__sched_rebalance(dh__sched *s, int64_t step, double now, const uint8_t *
  * Rebalancing agreed between real nodes (node_local replicas, docs/MULTINODE.md): every node
  * makes the same plan for `step` from the same inputs, exchanged at the previous step. So
  * nothing here may read a node's own state that the others do not share: which ranks are
- * frozen, the GPU prediction error and the move factor come in; the prepared samples' costs
- * are those learnt with dh__sched_learn_prepared; whether a batch is admitted is not asked
- * (a batch not admitted on its node is frozen there). `count`: this node counts the plan in
- * its stats (one node of those making it, so a sum over nodes counts it once).
+ * frozen, the exact costs known (a sample prepared here after they were exchanged is not
+ * among them), the GPU prediction error and the factors come in; whether a batch is
+ * admitted is not asked (a batch not admitted on its node is frozen there). `count`: this
+ * node counts the plan in its stats (one node of those making it, so a sum over nodes
+ * counts it once).
  */
 typedef struct {
     const uint8_t *frozen; /* R: neither give nor receive */
+    const float *known;    /* G: each sample's exact GPU cost as exchanged, < 0: unknown */
     double gpu_mape, move_factor, net_factor;
     int count;
 } dh__reb_agreed;
