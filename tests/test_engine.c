@@ -1141,6 +1141,18 @@ static dh_manifest *run_heavy_nodes(reveal_ctx *x, int nodes, int64_t steps,
     return m;
 }
 
+/* The nodes' deliveries together: every step's G samples, each once (moved, never lost nor
+ * doubled). */
+static void each_step_delivered_once(const hub_node *n, int nodes, int steps, int64_t G)
+{
+    int64_t per_step[16] = {0};
+    for (int k = 0; k < nodes; k++)
+        for (int64_t i = 0; i < n[k].seen_n; i++)
+            per_step[n[k].seen[i] / 1000000]++;
+    for (int st = 0; st < steps; st++)
+        ck_assert_int_eq(per_step[st], G);
+}
+
 START_TEST(several_nodes_move_prepared_samples_between_nodes)
 {
     /* One rank per node, so every move crosses nodes. The heavy sample's exact cost is 100 s,
@@ -1164,12 +1176,7 @@ START_TEST(several_nodes_move_prepared_samples_between_nodes)
             ck_assert_int_eq(n[k].res.reb_refused, 0);
             ck_assert_double_ge(n[k].res.reb_predicted_gain_s, 1.0);
         }
-        int64_t per_step[4] = {0};
-        for (int k = 0; k < nodes; k++)
-            for (int64_t i = 0; i < n[k].seen_n; i++)
-                per_step[n[k].seen[i] / 1000000]++;
-        for (int st = 0; st < 4; st++) /* moved, never lost nor doubled */
-            ck_assert_int_eq(per_step[st], G);
+        each_step_delivered_once(n, nodes, 4, G);
         for (int st = 1; st < 4; st++)
             ck_assert_msg(heavy_batch_n[st] == 1, "%d nodes, step %d: the heavy sample shares "
                           "its batch with %d others", nodes, st, heavy_batch_n[st] - 1);
@@ -1186,16 +1193,12 @@ START_TEST(several_nodes_move_prepared_samples_between_nodes)
     dh__eng_test_cost_cap(2);
     dh_manifest *m = run_heavy_nodes(&x, 2, 4, 0, n, &G);
     dh__eng_test_cost_cap(-1);
-    int64_t per_step[4] = {0};
     for (int k = 0; k < 2; k++) {
         ck_assert_msg(n[k].rc == 0, "capped costs, node %d: %s", k, n[k].err);
         ck_assert_int_eq(n[k].res.delivered, 4 * G);
         ck_assert_int_eq(n[k].res.reb_moved, n[0].res.reb_moved);
-        for (int64_t i = 0; i < n[k].seen_n; i++)
-            per_step[n[k].seen[i] / 1000000]++;
     }
-    for (int st = 0; st < 4; st++)
-        ck_assert_int_eq(per_step[st], G);
+    each_step_delivered_once(n, 2, 4, G);
     ck_assert_int_eq(x.bad_items, 0);
     free_nodes(n, 2);
     dh_manifest_free(m);
@@ -1222,18 +1225,14 @@ START_TEST(trainers_that_take_before_releasing_still_rebalance_within_their_node
     run_nodes(&c, 2, 1, -1, 0, n, NULL);
     take_before_release = 0;
     hold_until_prepared = NULL;
-    int64_t per_step[4] = {0};
     for (int k = 0; k < 2; k++) {
         ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
         ck_assert_int_eq(n[k].res.delivered, 4 * G);
         ck_assert_int_eq(n[k].res.reb_remote, 0);
         ck_assert_int_eq(n[k].res.reb_moved, n[0].res.reb_moved);
-        for (int64_t i = 0; i < n[k].seen_n; i++)
-            per_step[n[k].seen[i] / 1000000]++;
     }
     ck_assert_int_gt(n[0].res.reb_moved, 0);
-    for (int st = 0; st < 4; st++)
-        ck_assert_int_eq(per_step[st], G);
+    each_step_delivered_once(n, 2, 4, G);
     ck_assert_int_eq(x.bad_items, 0);
     free_nodes(n, 2);
     dh_manifest_free(m);
