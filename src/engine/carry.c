@@ -198,9 +198,9 @@ void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
      * exchange of st - 1, and will not wait for it (it still holds its batch of st - 1),
      * leaves no plan to agree on: this node then plans st alone, over its own batches, and
      * does not offer st to the agreed plan (the other nodes' view of its batches is left as
-     * it was, which no later plan of st reads). */
-    if (dh__eng_nodes_moving(e) && (pid != DH_TRACE_RANKS || step->published ||
-                                    dh__eng_nodes_plan_pending(e, st, tid)))
+     * it was, which no later plan of st reads). Only a rank's request gets here then
+     * (dh__eng_offer_prepared_step does not offer on several nodes). */
+    if (dh__eng_nodes_moving(e) && (step->published || dh__eng_nodes_plan_pending(e, st, tid)))
         return;
     for (int r = 0; r < e->R; r++)
         if (e->next_step[r] > st)
@@ -224,9 +224,12 @@ void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
     dh__trace_span(&e->trace, pid, tid, "rebalance", t0, now - t0, st, -1, -1);
 }
 
-/* Offers st if all of its batches are prepared (called when one completes). */
+/* Offers st if all of its batches are prepared (called when one completes); on several
+ * nodes the step exchange offers it instead (nodes.c). */
 void dh__eng_offer_prepared_step(dh_engine *e, int64_t st, int worker)
 {
+    if (dh__eng_nodes_moving(e))
+        return;
     for (int r = e->rank_lo; r < e->rank_hi; r++)
         if (!dh__sched_batch_ready(e->sched, st, r))
             return;

@@ -104,6 +104,12 @@ static void plan_scratch(dh__sched *s, reb_plan *p)
                     .cfixed = s->reb_f64 + R};
 }
 
+/* The exact GPU cost of the sample at slot a if this scheduler saw it prepared, else -1. */
+static double seen_prepared(const dh__sched *s, int64_t a)
+{
+    return s->done[a] && s->revealed[a] >= 0 ? s->revealed[a] : -1;
+}
+
 /* Splits step st's samples into movable (prepared, on open ranks) and fixed loads. known
  * (G, may be NULL): the exact costs to plan with (< 0: not known), instead of what this
  * scheduler has seen prepared (agreed plans: what every node was told alike). */
@@ -119,7 +125,7 @@ static void collect_movable(dh__sched *s, int64_t st, const uint8_t *frozen, con
     }
     for (int64_t k = 0; k < s->G; k++) {
         int64_t a = base + k;
-        double exact = known ? known[k] : s->done[a] && s->revealed[a] >= 0 ? s->revealed[a] : -1;
+        double exact = known ? known[k] : seen_prepared(s, a);
         if (exact >= 0 && p->cidx[s->rank_of[a]] >= 0) {
             p->pos_of[p->n] = k;
             p->mov_gpu[p->n] = exact;
@@ -285,8 +291,7 @@ double dh__sched_prepared_cost(const dh__sched *s, int64_t st, int64_t k)
 {
     if (st < s->lo || st >= s->planned || k < 0 || k >= s->G)
         return -1;
-    int64_t a = step_slot(s, st) * s->G + k;
-    return s->done[a] && s->revealed[a] >= 0 ? s->revealed[a] : -1;
+    return seen_prepared(s, step_slot(s, st) * s->G + k);
 }
 
 int dh__sched_learn_prepared(dh__sched *s, int64_t st, int64_t k, double cost)
