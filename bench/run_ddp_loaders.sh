@@ -27,7 +27,7 @@ for k in $(seq "$REPEATS"); do
     "$B/datahelix" serve --manifest "$M" --workload kinetics-clips --ranks 2 --workers 2 \
         --batch 8 --epochs 1 --socket "$sock" > /dev/null 2>&1 &
     agent=$!
-    line=$(DH_PYTHONPATH="$B/python" "$PY" examples/train_ddp.py --ranks 2 --socket "$sock" \
+    line=$(DH_PYTHONPATH="$B/python" "$PY" examples/train_ddp.py --ranks 2 --epochs 1 --socket "$sock" \
                --emulate-ms-per-sample 15 | tail -n 1)
     wait $agent
     row datahelix "$line"

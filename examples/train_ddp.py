@@ -132,6 +132,16 @@ def torch_batches(args, rank, world):
             step += 1
 
 
+def served_batches(loader, epochs):
+    """datahelix batches, one epoch per loop as with any PyTorch loader: set_epoch checks
+    that the agent's order is at that epoch (a resumed job starts at loader.epoch, in the
+    middle of an epoch when the state was saved there). `yield from` keeps no reference to
+    a batch, so each goes back to the agent as soon as the loop body drops it."""
+    for epoch in range(loader.epoch, epochs):
+        loader.set_epoch(epoch)
+        yield from loader
+
+
 def clips(batch):
     """The batch's visual items as one float tensor (N, 3, T, H, W): the only copy is this
     conversion to the model's dtype, which any loader pays."""
@@ -166,9 +176,11 @@ def train(rank, world, args):
     sock = args.socket
     if sock and "%n" in sock:  # this rank's node's agent
         sock = sock.replace("%n", str(rank // (args.ranks_per_node or world)))
+    # Loader() alone reads RANK / WORLD_SIZE (torchrun's) and DH_SOCKET / DH_JOB; the
+    # arguments here serve ranks started by torch.multiprocessing.
     loader = datahelix.Loader(socket=sock, rank=rank, world_size=world) if served \
         else None
-    it = iter(loader) if served else torch_batches(args, rank, world)
+    it = served_batches(loader, args.epochs) if served else torch_batches(args, rank, world)
     while True:
         t0 = time.monotonic()
         batch = next(it, None)
@@ -242,7 +254,8 @@ def main():
     ap.add_argument("--manifest", help="torch loader: the manifest to read")
     ap.add_argument("--workers", type=int, default=2, help="torch loader: CPU workers in all")
     ap.add_argument("--batch", type=int, default=8, help="torch loader: the global batch")
-    ap.add_argument("--epochs", type=int, default=2, help="torch loader: epochs")
+    ap.add_argument("--epochs", type=int, default=2,
+                    help="epochs of the job (datahelix: as the agent's --epochs)")
     ap.add_argument("--torchrun", action="store_true",
                     help="ranks were started by torchrun (read RANK / WORLD_SIZE)")
     args = ap.parse_args()

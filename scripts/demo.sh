@@ -67,7 +67,7 @@ echo "== training: DDP on 2 ranks fed by datahelix serve, then by the PyTorch Da
 "$DH" serve --manifest "$M" --workload kinetics-clips --ranks 2 --workers 2 --batch 8 \
     --epochs 1 --socket "$SOCK" > "$OUT/serve.out" 2> "$OUT/serve.err" &
 AGENT=$!
-DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --socket "$SOCK" \
+DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --epochs 1 --socket "$SOCK" \
     --emulate-ms-per-sample 15 | tail -n 1 > "$OUT/train-datahelix.json"
 wait $AGENT
 DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --loader torch \

@@ -3,8 +3,10 @@
  * processes attach over a Unix socket and take batches that view the
  * agent's shared memory. Every sample of an epoch once across ranks, bytes
  * equal to a direct decode, refusals with a reason, a dead trainer or a dead
- * agent turned into errors (never hangs), leases bounded, exact resume,
- * socket permissions and stale sockets.
+ * agent turned into errors (never hangs), leases bounded, exact resume (the
+ * job's remaining steps, foreign states refused, another global batch),
+ * ranks that attach late or leave early, socket permissions and stale
+ * sockets.
  *
  * Clients are forked before the agent starts any thread (fork and threads
  * do not mix); each child reports through a file and its exit status.
@@ -322,7 +324,7 @@ START_TEST(leases_are_bounded)
         _exit(0);
     }
     dh_run_config c = agent_config("pool", 1, 4);
-    c.steps = 4;
+    c.steps = 3; /* the trainer takes all three: its detach ends the run */
     dh_serve_opts o;
     dh_serve_opts_default(&o);
     o.max_leases = 2;
@@ -334,18 +336,27 @@ START_TEST(leases_are_bounded)
 END_TEST
 
 /* The (step, sample) lines of one rank over a whole run, as one string. */
-static char *sequence(const char *policy, int steps, const dh_client_opts *o, const char *log)
+/* The samples one rank took (`steps` of them; < 0: to the end) of an agent running
+ * job_steps (DH_STEPS_FOREVER: endless) at global batch G; the agent's rc in *rc. */
+static char *sequence_of(const char *policy, int steps, int64_t job_steps, int64_t G,
+                         const dh_client_opts *o, const char *log, dh_result *r, int *rc)
 {
-    pid_t p = trainer(0, 1, 4, steps, log, o);
-    dh_run_config c = agent_config(policy, 1, 4);
-    c.steps = DH_STEPS_FOREVER;
+    pid_t p = trainer(0, 1, G, steps, log, o);
+    dh_run_config c = agent_config(policy, 1, G);
+    c.steps = job_steps;
     dh_serve_opts so;
     dh_serve_opts_default(&so);
-    dh_result r;
     char err[256] = "";
-    run_agent(&c, &so, &r, err, sizeof err);
+    *rc = run_agent(&c, &so, r, err, sizeof err);
     ck_assert_int_eq(wait_child(p), 0);
     return tu_capture("awk '{print $2}' %s | tr '\\n' ' '", log);
+}
+
+static char *sequence(const char *policy, int steps, const dh_client_opts *o, const char *log)
+{
+    dh_result r;
+    int rc;
+    return sequence_of(policy, steps, DH_STEPS_FOREVER, 4, o, log, &r, &rc);
 }
 
 START_TEST(resume_continues_exactly_where_the_run_stopped)
@@ -531,6 +542,256 @@ START_TEST(stopping_the_agent_tells_every_trainer_why)
 }
 END_TEST
 
+
+START_TEST(a_resumed_job_serves_exactly_its_remaining_steps)
+{
+    /* A job of 7 steps (2 an epoch), interrupted after 3, resumed by an agent started with the
+     * same command: 4 more steps, numbered 3..6, the same samples as the uninterrupted job. */
+    char log[4096];
+    snprintf(log, sizeof log, "%s/job.log", media);
+    dh_result r;
+    int rc;
+    new_socket_name();
+    char *whole = sequence_of("pool", -1, 7, 4, NULL, log, &r, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(r.steps, 7);
+    dh_client_opts o = client_opts(0, 1, 4);
+    o.resume = 1, o.epoch = 1, o.step = 1;
+    new_socket_name();
+    char *rest = sequence_of("pool", -1, 7, 4, &o, log, &r, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(r.steps, 4);
+    char *steps = tu_capture("awk '{print $1}' %s | uniq | tr '\\n' ' '", log);
+    ck_assert_str_eq(steps, "3 4 5 6 ");
+    /* the last 4 steps' samples (16 of 28) are the uninterrupted job's */
+    ck_assert_str_eq(rest, whole + strlen(whole) - strlen(rest));
+    char *n = tu_capture("echo '%s' | tr ' ' '\\n' | grep -c .", rest);
+    ck_assert_int_eq(atoi(n), 16);
+    free(whole), free(rest), free(steps), free(n);
+}
+END_TEST
+
+/* Attaches as rank 0 of 1 with o: the agent must refuse it with a sentence containing
+ * `reason` (the trainer's error, read back through a file). */
+static void refused(dh_run_config *c, const dh_client_opts *o, const char *reason)
+{
+    char log[4096];
+    snprintf(log, sizeof log, "%s/refusal.log", media);
+    new_socket_name();
+    pid_t p = fork();
+    if (!p) {
+        dh_client *cl;
+        char err[256] = "";
+        int rc = dh_client_connect(o, &cl, err, sizeof err);
+        FILE *f = fopen(log, "w");
+        fprintf(f, "%s\n", err);
+        fclose(f);
+        _exit(rc == DH_EMISMATCH || rc == DH_ERANGE || rc == DH_EINVAL ? 1 : 3);
+    }
+    dh_serve_opts so;
+    dh_serve_opts_default(&so);
+    so.attach_timeout_ms = 1500;
+    dh_result r;
+    char err[256] = "";
+    ck_assert_int_eq(run_agent(c, &so, &r, err, sizeof err), DH_ETIMEDOUT);
+    ck_assert_int_eq(wait_child(p), 1);
+    char *why = tu_capture("cat %s", log);
+    ck_assert_msg(strstr(why, reason), "refused with \"%s\", not for \"%s\"", why, reason);
+    free(why);
+}
+
+START_TEST(a_state_from_another_job_is_refused_with_the_reason)
+{
+    dh_run_config c = agent_config("pool", 1, 4);
+    c.steps = 7;
+    c.seed = 1;
+    dh_client_opts o = client_opts(0, 1, 4);
+    o.resume = 1, o.epoch = 0, o.step = 1;
+    o.check_seed = 1, o.resume_seed = 2; /* saved by a seed-2 run */
+    refused(&c, &o, "seed 2, this agent runs seed 1");
+    o.resume_seed = 1;
+    o.manifest_hash ^= 1; /* saved on another manifest */
+    refused(&c, &o, "manifest differs");
+    o.manifest_hash ^= 1;
+    o.epoch = 3, o.step = 1; /* step 7: past the job's end */
+    refused(&c, &o, "the job is complete");
+    o.epoch = 0, o.step = 1, o.resume_global_batch = 3; /* 3 samples: not a step of G 4 */
+    refused(&c, &o, "not a step boundary of this agent's global batch 4");
+}
+END_TEST
+
+START_TEST(a_state_resumes_at_another_global_batch_where_the_order_allows)
+{
+    /* G 4 -> 2: 9 samples, 8 used an epoch either way, so after 3 steps of 4 (12 samples)
+     * the G-2 job goes on with exactly the samples the uninterrupted G-4 job took next. */
+    char log[4096];
+    snprintf(log, sizeof log, "%s/g.log", media);
+    dh_result r;
+    int rc;
+    new_socket_name();
+    char *whole = sequence_of("pool", 5, DH_STEPS_FOREVER, 4, NULL, log, &r, &rc);
+    dh_client_opts o = client_opts(0, 1, 2);
+    o.resume = 1, o.epoch = 1, o.step = 1, o.resume_global_batch = 4;
+    new_socket_name();
+    char *rest = sequence_of("pool", 4, DH_STEPS_FOREVER, 2, &o, log, &r, &rc);
+    ck_assert_str_eq(rest, whole + strlen(whole) - strlen(rest));
+    char *n = tu_capture("echo '%s' | tr ' ' '\\n' | grep -c .", rest);
+    ck_assert_int_eq(atoi(n), 8);
+    char *steps = tu_capture("awk '{print $1}' %s | uniq | tr '\\n' ' '", log);
+    ck_assert_str_eq(steps, "6 7 8 9 "); /* epoch 1 step 2 of 4 an epoch: global step 6 */
+    free(whole), free(rest), free(n), free(steps);
+}
+END_TEST
+
+/*
+ * A trainer that waits delay_ms, then attaches as `rank` of 2 waiting at most attach_ms
+ * (0: as long as the agent), takes every batch and detaches. Exit 0 done, 6 gave up
+ * attaching (DH_ETIMEDOUT), 7 another attach error, 4 next failed.
+ */
+static pid_t late_trainer(int rank, int delay_ms, int attach_ms)
+{
+    pid_t pid = fork();
+    if (pid)
+        return pid;
+    usleep((useconds_t)delay_ms * 1000);
+    dh_client_opts o = client_opts(rank, 2, 4);
+    o.attach_timeout_ms = attach_ms;
+    o.timeout_ms = 500; /* no longer bounds the attach */
+    dh_client *c;
+    char err[256] = "";
+    int rc = dh_client_connect(&o, &c, err, sizeof err);
+    if (rc)
+        _exit(rc == DH_ETIMEDOUT && strstr(err, "attached within") ? 6 : 7);
+    dh_batch b;
+    while ((rc = dh_client_next(c, 20000, &b, err, sizeof err)) == 0)
+        dh_client_release(c, &b);
+    dh_client_close(c);
+    _exit(rc == DH_EEMPTY ? 0 : 4);
+}
+
+START_TEST(ranks_that_attach_late_or_give_up_never_hang_the_agent)
+{
+    /* The first rank waits as long as the agent does, though its timeout_ms is 500 ms. */
+    new_socket_name();
+    pid_t a = late_trainer(0, 0, 0), b = late_trainer(1, 1500, 0);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 3;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.attach_timeout_ms = 20000;
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(a), 0);
+    ck_assert_int_eq(wait_child(b), 0);
+    /* Rank 0 gives up after 0.5 s and a new rank 0 takes its place: the run never starts
+     * with the one that left (it did before, and then waited forever). */
+    new_socket_name();
+    a = late_trainer(0, 0, 500);
+    pid_t a2 = late_trainer(0, 1000, 0);
+    b = late_trainer(1, 1500, 0);
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(a), 6);
+    ck_assert_int_eq(wait_child(a2), 0);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_int_eq(r.steps, 3);
+    /* Both give up: the agent ends at its own attach timeout, saying how many it had. */
+    new_socket_name();
+    a = late_trainer(0, 0, 500);
+    b = late_trainer(1, 800, 500);
+    o.attach_timeout_ms = 2500;
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(rc, DH_ETIMEDOUT);
+    ck_assert_msg(strstr(err, "only 0 of 2 ranks attached"), "%s", err);
+    ck_assert_int_eq(wait_child(a), 6);
+    ck_assert_int_eq(wait_child(b), 6);
+}
+END_TEST
+
+/* A trainer of 2 that takes `take` batches (all when < 0) reporting 1 ms steps, then
+ * detaches. Exit 0, 8 when a next failed naming rank 0's leaving, 4 another failure. */
+static pid_t leaving_trainer(int rank, int take)
+{
+    pid_t pid = fork();
+    if (pid)
+        return pid;
+    dh_client_opts o = client_opts(rank, 2, 4);
+    dh_client *c;
+    char err[256] = "";
+    if (dh_client_connect(&o, &c, err, sizeof err))
+        _exit(2);
+    int rc = 0;
+    for (int n = 0; (take < 0 || n < take) && !rc; n++) {
+        dh_batch b;
+        if ((rc = dh_client_next(c, 20000, &b, err, sizeof err)) == 0) {
+            dh_client_report_step(c, b.step, 0.001);
+            dh_client_release(c, &b);
+        }
+    }
+    dh_client_close(c);
+    _exit(rc == DH_EPEER && strstr(err, "rank 0") && strstr(err, "left") ? 8
+          : rc && rc != DH_EEMPTY ? 4 : 0);
+}
+
+START_TEST(a_rank_that_leaves_early_ends_the_run_with_its_name)
+{
+    /* A finite run cut short: the other rank is told, the agent fails naming it. */
+    new_socket_name();
+    pid_t a = leaving_trainer(0, 2), b = leaving_trainer(1, -1);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 6;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(rc, DH_EPEER);
+    ck_assert_msg(strstr(err, "rank 0") && strstr(err, "left after 2 of the run's 6 steps"),
+                  "%s", err);
+    ck_assert_int_eq(wait_child(a), 0);
+    ck_assert_int_eq(wait_child(b), 8);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+    /* An endless run ended by every trainer leaving at the same step is a normal end. */
+    new_socket_name();
+    a = leaving_trainer(0, 3), b = leaving_trainer(1, 3);
+    c.steps = DH_STEPS_FOREVER;
+    rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(wait_child(a), 0);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+}
+END_TEST
+
+START_TEST(a_served_run_bound_reads_the_trainers_compute)
+{
+    /* The trainers report 1 ms steps while the manifest's truth says 300 ms a sample: a
+     * bound built from the truth passed the makespan (efficiency 1.36 was seen). The sim
+     * truth is not part of the manifest's hash: the trainers' hash still matches. */
+    new_socket_name();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sim.jsonl", media);
+    ck_assert_int_eq(tu_sh("sed 's/}$/,\"sim\":{\"gpu_ms\":300}}/' %s/m.jsonl > %s", media,
+                           path), 0);
+    dh_manifest *heavy;
+    ck_assert_int_eq(dh_manifest_load(path, NULL, &heavy, NULL), 0);
+    pid_t a = leaving_trainer(0, -1), b = leaving_trainer(1, -1);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.manifest = heavy;
+    c.steps = 6;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(a), 0);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_msg(r.efficiency > 0 && r.efficiency <= 1.0, "efficiency %g (bound gpu %g, cpu "
+                  "%g, makespan %g)", r.efficiency, r.bound_gpu_s, r.bound_cpu_s, r.makespan_s);
+    dh_manifest_free(heavy);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve");
@@ -547,6 +808,12 @@ int main(void)
     tcase_add_test(tc, stopping_the_agent_tells_every_trainer_why);
     tcase_add_test(tc, a_batch_kept_for_long_does_not_stall_the_others);
     tcase_add_test(tc, a_trainer_that_never_detaches_does_not_keep_the_agent);
+    tcase_add_test(tc, a_resumed_job_serves_exactly_its_remaining_steps);
+    tcase_add_test(tc, a_state_from_another_job_is_refused_with_the_reason);
+    tcase_add_test(tc, a_state_resumes_at_another_global_batch_where_the_order_allows);
+    tcase_add_test(tc, ranks_that_attach_late_or_give_up_never_hang_the_agent);
+    tcase_add_test(tc, a_rank_that_leaves_early_ends_the_run_with_its_name);
+    tcase_add_test(tc, a_served_run_bound_reads_the_trainers_compute);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

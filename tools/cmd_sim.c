@@ -325,6 +325,10 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
                 "in flight when a node died may be counted by some survivors only):",
                 cli_node_name(node), (long long)res->steps);
         cli_print_result(res);
+    } else if (res->engine[0]) { /* a run cut short still accounts for what it completed */
+        cli_err("%s: the accounting of the %lld completed steps:", mode_name[mode],
+                (long long)res->steps);
+        cli_print_result(res);
     }
 }
 

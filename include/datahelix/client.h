@@ -23,13 +23,24 @@ typedef struct dh_client dh_client;
 typedef struct {
     uint32_t struct_size;
     const char *socket;      /* the agent's socket; NULL: dh_serve_default_socket(NULL) */
-    int rank, world_size;    /* this process's rank among the node's ranks, and their count */
+    int rank, world_size;    /* this process's global rank, and the job's world size (on
+                              * several nodes too: each agent serves its node's ranks) */
     int64_t global_batch;    /* 0: do not check */
     uint64_t manifest_hash;  /* dh_manifest_hash of the trainer's manifest; 0: do not check */
     uint64_t spec_hash;      /* dh_spec_hash; 0: do not check */
-    int timeout_ms;          /* connect + attach, and the default of dh_client_next; 0: 60 s */
+    int timeout_ms;          /* connect, and the default of dh_client_next; 0: 60 s */
     int resume;              /* 1: the run starts at (epoch, step) below; all ranks must agree */
     int64_t epoch, step;
+    /* Added in 0.2 (zero from an older caller: the old behaviour). */
+    /* How long to wait for every rank to attach. 0: as long as the agent waits (it says
+     * every second how many ranks are in, and gives up after its --attach-timeout), so the
+     * first rank never gives up while the agent still waits for the last. */
+    int attach_timeout_ms;
+    /* Resuming a saved dh_client_state: its seed (checked when check_seed) and its global
+     * batch (0: the agent's; another one is converted where the position allows). */
+    int check_seed;
+    uint64_t resume_seed;
+    int64_t resume_global_batch;
 } dh_client_opts;
 
 DH_API void dh_client_opts_default(dh_client_opts *o);
@@ -42,6 +53,21 @@ DH_API void dh_client_opts_default(dh_client_opts *o);
  */
 DH_API int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *errbuf,
                              size_t errlen);
+
+/*
+ * What the agent runs, as it said when the run started. Steps count from the start of
+ * training (a resumed job goes on counting): batch b->step is its global step, of epoch
+ * b->step / steps_per_epoch. Any thread.
+ */
+typedef struct {
+    int64_t steps;            /* steps served from start_epoch/start_step; -1: until stopped */
+    int64_t start_epoch, start_step; /* where this run started in the sample order */
+    int64_t steps_per_epoch;  /* global batches in an epoch (the incomplete tail dropped) */
+    int64_t global_batch;
+    int32_t world_size, rank_lo, rank_hi; /* this agent serves ranks [rank_lo, rank_hi) */
+    uint64_t manifest_hash, spec_hash, seed;
+} dh_client_run;
+DH_API int dh_client_run_get(const dh_client *c, dh_client_run *out);
 
 /*
  * The rank's next batch, within timeout_ms (< 0: the connect timeout).
@@ -69,7 +95,10 @@ DH_API int dh_client_release(dh_client *c, const dh_batch *b);
 /* The compute time this rank measured for step `step` (seconds). */
 DH_API int dh_client_report_step(dh_client *c, int64_t step, double seconds);
 
-/* Where a resumed run would start to continue exactly after this rank's last batch. */
+/* Where a resumed run would start to continue exactly after this rank's last batch, and
+ * what it must match (refused otherwise): manifest, spec, seed. The world size is
+ * informative: the global order depends only on the global batch, so a state resumes at
+ * any world size. */
 typedef struct {
     uint64_t manifest_hash, spec_hash, seed;
     int32_t world_size;

@@ -1,14 +1,18 @@
 """DataHelix for PyTorch trainers: batches served by the node's `datahelix serve`
 agent, viewing its shared memory (nothing is copied).
 
-    loader = datahelix.Loader()          # RANK/LOCAL_RANK and WORLD_SIZE from torchrun
-    for batch in loader:                 # a dict of tensors (numpy arrays without torch)
-        ...
-        loader.report_step(batch["step"], seconds)
+    loader = datahelix.Loader()          # RANK and WORLD_SIZE from torchrun
+    for epoch in range(start_epoch, epochs):
+        loader.set_epoch(epoch)          # checked against the agent's order
+        for batch in loader:             # one epoch of this rank's batches
+            ...
+            loader.report_step(batch["step"], seconds)
 
 Each batch dict holds, per modality present ("video", "image", "audio"), a list
 of tensors viewing the shared memory (one per media item, shaped as the
-preprocessing spec says; uint8 pixels, float32 audio), plus "step", "ids",
+preprocessing spec says; uint8 pixels, float32 audio), plus "step" (the global
+step, counted from the start of training, also after a resume; "global_step"
+is the same number), "epoch", "epoch_step" (the step within its epoch), "ids",
 "samples", "tokens", "status" (0, or the negative error code of a sample that
 failed: its tensors are zeros), "data" (the whole batch as one uint8 view) and
 "emulated_compute_s" (the batch's modelled compute time, for emulating an
@@ -27,6 +31,10 @@ except ImportError:  # numpy arrays instead
 import numpy as np
 
 __all__ = ["Loader", "Client", "DataHelixError", "default_socket"]
+
+# Error codes the Loader raises itself (the C library's values).
+_EINVAL, _EMISMATCH = -22, -10009
+
 
 def _views(raw, items):
     """Per-item views of the batch buffer `raw` (a Batch: buffer protocol); items as
@@ -49,56 +57,94 @@ def _views(raw, items):
     return whole, out
 
 
-class _Batches:
-    """The iterator: unlike a generator it keeps no reference to the batch it returned, so
-    a batch goes back to the agent as soon as the caller drops it (while its step runs),
-    not at the next request."""
+def _env_int(env, *names, default):
+    for name in names:
+        if env.get(name) not in (None, ""):
+            return int(env[name])
+    return default
 
-    def __init__(self, loader, client):
-        self._loader, self._client = loader, client
+
+class _Batches:
+    """The iterator of one epoch (or of the whole run when endless): unlike a generator it
+    keeps no reference to the batch it returned, so a batch goes back to the agent as soon
+    as the caller drops it (while its step runs), not at the next request."""
+
+    def __init__(self, loader, client, until):
+        self._loader, self._client, self._until = loader, client, until
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        loader = self._loader
+        if self._until is not None and loader._next >= self._until:
+            raise StopIteration
         raw = self._client.next()
         if raw is None:
+            loader._ended = True
             raise StopIteration
-        return self._loader._as_dict(raw)
+        loader._next = raw.step + 1
+        return loader._as_dict(raw)
 
 
 class Loader:
-    """Iterates this rank's batches from the node's agent.
+    """Iterates this rank's batches from its node's agent, one epoch per `for` loop.
 
-    socket: the agent's socket (default: datahelix.default_socket(), from $DH_JOB).
-    rank / world_size: this process's rank among the node's ranks and their count
-    (default: LOCAL_RANK or RANK, LOCAL_WORLD_SIZE or WORLD_SIZE).
+    socket: the agent's socket (default: $DH_SOCKET, else datahelix.default_socket() from
+    $DH_JOB). rank / world_size: this process's global rank and the job's world size
+    (default: RANK and WORLD_SIZE as torchrun sets them, else LOCAL_RANK and
+    LOCAL_WORLD_SIZE, else 0 and 1); on several nodes each agent serves its node's ranks
+    and names them when a rank comes to the wrong one.
+    endless: iterate the whole run at once instead of one epoch per loop.
+    timeout_ms: how long one batch may take. attach_timeout_ms: how long to wait for every
+    rank to attach (default: as long as the agent waits, see its --attach-timeout).
     """
 
     def __init__(self, socket=None, rank=None, world_size=None, global_batch=0,
-                 manifest_hash=0, spec_hash=0, timeout_ms=60000):
+                 manifest_hash=0, spec_hash=0, timeout_ms=60000, attach_timeout_ms=0,
+                 endless=False):
         env = os.environ
-        self.socket = socket or default_socket(env.get("DH_JOB"))
-        self.rank = int(rank if rank is not None else env.get("LOCAL_RANK", env.get("RANK", 0)))
-        self.world_size = int(world_size if world_size is not None else
-                              env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1)))
+        self.socket = socket or env.get("DH_SOCKET") or default_socket(env.get("DH_JOB"))
+        self.rank = int(rank) if rank is not None else \
+            _env_int(env, "RANK", "LOCAL_RANK", default=0)
+        self.world_size = int(world_size) if world_size is not None else \
+            _env_int(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE", default=1)
+        self.endless = bool(endless)
         self._opts = dict(global_batch=global_batch, manifest_hash=manifest_hash,
-                          spec_hash=spec_hash, timeout_ms=timeout_ms)
+                          spec_hash=spec_hash, timeout_ms=timeout_ms,
+                          attach_timeout_ms=attach_timeout_ms)
         self._resume = None
         self._client = None
-        self._epoch_hint = None
+        self._run = None
+        self._next = 0       # the global step of this rank's next batch
+        self._ended = False  # the agent said the run is over
 
     # -- lifecycle -----------------------------------------------------------
     def _connect(self):
         if self._client is None:
             kw = dict(self._opts)
-            if self._resume is not None:
-                kw.update(resume_epoch=self._resume["epoch"], resume_step=self._resume["step"])
+            r = self._resume
+            if r is not None:
+                kw.update(resume_epoch=r["epoch"], resume_step=r["step"])
+                if r.get("seed") is not None:
+                    kw["resume_seed"] = int(r["seed"])
+                if r.get("global_batch"):
+                    kw["resume_global_batch"] = int(r["global_batch"])
+                # The state's manifest and spec must be the agent's, unless the caller
+                # names its own.
+                for key in ("manifest_hash", "spec_hash"):
+                    if not kw[key] and r.get(key):
+                        kw[key] = int(r[key])
             self._client = Client(self.socket, self.rank, self.world_size, **kw)
+            self._run = self._client.run()
+            run = self._run
+            self._next = run["start_epoch"] * run["steps_per_epoch"] + run["start_step"]
         return self._client
 
     def close(self):
-        """Detaches; tensors still alive stay valid (the mapping stays until they die)."""
+        """Detaches; tensors still alive stay valid (the mapping stays until they die).
+        Leaving before the agent's run is over ends the job for every rank: the agent names
+        this rank to the others and exits non-zero (an endless run excepted)."""
         if self._client is not None:
             self._client.close()
 
@@ -109,47 +155,102 @@ class Loader:
         self.close()
         return False
 
+    # -- what the agent runs ---------------------------------------------------
+    @property
+    def steps_per_epoch(self):
+        """Global batches in an epoch (the incomplete tail dropped); attaches if needed."""
+        self._connect()
+        return self._run["steps_per_epoch"]
+
+    @property
+    def epoch(self):
+        """The epoch of this rank's next batch; attaches if needed."""
+        self._connect()
+        return self._next // max(1, self._run["steps_per_epoch"])
+
+    def _end(self):
+        """The global step at which the agent's run ends, or None (until stopped)."""
+        run = self._run
+        if run["steps"] < 0:
+            return None
+        return run["start_epoch"] * run["steps_per_epoch"] + run["start_step"] + run["steps"]
+
+    def __len__(self):
+        """Batches of this rank in one epoch (each rank takes one batch per global step). The
+        first epoch after a resume yields fewer: the rest of it. Attaches if needed, so call
+        load_state_dict before."""
+        return self.steps_per_epoch
+
     # -- iteration -----------------------------------------------------------
     def __iter__(self):
-        return _Batches(self, self._connect())
+        client = self._connect()
+        if self.endless:
+            return _Batches(self, client, None)
+        spe = max(1, self._run["steps_per_epoch"])
+        end = self._end()
+        if self._ended or (end is not None and self._next >= end):
+            raise DataHelixError(
+                _EINVAL, "DH_EINVAL",
+                "the agent's job ends at step %d (epoch %d): no batch is left for epoch %d; "
+                "start the agent with more --epochs or --steps (or stop iterating)"
+                % (end if end is not None else self._next, (end or self._next) // spe,
+                   self._next // spe))
+        return _Batches(self, client, (self._next // spe + 1) * spe)
 
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated = raw.layout()
         whole, batch = _views(raw, items)
-        batch.update(step=step, ids=ids, samples=samples, tokens=tokens, status=status,
+        spe = max(1, self._run["steps_per_epoch"])
+        batch.update(step=step, global_step=step, epoch=step // spe, epoch_step=step % spe,
+                     ids=ids, samples=samples, tokens=tokens, status=status,
                      emulated_compute_s=emulated,
                      data=torch.from_numpy(whole) if torch is not None else whole,
                      release=raw.release)
         return batch
 
     def report_step(self, step, seconds):
-        """The compute time this rank measured for a step: feeds the agent's deadlines."""
+        """The compute time this rank measured for a step (batch["step"]): feeds the
+        agent's deadlines."""
         self._connect().report_step(int(step), float(seconds))
 
     # -- epochs and resume -----------------------------------------------------
     def set_epoch(self, epoch):
-        """Kept for DistributedSampler-style loops: the agent's order already moves from
-        epoch to epoch by itself (a pure function of seed and epoch), so this only checks."""
-        self._epoch_hint = int(epoch)
+        """Says which epoch the next loop iterates, as with DistributedSampler. The agent's
+        order is a pure function of (manifest, seed, epoch), so this checks that this rank
+        is where the caller thinks: a different epoch (a loop that does not match the agent's
+        job, or a state not restored) is refused with both numbers. Attaches if needed."""
+        epoch = int(epoch)
+        self._connect()
+        if epoch != self.epoch:
+            raise DataHelixError(
+                _EMISMATCH, "DH_EMISMATCH",
+                "set_epoch(%d), but this rank's next batch is step %d, of epoch %d (%d steps "
+                "an epoch); restore the saved state with load_state_dict before iterating, or "
+                "loop over the epochs the agent serves" % (
+                    epoch, self._next, self.epoch, self._run["steps_per_epoch"]))
 
     def state_dict(self):
-        """Where a resumed run continues after this rank's last batch."""
+        """Where a resumed job continues after this rank's last batch, with what it must
+        match: manifest_hash, spec_hash, seed, global_batch (world_size is informative)."""
         if self._client is None:
             return dict(self._resume or {"epoch": 0, "step": 0})
         return self._client.state()
 
     def load_state_dict(self, state):
-        """Resume at a saved state (before iterating); the agent refuses a state from
-        another world size or global batch, or ranks that disagree."""
+        """Resume at a saved state (before iterating). The agent refuses a state from another
+        manifest, spec or seed, or ranks that disagree; the world size may change, and so may
+        the global batch when the saved position falls on a step of the new one."""
         if self._client is not None:
-            raise DataHelixError(-22, "DH_EINVAL", "load_state_dict must come before iterating")
-        if state.get("world_size", self.world_size) != self.world_size:
-            raise DataHelixError(-10009, "DH_EMISMATCH",
-                                 "the state is from world size %d, this job has %d"
-                                 % (state["world_size"], self.world_size))
-        if state.get("global_batch") and self._opts["global_batch"] and \
-                state["global_batch"] != self._opts["global_batch"]:
-            raise DataHelixError(-10009, "DH_EMISMATCH",
-                                 "the state is from global batch %d, this job has %d"
-                                 % (state["global_batch"], self._opts["global_batch"]))
-        self._resume = {"epoch": int(state["epoch"]), "step": int(state["step"])}
+            raise DataHelixError(_EINVAL, "DH_EINVAL",
+                                 "load_state_dict must come before iterating (or len, "
+                                 "set_epoch)")
+        try:
+            resume = {"epoch": int(state["epoch"]), "step": int(state["step"])}
+        except (KeyError, TypeError, ValueError):
+            raise DataHelixError(_EINVAL, "DH_EINVAL",
+                                 "not a DataHelix state (it needs 'epoch' and 'step'): %r"
+                                 % (state,)) from None
+        for key in ("manifest_hash", "spec_hash", "seed", "global_batch", "world_size"):
+            if state.get(key) is not None:
+                resume[key] = int(state[key])
+        self._resume = resume

@@ -278,19 +278,29 @@ static PyTypeObject BatchType = {
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"socket", "rank", "world_size", "global_batch", "manifest_hash",
-                             "spec_hash", "timeout_ms", "resume_epoch", "resume_step", NULL};
+                             "spec_hash", "timeout_ms", "resume_epoch", "resume_step",
+                             "attach_timeout_ms", "resume_seed", "resume_global_batch", NULL};
     const char *sock = NULL;
     dh_client_opts o;
     dh_client_opts_default(&o);
-    long long G = 0, epoch = -1, step = -1;
+    long long G = 0, epoch = -1, step = -1, rG = 0;
     unsigned long long mh = 0, sh = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLL", kwlist, &sock, &o.rank,
-                                     &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step))
+    PyObject *seed = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOL", kwlist, &sock, &o.rank,
+                                     &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step,
+                                     &o.attach_timeout_ms, &seed, &rG))
         return -1;
     o.socket = sock;
     o.global_batch = G;
     o.manifest_hash = mh;
     o.spec_hash = sh;
+    o.resume_global_batch = rG;
+    if (seed != Py_None) {
+        o.check_seed = 1;
+        o.resume_seed = PyLong_AsUnsignedLongLongMask(seed);
+        if (PyErr_Occurred())
+            return -1;
+    }
     if (epoch >= 0 && step >= 0)
         o.resume = 1, o.epoch = epoch, o.step = step;
     char err[320] = "";
@@ -342,7 +352,26 @@ static PyObject *client_report_step(ClientObject *self, PyObject *args)
     if (!self->c || self->closed)
         return raise_dh(DH_EINVAL, "the client is closed");
     int rc = dh_client_report_step(self->c, step, seconds);
+    if (rc == DH_EPEER)
+        return raise_dh(rc, "cannot report the step time: the agent died or closed the "
+                            "connection (see the agent's output)");
     return rc ? raise_dh(rc, "cannot report the step time") : (Py_INCREF(Py_None), Py_None);
+}
+
+/* What the agent runs (dh_client_run) as a dict. */
+static PyObject *client_run(ClientObject *self, PyObject *unused)
+{
+    (void)unused;
+    dh_client_run r;
+    if (!self->c || dh_client_run_get(self->c, &r))
+        return raise_dh(DH_EINVAL, "the client is closed");
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K}", "steps",
+                         (long long)r.steps, "start_epoch", (long long)r.start_epoch,
+                         "start_step", (long long)r.start_step, "steps_per_epoch",
+                         (long long)r.steps_per_epoch, "global_batch", (long long)r.global_batch,
+                         "world_size", r.world_size, "rank_lo", r.rank_lo, "rank_hi", r.rank_hi,
+                         "manifest_hash", (unsigned long long)r.manifest_hash, "spec_hash",
+                         (unsigned long long)r.spec_hash, "seed", (unsigned long long)r.seed);
 }
 
 static PyObject *client_state(ClientObject *self, PyObject *unused)
@@ -379,6 +408,8 @@ static PyMethodDef client_methods[] = {
     {"report_step", (PyCFunction)client_report_step, METH_VARARGS,
      "report_step(step, seconds): the compute time measured for a step."},
     {"state", (PyCFunction)client_state, METH_NOARGS, "Where a resumed run would continue."},
+    {"run", (PyCFunction)client_run, METH_NOARGS,
+     "What the agent runs: steps, start_epoch, start_step, steps_per_epoch, ..."},
     {"close", (PyCFunction)client_close, METH_NOARGS, "Detach from the agent."},
     {NULL, NULL, 0, NULL}};
 

@@ -52,15 +52,29 @@ class Agent:
         self.p.communicate()
 
 
+# A rank's ordinary PyTorch loop: argv socket rank world epochs [state.json [stop_after]].
+# Prints [[epoch, epoch_step, step, ids], ...], then len(loader), then its state.
 RANK_SCRIPT = r"""
 import json, sys, datahelix
-sock, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sock, rank, world, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+state = json.load(open(sys.argv[5])) if len(sys.argv) > 5 and sys.argv[5] != "-" else None
+stop_after = int(sys.argv[6]) if len(sys.argv) > 6 else -1
 seen = []
 with datahelix.Loader(socket=sock, rank=rank, world_size=world) as loader:
-    for b in loader:
-        seen.append([b["step"], b["ids"]])
-        loader.report_step(b["step"], 0.001)
-print(json.dumps(seen))
+    if state:
+        loader.load_state_dict(state)
+    for epoch in range(loader.epoch, epochs):
+        loader.set_epoch(epoch)
+        for b in loader:
+            seen.append([b["epoch"], b["epoch_step"], b["step"], b["ids"]])
+            loader.report_step(b["step"], 0.001)
+            if len(seen) == stop_after:
+                break
+        if len(seen) == stop_after:
+            break
+    print(json.dumps(seen))
+    print(len(loader))
+    print(json.dumps(loader.state_dict()))
 """
 
 
@@ -79,31 +93,127 @@ class LoaderTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp)
 
-    def ranks(self, socket, world):
-        procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, socket, str(r), str(world)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(world)]
+    def ranks(self, socket, world, epochs, state=None, stop_after=-1, expect_rc=0):
+        args = [socket, None, str(world), str(epochs)]
+        if state is not None or stop_after >= 0:
+            path = os.path.join(self.tmp, "state.json")
+            if state is not None:
+                with open(path, "w") as f:
+                    json.dump(state, f)
+            args += [path if state is not None else "-", str(stop_after)]
+        procs = []
+        for r in range(world):
+            args[1] = str(r)
+            procs.append(subprocess.Popen([sys.executable, "-c", RANK_SCRIPT] + args,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
         outs = []
         for p in procs:
             out, err = p.communicate(timeout=120)
-            self.assertEqual(p.returncode, 0, err)
-            outs.append(json.loads(out))
+            self.assertEqual(p.returncode, expect_rc, err)
+            if expect_rc == 0:
+                seen, length, st = out.strip().split("\n")
+                outs.append((json.loads(seen), int(length), json.loads(st)))
+            else:
+                outs.append(err)
         return outs
 
     def test_two_ranks_get_every_sample_of_each_epoch_once(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--epochs", "3") as agent:
-            outs = self.ranks(s, 2)
+            outs = self.ranks(s, 2, 3)
             rc, out, err = agent.wait()
         self.assertEqual(rc, 0, err)
         self.assertIn("delivered 24 + failed 0 = 24", out)
         per_epoch = {}
-        for seen in outs:
-            for step, ids in seen:
-                per_epoch.setdefault(step // 2, []).extend(ids)
+        for seen, length, _ in outs:
+            self.assertEqual(length, 2)  # 8 of 9 samples in batches of 4: 2 steps an epoch
+            self.assertEqual([(e, k, st) for e, k, st, _ in seen],
+                             [(e, k, 2 * e + k) for e in range(3) for k in range(2)])
+            for epoch, _, _, ids in seen:
+                per_epoch.setdefault(epoch, []).extend(ids)
         self.assertEqual(sorted(per_epoch), [0, 1, 2])
         for ids in per_epoch.values():
             self.assertEqual(sorted(ids), ["i%d.jpg" % i for i in range(8)])
+
+    def test_a_resumed_job_serves_exactly_its_remaining_steps(self):
+        """Killed (here: stopped) at step 3 of a 3-epoch job, resumed with the agent started
+        by the same command: 3 more steps, numbered on from 3, at any world size."""
+        def job(world, state=None, stop_after=-1):
+            s = sock()
+            with Agent(self.tmp, s, "--ranks", str(world), "--batch", "4", "--epochs", "3",
+                       "--policy", "pool") as agent:
+                outs = self.ranks(s, world, 3, state, stop_after)
+                rc, out, err = agent.wait()
+            return outs, rc, out, err
+
+        whole, rc, _, err = job(2)
+        self.assertEqual(rc, 0, err)
+        first, rc, _, err = job(2, stop_after=3)
+        self.assertNotEqual(rc, 0)  # the job was cut short: not a success
+        self.assertIn("left after 3 of the run's 6 steps", err)
+        state = first[0][2]
+        self.assertEqual((state["epoch"], state["step"], state["world_size"]), (1, 1, 2))
+        for world in (2, 1):
+            rest, rc, out, err = job(world, state)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("R=%d" % world, out)
+            self.assertIn(" 3 steps, 12 samples", out)
+            steps = [st for e, k, st, _ in rest[0][0]]
+            self.assertEqual(steps, [3, 4, 5])
+            # the global sequence continues: per step, the same samples as the whole job
+            per_step = lambda outs: {st: sorted(i for o in outs for e, k, t, ids in o[0]
+                                                if t == st for i in ids) for st in range(6)}
+            got, want = per_step(rest), per_step(whole)
+            self.assertEqual([got[st] for st in (3, 4, 5)], [want[st] for st in (3, 4, 5)])
+
+    def test_set_epoch_and_the_job_end_are_checked(self):
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--epochs", "1"):
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                self.assertEqual(len(loader), 2)
+                with self.assertRaises(datahelix.DataHelixError) as ctx:
+                    loader.set_epoch(1)
+                self.assertIn("set_epoch(1), but this rank's next batch is step 0, of epoch 0",
+                              str(ctx.exception))
+                loader.set_epoch(0)
+                self.assertEqual(len(list(loader)), 2)
+                loader.set_epoch(1)  # the order is at epoch 1 now...
+                with self.assertRaises(datahelix.DataHelixError) as ctx:
+                    iter(loader)     # ...but the agent's job was one epoch
+                self.assertIn("no batch is left for epoch 1", str(ctx.exception))
+
+    def test_a_state_from_another_job_is_refused(self):
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0",
+                   "--seed", "1", "--attach-timeout", "3") as agent:
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                next(iter(loader))
+                state = loader.state_dict()
+        self.assertEqual(state["seed"], 1)
+        for bad, why in ((dict(state, seed=2), "seed 2, this agent runs seed 1"),
+                         (dict(state, manifest_hash=state["manifest_hash"] ^ 1),
+                          "manifest differs"),
+                         (dict(state, global_batch=3), "not a step boundary")):
+            s = sock()
+            with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0",
+                       "--seed", "1", "--attach-timeout", "3") as agent:
+                loader = datahelix.Loader(socket=s, rank=0, world_size=1)
+                loader.load_state_dict(bad)
+                with self.assertRaises(datahelix.DataHelixError) as ctx:
+                    iter(loader)
+                self.assertIn(why, str(ctx.exception))
+                rc, out, err = agent.wait()
+                self.assertNotEqual(rc, 0)
+
+    def test_loader_defaults_come_from_torchrun_and_dh_socket(self):
+        s = sock()
+        env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="0",
+                   LOCAL_WORLD_SIZE="1", DH_SOCKET=s)
+        script = "import datahelix; l = datahelix.Loader(); print(l.socket, l.rank, l.world_size)"
+        out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                             stdout=subprocess.PIPE, text=True).stdout.split()
+        self.assertEqual(out, [s, "1", "2"])  # global RANK / WORLD_SIZE win over LOCAL_*
 
     def test_views_are_zero_copy_and_keep_their_memory(self):
         s = sock()
@@ -171,13 +281,17 @@ class LoaderTest(unittest.TestCase):
                 c.next(30000)
             self.assertLess(time.monotonic() - t0, 10)
             self.assertIn("DH_EPEER", str(ctx.exception))
+            with self.assertRaises(datahelix.DataHelixError) as ctx:
+                c.report_step(0, 0.1)
+            self.assertIn("the agent died or closed the connection", str(ctx.exception))
 
     def test_resume_continues_the_uninterrupted_sequence(self):
         def run(steps, state=None):
             s = sock()
             with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0",
                        "--policy", "pool"):
-                loader = datahelix.Loader(socket=s, rank=0, world_size=1)
+                # endless: one loop over epochs (2 steps each here) until we stop
+                loader = datahelix.Loader(socket=s, rank=0, world_size=1, endless=True)
                 if state:
                     loader.load_state_dict(state)
                 ids = []
@@ -194,9 +308,9 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual((state["epoch"], state["step"]), (1, 1))
         rest, _ = run(2, state)
         self.assertEqual(first + rest, whole)
-        bad = dict(state, world_size=4)
-        with self.assertRaises(datahelix.DataHelixError):
-            datahelix.Loader(socket=sock(), rank=0, world_size=1).load_state_dict(bad)
+        with self.assertRaises(datahelix.DataHelixError) as ctx:
+            datahelix.Loader(socket=sock(), rank=0, world_size=1).load_state_dict({"e": 1})
+        self.assertIn("not a DataHelix state", str(ctx.exception))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@
  * thread waits in dh_client_next; the receiving side belongs to that one
  * thread. Lock order: lease_mu may be taken while holding send_mu, never
  * the reverse.
+ *
+ * Steps: the agent numbers a run's steps from 0; the client adds where the
+ * run started in the sample order (base), so a caller sees steps counted
+ * from the start of training, and takes it off what it sends back.
  */
 #include "dist.h"
 
@@ -38,6 +42,7 @@ struct dh_client {
     int nleases;
     size_t cap;
     int64_t taken; /* batches taken so far (state) */
+    int64_t base;  /* the global step of the run's step 0 */
 };
 
 void dh_client_opts_default(dh_client_opts *o)
@@ -69,30 +74,75 @@ static int map_pools(dh_client *c, const int *fds, int nfds)
     return rc;
 }
 
+/* How long the agent may stay silent while ranks attach (it speaks every second). */
+#define AGENT_SILENCE_MS 15000
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Waits for the agent's answer to the attach, through its WAITING messages: as long as it
+ * waits, or attach_ms when > 0. The answer's head and payload (and fds) are the caller's. */
+static int await_answer(dh_client *c, int attach_ms, dh__msg_head *h, void **p, int *fds,
+                        int *nfds, char *err, size_t errlen)
+{
+    double t0 = now_ms();
+    dh__waiting w = {0, 0, 0};
+    for (;;) {
+        int left = attach_ms > 0 ? attach_ms - (int)(now_ms() - t0) : AGENT_SILENCE_MS;
+        int n = left <= 0 ? 0 : *nfds;
+        int rc = left <= 0 ? DH_ETIMEDOUT
+                           : dh__proto_recv(c->fd, DH_MIN(left, AGENT_SILENCE_MS), h, p, fds, &n);
+        if (!rc && h->type == DH__MSG_WAITING) {
+            if (h->len == sizeof w)
+                memcpy(&w, *p, sizeof w);
+            free(*p);
+            *p = NULL;
+            for (int k = 0; k < n; k++) /* a wait carries no descriptor */
+                close(fds[k]);
+            continue;
+        }
+        *nfds = n;
+        if (rc == DH_ETIMEDOUT && attach_ms > 0 && left <= AGENT_SILENCE_MS)
+            return dh__fail(err, errlen, rc, "not every rank attached within %d ms (%d of %d "
+                            "attached to the agent; it waits %.0f s more)", attach_ms,
+                            (int)w.attached, (int)w.needed, w.seconds_left);
+        if (rc == DH_ETIMEDOUT)
+            return dh__fail(err, errlen, rc, "the agent said nothing for %d s while ranks "
+                            "attached (it is stopped or hung)", AGENT_SILENCE_MS / 1000);
+        if (rc)
+            return dh__fail(err, errlen, rc, "the agent went away during the attach%s",
+                            w.needed ? " (it waited for ranks to attach: see its output)" : "");
+        return 0;
+    }
+}
+
 /* Sends ATTACH and waits for ATTACHED (the agent answers once every rank attached). */
 static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errlen)
 {
     dh__attach q = {.rank = o->rank, .world_size = o->world_size,
                     .global_batch = o->global_batch, .manifest_hash = o->manifest_hash,
                     .spec_hash = o->spec_hash, .pid = (int32_t)getpid(), .resume = o->resume,
-                    .epoch = o->epoch, .step = o->step};
+                    .epoch = o->epoch, .step = o->step, .resume_seed = o->resume_seed,
+                    .resume_global_batch = o->resume_global_batch,
+                    .check_seed = o->check_seed};
     int rc = dh__proto_send(c->fd, DH__MSG_ATTACH, &q, sizeof q, NULL, 0);
     if (rc)
         return dh__fail(err, errlen, rc, "the agent closed the connection");
     dh__msg_head h;
     void *p = NULL;
     int fds[2], nfds = 2;
-    rc = dh__proto_recv(c->fd, c->timeout_ms, &h, &p, fds, &nfds);
-    if (rc == DH_ETIMEDOUT)
-        rc = dh__fail(err, errlen, rc, "not every rank attached within %d ms", c->timeout_ms);
-    else if (rc)
-        rc = dh__fail(err, errlen, rc, "the agent went away during the attach");
-    else if (h.type == DH__MSG_ERROR)
+    rc = await_answer(c, o->attach_timeout_ms, &h, &p, fds, &nfds, err, errlen);
+    if (!rc && h.type == DH__MSG_ERROR)
         rc = error_reply(p, h.len, err, errlen);
-    else if (h.type != DH__MSG_ATTACHED || h.len != sizeof c->info)
+    else if (!rc && (h.type != DH__MSG_ATTACHED || h.len != sizeof c->info))
         rc = dh__fail(err, errlen, DH_EPARSE, "unexpected answer to the attach");
     if (!rc) {
         memcpy(&c->info, p, sizeof c->info);
+        c->base = c->info.epoch * c->info.steps_per_epoch + c->info.step;
         if ((rc = map_pools(c, fds, nfds)))
             dh__msg(err, errlen, "cannot map the agent's batch pools: %s", dh_strerror(rc));
     } else {
@@ -167,7 +217,7 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
     for (uint64_t k = 0; k < ni; k++)
         if (items[k].offset < 0 || items[k].bytes < 0 || items[k].offset + items[k].bytes > bh.bytes)
             return DH_EPARSE;
-    *out = (dh_batch){.step = bh.step, .rank = bh.rank, .nsamples = bh.nsamples,
+    *out = (dh_batch){.step = c->base + bh.step, .rank = bh.rank, .nsamples = bh.nsamples,
                       .nitems = bh.nitems, .nfailed = bh.nfailed, .samples = (const void *)q,
                       .tokens = (const void *)(q + 8 * ns), .items = items,
                       .data = pool ? pool->base + bh.offset : NULL, .bytes = bh.bytes};
@@ -250,7 +300,7 @@ int dh_client_release(dh_client *c, const dh_batch *b)
             break;
         }
     pthread_mutex_unlock(&c->lease_mu);
-    dh__release r = {b->step};
+    dh__release r = {b->step - c->base};
     int rc = !payload ? DH_EINVAL
              : c->fd < 0 ? 0 /* detached: the agent took every lease back */
                          : dh__proto_send(c->fd, DH__MSG_RELEASE, &r, sizeof r, NULL, 0);
@@ -263,11 +313,22 @@ int dh_client_report_step(dh_client *c, int64_t step, double seconds)
 {
     if (!c || !(seconds >= 0))
         return DH_EINVAL;
-    dh__report r = {step, seconds};
+    dh__report r = {step - c->base, seconds};
     pthread_mutex_lock(&c->send_mu);
     int rc = c->fd < 0 ? DH_EPEER : dh__proto_send(c->fd, DH__MSG_REPORT, &r, sizeof r, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
     return rc;
+}
+
+int dh_client_run_get(const dh_client *c, dh_client_run *out)
+{
+    if (!c || !out)
+        return DH_EINVAL;
+    const dh__attached *i = &c->info;
+    *out = (dh_client_run){i->steps, i->epoch, i->step, i->steps_per_epoch, i->global_batch,
+                           i->world_size, i->rank_lo, i->rank_hi, i->manifest_hash,
+                           i->spec_hash, i->seed};
+    return 0;
 }
 
 int dh_client_state_get(dh_client *c, dh_client_state *st)
@@ -275,7 +336,7 @@ int dh_client_state_get(dh_client *c, dh_client_state *st)
     if (!c || !st)
         return DH_EINVAL;
     int64_t spe = DH_MAX(c->info.steps_per_epoch, 1);
-    int64_t at = c->info.epoch * spe + c->info.step + c->taken;
+    int64_t at = c->base + c->taken;
     *st = (dh_client_state){c->info.manifest_hash, c->info.spec_hash, c->info.seed,
                             c->info.world_size, c->info.global_batch, at / spe, at % spe};
     return 0;

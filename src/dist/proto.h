@@ -17,7 +17,7 @@
 #include "../core/core.h"
 
 #define DH__PROTO_MAGIC 0x584c4844u /* "DHLX" */
-#define DH__PROTO_VERSION 1
+#define DH__PROTO_VERSION 2 /* 2: resume checks, WAITING, global steps */
 #define DH__PROTO_MAX (64u << 20)
 
 enum {
@@ -28,7 +28,8 @@ enum {
     DH__MSG_RELEASE,    /* client: dh__release (one-way) */
     DH__MSG_REPORT,     /* client: dh__report (one-way) */
     DH__MSG_DETACH,     /* client: empty (one-way) */
-    DH__MSG_ERROR       /* agent: int32 code + message text */
+    DH__MSG_ERROR,      /* agent: int32 code + message text */
+    DH__MSG_WAITING     /* agent, while ranks attach: dh__waiting, every second */
 };
 
 typedef struct {
@@ -45,7 +46,17 @@ typedef struct {
     int32_t pid;
     int32_t resume;                    /* 1: start at (epoch, step) below */
     int64_t epoch, step;
+    /* A resumed state's job: the agent refuses another seed, and converts (epoch, step)
+     * of another global batch when the position falls on one of its step boundaries. */
+    uint64_t resume_seed;
+    int64_t resume_global_batch;       /* 0: the agent's */
+    int32_t check_seed, reserved;
 } dh__attach;
+
+typedef struct {
+    int32_t attached, needed;          /* ranks attached to this agent, and its ranks */
+    double seconds_left;               /* of the agent's attach timeout */
+} dh__waiting;
 
 typedef struct {
     int64_t ring_size, arena_size;
@@ -55,6 +66,7 @@ typedef struct {
     int64_t global_batch;
     int64_t epoch, step;               /* where step 0 of the run lies in the sample order */
     int64_t steps_per_epoch;
+    int32_t rank_lo, rank_hi;          /* the ranks this agent serves */
 } dh__attached;
 
 typedef struct {

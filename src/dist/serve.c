@@ -10,11 +10,24 @@
  * - One thread per rank serves that rank's requests in order: NEXT blocks in
  *   dh_engine_next_batch, so a rank waiting for its batch holds only its own
  *   thread. The main thread watches should_stop and the threads' ends.
+ * - While ranks attach, the agent tells each waiting one every second how
+ *   many have attached (WAITING), so a client waits as long as the agent
+ *   does; a waiting rank that goes away is dropped and its rank is free
+ *   again, so the run never starts with a rank that is gone.
  * - A lease is a batch handed to a rank and not yet released; a rank holds
  *   at most max_leases. A rank that dies or disconnects before the run ended
  *   has its leases released and stops the run with DH_EPEER and a sentence
  *   naming it: every other rank's next request gets that sentence (a
  *   synchronous job cannot go on without it), never a hang.
+ * - A rank that detaches cleanly before the run's end (its loop broke, its
+ *   process was interrupted) leaves at step T: the others may still take
+ *   the steps before T, a request for T or later gets the sentence naming
+ *   it, and once no rank can take anything more the run stops. A finite
+ *   run cut short so fails; an endless run (--steps 0) ended by its
+ *   trainers leaving is a normal end.
+ * - Steps on the wire are the engine's (0 = the run's first); the client
+ *   adds the resume position, so trainers see steps counted from the start
+ *   of training.
  * - Lock order: a.mu (agent state) is never held while calling the engine.
  */
 #include "dist.h"
@@ -48,6 +61,7 @@ typedef struct {
     dh__attach req;
     pthread_t thread;
     int started, finished, detached, ended; /* ended: the run's end was delivered */
+    int64_t next_step; /* batches handed to this rank so far (under a.mu) */
     lease leases[MAX_LEASES];
     int nleases;
 } conn;
@@ -60,15 +74,20 @@ struct agent {
     int lo, hi;             /* the ranks this agent serves: all, or its node's on several */
     dh_engine *e;
     conn *conns;
+    struct pollfd *pf;      /* the listening socket and each held attach */
     int attached;
     uint64_t manifest_hash, spec_hash;
-    int64_t steps_per_epoch;
+    int64_t steps_per_epoch, samples;
+    int64_t cfg_steps;      /* the job's length from the start of training; <= 0: endless */
     dh__attached info;
     pthread_mutex_t mu;
     pthread_cond_t changed;
     volatile int stopping;  /* should_stop said so: ranks are told, then let go */
     int fault_code;
     char fault[256];
+    int64_t N;              /* steps of this run; -1: until stopped */
+    int64_t left_at;        /* the earliest step a rank that left early will not take */
+    int died;               /* a rank died (not a clean detach) */
 };
 
 static double mono(void)
@@ -100,6 +119,41 @@ void dh_serve_opts_default(dh_serve_opts *o)
 
 /* ------------------------------------------------------------------ attach */
 
+/*
+ * Where a resumed attach starts in this agent's order: (epoch, step) of the state, converted
+ * from the state's global batch when it differs (the order within an epoch depends only on
+ * the seed, so the position is the count of samples consumed, which must fall on a step
+ * boundary of this agent's global batch). Refuses a position past the job's end.
+ */
+static int resume_point(const agent *a, const dh__attach *q, int64_t *epoch, int64_t *step,
+                        char *why, size_t len)
+{
+    int64_t G = a->cfg->global_batch, Gs = q->resume_global_batch ? q->resume_global_batch : G;
+    int64_t n = a->samples, spe = a->steps_per_epoch;
+    if (q->epoch < 0 || q->step < 0 || Gs < 1 || q->step > n / Gs)
+        return dh__fail(why, len, DH_EINVAL, "the saved position (epoch %lld, step %lld of "
+                        "global batch %lld) is not a position of this manifest's %lld samples",
+                        (long long)q->epoch, (long long)q->step, (long long)Gs, (long long)n);
+    int64_t consumed = q->step * Gs;
+    *epoch = q->epoch;
+    *step = consumed / G;
+    if (consumed % G && consumed < spe * G)
+        return dh__fail(why, len, DH_EMISMATCH, "the saved state consumed %lld samples of epoch "
+                        "%lld (step %lld at global batch %lld), which is not a step boundary of "
+                        "this agent's global batch %lld: resume with a global batch that divides "
+                        "%lld, or from a state saved at such a step", (long long)consumed,
+                        (long long)q->epoch, (long long)q->step, (long long)Gs, (long long)G,
+                        (long long)consumed);
+    if (*step >= spe) /* the state's epoch ended (a tail too short for our batch) */
+        ++*epoch, *step = 0;
+    if (a->cfg_steps > 0 && *epoch * spe + *step >= a->cfg_steps)
+        return dh__fail(why, len, DH_ERANGE, "the saved state is at epoch %lld step %lld, past "
+                        "this job's end (%lld steps of %lld per epoch): the job is complete",
+                        (long long)*epoch, (long long)*step, (long long)a->cfg_steps,
+                        (long long)spe);
+    return 0;
+}
+
 /* Why this attach cannot be accepted (a sentence in why), or 0. */
 static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
 {
@@ -125,10 +179,20 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
     if (q->spec_hash && q->spec_hash != a->spec_hash)
         return dh__fail(why, len, DH_EMISMATCH, "the trainer's preprocessing spec differs from "
                                                 "the agent's");
+    if (q->resume && q->check_seed && q->resume_seed != a->cfg->seed)
+        return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with seed %llu, "
+                        "this agent runs seed %llu (--seed)", (unsigned long long)q->resume_seed,
+                        (unsigned long long)a->cfg->seed);
+    int64_t epoch, step;
+    int rc = q->resume ? resume_point(a, q, &epoch, &step, why, len) : 0;
+    if (rc)
+        return rc;
     for (int r = a->lo; r < a->hi; r++) { /* every rank must resume at the same place */
         const conn *o = &a->conns[r];
         if (o->fd >= 0 && (o->req.resume != q->resume ||
-                           (q->resume && (o->req.epoch != q->epoch || o->req.step != q->step))))
+                           (q->resume && (o->req.epoch != q->epoch || o->req.step != q->step ||
+                                          o->req.resume_global_batch !=
+                                              q->resume_global_batch))))
             return dh__fail(why, len, DH_EMISMATCH, "rank %d resumes at %s, rank %d at %s "
                             "(restore the same checkpoint on every rank)", o->rank,
                             o->req.resume ? "a saved state" : "the start", q->rank,
@@ -171,17 +235,59 @@ static void take_attach(agent *a, int fd)
     event(a, "rank %d attached (pid %d), %d of %d", c.rank, (int)pid, a->attached, a->hi - a->lo);
 }
 
+/* Forgets a held attach whose rank went away (or cannot be told anything): its rank is free. */
+static void drop_attach(agent *a, conn *c, const char *why)
+{
+    event(a, "rank %d (pid %d) %s before the run started; waiting for rank %d again", c->rank,
+          (int)c->pid, why, c->rank);
+    close(c->fd);
+    c->fd = -1;
+    a->attached--;
+}
+
+/* Tells each held attach how many ranks are in (a client waits while the agent does), and
+ * drops those whose trainer went away: a held attach says nothing more until answered, so
+ * a readable socket means it closed. */
+static void tend_attaches(agent *a, const struct pollfd *pf, int n, double until, int tell)
+{
+    dh__waiting w = {a->attached, a->hi - a->lo, DH_MAX(0.0, until - mono())};
+    for (int r = a->lo; r < a->hi; r++) {
+        conn *c = &a->conns[r];
+        if (c->fd < 0)
+            continue;
+        int gone = 0;
+        for (int k = 1; k < n; k++)
+            if (pf[k].fd == c->fd && (pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                gone = 1;
+        if (gone)
+            drop_attach(a, c, "went away");
+        else if (tell && dh__proto_send(c->fd, DH__MSG_WAITING, &w, sizeof w, NULL, 0))
+            drop_attach(a, c, "could not be told the wait");
+    }
+}
+
 /* Accepts until every rank attached; 0, DH_ETIMEDOUT or DH_ECANCELED. */
 static int wait_for_ranks(agent *a)
 {
-    double until = mono() + a->o.attach_timeout_ms / 1e3;
+    double until = mono() + a->o.attach_timeout_ms / 1e3, told = 0;
     while (a->attached < a->hi - a->lo) {
         if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user))
             return DH_ECANCELED;
         if (mono() > until)
             return DH_ETIMEDOUT;
-        struct pollfd pf = {.fd = a->listen_fd, .events = POLLIN};
-        if (poll(&pf, 1, 200) <= 0)
+        struct pollfd *pf = a->pf;
+        pf[0] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
+        int n = 1;
+        for (int r = a->lo; r < a->hi; r++)
+            if (a->conns[r].fd >= 0)
+                pf[n++] = (struct pollfd){.fd = a->conns[r].fd, .events = POLLIN};
+        int ready = poll(pf, (nfds_t)n, 200);
+        int tell = mono() - told >= 1.0;
+        if (ready > 0 || tell) {
+            tend_attaches(a, pf, ready > 0 ? n : 0, until, tell);
+            told = tell ? mono() : told;
+        }
+        if (ready <= 0 || !(pf[0].revents & POLLIN))
             continue;
         int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0)
@@ -253,11 +359,30 @@ static int on_next(agent *a, conn *c)
                  "(max_leases %d)", c->rank, c->nleases, a->o.max_leases);
         return dh__proto_send_error(c->fd, DH_ELIMIT, msg);
     }
+    pthread_mutex_lock(&a->mu);
+    int beyond = c->next_step >= a->left_at; /* a rank that left will never take this step */
+    pthread_mutex_unlock(&a->mu);
+    if (beyond) {
+        send_end(a, c, DH_EPEER);
+        return 0;
+    }
     dh_batch b;
     int wake = 0;
     int rc = dh__engine_next(a->e, c->rank, &b, &wake);
     if (rc) {
         send_end(a, c, rc);
+        return 0;
+    }
+    pthread_mutex_lock(&a->mu);
+    c->next_step = b.step + 1;
+    beyond = b.step >= a->left_at; /* it left while this rank waited */
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    if (beyond) {
+        dh_engine_release(a->e, &b, 0);
+        if (wake)
+            dh__engine_wake(a->e);
+        send_end(a, c, DH_EPEER);
         return 0;
     }
     c->leases[c->nleases++] = (lease){b, mono(), -1.0};
@@ -285,30 +410,69 @@ static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
     *l = c->leases[--c->nleases];
 }
 
+/* A step of this run as the trainers count it: from the start of training. */
+static int64_t training_step(const agent *a, int64_t st)
+{
+    return a->info.epoch * a->steps_per_epoch + a->info.step + st;
+}
+
 static void on_death(agent *a, conn *c)
 {
     int64_t step = c->nleases ? c->leases[0].b.step : -1;
     while (c->nleases)
         release_lease(a, c, &c->leases[0], 1);
-    if (c->ended || c->detached)
+    pthread_mutex_lock(&a->mu);
+    int done = c->ended || c->detached || (a->N > 0 && c->next_step >= a->N);
+    pthread_mutex_unlock(&a->mu);
+    if (done) /* the run was over for it: going away is its end */
         return;
     pthread_mutex_lock(&a->mu);
-    int first = !a->fault_code;
-    if (first) {
+    int first = !a->died;
+    if (!a->fault_code) { /* a rank that left earlier stays the cause */
         a->fault_code = DH_EPEER;
         if (step >= 0)
             snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected holding "
                      "step %lld; the job cannot go on without it", c->rank, (int)c->pid,
-                     (long long)step);
+                     (long long)training_step(a, step));
         else
             snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected; the job "
                      "cannot go on without it", c->rank, (int)c->pid);
     }
+    a->died = 1;
     pthread_mutex_unlock(&a->mu);
     if (first) {
         event(a, "%s", a->fault);
         dh__engine_abort(a->e, DH_EPEER);
     }
+}
+
+/* A clean detach: the end of the run for this rank, or leaving it early (see DESIGN). */
+static void on_detach(agent *a, conn *c)
+{
+    c->detached = 1;
+    while (c->nleases)
+        release_lease(a, c, &c->leases[0], 0);
+    pthread_mutex_lock(&a->mu);
+    int early = !c->ended && (a->N < 0 || c->next_step < a->N);
+    if (early && c->next_step < a->left_at) {
+        a->left_at = c->next_step;
+        if (a->N < 0)
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after step %lld; the "
+                     "job cannot go on without it", c->rank, (int)c->pid,
+                     (long long)training_step(a, c->next_step - 1));
+        else
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after %lld of the run's "
+                     "%lld steps; the job cannot go on without it", c->rank, (int)c->pid,
+                     (long long)c->next_step, (long long)a->N);
+        a->fault_code = DH_EPEER;
+    }
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    if (early)
+        event(a, "rank %d detached (pid %d) after %lld steps, before the run's end", c->rank,
+              (int)c->pid, (long long)c->next_step);
+    else
+        event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
 }
 
 /* One message of a rank; 1 when the rank is gone (detached or dead). */
@@ -330,10 +494,7 @@ static int serve_one(agent *a, conn *c, const dh__msg_head *h, const void *p)
         return 0;
     }
     if (h->type == DH__MSG_DETACH) {
-        c->detached = 1;
-        while (c->nleases)
-            release_lease(a, c, &c->leases[0], 0);
-        event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
+        on_detach(a, c);
         return 1;
     }
     on_death(a, c); /* a message we do not understand: treat the peer as broken */
@@ -386,16 +547,22 @@ static int answer_attaches(agent *a)
     return rc;
 }
 
+/* What the run is, as every rank is told; the resume point was checked at the attach. */
 static void fill_info(agent *a)
 {
     const dh_run_config *c = a->cfg;
     const dh__attach *q = &a->conns[a->lo].req;
-    a->info = (dh__attached){.steps = c->steps > 0 ? c->steps : -1,
-                             .manifest_hash = a->manifest_hash, .spec_hash = a->spec_hash,
-                             .seed = c->seed, .world_size = a->R, .max_leases = a->o.max_leases,
-                             .global_batch = c->global_batch,
-                             .epoch = q->resume ? q->epoch : 0, .step = q->resume ? q->step : 0,
-                             .steps_per_epoch = a->steps_per_epoch};
+    int64_t epoch = 0, step = 0;
+    if (q->resume)
+        resume_point(a, q, &epoch, &step, NULL, 0);
+    int64_t at = epoch * a->steps_per_epoch + step;
+    a->N = a->cfg_steps > 0 ? a->cfg_steps - at : -1;
+    a->info = (dh__attached){.steps = a->N, .manifest_hash = a->manifest_hash,
+                             .spec_hash = a->spec_hash, .seed = c->seed, .world_size = a->R,
+                             .max_leases = a->o.max_leases, .global_batch = c->global_batch,
+                             .epoch = epoch, .step = step,
+                             .steps_per_epoch = a->steps_per_epoch, .rank_lo = a->lo,
+                             .rank_hi = a->hi};
 }
 
 /* Waits until every rank's thread ended, stopping the engine when should_stop says so. */
@@ -414,7 +581,13 @@ static void watch(agent *a)
         if (until.tv_nsec >= 1000000000L)
             until.tv_sec++, until.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&a->changed, &a->mu, &until);
+        int reap = a->left_at < INT64_MAX && !a->died;
+        for (int r = a->lo; reap && r < a->hi; r++) /* can any rank still take a step? */
+            reap = !(a->conns[r].started && !a->conns[r].finished &&
+                     a->conns[r].next_step < a->left_at);
         pthread_mutex_unlock(&a->mu);
+        if (reap) /* no: wake whoever waits for a step the rank that left will not take */
+            dh__engine_abort(a->e, DH_EPEER);
         if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) {
             a->stopping = 1;
             if (!a->cfg->exchange || a->cfg->nodes < 2) /* on several, the nodes agree first */
@@ -464,10 +637,18 @@ static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *o
     a->spec_hash = dh_spec_hash(cfg->spec ? cfg->spec : builtin);
     dh_spec_free(builtin);
     a->manifest_hash = dh_manifest_hash(cfg->manifest);
-    a->steps_per_epoch = dh_manifest_count(cfg->manifest) / cfg->global_batch;
+    a->samples = dh_manifest_count(cfg->manifest);
+    a->steps_per_epoch = a->samples / cfg->global_batch;
+    a->cfg_steps = cfg->steps > 0 ? cfg->steps
+                   : cfg->steps == 0 ? DH_MAX(cfg->epochs, 1) * a->steps_per_epoch : -1;
+    a->left_at = INT64_MAX;
     a->conns = dh__calloc((size_t)a->R, sizeof *a->conns);
-    if (!a->conns)
+    a->pf = dh__calloc((size_t)a->R + 1, sizeof *a->pf);
+    if (!a->conns || !a->pf) {
+        free(a->conns);
+        free(a->pf);
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    }
     for (int r = 0; r < a->R; r++)
         a->conns[r].fd = -1;
     pthread_mutex_init(&a->mu, NULL);
@@ -494,6 +675,7 @@ static void agent_free(agent *a)
         pthread_cond_destroy(&a->changed);
     }
     free(a->conns);
+    free(a->pf);
 }
 
 /* Tells every held attach why the run could not start. */
@@ -535,8 +717,8 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
     }
     if (!rc) {
         fill_info(&a);
-        const dh__attach *q = &a.conns[a.lo].req;
-        if ((rc = dh__engine_begin(a.e, q->resume, q->epoch, q->step, err, errlen)))
+        if ((rc = dh__engine_begin(a.e, a.conns[a.lo].req.resume, a.info.epoch, a.info.step,
+                                   err, errlen)))
             refuse_all(&a, rc, err && errlen ? err : "the agent could not begin");
     }
     if (!rc && !(rc = answer_attaches(&a)) && !(rc = start_ranks(&a, err, errlen)))
@@ -544,6 +726,8 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
     int frc = a.e ? dh_engine_finish(a.e, out) : 0;
     if (frc == DH_ECANCELED)
         frc = 0;
+    if (!a.died && a.left_at < INT64_MAX) /* ranks left: a finite run was cut short */
+        frc = a.N > 0 ? DH_EPEER : 0;
     if (!rc && frc == DH_EPEER)
         rc = dh__fail(err, errlen, frc, "%s", a.fault);
     else if (!rc && frc && frc != DH_ECANCELED)

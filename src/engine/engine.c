@@ -67,11 +67,21 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, char
     if (resume) {
         dh_sampler_state st = {dh_manifest_hash(e->run.m), e->run.cfg.seed, epoch, step};
         int rc = dh_sampler_set_state(e->run.sampler, &st);
+        int64_t at = epoch * dh_sampler_steps_per_epoch(e->run.sampler) + step;
+        if (!rc && e->N != DH__STEPS_UNBOUNDED && at >= e->N)
+            rc = DH_ERANGE;
         if (rc)
             return dh__fail(err, errlen, rc, "cannot resume at epoch %lld step %lld: %s (an "
-                            "epoch has %lld steps)", (long long)epoch, (long long)step,
-                            dh_strerror(rc),
-                            (long long)dh_sampler_steps_per_epoch(e->run.sampler));
+                            "epoch has %lld steps, the job %lld)", (long long)epoch,
+                            (long long)step, dh_strerror(rc),
+                            (long long)dh_sampler_steps_per_epoch(e->run.sampler),
+                            (long long)e->N);
+        /* The job's length counts from the start of training: serve what remains of it. */
+        if (e->N != DH__STEPS_UNBOUNDED) {
+            e->N -= at;
+            e->run.cfg.steps = e->N;
+            dh__sched_set_steps(e->sched, e->N);
+        }
     }
     int rc = dh__eng_nodes_begin(e, err, errlen);
     if (rc)
@@ -248,6 +258,7 @@ static int engine_alloc(dh_engine *e, char *err, size_t errlen)
     int rc = dh__records_init(&e->rec, e->R, e->G);
     e->rec.step_fixed = e->run.gpu.c0;
     e->rec.cpu_measured = 1;
+    e->rec.gpu_measured = e->shared > 0; /* trainers report their own compute */
     e->run.rec = &e->rec;
     int share = e->shared ? DH_RING_SHARE : 0;
     if (!rc)

@@ -1,5 +1,6 @@
 /*
  * metrics.c - docs/DESIGN.md's metrics, computed once for both engines.
+ *   (served runs: the GPU side is sum_s of the ranks' measured compute / R)
  *
  *   input wait(s, r) = max(0, ready - deadline); percentiles over s >= 1
  *   (step 0 is pipeline fill, reported apart as fill_wait_ms);
@@ -209,9 +210,13 @@ static void fold(dh__records *rec, int64_t st)
             rec->error = DH_ENOMEM;
     }
     rec->placement += rec->step_fixed + slowest;
-    rec->gpu_bound += rec->step_fixed + DH_MAX(sp->gpu_sum / rec->R, sp->gpu_max);
+    double step_compute = 0;
     for (int r = 0; r < rec->R; r++)
-        rec->compute_sum += b[r].compute;
+        step_compute += b[r].compute;
+    rec->compute_sum += step_compute;
+    rec->gpu_bound += rec->gpu_measured
+                          ? step_compute / rec->R
+                          : rec->step_fixed + DH_MAX(sp->gpu_sum / rec->R, sp->gpu_max);
     rec->failed += sp->failed;
     rec->steps++;
 }

@@ -65,6 +65,11 @@ typedef struct {
     dh__wait_sketch stalls;
     double cpu_true_sum;  /* sum of true c_i over drawn samples (the real engine: measured) */
     int cpu_measured;     /* cpu_true_sum is measured work: keep it whole when a run stops */
+    /* Compute is what the consumers measured (trainer processes), not the emulated truth:
+     * the bound's GPU side is then each step's measured compute spread over the ranks (a
+     * step cannot end before its average rank's compute), since the model's g_i says
+     * nothing of what real trainers spent. */
+    int gpu_measured;
     double makespan;
     int64_t failed;       /* samples of folded steps that failed (delivered = steps * G - failed) */
 } dh__records;

@@ -138,6 +138,9 @@ typedef struct {
 typedef struct dh__sched dh__sched;
 
 int dh__sched_new(const dh__sched_config *cfg, dh__sched **out);
+/* Shortens or sets the run's length before its first step is planned (a resumed job serves
+ * what remains of it); steps > 0. */
+void dh__sched_set_steps(dh__sched *s, int64_t steps);
 void dh__sched_free(dh__sched *s);
 /* Worker threads the engine must run: W, or R * max(1, W / R) for local. */
 int dh__sched_worker_count(const dh__sched *s);

@@ -177,6 +177,12 @@ static int alloc_fixed(dh__sched *s)
     return dh__lend_init(s);
 }
 
+void dh__sched_set_steps(dh__sched *s, int64_t steps)
+{
+    s->N = steps;
+    s->cfg.steps = steps;
+}
+
 int dh__sched_new(const dh__sched_config *cfg, dh__sched **out)
 {
     if (!cfg || !out || !config_valid(cfg))
