@@ -9,7 +9,8 @@
 # test, reports worker-thread asserts, works under TSan); ffmpeg/ffprobe make
 # and verify test media. python3-dev builds the Python package's extension;
 # numpy and torch (Debian's, for /usr/bin/python3) are what trainers use
-# batches with; PyAV decodes for the PyTorch DataLoader the demo compares;
+# batches with; PyAV decodes for the PyTorch DataLoader the demo compares; venv, pip,
+# setuptools and wheel build the package for another environment (tests/install_test.sh);
 # clang builds the fuzz targets the tests run; its libFuzzer and sanitizer runtimes are
 # in libclang-rt-14-dev, only a recommendation of clang, so it is named here (this script
 # installs without recommendations). OpenMPI (openmpi-bin, libopenmpi-dev) is the
@@ -24,6 +25,7 @@ PACKAGES=(
     check
     ffmpeg
     python3-dev python3-numpy python3-torch python3-av
+    python3-venv python3-pip python3-setuptools python3-wheel
     clang libclang-rt-14-dev
     openmpi-bin libopenmpi-dev
 )

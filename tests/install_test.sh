@@ -41,7 +41,7 @@ cp "$WORK/consumer.c" "$WORK/cmake-consumer/"
 cat > "$WORK/cmake-consumer/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.25)
 project(consumer C)
-find_package(datahelix 0.1 REQUIRED)
+find_package(datahelix 0.2 REQUIRED)
 add_executable(consumer consumer.c)
 target_link_libraries(consumer PRIVATE datahelix::datahelix_static)
 CM
@@ -61,5 +61,22 @@ if [[ -f "$BUILD/python/datahelix/__init__.py" ]]; then
           'import datahelix; print(datahelix.__file__, datahelix.default_socket("j"))')
     [[ "$out" == "$WORK/prefix/"*" @datahelix-"*"-j" ]] ||
         { echo "FAIL: installed Python package printed '$out'"; exit 1; }
+fi
+# The package built with pip for another environment: a venv (seeing Debian's setuptools,
+# wheel and numpy through --system-site-packages) against the installed library, offline.
+PY=/usr/bin/python3
+if "$PY" -c 'import setuptools, wheel, numpy, venv' 2> /dev/null; then
+    "$PY" -m venv --system-site-packages "$WORK/venv"
+    cp -r "$(dirname "$0")/../python" "$WORK/pysrc" # pip builds in the tree: not the repo's
+    rm -rf "$WORK/pysrc/build" "$WORK/pysrc/"*.egg-info
+    PKG_CONFIG_PATH="$libdir/pkgconfig" "$WORK/venv/bin/python" -m pip install -q \
+        --no-build-isolation --no-index "$WORK/pysrc" > "$WORK/pip.log" 2>&1 ||
+        { cat "$WORK/pip.log"; echo "FAIL: pip install into a venv"; exit 1; }
+    out=$(cd "$WORK" && env -u PYTHONPATH "$WORK/venv/bin/python" -c \
+          'import datahelix; print(datahelix.__file__, datahelix.Loader.__name__)')
+    [[ "$out" == "$WORK/venv/lib/python3"*"/site-packages/datahelix/__init__.py Loader" ]] ||
+        { echo "FAIL: the venv's package printed '$out'"; exit 1; }
+else
+    echo "install_test: no venv check ($PY lacks setuptools, wheel, numpy or venv)"
 fi
 echo "install_test: 1 passed, 0 failed"
