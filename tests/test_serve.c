@@ -792,6 +792,91 @@ START_TEST(a_served_run_bound_reads_the_trainers_compute)
 }
 END_TEST
 
+/*
+ * A trainer of an elastic job (rank of 2): waits for wait_file (when given), attaches, and
+ * writes "step sample" to log for each batch it completed (released). After `take` batches
+ * it creates die_file and dies without detaching. Exit 0 at the run's end, 8 told to wait
+ * for a restart, 4 another failure.
+ */
+static pid_t elastic_trainer(int rank, int take, const char *wait_file, const char *die_file,
+                             const char *log)
+{
+    pid_t pid = fork();
+    if (pid)
+        return pid;
+    while (wait_file && access(wait_file, F_OK))
+        usleep(20000);
+    dh_client_opts o = client_opts(rank, 2, 4);
+    dh_client *c;
+    char err[256] = "";
+    if (dh_client_connect(&o, &c, err, sizeof err))
+        _exit(2);
+    FILE *f = fopen(log, "w");
+    int rc;
+    dh_batch b;
+    for (int n = 0; (rc = dh_client_next(c, 20000, &b, err, sizeof err)) == 0; n++) {
+        int64_t step = b.step, samples[16];
+        int32_t ns = b.nsamples;
+        memcpy(samples, b.samples, (size_t)ns * sizeof *samples);
+        dh_client_release(c, &b);
+        for (int32_t k = 0; k < ns; k++)
+            fprintf(f, "%lld %lld\n", (long long)step, (long long)samples[k]);
+        fflush(f);
+        if (n + 1 == take) {
+            fclose(fopen(die_file, "w"));
+            _exit(0); /* dies: no detach */
+        }
+    }
+    fclose(f);
+    dh_client_close(c);
+    _exit(rc == DH_EEMPTY ? 0 : rc == DH_EPEER && strstr(err, "restart") ? 8 : 4);
+}
+
+START_TEST(a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/elastic", media);
+    tu_sh("rm -rf %s && mkdir -p %s", dir, dir);
+    char died[4200], l0[4200], l1[4200], m0[4200], m1[4200];
+    snprintf(died, sizeof died, "%s/died", dir);
+    snprintf(l0, sizeof l0, "%s/g0r0", dir), snprintf(l1, sizeof l1, "%s/g0r1", dir);
+    snprintf(m0, sizeof m0, "%s/g1r0", dir), snprintf(m1, sizeof m1, "%s/g1r1", dir);
+    new_socket_name();
+    /* The first set: rank 1 dies after completing 2 steps; the second set (as an elastic
+     * launcher restarts every rank) attaches once it died, presenting no state. */
+    pid_t a = elastic_trainer(0, -1, NULL, NULL, l0), b = elastic_trainer(1, 2, NULL, died, l1);
+    pid_t a2 = elastic_trainer(0, -1, died, NULL, m0), b2 = elastic_trainer(1, -1, died, NULL, m1);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 6; /* 3 epochs of 2 steps */
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.on_rank_exit = DH_ON_RANK_EXIT_WAIT;
+    o.attach_timeout_ms = 30000;
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_int_eq(wait_child(a), 8); /* told that the agent waits for a restart */
+    ck_assert_int_eq(wait_child(a2), 0);
+    ck_assert_int_eq(wait_child(b2), 0);
+    ck_assert_int_eq(r.steps, 4); /* the second set: steps 2..5 */
+    ck_assert_int_eq(r.delivered + r.failed, 16);
+    /* Steps 0-1 from the first set, 2-5 from the second: each epoch's 8 samples once. */
+    char *out = tu_capture("cd %s && (awk '$1 < 2' g0r0 g0r1; cat g1r0 g1r1) | "
+                           "awk '{print int($1/2), $2}' | sort | uniq -d | wc -l; "
+                           "(awk '$1 < 2' g0r0 g0r1; cat g1r0 g1r1) | wc -l; "
+                           "awk '{print $1}' g1r0 g1r1 | sort -u | tr '\\n' ' '", dir);
+    int dups = -1, lines = -1;
+    char steps[64] = "";
+    ck_assert_int_eq(sscanf(out, "%d %d %63[0-9 ]", &dups, &lines, steps), 3);
+    ck_assert_int_eq(dups, 0);
+    ck_assert_int_eq(lines, 24);
+    ck_assert_str_eq(steps, "2 3 4 5 ");
+    free(out);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve");
@@ -814,6 +899,7 @@ int main(void)
     tcase_add_test(tc, ranks_that_attach_late_or_give_up_never_hang_the_agent);
     tcase_add_test(tc, a_rank_that_leaves_early_ends_the_run_with_its_name);
     tcase_add_test(tc, a_served_run_bound_reads_the_trainers_compute);
+    tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

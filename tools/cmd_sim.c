@@ -47,7 +47,12 @@ static const char help[] =
     "                          under mpirun, %n in NAME becomes the node's number (agents of\n"
     "                          several nodes on one host need distinct names)\n"
     "  --max-leases N          batches a rank may hold at once (default 4)\n"
-    "  --attach-timeout S      seconds to wait for every rank to attach (default 300)\n";
+    "  --attach-timeout S      seconds to wait for every rank to attach (default 300); a\n"
+    "                          trainer's Loader waits as long as the agent does\n"
+    "  --on-rank-exit stop|wait  a rank that dies or leaves early: stop the run (default), or\n"
+    "                          tell the others and wait for the job's ranks to restart (an\n"
+    "                          elastic launcher: torchrun --max_restarts N), which go on from\n"
+    "                          a state they present, else from the last step all completed\n";
 
 static void list(void)
 {
@@ -83,6 +88,12 @@ static int serve_option(int argc, char **argv, int *i, sim_files *f)
         if (cli_int(o, val, 1, 64, &x))
             return -1;
         f->serve.max_leases = (int)x;
+    } else if (!strcmp(o, "--on-rank-exit")) {
+        if (!val || (strcmp(val, "stop") && strcmp(val, "wait"))) {
+            cli_err("--on-rank-exit: expected stop or wait, not \"%s\"", val ? val : "");
+            return -1;
+        }
+        f->serve.on_rank_exit = strcmp(val, "wait") ? DH_ON_RANK_EXIT_STOP : DH_ON_RANK_EXIT_WAIT;
     } else if (!strcmp(o, "--attach-timeout")) {
         if (cli_int(o, val, 1, 86400, &x))
             return -1;

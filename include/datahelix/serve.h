@@ -33,7 +33,15 @@ typedef struct {
     /* Attach, detach and fault events as sentences (from agent threads); may be NULL. */
     void (*on_event)(const char *message, void *user);
     void *event_user;
+    /* Added in 0.2. What a rank's death (or early leaving) does: DH_ON_RANK_EXIT_STOP ends
+     * the run (every other rank is told who died); DH_ON_RANK_EXIT_WAIT tells the others the
+     * same, takes every lease back and waits (attach_timeout_ms) for a new set of ranks, as
+     * an elastic launcher (torchrun --max_restarts) starts them: they resume from a state
+     * they present, else from the last step every rank had completed. One node only. */
+    int on_rank_exit;
 } dh_serve_opts;
+
+enum { DH_ON_RANK_EXIT_STOP = 0, DH_ON_RANK_EXIT_WAIT = 1 };
 
 DH_API void dh_serve_opts_default(dh_serve_opts *o);
 
@@ -50,9 +58,15 @@ DH_API int dh_serve_default_socket(const char *job, char *out, size_t len);
  * differs), starts the engine with its batch pools in shared memory, and
  * serves until the run's last step is consumed, every rank has detached,
  * cfg->should_stop says so, or a rank dies (then every other rank's next
- * request fails with an error naming the dead rank and its pid). Fills *out
+ * request fails with an error naming the dead rank and its pid; with
+ * DH_ON_RANK_EXIT_WAIT the agent then waits for the ranks to come back). The
+ * run's length (cfg->steps, cfg->epochs) counts from the start of training:
+ * a job resumed from a saved state serves what remains of it. Fills *out
  * (initialised with dh_result_init) with the accounting of the completed
- * steps. Blocks the calling thread; on_error as for dh_engine_run.
+ * steps (after restarts: of the last set of ranks). 0 when the run did what
+ * was asked; DH_EPEER when ranks died or a finite run was cut short by a
+ * rank leaving before its end. Blocks the calling thread; on_error as for
+ * dh_engine_run.
  */
 DH_API int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts,
                     dh_sample_error_cb on_error, void *user, dh_result *out, char *errbuf,

@@ -151,8 +151,18 @@ class Loader:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def abort(self):
+        """Leaves as a failed rank: the agent treats this rank as dead (it stops the run, or
+        waits for the job to restart with --on-rank-exit wait), not as one that finished.
+        Leaving the `with` block on an exception does this."""
+        if self._client is not None:
+            self._client.abort()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
         return False
 
     # -- what the agent runs ---------------------------------------------------

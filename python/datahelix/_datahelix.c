@@ -396,6 +396,14 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
     Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
+static PyObject *client_abort(ClientObject *self, PyObject *unused)
+{
+    (void)unused;
+    self->closed = 1;
+    Py_BEGIN_ALLOW_THREADS dh_client_abort(self->c);
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
 static void client_dealloc(ClientObject *self)
 {
     dh_client_close(self->c);
@@ -411,6 +419,8 @@ static PyMethodDef client_methods[] = {
     {"run", (PyCFunction)client_run, METH_NOARGS,
      "What the agent runs: steps, start_epoch, start_step, steps_per_epoch, ..."},
     {"close", (PyCFunction)client_close, METH_NOARGS, "Detach from the agent."},
+    {"abort", (PyCFunction)client_abort, METH_NOARGS,
+     "Leave as a failed rank (the agent treats it as dead, not as finished)."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject ClientType = {

@@ -355,6 +355,18 @@ void dh_client_detach(dh_client *c)
     pthread_mutex_unlock(&c->send_mu);
 }
 
+void dh_client_abort(dh_client *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->send_mu);
+    if (c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    pthread_mutex_unlock(&c->send_mu);
+}
+
 void dh_client_close(dh_client *c)
 {
     if (!c)

@@ -62,6 +62,7 @@ typedef struct {
     pthread_t thread;
     int started, finished, detached, ended; /* ended: the run's end was delivered */
     int64_t next_step; /* batches handed to this rank so far (under a.mu) */
+    int64_t released;  /* batches it gave back (not taken back at its death) */
     lease leases[MAX_LEASES];
     int nleases;
 } conn;
@@ -88,6 +89,10 @@ struct agent {
     int64_t N;              /* steps of this run; -1: until stopped */
     int64_t left_at;        /* the earliest step a rank that left early will not take */
     int died;               /* a rank died (not a clean detach) */
+    /* Restarts (on_rank_exit wait): generation 0 is the first set of ranks; a later one
+     * starts, unless its ranks present a state, where every rank of the last had got to. */
+    int gen;
+    int64_t restart_epoch, restart_step;
 };
 
 static double mono(void)
@@ -407,6 +412,7 @@ static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
 {
     double s = reclaimed ? 0 : l->seconds >= 0 ? l->seconds : mono() - l->taken;
     dh_engine_release(a->e, &l->b, s);
+    c->released += !reclaimed;
     *l = c->leases[--c->nleases];
 }
 
@@ -430,13 +436,16 @@ static void on_death(agent *a, conn *c)
     int first = !a->died;
     if (!a->fault_code) { /* a rank that left earlier stays the cause */
         a->fault_code = DH_EPEER;
+        const char *then = a->o.on_rank_exit == DH_ON_RANK_EXIT_WAIT
+                               ? "the agent waits for the job to restart"
+                               : "the job cannot go on without it";
         if (step >= 0)
             snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected holding "
-                     "step %lld; the job cannot go on without it", c->rank, (int)c->pid,
-                     (long long)training_step(a, step));
+                     "step %lld; %s", c->rank, (int)c->pid, (long long)training_step(a, step),
+                     then);
         else
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected; the job "
-                     "cannot go on without it", c->rank, (int)c->pid);
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected; %s",
+                     c->rank, (int)c->pid, then);
     }
     a->died = 1;
     pthread_mutex_unlock(&a->mu);
@@ -552,7 +561,7 @@ static void fill_info(agent *a)
 {
     const dh_run_config *c = a->cfg;
     const dh__attach *q = &a->conns[a->lo].req;
-    int64_t epoch = 0, step = 0;
+    int64_t epoch = a->gen ? a->restart_epoch : 0, step = a->gen ? a->restart_step : 0;
     if (q->resume)
         resume_point(a, q, &epoch, &step, NULL, 0);
     int64_t at = epoch * a->steps_per_epoch + step;
@@ -628,6 +637,12 @@ static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *o
     a->o.max_leases = a->o.max_leases > 0 ? DH_MIN(a->o.max_leases, MAX_LEASES) : 4;
     a->o.attach_timeout_ms = a->o.attach_timeout_ms > 0 ? a->o.attach_timeout_ms : 300000;
     a->o.io_timeout_ms = a->o.io_timeout_ms > 0 ? a->o.io_timeout_ms : 30000;
+    if (a->o.on_rank_exit == DH_ON_RANK_EXIT_WAIT && nodes > 1)
+        return dh__fail(err, errlen, DH_EINVAL, "waiting for ranks to restart works on one "
+                        "node only (several nodes restart together under their launcher)");
+    if (a->o.on_rank_exit != DH_ON_RANK_EXIT_STOP && a->o.on_rank_exit != DH_ON_RANK_EXIT_WAIT)
+        return dh__fail(err, errlen, DH_EINVAL, "on_rank_exit %d: expected stop (0) or wait "
+                        "(1)", a->o.on_rank_exit);
     if (!cfg->manifest || cfg->ranks < 1 || cfg->global_batch < cfg->ranks)
         return dh__fail(err, errlen, DH_EINVAL, "serve needs a manifest, ranks >= 1 and a "
                                                 "global batch of at least one sample per rank");
@@ -686,6 +701,78 @@ static void refuse_all(agent *a, int rc, const char *why)
             dh__proto_send_error(a->conns[r].fd, rc, why);
 }
 
+/*
+ * One generation of the job: an engine with its pools, every rank attached, served until the
+ * run ends; its accounting into out. 0, or why it ended otherwise (DH_EPEER: ranks died or
+ * left early).
+ */
+static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, dh_result *out,
+                            char *err, size_t errlen)
+{
+    /* The engine and its pools first: a pool that does not fit fails before anyone waits. */
+    int rc = dh__engine_start(a->cfg, a->o.max_leases, on_error, user, &a->e, err, errlen);
+    if (!rc) {
+        if (!a->gen)
+            event(a, "listening on %s for %d ranks (%d..%d)", a->name, a->hi - a->lo, a->lo,
+                  a->hi - 1);
+        if ((rc = wait_for_ranks(a)))
+            dh__msg(err, errlen, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
+                                                    : "stopped with %d of %d ranks attached",
+                    a->attached, a->hi - a->lo);
+    }
+    if (!rc) {
+        fill_info(a);
+        int resume = a->gen || a->conns[a->lo].req.resume;
+        if ((rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, err, errlen)))
+            refuse_all(a, rc, err && errlen ? err : "the agent could not begin");
+    }
+    if (!rc && !(rc = answer_attaches(a)) && !(rc = start_ranks(a, err, errlen)))
+        watch(a);
+    int frc = a->e ? dh_engine_finish(a->e, out) : 0;
+    if (frc == DH_ECANCELED)
+        frc = 0;
+    if (!a->died && a->left_at < INT64_MAX) /* ranks left: a finite run was cut short */
+        frc = a->N > 0 ? DH_EPEER : 0;
+    if (!rc && frc == DH_EPEER)
+        rc = dh__fail(err, errlen, frc, "%s", a->fault);
+    else if (!rc && frc && frc != DH_ECANCELED)
+        rc = dh__fail(err, errlen, frc, "the run failed: %s", dh_strerror(frc));
+    return rc;
+}
+
+/* After a generation lost ranks: where the next starts (the last step every rank had given
+ * back), and a clean slate of connections and engine. */
+static void prepare_restart(agent *a, const dh_result *done)
+{
+    int64_t common = INT64_MAX;
+    for (int r = a->lo; r < a->hi; r++) {
+        conn *c = &a->conns[r];
+        if (c->started)
+            pthread_join(c->thread, NULL);
+        if (c->fd >= 0)
+            close(c->fd);
+        common = DH_MIN(common, c->released);
+        *c = (conn){.a = a, .fd = -1, .rank = r};
+    }
+    int64_t at = training_step(a, common == INT64_MAX ? 0 : common);
+    int64_t spe = DH_MAX(a->steps_per_epoch, 1);
+    a->restart_epoch = at / spe;
+    a->restart_step = at % spe;
+    event(a, "%s; every rank had completed step %lld (delivered %lld + failed %lld = %lld "
+          "in this set of ranks): waiting %d s for the job to restart, at epoch %lld step %lld "
+          "unless its ranks present a saved state", a->fault, (long long)at - 1,
+          (long long)done->delivered, (long long)done->failed, (long long)done->samples,
+          a->o.attach_timeout_ms / 1000, (long long)a->restart_epoch,
+          (long long)a->restart_step);
+    dh_engine_free(a->e);
+    a->e = NULL;
+    a->attached = 0;
+    a->fault_code = 0;
+    a->died = 0;
+    a->left_at = INT64_MAX;
+    a->gen++;
+}
+
 int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_error_cb on_error,
              void *user, dh_result *out, char *err, size_t errlen)
 {
@@ -705,33 +792,14 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
         rc = 0;
     if (rc)
         a.listen_fd = -1;
-    /* The engine and its pools first: a pool that does not fit fails before anyone waits. */
-    if (!rc)
-        rc = dh__engine_start(cfg, a.o.max_leases, on_error, user, &a.e, err, errlen);
-    if (!rc) {
-        event(&a, "listening on %s for %d ranks (%d..%d)", a.name, a.hi - a.lo, a.lo, a.hi - 1);
-        if ((rc = wait_for_ranks(&a)))
-            dh__msg(err, errlen, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
-                                                    : "stopped with %d of %d ranks attached",
-                    a.attached, a.hi - a.lo);
+    while (!rc) {
+        rc = serve_generation(&a, on_error, user, out, err, errlen);
+        int stopped = a.stopping || (cfg->should_stop && cfg->should_stop(cfg->should_stop_user));
+        if (rc != DH_EPEER || a.o.on_rank_exit != DH_ON_RANK_EXIT_WAIT || stopped)
+            break;
+        prepare_restart(&a, out);
+        rc = 0;
     }
-    if (!rc) {
-        fill_info(&a);
-        if ((rc = dh__engine_begin(a.e, a.conns[a.lo].req.resume, a.info.epoch, a.info.step,
-                                   err, errlen)))
-            refuse_all(&a, rc, err && errlen ? err : "the agent could not begin");
-    }
-    if (!rc && !(rc = answer_attaches(&a)) && !(rc = start_ranks(&a, err, errlen)))
-        watch(&a);
-    int frc = a.e ? dh_engine_finish(a.e, out) : 0;
-    if (frc == DH_ECANCELED)
-        frc = 0;
-    if (!a.died && a.left_at < INT64_MAX) /* ranks left: a finite run was cut short */
-        frc = a.N > 0 ? DH_EPEER : 0;
-    if (!rc && frc == DH_EPEER)
-        rc = dh__fail(err, errlen, frc, "%s", a.fault);
-    else if (!rc && frc && frc != DH_ECANCELED)
-        rc = dh__fail(err, errlen, frc, "the run failed: %s", dh_strerror(frc));
     agent_free(&a);
     return rc;
 }
