@@ -214,6 +214,10 @@ const char cli_run_help[] =
     "                          0: epoch after epoch until interrupted (Ctrl-C prints the accounting)\n"
     "  --epochs N              run N whole epochs of the manifest (or the workload's dataset)\n"
     "  --seed S                seed of data, noise and sampler order (default 1)\n"
+    "  --no-shuffle            every epoch in the manifest's order (validation)\n"
+    "  --keep-last             keep an epoch's incomplete last batch, filled up with samples\n"
+    "                          from the epoch's start, marked as padding in served batches\n"
+    "                          (default: dropped)\n"
     "  --rho X                 load factor to scale GPU costs to (default: the workload's)\n"
     "  --memory-budget BYTES   all the batch memory a run holds: admitted batches, the pool's\n"
     "                          slack and helix's move arena (default: what the DataLoader\n"
@@ -284,6 +288,9 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
                  ? 0
                  : (cli_err("--cpu-heavy expects F:K with 0 < F <= 1 and 0 < K <= %g",
                             DH_STRESS_MAX_FACTOR), -1);
+    } else if (!strcmp(opt, "--no-shuffle") || !strcmp(opt, "--keep-last")) {
+        *(opt[2] == 'n' ? &cfg->no_shuffle : &cfg->keep_last) = 1;
+        return 1;
     } else if (!strcmp(opt, "--understate-told")) {
         stress->understate_told = 1;
         cfg->stress = stress;

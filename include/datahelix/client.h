@@ -87,6 +87,12 @@ DH_API double dh_client_emulated_seconds(dh_client *c, const dh_batch *b);
 /* The id of sample k of a batch taken by this client (valid as long as the batch). */
 DH_API const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k);
 /*
+ * 1 when sample k of a batch this client holds is padding: a duplicate of one of its
+ * epoch's first samples filling up the epoch's last batch (the agent's --keep-last), which
+ * an evaluation should not count; 0 when not; DH_EINVAL for a batch it does not hold.
+ */
+DH_API int dh_client_sample_pad(dh_client *c, const dh_batch *b, int32_t k);
+/*
  * Gives a batch back; its memory may be reused from here, so nothing may
  * view it any more. The step time reported for it (or, without a report,
  * the time since it was taken) feeds the agent's GPU model and deadlines.

@@ -134,6 +134,11 @@ typedef struct {
     int (*send)(void *user, int to, const void *buf, size_t len);
     int (*recv)(void *user, int *from, void **data, size_t *len, double timeout_s, char *err,
                 size_t errlen);
+    /* Added in 0.2. The sample order: no_shuffle keeps the manifest's order in every epoch
+     * (validation); keep_last keeps the incomplete last batch of an epoch, filled up with
+     * samples from the epoch's start, which the agent marks as padding (a trainer's
+     * batch["pad"]), so every sample of an epoch is delivered exactly once unpadded. */
+    int no_shuffle, keep_last;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

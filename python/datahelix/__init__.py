@@ -14,7 +14,8 @@ preprocessing spec says; uint8 pixels, float32 audio), plus "step" (the global
 step, counted from the start of training, also after a resume; "global_step"
 is the same number), "epoch", "epoch_step" (the step within its epoch), "ids",
 "samples", "tokens", "status" (0, or the negative error code of a sample that
-failed: its tensors are zeros), "data" (the whole batch as one uint8 view) and
+failed: its tensors are zeros), "pad" (True for a duplicate that fills up an
+epoch's last batch when the agent keeps it: --keep-last), "data" (the whole batch as one uint8 view) and
 "emulated_compute_s" (the batch's modelled compute time, for emulating an
 accelerator on a CPU-only machine).
 The batch's memory goes back to the agent when the last tensor viewing it is
@@ -208,11 +209,11 @@ class Loader:
         return _Batches(self, client, (self._next // spe + 1) * spe)
 
     def _as_dict(self, raw):
-        step, items, samples, ids, tokens, status, emulated = raw.layout()
+        step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
         whole, batch = _views(raw, items)
         spe = max(1, self._run["steps_per_epoch"])
         batch.update(step=step, global_step=step, epoch=step // spe, epoch_step=step % spe,
-                     ids=ids, samples=samples, tokens=tokens, status=status,
+                     ids=ids, samples=samples, tokens=tokens, status=status, pad=pad,
                      emulated_compute_s=emulated,
                      data=torch.from_numpy(whole) if torch is not None else whole,
                      release=raw.release)

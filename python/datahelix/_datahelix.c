@@ -141,7 +141,7 @@ static int fill_samples(BatchObject *self, PyObject *samples, PyObject *ids, PyO
 }
 
 /* The batch's layout in the cheapest form to turn into views (the Loader's hot path):
- * (step, items, samples, ids, tokens, status, emulated_compute_s); items are
+ * (step, items, samples, ids, tokens, status, emulated_compute_s, pad); items are
  * (type, offset, bytes, is_float32, shape) tuples; status is per sample (0 or the
  * negative code of its first failed item). describe() is the readable form. */
 static PyObject *batch_layout(BatchObject *self, PyObject *unused)
@@ -150,9 +150,9 @@ static PyObject *batch_layout(BatchObject *self, PyObject *unused)
     const dh_batch *b = &self->b;
     PyObject *items = PyTuple_New(b->nitems), *samples = PyList_New(b->nsamples);
     PyObject *ids = PyList_New(b->nsamples), *tokens = PyList_New(b->nsamples);
-    PyObject *status = PyList_New(b->nsamples);
+    PyObject *status = PyList_New(b->nsamples), *pad = PyList_New(b->nsamples);
     int32_t *st = NULL;
-    if (!items || !samples || !ids || !tokens || !status)
+    if (!items || !samples || !ids || !tokens || !status || !pad)
         goto fail;
     if (fill_samples(self, samples, ids, tokens))
         goto fail;
@@ -186,11 +186,14 @@ static PyObject *batch_layout(BatchObject *self, PyObject *unused)
         if (!v)
             goto fail;
         PyList_SET_ITEM(status, k, v);
+        PyObject *p = PyBool_FromLong(dh_client_sample_pad(self->client->c, b, k) == 1);
+        PyList_SET_ITEM(pad, k, p);
     }
     PyMem_Free(st);
-    return Py_BuildValue("(LNNNNNd)", (long long)b->step, items, samples, ids, tokens, status,
-                         dh_client_emulated_seconds(self->client->c, b));
+    return Py_BuildValue("(LNNNNNdN)", (long long)b->step, items, samples, ids, tokens, status,
+                         dh_client_emulated_seconds(self->client->c, b), pad);
 fail:
+    Py_XDECREF(pad);
     PyMem_Free(st);
     Py_XDECREF(items);
     Py_XDECREF(samples);
@@ -253,7 +256,7 @@ static PyMethodDef batch_methods[] = {
      "Give the batch back (deferred while a view of it is alive). Returns True if given back."},
     {"describe", (PyCFunction)batch_describe, METH_NOARGS, "Items, samples, ids, tokens."},
     {"layout", (PyCFunction)batch_layout, METH_NOARGS,
-     "(step, items, samples, ids, tokens, status, emulated_compute_s): the fast form."},
+     "(step, items, samples, ids, tokens, status, emulated_compute_s, pad): the fast form."},
     {"address", (PyCFunction)batch_address, METH_NOARGS, "Address of the batch's first byte."},
     {NULL, NULL, 0, NULL}};
 

@@ -34,8 +34,8 @@ def sock():
 class Agent:
     """`datahelix serve` as a subprocess; stopped (and reaped) on exit."""
 
-    def __init__(self, tmp, socket, *args):
-        self.p = subprocess.Popen([CLI, "serve", "--manifest", os.path.join(tmp, "m.jsonl"),
+    def __init__(self, tmp, socket, *args, manifest="m.jsonl"):
+        self.p = subprocess.Popen([CLI, "serve", "--manifest", os.path.join(tmp, manifest),
                                    "--workers", "2", "--socket", socket] + list(args),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -205,6 +205,62 @@ class LoaderTest(unittest.TestCase):
                 self.assertIn(why, str(ctx.exception))
                 rc, out, err = agent.wait()
                 self.assertNotEqual(rc, 0)
+
+    def test_a_validation_stream_delivers_every_sample_once_with_padding_marked(self):
+        """Beside a training agent, a validation agent (--no-shuffle --keep-last, endless):
+        after each training epoch every rank runs one validation pass; each pass holds
+        every sample exactly once unpadded, in manifest order, the padding marked."""
+        script = r"""
+import json, sys, datahelix
+train_sock, val_sock, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+passes = []
+with datahelix.Loader(socket=train_sock, rank=rank, world_size=2) as train, \
+        datahelix.Loader(socket=val_sock, rank=rank, world_size=2) as val:
+    for epoch in range(2):
+        train.set_epoch(epoch)
+        for b in train:
+            pass
+        seen = []
+        for b in val:  # one pass: one epoch of the validation order
+            seen += [[b["epoch_step"], i, p] for i, p in zip(b["ids"], b["pad"])]
+        passes.append(seen)
+print(json.dumps(passes))
+"""
+        val_dir = os.path.join(self.tmp, "val")  # 9 images: G = 4 leaves a tail of 1
+        os.makedirs(val_dir, exist_ok=True)
+        for i in range(9):
+            shutil.copy(os.path.join(self.tmp, "i%d.jpg" % (i % 8)),
+                        os.path.join(val_dir, "i%d.jpg" % i))
+        subprocess.run([CLI, "index", val_dir, "-o", os.path.join(val_dir, "m.jsonl"), "-q"],
+                       check=True, stdout=subprocess.DEVNULL)
+        ts, vs = sock(), sock()
+        with Agent(self.tmp, ts, "--ranks", "2", "--batch", "4", "--epochs", "2") as train, \
+                Agent(self.tmp, vs, "--ranks", "2", "--batch", "4", "--steps", "0",
+                      "--no-shuffle", "--keep-last", manifest="val/m.jsonl") as val:
+            procs = [subprocess.Popen([sys.executable, "-c", script, ts, vs, str(r)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for r in range(2)]
+            outs = []
+            for p in procs:
+                out, err = p.communicate(timeout=120)
+                self.assertEqual(p.returncode, 0, err)
+                outs.append(json.loads(out))
+            rc, _, err = train.wait()
+            self.assertEqual(rc, 0, err)
+            rc, out, err = val.wait()  # endless: its trainers leaving together end it
+            self.assertEqual(rc, 0, err)
+            self.assertIn("delivered 24 + failed 0 = 24", out)
+        names = ["i%d.jpg" % i for i in range(9)]
+        for n in range(2):
+            rows = [row for o in outs for row in o[n]]
+            self.assertEqual(len(rows), 12)  # 3 steps of 4: 9 samples + 3 padding
+            real = sorted((k, i) for k, i, p in rows if not p)
+            self.assertEqual(sorted(i for _, i in real), names)  # each once, unpadded
+            self.assertEqual([i for _, i, p in rows if p and i not in names[:3]], [])
+            self.assertEqual(sum(p for _, _, p in rows), 3)
+            # manifest order: step k holds samples 4k..4k+3
+            for k, i in real:
+                self.assertEqual(names.index(i) // 4, k)
 
     def test_loader_defaults_come_from_torchrun_and_dh_socket(self):
         s = sock()

@@ -29,6 +29,7 @@ typedef struct {
     int64_t step;
     void *payload; /* the BATCH message: the batch's arrays live here */
     double emulated_s;
+    const uint8_t *flags; /* per sample: DH__SAMPLE_* */
 } held;
 
 struct dh_client {
@@ -193,7 +194,10 @@ static int hold(dh_client *c, int64_t step, void *payload)
     int rc = dh__grow((void **)&c->leases, &c->cap, (size_t)c->nleases + 1,
                       sizeof *c->leases);
     if (!rc)
-        c->leases[c->nleases++] = (held){step, payload, bh.emulated_s};
+        c->leases[c->nleases++] =
+            (held){step, payload, bh.emulated_s,
+                   (const uint8_t *)payload + sizeof bh + 16 * (size_t)bh.nsamples +
+                       (size_t)bh.nitems * sizeof(dh_batch_item) + bh.ids_bytes};
     pthread_mutex_unlock(&c->lease_mu);
     return rc;
 }
@@ -206,7 +210,7 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
         return DH_EPARSE;
     memcpy(&bh, p, sizeof bh);
     uint64_t ns = (uint64_t)(uint32_t)bh.nsamples, ni = (uint64_t)(uint32_t)bh.nitems;
-    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes;
+    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes + ns;
     if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1)
         return DH_EPARSE;
     const dh__shm *pool = bh.pool >= 0 ? &c->pools[bh.pool] : NULL;
@@ -273,6 +277,19 @@ double dh_client_emulated_seconds(dh_client *c, const dh_batch *b)
             s = c->leases[k].emulated_s;
     pthread_mutex_unlock(&c->lease_mu);
     return s;
+}
+
+int dh_client_sample_pad(dh_client *c, const dh_batch *b, int32_t k)
+{
+    if (!c || !b || k < 0 || k >= b->nsamples)
+        return DH_EINVAL;
+    int pad = DH_EINVAL;
+    pthread_mutex_lock(&c->lease_mu);
+    for (int j = 0; j < c->nleases; j++)
+        if (c->leases[j].step == b->step)
+            pad = c->leases[j].flags[k] & DH__SAMPLE_PAD ? 1 : 0;
+    pthread_mutex_unlock(&c->lease_mu);
+    return pad;
 }
 
 const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k)

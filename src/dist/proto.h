@@ -24,7 +24,7 @@ enum {
     DH__MSG_ATTACH = 1, /* client: dh__attach */
     DH__MSG_ATTACHED,   /* agent: dh__attached + 2 fds (ring, arena) */
     DH__MSG_NEXT,       /* client: int32 timeout_ms */
-    DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, ids */
+    DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, ids, flags */
     DH__MSG_RELEASE,    /* client: dh__release (one-way) */
     DH__MSG_REPORT,     /* client: dh__report (one-way) */
     DH__MSG_DETACH,     /* client: empty (one-way) */
@@ -74,9 +74,12 @@ typedef struct {
     int32_t rank, pool;                /* pool 0: the ring, 1: the move arena */
     int64_t offset, bytes;             /* of the batch in its pool */
     int32_t nsamples, nitems, nfailed;
-    uint32_t ids_bytes;                /* NUL-separated sample ids after the items */
+    uint32_t ids_bytes;                /* NUL-separated sample ids after the items, then
+                                        * one byte of DH__SAMPLE_* flags per sample */
     double emulated_s;                 /* the batch's modelled compute time (emulation only) */
 } dh__batch_head;
+
+#define DH__SAMPLE_PAD 1 /* a duplicate filling up an epoch's last batch (keep_last) */
 
 typedef struct {
     int64_t step;

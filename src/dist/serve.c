@@ -63,6 +63,7 @@ typedef struct {
     int started, finished, detached, ended; /* ended: the run's end was delivered */
     int64_t next_step; /* batches handed to this rank so far (under a.mu) */
     int64_t released;  /* batches it gave back (not taken back at its death) */
+    double last_release; /* when it gave one back last (monotonic seconds) */
     lease leases[MAX_LEASES];
     int nleases;
 } conn;
@@ -93,6 +94,9 @@ struct agent {
      * starts, unless its ranks present a state, where every rank of the last had got to. */
     int gen;
     int64_t restart_epoch, restart_step;
+    /* keep_last: the samples of the last batch of epoch pad_epoch, and which are padding */
+    dh_sampler *order;
+    int64_t pad_epoch, npad, *last;
 };
 
 static double mono(void)
@@ -114,6 +118,12 @@ static void event(agent *a, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     a->o.on_event(msg, a->o.event_user);
+}
+
+/* A step of this run as the trainers count it: from the start of training. */
+static int64_t training_step(const agent *a, int64_t st)
+{
+    return a->info.epoch * a->steps_per_epoch + a->info.step + st;
 }
 
 void dh_serve_opts_default(dh_serve_opts *o)
@@ -303,6 +313,37 @@ static int wait_for_ranks(agent *a)
 
 /* --------------------------------------------------------------- serving */
 
+/*
+ * Which samples of b are padding: in an epoch's last batch (keep_last), the duplicates of
+ * the epoch's first samples that fill it up; the agent draws that batch from its own copy
+ * of the order. Exact when the manifest holds at least one global batch (the padding then
+ * never repeats a sample of the same batch). 0 or an error.
+ */
+static int pad_flags(agent *a, const dh_batch *b, uint8_t *flags)
+{
+    memset(flags, 0, (size_t)b->nsamples);
+    int64_t G = a->cfg->global_batch, spe = a->steps_per_epoch;
+    int64_t gs = training_step(a, b->step), epoch = gs / DH_MAX(spe, 1);
+    if (!a->cfg->keep_last || !a->npad || gs % spe != spe - 1)
+        return 0;
+    if (a->pad_epoch != epoch) {
+        dh_sampler_state st = {dh_manifest_hash(a->cfg->manifest), a->cfg->seed, epoch, spe - 1};
+        int rc = dh_sampler_set_state(a->order, &st);
+        if (!rc)
+            rc = dh_sampler_next(a->order, a->last, G);
+        if (rc)
+            return rc;
+        a->pad_epoch = epoch;
+    }
+    for (int32_t k = 0; k < b->nsamples; k++) {
+        int real = 0;
+        for (int64_t j = 0; j < G - a->npad && !real; j++)
+            real = a->last[j] == b->samples[k];
+        flags[k] = real ? 0 : DH__SAMPLE_PAD;
+    }
+    return 0;
+}
+
 static int send_batch(agent *a, conn *c, const dh_batch *b)
 {
     dh__batch_head bh = {.step = b->step, .rank = b->rank, .pool = -1, .bytes = b->bytes,
@@ -316,7 +357,7 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
         dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
         ids += strlen(si.id) + 1;
     }
-    size_t len = 2 * ns * sizeof(int64_t) + ni * sizeof(dh_batch_item) + ids;
+    size_t len = 2 * ns * sizeof(int64_t) + ni * sizeof(dh_batch_item) + ids + ns;
     if (len > DH__PROTO_MAX - sizeof bh)
         return DH_ELIMIT;
     uint8_t *body = dh__malloc(DH_MAX(len, 1));
@@ -333,7 +374,12 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
         memcpy(w, si.id, n), w += n;
     }
     bh.ids_bytes = (uint32_t)ids;
-    int rc = dh__proto_send2(c->fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len);
+    int rc = pad_flags(a, b, w);
+    if (rc) {
+        free(body);
+        return rc;
+    }
+    rc = dh__proto_send2(c->fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len);
     free(body);
     return rc;
 }
@@ -407,19 +453,20 @@ static lease *find_lease(conn *c, int64_t step)
     return NULL;
 }
 
-/* Gives lease l back to the engine with the step time it was reported (else its hold time). */
+/*
+ * Gives lease l back to the engine with the step time it was reported, else its hold time;
+ * either within the time since the rank took it or gave back its previous batch, whichever
+ * is later: a rank computes one step at a time, and batches it holds together (a garbage
+ * collector's late release) must not count their common time twice.
+ */
 static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
 {
-    double s = reclaimed ? 0 : l->seconds >= 0 ? l->seconds : mono() - l->taken;
+    double now = mono(), window = now - DH_MAX(l->taken, c->last_release);
+    double s = reclaimed ? 0 : DH_MAX(0.0, l->seconds >= 0 ? DH_MIN(l->seconds, window) : window);
+    c->last_release = reclaimed ? c->last_release : now;
     dh_engine_release(a->e, &l->b, s);
     c->released += !reclaimed;
     *l = c->leases[--c->nleases];
-}
-
-/* A step of this run as the trainers count it: from the start of training. */
-static int64_t training_step(const agent *a, int64_t st)
-{
-    return a->info.epoch * a->steps_per_epoch + a->info.step + st;
 }
 
 static void on_death(agent *a, conn *c)
@@ -624,7 +671,9 @@ static int start_ranks(agent *a, char *err, size_t errlen)
 static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *opts, char *err,
                       size_t errlen)
 {
-    memset(a, 0, sizeof *a);
+    memset(a, 0, sizeof *a); /* from here agent_free cleans up whatever follows */
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->changed, NULL);
     a->cfg = cfg;
     a->R = cfg->ranks;
     int nodes = cfg->exchange && cfg->nodes > 1 ? cfg->nodes : 1;
@@ -653,21 +702,24 @@ static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *o
     dh_spec_free(builtin);
     a->manifest_hash = dh_manifest_hash(cfg->manifest);
     a->samples = dh_manifest_count(cfg->manifest);
-    a->steps_per_epoch = a->samples / cfg->global_batch;
+    int64_t G = cfg->global_batch;
+    a->steps_per_epoch = cfg->keep_last ? (a->samples + G - 1) / G : a->samples / G;
+    a->npad = cfg->keep_last ? a->steps_per_epoch * G - a->samples : 0;
+    a->pad_epoch = -1;
+    dh_sampler_opts so = {.global_batch = G, .seed = cfg->seed, .shuffle = !cfg->no_shuffle,
+                          .drop_last = !cfg->keep_last};
+    if (a->npad && (!(a->last = dh__calloc((size_t)G, sizeof *a->last)) ||
+                    dh_sampler_new(cfg->manifest, &so, &a->order)))
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
     a->cfg_steps = cfg->steps > 0 ? cfg->steps
                    : cfg->steps == 0 ? DH_MAX(cfg->epochs, 1) * a->steps_per_epoch : -1;
     a->left_at = INT64_MAX;
     a->conns = dh__calloc((size_t)a->R, sizeof *a->conns);
     a->pf = dh__calloc((size_t)a->R + 1, sizeof *a->pf);
-    if (!a->conns || !a->pf) {
-        free(a->conns);
-        free(a->pf);
+    if (!a->conns || !a->pf)
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
-    }
     for (int r = 0; r < a->R; r++)
         a->conns[r].fd = -1;
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->changed, NULL);
     return 0;
 }
 
@@ -685,12 +737,12 @@ static void agent_free(agent *a)
             unlink(a->name);
     }
     dh_engine_free(a->e);
-    if (a->conns) {
-        pthread_mutex_destroy(&a->mu);
-        pthread_cond_destroy(&a->changed);
-    }
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->changed);
     free(a->conns);
     free(a->pf);
+    free(a->last);
+    dh_sampler_free(a->order);
 }
 
 /* Tells every held attach why the run could not start. */
@@ -781,10 +833,12 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
     agent a;
     char name[108];
     int rc = dh__result_check(out, err, errlen);
-    if (!rc)
-        rc = agent_init(&a, cfg, opts, err, errlen);
     if (rc)
         return rc;
+    if ((rc = agent_init(&a, cfg, opts, err, errlen))) {
+        agent_free(&a);
+        return rc;
+    }
     a.name = a.o.socket;
     if (!a.name && !(rc = dh_serve_default_socket(NULL, name, sizeof name)))
         a.name = name;

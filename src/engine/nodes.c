@@ -63,7 +63,7 @@ typedef struct {
     int64_t mv_room, mv_ids;
     /* HELLO: what every node must agree on */
     uint64_t manifest_hash, seed;
-    int64_t ranks, workers, batch, steps, budget, start_epoch, start_step;
+    int64_t ranks, workers, batch, steps, budget, start_epoch, start_step, order;
     double cpu_scale, rho;
     char policy[32], workload[64];
     /* FINAL: this node's totals */
@@ -285,6 +285,7 @@ static void fill_hello(dh_engine *e, xrec *m)
     dh_sampler_get_state(e->run.sampler, &where);
     m->start_epoch = where.epoch;
     m->start_step = where.step;
+    m->order = (c->no_shuffle ? 1 : 0) | (c->keep_last ? 2 : 0);
     m->cpu_scale = c->cpu_cost_scale;
     m->rho = c->rho;
     snprintf(m->policy, sizeof m->policy, "%s", dh__policy_name(e->run.policy));
@@ -301,6 +302,7 @@ static const char *job_differs(const xrec *a, const xrec *b)
            : a->batch != b->batch               ? "--batch"
            : a->steps != b->steps               ? "the run's length (--steps, --epochs)"
            : a->budget != b->budget             ? "--memory-budget"
+           : a->order != b->order               ? "the sample order (--no-shuffle, --keep-last)"
            : a->start_epoch != b->start_epoch || a->start_step != b->start_step
                ? "the resume point (every rank must restore the same checkpoint)"
            : a->cpu_scale != b->cpu_scale       ? "the CPU calibration (--cpu-cost-scale)"

@@ -80,8 +80,8 @@ static int resolve_inputs(dh__run *run, const dh__workload **wl, char *err, size
 static int build_sampler(dh__run *run, char *err, size_t errlen)
 {
     dh_run_config *c = &run->cfg;
-    dh_sampler_opts so = {.global_batch = c->global_batch, .seed = c->seed, .shuffle = 1,
-                          .drop_last = 1};
+    dh_sampler_opts so = {.global_batch = c->global_batch, .seed = c->seed,
+                          .shuffle = !c->no_shuffle, .drop_last = !c->keep_last};
     int rc = dh_sampler_new(run->m, &so, &run->sampler);
     if (rc) {
         dh__msg(err, errlen, "sampler: %lld samples cannot fill a global batch of %lld (%s)",
