@@ -31,8 +31,20 @@ give it "--redirects 1 --tee 1":
     /usr/bin/python3 -m torch.distributed.run --redirects 1 --tee 1 \
         --nproc_per_node 2 examples/train_ddp.py --torchrun --emulate
 
-Several nodes: one agent per node under mpirun, each serving its node's ranks
-(here two agents on one host, hence the per-node socket names):
+Several nodes under torchrun: one agent per node (mpirun), each trainer's
+Loader() attaches to its node's agent; two nodes of two ranks on one host
+(on separate hosts the default socket needs no DH_SOCKET):
+
+    mpirun -np 2 datahelix serve --manifest data/k/manifest.jsonl \
+        --workload kinetics-clips --ranks 4 --workers 2 --batch 8 --epochs 2 \
+        --socket @dh-%n &
+    for n in 0 1; do DH_SOCKET=@dh-$n /usr/bin/python3 -m torch.distributed.run \
+        --redirects 1 --tee 1 --nnodes 2 --node_rank $n --nproc_per_node 2 \
+        --master_addr 127.0.0.1 --master_port 29500 examples/train_ddp.py \
+        --torchrun --emulate & done; wait
+
+The same with torch.multiprocessing (here two agents on one host, hence the
+per-node socket names):
 
     mpirun -np 2 datahelix serve --manifest data/k/manifest.jsonl \
         --workload kinetics-clips --ranks 4 --workers 2 --batch 8 --epochs 2 \
@@ -176,10 +188,14 @@ def train(rank, world, args):
     sock = args.socket
     if sock and "%n" in sock:  # this rank's node's agent
         sock = sock.replace("%n", str(rank // (args.ranks_per_node or world)))
-    # Loader() alone reads RANK / WORLD_SIZE (torchrun's) and DH_SOCKET / DH_JOB; the
-    # arguments here serve ranks started by torch.multiprocessing.
-    loader = datahelix.Loader(socket=sock, rank=rank, world_size=world) if served \
-        else None
+    # Under torchrun, Loader() alone reads RANK / WORLD_SIZE and the agent's socket from
+    # DH_SOCKET (else DH_JOB's default); ranks of torch.multiprocessing name theirs.
+    if not served:
+        loader = None
+    elif args.torchrun and not sock:
+        loader = datahelix.Loader()
+    else:
+        loader = datahelix.Loader(socket=sock, rank=rank, world_size=world)
     it = served_batches(loader, args.epochs) if served else torch_batches(args, rank, world)
     while True:
         t0 = time.monotonic()

@@ -102,6 +102,51 @@ class DdpExampleTest(unittest.TestCase):
         for rank in range(4):  # every rank attached to its own node's agent
             self.assertIn("rank %d attached" % rank, a_err)
 
+    def test_two_nodes_of_two_torchrun_ranks_with_loader_defaults(self):
+        """mpirun -np 2 datahelix serve, and one torchrun per node (--nnodes 2 --node_rank k)
+        whose ranks call Loader() with no argument: global RANK / WORLD_SIZE, the node's
+        agent from DH_SOCKET. Both epochs trained (32 samples), both agents exit 0 with node
+        0's accounting of the whole run (the mpirun tests check exactly-once by CRC)."""
+        if not shutil.which("mpirun"):
+            self.skipTest("mpirun is not installed (apt-get install openmpi-bin)")
+        tmp = tempfile.mkdtemp(prefix="dhddp")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        subprocess.run([CLI, "gen", "--workload", "kinetics-clips", "--out", tmp, "--samples",
+                        "16"], check=True, stdout=subprocess.DEVNULL)
+        sock = "@dh-2x2-%d-%%n" % os.getpid()
+        mpirun = ["mpirun", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
+                  "none"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
+        agents = subprocess.Popen(mpirun + ["-np", "2", CLI, "serve", "--manifest",
+                                            os.path.join(tmp, "manifest.jsonl"), "--workload",
+                                            "kinetics-clips", "--ranks", "4", "--workers", "2",
+                                            "--batch", "4", "--epochs", "2", "--socket", sock,
+                                            "--attach-timeout", "120"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        port = str(29500 + (os.getpid() + 7) % 1000)
+        nodes = []
+        for n in range(2):
+            env = dict(os.environ, DH_PYTHONPATH=os.environ.get("PYTHONPATH", ""),
+                       DH_SOCKET=sock.replace("%n", str(n)))
+            nodes.append(subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run"] + TORCHRUN_311 +
+                ["--log_dir", os.path.join(tmp, "logs%d" % n), "--nnodes", "2", "--node_rank",
+                 str(n), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                 "--master_port", port, EXAMPLE, "--torchrun", "--no-model"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp))
+        outs = [p.communicate(timeout=300) for p in nodes]
+        if any(p.returncode for p in nodes):
+            agents.kill()
+        a_out, a_err = agents.communicate(timeout=120)
+        for p, (out, err) in zip(nodes, outs):
+            self.assertEqual(p.returncode, 0, out[-2000:] + err[-2000:] + a_err)
+        line = [x for out, _ in outs for x in out.splitlines() if '"loader"' in x][-1]
+        summary = json.loads(line[line.index("{"):])
+        self.assertEqual(summary["samples"], 32)  # 16 samples, G = 4: 4 steps an epoch, 2 epochs
+        self.assertEqual(agents.returncode, 0, a_err)
+        self.assertIn("delivered 32 + failed 0 = 32", a_out)
+        for rank in range(4):
+            self.assertIn("rank %d attached" % rank, a_err)
+
     def test_two_ranks_train_on_a_served_workload(self):
         self.train(lambda sock, tmp: [sys.executable, EXAMPLE, "--ranks", "2", "--socket", sock])
 
