@@ -1,4 +1,5 @@
 /* test_sampler.c - the global order: determinism, coverage, padding, resume. */
+#include "catalog/catalog.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -144,6 +145,28 @@ START_TEST(resume_reproduces_uninterrupted_run)
 }
 END_TEST
 
+START_TEST(a_shifted_epoch_continues_at_another_global_batch)
+{
+    /* 9 samples: at G 1 the epoch order is plain; at G 3, epoch 0 resumed after 4 samples
+     * (step 2, shift -2) gives positions 4..6, then epoch 1 from its start, unshifted. */
+    dh_manifest *m = make_manifest(9, "s");
+    dh_sampler *one = make_sampler(m, 1, 5, 1), *three = make_sampler(m, 3, 5, 1);
+    int64_t order[18], got[6];
+    draw(one, 1, 18, order); /* epochs 0 and 1 */
+    dh_sampler_state st = {dh_manifest_hash(m), 5, 0, 2};
+    ck_assert_int_eq(dh_sampler_set_state(three, &st), 0);
+    ck_assert_int_eq(dh__sampler_shift(three, -3), DH_EINVAL); /* |shift| < G */
+    ck_assert_int_eq(dh__sampler_shift(three, 1), DH_EINVAL);  /* the last batch would pass 9 */
+    ck_assert_int_eq(dh__sampler_shift(three, -2), 0);
+    draw(three, 3, 2, got);
+    ck_assert_mem_eq(got, order + 4, 3 * sizeof *got);
+    ck_assert_mem_eq(got + 3, order + 9, 3 * sizeof *got);
+    dh_sampler_free(one);
+    dh_sampler_free(three);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(state_from_another_run_is_rejected)
 {
     dh_manifest *m = make_manifest(50, "s"), *other = make_manifest(50, "x");
@@ -194,6 +217,7 @@ int main(void)
     tcase_add_test(tc, each_epoch_is_a_permutation);
     tcase_add_test(tc, drop_last_and_padding);
     tcase_add_test(tc, resume_reproduces_uninterrupted_run);
+    tcase_add_test(tc, a_shifted_epoch_continues_at_another_global_batch);
     tcase_add_test(tc, state_from_another_run_is_rejected);
     tcase_add_test(tc, no_shuffle_and_bad_arguments);
     suite_add_tcase(s, tc);

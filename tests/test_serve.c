@@ -615,8 +615,8 @@ START_TEST(a_state_from_another_job_is_refused_with_the_reason)
     o.manifest_hash ^= 1;
     o.epoch = 3, o.step = 1; /* step 7: past the job's end */
     refused(&c, &o, "the job is complete");
-    o.epoch = 0, o.step = 1, o.resume_global_batch = 3; /* 3 samples: not a step of G 4 */
-    refused(&c, &o, "not a step boundary of this agent's global batch 4");
+    o.epoch = 0, o.step = 4, o.resume_global_batch = 3; /* sample 12 of 9 */
+    refused(&c, &o, "not a position of this manifest's 9 samples");
 }
 END_TEST
 
@@ -640,6 +640,22 @@ START_TEST(a_state_resumes_at_another_global_batch_where_the_order_allows)
     char *steps = tu_capture("awk '{print $1}' %s | uniq | tr '\\n' ' '", log);
     ck_assert_str_eq(steps, "6 7 8 9 "); /* epoch 1 step 2 of 4 an epoch: global step 6 */
     free(whole), free(rest), free(n), free(steps);
+    /* G 4 -> 3, off a step boundary: 4 samples of epoch 0 consumed, so its one remaining
+     * batch of 3 is positions 4..6 (7, 8 dropped as G 3 drops its tail), numbered as the
+     * epoch's last step (2), then epoch 1 in full: 3 steps of 3. */
+    new_socket_name();
+    whole = sequence_of("pool", 4, DH_STEPS_FOREVER, 4, NULL, log, &r, &rc);
+    o = client_opts(0, 1, 3);
+    o.resume = 1, o.epoch = 0, o.step = 1, o.resume_global_batch = 4;
+    new_socket_name();
+    rest = sequence_of("pool", 4, DH_STEPS_FOREVER, 3, &o, log, &r, &rc);
+    steps = tu_capture("awk '{print $1}' %s | uniq | tr '\\n' ' '", log);
+    ck_assert_str_eq(steps, "2 3 4 5 ");
+    char *want = tu_capture("echo '%s' | tr ' ' '\\n' | sed -n '5,7p;9,16p' | tr '\\n' ' '",
+                            whole);
+    char *got = tu_capture("echo '%s' | tr ' ' '\\n' | sed -n '1,11p' | tr '\\n' ' '", rest);
+    ck_assert_str_eq(got, want); /* the first 8 of epoch 1's 9: what the G-4 job took */
+    free(whole), free(rest), free(steps), free(want), free(got);
 }
 END_TEST
 

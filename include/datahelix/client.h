@@ -41,6 +41,7 @@ typedef struct {
     int check_seed;
     uint64_t resume_seed;
     int64_t resume_global_batch;
+    int64_t resume_shift;    /* the state's shift (dh_client_state.shift) */
 } dh_client_opts;
 
 DH_API void dh_client_opts_default(dh_client_opts *o);
@@ -110,6 +111,10 @@ typedef struct {
     int32_t world_size;
     int64_t global_batch;
     int64_t epoch, step; /* the next global batch this rank has not taken */
+    /* Added in 0.2: that epoch's batches are shifted by so many samples (a job resumed at
+     * another global batch); the samples consumed of the epoch are step * global_batch +
+     * shift. */
+    int64_t shift;
 } dh_client_state;
 DH_API int dh_client_state_get(dh_client *c, dh_client_state *st);
 

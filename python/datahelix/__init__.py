@@ -131,6 +131,8 @@ class Loader:
                     kw["resume_seed"] = int(r["seed"])
                 if r.get("global_batch"):
                     kw["resume_global_batch"] = int(r["global_batch"])
+                if r.get("shift"):
+                    kw["resume_shift"] = int(r["shift"])
                 # The state's manifest and spec must be the agent's, unless the caller
                 # names its own.
                 for key in ("manifest_hash", "spec_hash"):
@@ -241,16 +243,18 @@ class Loader:
                     epoch, self._next, self.epoch, self._run["steps_per_epoch"]))
 
     def state_dict(self):
-        """Where a resumed job continues after this rank's last batch, with what it must
-        match: manifest_hash, spec_hash, seed, global_batch (world_size is informative)."""
+        """Where a resumed job continues after this rank's last batch (epoch, step, and the
+        shift of an epoch resumed at another global batch), with what it must match:
+        manifest_hash, spec_hash, seed; global_batch says how to read step; world_size is
+        informative."""
         if self._client is None:
             return dict(self._resume or {"epoch": 0, "step": 0})
         return self._client.state()
 
     def load_state_dict(self, state):
         """Resume at a saved state (before iterating). The agent refuses a state from another
-        manifest, spec or seed, or ranks that disagree; the world size may change, and so may
-        the global batch when the saved position falls on a step of the new one."""
+        manifest, spec or seed, or ranks that disagree; the world size and the global batch
+        may change: the job goes on at the first sample the saved one had not consumed."""
         if self._client is not None:
             raise DataHelixError(_EINVAL, "DH_EINVAL",
                                  "load_state_dict must come before iterating (or len, "
@@ -261,7 +265,8 @@ class Loader:
             raise DataHelixError(_EINVAL, "DH_EINVAL",
                                  "not a DataHelix state (it needs 'epoch' and 'step'): %r"
                                  % (state,)) from None
-        for key in ("manifest_hash", "spec_hash", "seed", "global_batch", "world_size"):
+        for key in ("manifest_hash", "spec_hash", "seed", "global_batch", "world_size",
+                    "shift"):
             if state.get(key) is not None:
                 resume[key] = int(state[key])
         self._resume = resume

@@ -282,22 +282,24 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"socket", "rank", "world_size", "global_batch", "manifest_hash",
                              "spec_hash", "timeout_ms", "resume_epoch", "resume_step",
-                             "attach_timeout_ms", "resume_seed", "resume_global_batch", NULL};
+                             "attach_timeout_ms", "resume_seed", "resume_global_batch",
+                             "resume_shift", NULL};
     const char *sock = NULL;
     dh_client_opts o;
     dh_client_opts_default(&o);
-    long long G = 0, epoch = -1, step = -1, rG = 0;
+    long long G = 0, epoch = -1, step = -1, rG = 0, shift = 0;
     unsigned long long mh = 0, sh = 0;
     PyObject *seed = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOL", kwlist, &sock, &o.rank,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLL", kwlist, &sock, &o.rank,
                                      &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step,
-                                     &o.attach_timeout_ms, &seed, &rG))
+                                     &o.attach_timeout_ms, &seed, &rG, &shift))
         return -1;
     o.socket = sock;
     o.global_batch = G;
     o.manifest_hash = mh;
     o.spec_hash = sh;
     o.resume_global_batch = rG;
+    o.resume_shift = shift;
     if (seed != Py_None) {
         o.check_seed = 1;
         o.resume_seed = PyLong_AsUnsignedLongLongMask(seed);
@@ -383,11 +385,12 @@ static PyObject *client_state(ClientObject *self, PyObject *unused)
     dh_client_state st;
     if (!self->c || dh_client_state_get(self->c, &st))
         return raise_dh(DH_EINVAL, "the client is closed");
-    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L}", "manifest_hash",
+    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L,s:L}", "manifest_hash",
                          (unsigned long long)st.manifest_hash, "spec_hash",
                          (unsigned long long)st.spec_hash, "seed", (unsigned long long)st.seed,
                          "world_size", st.world_size, "global_batch", (long long)st.global_batch,
-                         "epoch", (long long)st.epoch, "step", (long long)st.step);
+                         "epoch", (long long)st.epoch, "step", (long long)st.step, "shift",
+                         (long long)st.shift);
 }
 
 static PyObject *client_close(ClientObject *self, PyObject *unused)

@@ -167,6 +167,43 @@ class LoaderTest(unittest.TestCase):
             got, want = per_step(rest), per_step(whole)
             self.assertEqual([got[st] for st in (3, 4, 5)], [want[st] for st in (3, 4, 5)])
 
+    def test_a_state_resumes_at_another_global_batch_and_world_size(self):
+        """The order within an epoch does not depend on the global batch: G 2 on 2 ranks for a
+        step, then G 3 on 3 ranks for a step, then G 3 on 1 rank: each goes on at the first
+        sample not consumed (G 3 after 2 samples: its batches shifted by one), which is the
+        plain order a G-1 job takes."""
+        val_dir = os.path.join(self.tmp, "nine")
+        os.makedirs(val_dir, exist_ok=True)
+        for i in range(9):
+            shutil.copy(os.path.join(self.tmp, "i%d.jpg" % (i % 8)),
+                        os.path.join(val_dir, "i%d.jpg" % i))
+        subprocess.run([CLI, "index", val_dir, "-o", os.path.join(val_dir, "m.jsonl"), "-q"],
+                       check=True, stdout=subprocess.DEVNULL)
+
+        def job(world, G, state=None, stop_after=1):
+            s = sock()
+            with Agent(self.tmp, s, "--ranks", str(world), "--batch", str(G), "--steps", "0",
+                       "--policy", "pool", manifest="nine/m.jsonl"):
+                outs = self.ranks(s, world, 2, state, stop_after)
+            ids = sorted(i for seen, _, _ in outs for e, k, st, b in seen for i in b)
+            return ids, outs[0][2]
+
+        s = sock()  # the plain order of epoch 0: a G-1 job's
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "1", "--steps", "0", "--policy",
+                   "pool", manifest="nine/m.jsonl"):
+            outs = self.ranks(s, 1, 2, None, 9)
+        seq = [b[0] for e, k, st, b in outs[0][0]]
+        first, st1 = job(2, 2)
+        self.assertEqual(first, sorted(seq[0:2]))
+        self.assertEqual((st1["epoch"], st1["step"], st1["shift"]), (0, 1, 0))
+        second, st2 = job(3, 3, st1)
+        self.assertEqual(second, sorted(seq[2:5]))
+        self.assertEqual((st2["epoch"], st2["step"], st2["shift"], st2["global_batch"]),
+                         (0, 2, -1, 3))
+        third, st3 = job(1, 3, st2)
+        self.assertEqual(third, sorted(seq[5:8]))  # sample 9's tail is dropped at G 3
+        self.assertEqual((st3["epoch"], st3["step"], st3["shift"]), (1, 0, 0))
+
     def test_set_epoch_and_the_job_end_are_checked(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--epochs", "1"):
@@ -194,7 +231,7 @@ class LoaderTest(unittest.TestCase):
         for bad, why in ((dict(state, seed=2), "seed 2, this agent runs seed 1"),
                          (dict(state, manifest_hash=state["manifest_hash"] ^ 1),
                           "manifest differs"),
-                         (dict(state, global_batch=3), "not a step boundary")):
+                         (dict(state, step=20), "not a position of this manifest")):
             s = sock()
             with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0",
                        "--seed", "1", "--attach-timeout", "3") as agent:

@@ -124,6 +124,14 @@ typedef struct {
 } dh__line_error;
 
 /* dh_manifest_parse_line with the error kept structured. */
+/*
+ * Shifts the batches of the sampler's current epoch by `shift` sample positions (batch s
+ * covers positions s * G + shift ...), until the epoch ends: a job resumed at another global
+ * batch goes on at the first sample the interrupted one had not consumed. The epoch's last
+ * batch must still fit (drop_last) or start inside it (keep_last). 0 or DH_EINVAL.
+ */
+int dh__sampler_shift(dh_sampler *s, int64_t shift);
+
 int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
                             dh__line_error *e);
 

@@ -21,6 +21,7 @@ struct dh_sampler {
     int64_t epoch;
     int64_t step;
     int64_t perm_epoch; /* epoch whose permutation perm holds; -1 none */
+    int64_t shift;      /* positions the current epoch's batches are shifted by (a resume) */
     uint32_t *perm;
 };
 
@@ -88,10 +89,11 @@ int dh_sampler_next(dh_sampler *s, int64_t *out, int64_t cap)
     if (s->step >= dh_sampler_steps_per_epoch(s)) {
         s->epoch++;
         s->step = 0;
+        s->shift = 0;
     }
     if (s->perm_epoch != s->epoch)
         build_perm(s);
-    int64_t g = s->opts.global_batch, base = s->step * g;
+    int64_t g = s->opts.global_batch, base = s->step * g + s->shift;
     /* Padding wraps to the start of this epoch's order, like DistributedSampler. */
     for (int64_t k = 0; k < g; k++)
         out[k] = s->perm[(base + k) % s->n];
@@ -115,5 +117,16 @@ int dh_sampler_set_state(dh_sampler *s, const dh_sampler_state *st)
         return DH_EMISMATCH;
     s->epoch = st->epoch;
     s->step = st->step;
+    s->shift = 0;
+    return 0;
+}
+
+int dh__sampler_shift(dh_sampler *s, int64_t shift)
+{
+    int64_t g = s->opts.global_batch, last = dh_sampler_steps_per_epoch(s) - 1;
+    if (shift <= -g || shift >= g || s->step * g + shift < 0 ||
+        (s->opts.drop_last ? last * g + shift + g > s->n : last * g + shift >= s->n))
+        return DH_EINVAL;
+    s->shift = shift;
     return 0;
 }

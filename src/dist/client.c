@@ -129,7 +129,7 @@ static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errle
                     .spec_hash = o->spec_hash, .pid = (int32_t)getpid(), .resume = o->resume,
                     .epoch = o->epoch, .step = o->step, .resume_seed = o->resume_seed,
                     .resume_global_batch = o->resume_global_batch,
-                    .check_seed = o->check_seed};
+                    .check_seed = o->check_seed, .resume_shift = o->resume_shift};
     int rc = dh__proto_send(c->fd, DH__MSG_ATTACH, &q, sizeof q, NULL, 0);
     if (rc)
         return dh__fail(err, errlen, rc, "the agent closed the connection");
@@ -355,7 +355,8 @@ int dh_client_state_get(dh_client *c, dh_client_state *st)
     int64_t spe = DH_MAX(c->info.steps_per_epoch, 1);
     int64_t at = c->base + c->taken;
     *st = (dh_client_state){c->info.manifest_hash, c->info.spec_hash, c->info.seed,
-                            c->info.world_size, c->info.global_batch, at / spe, at % spe};
+                            c->info.world_size, c->info.global_batch, at / spe, at % spe,
+                            at / spe == c->info.epoch ? c->info.shift : 0};
     return 0;
 }
 

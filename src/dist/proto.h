@@ -51,6 +51,7 @@ typedef struct {
     uint64_t resume_seed;
     int64_t resume_global_batch;       /* 0: the agent's */
     int32_t check_seed, reserved;
+    int64_t resume_shift;              /* the state's epoch shifted by so many samples */
 } dh__attach;
 
 typedef struct {
@@ -67,6 +68,7 @@ typedef struct {
     int64_t epoch, step;               /* where step 0 of the run lies in the sample order */
     int64_t steps_per_epoch;
     int32_t rank_lo, rank_hi;          /* the ranks this agent serves */
+    int64_t shift;                     /* the first epoch's batches shifted (a resume) */
 } dh__attached;
 
 typedef struct {

@@ -135,32 +135,28 @@ void dh_serve_opts_default(dh_serve_opts *o)
 /* ------------------------------------------------------------------ attach */
 
 /*
- * Where a resumed attach starts in this agent's order: (epoch, step) of the state, converted
- * from the state's global batch when it differs (the order within an epoch depends only on
- * the seed, so the position is the count of samples consumed, which must fall on a step
- * boundary of this agent's global batch). Refuses a position past the job's end.
+ * Where a resumed attach starts in this agent's order: the samples the state consumed of its
+ * epoch (the order within an epoch depends only on the seed, not on the global batch), as
+ * (epoch, step, shift) of this agent's global batch: the epoch's remaining batches start at
+ * the first sample not consumed and keep its last step where an epoch's last step is, so
+ * no sample is served twice or skipped. Refuses a position outside the epoch or past the
+ * job's end.
  */
 static int resume_point(const agent *a, const dh__attach *q, int64_t *epoch, int64_t *step,
-                        char *why, size_t len)
+                        int64_t *shift, char *why, size_t len)
 {
     int64_t G = a->cfg->global_batch, Gs = q->resume_global_batch ? q->resume_global_batch : G;
-    int64_t n = a->samples, spe = a->steps_per_epoch;
-    if (q->epoch < 0 || q->step < 0 || Gs < 1 || q->step > n / Gs)
+    int64_t n = a->samples, spe = a->steps_per_epoch, keep = a->cfg->keep_last;
+    int64_t consumed = Gs >= 1 && q->step >= 0 && q->step <= n ? q->step * Gs + q->resume_shift
+                                                                : -1;
+    if (q->epoch < 0 || consumed < 0 || consumed > n)
         return dh__fail(why, len, DH_EINVAL, "the saved position (epoch %lld, step %lld of "
                         "global batch %lld) is not a position of this manifest's %lld samples",
                         (long long)q->epoch, (long long)q->step, (long long)Gs, (long long)n);
-    int64_t consumed = q->step * Gs;
-    *epoch = q->epoch;
-    *step = consumed / G;
-    if (consumed % G && consumed < spe * G)
-        return dh__fail(why, len, DH_EMISMATCH, "the saved state consumed %lld samples of epoch "
-                        "%lld (step %lld at global batch %lld), which is not a step boundary of "
-                        "this agent's global batch %lld: resume with a global batch that divides "
-                        "%lld, or from a state saved at such a step", (long long)consumed,
-                        (long long)q->epoch, (long long)q->step, (long long)Gs, (long long)G,
-                        (long long)consumed);
-    if (*step >= spe) /* the state's epoch ended (a tail too short for our batch) */
-        ++*epoch, *step = 0;
+    int64_t left = keep ? (n - consumed + G - 1) / G : (n - consumed) / G; /* batches */
+    *epoch = q->epoch + (left == 0); /* nothing left of its epoch: the next one */
+    *step = left ? spe - left : 0;
+    *shift = left ? consumed - *step * G : 0;
     if (a->cfg_steps > 0 && *epoch * spe + *step >= a->cfg_steps)
         return dh__fail(why, len, DH_ERANGE, "the saved state is at epoch %lld step %lld, past "
                         "this job's end (%lld steps of %lld per epoch): the job is complete",
@@ -198,14 +194,15 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
         return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with seed %llu, "
                         "this agent runs seed %llu (--seed)", (unsigned long long)q->resume_seed,
                         (unsigned long long)a->cfg->seed);
-    int64_t epoch, step;
-    int rc = q->resume ? resume_point(a, q, &epoch, &step, why, len) : 0;
+    int64_t epoch, step, shift;
+    int rc = q->resume ? resume_point(a, q, &epoch, &step, &shift, why, len) : 0;
     if (rc)
         return rc;
     for (int r = a->lo; r < a->hi; r++) { /* every rank must resume at the same place */
         const conn *o = &a->conns[r];
         if (o->fd >= 0 && (o->req.resume != q->resume ||
                            (q->resume && (o->req.epoch != q->epoch || o->req.step != q->step ||
+                                          o->req.resume_shift != q->resume_shift ||
                                           o->req.resume_global_batch !=
                                               q->resume_global_batch))))
             return dh__fail(why, len, DH_EMISMATCH, "rank %d resumes at %s, rank %d at %s "
@@ -609,14 +606,15 @@ static void fill_info(agent *a)
     const dh_run_config *c = a->cfg;
     const dh__attach *q = &a->conns[a->lo].req;
     int64_t epoch = a->gen ? a->restart_epoch : 0, step = a->gen ? a->restart_step : 0;
+    int64_t shift = 0;
     if (q->resume)
-        resume_point(a, q, &epoch, &step, NULL, 0);
+        resume_point(a, q, &epoch, &step, &shift, NULL, 0);
     int64_t at = epoch * a->steps_per_epoch + step;
     a->N = a->cfg_steps > 0 ? a->cfg_steps - at : -1;
     a->info = (dh__attached){.steps = a->N, .manifest_hash = a->manifest_hash,
                              .spec_hash = a->spec_hash, .seed = c->seed, .world_size = a->R,
                              .max_leases = a->o.max_leases, .global_batch = c->global_batch,
-                             .epoch = epoch, .step = step,
+                             .epoch = epoch, .step = step, .shift = shift,
                              .steps_per_epoch = a->steps_per_epoch, .rank_lo = a->lo,
                              .rank_hi = a->hi};
 }
@@ -775,7 +773,8 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
     if (!rc) {
         fill_info(a);
         int resume = a->gen || a->conns[a->lo].req.resume;
-        if ((rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, err, errlen)))
+        if ((rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, a->info.shift,
+                                   err, errlen)))
             refuse_all(a, rc, err && errlen ? err : "the agent could not begin");
     }
     if (!rc && !(rc = answer_attaches(a)) && !(rc = start_ranks(a, err, errlen)))

@@ -15,6 +15,8 @@
 #include "engine_int.h"
 #include "engine_serve.h"
 
+#include "../catalog/catalog.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,14 +61,16 @@ void dh__engine_abort(dh_engine *e, int rc)
     pthread_mutex_unlock(&e->mu);
 }
 
-int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, char *err,
-                     size_t errlen)
+int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int64_t shift,
+                     char *err, size_t errlen)
 {
     if (e->nthreads)
         return dh__fail(err, errlen, DH_EINVAL, "the engine has begun already");
     if (resume) {
         dh_sampler_state st = {dh_manifest_hash(e->run.m), e->run.cfg.seed, epoch, step};
         int rc = dh_sampler_set_state(e->run.sampler, &st);
+        if (!rc && shift)
+            rc = dh__sampler_shift(e->run.sampler, shift);
         int64_t at = epoch * dh_sampler_steps_per_epoch(e->run.sampler) + step;
         if (!rc && e->N != DH__STEPS_UNBOUNDED && at >= e->N)
             rc = DH_ERANGE;
