@@ -6,6 +6,7 @@
  */
 #include "codec/decode.h"
 #include "engine/engine_int.h"
+#include "engine/engine_serve.h"
 #include "testutil.h"
 
 #include <pthread.h>
@@ -749,6 +750,7 @@ typedef struct {
     dh_run_config cfg;
     dh_result res;
     int rc, consume; /* consume: the test's consumers (checking every item), not emulated ranks */
+    int served;      /* 1: an agent's engine, begun; 2: one whose ranks never came (refused) */
     char err[512];
     int64_t *seen; /* consume: per step, the sample indices delivered, G slots */
     int64_t seen_n;
@@ -939,6 +941,21 @@ static void *consume_rank(void *p)
 static void *run_node(void *p)
 {
     hub_node *n = p;
+    if (n->served) { /* an agent's engine: begins once its ranks are there, or never */
+        dh_engine *e;
+        n->rc = dh__engine_start(&n->cfg, 1, on_error, &n->errs, &e, n->err, sizeof n->err);
+        if (n->rc)
+            return NULL;
+        if (n->served == 2)
+            dh__engine_refuse(e, DH_ETIMEDOUT, "only 0 of 1 ranks attached in time");
+        else
+            n->rc = dh__engine_begin(e, 0, 0, 0, 0, n->err, sizeof n->err);
+        dh_engine_stop(e);
+        int frc = dh_engine_finish(e, &n->res);
+        n->rc = n->rc ? n->rc : frc;
+        dh_engine_free(e);
+        return NULL;
+    }
     if (!n->consume) {
         n->rc = dh_engine_run(&n->cfg, on_error, &n->errs, &n->res, n->err, sizeof n->err);
         return NULL;
@@ -963,6 +980,8 @@ static void *run_node(void *p)
 }
 
 
+static int served_as[4]; /* hub_node.served of each node run_nodes starts */
+
 /* Runs base on `nodes` nodes (threads of this process); node `die` dies at its die_at-th
  * exchange (die -1: none); tweak (may be NULL) changes node k's config. */
 static void run_nodes(const dh_run_config *base, int nodes, int consume, int die, int die_at,
@@ -975,7 +994,7 @@ static void run_nodes(const dh_run_config *base, int nodes, int consume, int die
     for (int k = 0; k < nodes; k++) {
         out[k] = (hub_node){.h = &h, .node = k, .die_at = k == die ? die_at : -1,
                             .die_on_loan = k == die_on_loan_node, .cfg = *base,
-                            .consume = consume};
+                            .consume = consume, .served = served_as[k]};
         dh_result_init(&out[k].res);
         out[k].cfg.nodes = nodes;
         out[k].cfg.node = k;
@@ -1433,8 +1452,18 @@ START_TEST(several_nodes_agree_on_stopping_and_on_the_job)
         ck_assert_int_eq(n[k].res.delivered, n[k].res.steps * 4);
     }
     free_nodes(n, 2);
-    /* A node started on another job (another seed) is refused by every node. */
+    /* A node whose trainers never attached says so to the others at the first round (it
+     * read as "another job: the manifest differs" before). */
     c.steps = 4;
+    served_as[0] = 1, served_as[1] = 2; /* agents' engines; node 1's ranks never attach */
+    run_nodes(&c, 2, 0, -1, 0, n, NULL);
+    served_as[0] = served_as[1] = 0;
+    ck_assert_int_eq(n[0].rc, DH_EPEER);
+    ck_assert_msg(strstr(n[0].err, "node 1 stopped before the run began: only 0 of 1 ranks "
+                                   "attached in time"), "%s", n[0].err);
+    ck_assert_int_eq(n[1].rc, DH_ETIMEDOUT);
+    free_nodes(n, 2);
+    /* A node started on another job (another seed) is refused by every node. */
     run_nodes(&c, 2, 0, -1, 0, n, node_1_has_another_seed);
     for (int k = 0; k < 2; k++) {
         ck_assert_int_eq(n[k].rc, DH_EINVAL);

@@ -765,10 +765,15 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         if (!a->gen)
             event(a, "listening on %s for %d ranks (%d..%d)", a->name, a->hi - a->lo, a->lo,
                   a->hi - 1);
-        if ((rc = wait_for_ranks(a)))
-            dh__msg(err, errlen, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
-                                                    : "stopped with %d of %d ranks attached",
-                    a->attached, a->hi - a->lo);
+        if ((rc = wait_for_ranks(a))) {
+            char why[160];
+            snprintf(why, sizeof why, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
+                                                         : "stopped with %d of %d ranks attached",
+                     a->attached, a->hi - a->lo);
+            dh__msg(err, errlen, "%s", why);
+            dh__engine_refuse(a->e, rc, why);
+            refuse_all(a, rc, why);
+        }
     }
     if (!rc) {
         fill_info(a);

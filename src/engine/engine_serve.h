@@ -25,6 +25,9 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int6
 int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size);
 /* Which pool holds a batch's data, and at what offset. 0 or DH_EINVAL. */
 int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, int64_t *offset);
+/* An engine that will not begin (its ranks did not attach): on several nodes the others
+ * learn why at their HELLO round instead of meeting a node that is gone. */
+void dh__engine_refuse(dh_engine *e, int rc, const char *why);
 /* Stops the run with error code rc (the first reason wins); every consumer wakes. */
 void dh__engine_abort(dh_engine *e, int rc);
 /* dh_engine_next_batch, except that when *wake comes back 1 the idle workers are

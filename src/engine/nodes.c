@@ -100,6 +100,7 @@ struct dh__xchg {
     double carry_s;        /* seconds carrying out agreed plans (copies, packing) */
     int64_t n;
     char err[384];        /* why another node (or the exchange) stopped this one */
+    int began;            /* the HELLO round passed */
     /* lending (send and recv set, a lending policy) */
     int lending;
     pthread_t mthread;
@@ -328,6 +329,11 @@ int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
     }
     fill_hello(e, x->mine);
     int rc = round_trip(e, err, errlen);
+    for (int k = 0; !rc && k < e->nodes; k++) /* a node that gave up before it began */
+        if (rec_of(x, k)->kind == X_FINAL)
+            rc = dh__fail(err, errlen, DH_EPEER, "node %d stopped before the run began: %s", k,
+                          rec_of(x, k)->msg[0] ? rec_of(x, k)->msg
+                                               : dh_strerror(rec_of(x, k)->error));
     for (int k = 1; !rc && k < e->nodes; k++) {
         const char *what = job_differs(rec_of(x, 0), rec_of(x, k));
         if (what)
@@ -336,6 +342,7 @@ int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
     }
     if (rc)
         return rc;
+    x->began = 1;
     clock_gettime(CLOCK_MONOTONIC, &e->t0); /* every node leaves the round together */
     rc = dh__thread_create(&x->thread, exchange_main, e);
     if (rc)
@@ -536,7 +543,8 @@ static void fill_final(dh_engine *e, xrec *m)
     const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
     memset(m, 0, x->bytes);
     m->kind = X_FINAL;
-    m->error = e->error == DH_EPEER && x->err[0] ? 0 : e->error; /* a peer's failure is its own */
+    /* a peer's failure is its own; a node that never began says why (dh__engine_refuse) */
+    m->error = e->error == DH_EPEER && x->err[0] && x->began ? 0 : e->error;
     if (m->error)
         dh__msg(m->msg, sizeof m->msg, "%s", x->err[0] ? x->err : dh_strerror(e->error));
     m->cpu_sum = e->cpu_sum;
@@ -567,6 +575,16 @@ static void fill_final(dh_engine *e, xrec *m)
 }
 
 /* Every node's totals (only this node's if another could not be reached), summed into t. */
+void dh__engine_refuse(dh_engine *e, int rc, const char *why)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->error)
+        e->error = rc;
+    if (e->x && !e->x->err[0])
+        dh__msg(e->x->err, sizeof e->x->err, "%s", why);
+    pthread_mutex_unlock(&e->mu);
+}
+
 void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
 {
     struct dh__xchg *x = e->x;
