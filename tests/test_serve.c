@@ -724,18 +724,28 @@ START_TEST(ranks_that_attach_late_or_give_up_never_hang_the_agent)
 }
 END_TEST
 
-/* A trainer of 2 that takes `take` batches (all when < 0) reporting 1 ms steps, then
- * detaches. Exit 0, 8 when a next failed naming rank 0's leaving, 4 another failure. */
-static pid_t leaving_trainer(int rank, int take)
+/* Forks a trainer, rank of 2 at G 4: the parent gets its pid; the child (0 returned)
+ * holds a connected client in *c, or exits 2 when it cannot connect. */
+static pid_t fork_trainer(int rank, dh_client **c)
 {
     pid_t pid = fork();
     if (pid)
         return pid;
     dh_client_opts o = client_opts(rank, 2, 4);
-    dh_client *c;
-    char err[256] = "";
-    if (dh_client_connect(&o, &c, err, sizeof err))
+    if (dh_client_connect(&o, c, NULL, 0))
         _exit(2);
+    return 0;
+}
+
+/* A trainer of 2 that takes `take` batches (all when < 0) reporting 1 ms steps, then
+ * detaches. Exit 0, 8 when a next failed naming rank 0's leaving, 4 another failure. */
+static pid_t leaving_trainer(int rank, int take)
+{
+    dh_client *c;
+    pid_t pid = fork_trainer(rank, &c);
+    if (pid)
+        return pid;
+    char err[256] = "";
     int rc = 0;
     for (int n = 0; (take < 0 || n < take) && !rc; n++) {
         dh_batch b;
@@ -783,14 +793,11 @@ END_TEST
  * reporting a step time (as a garbage collector releases late). Exit 0, or 4. */
 static pid_t pairing_trainer(int rank)
 {
-    pid_t pid = fork();
+    dh_client *c;
+    pid_t pid = fork_trainer(rank, &c);
     if (pid)
         return pid;
-    dh_client_opts o = client_opts(rank, 2, 4);
-    dh_client *c;
     char err[256] = "";
-    if (dh_client_connect(&o, &c, err, sizeof err))
-        _exit(2);
     dh_batch b[2];
     int rc = 0;
     while (!rc) {

@@ -27,6 +27,18 @@ EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
 TORCHRUN_311 = ["--redirects", "1", "--tee", "1"]
 
 
+def two_agents(tmp, sock):
+    """mpirun -np 2 datahelix serve: 4 ranks, 2 a node, G = 4, 2 epochs of tmp's manifest."""
+    mpirun = ["mpirun", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
+              "none"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
+    return subprocess.Popen(mpirun + ["-np", "2", CLI, "serve", "--manifest",
+                                      os.path.join(tmp, "manifest.jsonl"), "--workload",
+                                      "kinetics-clips", "--ranks", "4", "--workers", "2",
+                                      "--batch", "4", "--epochs", "2", "--socket", sock,
+                                      "--attach-timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 class DdpExampleTest(unittest.TestCase):
     def train(self, launcher):
         """24 generated clips served to 2 ranks, G = 4, 2 epochs, started by `launcher`
@@ -65,14 +77,7 @@ class DdpExampleTest(unittest.TestCase):
         subprocess.run([CLI, "gen", "--workload", "kinetics-clips", "--out", tmp, "--samples",
                         "24"], check=True, stdout=subprocess.DEVNULL)
         sock = "@dh-ddp-%d-%%n" % os.getpid()
-        mpirun = ["mpirun", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
-                  "none"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
-        agents = subprocess.Popen(mpirun + ["-np", "2", CLI, "serve", "--manifest",
-                                            os.path.join(tmp, "manifest.jsonl"), "--workload",
-                                            "kinetics-clips", "--ranks", "4", "--workers", "2",
-                                            "--batch", "4", "--epochs", "2", "--socket", sock,
-                                            "--attach-timeout", "60"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        agents = two_agents(tmp, sock)
         import datahelix
         refused = None  # rank 3 is node 1's: node 0's agent refuses it, with the reason
         for _ in range(100):
@@ -114,14 +119,7 @@ class DdpExampleTest(unittest.TestCase):
         subprocess.run([CLI, "gen", "--workload", "kinetics-clips", "--out", tmp, "--samples",
                         "16"], check=True, stdout=subprocess.DEVNULL)
         sock = "@dh-2x2-%d-%%n" % os.getpid()
-        mpirun = ["mpirun", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
-                  "none"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
-        agents = subprocess.Popen(mpirun + ["-np", "2", CLI, "serve", "--manifest",
-                                            os.path.join(tmp, "manifest.jsonl"), "--workload",
-                                            "kinetics-clips", "--ranks", "4", "--workers", "2",
-                                            "--batch", "4", "--epochs", "2", "--socket", sock,
-                                            "--attach-timeout", "120"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        agents = two_agents(tmp, sock)
         port = str(29500 + (os.getpid() + 7) % 1000)
         nodes = []
         for n in range(2):

@@ -93,6 +93,18 @@ class LoaderTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp)
 
+    def nine(self):
+        """A manifest of 9 images (tmp/nine/m.jsonl): one more than the 8 of the others."""
+        d = os.path.join(self.tmp, "nine")
+        if os.path.exists(os.path.join(d, "m.jsonl")):
+            return
+        os.makedirs(d, exist_ok=True)
+        for i in range(9):
+            shutil.copy(os.path.join(self.tmp, "i%d.jpg" % (i % 8)),
+                        os.path.join(d, "i%d.jpg" % i))
+        subprocess.run([CLI, "index", d, "-o", os.path.join(d, "m.jsonl"), "-q"], check=True,
+                       stdout=subprocess.DEVNULL)
+
     def ranks(self, socket, world, epochs, state=None, stop_after=-1, expect_rc=0):
         args = [socket, None, str(world), str(epochs)]
         if state is not None or stop_after >= 0:
@@ -172,13 +184,7 @@ class LoaderTest(unittest.TestCase):
         step, then G 3 on 3 ranks for a step, then G 3 on 1 rank: each goes on at the first
         sample not consumed (G 3 after 2 samples: its batches shifted by one), which is the
         plain order a G-1 job takes."""
-        val_dir = os.path.join(self.tmp, "nine")
-        os.makedirs(val_dir, exist_ok=True)
-        for i in range(9):
-            shutil.copy(os.path.join(self.tmp, "i%d.jpg" % (i % 8)),
-                        os.path.join(val_dir, "i%d.jpg" % i))
-        subprocess.run([CLI, "index", val_dir, "-o", os.path.join(val_dir, "m.jsonl"), "-q"],
-                       check=True, stdout=subprocess.DEVNULL)
+        self.nine()
 
         def job(world, G, state=None, stop_after=1):
             s = sock()
@@ -263,17 +269,11 @@ with datahelix.Loader(socket=train_sock, rank=rank, world_size=2) as train, \
         passes.append(seen)
 print(json.dumps(passes))
 """
-        val_dir = os.path.join(self.tmp, "val")  # 9 images: G = 4 leaves a tail of 1
-        os.makedirs(val_dir, exist_ok=True)
-        for i in range(9):
-            shutil.copy(os.path.join(self.tmp, "i%d.jpg" % (i % 8)),
-                        os.path.join(val_dir, "i%d.jpg" % i))
-        subprocess.run([CLI, "index", val_dir, "-o", os.path.join(val_dir, "m.jsonl"), "-q"],
-                       check=True, stdout=subprocess.DEVNULL)
+        self.nine()  # G = 4 leaves a tail of 1
         ts, vs = sock(), sock()
         with Agent(self.tmp, ts, "--ranks", "2", "--batch", "4", "--epochs", "2") as train, \
                 Agent(self.tmp, vs, "--ranks", "2", "--batch", "4", "--steps", "0",
-                      "--no-shuffle", "--keep-last", manifest="val/m.jsonl") as val:
+                      "--no-shuffle", "--keep-last", manifest="nine/m.jsonl") as val:
             procs = [subprocess.Popen([sys.executable, "-c", script, ts, vs, str(r)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                      for r in range(2)]
