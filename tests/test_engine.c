@@ -949,7 +949,7 @@ static void *run_node(void *p)
         if (n->served == 2)
             dh__engine_refuse(e, DH_ETIMEDOUT, "only 0 of 1 ranks attached in time");
         else
-            n->rc = dh__engine_begin(e, 0, 0, 0, 0, n->err, sizeof n->err);
+            n->rc = dh__engine_begin(e, 0, 0, 0, 0, -1, n->err, sizeof n->err);
         dh_engine_stop(e);
         int frc = dh_engine_finish(e, &n->res);
         n->rc = n->rc ? n->rc : frc;

@@ -638,11 +638,12 @@ START_TEST(a_state_resumes_at_another_global_batch_where_the_order_allows)
     char *n = tu_capture("echo '%s' | tr ' ' '\\n' | grep -c .", rest);
     ck_assert_int_eq(atoi(n), 8);
     char *steps = tu_capture("awk '{print $1}' %s | uniq | tr '\\n' ' '", log);
-    ck_assert_str_eq(steps, "6 7 8 9 "); /* epoch 1 step 2 of 4 an epoch: global step 6 */
+    /* global steps go on from the state's 3 (steps at G 4), whatever the new global batch */
+    ck_assert_str_eq(steps, "3 4 5 6 ");
     free(whole), free(rest), free(n), free(steps);
     /* G 4 -> 3, off a step boundary: 4 samples of epoch 0 consumed, so its one remaining
-     * batch of 3 is positions 4..6 (7, 8 dropped as G 3 drops its tail), numbered as the
-     * epoch's last step (2), then epoch 1 in full: 3 steps of 3. */
+     * batch of 3 is positions 4..6 (7, 8 dropped as G 3 drops its tail), the epoch's last
+     * step, then epoch 1 in full: 3 steps of 3, global steps from the state's 1 on. */
     new_socket_name();
     whole = sequence_of("pool", 4, DH_STEPS_FOREVER, 4, NULL, log, &r, &rc);
     o = client_opts(0, 1, 3);
@@ -650,7 +651,7 @@ START_TEST(a_state_resumes_at_another_global_batch_where_the_order_allows)
     new_socket_name();
     rest = sequence_of("pool", 4, DH_STEPS_FOREVER, 3, &o, log, &r, &rc);
     steps = tu_capture("awk '{print $1}' %s | uniq | tr '\\n' ' '", log);
-    ck_assert_str_eq(steps, "2 3 4 5 ");
+    ck_assert_str_eq(steps, "1 2 3 4 ");
     char *want = tu_capture("echo '%s' | tr ' ' '\\n' | sed -n '5,7p;9,16p' | tr '\\n' ' '",
                             whole);
     char *got = tu_capture("echo '%s' | tr ' ' '\\n' | sed -n '1,11p' | tr '\\n' ' '", rest);
@@ -964,6 +965,21 @@ START_TEST(a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was)
     ck_assert_int_eq(lines, 24);
     ck_assert_str_eq(steps, restart == 1 ? "1 2 3 4 5 " : "2 3 4 5 ");
     free(out);
+    /* No restart comes: the agent fails after its attach timeout, with the first set's
+     * accounting, not the empty one of the set that never came. */
+    tu_sh("rm -f %s %s %s", died, l0, l1);
+    new_socket_name();
+    a = elastic_trainer(0, -1, NULL, died, l0, l1);
+    b = elastic_trainer(1, 2, NULL, died, l1, l0);
+    o.attach_timeout_ms = 1500;
+    rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(rc, DH_EPEER);
+    ck_assert_msg(strstr(err, "no restart of the job within 1 s") && strstr(err, "rank 1"),
+                  "%s", err);
+    ck_assert_int_eq(wait_child(a), 8);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_int_ge(r.steps, 1);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
 }
 END_TEST
 

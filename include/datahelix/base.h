@@ -20,7 +20,7 @@
 #endif
 
 #define DH_VERSION_MAJOR 0
-#define DH_VERSION_MINOR 1
+#define DH_VERSION_MINOR 2
 #define DH_VERSION_PATCH 0
 
 #ifdef __cplusplus

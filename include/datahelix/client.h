@@ -42,6 +42,9 @@ typedef struct {
     uint64_t resume_seed;
     int64_t resume_global_batch;
     int64_t resume_shift;    /* the state's shift (dh_client_state.shift) */
+    /* the state's global_step (-1, the default: unknown, taken from epoch and step): the
+     * global steps of the resumed job go on from it, whatever its global batch */
+    int64_t resume_global_step;
 } dh_client_opts;
 
 DH_API void dh_client_opts_default(dh_client_opts *o);
@@ -57,8 +60,8 @@ DH_API int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *
 
 /*
  * What the agent runs, as it said when the run started. Steps count from the start of
- * training (a resumed job goes on counting): batch b->step is its global step, of epoch
- * b->step / steps_per_epoch. Any thread.
+ * training (a resumed job goes on counting): batch b->step is its global step; the run's
+ * first epoch starts at start_step (a resume), the next ones at 0. Any thread.
  */
 typedef struct {
     int64_t steps;            /* steps served from start_epoch/start_step; -1: until stopped */
@@ -67,6 +70,7 @@ typedef struct {
     int64_t global_batch;
     int32_t world_size, rank_lo, rank_hi; /* this agent serves ranks [rank_lo, rank_hi) */
     uint64_t manifest_hash, spec_hash, seed;
+    int64_t step_base;        /* the global step of the run's first batch */
 } dh_client_run;
 DH_API int dh_client_run_get(const dh_client *c, dh_client_run *out);
 
@@ -115,6 +119,7 @@ typedef struct {
      * another global batch); the samples consumed of the epoch are step * global_batch +
      * shift. */
     int64_t shift;
+    int64_t global_step; /* the steps trained so far: the next batch's global step */
 } dh_client_state;
 DH_API int dh_client_state_get(dh_client *c, dh_client_state *st);
 

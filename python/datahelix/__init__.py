@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["Loader", "Client", "DataHelixError", "default_socket"]
 
 # Error codes the Loader raises itself (the C library's values).
-_EINVAL, _EMISMATCH = -22, -10009
+_EINVAL, _EMISMATCH, _EPEER = -22, -10009, -10011
 
 
 def _views(raw, items):
@@ -78,13 +78,13 @@ class _Batches:
 
     def __next__(self):
         loader = self._loader
-        if self._until is not None and loader._next >= self._until:
+        if self._until is not None and loader._taken >= self._until:
             raise StopIteration
         raw = self._client.next()
         if raw is None:
             loader._ended = True
             raise StopIteration
-        loader._next = raw.step + 1
+        loader._taken = raw.step - loader._run["step_base"] + 1
         return loader._as_dict(raw)
 
 
@@ -117,7 +117,7 @@ class Loader:
         self._resume = None
         self._client = None
         self._run = None
-        self._next = 0       # the global step of this rank's next batch
+        self._taken = 0      # batches of the agent's run this rank took
         self._ended = False  # the agent said the run is over
 
     # -- lifecycle -----------------------------------------------------------
@@ -133,6 +133,8 @@ class Loader:
                     kw["resume_global_batch"] = int(r["global_batch"])
                 if r.get("shift"):
                     kw["resume_shift"] = int(r["shift"])
+                if r.get("global_step") is not None:
+                    kw["resume_global_step"] = int(r["global_step"])
                 # The state's manifest and spec must be the agent's, unless the caller
                 # names its own.
                 for key in ("manifest_hash", "spec_hash"):
@@ -140,8 +142,6 @@ class Loader:
                         kw[key] = int(r[key])
             self._client = Client(self.socket, self.rank, self.world_size, **kw)
             self._run = self._client.run()
-            run = self._run
-            self._next = run["start_epoch"] * run["steps_per_epoch"] + run["start_step"]
         return self._client
 
     def close(self):
@@ -175,18 +175,21 @@ class Loader:
         self._connect()
         return self._run["steps_per_epoch"]
 
+    def _position(self, taken):
+        """(epoch, step within it) of the run's batch number `taken`: the run's first epoch
+        may start part-way (a resume), the next ones at 0."""
+        run = self._run
+        spe = max(1, run["steps_per_epoch"])
+        first = spe - run["start_step"]
+        if taken < first:
+            return run["start_epoch"], run["start_step"] + taken
+        return run["start_epoch"] + 1 + (taken - first) // spe, (taken - first) % spe
+
     @property
     def epoch(self):
         """The epoch of this rank's next batch; attaches if needed."""
         self._connect()
-        return self._next // max(1, self._run["steps_per_epoch"])
-
-    def _end(self):
-        """The global step at which the agent's run ends, or None (until stopped)."""
-        run = self._run
-        if run["steps"] < 0:
-            return None
-        return run["start_epoch"] * run["steps_per_epoch"] + run["start_step"] + run["steps"]
+        return self._position(self._taken)[0]
 
     def __len__(self):
         """Batches of this rank in one epoch (each rank takes one batch per global step). The
@@ -199,22 +202,23 @@ class Loader:
         client = self._connect()
         if self.endless:
             return _Batches(self, client, None)
-        spe = max(1, self._run["steps_per_epoch"])
-        end = self._end()
-        if self._ended or (end is not None and self._next >= end):
+        run = self._run
+        end = run["steps"] if run["steps"] >= 0 else None  # batches of the agent's run
+        epoch, epoch_step = self._position(self._taken)
+        if self._ended or (end is not None and self._taken >= end):
             raise DataHelixError(
                 _EINVAL, "DH_EINVAL",
-                "the agent's job ends at step %d (epoch %d): no batch is left for epoch %d; "
-                "start the agent with more --epochs or --steps (or stop iterating)"
-                % (end if end is not None else self._next, (end or self._next) // spe,
-                   self._next // spe))
-        return _Batches(self, client, (self._next // spe + 1) * spe)
+                "the agent's job ends at step %d: no batch is left for epoch %d; start the "
+                "agent with more --epochs or --steps (or stop iterating)"
+                % (run["step_base"] + self._taken, epoch))
+        # this epoch's last batch: its rest from here
+        return _Batches(self, client, self._taken + run["steps_per_epoch"] - epoch_step)
 
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
         whole, batch = _views(raw, items)
-        spe = max(1, self._run["steps_per_epoch"])
-        batch.update(step=step, global_step=step, epoch=step // spe, epoch_step=step % spe,
+        epoch, epoch_step = self._position(step - self._run["step_base"])
+        batch.update(step=step, global_step=step, epoch=epoch, epoch_step=epoch_step,
                      ids=ids, samples=samples, tokens=tokens, status=status, pad=pad,
                      emulated_compute_s=emulated,
                      data=torch.from_numpy(whole) if torch is not None else whole,
@@ -224,7 +228,18 @@ class Loader:
     def report_step(self, step, seconds):
         """The compute time this rank measured for a step (batch["step"]): feeds the
         agent's deadlines."""
-        self._connect().report_step(int(step), float(seconds))
+        client = self._connect()
+        try:
+            client.report_step(int(step), float(seconds))
+        except DataHelixError as e:
+            if e.args[0] != _EPEER:
+                raise
+            try:  # the agent closed the connection: its last word says why, if it said one
+                client.next(0)
+            except DataHelixError as why:
+                raise DataHelixError(why.args[0], why.args[1], "cannot report step %d: %s"
+                                     % (step, why.args[2])) from None
+            raise
 
     # -- epochs and resume -----------------------------------------------------
     def set_epoch(self, epoch):
@@ -240,13 +255,14 @@ class Loader:
                 "set_epoch(%d), but this rank's next batch is step %d, of epoch %d (%d steps "
                 "an epoch); restore the saved state with load_state_dict before iterating, or "
                 "loop over the epochs the agent serves" % (
-                    epoch, self._next, self.epoch, self._run["steps_per_epoch"]))
+                    epoch, self._run["step_base"] + self._taken, self.epoch,
+                    self._run["steps_per_epoch"]))
 
     def state_dict(self):
-        """Where a resumed job continues after this rank's last batch (epoch, step, and the
-        shift of an epoch resumed at another global batch), with what it must match:
-        manifest_hash, spec_hash, seed; global_batch says how to read step; world_size is
-        informative."""
+        """Where a resumed job continues after this rank's last batch: epoch, step (within
+        that epoch; batch["step"] is the global step, here global_step), and the shift of an
+        epoch resumed at another global batch; with what it must match: manifest_hash,
+        spec_hash, seed; global_batch says how to read step; world_size is informative."""
         if self._client is None:
             return dict(self._resume or {"epoch": 0, "step": 0})
         return self._client.state()
@@ -266,7 +282,7 @@ class Loader:
                                  "not a DataHelix state (it needs 'epoch' and 'step'): %r"
                                  % (state,)) from None
         for key in ("manifest_hash", "spec_hash", "seed", "global_batch", "world_size",
-                    "shift"):
+                    "shift", "global_step"):
             if state.get(key) is not None:
                 resume[key] = int(state[key])
         self._resume = resume

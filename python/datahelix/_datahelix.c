@@ -283,16 +283,16 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"socket", "rank", "world_size", "global_batch", "manifest_hash",
                              "spec_hash", "timeout_ms", "resume_epoch", "resume_step",
                              "attach_timeout_ms", "resume_seed", "resume_global_batch",
-                             "resume_shift", NULL};
+                             "resume_shift", "resume_global_step", NULL};
     const char *sock = NULL;
     dh_client_opts o;
     dh_client_opts_default(&o);
-    long long G = 0, epoch = -1, step = -1, rG = 0, shift = 0;
+    long long G = 0, epoch = -1, step = -1, rG = 0, shift = 0, gstep = -1;
     unsigned long long mh = 0, sh = 0;
     PyObject *seed = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLL", kwlist, &sock, &o.rank,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLLL", kwlist, &sock, &o.rank,
                                      &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step,
-                                     &o.attach_timeout_ms, &seed, &rG, &shift))
+                                     &o.attach_timeout_ms, &seed, &rG, &shift, &gstep))
         return -1;
     o.socket = sock;
     o.global_batch = G;
@@ -300,6 +300,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     o.spec_hash = sh;
     o.resume_global_batch = rG;
     o.resume_shift = shift;
+    o.resume_global_step = gstep;
     if (seed != Py_None) {
         o.check_seed = 1;
         o.resume_seed = PyLong_AsUnsignedLongLongMask(seed);
@@ -370,13 +371,14 @@ static PyObject *client_run(ClientObject *self, PyObject *unused)
     dh_client_run r;
     if (!self->c || dh_client_run_get(self->c, &r))
         return raise_dh(DH_EINVAL, "the client is closed");
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K}", "steps",
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K,s:L}", "steps",
                          (long long)r.steps, "start_epoch", (long long)r.start_epoch,
                          "start_step", (long long)r.start_step, "steps_per_epoch",
                          (long long)r.steps_per_epoch, "global_batch", (long long)r.global_batch,
                          "world_size", r.world_size, "rank_lo", r.rank_lo, "rank_hi", r.rank_hi,
                          "manifest_hash", (unsigned long long)r.manifest_hash, "spec_hash",
-                         (unsigned long long)r.spec_hash, "seed", (unsigned long long)r.seed);
+                         (unsigned long long)r.spec_hash, "seed", (unsigned long long)r.seed,
+                         "step_base", (long long)r.step_base);
 }
 
 static PyObject *client_state(ClientObject *self, PyObject *unused)
@@ -385,12 +387,12 @@ static PyObject *client_state(ClientObject *self, PyObject *unused)
     dh_client_state st;
     if (!self->c || dh_client_state_get(self->c, &st))
         return raise_dh(DH_EINVAL, "the client is closed");
-    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L,s:L}", "manifest_hash",
+    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L,s:L,s:L}", "manifest_hash",
                          (unsigned long long)st.manifest_hash, "spec_hash",
                          (unsigned long long)st.spec_hash, "seed", (unsigned long long)st.seed,
                          "world_size", st.world_size, "global_batch", (long long)st.global_batch,
                          "epoch", (long long)st.epoch, "step", (long long)st.step, "shift",
-                         (long long)st.shift);
+                         (long long)st.shift, "global_step", (long long)st.global_step);
 }
 
 static PyObject *client_close(ClientObject *self, PyObject *unused)

@@ -80,6 +80,7 @@ class ElasticTest(unittest.TestCase):
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         env = dict(os.environ, DH_SOCKET=sock)
         run = subprocess.run([sys.executable, "-m", "torch.distributed.run"] + TORCHRUN_311 +
+                             os.environ.get("DH_TORCHRUN_ARGS", "").split() +
                              ["--nproc_per_node", "2", "--max_restarts", "1",
                               "--master_port", str(29500 + os.getpid() % 1000), script, tmp,
                               "3"], capture_output=True, text=True, env=env, timeout=300,

@@ -201,14 +201,16 @@ class LoaderTest(unittest.TestCase):
         seq = [b[0] for e, k, st, b in outs[0][0]]
         first, st1 = job(2, 2)
         self.assertEqual(first, sorted(seq[0:2]))
-        self.assertEqual((st1["epoch"], st1["step"], st1["shift"]), (0, 1, 0))
+        self.assertEqual((st1["epoch"], st1["step"], st1["shift"], st1["global_step"]),
+                         (0, 1, 0, 1))
         second, st2 = job(3, 3, st1)
         self.assertEqual(second, sorted(seq[2:5]))
-        self.assertEqual((st2["epoch"], st2["step"], st2["shift"], st2["global_batch"]),
-                         (0, 2, -1, 3))
+        self.assertEqual((st2["epoch"], st2["step"], st2["shift"], st2["global_batch"],
+                          st2["global_step"]), (0, 2, -1, 3, 2))
         third, st3 = job(1, 3, st2)
         self.assertEqual(third, sorted(seq[5:8]))  # sample 9's tail is dropped at G 3
-        self.assertEqual((st3["epoch"], st3["step"], st3["shift"]), (1, 0, 0))
+        self.assertEqual((st3["epoch"], st3["step"], st3["shift"], st3["global_step"]),
+                         (1, 0, 0, 3))
 
     def test_set_epoch_and_the_job_end_are_checked(self):
         s = sock()
@@ -377,6 +379,18 @@ print(json.dumps(passes))
             with self.assertRaises(datahelix.DataHelixError) as ctx:
                 c.report_step(0, 0.1)
             self.assertIn("the agent died or closed the connection", str(ctx.exception))
+
+    def test_a_stopped_agent_tells_a_reporting_trainer_why(self):
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0") as agent:
+            with datahelix.Loader(socket=s, rank=0, world_size=1, endless=True) as loader:
+                it = iter(loader)
+                b = next(it)
+                agent.p.send_signal(signal.SIGINT)  # Ctrl-C of the agent
+                self.assertEqual(agent.wait()[0], 130)
+                with self.assertRaises(datahelix.DataHelixError) as ctx:
+                    loader.report_step(b["step"], 0.01)
+                self.assertIn("cannot report step 0: the agent was stopped", str(ctx.exception))
 
     def test_resume_continues_the_uninterrupted_sequence(self):
         def run(steps, state=None):

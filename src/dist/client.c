@@ -50,6 +50,7 @@ void dh_client_opts_default(dh_client_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
+    o->resume_global_step = -1;
 }
 
 /* The sentence of an ERROR message into errbuf; returns its code. */
@@ -129,7 +130,8 @@ static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errle
                     .spec_hash = o->spec_hash, .pid = (int32_t)getpid(), .resume = o->resume,
                     .epoch = o->epoch, .step = o->step, .resume_seed = o->resume_seed,
                     .resume_global_batch = o->resume_global_batch,
-                    .check_seed = o->check_seed, .resume_shift = o->resume_shift};
+                    .check_seed = o->check_seed, .resume_shift = o->resume_shift,
+                    .resume_global_step = o->resume ? o->resume_global_step : -1};
     int rc = dh__proto_send(c->fd, DH__MSG_ATTACH, &q, sizeof q, NULL, 0);
     if (rc)
         return dh__fail(err, errlen, rc, "the agent closed the connection");
@@ -143,7 +145,7 @@ static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errle
         rc = dh__fail(err, errlen, DH_EPARSE, "unexpected answer to the attach");
     if (!rc) {
         memcpy(&c->info, p, sizeof c->info);
-        c->base = c->info.epoch * c->info.steps_per_epoch + c->info.step;
+        c->base = c->info.step_base;
         if ((rc = map_pools(c, fds, nfds)))
             dh__msg(err, errlen, "cannot map the agent's batch pools: %s", dh_strerror(rc));
     } else {
@@ -175,7 +177,10 @@ int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, si
     c->rank = o.rank;
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->lease_mu, NULL);
-    c->fd = dh__connect(o.socket, c->timeout_ms, err, errlen);
+    /* A trainer may start before its agent: it waits for it to listen, as for the others
+     * to attach when bounded, else timeout_ms. */
+    c->fd = dh__connect(o.socket, o.attach_timeout_ms > 0 ? o.attach_timeout_ms : c->timeout_ms,
+                        err, errlen);
     int rc = c->fd < 0 ? c->fd : attach(c, &o, err, errlen);
     if (rc) {
         dh_client_close(c);
@@ -344,7 +349,7 @@ int dh_client_run_get(const dh_client *c, dh_client_run *out)
     const dh__attached *i = &c->info;
     *out = (dh_client_run){i->steps, i->epoch, i->step, i->steps_per_epoch, i->global_batch,
                            i->world_size, i->rank_lo, i->rank_hi, i->manifest_hash,
-                           i->spec_hash, i->seed};
+                           i->spec_hash, i->seed, i->step_base};
     return 0;
 }
 
@@ -352,11 +357,11 @@ int dh_client_state_get(dh_client *c, dh_client_state *st)
 {
     if (!c || !st)
         return DH_EINVAL;
-    int64_t spe = DH_MAX(c->info.steps_per_epoch, 1);
-    int64_t at = c->base + c->taken;
+    int64_t epoch, step;
+    dh__run_position(&c->info, c->taken, &epoch, &step);
     *st = (dh_client_state){c->info.manifest_hash, c->info.spec_hash, c->info.seed,
-                            c->info.world_size, c->info.global_batch, at / spe, at % spe,
-                            at / spe == c->info.epoch ? c->info.shift : 0};
+                            c->info.world_size, c->info.global_batch, epoch, step,
+                            epoch == c->info.epoch ? c->info.shift : 0, c->base + c->taken};
     return 0;
 }
 

@@ -52,6 +52,7 @@ typedef struct {
     int64_t resume_global_batch;       /* 0: the agent's */
     int32_t check_seed, reserved;
     int64_t resume_shift;              /* the state's epoch shifted by so many samples */
+    int64_t resume_global_step;        /* the state's steps trained so far; -1: unknown */
 } dh__attach;
 
 typedef struct {
@@ -69,6 +70,7 @@ typedef struct {
     int64_t steps_per_epoch;
     int32_t rank_lo, rank_hi;          /* the ranks this agent serves */
     int64_t shift;                     /* the first epoch's batches shifted (a resume) */
+    int64_t step_base;                 /* the global step of the run's step 0 */
 } dh__attached;
 
 typedef struct {
@@ -91,6 +93,13 @@ typedef struct {
     int64_t step;
     double seconds;
 } dh__report;
+
+/*
+ * Epoch and step within it of the run's step st (the run's first epoch may start part-way:
+ * a resume at info->epoch, info->step); its global step is info->step_base + st. The one
+ * reading of a run's steps, for the agent and its clients alike.
+ */
+void dh__run_position(const dh__attached *info, int64_t st, int64_t *epoch, int64_t *epoch_step);
 
 /* Sends one message (and fds, if nfds > 0). 0, DH_EPEER or an error. */
 int dh__proto_send(int fd, int type, const void *payload, uint32_t len, const int *fds, int nfds);

@@ -52,6 +52,12 @@ typedef struct {
     double seconds; /* the reported step time; < 0: none */
 } lease;
 
+/* Where a run starts: (epoch, step, shift) of the order, and its first global step. */
+typedef struct {
+    int64_t epoch, step, shift, base;
+    int64_t dropped; /* samples of the resumed epoch that fill no batch of the new size */
+} start_point;
+
 typedef struct agent agent;
 
 typedef struct {
@@ -80,7 +86,6 @@ struct agent {
     int attached;
     uint64_t manifest_hash, spec_hash;
     int64_t steps_per_epoch, samples;
-    int64_t cfg_steps;      /* the job's length from the start of training; <= 0: endless */
     dh__attached info;
     pthread_mutex_t mu;
     pthread_cond_t changed;
@@ -93,7 +98,8 @@ struct agent {
     /* Restarts (on_rank_exit wait): generation 0 is the first set of ranks; a later one
      * starts, unless its ranks present a state, where every rank of the last had got to. */
     int gen;
-    int64_t restart_epoch, restart_step;
+    start_point restart;
+    int e_began; /* this generation's ranks all attached and its engine began */
     /* keep_last: the samples of the last batch of epoch pad_epoch, and which are padding */
     dh_sampler *order;
     int64_t pad_epoch, npad, *last;
@@ -123,7 +129,18 @@ static void event(agent *a, const char *fmt, ...)
 /* A step of this run as the trainers count it: from the start of training. */
 static int64_t training_step(const agent *a, int64_t st)
 {
-    return a->info.epoch * a->steps_per_epoch + a->info.step + st;
+    return a->info.step_base + st;
+}
+
+/* Steps left of the job from a start (--steps counts global steps from the start of
+ * training, --epochs whole epochs), or -1 for an endless job. */
+static int64_t job_left(const agent *a, const start_point *p)
+{
+    const dh_run_config *c = a->cfg;
+    return c->steps > 0    ? c->steps - p->base
+           : c->steps == 0 ? DH_MAX(c->epochs, 1) * a->steps_per_epoch -
+                                 (p->epoch * a->steps_per_epoch + p->step)
+                           : -1;
 }
 
 void dh_serve_opts_default(dh_serve_opts *o)
@@ -142,8 +159,8 @@ void dh_serve_opts_default(dh_serve_opts *o)
  * no sample is served twice or skipped. Refuses a position outside the epoch or past the
  * job's end.
  */
-static int resume_point(const agent *a, const dh__attach *q, int64_t *epoch, int64_t *step,
-                        int64_t *shift, char *why, size_t len)
+static int resume_point(const agent *a, const dh__attach *q, start_point *p, char *why,
+                        size_t len)
 {
     int64_t G = a->cfg->global_batch, Gs = q->resume_global_batch ? q->resume_global_batch : G;
     int64_t n = a->samples, spe = a->steps_per_epoch, keep = a->cfg->keep_last;
@@ -154,14 +171,18 @@ static int resume_point(const agent *a, const dh__attach *q, int64_t *epoch, int
                         "global batch %lld) is not a position of this manifest's %lld samples",
                         (long long)q->epoch, (long long)q->step, (long long)Gs, (long long)n);
     int64_t left = keep ? (n - consumed + G - 1) / G : (n - consumed) / G; /* batches */
-    *epoch = q->epoch + (left == 0); /* nothing left of its epoch: the next one */
-    *step = left ? spe - left : 0;
-    *shift = left ? consumed - *step * G : 0;
-    if (a->cfg_steps > 0 && *epoch * spe + *step >= a->cfg_steps)
-        return dh__fail(why, len, DH_ERANGE, "the saved state is at epoch %lld step %lld, past "
-                        "this job's end (%lld steps of %lld per epoch): the job is complete",
-                        (long long)*epoch, (long long)*step, (long long)a->cfg_steps,
-                        (long long)spe);
+    p->epoch = q->epoch + (left == 0); /* nothing left of its epoch: the next one */
+    p->step = left ? spe - left : 0;
+    p->shift = left ? consumed - p->step * G : 0;
+    p->dropped = keep ? 0 : n - consumed - left * G;
+    /* Global steps go on from the state's count (at its own global batch). */
+    int64_t spe_s = keep ? (n + Gs - 1) / Gs : n / Gs;
+    p->base = q->resume_global_step >= 0 ? q->resume_global_step : q->epoch * spe_s + q->step;
+    if (a->cfg->steps >= 0 && job_left(a, p) <= 0)
+        return dh__fail(why, len, DH_ERANGE, "the saved state is at step %lld (epoch %lld), "
+                        "past this job's end (--steps %lld, --epochs %lld of %lld steps): the "
+                        "job is complete", (long long)p->base, (long long)q->epoch,
+                        (long long)a->cfg->steps, (long long)a->cfg->epochs, (long long)spe);
     return 0;
 }
 
@@ -194,8 +215,8 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
         return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with seed %llu, "
                         "this agent runs seed %llu (--seed)", (unsigned long long)q->resume_seed,
                         (unsigned long long)a->cfg->seed);
-    int64_t epoch, step, shift;
-    int rc = q->resume ? resume_point(a, q, &epoch, &step, &shift, why, len) : 0;
+    start_point p;
+    int rc = q->resume ? resume_point(a, q, &p, why, len) : 0;
     if (rc)
         return rc;
     for (int r = a->lo; r < a->hi; r++) { /* every rank must resume at the same place */
@@ -320,8 +341,9 @@ static int pad_flags(agent *a, const dh_batch *b, uint8_t *flags)
 {
     memset(flags, 0, (size_t)b->nsamples);
     int64_t G = a->cfg->global_batch, spe = a->steps_per_epoch;
-    int64_t gs = training_step(a, b->step), epoch = gs / DH_MAX(spe, 1);
-    if (!a->cfg->keep_last || !a->npad || gs % spe != spe - 1)
+    int64_t epoch, epoch_step;
+    dh__run_position(&a->info, b->step, &epoch, &epoch_step);
+    if (!a->cfg->keep_last || !a->npad || epoch_step != spe - 1)
         return 0;
     if (a->pad_epoch != epoch) {
         dh_sampler_state st = {dh_manifest_hash(a->cfg->manifest), a->cfg->seed, epoch, spe - 1};
@@ -466,6 +488,13 @@ static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
     *l = c->leases[--c->nleases];
 }
 
+/* What a lost rank means for the others. */
+static const char *fault_tail(const agent *a)
+{
+    return a->o.on_rank_exit == DH_ON_RANK_EXIT_WAIT ? "the agent waits for the job to restart"
+                                                     : "the job cannot go on without it";
+}
+
 static void on_death(agent *a, conn *c)
 {
     int64_t step = c->nleases ? c->leases[0].b.step : -1;
@@ -480,9 +509,7 @@ static void on_death(agent *a, conn *c)
     int first = !a->died;
     if (!a->fault_code) { /* a rank that left earlier stays the cause */
         a->fault_code = DH_EPEER;
-        const char *then = a->o.on_rank_exit == DH_ON_RANK_EXIT_WAIT
-                               ? "the agent waits for the job to restart"
-                               : "the job cannot go on without it";
+        const char *then = fault_tail(a);
         if (step >= 0)
             snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected holding "
                      "step %lld; %s", c->rank, (int)c->pid, (long long)training_step(a, step),
@@ -510,20 +537,20 @@ static void on_detach(agent *a, conn *c)
     if (early && c->next_step < a->left_at) {
         a->left_at = c->next_step;
         if (a->N < 0)
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after step %lld; the "
-                     "job cannot go on without it", c->rank, (int)c->pid,
-                     (long long)training_step(a, c->next_step - 1));
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after step %lld; %s",
+                     c->rank, (int)c->pid, (long long)training_step(a, c->next_step - 1),
+                     fault_tail(a));
         else
             snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after %lld of the run's "
-                     "%lld steps; the job cannot go on without it", c->rank, (int)c->pid,
-                     (long long)c->next_step, (long long)a->N);
+                     "%lld steps; %s", c->rank, (int)c->pid, (long long)c->next_step,
+                     (long long)a->N, fault_tail(a));
         a->fault_code = DH_EPEER;
     }
     pthread_cond_broadcast(&a->changed);
     pthread_mutex_unlock(&a->mu);
     if (early)
-        event(a, "rank %d detached (pid %d) after %lld steps, before the run's end", c->rank,
-              (int)c->pid, (long long)c->next_step);
+        event(a, "rank %d detached (pid %d) after %lld steps%s", c->rank, (int)c->pid,
+              (long long)c->next_step, a->N < 0 ? "" : ", before the run's end");
     else
         event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
 }
@@ -605,18 +632,22 @@ static void fill_info(agent *a)
 {
     const dh_run_config *c = a->cfg;
     const dh__attach *q = &a->conns[a->lo].req;
-    int64_t epoch = a->gen ? a->restart_epoch : 0, step = a->gen ? a->restart_step : 0;
-    int64_t shift = 0;
+    start_point p = a->gen ? a->restart : (start_point){0, 0, 0, 0, 0};
     if (q->resume)
-        resume_point(a, q, &epoch, &step, &shift, NULL, 0);
-    int64_t at = epoch * a->steps_per_epoch + step;
-    a->N = a->cfg_steps > 0 ? a->cfg_steps - at : -1;
+        resume_point(a, q, &p, NULL, 0);
+    int64_t Gs = q->resume_global_batch;
+    if (q->resume && Gs && Gs != c->global_batch && p.dropped > 0 && p.epoch == q->epoch)
+        event(a, "resuming a state of global batch %lld at %lld: the last %lld samples of epoch "
+              "%lld fill no batch of %lld and are dropped, as an epoch's incomplete tail is "
+              "(--keep-last keeps it)", (long long)Gs, (long long)c->global_batch,
+              (long long)p.dropped, (long long)p.epoch, (long long)c->global_batch);
+    a->N = job_left(a, &p);
     a->info = (dh__attached){.steps = a->N, .manifest_hash = a->manifest_hash,
                              .spec_hash = a->spec_hash, .seed = c->seed, .world_size = a->R,
                              .max_leases = a->o.max_leases, .global_batch = c->global_batch,
-                             .epoch = epoch, .step = step, .shift = shift,
+                             .epoch = p.epoch, .step = p.step, .shift = p.shift,
                              .steps_per_epoch = a->steps_per_epoch, .rank_lo = a->lo,
-                             .rank_hi = a->hi};
+                             .rank_hi = a->hi, .step_base = p.base};
 }
 
 /* Waits until every rank's thread ended, stopping the engine when should_stop says so. */
@@ -709,8 +740,6 @@ static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *o
     if (a->npad && (!(a->last = dh__calloc((size_t)G, sizeof *a->last)) ||
                     dh_sampler_new(cfg->manifest, &so, &a->order)))
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
-    a->cfg_steps = cfg->steps > 0 ? cfg->steps
-                   : cfg->steps == 0 ? DH_MAX(cfg->epochs, 1) * a->steps_per_epoch : -1;
     a->left_at = INT64_MAX;
     a->conns = dh__calloc((size_t)a->R, sizeof *a->conns);
     a->pf = dh__calloc((size_t)a->R + 1, sizeof *a->pf);
@@ -775,11 +804,13 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
             refuse_all(a, rc, why);
         }
     }
+    a->e_began = 0;
     if (!rc) {
         fill_info(a);
+        a->e_began = 1;
         int resume = a->gen || a->conns[a->lo].req.resume;
         if ((rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, a->info.shift,
-                                   err, errlen)))
+                                   a->N, err, errlen)))
             refuse_all(a, rc, err && errlen ? err : "the agent could not begin");
     }
     if (!rc && !(rc = answer_attaches(a)) && !(rc = start_ranks(a, err, errlen)))
@@ -810,16 +841,17 @@ static void prepare_restart(agent *a, const dh_result *done)
         common = DH_MIN(common, c->released);
         *c = (conn){.a = a, .fd = -1, .rank = r};
     }
-    int64_t at = training_step(a, common == INT64_MAX ? 0 : common);
-    int64_t spe = DH_MAX(a->steps_per_epoch, 1);
-    a->restart_epoch = at / spe;
-    a->restart_step = at % spe;
-    event(a, "%s; every rank had completed step %lld (delivered %lld + failed %lld = %lld "
-          "in this set of ranks): waiting %d s for the job to restart, at epoch %lld step %lld "
-          "unless its ranks present a saved state", a->fault, (long long)at - 1,
-          (long long)done->delivered, (long long)done->failed, (long long)done->samples,
-          a->o.attach_timeout_ms / 1000, (long long)a->restart_epoch,
-          (long long)a->restart_step);
+    common = common == INT64_MAX ? 0 : common;
+    start_point *p = &a->restart;
+    dh__run_position(&a->info, common, &p->epoch, &p->step);
+    p->shift = p->epoch == a->info.epoch ? a->info.shift : 0;
+    p->base = training_step(a, common);
+    event(a, "%s. Every rank had given back the batches of the steps before %lld (%lld in this "
+          "set of ranks, %lld samples delivered, %lld failed): waiting %d s for the job to "
+          "restart at step %lld (epoch %lld, step %lld of it), unless its ranks present a saved "
+          "state", a->fault, (long long)p->base, (long long)done->steps,
+          (long long)done->delivered, (long long)done->failed, a->o.attach_timeout_ms / 1000,
+          (long long)p->base, (long long)p->epoch, (long long)p->step);
     dh_engine_free(a->e);
     a->e = NULL;
     a->attached = 0;
@@ -850,11 +882,20 @@ int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_erro
         rc = 0;
     if (rc)
         a.listen_fd = -1;
+    dh_result last; /* the accounting of the last set of ranks that ran (out's size) */
+    memcpy(&last, out, out->struct_size);
     while (!rc) {
         rc = serve_generation(&a, on_error, user, out, err, errlen);
         int stopped = a.stopping || (cfg->should_stop && cfg->should_stop(cfg->should_stop_user));
-        if (rc != DH_EPEER || a.o.on_rank_exit != DH_ON_RANK_EXIT_WAIT || stopped)
+        if (a.gen && !a.e_began) { /* no restart came: the accounting is the last set's */
+            memcpy(out, &last, out->struct_size);
+            dh__msg(err, errlen, "no restart of the job within %d s (%s) after: %s",
+                    a.o.attach_timeout_ms / 1000, dh_strerror(rc), a.fault);
+            rc = DH_EPEER;
+        }
+        if (rc != DH_EPEER || a.o.on_rank_exit != DH_ON_RANK_EXIT_WAIT || stopped || !a.e_began)
             break;
+        memcpy(&last, out, out->struct_size);
         prepare_restart(&a, out);
         rc = 0;
     }

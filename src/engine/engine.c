@@ -62,7 +62,7 @@ void dh__engine_abort(dh_engine *e, int rc)
 }
 
 int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int64_t shift,
-                     char *err, size_t errlen)
+                     int64_t steps, char *err, size_t errlen)
 {
     if (e->nthreads)
         return dh__fail(err, errlen, DH_EINVAL, "the engine has begun already");
@@ -71,18 +71,15 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int6
         int rc = dh_sampler_set_state(e->run.sampler, &st);
         if (!rc && shift)
             rc = dh__sampler_shift(e->run.sampler, shift);
-        int64_t at = epoch * dh_sampler_steps_per_epoch(e->run.sampler) + step;
-        if (!rc && e->N != DH__STEPS_UNBOUNDED && at >= e->N)
+        if (!rc && e->N != DH__STEPS_UNBOUNDED && steps <= 0)
             rc = DH_ERANGE;
         if (rc)
             return dh__fail(err, errlen, rc, "cannot resume at epoch %lld step %lld: %s (an "
-                            "epoch has %lld steps, the job %lld)", (long long)epoch,
-                            (long long)step, dh_strerror(rc),
-                            (long long)dh_sampler_steps_per_epoch(e->run.sampler),
-                            (long long)e->N);
-        /* The job's length counts from the start of training: serve what remains of it. */
-        if (e->N != DH__STEPS_UNBOUNDED) {
-            e->N -= at;
+                            "epoch has %lld steps)", (long long)epoch, (long long)step,
+                            dh_strerror(rc),
+                            (long long)dh_sampler_steps_per_epoch(e->run.sampler));
+        if (e->N != DH__STEPS_UNBOUNDED) { /* what remains of the job */
+            e->N = steps;
             e->run.cfg.steps = e->N;
             dh__sched_set_steps(e->sched, e->N);
         }

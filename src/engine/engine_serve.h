@@ -17,10 +17,10 @@
 int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on_error,
                      void *user, dh_engine **out, char *err, size_t errlen);
 /* Starts a shared engine's decoding, at (epoch, step) of the sample order when resume, that
- * epoch's batches shifted by `shift` samples (dh__sampler_shift); the run's length counts
- * from the start of training, so it serves what remains. */
+ * epoch's batches shifted by `shift` samples (dh__sampler_shift), serving `steps` steps (what
+ * remains of the job; ignored by an endless run). */
 int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int64_t shift,
-                     char *err, size_t errlen);
+                     int64_t steps, char *err, size_t errlen);
 /* Pool 0 (the ring) or 1 (the move arena): its memfd and size. 0 or DH_EINVAL. */
 int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size);
 /* Which pool holds a batch's data, and at what offset. 0 or DH_EINVAL. */
