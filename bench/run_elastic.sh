@@ -6,7 +6,7 @@
 #   usage: bench/run_elastic.sh [BUILD_DIR] [REPEATS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${1:-build/release}
+B=$(cd "${1:-build/release}" && pwd)
 REPEATS=${2:-3}
 echo "| torchrun monitor interval | death -> first batch of the restarted job (s) |"
 echo "|---|---|"

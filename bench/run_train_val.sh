@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # run_train_val.sh - training with and without validation passes beside it: a 2-rank job
-# (bench/train_val.py, 15 ms of emulated accelerator time per training sample, a third of
+# (bench/train_val.py, MS (15) ms of emulated accelerator time per training sample, a third of
 # it per validation sample) on generated kinetics-like clips, fed by a training agent
 # (W = 2, G = 8, 2 epochs) and, in the second configuration, a validation agent
 # (--no-shuffle --keep-last --steps 0, its own W = 2) with one pass after each epoch.
 # Alternates the two REPEATS times; prints training samples/s and each pass's seconds.
-#   usage: bench/run_train_val.sh [BUILD_DIR] [REPEATS] [TRAIN_SAMPLES] [VAL_SAMPLES]
+#   usage: bench/run_train_val.sh [BUILD_DIR] [REPEATS] [TRAIN_SAMPLES] [VAL_SAMPLES] [MS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${1:-build/release}
+B=$(cd "${1:-build/release}" && pwd)
 REPEATS=${2:-3}
 NT=${3:-96}
 NV=${4:-36}
+MS=${5:-15}
 PY=/usr/bin/python3
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/dh-tv-bench.XXXXXX")
 trap 'kill $(jobs -p) 2> /dev/null; rm -rf "$DATA"' EXIT
@@ -33,7 +34,7 @@ for k in $(seq "$REPEATS"); do
             vagent=$!
             val=$vs
         fi
-        line=$(PYTHONPATH="$B/python" "$PY" bench/train_val.py "$ts" "$val" 2 15 | tail -n 1)
+        line=$(PYTHONPATH="$B/python" "$PY" bench/train_val.py "$ts" "$val" 2 "$MS" | tail -n 1)
         wait $agent
         [[ $cfg == with-val ]] && wait $vagent
         "$PY" -c 'import json,sys; r=json.loads(sys.argv[2]); print("| %s | %.1f | %s |" % (
