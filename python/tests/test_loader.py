@@ -301,6 +301,19 @@ print(json.dumps(passes))
             for k, i in real:
                 self.assertEqual(names.index(i) // 4, k)
 
+    def test_padding_is_marked_in_an_epoch_resumed_at_another_global_batch(self):
+        """8 images, G 4, --keep-last --no-shuffle, resumed from 3 samples consumed at G 3:
+        the rest of the epoch is positions 3..6 and 7..10, the last three (8, 9, 10) filling
+        from the epoch's start (i0, i1, i2), marked."""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0",
+                   "--no-shuffle", "--keep-last"):
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                loader.load_state_dict({"epoch": 0, "step": 1, "global_batch": 3})
+                rows = [(i, p) for b in loader for i, p in zip(b["ids"], b["pad"])]
+        self.assertEqual([i for i, p in rows if not p], ["i%d.jpg" % k for k in range(3, 8)])
+        self.assertEqual(sorted(i for i, p in rows if p), ["i0.jpg", "i1.jpg", "i2.jpg"])
+
     def test_loader_defaults_come_from_torchrun_and_dh_socket(self):
         s = sock()
         env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="0",

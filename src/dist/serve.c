@@ -32,6 +32,7 @@
  */
 #include "dist.h"
 
+#include "../catalog/catalog.h"
 #include "../engine/engine_serve.h"
 #include "../run/run.h"
 
@@ -102,7 +103,7 @@ struct agent {
     int e_began; /* this generation's ranks all attached and its engine began */
     /* keep_last: the samples of the last batch of epoch pad_epoch, and which are padding */
     dh_sampler *order;
-    int64_t pad_epoch, npad, *last;
+    int64_t pad_epoch, *last;
 };
 
 static double mono(void)
@@ -164,9 +165,12 @@ static int resume_point(const agent *a, const dh__attach *q, start_point *p, cha
 {
     int64_t G = a->cfg->global_batch, Gs = q->resume_global_batch ? q->resume_global_batch : G;
     int64_t n = a->samples, spe = a->steps_per_epoch, keep = a->cfg->keep_last;
-    int64_t consumed = Gs >= 1 && q->step >= 0 && q->step <= n ? q->step * Gs + q->resume_shift
-                                                                : -1;
-    if (q->epoch < 0 || consumed < 0 || consumed > n)
+    /* every number is the trainer's: bounded before any arithmetic */
+    int sane = Gs >= 1 && Gs <= INT32_MAX && q->step >= 0 && q->step <= n && q->epoch >= 0 &&
+               q->epoch <= INT32_MAX && q->resume_shift > -Gs && q->resume_shift < Gs &&
+               q->resume_global_step >= -1 && q->resume_global_step <= (INT64_C(1) << 50);
+    int64_t consumed = sane ? q->step * Gs + q->resume_shift : -1;
+    if (consumed < 0 || consumed > n)
         return dh__fail(why, len, DH_EINVAL, "the saved position (epoch %lld, step %lld of "
                         "global batch %lld) is not a position of this manifest's %lld samples",
                         (long long)q->epoch, (long long)q->step, (long long)Gs, (long long)n);
@@ -224,6 +228,7 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
         if (o->fd >= 0 && (o->req.resume != q->resume ||
                            (q->resume && (o->req.epoch != q->epoch || o->req.step != q->step ||
                                           o->req.resume_shift != q->resume_shift ||
+                                          o->req.resume_global_step != q->resume_global_step ||
                                           o->req.resume_global_batch !=
                                               q->resume_global_batch))))
             return dh__fail(why, len, DH_EMISMATCH, "rank %d resumes at %s, rank %d at %s "
@@ -343,24 +348,29 @@ static int pad_flags(agent *a, const dh_batch *b, uint8_t *flags)
     int64_t G = a->cfg->global_batch, spe = a->steps_per_epoch;
     int64_t epoch, epoch_step;
     dh__run_position(&a->info, b->step, &epoch, &epoch_step);
-    if (!a->cfg->keep_last || !a->npad || epoch_step != spe - 1)
+    int64_t shift = epoch == a->info.epoch ? a->info.shift : 0; /* a resumed, shifted epoch */
+    int64_t real = DH_MIN(G, a->samples - ((spe - 1) * G + shift)); /* then the filling */
+    if (!a->cfg->keep_last || real >= G || epoch_step != spe - 1)
         return 0;
+    pthread_mutex_lock(&a->mu); /* the cached batch is every rank thread's */
+    int rc = 0;
     if (a->pad_epoch != epoch) {
         dh_sampler_state st = {dh_manifest_hash(a->cfg->manifest), a->cfg->seed, epoch, spe - 1};
-        int rc = dh_sampler_set_state(a->order, &st);
+        rc = dh_sampler_set_state(a->order, &st);
+        if (!rc && shift)
+            rc = dh__sampler_shift(a->order, shift);
         if (!rc)
             rc = dh_sampler_next(a->order, a->last, G);
-        if (rc)
-            return rc;
-        a->pad_epoch = epoch;
+        a->pad_epoch = rc ? -1 : epoch;
     }
-    for (int32_t k = 0; k < b->nsamples; k++) {
-        int real = 0;
-        for (int64_t j = 0; j < G - a->npad && !real; j++)
-            real = a->last[j] == b->samples[k];
-        flags[k] = real ? 0 : DH__SAMPLE_PAD;
+    for (int32_t k = 0; !rc && k < b->nsamples; k++) {
+        int is_real = 0;
+        for (int64_t j = 0; j < real && !is_real; j++)
+            is_real = a->last[j] == b->samples[k];
+        flags[k] = is_real ? 0 : DH__SAMPLE_PAD;
     }
-    return 0;
+    pthread_mutex_unlock(&a->mu);
+    return rc;
 }
 
 static int send_batch(agent *a, conn *c, const dh_batch *b)
@@ -534,8 +544,9 @@ static void on_detach(agent *a, conn *c)
         release_lease(a, c, &c->leases[0], 0);
     pthread_mutex_lock(&a->mu);
     int early = !c->ended && (a->N < 0 || c->next_step < a->N);
-    if (early && c->next_step < a->left_at) {
+    if (early && c->next_step < a->left_at)
         a->left_at = c->next_step;
+    if (early && !a->fault_code) { /* a death or an earlier leaving stays the cause */
         if (a->N < 0)
             snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after step %lld; %s",
                      c->rank, (int)c->pid, (long long)training_step(a, c->next_step - 1),
@@ -733,11 +744,10 @@ static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *o
     a->samples = dh_manifest_count(cfg->manifest);
     int64_t G = cfg->global_batch;
     a->steps_per_epoch = cfg->keep_last ? (a->samples + G - 1) / G : a->samples / G;
-    a->npad = cfg->keep_last ? a->steps_per_epoch * G - a->samples : 0;
     a->pad_epoch = -1;
     dh_sampler_opts so = {.global_batch = G, .seed = cfg->seed, .shuffle = !cfg->no_shuffle,
                           .drop_last = !cfg->keep_last};
-    if (a->npad && (!(a->last = dh__calloc((size_t)G, sizeof *a->last)) ||
+    if (cfg->keep_last && (!(a->last = dh__calloc((size_t)G, sizeof *a->last)) ||
                     dh_sampler_new(cfg->manifest, &so, &a->order)))
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
     a->left_at = INT64_MAX;
