@@ -24,7 +24,7 @@ for k in $(seq "$REPEATS"); do
         > /dev/null 2>&1 &
     agent=$!
     line=$(DH_PYTHONPATH="$B/python" /usr/bin/python3 examples/train_ddp.py --ranks 2 \
-               --socket "$sock" --no-model --emulate | tail -n 1)
+               --epochs "${EPOCHS:-2}" --socket "$sock" --no-model --emulate | tail -n 1)
     served=$(sed -n 's/.*"throughput_sps": \([0-9.]*\).*/\1/p' <<< "$line")
     cpu=$(sed -n 's/.*"trainer_cpu_frac": \([0-9.]*\).*/\1/p' <<< "$line")
     wait $agent

@@ -202,17 +202,21 @@ class Loader:
         client = self._connect()
         if self.endless:
             return _Batches(self, client, None)
+        self._check_not_over(self.epoch)
+        epoch_step = self._position(self._taken)[1]
+        # this epoch's last batch: its rest from here
+        return _Batches(self, client, self._taken + self._run["steps_per_epoch"] - epoch_step)
+
+    def _check_not_over(self, epoch):
+        """Raises when the agent's job has no batch left (for `epoch`)."""
         run = self._run
         end = run["steps"] if run["steps"] >= 0 else None  # batches of the agent's run
-        epoch, epoch_step = self._position(self._taken)
         if self._ended or (end is not None and self._taken >= end):
             raise DataHelixError(
                 _EINVAL, "DH_EINVAL",
                 "the agent's job ends at step %d: no batch is left for epoch %d; start the "
                 "agent with more --epochs or --steps (or stop iterating)"
                 % (run["step_base"] + self._taken, epoch))
-        # this epoch's last batch: its rest from here
-        return _Batches(self, client, self._taken + run["steps_per_epoch"] - epoch_step)
 
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
@@ -249,6 +253,7 @@ class Loader:
         job, or a state not restored) is refused with both numbers. Attaches if needed."""
         epoch = int(epoch)
         self._connect()
+        self._check_not_over(epoch)
         if epoch != self.epoch:
             raise DataHelixError(
                 _EMISMATCH, "DH_EMISMATCH",

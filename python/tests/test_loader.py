@@ -223,10 +223,11 @@ class LoaderTest(unittest.TestCase):
                               str(ctx.exception))
                 loader.set_epoch(0)
                 self.assertEqual(len(list(loader)), 2)
-                loader.set_epoch(1)  # the order is at epoch 1 now...
-                with self.assertRaises(datahelix.DataHelixError) as ctx:
-                    iter(loader)     # ...but the agent's job was one epoch
-                self.assertIn("no batch is left for epoch 1", str(ctx.exception))
+                for call in (lambda: loader.set_epoch(1), lambda: iter(loader)):
+                    with self.assertRaises(datahelix.DataHelixError) as ctx:
+                        call()  # the agent's job was one epoch
+                    self.assertIn("the agent's job ends at step 2: no batch is left for epoch 1",
+                                  str(ctx.exception))
 
     def test_a_state_from_another_job_is_refused(self):
         s = sock()
