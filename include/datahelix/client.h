@@ -94,7 +94,8 @@ DH_API const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, in
 /*
  * 1 when sample k of a batch this client holds is padding: a duplicate of one of its
  * epoch's first samples filling up the epoch's last batch (the agent's --keep-last), which
- * an evaluation should not count; 0 when not; DH_EINVAL for a batch it does not hold.
+ * an evaluation should not count; 0 when not; DH_EINVAL for a batch it does not hold. Any
+ * thread.
  */
 DH_API int dh_client_sample_pad(dh_client *c, const dh_batch *b, int32_t k);
 /*
