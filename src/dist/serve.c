@@ -423,7 +423,7 @@ static void send_end(agent *a, conn *c, int rc)
     else if (rc == DH_EEMPTY)
         snprintf(msg, sizeof msg, "the run is complete");
     else if (rc == DH_ECANCELED)
-        snprintf(msg, sizeof msg, "the agent was stopped");
+        snprintf(msg, sizeof msg, "the agent was stopped (Ctrl-C, SIGTERM or its caller)");
     else
         snprintf(msg, sizeof msg, "the agent's run failed: %s", dh_strerror(rc));
     pthread_mutex_unlock(&a->mu);
@@ -560,7 +560,7 @@ static void on_detach(agent *a, conn *c)
     pthread_cond_broadcast(&a->changed);
     pthread_mutex_unlock(&a->mu);
     if (early)
-        event(a, "rank %d detached (pid %d) after %lld steps%s", c->rank, (int)c->pid,
+        event(a, "rank %d detached (pid %d) after taking %lld batches%s", c->rank, (int)c->pid,
               (long long)c->next_step, a->N < 0 ? "" : ", before the run's end");
     else
         event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
@@ -801,9 +801,15 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
     /* The engine and its pools first: a pool that does not fit fails before anyone waits. */
     int rc = dh__engine_start(a->cfg, a->o.max_leases, on_error, user, &a->e, err, errlen);
     if (!rc) {
+        int64_t tail = a->cfg->keep_last ? 0 : a->samples % a->cfg->global_batch;
         if (!a->gen)
             event(a, "listening on %s for %d ranks (%d..%d)", a->name, a->hi - a->lo, a->lo,
                   a->hi - 1);
+        if (!a->gen && tail)
+            event(a, "an epoch of %lld samples in global batches of %lld uses %lld: the last "
+                  "%lld of each epoch's order are dropped (--keep-last keeps them)",
+                  (long long)a->samples, (long long)a->cfg->global_batch,
+                  (long long)(a->samples - tail), (long long)tail);
         if ((rc = wait_for_ranks(a))) {
             char why[160];
             snprintf(why, sizeof why, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
@@ -856,12 +862,12 @@ static void prepare_restart(agent *a, const dh_result *done)
     dh__run_position(&a->info, common, &p->epoch, &p->step);
     p->shift = p->epoch == a->info.epoch ? a->info.shift : 0;
     p->base = training_step(a, common);
-    event(a, "%s. Every rank had given back the batches of the steps before %lld (%lld in this "
-          "set of ranks, %lld samples delivered, %lld failed): waiting %d s for the job to "
-          "restart at step %lld (epoch %lld, step %lld of it), unless its ranks present a saved "
-          "state", a->fault, (long long)p->base, (long long)done->steps,
-          (long long)done->delivered, (long long)done->failed, a->o.attach_timeout_ms / 1000,
-          (long long)p->base, (long long)p->epoch, (long long)p->step);
+    event(a, "every rank had given back the batches of the steps before %lld (%lld in this set "
+          "of ranks, %lld samples delivered, %lld failed): waiting %d s for the job to restart "
+          "at step %lld (epoch %lld, step %lld of it), unless its ranks present a saved state",
+          (long long)p->base, (long long)done->steps, (long long)done->delivered,
+          (long long)done->failed, a->o.attach_timeout_ms / 1000, (long long)p->base,
+          (long long)p->epoch, (long long)p->step);
     dh_engine_free(a->e);
     a->e = NULL;
     a->attached = 0;
