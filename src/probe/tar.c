@@ -1,0 +1,266 @@
+/*
+ * tar.c - a tar archive's members from their headers (see tar.h).
+ *
+ * DESIGN: one pass of pread()s over 512-byte blocks; a member's data is never
+ * read, only skipped, except the data of pax and GNU long-name headers, which
+ * describe the member after them (bounded: DH__TAR_PAX_MAX, DH__TAR_NAME_MAX).
+ * Every number comes from the file and is checked before it is used: the
+ * header checksum, sizes (octal or base-256, never negative), a member's end
+ * against the file's size, pax record lengths against the record.
+ */
+#include "tar.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BLOCK 512
+
+/* Reads exactly len bytes at off; 0, DH_ECORRUPT (the file ends first) or -errno. */
+static int read_at(int fd, void *buf, size_t len, int64_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + (int64_t)got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return DH_ECORRUPT;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+/* An octal field (spaces and NULs around it), or -1. */
+static int64_t octal(const unsigned char *f, size_t len)
+{
+    size_t k = 0;
+    while (k < len && (f[k] == ' ' || f[k] == 0))
+        k++;
+    int64_t v = 0;
+    int digits = 0;
+    for (; k < len && f[k] >= '0' && f[k] <= '7'; k++, digits++) {
+        if (v > (INT64_MAX >> 3))
+            return -1;
+        v = v * 8 + (f[k] - '0');
+    }
+    for (; k < len; k++) /* only terminators may follow */
+        if (f[k] != ' ' && f[k] != 0)
+            return -1;
+    return digits ? v : (len ? 0 : -1);
+}
+
+/* A size field: octal, or GNU's base-256 (first byte 0x80, big-endian); -1 if malformed. */
+static int64_t size_field(const unsigned char *f, size_t len)
+{
+    if (!(f[0] & 0x80))
+        return octal(f, len);
+    if (f[0] != 0x80) /* 0xff: negative; other high bits: not a size */
+        return -1;
+    int64_t v = 0;
+    for (size_t k = 1; k < len; k++) {
+        if (v > (INT64_MAX >> 8))
+            return -1;
+        v = (v << 8) | f[k];
+    }
+    return v;
+}
+
+static int checksum_ok(const unsigned char *h)
+{
+    int64_t want = octal(h + 148, 8);
+    int64_t sum = 0, ssum = 0; /* some old tars summed signed chars */
+    for (int k = 0; k < BLOCK; k++) {
+        unsigned char c = k >= 148 && k < 156 ? ' ' : h[k];
+        sum += c;
+        ssum += (signed char)c;
+    }
+    return want >= 0 && (want == sum || want == ssum);
+}
+
+static int all_zero(const unsigned char *h)
+{
+    for (int k = 0; k < BLOCK; k++)
+        if (h[k])
+            return 0;
+    return 1;
+}
+
+/* What pax and GNU headers say of the next member. */
+typedef struct {
+    char name[DH__TAR_NAME_MAX];
+    int has_name;
+    int64_t size; /* -1: none */
+} pending;
+
+/* Applies the records of a pax header ("LEN key=value\n" ...) to p; 0 or DH_ECORRUPT. */
+static int pax_records(const char *buf, size_t len, pending *p, int64_t at, char *err,
+                       size_t errlen)
+{
+    size_t k = 0;
+    while (k < len) {
+        size_t n = 0, j = k;
+        while (j < len && isdigit((unsigned char)buf[j]) && n <= len) /* n > len: bad */
+            n = n * 10 + (size_t)(buf[j++] - '0');
+        if (j >= len || buf[j] != ' ' || n <= j - k + 1 || k + n > len || buf[k + n - 1] != '\n')
+            return dh__fail(err, errlen, DH_ECORRUPT, "a malformed pax record at offset %lld",
+                            (long long)(at + (int64_t)k));
+        const char *key = buf + j + 1, *end = buf + k + n - 1;
+        const char *eq = memchr(key, '=', (size_t)(end - key));
+        if (!eq)
+            return dh__fail(err, errlen, DH_ECORRUPT, "a pax record without '=' at offset %lld",
+                            (long long)(at + (int64_t)k));
+        size_t klen = (size_t)(eq - key), vlen = (size_t)(end - eq - 1);
+        if (klen == 4 && !memcmp(key, "path", 4)) {
+            if (vlen >= sizeof p->name || memchr(eq + 1, 0, vlen))
+                return dh__fail(err, errlen, vlen >= sizeof p->name ? DH_ELIMIT : DH_ECORRUPT,
+                                "a pax path of %zu bytes at offset %lld", vlen, (long long)at);
+            memcpy(p->name, eq + 1, vlen);
+            p->name[vlen] = 0;
+            p->has_name = 1;
+        } else if (klen == 4 && !memcmp(key, "size", 4)) {
+            int64_t v = 0;
+            for (size_t d = 0; d < vlen; d++) {
+                char c = eq[1 + d];
+                if (c < '0' || c > '9' || v > (INT64_MAX - 9) / 10)
+                    return dh__fail(err, errlen, DH_ECORRUPT, "a malformed pax size at offset "
+                                    "%lld", (long long)at);
+                v = v * 10 + (c - '0');
+            }
+            if (!vlen)
+                return dh__fail(err, errlen, DH_ECORRUPT, "an empty pax size at offset %lld",
+                                (long long)at);
+            p->size = v;
+        }
+        k += n;
+    }
+    return 0;
+}
+
+/* The data of a pax or GNU header (bounded by max), NUL-terminated into a new buffer. */
+static int read_meta(int fd, int64_t off, int64_t size, int64_t max, char **out)
+{
+    if (size > max)
+        return DH_ELIMIT;
+    char *buf = dh__malloc((size_t)size + 1);
+    if (!buf)
+        return DH_ENOMEM;
+    int rc = read_at(fd, buf, (size_t)size, off);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[size] = 0;
+    *out = buf;
+    return 0;
+}
+
+/* The member's name from its ustar header (prefix "/" name), unless pax or GNU named it. */
+static void header_name(const unsigned char *h, const pending *p, char *name, size_t len)
+{
+    if (p->has_name) {
+        snprintf(name, len, "%s", p->name);
+        return;
+    }
+    int ustar = !memcmp(h + 257, "ustar", 5);
+    char base[101], prefix[156];
+    memcpy(base, h, 100), base[100] = 0;
+    memcpy(prefix, h + 345, 155), prefix[155] = 0;
+    if (ustar && prefix[0] && memcmp(h + 257, "ustar ", 6)) /* GNU's field there is not a prefix */
+        snprintf(name, len, "%s/%s", prefix, base);
+    else
+        snprintf(name, len, "%s", base);
+}
+
+/* One header block at off: a member (reported), a pax/GNU header (kept in p) or the end. */
+static int one_header(int fd, int64_t file_size, int64_t *off, pending *p, int64_t *first,
+                      int (*each)(const dh__tar_member *, void *), void *user, int *done,
+                      char *err, size_t errlen)
+{
+    unsigned char h[BLOCK];
+    if (*off + BLOCK > file_size)
+        return dh__fail(err, errlen, DH_ECORRUPT, "the archive ends inside a header at offset "
+                        "%lld (%lld bytes)", (long long)*off, (long long)file_size);
+    int rc = read_at(fd, h, BLOCK, *off);
+    if (rc)
+        return dh__fail(err, errlen, rc, "cannot read the header at offset %lld: %s",
+                        (long long)*off, dh_strerror(rc));
+    if (all_zero(h)) {
+        *done = 1;
+        return 0;
+    }
+    if (!checksum_ok(h))
+        return dh__fail(err, errlen, DH_ECORRUPT, "a bad header checksum at offset %lld (not "
+                        "a tar archive, or a damaged one)", (long long)*off);
+    int64_t size = size_field(h + 124, 12), data = *off + BLOCK;
+    char type = (char)(h[156] ? h[156] : '0');
+    if (type != 'x' && type != 'g' && type != 'L' && type != 'K' && p->size >= 0)
+        size = p->size;
+    if (size < 0 || size > file_size - data)
+        return dh__fail(err, errlen, DH_ECORRUPT, "the member at offset %lld has %s (the "
+                        "archive has %lld bytes)", (long long)*off,
+                        size < 0 ? "a malformed size" : "data past the end of the file",
+                        (long long)file_size);
+    if (*first < 0)
+        *first = *off;
+    if (type == 'x' || type == 'L') {
+        char *meta = NULL;
+        rc = read_meta(fd, data, size, type == 'x' ? DH__TAR_PAX_MAX : DH__TAR_NAME_MAX - 1,
+                       &meta);
+        if (rc)
+            return dh__fail(err, errlen, rc, "the %s header at offset %lld: %s",
+                            type == 'x' ? "pax" : "GNU long-name", (long long)*off,
+                            dh_strerror(rc));
+        if (type == 'x') {
+            rc = pax_records(meta, (size_t)size, p, data, err, errlen);
+        } else {
+            snprintf(p->name, sizeof p->name, "%s", meta);
+            p->has_name = 1;
+        }
+        free(meta);
+    } else if (type != 'g' && type != 'K') {
+        dh__tar_member m = {.type = type, .header = *first, .offset = data, .size = size};
+        header_name(h, p, m.name, sizeof m.name);
+        rc = each(&m, user);
+        *p = (pending){.size = -1};
+        *first = -1;
+    }
+    *off = data + (size + BLOCK - 1) / BLOCK * BLOCK;
+    return rc;
+}
+
+int dh__tar_walk(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
+                 void *user, char *err, size_t errlen)
+{
+    pending *p = dh__malloc(sizeof *p);
+    if (!p)
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    *p = (pending){.size = -1};
+    int64_t off = 0, first = -1;
+    int rc = 0, done = 0;
+    while (!rc && !done && off < file_size)
+        rc = one_header(fd, file_size, &off, p, &first, each, user, &done, err, errlen);
+    if (!rc && first >= 0) /* a pax or long-name header with no member after it */
+        rc = dh__fail(err, errlen, DH_ECORRUPT, "the archive ends after the header at offset "
+                      "%lld, before the member it describes", (long long)first);
+    free(p);
+    return rc;
+}
+
+size_t dh__wds_split(const char *name, char *suffix, size_t suffix_len)
+{
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    const char *dot = strchr(base, '.');
+    size_t key = dot ? (size_t)(dot - name) : strlen(name);
+    size_t k = 0;
+    for (const char *s = dot ? dot + 1 : ""; *s && k + 1 < suffix_len; s++)
+        suffix[k++] = (char)tolower((unsigned char)*s);
+    if (suffix_len)
+        suffix[k] = 0;
+    return key;
+}
