@@ -3,8 +3,12 @@
  * tarfile (pax, GNU and ustar formats, long names, a name prefix), each
  * member's data found at its offset byte for byte; GNU base-256 sizes;
  * damaged archives (checksum, truncation, oversize names, a pax header with
- * no member) refused with the offset; WebDataset's key and suffix.
+ * no member) refused with the offset; WebDataset's key and suffix; media
+ * read in place as a member's byte range (probe and decode equal to the
+ * loose file's; a range past the file refused).
  */
+#include "codec/codec.h"
+#include "codec/decode.h"
 #include "probe/tar.h"
 #include "testutil.h"
 
@@ -52,6 +56,18 @@ typedef struct {
     int64_t sizes[8], offsets[8];
     int data_ok;
 } seen;
+
+/* Records member m (name, size, offset) only. */
+static int record(const dh__tar_member *m, void *user)
+{
+    seen *s = user;
+    if (s->n >= 8)
+        return DH_ELIMIT;
+    snprintf(s->names[s->n], sizeof s->names[s->n], "%s", m->name);
+    s->sizes[s->n] = m->size;
+    s->offsets[s->n++] = m->offset;
+    return 0;
+}
 
 /* Checks that member m's data is what write_tar put there. */
 static int collect(const dh__tar_member *m, void *user)
@@ -218,6 +234,73 @@ START_TEST(damaged_archives_are_refused_with_the_offset)
 }
 END_TEST
 
+/* Probes and decodes member `k` of DIR/media.tar in place and the loose file DIR/NAME; both
+ * must agree byte for byte. */
+static void same_in_place(const seen *s, int k, const char *name)
+{
+    char tar[4200], loose[4200], err[256] = "";
+    snprintf(tar, sizeof tar, "%s/media.tar", dir);
+    snprintf(loose, sizeof loose, "%s/%s", dir, name);
+    dh__media_src in = {.path = tar, .range_off = s->offsets[k], .range_len = s->sizes[k]};
+    dh_probe_result a, b;
+    ck_assert_msg(dh__probe_src(&in, NULL, &a, err, sizeof err) == 0, "%s: %s", name, err);
+    ck_assert_int_eq(dh__probe_src(DH__SRC(loose), NULL, &b, err, sizeof err), 0);
+    ck_assert_int_eq(a.info.width, b.info.width);
+    ck_assert_int_eq(a.info.frames, b.info.frames);
+    ck_assert_int_eq(a.info.bytes, b.info.bytes);
+    dh_spec *spec;
+    ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
+    dh_media_derived d;
+    ck_assert_int_eq(dh_derive_media(spec, &b.info, &d), 0);
+    uint8_t *x = malloc((size_t)d.out_bytes), *y = malloc((size_t)d.out_bytes);
+    int video = b.info.type == DH_MEDIA_VIDEO;
+    int rx = video ? dh__decode_video(&in, spec, &a.info, x, (size_t)d.out_bytes, NULL, err,
+                                      sizeof err)
+                   : dh__decode_image(&in, spec, &a.info, x, (size_t)d.out_bytes, NULL, err,
+                                      sizeof err);
+    ck_assert_msg(rx == 0, "%s in place: %s", name, err);
+    int ry = video ? dh__decode_video(DH__SRC(loose), spec, &b.info, y, (size_t)d.out_bytes,
+                                      NULL, err, sizeof err)
+                   : dh__decode_image(DH__SRC(loose), spec, &b.info, y, (size_t)d.out_bytes,
+                                      NULL, err, sizeof err);
+    ck_assert_int_eq(ry, 0);
+    ck_assert_int_eq(memcmp(x, y, (size_t)d.out_bytes), 0);
+    free(x), free(y);
+    dh_spec_free(spec);
+    dh_probe_result_clear(&a);
+    dh_probe_result_clear(&b);
+}
+
+START_TEST(media_are_read_in_place_as_byte_ranges)
+{
+    const char *ff = tu_ffmpeg();
+    ck_assert_int_eq(tu_sh("cd %s && %s -v error -y -nostdin -f lavfi -i testsrc2=size=160x96 "
+                           "-frames:v 1 k.jpg && %s -v error -y -nostdin -f lavfi -i "
+                           "testsrc2=size=128x72:rate=25 -t 1 -c:v libx264 -g 10 -pix_fmt "
+                           "yuv420p k.mp4 && echo caption > k.txt", dir, ff, ff), 0);
+    ck_assert_int_eq(tu_sh("cd %s && /usr/bin/python3 -c \"import tarfile\n"
+                           "with tarfile.open('media.tar', 'w') as t:\n"
+                           "    [t.add(n) for n in ('k.txt', 'k.jpg', 'k.mp4')]\"", dir), 0);
+    seen s;
+    char path[4200], err[256] = "";
+    snprintf(path, sizeof path, "%s/media.tar", dir);
+    memset(&s, 0, sizeof s);
+    s.fd = open(path, O_RDONLY);
+    struct stat st;
+    fstat(s.fd, &st);
+    ck_assert_int_eq(dh__tar_walk(s.fd, st.st_size, record, &s, err, sizeof err), 0);
+    close(s.fd);
+    ck_assert_int_eq(s.n, 3);
+    same_in_place(&s, 1, "k.jpg");
+    same_in_place(&s, 2, "k.mp4");
+    /* a range that passes the file's end (the shard changed): refused, saying so */
+    dh__media_src bad = {.path = path, .range_off = s.offsets[2], .range_len = st.st_size};
+    dh_probe_result r;
+    ck_assert_int_eq(dh__probe_src(&bad, NULL, &r, err, sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "not inside the file"), "%s", err);
+}
+END_TEST
+
 START_TEST(webdataset_keys_and_suffixes)
 {
     char suf[32];
@@ -243,6 +326,7 @@ int main(void)
     tcase_add_test(tc, gnu_base256_sizes_are_read);
     tcase_add_test(tc, damaged_archives_are_refused_with_the_offset);
     tcase_add_test(tc, webdataset_keys_and_suffixes);
+    tcase_add_test(tc, media_are_read_in_place_as_byte_ranges);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

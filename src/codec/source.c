@@ -93,6 +93,22 @@ static const char *file_kind(mode_t m)
          : S_ISSOCK(m) ? "a socket" : S_ISDIR(m) ? "a directory" : "not a regular file";
 }
 
+/* Narrows an opened source to src's byte range, which must lie inside the file. */
+static int apply_range(dh__source *s, const dh__media_src *src, char *err, size_t errlen)
+{
+    if (!src->range_len && !src->range_off)
+        return 0;
+    if (src->range_off < 0 || src->range_len <= 0 || src->range_off > s->size ||
+        src->range_len > s->size - src->range_off)
+        return dh__fail(err, errlen, DH_ECORRUPT, "bytes %lld..%lld are not inside the file "
+                        "(%lld bytes): the archive changed since it was indexed?",
+                        (long long)src->range_off, (long long)(src->range_off + src->range_len),
+                        (long long)s->size);
+    s->base = src->range_off;
+    s->size = src->range_len;
+    return 0;
+}
+
 int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -105,7 +121,7 @@ int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t e
     if (src->mem) {
         s->mem = src->mem;
         s->size = (int64_t)src->memlen;
-        return 0;
+        return apply_range(s, src, err, errlen);
     }
     if (!src->path || !src->path[0])
         return dh__fail(err, errlen, DH_EINVAL, "no path");
@@ -133,7 +149,10 @@ int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t e
     fcntl(fd, F_SETFL, O_RDONLY); /* regular files never block; clear O_NONBLOCK all the same */
     s->fd = fd;
     s->size = st.st_size;
-    return 0;
+    int rc = apply_range(s, src, err, errlen);
+    if (rc)
+        dh__source_close(s);
+    return rc;
 }
 
 void dh__source_close(dh__source *s)
@@ -161,11 +180,11 @@ ssize_t dh__source_read_at(dh__source *s, void *buf, size_t n, int64_t off)
     if ((int64_t)n > s->size - off)
         n = (size_t)(s->size - off);
     if (s->mem) {
-        memcpy(buf, s->mem + off, n);
+        memcpy(buf, s->mem + s->base + off, n);
         return (ssize_t)n;
     }
     for (;;) {
-        ssize_t got = pread(s->fd, buf, n, off);
+        ssize_t got = pread(s->fd, buf, n, s->base + off);
         if (got < 0 && errno == EINTR)
             continue;
         return got < 0 ? -errno : got;

@@ -6,6 +6,8 @@
  * symlink or ".." cannot lead outside it), or a buffer in memory (the fuzz
  * targets). FIFOs, devices, sockets and directories are refused before any
  * read, so no file can block a worker in open() or feed it an endless stream.
+ * A source may be a byte range of its file (a member of a tar shard): every
+ * read and seek stays inside it, so a demuxer sees only that member.
  * FFmpeg reads through a custom AVIO context over the descriptor, with an
  * interrupt callback that ends any read or demux past the source's deadline:
  * a sample that takes longer than its time limit fails with DH_ETIMEDOUT and
@@ -28,6 +30,9 @@ typedef struct dh__media_src {
     double limit_s;     /* time allowed to read and decode it; 0: none */
     double started;     /* dh__source_now() when that time began (a sample's several items
                          * share one limit); 0: when the source is opened */
+    /* A byte range of the file (a tar member's data): the media is bytes [range_off,
+     * range_off + range_len) and nothing outside them is read; range_len 0: the whole file. */
+    int64_t range_off, range_len;
 } dh__media_src;
 
 /* CLOCK_MONOTONIC seconds, the clock of dh__media_src.started. */
@@ -39,7 +44,8 @@ double dh__source_now(void);
 typedef struct dh__source {
     int fd;             /* -1 for memory */
     const uint8_t *mem;
-    int64_t size, pos;
+    int64_t base;       /* where the media starts in the file (a range's offset) */
+    int64_t size, pos;  /* of the media (the range), and the read position in it */
     double deadline;    /* CLOCK_MONOTONIC seconds; 0: none */
     double limit_s;
 } dh__source;
