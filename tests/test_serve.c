@@ -12,12 +12,15 @@
  * do not mix); each child reports through a file and its exit status.
  */
 #include "codec/decode.h"
+#include "dist/dist.h"
 #include "testutil.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -983,6 +986,98 @@ START_TEST(a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was)
 }
 END_TEST
 
+/* One BATCH of a fake agent: a head, then per sample an index and a token count, the items,
+ * the ids (ids_len bytes) and a flag byte per sample. */
+static void fake_batch(int fd, int64_t off, int64_t bytes, int32_t ns, const dh_batch_item *it,
+                       int32_t ni, const char *ids, uint32_t ids_len)
+{
+    dh__batch_head bh = {.step = 0, .rank = 0, .pool = 0, .offset = off, .bytes = bytes,
+                         .nsamples = ns, .nitems = ni, .ids_bytes = ids_len};
+    size_t len = 16 * (size_t)ns + (size_t)ni * sizeof *it + ids_len + (size_t)ns;
+    uint8_t *body = calloc(1, len + 1);
+    memcpy(body + 16 * (size_t)ns, it, (size_t)ni * sizeof *it);
+    memcpy(body + 16 * (size_t)ns + (size_t)ni * sizeof *it, ids, ids_len);
+    ck_assert_int_eq(dh__proto_send2(fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len), 0);
+    free(body);
+}
+
+START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
+{
+    /* A fake agent describes batches whose bounds overflow, whose ids lack their NUL, whose
+     * shapes do not make their bytes: the trainer gets DH_EPARSE for each (it read past its
+     * buffers or segfaulted before), and a sound batch after them all the same. */
+    new_socket_name();
+    char err[256] = "";
+    int lfd = dh__listen(sock, 4, err, sizeof err);
+    ck_assert_msg(lfd >= 0, "%s", err);
+    enum { CASES = 5 };
+    pid_t p = fork();
+    if (!p) {
+        close(lfd);
+        dh_client_opts o = client_opts(0, 1, 1);
+        o.manifest_hash = o.spec_hash = 0;
+        dh_client *c;
+        if (dh_client_connect(&o, &c, err, sizeof err))
+            _exit(2);
+        dh_batch b;
+        for (int k = 0; k < CASES; k++)
+            if (dh_client_next(c, 5000, &b, err, sizeof err) != DH_EPARSE)
+                _exit(10 + k);
+        if (dh_client_next(c, 5000, &b, err, sizeof err) || b.nitems != 1 || b.bytes != 64 ||
+            strcmp(dh_client_sample_id(c, &b, 0), "s0"))
+            _exit(3);
+        _exit(0);
+    }
+    int fd = accept(lfd, NULL, NULL);
+    dh__msg_head h;
+    void *q = NULL;
+    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
+    ck_assert_int_eq(h.type, DH__MSG_ATTACH);
+    free(q);
+    int pools[2] = {memfd_create("a", 0), memfd_create("b", 0)};
+    ck_assert_int_eq(ftruncate(pools[0], 4096) | ftruncate(pools[1], 4096), 0);
+    dh__attached info = {.ring_size = 4096, .arena_size = 4096, .steps = 10, .world_size = 1,
+                         .max_leases = 8, .global_batch = 1, .steps_per_epoch = 10,
+                         .rank_lo = 0, .rank_hi = 1};
+    ck_assert_int_eq(dh__proto_send(fd, DH__MSG_ATTACHED, &info, sizeof info, pools, 2), 0);
+    dh_batch_item it = {.ndim = 1, .elem_bytes = 1, .shape = {64}, .offset = 0, .bytes = 64};
+    dh_batch_item bad = it;
+    for (int k = 0; k <= CASES; k++) {
+        ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
+        ck_assert_int_eq(h.type, DH__MSG_NEXT);
+        free(q);
+        bad = it;
+        switch (k) {
+        case 0: /* the batch's range overflows int64 */
+            fake_batch(fd, INT64_MAX - 10, 100, 1, &it, 1, "s0", 3);
+            break;
+        case 1: /* an item's range overflows */
+            bad.offset = INT64_MAX - 5;
+            fake_batch(fd, 0, 4096, 1, &bad, 1, "s0", 3);
+            break;
+        case 2: /* an id without its NUL */
+            fake_batch(fd, 0, 4096, 1, &it, 1, "s0x", 3);
+            break;
+        case 3: /* more dimensions than an item has */
+            bad.ndim = 9;
+            fake_batch(fd, 0, 4096, 1, &bad, 1, "s0", 3);
+            break;
+        case 4: /* a shape that is not its bytes (and overflows) */
+            bad.ndim = 2, bad.shape[0] = INT64_C(1) << 40, bad.shape[1] = INT64_C(1) << 40;
+            fake_batch(fd, 0, 4096, 1, &bad, 1, "s0", 3);
+            break;
+        default: /* a sound one */
+            fake_batch(fd, 0, 64, 1, &it, 1, "s0", 3);
+        }
+    }
+    ck_assert_int_eq(wait_child(p), 0);
+    close(fd);
+    close(lfd);
+    close(pools[0]);
+    close(pools[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve");
@@ -1006,6 +1101,7 @@ int main(void)
     tcase_add_test(tc, a_rank_that_leaves_early_ends_the_run_with_its_name);
     tcase_add_test(tc, a_served_run_bound_reads_the_trainers_compute);
     tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
+    tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

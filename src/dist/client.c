@@ -207,6 +207,32 @@ static int hold(dh_client *c, int64_t step, void *payload)
     return rc;
 }
 
+/* 1 when an item describes a real tensor inside a batch of batch_bytes: every bound checked
+ * without overflowing (the agent is trusted for nothing a view is built from). */
+static int item_ok(const dh_batch_item *it, int64_t batch_bytes)
+{
+    if (it->ndim < 1 || it->ndim > 4 || (it->elem_bytes != 1 && it->elem_bytes != 4) ||
+        it->offset < 0 || it->bytes < 0 || it->bytes > batch_bytes ||
+        it->offset > batch_bytes - it->bytes)
+        return 0;
+    int64_t n = it->elem_bytes;
+    for (int d = 0; d < it->ndim; d++) {
+        if (it->shape[d] < 0 || (it->shape[d] && n > it->bytes / it->shape[d]))
+            return 0;
+        n *= it->shape[d];
+    }
+    return n == it->bytes;
+}
+
+/* 1 when the ids region holds exactly n NUL-terminated strings. */
+static int ids_ok(const uint8_t *ids, uint32_t len, uint64_t n)
+{
+    uint64_t nuls = 0;
+    for (uint32_t k = 0; k < len; k++)
+        nuls += ids[k] == 0;
+    return nuls == n && (!len || ids[len - 1] == 0);
+}
+
 /* Checks a BATCH message and points out at its parts; 0 or DH_EPARSE. */
 static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *out)
 {
@@ -219,17 +245,23 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
     if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1)
         return DH_EPARSE;
     const dh__shm *pool = bh.pool >= 0 ? &c->pools[bh.pool] : NULL;
-    if (pool && (bh.offset < 0 || bh.bytes < 0 || bh.offset + bh.bytes > pool->size))
+    if (bh.bytes < 0 || (pool && (bh.offset < 0 || bh.bytes > pool->size ||
+                                  bh.offset > pool->size - bh.bytes)))
         return DH_EPARSE; /* never hand out a view past the mapping */
+    if (!pool && ni)
+        return DH_EPARSE; /* items with no memory to view */
     const uint8_t *q = p + sizeof bh;
     const dh_batch_item *items = (const void *)(q + 16 * ns);
     for (uint64_t k = 0; k < ni; k++)
-        if (items[k].offset < 0 || items[k].bytes < 0 || items[k].offset + items[k].bytes > bh.bytes)
+        if (!item_ok(&items[k], bh.bytes))
             return DH_EPARSE;
+    if (!ids_ok((const uint8_t *)(items + ni), bh.ids_bytes, ns))
+        return DH_EPARSE;
     *out = (dh_batch){.step = c->base + bh.step, .rank = bh.rank, .nsamples = bh.nsamples,
                       .nitems = bh.nitems, .nfailed = bh.nfailed, .samples = (const void *)q,
                       .tokens = (const void *)(q + 8 * ns), .items = items,
-                      .data = pool ? pool->base + bh.offset : NULL, .bytes = bh.bytes};
+                      .data = pool ? pool->base + bh.offset : NULL,
+                      .bytes = pool ? bh.bytes : 0};
     return 0;
 }
 
