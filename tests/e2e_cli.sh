@@ -243,6 +243,10 @@ check "DH_MAX_ERRORS=0 shows all" test "$(grep -c 'malformed' "$WORK/junk-all.er
     --memory-budget 100000000000000 > /dev/null 2> "$WORK/serve-big.err"
 check "serve refuses a pool larger than memory, naming the size" \
     contains "$WORK/serve-big.err" "the batch pool needs .* MiB of shared memory"
+"$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 1 --batch 100000 \
+    --socket "@dhe2e-few-$$" > /dev/null 2> "$WORK/serve-few.err"
+check "serve refuses a global batch larger than the manifest, at once" \
+    contains "$WORK/serve-few.err" "samples cannot make an epoch of global batches of 100000"
 "$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 2 --batch 2 --socket "@dhe2e-$$" \
     > /dev/null 2> "$WORK/serve-int.err" &
 pid=$!

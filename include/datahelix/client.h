@@ -73,6 +73,10 @@ typedef struct {
     int64_t step_base;        /* the global step of the run's first batch */
 } dh_client_run;
 DH_API int dh_client_run_get(const dh_client *c, dh_client_run *out);
+/* The epoch of global step `step` of this run (>= its first) and the step within it: the
+ * run's first epoch may start part-way (a resume), the next ones at 0. Any thread. */
+DH_API int dh_client_step_position(const dh_client *c, int64_t step, int64_t *epoch,
+                                   int64_t *epoch_step);
 
 /*
  * The rank's next batch, within timeout_ms (< 0: the connect timeout).

@@ -176,14 +176,9 @@ class Loader:
         return self._run["steps_per_epoch"]
 
     def _position(self, taken):
-        """(epoch, step within it) of the run's batch number `taken`: the run's first epoch
-        may start part-way (a resume), the next ones at 0."""
-        run = self._run
-        spe = max(1, run["steps_per_epoch"])
-        first = spe - run["start_step"]
-        if taken < first:
-            return run["start_epoch"], run["start_step"] + taken
-        return run["start_epoch"] + 1 + (taken - first) // spe, (taken - first) % spe
+        """(epoch, step within it) of the run's batch number `taken` (the library's reading:
+        the run's first epoch may start part-way after a resume)."""
+        return self._client.position(self._run["step_base"] + taken)
 
     @property
     def epoch(self):

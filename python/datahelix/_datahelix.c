@@ -364,6 +364,18 @@ static PyObject *client_report_step(ClientObject *self, PyObject *args)
     return rc ? raise_dh(rc, "cannot report the step time") : (Py_INCREF(Py_None), Py_None);
 }
 
+/* (epoch, epoch_step) of a global step of this run (dh_client_step_position). */
+static PyObject *client_position(ClientObject *self, PyObject *args)
+{
+    long long step;
+    if (!PyArg_ParseTuple(args, "L", &step))
+        return NULL;
+    int64_t epoch, epoch_step;
+    if (!self->c || dh_client_step_position(self->c, step, &epoch, &epoch_step))
+        return raise_dh(DH_EINVAL, "not a step of this run");
+    return Py_BuildValue("(LL)", (long long)epoch, (long long)epoch_step);
+}
+
 /* What the agent runs (dh_client_run) as a dict. */
 static PyObject *client_run(ClientObject *self, PyObject *unused)
 {
@@ -424,6 +436,8 @@ static PyMethodDef client_methods[] = {
     {"report_step", (PyCFunction)client_report_step, METH_VARARGS,
      "report_step(step, seconds): the compute time measured for a step."},
     {"state", (PyCFunction)client_state, METH_NOARGS, "Where a resumed run would continue."},
+    {"position", (PyCFunction)client_position, METH_VARARGS,
+     "position(step) -> (epoch, epoch_step) of a global step of this run."},
     {"run", (PyCFunction)client_run, METH_NOARGS,
      "What the agent runs: steps, start_epoch, start_step, steps_per_epoch, ..."},
     {"close", (PyCFunction)client_close, METH_NOARGS, "Detach from the agent."},

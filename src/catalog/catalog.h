@@ -123,7 +123,6 @@ typedef struct {
     char reason[384];
 } dh__line_error;
 
-/* dh_manifest_parse_line with the error kept structured. */
 /*
  * Shifts the batches of the sampler's current epoch by `shift` sample positions (batch s
  * covers positions s * G + shift ...), until the epoch ends: a job resumed at another global
@@ -132,6 +131,7 @@ typedef struct {
  */
 int dh__sampler_shift(dh_sampler *s, int64_t shift);
 
+/* dh_manifest_parse_line with the error kept structured. */
 int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
                             dh__line_error *e);
 

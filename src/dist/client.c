@@ -374,6 +374,15 @@ int dh_client_report_step(dh_client *c, int64_t step, double seconds)
     return rc;
 }
 
+int dh_client_step_position(const dh_client *c, int64_t step, int64_t *epoch,
+                            int64_t *epoch_step)
+{
+    if (!c || !epoch || !epoch_step || step < c->base)
+        return DH_EINVAL;
+    dh__run_position(&c->info, step - c->base, epoch, epoch_step, NULL);
+    return 0;
+}
+
 int dh_client_run_get(const dh_client *c, dh_client_run *out)
 {
     if (!c || !out)
@@ -389,11 +398,11 @@ int dh_client_state_get(dh_client *c, dh_client_state *st)
 {
     if (!c || !st)
         return DH_EINVAL;
-    int64_t epoch, step;
-    dh__run_position(&c->info, c->taken, &epoch, &step);
+    int64_t epoch, step, shift;
+    dh__run_position(&c->info, c->taken, &epoch, &step, &shift);
     *st = (dh_client_state){c->info.manifest_hash, c->info.spec_hash, c->info.seed,
-                            c->info.world_size, c->info.global_batch, epoch, step,
-                            epoch == c->info.epoch ? c->info.shift : 0, c->base + c->taken};
+                            c->info.world_size, c->info.global_batch, epoch, step, shift,
+                            c->base + c->taken};
     return 0;
 }
 

@@ -94,7 +94,8 @@ int dh__proto_send(int fd, int type, const void *payload, uint32_t len, const in
     return send_parts(fd, type, payload, len, NULL, 0, fds, nfds);
 }
 
-void dh__run_position(const dh__attached *info, int64_t st, int64_t *epoch, int64_t *epoch_step)
+void dh__run_position(const dh__attached *info, int64_t st, int64_t *epoch, int64_t *epoch_step,
+                      int64_t *shift)
 {
     int64_t spe = DH_MAX(info->steps_per_epoch, 1), first = spe - info->step;
     if (st < first) {
@@ -104,6 +105,8 @@ void dh__run_position(const dh__attached *info, int64_t st, int64_t *epoch, int6
         *epoch = info->epoch + 1 + (st - first) / spe;
         *epoch_step = (st - first) % spe;
     }
+    if (shift)
+        *shift = st < first ? info->shift : 0;
 }
 
 int dh__proto_send2(int fd, int type, const void *a, uint32_t alen, const void *b, uint32_t blen)

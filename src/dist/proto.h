@@ -96,10 +96,12 @@ typedef struct {
 
 /*
  * Epoch and step within it of the run's step st (the run's first epoch may start part-way:
- * a resume at info->epoch, info->step); its global step is info->step_base + st. The one
+ * a resume at info->epoch, info->step), and that epoch's batch shift (info->shift in the
+ * run's first epoch, else 0; may be NULL); its global step is info->step_base + st. The one
  * reading of a run's steps, for the agent and its clients alike.
  */
-void dh__run_position(const dh__attached *info, int64_t st, int64_t *epoch, int64_t *epoch_step);
+void dh__run_position(const dh__attached *info, int64_t st, int64_t *epoch, int64_t *epoch_step,
+                      int64_t *shift);
 
 /* Sends one message (and fds, if nfds > 0). 0, DH_EPEER or an error. */
 int dh__proto_send(int fd, int type, const void *payload, uint32_t len, const int *fds, int nfds);

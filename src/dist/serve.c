@@ -346,9 +346,8 @@ static int pad_flags(agent *a, const dh_batch *b, uint8_t *flags)
 {
     memset(flags, 0, (size_t)b->nsamples);
     int64_t G = a->cfg->global_batch, spe = a->steps_per_epoch;
-    int64_t epoch, epoch_step;
-    dh__run_position(&a->info, b->step, &epoch, &epoch_step);
-    int64_t shift = epoch == a->info.epoch ? a->info.shift : 0; /* a resumed, shifted epoch */
+    int64_t epoch, epoch_step, shift; /* shift: a resumed epoch's */
+    dh__run_position(&a->info, b->step, &epoch, &epoch_step, &shift);
     int64_t real = DH_MIN(G, a->samples - ((spe - 1) * G + shift)); /* then the filling */
     if (!a->cfg->keep_last || real >= G || epoch_step != spe - 1)
         return 0;
@@ -743,12 +742,16 @@ static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *o
     a->manifest_hash = dh_manifest_hash(cfg->manifest);
     a->samples = dh_manifest_count(cfg->manifest);
     int64_t G = cfg->global_batch;
-    a->steps_per_epoch = cfg->keep_last ? (a->samples + G - 1) / G : a->samples / G;
     a->pad_epoch = -1;
+    /* The agent's own copy of the job's order: its epochs' length, and padding to mark. */
     dh_sampler_opts so = {.global_batch = G, .seed = cfg->seed, .shuffle = !cfg->no_shuffle,
                           .drop_last = !cfg->keep_last};
-    if (cfg->keep_last && (!(a->last = dh__calloc((size_t)G, sizeof *a->last)) ||
-                    dh_sampler_new(cfg->manifest, &so, &a->order)))
+    int rc = dh_sampler_new(cfg->manifest, &so, &a->order);
+    if (rc)
+        return dh__fail(err, errlen, rc, "%lld samples cannot make an epoch of global batches "
+                        "of %lld: %s", (long long)a->samples, (long long)G, dh_strerror(rc));
+    a->steps_per_epoch = dh_sampler_steps_per_epoch(a->order);
+    if (cfg->keep_last && !(a->last = dh__calloc((size_t)G, sizeof *a->last)))
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
     a->left_at = INT64_MAX;
     a->conns = dh__calloc((size_t)a->R, sizeof *a->conns);
@@ -859,8 +862,7 @@ static void prepare_restart(agent *a, const dh_result *done)
     }
     common = common == INT64_MAX ? 0 : common;
     start_point *p = &a->restart;
-    dh__run_position(&a->info, common, &p->epoch, &p->step);
-    p->shift = p->epoch == a->info.epoch ? a->info.shift : 0;
+    dh__run_position(&a->info, common, &p->epoch, &p->step, &p->shift);
     p->base = training_step(a, common);
     event(a, "every rank had given back the batches of the steps before %lld (%lld in this set "
           "of ranks, %lld samples delivered, %lld failed): waiting %d s for the job to restart "

@@ -574,7 +574,7 @@ static void fill_final(dh_engine *e, xrec *m)
     m->closed_failed = e->rec.failed;
 }
 
-/* Every node's totals (only this node's if another could not be reached), summed into t. */
+/* engine_serve.h: the reason travels in this node's FINAL record, read at the others' HELLO. */
 void dh__engine_refuse(dh_engine *e, int rc, const char *why)
 {
     pthread_mutex_lock(&e->mu);
@@ -585,6 +585,7 @@ void dh__engine_refuse(dh_engine *e, int rc, const char *why)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Every node's totals (only this node's if another could not be reached), summed into t. */
 void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
 {
     struct dh__xchg *x = e->x;
