@@ -1,10 +1,11 @@
 """A 2-rank training loop (torch.multiprocessing, gloo all-reduce as each step's barrier,
 MS milliseconds of emulated accelerator time per sample) fed by `datahelix serve`, with an
-optional validation pass after every training epoch fed by a second agent (--no-shuffle
---keep-last). Rank 0 prints one JSON line: training samples/s over the training loops only,
-and each validation pass's seconds.
+optional validation pass after every training epoch (--no-shuffle --keep-last) fed by a
+second agent, or by a stream of the training agent (VAL_SOCKET the same, STREAM its name).
+Rank 0 prints one JSON line: training samples/s over the training loops only, and each
+validation pass's seconds.
 
-    usage: train_val.py TRAIN_SOCKET VAL_SOCKET|- EPOCHS MS
+    usage: train_val.py TRAIN_SOCKET VAL_SOCKET|- EPOCHS MS [STREAM]
 """
 import json
 import os
@@ -19,11 +20,11 @@ import datahelix
 
 
 def rank_main(rank, world, args, rendezvous):
-    train_sock, val_sock, epochs, ms = args
+    train_sock, val_sock, epochs, ms, stream = args
     dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
                             world_size=world)
     train = datahelix.Loader(socket=train_sock, rank=rank, world_size=world)
-    val = datahelix.Loader(socket=val_sock, rank=rank, world_size=world) \
+    val = datahelix.Loader(socket=val_sock, rank=rank, world_size=world, stream=stream) \
         if val_sock != "-" else None
     t_train, n_train, passes = 0.0, 0, []
     for epoch in range(epochs):
@@ -56,7 +57,8 @@ def rank_main(rank, world, args, rendezvous):
 
 
 def main():
-    args = (sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    args = (sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
+            sys.argv[5] if len(sys.argv) > 5 else None)
     with tempfile.TemporaryDirectory(prefix="dhtv") as tmp:
         torch.multiprocessing.spawn(rank_main, args=(2, args, os.path.join(tmp, "rdv")),
                                     nprocs=2)

@@ -1001,6 +1001,71 @@ static void fake_batch(int fd, int64_t off, int64_t bytes, int32_t ns, const dh_
     free(body);
 }
 
+/*
+ * One agent, three streams on one socket: train (G 4, 2 epochs, shuffled) and val (G 2, one
+ * pass in manifest order, the last batch kept) each taken by their own 2 ranks, and a third
+ * stream no trainer asks for, which ends unrun once the others are done. Each stream's
+ * accounting is its own; names are checked.
+ */
+START_TEST(one_agent_serves_several_streams)
+{
+    new_socket_name();
+    char tl[2][4096], vl[2][4096];
+    pid_t p[4];
+    for (int r = 0; r < 2; r++) {
+        snprintf(tl[r], sizeof tl[r], "%s/t%d.log", media, r);
+        snprintf(vl[r], sizeof vl[r], "%s/v%d.log", media, r);
+        dh_client_opts v = client_opts(r, 2, 2);
+        v.stream = "val";
+        p[r] = trainer(r, 2, 4, -1, tl[r], NULL);
+        p[2 + r] = trainer(r, 2, 2, -1, vl[r], &v);
+    }
+    dh_run_config t = agent_config("helix", 2, 4), v = agent_config("helix", 2, 2),
+                  u = agent_config("pool", 2, 2);
+    t.epochs = 2;
+    v.no_shuffle = v.keep_last = 1; /* 9 samples at G 2: 5 steps, one padded sample */
+    dh_result rt, rv, ru;
+    dh_result_init(&rt);
+    dh_result_init(&rv);
+    dh_result_init(&ru);
+    dh_serve_stream s[3];
+    for (int k = 0; k < 3; k++)
+        dh_serve_stream_default(&s[k]);
+    s[0].cfg = &t, s[0].out = &rt; /* unnamed: "train" */
+    s[1].name = "val", s[1].cfg = &v, s[1].out = &rv;
+    s[2].name = "test", s[2].cfg = &u, s[2].out = &ru;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.socket = sock;
+    o.attach_timeout_ms = 60000;
+    char err[320] = "";
+    int rc = dh_serve_streams(s, 3, &o, err, sizeof err);
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(wait_child(p[k]), 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(rt.steps, 4);
+    ck_assert_int_eq(rt.delivered, 16);
+    ck_assert_int_eq(rv.steps, 5);
+    ck_assert_int_eq(rv.delivered, 10);
+    ck_assert_str_eq(ru.engine, ""); /* never run */
+    /* val: one pass in manifest order, each sample once (the padding repeats sample 0) */
+    char *out = tu_capture("cat %s %s | awk '{print $2}' | sort -n | uniq -c | "
+                           "awk '{printf \"%%s:%%s \", $2, $1}'", vl[0], vl[1]);
+    ck_assert_str_eq(out, "0:2 1:1 2:1 3:1 4:1 5:1 6:1 7:1 8:1 ");
+    free(out);
+
+    /* names: two alike, too long, or too many streams are refused before listening */
+    s[1].name = "train";
+    ck_assert_int_eq(dh_serve_streams(s, 2, &o, err, sizeof err), DH_EINVAL);
+    ck_assert_str_eq(err, "two streams are named \"train\"");
+    s[1].name = "a-name-far-too-long-for-a-stream-name";
+    ck_assert_int_eq(dh_serve_streams(s, 2, &o, err, sizeof err), DH_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "a name of 1 to 31 bytes"));
+    ck_assert_int_eq(dh_serve_streams(s, DH_SERVE_MAX_STREAMS + 1, &o, err, sizeof err),
+                     DH_EINVAL);
+}
+END_TEST
+
 START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
 {
     /* A fake agent describes batches whose bounds overflow, whose ids lack their NUL, whose
@@ -1102,6 +1167,7 @@ int main(void)
     tcase_add_test(tc, a_served_run_bound_reads_the_trainers_compute);
     tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
     tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
+    tcase_add_test(tc, one_agent_serves_several_streams);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

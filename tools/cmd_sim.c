@@ -18,6 +18,7 @@ static const char help[] =
     "       datahelix run --manifest M [--workload NAME] --policy P [options]\n"
     "       datahelix serve --manifest M [--workload NAME] --ranks R --workers W --batch G\n"
     "                       [--socket NAME] [--epochs N | --steps N] [options]\n"
+    "                       [--stream NAME --manifest M [options]]...\n"
     "\n"
     "sim: simulated figures; durations come from ground truth (the manifest's sim fields,\n"
     "or the workload's cost models times seeded noise), not from this machine.\n"
@@ -52,7 +53,18 @@ static const char help[] =
     "  --on-rank-exit stop|wait  a rank that dies or leaves early: stop the run (default), or\n"
     "                          tell the others and wait for the job's ranks to restart (an\n"
     "                          elastic launcher: torchrun --max_restarts N), which go on from\n"
-    "                          a state they present, else from the last step all completed\n";
+    "                          a state they present, else from the last step all completed\n"
+    "  --stream NAME ...       serve another stream from the same agent and socket, say val:\n"
+    "                          the options after it (up to the next --stream) are that\n"
+    "                          stream's: --manifest (required), --spec, --workload, --batch,\n"
+    "                          --seed, --no-shuffle, --keep-last, --policy, --memory-budget,\n"
+    "                          --json, --trace, --steps/--epochs (default: endless, one pass\n"
+    "                          per loop of its Loader); the rest is taken from the options\n"
+    "                          before the first --stream (that stream is \"train\"). Trainers\n"
+    "                          pick one with Loader(stream=\"val\"). The streams share the\n"
+    "                          --workers (a stream whose rank waits for a batch goes first,\n"
+    "                          then least slack) and, given before any --stream,\n"
+    "                          --memory-budget (split in proportion to each one's default)\n";
 
 static void list(void)
 {
@@ -312,15 +324,36 @@ static void print_event(const char *message, void *user)
     fprintf(stderr, "serve: %s\n", message);
 }
 
-static int run_mode(int mode, dh_run_config *cfg, sim_files *f, dh_result *res, char *err,
-                    size_t errlen, int64_t *sample_errors)
+/* One run of the command: the main one, or a stream of serve's (--stream NAME ...). */
+typedef struct {
+    const char *name; /* NULL: the main run (serve: stream "train") */
+    dh_run_config cfg;
+    dh_stress stress;
+    sim_files f;
+    dh_manifest *m;
+    dh_spec *spec;
+    cli_out json;
+    dh_result res;
+    int64_t sample_errors;
+} one_run;
+
+static int run_mode(int mode, one_run *runs, int n, char *err, size_t errlen)
 {
+    dh_run_config *cfg = &runs[0].cfg;
     if (mode == MODE_SIM)
-        return dh_sim_run(cfg, res, err, errlen);
+        return dh_sim_run(cfg, &runs[0].res, err, errlen);
     if (mode == MODE_RUN)
-        return dh_engine_run(cfg, print_sample_error, sample_errors, res, err, errlen);
-    f->serve.on_event = print_event;
-    return dh_serve(cfg, &f->serve, print_sample_error, sample_errors, res, err, errlen);
+        return dh_engine_run(cfg, print_sample_error, &runs[0].sample_errors, &runs[0].res, err,
+                             errlen);
+    dh_serve_stream ss[DH_SERVE_MAX_STREAMS];
+    for (int k = 0; k < n; k++) {
+        dh_serve_stream_default(&ss[k]);
+        ss[k] = (dh_serve_stream){ss[k].struct_size, runs[k].name, &runs[k].cfg,
+                                  print_sample_error, &runs[k].sample_errors, &runs[k].res};
+    }
+    dh_serve_opts *o = &runs[0].f.serve;
+    o->on_event = print_event;
+    return dh_serve_streams(ss, n, o, err, errlen);
 }
 
 static const char *const mode_name[] = {"sim", "run", "serve"};
@@ -343,67 +376,148 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
     }
 }
 
+/* Options of the agent as a whole, which a stream may not set. */
+static const char *const agent_options[] = {
+    "--ranks", "--workers", "--socket", "--max-leases", "--attach-timeout", "--on-rank-exit",
+    "--nodes", "--calibrate", "--cpu-cost-scale", NULL};
+
+/*
+ * serve ... --stream NAME [options] ...: each --stream starts another stream's options,
+ * which default to the main run's except its inputs (--manifest, --spec, --json, --trace),
+ * its memory and its length (endless: a pass per loop of its Loader, as long as the agent
+ * runs). Fills runs[1..]; returns the number of runs, or -CLI_USAGE.
+ */
+static int parse_streams(int argc, char **argv, int first, one_run *runs)
+{
+    int n = 1;
+    for (int i = first; i < argc;) {
+        int end = i + 1;
+        while (end < argc && strcmp(argv[end], "--stream"))
+            end++;
+        if (n == DH_SERVE_MAX_STREAMS || i + 1 >= end || argv[i + 1][0] == '-') {
+            cli_err(n == DH_SERVE_MAX_STREAMS ? "an agent serves at most %d streams"
+                                              : "--stream needs a name (--stream val --manifest "
+                                                "V ...)", DH_SERVE_MAX_STREAMS);
+            return -CLI_USAGE;
+        }
+        int has_manifest = 0;
+        for (int k = i + 2; k < end; k++)
+            has_manifest |= !strcmp(argv[k], "--manifest");
+        if (!has_manifest) {
+            cli_err("--stream %s needs its own --manifest M", argv[i + 1]);
+            return -CLI_USAGE;
+        }
+        for (int k = i + 2; k < end; k++)
+            for (const char *const *o = agent_options; *o; o++)
+                if (!strcmp(argv[k], *o)) {
+                    cli_err("--stream %s: %s is the agent's, for every stream: give it before "
+                            "the first --stream", argv[i + 1], *o);
+                    return -CLI_USAGE;
+                }
+        one_run *r = &runs[n++];
+        r->name = argv[i + 1];
+        r->cfg = runs[0].cfg;
+        r->cfg.trace_path = NULL;
+        r->cfg.memory_budget = 0;
+        r->cfg.steps = DH_STEPS_FOREVER;
+        r->cfg.epochs = 0;
+        r->cfg.stress = NULL;
+        r->f.serve = runs[0].f.serve;
+        int rc = parse(end - (i + 1), argv + i + 1, &r->cfg, &r->stress, &r->f, "serve");
+        if (rc)
+            return rc < 0 ? -CLI_USAGE : -rc;
+        if (r->cfg.epochs && r->cfg.steps == DH_STEPS_FOREVER)
+            r->cfg.steps = 0; /* --epochs N given: that many */
+        i = end;
+    }
+    if (n > 1 && runs[0].cfg.memory_budget) { /* the main --memory-budget: every stream's */
+        runs[0].f.serve.memory_budget = runs[0].cfg.memory_budget;
+        runs[0].cfg.memory_budget = 0;
+    }
+    return n;
+}
+
 static int sim_or_run(int argc, char **argv, int mode)
 {
-    dh_run_config cfg;
-    dh_run_config_default(&cfg);
-    sim_files f = {0};
-    dh_serve_opts_default(&f.serve);
-    dh_stress stress = {0};
-    int rc = parse(argc, argv, &cfg, &stress, &f, mode_name[mode]);
+    static one_run runs[DH_SERVE_MAX_STREAMS];
+    memset(runs, 0, sizeof runs);
+    dh_run_config *cfg = &runs[0].cfg;
+    dh_run_config_default(cfg);
+    sim_files *f = &runs[0].f;
+    dh_serve_opts_default(&f->serve);
+    int first = argc; /* serve: where the first --stream starts */
+    for (int i = 1; mode == MODE_SERVE && i < argc && first == argc; i++)
+        first = strcmp(argv[i], "--stream") ? argc : i;
+    int rc = parse(first, argv, cfg, &runs[0].stress, f, mode_name[mode]);
     if (rc)
         return rc < 0 ? 0 : rc;
+    int n = parse_streams(argc, argv, first, runs);
+    if (n < 0)
+        return -n;
     /* Under mpirun: one agent per node (without it, one node: nothing changes). */
     cli_node *node = NULL;
-    if (mode != MODE_SIM && (rc = cli_node_start(&cfg, &node)))
+    if (mode != MODE_SIM && (rc = cli_node_start(cfg, &node)))
         return rc;
     int lead = cli_node_rank(node) == 0; /* node 0 prints the result and writes --json */
     char trace[4200];
-    if (!lead && cfg.trace_path) { /* one trace per node */
-        snprintf(trace, sizeof trace, "%s.node%d", cfg.trace_path, cli_node_rank(node));
-        cfg.trace_path = trace;
+    if (!lead && cfg->trace_path) { /* one trace per node */
+        snprintf(trace, sizeof trace, "%s.node%d", cfg->trace_path, cli_node_rank(node));
+        cfg->trace_path = trace;
     }
     char sock[256];
-    const char *pct = f.serve.socket ? strstr(f.serve.socket, "%n") : NULL;
+    const char *pct = f->serve.socket ? strstr(f->serve.socket, "%n") : NULL;
     if (pct) { /* several agents on one host: --socket NAME%n, one name per node */
-        snprintf(sock, sizeof sock, "%.*s%d%s", (int)(pct - f.serve.socket), f.serve.socket,
+        snprintf(sock, sizeof sock, "%.*s%d%s", (int)(pct - f->serve.socket), f->serve.socket,
                  cli_node_rank(node), pct + 2);
-        f.serve.socket = sock;
+        f->serve.socket = sock;
     }
     if (mode == MODE_RUN && lead && isatty(STDERR_FILENO))
-        cfg.progress = progress;
+        cfg->progress = progress;
     cli_catch_interrupts();
-    cfg.should_stop = cli_should_stop;
-    dh_manifest *m = NULL;
-    dh_spec *spec = NULL;
-    cli_out json;
-    rc = cli_out_open(&json, lead ? f.json : NULL); /* an unwritable --json fails before the run */
-    if (!rc)
-        rc = load_inputs(&cfg, &f, &m, &spec);
-    if (!rc && node && f.calibrate) { /* every node plans with the same CPU model */
-        rc = cli_node_agree_mean(node, &cfg.cpu_cost_scale);
+    for (int k = 0; k < n; k++) {
+        runs[k].cfg.should_stop = cli_should_stop;
+        runs[k].res = (dh_result)DH_RESULT_INIT;
+    }
+    /* an unwritable --json fails before the run */
+    for (int k = 0; k < n && !rc; k++)
+        rc = cli_out_open(&runs[k].json, lead ? runs[k].f.json : NULL);
+    for (int k = 0; k < n && !rc; k++)
+        rc = load_inputs(&runs[k].cfg, &runs[k].f, &runs[k].m, &runs[k].spec);
+    if (!rc && node && f->calibrate) { /* every node plans with the same CPU model */
+        rc = cli_node_agree_mean(node, &cfg->cpu_cost_scale);
         if (!rc && lead)
             printf("calibrated on %d nodes: CPU cost = %.2f x the starting model (their mean)\n",
-                   cfg.nodes, cfg.cpu_cost_scale);
+                   cfg->nodes, cfg->cpu_cost_scale);
     }
+    for (int k = 1; k < n; k++)
+        runs[k].cfg.cpu_cost_scale = cfg->cpu_cost_scale;
     double comm0 = cli_node_comm_cpu(node); /* MPI's start-up is not the run's */
     if (!rc) {
         char err[512] = "";
-        dh_result res = DH_RESULT_INIT;
-        int64_t sample_errors = 0;
-        rc = run_mode(mode, &cfg, &f, &res, err, sizeof err, &sample_errors);
+        rc = run_mode(mode, runs, n, err, sizeof err);
         if (rc)
-            report_failure(mode, node, err, rc, &res);
-        else if (lead)
-            rc = report_result(&cfg, &json, &res);
-        if (!rc && lead && node && res.wall_s > 0) /* the control plane's own CPU */
+            report_failure(mode, node, err, rc, n == 1 ? &runs[0].res : &(dh_result){0});
+        for (int k = 0; n > 1 && k < n; k++) { /* each stream's accounting */
+            dh_result *res = &runs[k].res;
+            printf("stream %s:%s\n", runs[k].name ? runs[k].name : "train",
+                   res->engine[0] ? "" : " not run (no trainer attached)");
+            if (res->engine[0] && rc)
+                cli_print_result(res);
+            else if (res->engine[0])
+                rc = report_result(&runs[k].cfg, &runs[k].json, res);
+        }
+        if (!rc && n == 1 && lead)
+            rc = report_result(cfg, &runs[0].json, &runs[0].res);
+        if (!rc && lead && node && runs[0].res.wall_s > 0) /* the control plane's own CPU */
             printf("  node 0's communication thread: %.1f ms of CPU during the run, %.2f%% of "
                    "a core\n", 1e3 * (cli_node_comm_cpu(node) - comm0),
-                   100 * (cli_node_comm_cpu(node) - comm0) / res.wall_s);
+                   100 * (cli_node_comm_cpu(node) - comm0) / runs[0].res.wall_s);
     }
-    cli_out_abort(&json); /* not committed: nothing left under a temporary name */
-    dh_manifest_free(m);
-    dh_spec_free(spec);
+    for (int k = 0; k < n; k++) {
+        cli_out_abort(&runs[k].json); /* not committed: nothing left under a temporary name */
+        dh_manifest_free(runs[k].m);
+        dh_spec_free(runs[k].spec);
+    }
     cli_node_stop(node);
     /* Interrupted: the accounting of the completed steps is printed (and written), and the
      * exit status says the run did not end by itself. */

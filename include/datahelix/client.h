@@ -45,6 +45,9 @@ typedef struct {
     /* the state's global_step (-1, the default: unknown, taken from epoch and step): the
      * global steps of the resumed job go on from it, whatever its global batch */
     int64_t resume_global_step;
+    /* The agent's stream to take batches from (datahelix serve ... --stream NAME ...), at
+     * most 31 bytes; NULL or "": its first (main) stream. */
+    const char *stream;
 } dh_client_opts;
 
 DH_API void dh_client_opts_default(dh_client_opts *o);

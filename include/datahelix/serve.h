@@ -39,6 +39,10 @@ typedef struct {
      * an elastic launcher (torchrun --max_restarts) starts them: they resume from a state
      * they present, else from the last step every rank had completed. One node only. */
     int on_rank_exit;
+    /* Added in 0.2. dh_serve_streams: the batch memory of all the streams together, split
+     * over those whose cfg names no memory_budget in proportion to what each would take by
+     * default; 0: each stream its own (cfg's, or its default). */
+    int64_t memory_budget;
 } dh_serve_opts;
 
 enum { DH_ON_RANK_EXIT_STOP = 0, DH_ON_RANK_EXIT_WAIT = 1 };
@@ -71,6 +75,39 @@ DH_API int dh_serve_default_socket(const char *job, char *out, size_t len);
 DH_API int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts,
                     dh_sample_error_cb on_error, void *user, dh_result *out, char *errbuf,
                     size_t errlen);
+
+/*
+ * Added in 0.2: one agent serving several named streams (say "train" and "val"), each its
+ * own run (manifest, spec, shuffling, global batch, length) for the same trainer
+ * processes, on one socket: a trainer names its stream in dh_client_opts.stream ("" or
+ * NULL: the first). The streams share the node's CPU: their engines decode only while
+ * holding one of W tokens, W the first stream's workers, handed first to a stream with a
+ * rank waiting for a batch, then to the task with the least slack; and one memory budget
+ * (dh_serve_opts.memory_budget). Initialise each with dh_serve_stream_default.
+ */
+#define DH_SERVE_MAX_STREAMS 8
+
+typedef struct {
+    uint32_t struct_size;
+    const char *name;              /* 1 to 31 bytes; NULL or "" (first stream only): "train" */
+    const dh_run_config *cfg;      /* one node only when there are several streams */
+    dh_sample_error_cb on_error;   /* as for dh_serve; may be NULL */
+    void *user;
+    dh_result *out;                /* this stream's accounting (dh_result_init) */
+} dh_serve_stream;
+
+DH_API void dh_serve_stream_default(dh_serve_stream *s);
+
+/*
+ * Runs the agent for n streams (1 .. DH_SERVE_MAX_STREAMS) on opts' socket: each stream
+ * as dh_serve runs its cfg, with its own ranks attaching (the same processes, one Loader
+ * per stream), restarts and accounting in its out. A stream no trainer attached to while
+ * the others ran ends without running (its out untouched, not a failure). Returns when
+ * every stream ended: 0 when each did what was asked, else the first failure's code with
+ * "stream NAME: why" in errbuf.
+ */
+DH_API int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts *opts,
+                            char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

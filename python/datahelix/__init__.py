@@ -97,13 +97,17 @@ class Loader:
     LOCAL_WORLD_SIZE, else 0 and 1); on several nodes each agent serves its node's ranks
     and names them when a rank comes to the wrong one.
     endless: iterate the whole run at once instead of one epoch per loop.
+    stream: which of the agent's streams to take (`datahelix serve ... --stream val ...`;
+    default: its first, the one its options before any --stream describe). Each Loader of a
+    stream is its own attach: a training script holds one per stream (say "train" and
+    "val"), and every rank must hold the same ones.
     timeout_ms: how long one batch may take. attach_timeout_ms: how long to wait for every
     rank to attach (default: as long as the agent waits, see its --attach-timeout).
     """
 
     def __init__(self, socket=None, rank=None, world_size=None, global_batch=0,
                  manifest_hash=0, spec_hash=0, timeout_ms=60000, attach_timeout_ms=0,
-                 endless=False):
+                 endless=False, stream=None):
         env = os.environ
         self.socket = socket or env.get("DH_SOCKET") or default_socket(env.get("DH_JOB"))
         self.rank = int(rank) if rank is not None else \
@@ -111,9 +115,10 @@ class Loader:
         self.world_size = int(world_size) if world_size is not None else \
             _env_int(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE", default=1)
         self.endless = bool(endless)
+        self.stream = stream
         self._opts = dict(global_batch=global_batch, manifest_hash=manifest_hash,
                           spec_hash=spec_hash, timeout_ms=timeout_ms,
-                          attach_timeout_ms=attach_timeout_ms)
+                          attach_timeout_ms=attach_timeout_ms, stream=stream)
         self._resume = None
         self._client = None
         self._run = None

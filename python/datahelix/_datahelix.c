@@ -283,18 +283,20 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"socket", "rank", "world_size", "global_batch", "manifest_hash",
                              "spec_hash", "timeout_ms", "resume_epoch", "resume_step",
                              "attach_timeout_ms", "resume_seed", "resume_global_batch",
-                             "resume_shift", "resume_global_step", NULL};
-    const char *sock = NULL;
+                             "resume_shift", "resume_global_step", "stream", NULL};
+    const char *sock = NULL, *stream = NULL;
     dh_client_opts o;
     dh_client_opts_default(&o);
     long long G = 0, epoch = -1, step = -1, rG = 0, shift = 0, gstep = -1;
     unsigned long long mh = 0, sh = 0;
     PyObject *seed = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLLL", kwlist, &sock, &o.rank,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLLLz", kwlist, &sock, &o.rank,
                                      &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step,
-                                     &o.attach_timeout_ms, &seed, &rG, &shift, &gstep))
+                                     &o.attach_timeout_ms, &seed, &rG, &shift, &gstep,
+                                     &stream))
         return -1;
     o.socket = sock;
+    o.stream = stream;
     o.global_batch = G;
     o.manifest_hash = mh;
     o.spec_hash = sh;

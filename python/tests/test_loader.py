@@ -252,16 +252,13 @@ class LoaderTest(unittest.TestCase):
                 rc, out, err = agent.wait()
                 self.assertNotEqual(rc, 0)
 
-    def test_a_validation_stream_delivers_every_sample_once_with_padding_marked(self):
-        """Beside a training agent, a validation agent (--no-shuffle --keep-last, endless):
-        after each training epoch every rank runs one validation pass; each pass holds
-        every sample exactly once unpadded, in manifest order, the padding marked."""
-        script = r"""
+    VAL_SCRIPT = r"""
 import json, sys, datahelix
-train_sock, val_sock, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+train_sock, val_sock, stream, rank = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+stream = None if stream == "-" else stream
 passes = []
 with datahelix.Loader(socket=train_sock, rank=rank, world_size=2) as train, \
-        datahelix.Loader(socket=val_sock, rank=rank, world_size=2) as val:
+        datahelix.Loader(socket=val_sock, rank=rank, world_size=2, stream=stream) as val:
     for epoch in range(2):
         train.set_epoch(epoch)
         for b in train:
@@ -272,24 +269,10 @@ with datahelix.Loader(socket=train_sock, rank=rank, world_size=2) as train, \
         passes.append(seen)
 print(json.dumps(passes))
 """
-        self.nine()  # G = 4 leaves a tail of 1
-        ts, vs = sock(), sock()
-        with Agent(self.tmp, ts, "--ranks", "2", "--batch", "4", "--epochs", "2") as train, \
-                Agent(self.tmp, vs, "--ranks", "2", "--batch", "4", "--steps", "0",
-                      "--no-shuffle", "--keep-last", manifest="nine/m.jsonl") as val:
-            procs = [subprocess.Popen([sys.executable, "-c", script, ts, vs, str(r)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for r in range(2)]
-            outs = []
-            for p in procs:
-                out, err = p.communicate(timeout=120)
-                self.assertEqual(p.returncode, 0, err)
-                outs.append(json.loads(out))
-            rc, _, err = train.wait()
-            self.assertEqual(rc, 0, err)
-            rc, out, err = val.wait()  # endless: its trainers leaving together end it
-            self.assertEqual(rc, 0, err)
-            self.assertIn("delivered 24 + failed 0 = 24", out)
+
+    def check_val_passes(self, outs):
+        """Each of the 2 passes over the 9 images at G 4 holds every sample exactly once
+        unpadded, in manifest order, and 3 marked duplicates of the first ones."""
         names = ["i%d.jpg" % i for i in range(9)]
         for n in range(2):
             rows = [row for o in outs for row in o[n]]
@@ -301,6 +284,55 @@ print(json.dumps(passes))
             # manifest order: step k holds samples 4k..4k+3
             for k, i in real:
                 self.assertEqual(names.index(i) // 4, k)
+
+    def val_ranks(self, ts, vs, stream):
+        procs = [subprocess.Popen([sys.executable, "-c", self.VAL_SCRIPT, ts, vs, stream,
+                                   str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for r in range(2)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+            outs.append(json.loads(out))
+        return outs
+
+    def test_a_validation_stream_delivers_every_sample_once_with_padding_marked(self):
+        """Beside a training agent, a validation agent (--no-shuffle --keep-last, endless):
+        after each training epoch every rank runs one validation pass."""
+        self.nine()  # G = 4 leaves a tail of 1
+        ts, vs = sock(), sock()
+        with Agent(self.tmp, ts, "--ranks", "2", "--batch", "4", "--epochs", "2") as train, \
+                Agent(self.tmp, vs, "--ranks", "2", "--batch", "4", "--steps", "0",
+                      "--no-shuffle", "--keep-last", manifest="nine/m.jsonl") as val:
+            outs = self.val_ranks(ts, vs, "-")
+            rc, _, err = train.wait()
+            self.assertEqual(rc, 0, err)
+            rc, out, err = val.wait()  # endless: its trainers leaving together end it
+            self.assertEqual(rc, 0, err)
+            self.assertIn("delivered 24 + failed 0 = 24", out)
+        self.check_val_passes(outs)
+
+    def test_one_agent_serves_a_train_and_a_val_stream(self):
+        """The same loop against one agent serving both streams (--stream val ...): the
+        train stream's two epochs each exactly once, each val pass exactly once with its
+        padding marked, both accounted for; a stream nobody asked for is named."""
+        self.nine()
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "2", "--batch", "2", "--epochs", "2", "--stream",
+                   "val", "--manifest", os.path.join(self.tmp, "nine/m.jsonl"), "--batch", "4",
+                   "--no-shuffle", "--keep-last") as agent:
+            with self.assertRaises(datahelix.DataHelixError) as ctx:
+                datahelix.Loader(socket=s, rank=0, world_size=2, stream="test").epoch
+            self.assertIn('no stream "test"; its streams: "train", "val"', str(ctx.exception))
+            outs = self.val_ranks(s, s, "val")
+            rc, out, err = agent.wait()
+            self.assertEqual(rc, 0, err)
+        self.assertIn("stream train:", out)
+        self.assertIn("delivered 16 + failed 0 = 16", out)  # 2 epochs of 8 at G 2
+        self.assertIn("stream val:", out)
+        self.assertIn("delivered 24 + failed 0 = 24", out)  # 2 passes of 3 steps of 4
+        self.assertIn("stream val: rank 1 attached", err)
+        self.check_val_passes(outs)
 
     def test_padding_is_marked_in_an_epoch_resumed_at_another_global_batch(self):
         """8 images, G 4, --keep-last --no-shuffle, resumed from 3 samples consumed at G 3:

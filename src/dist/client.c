@@ -132,6 +132,11 @@ static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errle
                     .resume_global_batch = o->resume_global_batch,
                     .check_seed = o->check_seed, .resume_shift = o->resume_shift,
                     .resume_global_step = o->resume ? o->resume_global_step : -1};
+    if (o->stream && strlen(o->stream) >= sizeof q.stream)
+        return dh__fail(err, errlen, DH_EINVAL, "stream name \"%.40s...\" is longer than %d "
+                        "bytes", o->stream, (int)sizeof q.stream - 1);
+    if (o->stream)
+        memcpy(q.stream, o->stream, strlen(o->stream));
     int rc = dh__proto_send(c->fd, DH__MSG_ATTACH, &q, sizeof q, NULL, 0);
     if (rc)
         return dh__fail(err, errlen, rc, "the agent closed the connection");

@@ -17,7 +17,8 @@
 #include "../core/core.h"
 
 #define DH__PROTO_MAGIC 0x584c4844u /* "DHLX" */
-#define DH__PROTO_VERSION 2 /* 2: resume checks, WAITING, global steps */
+#define DH__PROTO_VERSION 3 /* 2: resume checks, WAITING, global steps; 3: streams */
+#define DH__STREAM_NAME 32 /* a stream's name, NUL included */
 #define DH__PROTO_MAX (64u << 20)
 
 enum {
@@ -53,6 +54,7 @@ typedef struct {
     int32_t check_seed, reserved;
     int64_t resume_shift;              /* the state's epoch shifted by so many samples */
     int64_t resume_global_step;        /* the state's steps trained so far; -1: unknown */
+    char stream[DH__STREAM_NAME];      /* the stream to attach to; "": the agent's first */
 } dh__attach;
 
 typedef struct {

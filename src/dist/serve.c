@@ -34,9 +34,11 @@
 
 #include "../catalog/catalog.h"
 #include "../engine/engine_serve.h"
+#include "../engine/gate.h"
 #include "../run/run.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +62,14 @@ typedef struct {
 } start_point;
 
 typedef struct agent agent;
+typedef struct hub hub;
+
+/* An attach the acceptor read, waiting for its stream to look at it. */
+typedef struct {
+    int fd;
+    int32_t pid;
+    dh__attach req;
+} pending;
 
 typedef struct {
     agent *a;
@@ -76,10 +86,12 @@ typedef struct {
 } conn;
 
 struct agent {
-    const dh_run_config *cfg;
+    const dh_run_config *cfg; /* &run below */
+    dh_run_config run;
     dh_serve_opts o;
-    const char *name;
-    int listen_fd, R;
+    hub *hub;
+    const char *stream;     /* this stream's name */
+    int R;
     int lo, hi;             /* the ranks this agent serves: all, or its node's on several */
     dh_engine *e;
     conn *conns;
@@ -104,6 +116,30 @@ struct agent {
     /* keep_last: the samples of the last batch of epoch pad_epoch, and which are padding */
     dh_sampler *order;
     int64_t pad_epoch, *last;
+    /* Attaches the acceptor read for this stream (under hub.mu), and a pipe that wakes the
+     * stream when one arrives. done: the stream ended (the acceptor refuses its attaches). */
+    pending *queue;
+    size_t nqueue, capq;
+    int inbox[2];
+    int done, unused; /* unused: no trainer ever came while the other streams ran */
+    pthread_t thread;
+    dh_sample_error_cb on_error;
+    void *user;
+    dh_result *out;
+    int rc;
+    char err[320];
+};
+
+/* The agent: one listening socket whose attaches go to the stream they name. */
+struct hub {
+    const char *name;
+    int listen_fd, n;
+    agent *s;
+    dh__gate *gate; /* several streams: the node's CPU, shared (NULL: one stream) */
+    pthread_mutex_t mu;
+    atomic_int quit; /* the agent could not start every stream: the others end */
+    void (*on_event)(const char *message, void *user);
+    void *event_user;
 };
 
 static double mono(void)
@@ -119,10 +155,11 @@ static void event(agent *a, const char *fmt, ...)
 {
     if (!a->o.on_event)
         return;
-    char msg[320];
+    char msg[360];
+    int k = a->hub && a->hub->n > 1 ? snprintf(msg, sizeof msg, "stream %s: ", a->stream) : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(msg + k, sizeof msg - (size_t)k, fmt, ap);
     va_end(ap);
     a->o.on_event(msg, a->o.event_user);
 }
@@ -239,35 +276,60 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
     return 0;
 }
 
-/* Reads and validates one attach; keeps the connection, or refuses and closes it. */
-static void take_attach(agent *a, int fd)
+/*
+ * Reads the attach of a new connection: the peer must be this user, and say ATTACH first.
+ * 0 with *q and *pid, or the refusal (its sentence in why; empty when the peer said nothing
+ * one could answer).
+ */
+static int read_attach(int fd, int io_ms, dh__attach *q, int32_t *pid, char *why, size_t len)
 {
     dh__msg_head h;
     void *p = NULL;
     uint32_t uid = 0;
-    int32_t pid = 0;
-    char why[256] = "";
-    int rc = dh__peer_uid(fd, &uid, &pid);
+    *pid = 0;
+    int rc = dh__peer_uid(fd, &uid, pid);
     if (!rc && uid != getuid())
-        rc = dh__fail(why, sizeof why, DH_EACCES, "user %u may not attach to an agent of user %u",
+        rc = dh__fail(why, len, DH_EACCES, "user %u may not attach to an agent of user %u",
                       uid, (unsigned)getuid());
-    if (!rc && (rc = dh__proto_recv(fd, a->o.io_timeout_ms, &h, &p, NULL, NULL)) == 0 &&
+    if (!rc && (rc = dh__proto_recv(fd, io_ms, &h, &p, NULL, NULL)) == 0 &&
         (h.type != DH__MSG_ATTACH || h.len != sizeof(dh__attach)))
-        rc = dh__fail(why, sizeof why, DH_EPARSE, "expected an attach message");
-    conn c = {.a = a, .fd = fd, .pid = pid};
+        rc = dh__fail(why, len, DH_EPARSE, "expected an attach message (a client of another "
+                      "DataHelix version?)");
     if (!rc) {
-        memcpy(&c.req, p, sizeof c.req);
-        c.rank = c.req.rank;
-        rc = refuse_reason(a, &c, why, sizeof why);
+        memcpy(q, p, sizeof *q);
+        q->stream[sizeof q->stream - 1] = 0; /* the trainer's bytes: terminated here */
     }
     free(p);
-    if (rc) {
+    return rc;
+}
+
+/* Refuses a connection with a sentence (an event of stream a, else of the agent). */
+static void refuse_fd(hub *h, agent *a, int fd, int32_t pid, int rc, const char *why)
+{
+    if (a) {
         event(a, "refused an attach from pid %d: %s", (int)pid, why[0] ? why : dh_strerror(rc));
-        if (why[0])
-            dh__proto_send_error(fd, rc, why);
-        close(fd);
+    } else if (h->on_event) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "refused an attach from pid %d: %s", (int)pid,
+                 why[0] ? why : dh_strerror(rc));
+        h->on_event(msg, h->event_user);
+    }
+    if (why[0])
+        dh__proto_send_error(fd, rc, why);
+    close(fd);
+}
+
+/* Validates an attach the acceptor read for this stream; keeps it, or refuses and closes. */
+static void take_attach(agent *a, const pending *in)
+{
+    char why[256] = "";
+    conn c = {.a = a, .fd = in->fd, .pid = in->pid, .req = in->req, .rank = in->req.rank};
+    int rc = refuse_reason(a, &c, why, sizeof why);
+    if (rc) {
+        refuse_fd(a->hub, a, in->fd, in->pid, rc, why);
         return;
     }
+    int32_t pid = in->pid;
     a->conns[c.rank] = c;
     a->attached++;
     event(a, "rank %d attached (pid %d), %d of %d", c.rank, (int)pid, a->attached, a->hi - a->lo);
@@ -304,17 +366,56 @@ static void tend_attaches(agent *a, const struct pollfd *pf, int n, double until
     }
 }
 
+/* Takes the attaches the acceptor queued for this stream: validated, or refused with why
+ * (NULL: validated against the stream as it attaches). */
+static void take_queued(agent *a, const char *why)
+{
+    char b[64];
+    while (read(a->inbox[0], b, sizeof b) > 0) /* the wake-ups: non-blocking */
+        ;
+    pthread_mutex_lock(&a->hub->mu);
+    pending *q = a->queue;
+    size_t n = a->nqueue;
+    a->queue = NULL;
+    a->nqueue = a->capq = 0;
+    pthread_mutex_unlock(&a->hub->mu);
+    for (size_t k = 0; k < n; k++) {
+        if (why)
+            refuse_fd(a->hub, a, q[k].fd, q[k].pid, DH_EMISMATCH, why);
+        else
+            take_attach(a, &q[k]);
+    }
+    free(q);
+}
+
+/* Every other stream of the agent has ended. */
+static int others_done(agent *a)
+{
+    hub *h = a->hub;
+    int done = h->n > 1;
+    pthread_mutex_lock(&h->mu);
+    for (int k = 0; k < h->n && done; k++)
+        done = &h->s[k] == a || h->s[k].done;
+    pthread_mutex_unlock(&h->mu);
+    return done;
+}
+
 /* Accepts until every rank attached; 0, DH_ETIMEDOUT or DH_ECANCELED. */
 static int wait_for_ranks(agent *a)
 {
     double until = mono() + a->o.attach_timeout_ms / 1e3, told = 0;
     while (a->attached < a->hi - a->lo) {
-        if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user))
+        if ((a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) ||
+            atomic_load(&a->hub->quit))
             return DH_ECANCELED;
         if (mono() > until)
             return DH_ETIMEDOUT;
+        if (!a->gen && !a->attached && others_done(a)) { /* nobody wants it */
+            a->unused = 1;
+            return DH_ECANCELED;
+        }
         struct pollfd *pf = a->pf;
-        pf[0] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
+        pf[0] = (struct pollfd){.fd = a->inbox[0], .events = POLLIN};
         int n = 1;
         for (int r = a->lo; r < a->hi; r++)
             if (a->conns[r].fd >= 0)
@@ -325,11 +426,8 @@ static int wait_for_ranks(agent *a)
             tend_attaches(a, pf, ready > 0 ? n : 0, until, tell);
             told = tell ? mono() : told;
         }
-        if (ready <= 0 || !(pf[0].revents & POLLIN))
-            continue;
-        int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd >= 0)
-            take_attach(a, fd);
+        if (ready > 0 && (pf[0].revents & POLLIN))
+            take_queued(a, NULL);
     }
     return 0;
 }
@@ -683,6 +781,9 @@ static void watch(agent *a)
         pthread_mutex_unlock(&a->mu);
         if (reap) /* no: wake whoever waits for a step the rank that left will not take */
             dh__engine_abort(a->e, DH_EPEER);
+        if (a->o.on_rank_exit == DH_ON_RANK_EXIT_STOP) /* waiting: for the next set of ranks */
+            take_queued(a, "this stream's ranks are all attached and its run is going (a "
+                           "second trainer for one rank, or a Loader created twice?)");
         if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) {
             a->stopping = 1;
             if (!a->cfg->exchange || a->cfg->nodes < 2) /* on several, the nodes agree first */
@@ -707,18 +808,32 @@ static int start_ranks(agent *a, char *err, size_t errlen)
 }
 
 /* What the agent needs before listening: hashes of what trainers must match. */
-static int agent_init(agent *a, const dh_run_config *cfg, const dh_serve_opts *opts, char *err,
-                      size_t errlen)
+static int agent_init(agent *a, hub *h, const dh_serve_stream *st, const dh_serve_opts *opts,
+                      char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a); /* from here agent_free cleans up whatever follows */
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->changed, NULL);
-    a->cfg = cfg;
+    a->inbox[0] = a->inbox[1] = -1;
+    a->hub = h;
+    a->stream = st->name && st->name[0] ? st->name : "train";
+    a->on_error = st->on_error;
+    a->user = st->user;
+    a->out = st->out;
+    dh_run_config_default(&a->run);
+    const dh_run_config *cfg = st->cfg;
+    if (!cfg || cfg->struct_size < sizeof(uint32_t) || cfg->struct_size > sizeof a->run)
+        return dh__fail(err, errlen, DH_EINVAL, "initialise the run configuration with "
+                                                "dh_run_config_default");
+    memcpy(&a->run, cfg, cfg->struct_size);
+    a->run.struct_size = sizeof a->run;
+    a->cfg = cfg = &a->run;
+    if (pipe2(a->inbox, O_NONBLOCK | O_CLOEXEC))
+        return dh__fail(err, errlen, -errno, "cannot create a pipe: %s", strerror(errno));
     a->R = cfg->ranks;
     int nodes = cfg->exchange && cfg->nodes > 1 ? cfg->nodes : 1;
     a->lo = nodes > 1 ? cfg->node * (a->R / nodes) : 0;
     a->hi = nodes > 1 ? a->lo + a->R / nodes : a->R;
-    a->listen_fd = -1;
     dh_serve_opts_default(&a->o);
     if (opts)
         memcpy(&a->o, opts, DH_MIN((size_t)opts->struct_size, sizeof a->o));
@@ -771,11 +886,12 @@ static void agent_free(agent *a)
         if (a->conns[r].fd >= 0)
             close(a->conns[r].fd);
     }
-    if (a->listen_fd >= 0) {
-        close(a->listen_fd);
-        if (a->name && a->name[0] != '@')
-            unlink(a->name);
-    }
+    for (size_t k = 0; k < a->nqueue; k++)
+        close(a->queue[k].fd);
+    free(a->queue);
+    for (int k = 0; k < 2; k++)
+        if (a->inbox[k] >= 0)
+            close(a->inbox[k]);
     dh_engine_free(a->e);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->changed);
@@ -803,11 +919,13 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
 {
     /* The engine and its pools first: a pool that does not fit fails before anyone waits. */
     int rc = dh__engine_start(a->cfg, a->o.max_leases, on_error, user, &a->e, err, errlen);
+    if (!rc && a->hub->gate)
+        dh__engine_set_gate(a->e, a->hub->gate);
     if (!rc) {
         int64_t tail = a->cfg->keep_last ? 0 : a->samples % a->cfg->global_batch;
         if (!a->gen)
-            event(a, "listening on %s for %d ranks (%d..%d)", a->name, a->hi - a->lo, a->lo,
-                  a->hi - 1);
+            event(a, "listening on %s for %d ranks (%d..%d)", a->hub->name, a->hi - a->lo,
+                  a->lo, a->hi - 1);
         if (!a->gen && tail)
             event(a, "an epoch of %lld samples in global batches of %lld uses %lld: the last "
                   "%lld of each epoch's order are dropped (--keep-last keeps them)",
@@ -879,44 +997,236 @@ static void prepare_restart(agent *a, const dh_result *done)
     a->gen++;
 }
 
+/* One stream, from its first set of ranks to its end (restarts included): a->rc, a->err. */
+static void *stream_main(void *arg)
+{
+    agent *a = arg;
+    dh_result *out = a->out;
+    char *err = a->err;
+    size_t errlen = sizeof a->err;
+    dh_result last; /* the accounting of the last set of ranks that ran (out's size) */
+    memcpy(&last, out, out->struct_size);
+    int rc = 0;
+    while (!rc) {
+        rc = serve_generation(a, a->on_error, a->user, out, err, errlen);
+        const dh_run_config *cfg = a->cfg;
+        int stopped = a->stopping || (cfg->should_stop && cfg->should_stop(cfg->should_stop_user));
+        if (a->unused) {
+            memcpy(out, &last, out->struct_size); /* as it came: nothing ran */
+            event(a, "no trainer attached while the other streams ran: not started");
+            rc = 0;
+            break;
+        }
+        if (a->gen && !a->e_began) { /* no restart came: the accounting is the last set's */
+            memcpy(out, &last, out->struct_size);
+            dh__msg(err, errlen, "no restart of the job within %d s (%s) after: %s",
+                    a->o.attach_timeout_ms / 1000, dh_strerror(rc), a->fault);
+            rc = DH_EPEER;
+        }
+        if (rc != DH_EPEER || a->o.on_rank_exit != DH_ON_RANK_EXIT_WAIT || stopped || !a->e_began)
+            break;
+        memcpy(&last, out, out->struct_size);
+        prepare_restart(a, out);
+        rc = 0;
+    }
+    a->rc = rc;
+    pthread_mutex_lock(&a->hub->mu);
+    a->done = 1; /* the acceptor refuses its attaches from here */
+    pthread_mutex_unlock(&a->hub->mu);
+    take_queued(a, "this stream's run has ended");
+    return NULL;
+}
+
+/* The stream an attach names ("": the first), or NULL with the sentence in why. */
+static agent *stream_named(hub *h, const char *name, char *why, size_t len)
+{
+    for (int k = 0; k < h->n; k++)
+        if (!name[0] ? k == 0 : !strcmp(name, h->s[k].stream))
+            return &h->s[k];
+    char list[200] = "";
+    for (int k = 0, n = 0; k < h->n; k++)
+        n += snprintf(list + n, sizeof list - (size_t)DH_MIN(n, (int)sizeof list), "%s\"%s\"",
+                      k ? ", " : "", h->s[k].stream), n = DH_MIN(n, (int)sizeof list - 1);
+    dh__msg(why, len, "this agent serves no stream \"%s\"; its streams: %s (datahelix serve "
+            "... --stream NAME ...)", name, list);
+    return NULL;
+}
+
+/* Hands each new connection's attach to its stream until every stream has ended. */
+static void accept_attaches(hub *h, int io_ms)
+{
+    for (;;) {
+        int running = 0;
+        pthread_mutex_lock(&h->mu);
+        for (int k = 0; k < h->n; k++)
+            running += !h->s[k].done;
+        pthread_mutex_unlock(&h->mu);
+        if (!running)
+            return;
+        struct pollfd pf = {.fd = h->listen_fd, .events = POLLIN};
+        if (poll(&pf, 1, 200) <= 0)
+            continue;
+        int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        pending in = {.fd = fd};
+        char why[320] = "";
+        int rc = read_attach(fd, io_ms, &in.req, &in.pid, why, sizeof why);
+        agent *a = rc ? NULL : stream_named(h, in.req.stream, why, sizeof why);
+        if (!rc && !a)
+            rc = DH_EMISMATCH;
+        if (!rc) {
+            pthread_mutex_lock(&h->mu);
+            if (a->done)
+                rc = dh__fail(why, sizeof why, DH_EMISMATCH, "stream \"%s\" of this agent has "
+                              "ended", a->stream);
+            else if (!(rc = dh__grow((void **)&a->queue, &a->capq, a->nqueue + 1,
+                                     sizeof *a->queue)))
+                a->queue[a->nqueue++] = in;
+            pthread_mutex_unlock(&h->mu);
+            if (!rc && write(a->inbox[1], "", 1) < 0) {
+                /* the pipe is full of wake-ups already: the stream will look */
+            }
+        }
+        if (rc)
+            refuse_fd(h, a, fd, in.pid, rc, why);
+    }
+}
+
+void dh_serve_stream_default(dh_serve_stream *s)
+{
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+}
+
+/* Splits opts->memory_budget over the streams that name no budget of their own, in
+ * proportion to what each would take by default. 0 or an error. */
+static int share_memory(hub *h, int64_t total, char *err, size_t errlen)
+{
+    int64_t fixed = 0, want[DH_SERVE_MAX_STREAMS] = {0}, wanted = 0;
+    for (int k = 0; k < h->n; k++) {
+        agent *a = &h->s[k];
+        if (a->run.memory_budget) {
+            fixed += a->run.memory_budget;
+            continue;
+        }
+        char why[256] = "";
+        want[k] = dh__engine_default_budget(a->cfg, a->o.max_leases, why, sizeof why);
+        if (want[k] < 0)
+            return dh__fail(err, errlen, (int)want[k], "stream %s: %s", a->stream, why);
+        wanted += want[k];
+    }
+    if (total < fixed + (wanted ? 1 : 0))
+        return dh__fail(err, errlen, DH_EINVAL, "the agent's memory budget (%.1f MiB) is below "
+                        "what the streams with their own budget take (%.1f MiB)",
+                        total / 1048576.0, fixed / 1048576.0);
+    for (int k = 0; k < h->n; k++)
+        if (want[k])
+            h->s[k].run.memory_budget =
+                (int64_t)((double)(total - fixed) * ((double)want[k] / (double)wanted));
+    return 0;
+}
+
+int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts *opts,
+                     char *err, size_t errlen)
+{
+    if (!streams || n < 1 || n > DH_SERVE_MAX_STREAMS)
+        return dh__fail(err, errlen, DH_EINVAL, "an agent serves 1 to %d streams, not %d",
+                        DH_SERVE_MAX_STREAMS, n);
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) {
+        const dh_serve_stream *s = &streams[k];
+        const char *nm = s->name ? s->name : "";
+        if (s->struct_size < sizeof(uint32_t) || s->struct_size > sizeof *s || !s->cfg || !s->out)
+            rc = dh__fail(err, errlen, DH_EINVAL, "stream %d: initialise it with "
+                          "dh_serve_stream_default and give it cfg and out", k);
+        else if (strlen(nm) >= DH__STREAM_NAME || (k && !nm[0]) || strchr(nm, '"'))
+            rc = dh__fail(err, errlen, DH_EINVAL, "stream %d: a name of 1 to %d bytes without "
+                          "quotes, not \"%s\"", k, DH__STREAM_NAME - 1, nm);
+        else if (n > 1 && s->cfg->exchange && s->cfg->nodes > 1)
+            rc = dh__fail(err, errlen, DH_EINVAL, "several streams are served on one node only "
+                          "(on several nodes, run an agent per stream)");
+        for (int j = 0; j < k && !rc; j++)
+            if (!strcmp(nm[0] ? nm : "train", streams[j].name && streams[j].name[0]
+                                                   ? streams[j].name : "train"))
+                rc = dh__fail(err, errlen, DH_EINVAL, "two streams are named \"%s\"", nm);
+        if (!rc)
+            rc = dh__result_check(s->out, err, errlen);
+    }
+    if (rc)
+        return rc;
+    hub h = {.listen_fd = -1, .n = n};
+    pthread_mutex_init(&h.mu, NULL);
+    h.s = dh__calloc((size_t)n, sizeof *h.s);
+    if (!h.s)
+        rc = dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    int inited = 0, started = 0;
+    for (; !rc && inited < n; inited++) {
+        char why[300] = "";
+        rc = agent_init(&h.s[inited], &h, &streams[inited], opts, why, sizeof why);
+        if (rc)
+            dh__msg(err, errlen, "%s%s%s", n > 1 ? "stream " : "",
+                    n > 1 ? h.s[inited].stream : "", n > 1 ? ": " : "");
+        if (rc)
+            dh__msg(err + strlen(err), errlen - strlen(err), "%s", why);
+    }
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    if (opts)
+        memcpy(&o, opts, DH_MIN((size_t)opts->struct_size, sizeof o));
+    if (!rc && n > 1 && o.memory_budget > 0)
+        rc = share_memory(&h, o.memory_budget, err, errlen);
+    if (!rc && n > 1)
+        rc = dh__gate_new(DH_MAX(1, h.s[0].run.workers), &h.gate);
+    h.on_event = o.on_event;
+    h.event_user = o.event_user;
+    char name[108];
+    h.name = o.socket;
+    if (!rc && !h.name && !(rc = dh_serve_default_socket(NULL, name, sizeof name)))
+        h.name = name;
+    int ranks = 0;
+    for (int k = 0; !rc && k < n; k++)
+        ranks += h.s[k].R;
+    if (!rc && (h.listen_fd = dh__listen(h.name, ranks + 8, err, errlen)) < 0)
+        rc = h.listen_fd;
+    for (; !rc && started < n; started++)
+        if ((rc = dh__thread_create(&h.s[started].thread, stream_main, &h.s[started])))
+            dh__fail(err, errlen, rc, "cannot start the thread of a stream");
+    if (rc) /* the streams that started must end: none gets an attach */
+        atomic_store(&h.quit, 1);
+    if (!rc)
+        accept_attaches(&h, h.s[0].o.io_timeout_ms);
+    for (int k = 0; k < started; k++)
+        pthread_join(h.s[k].thread, NULL);
+    for (int k = 0; k < started && !rc; k++)
+        if (h.s[k].rc) { /* the first stream that failed says why */
+            rc = h.s[k].rc;
+            dh__msg(err, errlen, "%s%s%s%s", n > 1 ? "stream " : "", n > 1 ? h.s[k].stream : "",
+                    n > 1 ? ": " : "", h.s[k].err);
+        }
+    if (h.listen_fd >= 0) {
+        close(h.listen_fd);
+        if (h.name[0] != '@')
+            unlink(h.name);
+    }
+    for (int k = 0; k < inited; k++)
+        agent_free(&h.s[k]);
+    free(h.s);
+    dh__gate_free(h.gate);
+    pthread_mutex_destroy(&h.mu);
+    return rc;
+}
+
 int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts, dh_sample_error_cb on_error,
              void *user, dh_result *out, char *err, size_t errlen)
 {
     if (!cfg || !out)
         return DH_EINVAL;
-    agent a;
-    char name[108];
-    int rc = dh__result_check(out, err, errlen);
-    if (rc)
-        return rc;
-    if ((rc = agent_init(&a, cfg, opts, err, errlen))) {
-        agent_free(&a);
-        return rc;
-    }
-    a.name = a.o.socket;
-    if (!a.name && !(rc = dh_serve_default_socket(NULL, name, sizeof name)))
-        a.name = name;
-    if (!rc && (rc = a.listen_fd = dh__listen(a.name, a.R + 8, err, errlen)) >= 0)
-        rc = 0;
-    if (rc)
-        a.listen_fd = -1;
-    dh_result last; /* the accounting of the last set of ranks that ran (out's size) */
-    memcpy(&last, out, out->struct_size);
-    while (!rc) {
-        rc = serve_generation(&a, on_error, user, out, err, errlen);
-        int stopped = a.stopping || (cfg->should_stop && cfg->should_stop(cfg->should_stop_user));
-        if (a.gen && !a.e_began) { /* no restart came: the accounting is the last set's */
-            memcpy(out, &last, out->struct_size);
-            dh__msg(err, errlen, "no restart of the job within %d s (%s) after: %s",
-                    a.o.attach_timeout_ms / 1000, dh_strerror(rc), a.fault);
-            rc = DH_EPEER;
-        }
-        if (rc != DH_EPEER || a.o.on_rank_exit != DH_ON_RANK_EXIT_WAIT || stopped || !a.e_began)
-            break;
-        memcpy(&last, out, out->struct_size);
-        prepare_restart(&a, out);
-        rc = 0;
-    }
-    agent_free(&a);
-    return rc;
+    dh_serve_stream s;
+    dh_serve_stream_default(&s);
+    s.cfg = cfg;
+    s.on_error = on_error;
+    s.user = user;
+    s.out = out;
+    return dh_serve_streams(&s, 1, opts, err, errlen);
 }

@@ -164,9 +164,14 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
     if (!rc) {
         rb->deadline = asked;
         dh__eng_offer_step(e, st, DH_TRACE_RANKS, rank); /* unless it was offered once prepared */
-        if (!dh__sched_batch_ready(e->sched, st, rank))
+        int early = !dh__sched_batch_ready(e->sched, st, rank);
+        if (early) {
             pthread_cond_broadcast(&e->work); /* the request may be what admits this batch */
+            atomic_fetch_add(&e->waiting, 1); /* a gate shared with other streams favours us */
+        }
         rc = wait_ready(e, st, rank, b);
+        if (early)
+            atomic_fetch_sub(&e->waiting, 1);
     }
     if (!rc && !b->laid_out)
         rc = dh__lay_out(e, st, rank, b); /* a batch with no samples */
@@ -194,6 +199,19 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
     else if (idle)
         pthread_cond_broadcast(&e->work);
     return 0;
+}
+
+void dh__engine_set_gate(dh_engine *e, struct dh__gate *g)
+{
+    e->gate = g;
+}
+
+double dh__engine_gate_wait(dh_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    double s = e->gate_wait_s;
+    pthread_mutex_unlock(&e->mu);
+    return s;
 }
 
 void dh__engine_wake(dh_engine *e)
@@ -285,6 +303,27 @@ static dh_engine *engine_new(const dh_run_config *cfg, dh_sample_error_cb on_err
     return e;
 }
 
+/* A serving engine's default budget: the run's, which also holds the batches trainers may
+ * keep (`shared` each). */
+static int64_t serving_budget(const dh__run *run, int shared)
+{
+    return run->cfg.memory_budget + dh__run_pool_slack(run, shared) - dh__run_pool_slack(run, 0);
+}
+
+int64_t dh__engine_default_budget(const dh_run_config *cfg, int shared, char *err,
+                                  size_t errlen)
+{
+    dh_run_config c = *cfg;
+    c.memory_budget = 0;
+    dh__run run;
+    int rc = dh__run_setup(&c, &run, err, errlen);
+    if (rc)
+        return rc;
+    int64_t b = serving_budget(&run, shared);
+    dh__run_free(&run);
+    return b;
+}
+
 int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on_error,
                      void *user, dh_engine **out, char *err, size_t errlen)
 {
@@ -306,10 +345,8 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
         dh_engine_free(e);
         return rc;
     }
-    /* Serving: the default budget also holds the batches trainers may keep. */
     if (shared && !cfg->memory_budget)
-        e->run.cfg.memory_budget += dh__run_pool_slack(&e->run, shared) -
-                                    dh__run_pool_slack(&e->run, 0);
+        e->run.cfg.memory_budget = serving_budget(&e->run, shared);
     if (cfg->exchange && cfg->nodes > 1) /* several nodes: each holds its share */
         e->run.cfg.memory_budget = dh__run_node_budget(&e->run, cfg->memory_budget, shared);
     if ((rc = dh__run_check_budget(&e->run, shared, err, errlen))) {

@@ -25,6 +25,7 @@
 #include "../metrics/metrics.h"
 #include "../run/run.h"
 #include "engine_serve.h"
+#include "gate.h"
 #include "ring.h"
 
 #include <pthread.h>
@@ -87,6 +88,11 @@ struct dh_engine {
     /* several nodes (nodes.c): this process runs ranks [rank_lo, rank_hi) and its workers */
     int node, nodes, rank_lo, rank_hi;
     struct dh__xchg *x;     /* the step exchange; NULL on one node */
+    /* an agent's several streams: CPU tokens shared with the other streams' engines (gate.h;
+     * NULL: none), and how many of this engine's ranks wait for a batch right now */
+    struct dh__gate *gate;
+    atomic_int waiting;
+    double gate_wait_s;     /* seconds workers waited for a token (under mu) */
 };
 
 /* 1 when rank r runs in this process (every rank on one node). */

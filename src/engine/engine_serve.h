@@ -16,6 +16,10 @@
  */
 int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on_error,
                      void *user, dh_engine **out, char *err, size_t errlen);
+/* The memory budget dh__engine_start gives a serving engine of cfg when cfg->memory_budget
+ * is 0 (bytes), or a negative error (cfg not runnable, the sentence in err). */
+int64_t dh__engine_default_budget(const dh_run_config *cfg, int shared, char *err,
+                                  size_t errlen);
 /* Starts a shared engine's decoding, at (epoch, step) of the sample order when resume, that
  * epoch's batches shifted by `shift` samples (dh__sampler_shift), serving `steps` steps (what
  * remains of the job; ignored by an endless run). */
@@ -36,5 +40,11 @@ void dh__engine_abort(dh_engine *e, int rc);
  * for). */
 int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake);
 void dh__engine_wake(dh_engine *e);
+/* Before dh__engine_begin: the engine's workers decode only while holding a token of g
+ * (shared with the other streams of the agent; gate.h). Not owned. */
+struct dh__gate;
+void dh__engine_set_gate(dh_engine *e, struct dh__gate *g);
+/* Seconds this engine's workers waited for a token of its gate so far. */
+double dh__engine_gate_wait(dh_engine *e);
 
 #endif

@@ -237,14 +237,19 @@ static int work_once(dh_engine *e, int w, char *path, size_t pathlen, char *err,
     uint8_t *base = dh__slot_data(e, b);
     const dh_batch_item *items = b->items; /* stable while inflight > 0 */
     int32_t nitems = b->nitems;
+    double slack = e->gate ? dh__sched_task_slack(e->sched, &t, dh__eng_elapsed(e)) : 0;
     pthread_mutex_unlock(&e->mu);
+    double waited = e->gate ? dh__gate_enter(e->gate, &e->waiting, slack) : 0;
     double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
     err[0] = 0;
     path[0] = 0;
     if (!rc)
         rc = run_task(e, &t, items, nitems, base, path, pathlen, err, errlen);
     double cpu = dh__thread_cpu() - c0;
+    if (e->gate)
+        dh__gate_leave(e->gate);
     pthread_mutex_lock(&e->mu);
+    e->gate_wait_s += waited;
     dh__eng_finish_task(e, w, &t, b, base, rc, started, cpu, path, err, 0);
     return 0;
 }

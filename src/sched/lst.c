@@ -78,6 +78,11 @@ static double deadline_of(const dh__sched *s, int64_t st)
     return s->cur_time + D(s, st) - D(s, s->cur_step);
 }
 
+double dh__sched_task_slack(const dh__sched *s, const dh__task *t, double now)
+{
+    return deadline_of(s, t->step) - now - t->pred_cost;
+}
+
 /*
  * Splitting heavy samples: a sample predicted to cost more than its step's
  * predicted duration is cut into ceil(cost / step) keyframe-aligned parts, or

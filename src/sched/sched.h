@@ -181,6 +181,9 @@ void dh__sched_observe_wire(dh__sched *s, int64_t bytes, double seconds);
 
 /* 1 when t is the last outstanding part of its sample (the one that completes it). */
 int dh__sched_last_part(const dh__sched *s, const dh__task *t);
+/* A dispatched task's slack at `now`: its step's estimated deadline (from the latest step
+ * taken) minus now minus its predicted cost; negative: late. */
+double dh__sched_task_slack(const dh__sched *s, const dh__task *t, double now);
 
 /*
  * Called with a gated plan before it is applied: rank_of holds the step's G

@@ -1,0 +1,117 @@
+/*
+ * gate.c - CPU tokens shared by the engines of one agent's streams (gate.h).
+ * Waiters are few (at most every worker thread of every stream), so a freed
+ * token is handed over by a linear scan for the best one.
+ */
+#include "gate.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef struct waiter {
+    const atomic_int *urgent;
+    double slack;
+    int64_t seq;
+    int granted;
+    struct waiter *next;
+} waiter;
+
+struct dh__gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int tokens, free;
+    int64_t seq, waits;
+    waiter *head; /* in arrival order */
+};
+
+int dh__gate_new(int tokens, dh__gate **out)
+{
+    dh__gate *g = dh__calloc(1, sizeof *g);
+    if (!g)
+        return DH_ENOMEM;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->tokens = g->free = tokens > 0 ? tokens : 1;
+    *out = g;
+    return 0;
+}
+
+void dh__gate_free(dh__gate *g)
+{
+    if (!g)
+        return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}
+
+/* 1 when a goes before b: a stream with a rank waiting now, then least slack, then oldest. */
+static int before(const waiter *a, const waiter *b)
+{
+    int ua = a->urgent && atomic_load(a->urgent) > 0, ub = b->urgent && atomic_load(b->urgent) > 0;
+    if (ua != ub)
+        return ua;
+    if (a->slack != b->slack)
+        return a->slack < b->slack;
+    return a->seq < b->seq;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double dh__gate_enter(dh__gate *g, const atomic_int *urgent, double slack)
+{
+    pthread_mutex_lock(&g->mu);
+    if (g->free > 0 && !g->head) {
+        g->free--;
+        pthread_mutex_unlock(&g->mu);
+        return 0;
+    }
+    double t0 = now_s();
+    waiter me = {urgent, slack, g->seq++, 0, NULL};
+    waiter **tail = &g->head;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = &me;
+    g->waits++;
+    while (!me.granted)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    return now_s() - t0;
+}
+
+void dh__gate_leave(dh__gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    waiter **best = NULL;
+    for (waiter **w = &g->head; *w; w = &(*w)->next)
+        if (!best || before(*w, *best))
+            best = w;
+    if (best) { /* the token goes straight to it: nobody may take it in between */
+        waiter *w = *best;
+        *best = w->next;
+        w->granted = 1;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        g->free++;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+int dh__gate_tokens(const dh__gate *g)
+{
+    return g->tokens;
+}
+
+int64_t dh__gate_waits(dh__gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    int64_t n = g->waits;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}

@@ -1,0 +1,36 @@
+/*
+ * gate.h - CPU tokens shared by the engines of one agent's streams (internal).
+ *
+ * DESIGN: an agent serving several streams (train, val) runs one engine per
+ * stream, each with its own scheduler and worker threads, but the node has
+ * one set of cores: a gate holds W tokens and a worker must hold one while
+ * it decodes. A freed token goes to the waiting task whose stream has a rank
+ * waiting for a batch right now (exposed wait first), then to the one with
+ * the least slack (its step's estimated deadline minus now minus its
+ * predicted cost, each engine's scheduler's own estimate), then the oldest.
+ * One engine alone needs no gate (NULL): its scheduler already orders its
+ * tasks and its W threads are the node's W.
+ */
+#ifndef DH_GATE_H
+#define DH_GATE_H
+
+#include "../core/core.h"
+
+#include <stdatomic.h>
+
+typedef struct dh__gate dh__gate;
+
+/* A gate of `tokens` (>= 1) tokens. 0 or DH_ENOMEM. */
+int dh__gate_new(int tokens, dh__gate **out);
+void dh__gate_free(dh__gate *g);
+/* Takes a token, waiting for it if none is free. urgent: > 0 while a rank of the caller's
+ * stream waits for a batch (read at every hand-over, so it may change while waiting);
+ * slack: the task's, in seconds. Returns the seconds waited. */
+double dh__gate_enter(dh__gate *g, const atomic_int *urgent, double slack);
+/* Gives a token back (to the best waiter, if any). */
+void dh__gate_leave(dh__gate *g);
+/* Tokens, and how many hand-overs waited (for the agent's report). */
+int dh__gate_tokens(const dh__gate *g);
+int64_t dh__gate_waits(dh__gate *g);
+
+#endif
