@@ -26,6 +26,8 @@ def rank_main(rank, world, args, rendezvous):
     train = datahelix.Loader(socket=train_sock, rank=rank, world_size=world)
     val = datahelix.Loader(socket=val_sock, rank=rank, world_size=world, stream=stream) \
         if val_sock != "-" else None
+    if val is not None:
+        len(val)  # attach now: the validation agent (or stream) prefetches its first pass
     t_train, n_train, passes = 0.0, 0, []
     for epoch in range(epochs):
         train.set_epoch(epoch)

@@ -1,8 +1,8 @@
 /*
  * test_gate.c - CPU tokens shared by an agent's streams: free tokens are
  * taken without waiting; a freed token goes to a stream with a rank waiting
- * now (even if it started waiting after the task queued), then to the least
- * slack, then to the oldest.
+ * now (even if it started waiting after the task queued), then to an active
+ * stream, then to the least slack, then to the oldest.
  */
 #include "engine/gate.h"
 #include "testutil.h"
@@ -13,6 +13,7 @@
 typedef struct {
     dh__gate *g;
     atomic_int *urgent;
+    int active;
     double slack;
     int id;
 } who;
@@ -23,7 +24,7 @@ static int order[8], norder;
 static void *take(void *arg)
 {
     who *w = arg;
-    dh__gate_enter(w->g, w->urgent, w->slack);
+    dh__gate_enter(w->g, w->urgent, w->active, w->slack);
     pthread_mutex_lock(&order_mu);
     order[norder++] = w->id;
     pthread_mutex_unlock(&order_mu);
@@ -55,8 +56,8 @@ START_TEST(free_tokens_are_taken_without_waiting)
     dh__gate *g;
     ck_assert_int_eq(dh__gate_new(2, &g), 0);
     ck_assert_int_eq(dh__gate_tokens(g), 2);
-    ck_assert(dh__gate_enter(g, NULL, 0) == 0);
-    ck_assert(dh__gate_enter(g, NULL, 0) == 0);
+    ck_assert(dh__gate_enter(g, NULL, 1, 0) == 0);
+    ck_assert(dh__gate_enter(g, NULL, 1, 0) == 0);
     ck_assert_int_eq(dh__gate_waits(g), 0);
     dh__gate_leave(g);
     dh__gate_leave(g);
@@ -64,21 +65,23 @@ START_TEST(free_tokens_are_taken_without_waiting)
 }
 END_TEST
 
-START_TEST(a_waiting_rank_first_then_least_slack_then_oldest)
+START_TEST(a_waiting_rank_first_then_active_then_least_slack_then_oldest)
 {
     dh__gate *g;
     ck_assert_int_eq(dh__gate_new(1, &g), 0);
-    ck_assert(dh__gate_enter(g, NULL, 0) == 0); /* the test holds the only token */
+    ck_assert(dh__gate_enter(g, NULL, 1, 0) == 0); /* the test holds the only token */
     atomic_int idle = 0, waiting = 1;
-    who w[4] = {{.urgent = &idle, .slack = 5, .id = 0},
-                {.urgent = &idle, .slack = 1, .id = 1},
-                {.urgent = &waiting, .slack = 9, .id = 2},
-                {.urgent = &idle, .slack = 1, .id = 3}};
-    run_waiters(g, w, 4);
+    who w[5] = {{.urgent = &idle, .active = 1, .slack = 5, .id = 0},
+                {.urgent = &idle, .active = 1, .slack = 1, .id = 1},
+                {.urgent = &waiting, .active = 0, .slack = 9, .id = 2},
+                {.urgent = &idle, .active = 1, .slack = 1, .id = 3},
+                {.urgent = &idle, .active = 0, .slack = -50, .id = 4}};
+    run_waiters(g, w, 5);
     ck_assert_int_eq(order[0], 2); /* its stream has a rank waiting */
-    ck_assert_int_eq(order[1], 1); /* least slack, and older than 3 */
+    ck_assert_int_eq(order[1], 1); /* active, least slack, and older than 3 */
     ck_assert_int_eq(order[2], 3);
     ck_assert_int_eq(order[3], 0);
+    ck_assert_int_eq(order[4], 4); /* an idle stream's stale deadline comes last */
     dh__gate_free(g);
 }
 END_TEST
@@ -88,9 +91,10 @@ START_TEST(urgency_is_read_when_the_token_is_handed_over)
 {
     dh__gate *g;
     ck_assert_int_eq(dh__gate_new(1, &g), 0);
-    ck_assert(dh__gate_enter(g, NULL, 0) == 0);
+    ck_assert(dh__gate_enter(g, NULL, 1, 0) == 0);
     atomic_int a = 0, b = 0;
-    who w[2] = {{.urgent = &a, .slack = 0, .id = 0}, {.urgent = &b, .slack = 100, .id = 1}};
+    who w[2] = {{.urgent = &a, .active = 1, .slack = 0, .id = 0},
+                {.urgent = &b, .active = 1, .slack = 100, .id = 1}};
     pthread_t t[2];
     for (int k = 0; k < 2; k++) {
         w[k].g = g;
@@ -109,13 +113,42 @@ START_TEST(urgency_is_read_when_the_token_is_handed_over)
 }
 END_TEST
 
+/* A worker keeps its token from task to task unless a better task waits. */
+START_TEST(a_busy_worker_keeps_its_token_unless_a_better_task_waits)
+{
+    dh__gate *g;
+    ck_assert_int_eq(dh__gate_new(1, &g), 0);
+    atomic_int no = 0;
+    ck_assert(dh__gate_enter(g, &no, 1, 0) == 0);
+    who w[1] = {{.urgent = &no, .active = 0, .slack = -9, .id = 7}}; /* an idle stream */
+    pthread_t t;
+    w[0].g = g;
+    ck_assert_int_eq(pthread_create(&t, NULL, take, &w[0]), 0);
+    while (dh__gate_waits(g) < 1)
+        usleep(1000);
+    norder = 0;
+    ck_assert(dh__gate_renew(g, &no, 1, 3) == 0); /* active beats idle: kept, no wait */
+    ck_assert_int_eq(dh__gate_waits(g), 1);
+    /* an inactive next task of ours (its stream's trainers went away) yields to the older
+     * waiter of equal class with less slack, then gets the token back when it is done */
+    ck_assert(dh__gate_renew(g, &no, 0, 3) >= 0);
+    ck_assert_int_eq(dh__gate_waits(g), 2);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(norder, 1);
+    ck_assert_int_eq(order[0], 7);
+    dh__gate_leave(g);
+    dh__gate_free(g);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gate");
     TCase *tc = tcase_create("gate");
     tcase_add_test(tc, free_tokens_are_taken_without_waiting);
-    tcase_add_test(tc, a_waiting_rank_first_then_least_slack_then_oldest);
+    tcase_add_test(tc, a_waiting_rank_first_then_active_then_least_slack_then_oldest);
     tcase_add_test(tc, urgency_is_read_when_the_token_is_handed_over);
+    tcase_add_test(tc, a_busy_worker_keeps_its_token_unless_a_better_task_waits);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

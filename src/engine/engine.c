@@ -186,6 +186,9 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
         rb->ready = asked; /* empty batches are ready at once */
     b->taken = dh__eng_elapsed(e);
     dh__sched_batch_taken(e->sched, rank, st, b->taken);
+    if (e->last_take > 0) /* how often this engine's trainers take batches (a gate reads it) */
+        e->take_gap = 0.8 * e->take_gap + 0.2 * (b->taken - e->last_take);
+    e->last_take = b->taken;
     e->next_step[rank]++;
     *out = (dh_batch){.step = st, .rank = rank, .nsamples = b->nsamples, .nitems = b->nitems,
                       .nfailed = b->nfailed, .samples = b->samples, .tokens = b->tokens,

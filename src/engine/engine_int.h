@@ -93,6 +93,7 @@ struct dh_engine {
     struct dh__gate *gate;
     atomic_int waiting;
     double gate_wait_s;     /* seconds workers waited for a token (under mu) */
+    double last_take, take_gap; /* when a batch was last taken, the mean gap between takes */
 };
 
 /* 1 when rank r runs in this process (every rank on one node). */

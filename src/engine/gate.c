@@ -11,6 +11,7 @@
 
 typedef struct waiter {
     const atomic_int *urgent;
+    int active;
     double slack;
     int64_t seq;
     int granted;
@@ -46,12 +47,15 @@ void dh__gate_free(dh__gate *g)
     free(g);
 }
 
-/* 1 when a goes before b: a stream with a rank waiting now, then least slack, then oldest. */
+/* 1 when a goes before b: a stream with a rank waiting now, then an active stream, then
+ * least slack, then oldest. */
 static int before(const waiter *a, const waiter *b)
 {
     int ua = a->urgent && atomic_load(a->urgent) > 0, ub = b->urgent && atomic_load(b->urgent) > 0;
     if (ua != ub)
         return ua;
+    if (a->active != b->active)
+        return a->active;
     if (a->slack != b->slack)
         return a->slack < b->slack;
     return a->seq < b->seq;
@@ -64,16 +68,30 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-double dh__gate_enter(dh__gate *g, const atomic_int *urgent, double slack)
+/* The best waiter's link, or NULL. Under g->mu. */
+static waiter **best_waiter(dh__gate *g)
 {
-    pthread_mutex_lock(&g->mu);
-    if (g->free > 0 && !g->head) {
-        g->free--;
-        pthread_mutex_unlock(&g->mu);
-        return 0;
-    }
+    waiter **best = NULL;
+    for (waiter **w = &g->head; *w; w = &(*w)->next)
+        if (!best || before(*w, *best))
+            best = w;
+    return best;
+}
+
+/* Hands the caller's token to *link's waiter. Under g->mu. */
+static void hand_over(dh__gate *g, waiter **link)
+{
+    waiter *w = *link;
+    *link = w->next;
+    w->granted = 1; /* the token goes straight to it: nobody may take it in between */
+    pthread_cond_broadcast(&g->cv);
+}
+
+/* Queues the caller and waits for a token; returns the seconds waited. Under g->mu. */
+static double wait_turn(dh__gate *g, const atomic_int *urgent, int active, double slack)
+{
     double t0 = now_s();
-    waiter me = {urgent, slack, g->seq++, 0, NULL};
+    waiter me = {urgent, active, slack, g->seq++, 0, NULL};
     waiter **tail = &g->head;
     while (*tail)
         tail = &(*tail)->next;
@@ -81,25 +99,43 @@ double dh__gate_enter(dh__gate *g, const atomic_int *urgent, double slack)
     g->waits++;
     while (!me.granted)
         pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
     return now_s() - t0;
+}
+
+double dh__gate_enter(dh__gate *g, const atomic_int *urgent, int active, double slack)
+{
+    pthread_mutex_lock(&g->mu);
+    double waited = 0;
+    if (g->free > 0 && !g->head)
+        g->free--;
+    else
+        waited = wait_turn(g, urgent, active, slack);
+    pthread_mutex_unlock(&g->mu);
+    return waited;
+}
+
+double dh__gate_renew(dh__gate *g, const atomic_int *urgent, int active, double slack)
+{
+    pthread_mutex_lock(&g->mu);
+    double waited = 0;
+    waiter me = {urgent, active, slack, INT64_MAX, 0, NULL}; /* ties: the waiters first */
+    waiter **best = best_waiter(g);
+    if (best && before(*best, &me)) {
+        hand_over(g, best);
+        waited = wait_turn(g, urgent, active, slack);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return waited;
 }
 
 void dh__gate_leave(dh__gate *g)
 {
     pthread_mutex_lock(&g->mu);
-    waiter **best = NULL;
-    for (waiter **w = &g->head; *w; w = &(*w)->next)
-        if (!best || before(*w, *best))
-            best = w;
-    if (best) { /* the token goes straight to it: nobody may take it in between */
-        waiter *w = *best;
-        *best = w->next;
-        w->granted = 1;
-        pthread_cond_broadcast(&g->cv);
-    } else {
+    waiter **best = best_waiter(g);
+    if (best)
+        hand_over(g, best);
+    else
         g->free++;
-    }
     pthread_mutex_unlock(&g->mu);
 }
 

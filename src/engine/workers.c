@@ -206,8 +206,10 @@ static int run_remote(dh_engine *e, int w, dh__lend_msg *m, char *path, size_t p
     return 0;
 }
 
-/* Takes and runs one task; returns 1 when there was none (the caller waits). */
-static int work_once(dh_engine *e, int w, char *path, size_t pathlen, char *err, size_t errlen)
+/* Takes and runs one task; returns 1 when there was none (the caller waits). *held: this
+ * worker holds a token of the engine's gate (kept from task to task, given back when idle). */
+static int work_once(dh_engine *e, int w, int *held, char *path, size_t pathlen, char *err,
+                     size_t errlen)
 {
     dh__task t;
     int rc = e->x && dh__eng_lend_handback(e, &t) ? 0
@@ -237,17 +239,23 @@ static int work_once(dh_engine *e, int w, char *path, size_t pathlen, char *err,
     uint8_t *base = dh__slot_data(e, b);
     const dh_batch_item *items = b->items; /* stable while inflight > 0 */
     int32_t nitems = b->nitems;
-    double slack = e->gate ? dh__sched_task_slack(e->sched, &t, dh__eng_elapsed(e)) : 0;
+    double now = dh__eng_elapsed(e), slack = 0;
+    int active = 0;
+    if (e->gate) { /* active: its trainers took a batch lately (a few of their gaps ago) */
+        slack = dh__sched_task_slack(e->sched, &t, now);
+        active = e->last_take > 0 && now - e->last_take < DH_MAX(0.5, 4 * e->take_gap);
+    }
     pthread_mutex_unlock(&e->mu);
-    double waited = e->gate ? dh__gate_enter(e->gate, &e->waiting, slack) : 0;
+    double waited = !e->gate ? 0
+                    : *held ? dh__gate_renew(e->gate, &e->waiting, active, slack)
+                            : dh__gate_enter(e->gate, &e->waiting, active, slack);
+    *held = e->gate != NULL;
     double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
     err[0] = 0;
     path[0] = 0;
     if (!rc)
         rc = run_task(e, &t, items, nitems, base, path, pathlen, err, errlen);
     double cpu = dh__thread_cpu() - c0;
-    if (e->gate)
-        dh__gate_leave(e->gate);
     pthread_mutex_lock(&e->mu);
     e->gate_wait_s += waited;
     dh__eng_finish_task(e, w, &t, b, base, rc, started, cpu, path, err, 0);
@@ -260,13 +268,18 @@ static void *worker_main(void *arg)
     int w = (int)(intptr_t)((void **)arg)[1];
     free(arg);
     char path[4096], err[512];
+    int held = 0; /* a token of e->gate */
     pthread_mutex_lock(&e->mu);
     while (!e->stop)
-        if (work_once(e, w, path, sizeof path, err, sizeof err) && !e->stop) {
+        if (work_once(e, w, &held, path, sizeof path, err, sizeof err) && !e->stop) {
+            if (held) /* idle: another stream may use the CPU */
+                dh__gate_leave(e->gate), held = 0;
             e->idle_workers++;
             pthread_cond_wait(&e->work, &e->mu);
             e->idle_workers--;
         }
+    if (held)
+        dh__gate_leave(e->gate);
     e->worker_cpu += dh__thread_cpu(); /* under e->mu: the whole thread, scheduling included */
     pthread_mutex_unlock(&e->mu);
     return NULL;
