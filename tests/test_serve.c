@@ -125,17 +125,23 @@ static int items_match(const dh_batch *b)
  * releases each (reporting a step time), and detaches. Exit 0, or 2 connect
  * failed, 3 wrong bytes, 4 next failed (not the end), 5 release failed.
  */
+static int trainer_delay_ms, trainer_step_ms; /* before attaching, and per batch taken */
+
 static pid_t trainer(int rank, int world, int64_t G, int take, const char *log,
                      const dh_client_opts *extra)
 {
     pid_t pid = fork();
     if (pid)
         return pid;
+    if (trainer_delay_ms)
+        usleep((useconds_t)trainer_delay_ms * 1000);
     dh_client_opts o = extra ? *extra : client_opts(rank, world, G);
     dh_client *c;
     char err[256] = "";
-    if (dh_client_connect(&o, &c, err, sizeof err))
+    if (dh_client_connect(&o, &c, err, sizeof err)) {
+        fprintf(stderr, "trainer %d (%s): %s\n", rank, o.stream ? o.stream : "-", err);
         _exit(2);
+    }
     FILE *f = log ? fopen(log, "w") : NULL;
     for (int n = 0; take < 0 || n < take; n++) {
         dh_batch b;
@@ -149,6 +155,8 @@ static pid_t trainer(int rank, int world, int64_t G, int take, const char *log,
         for (int32_t k = 0; f && k < b.nsamples; k++)
             fprintf(f, "%lld %lld %s\n", (long long)b.step, (long long)b.samples[k],
                     dh_client_sample_id(c, &b, k));
+        if (trainer_step_ms)
+            usleep((useconds_t)trainer_step_ms * 1000);
         dh_client_report_step(c, b.step, 0.002);
         if (dh_client_release(c, &b))
             _exit(5);
@@ -1066,6 +1074,54 @@ START_TEST(one_agent_serves_several_streams)
 }
 END_TEST
 
+/*
+ * A validation Loader attaches at the first pass, maybe long after training began: a stream
+ * with no trainer yet waits as long as another stream runs, whatever the attach timeout
+ * (3 s here; the val trainers come after 5 s of training). Also: the val stream's default
+ * memory budget (G 3 over 2 ranks, one video among 8 images: the largest sample far above
+ * the mean) was below what it needs, and the stream was refused.
+ */
+START_TEST(a_stream_waits_for_its_first_trainer_while_another_runs)
+{
+    new_socket_name();
+    pid_t p[4];
+    trainer_step_ms = 500; /* training: 12 steps of 0.5 s */
+    for (int r = 0; r < 2; r++)
+        p[r] = trainer(r, 2, 2, -1, NULL, NULL);
+    trainer_step_ms = 0;
+    trainer_delay_ms = 5000;
+    for (int r = 0; r < 2; r++) {
+        dh_client_opts v = client_opts(r, 2, 3);
+        v.stream = "val";
+        p[2 + r] = trainer(r, 2, 3, -1, NULL, &v);
+    }
+    trainer_delay_ms = 0;
+    dh_run_config t = agent_config("helix", 2, 2), v = agent_config("helix", 2, 3);
+    t.steps = 12;
+    v.no_shuffle = 1; /* one pass: 3 steps of 3 */
+    dh_result rt, rv;
+    dh_result_init(&rt);
+    dh_result_init(&rv);
+    dh_serve_stream s[2];
+    for (int k = 0; k < 2; k++)
+        dh_serve_stream_default(&s[k]);
+    s[0].cfg = &t, s[0].out = &rt;
+    s[1].name = "val", s[1].cfg = &v, s[1].out = &rv;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.socket = sock;
+    o.attach_timeout_ms = 3000;
+    char err[320] = "";
+    int rc = dh_serve_streams(s, 2, &o, err, sizeof err);
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(wait_child(p[k]), 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(rt.steps, 12);
+    ck_assert_int_eq(rv.steps, 3);
+    ck_assert_int_eq(rv.delivered, 9);
+}
+END_TEST
+
 START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
 {
     /* A fake agent describes batches whose bounds overflow, whose ids lack their NUL, whose
@@ -1168,6 +1224,7 @@ int main(void)
     tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
     tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
     tcase_add_test(tc, one_agent_serves_several_streams);
+    tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

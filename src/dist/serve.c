@@ -388,16 +388,16 @@ static void take_queued(agent *a, const char *why)
     free(q);
 }
 
-/* Every other stream of the agent has ended. */
-static int others_done(agent *a)
+/* How many other streams of the agent have not ended. */
+static int others_running(agent *a)
 {
     hub *h = a->hub;
-    int done = h->n > 1;
+    int n = 0;
     pthread_mutex_lock(&h->mu);
-    for (int k = 0; k < h->n && done; k++)
-        done = &h->s[k] == a || h->s[k].done;
+    for (int k = 0; k < h->n; k++)
+        n += &h->s[k] != a && !h->s[k].done;
     pthread_mutex_unlock(&h->mu);
-    return done;
+    return n;
 }
 
 /* Accepts until every rank attached; 0, DH_ETIMEDOUT or DH_ECANCELED. */
@@ -408,9 +408,14 @@ static int wait_for_ranks(agent *a)
         if ((a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) ||
             atomic_load(&a->hub->quit))
             return DH_ECANCELED;
+        /* With no trainer yet, a stream waits as long as another runs (a validation Loader
+         * attaches at its first pass, maybe hours in); from its first, the timeout. */
+        int others = a->hub->n > 1 && !a->attached ? others_running(a) : 0;
+        if (others)
+            until = mono() + a->o.attach_timeout_ms / 1e3;
         if (mono() > until)
             return DH_ETIMEDOUT;
-        if (!a->gen && !a->attached && others_done(a)) { /* nobody wants it */
+        if (a->hub->n > 1 && !a->gen && !a->attached && !others) { /* nobody wants it */
             a->unused = 1;
             return DH_ECANCELED;
         }

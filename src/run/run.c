@@ -306,7 +306,10 @@ static int64_t default_budget(const dh__run *run)
     mean /= (double)(run->samples.n ? run->samples.n : 1);
     int k = c->workers / c->ranks > 1 ? c->workers / c->ranks : 1;
     double batches = (double)c->ranks * (2.0 * k + 1.0);
-    return (int64_t)(batches * ((double)c->global_batch / c->ranks) * mean);
+    /* at least one of the largest batches: samples far above the mean (one long video among
+     * images) made the default smaller than what the run needs, and it was refused */
+    return DH_MAX((int64_t)(batches * ((double)c->global_batch / c->ranks) * mean),
+                  big_batch(run));
 }
 
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen)
