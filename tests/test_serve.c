@@ -1009,6 +1009,20 @@ static void fake_batch(int fd, int64_t off, int64_t bytes, int32_t ns, const dh_
     free(body);
 }
 
+/* Serves streams s[0..n) on sock with options *o (attach timeout in ms), then reaps the np
+ * trainers p, each of which must exit 0; returns what dh_serve_streams did. */
+static int serve_and_reap(dh_serve_stream *s, int n, dh_serve_opts *o, int timeout_ms,
+                          const pid_t *p, int np, char *err, size_t len)
+{
+    dh_serve_opts_default(o);
+    o->socket = sock;
+    o->attach_timeout_ms = timeout_ms;
+    int rc = dh_serve_streams(s, n, o, err, len);
+    for (int k = 0; k < np; k++)
+        ck_assert_int_eq(wait_child(p[k]), 0);
+    return rc;
+}
+
 /*
  * One agent, three streams on one socket: train (G 4, 2 epochs, shuffled) and val (G 2, one
  * pass in manifest order, the last batch kept) each taken by their own 2 ranks, and a third
@@ -1043,13 +1057,8 @@ START_TEST(one_agent_serves_several_streams)
     s[1].name = "val", s[1].cfg = &v, s[1].out = &rv;
     s[2].name = "test", s[2].cfg = &u, s[2].out = &ru;
     dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    o.socket = sock;
-    o.attach_timeout_ms = 60000;
     char err[320] = "";
-    int rc = dh_serve_streams(s, 3, &o, err, sizeof err);
-    for (int k = 0; k < 4; k++)
-        ck_assert_int_eq(wait_child(p[k]), 0);
+    int rc = serve_and_reap(s, 3, &o, 60000, p, 4, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_int_eq(rt.steps, 4);
     ck_assert_int_eq(rt.delivered, 16);
@@ -1108,13 +1117,8 @@ START_TEST(a_stream_waits_for_its_first_trainer_while_another_runs)
     s[0].cfg = &t, s[0].out = &rt;
     s[1].name = "val", s[1].cfg = &v, s[1].out = &rv;
     dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    o.socket = sock;
-    o.attach_timeout_ms = 3000;
     char err[320] = "";
-    int rc = dh_serve_streams(s, 2, &o, err, sizeof err);
-    for (int k = 0; k < 4; k++)
-        ck_assert_int_eq(wait_child(p[k]), 0);
+    int rc = serve_and_reap(s, 2, &o, 3000, p, 4, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_int_eq(rt.steps, 12);
     ck_assert_int_eq(rv.steps, 3);
