@@ -96,6 +96,24 @@ START_TEST(vocabulary_round_trips)
 }
 END_TEST
 
+START_TEST(utf8_check_finds_the_first_bad_byte)
+{
+    struct {
+        const char *s;
+        size_t bad;
+    } cases[] = {
+        {"plain", 5},           {"caf\xc3\xa9", 5},         {"\xe2\x82\xac!", 4},
+        {"\xf0\x9f\x98\x80", 4}, {"a\xc3\x28", 1},        /* a bad continuation */
+        {"\xc0\xaf", 0},         /* overlong "/" */      {"\xed\xa0\x80", 0}, /* surrogate */
+        {"\xf4\x90\x80\x80", 0}, /* over U+10FFFF */   {"ok\xe2\x82", 2},    /* cut short */
+        {"\xff", 0},             {"x\x80", 1},            /* a stray continuation */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        ck_assert_msg(dh__utf8_check(cases[k].s, strlen(cases[k].s)) == cases[k].bad,
+                      "case %zu", k);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("core");
@@ -105,6 +123,7 @@ int main(void)
     tcase_add_test(tc, rng_below_is_in_range_and_covers);
     tcase_add_test(tc, grow_keeps_contents);
     tcase_add_test(tc, vocabulary_round_trips);
+    tcase_add_test(tc, utf8_check_finds_the_first_bad_byte);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -96,6 +96,55 @@ START_TEST(multimodal_and_text_only)
 }
 END_TEST
 
+/* Shards and text: a media item may be a byte range of its file (a tar member); a sample may
+ * carry its text and label. Each bad value is named. */
+START_TEST(members_text_and_labels)
+{
+    ck_assert_int_eq(parse("{\"id\":\"k1\",\"text\":\"a caf\\u00e9 \xe2\x82\xac\",\"label\":-3,"
+                           "\"media\":[{\"type\":\"image\",\"path\":\"s/00000.tar\","
+                           "\"offset\":1536,\"bytes\":4000,\"member\":\"k1.jpg\",\"width\":4,"
+                           "\"height\":4}]}"), 0);
+    ck_assert_int_eq(parse("{\"id\":\"k2\",\"text_tokens\":3}"), 0);
+    dh_sample_info si;
+    dh_manifest_sample(m, 0, &si);
+    ck_assert_str_eq(si.text, "a caf\xc3\xa9 \xe2\x82\xac");
+    ck_assert_int_eq(si.has_label, 1);
+    ck_assert_int_eq(si.label, -3);
+    dh_media_info mi;
+    dh_manifest_media(m, 0, 0, &mi);
+    ck_assert_int_eq(mi.offset, 1536);
+    ck_assert_int_eq(mi.bytes, 4000);
+    ck_assert_str_eq(mi.member, "k1.jpg");
+    dh_manifest_sample(m, 1, &si);
+    ck_assert_ptr_null(si.text);
+    ck_assert_int_eq(si.has_label, 0);
+    expect_bad("{\"id\":\"b1\",\"media\":[{\"type\":\"image\",\"path\":\"s.tar\",\"offset\":512,"
+               "\"width\":4,\"height\":4}]}", DH_ESCHEMA, "media[0].offset: a byte range needs "
+               "its size in \"bytes\"");
+    /* invalid UTF-8 is refused by the JSON layer, a lone surrogate escape too */
+    expect_bad("{\"id\":\"b2\",\"text_tokens\":1,\"text\":\"bad \xc3\x28 byte\"}", DH_EPARSE,
+               "unable to decode byte 0xc3");
+    expect_bad("{\"id\":\"b3\",\"text_tokens\":1,\"text\":\"x\\ud800\"}", DH_EPARSE, "");
+    expect_bad("{\"id\":\"b4\",\"text_tokens\":1,\"label\":1.5}", DH_ESCHEMA,
+               "label: expected an integer");
+    expect_bad("{\"id\":\"b5\",\"text_tokens\":1,\"text\":7}", DH_ESCHEMA,
+               "text: expected a string");
+    expect_bad("{\"id\":\"b6\",\"media\":[{\"type\":\"image\",\"path\":\"s.tar\",\"offset\":-1,"
+               "\"bytes\":3,\"width\":4,\"height\":4}]}", DH_ERANGE, "offset: -1 is below");
+    /* text, label and ranges are part of what a sample is */
+    dh_manifest *a, *b;
+    dh_manifest_new("", NULL, &a);
+    dh_manifest_new("", NULL, &b);
+    const char *l1 = "{\"id\":\"1\",\"text_tokens\":1,\"text\":\"a dog\"}";
+    const char *l2 = "{\"id\":\"1\",\"text_tokens\":1,\"text\":\"a cat\"}";
+    ck_assert_int_eq(dh_manifest_parse_line(a, l1, strlen(l1), 1, NULL, 0), 0);
+    ck_assert_int_eq(dh_manifest_parse_line(b, l2, strlen(l2), 1, NULL, 0), 0);
+    ck_assert_uint_ne(dh_manifest_hash(a), dh_manifest_hash(b));
+    dh_manifest_free(a);
+    dh_manifest_free(b);
+}
+END_TEST
+
 START_TEST(video_timing_is_completed)
 {
     /* frames from duration * fps, fps from frames / duration. */
@@ -541,6 +590,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, parses_design_example);
     tcase_add_test(tc, multimodal_and_text_only);
+    tcase_add_test(tc, members_text_and_labels);
     tcase_add_test(tc, video_timing_is_completed);
     tcase_add_test(tc, video_timing_must_be_usable_and_agree);
     tcase_add_test(tc, long_lines_are_skipped_without_being_held_and_devices_refused);

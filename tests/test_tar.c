@@ -316,6 +316,143 @@ START_TEST(webdataset_keys_and_suffixes)
 }
 END_TEST
 
+typedef struct {
+    int n;
+    char text[16][700];
+} diags;
+
+static void keep_diag(const dh_diag *d, void *user)
+{
+    diags *l = user;
+    if (l->n < 16)
+        snprintf(l->text[l->n], sizeof l->text[0], "%s [%s]", d->message, dh_err_name(d->code));
+    l->n++;
+}
+
+/* 1 when one of the diagnostics holds every needle (NULL-terminated). */
+static int has_diag(const diags *l, const char *a, const char *b, const char *c)
+{
+    for (int k = 0; k < l->n && k < 16; k++)
+        if (strstr(l->text[k], a) && (!b || strstr(l->text[k], b)) && (!c || strstr(l->text[k], c)))
+            return 1;
+    return 0;
+}
+
+/*
+ * index on a directory of shards as WebDataset writers make them (Python's tarfile, pax and
+ * GNU): samples grouped by adjacent keys with their text and label, media read in place;
+ * each bad member costs its sample only, named with shard, member and reason; a compressed
+ * or truncated shard is named, the samples before a truncation kept.
+ */
+START_TEST(index_makes_one_line_per_sample_of_each_shard)
+{
+    const char *ff = tu_ffmpeg();
+    ck_assert_int_eq(tu_sh("mkdir -p %s/ds && cd %s/ds && %s -v error -y -nostdin -f lavfi -i "
+                           "testsrc2=size=96x64 -frames:v 1 x.jpg && %s -v error -y -nostdin -f "
+                           "lavfi -i testsrc2=size=128x72:rate=25 -t 1 -c:v libx264 -g 10 "
+                           "-pix_fmt yuv420p x.mp4", dir, dir, ff, ff), 0);
+    ck_assert_int_eq(tu_sh("cd %s/ds && /usr/bin/python3 - <<'EOF'\n"
+        "import gzip, io, shutil, tarfile\n"
+        "def add(t, name, data=None, path=None, kind=tarfile.REGTYPE):\n"
+        "    if path: data = open(path, 'rb').read()\n"
+        "    i = tarfile.TarInfo(name); i.type = kind\n"
+        "    if kind == tarfile.SYMTYPE: i.linkname = 'x.jpg'; t.addfile(i); return\n"
+        "    i.size = len(data); t.addfile(i, io.BytesIO(data))\n"
+        "with tarfile.open('s0.tar', 'w') as t:  # pax, Python's default\n"
+        "    add(t, 'a.jpg', path='x.jpg'); add(t, 'a.txt', 'a red \\u00e9 square'.encode())\n"
+        "    add(t, 'a.cls', b'3\\n')\n"
+        "    add(t, 'dir/b.mp4', path='x.mp4'); add(t, 'dir/b.txt', b'a clip')\n"
+        "    add(t, 'c.jpg', path='x.jpg'); add(t, 'c.jpg', path='x.jpg')\n"
+        "    add(t, 'd.txt', b'text only'); add(t, 'd.json', b'{}')\n"
+        "    add(t, 'a.jpg', path='x.jpg')\n"
+        "with tarfile.open('s1.tar', 'w', format=tarfile.GNU_FORMAT) as t:\n"
+        "    add(t, 'e.jpg', path='x.jpg'); add(t, 'e.txt', b'bad \\xff byte')\n"
+        "    add(t, 'f.jpg', path='x.jpg'); add(t, 'f.cls', b'seven')\n"
+        "    add(t, 'g.jpg', kind=tarfile.SYMTYPE)\n"
+        "    add(t, 'h.jpg', b'not a jpeg at all')\n"
+        "    add(t, 'i.png', path='x.jpg'); add(t, 'i.txt', b'fine')\n"
+        "shutil.copy('s0.tar', 'cut.tar')\n"
+        "with open('s0.tar', 'rb') as f, gzip.open('z.tar', 'wb') as g: g.write(f.read())\n"
+        "EOF", dir), 0);
+    /* cut.tar: s0.tar cut inside b.mp4's data */
+    ck_assert_int_eq(tu_sh("cd %s/ds && rm x.jpg x.mp4 && truncate -s 6000 cut.tar", dir), 0);
+    char out[4200];
+    snprintf(out, sizeof out, "%s/ds/m.jsonl", dir);
+    diags l = {0};
+    dh_index_opts o;
+    dh_index_opts_default(&o);
+    o.diag = keep_diag;
+    o.diag_user = &l;
+    dh_index_stats st;
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/ds", dir);
+    ck_assert_int_eq(dh_index_dir(sub, out, &o, &st), 0);
+    ck_assert_int_eq(st.files, 4);
+    ck_assert_int_eq(st.shards, 4);
+    /* s0: a, dir/b, d, a#2 (c: a suffix twice); s1: i (e, f, g, h bad); cut: a (dir/b cut);
+     * z: none (its samples cannot be counted) */
+    ck_assert_int_eq(st.shard_samples, 6);
+    ck_assert_int_eq(st.shard_skipped, 1 + 4 + 1);
+    ck_assert_msg(has_diag(&l, "s0.tar: sample \"c\": member c.jpg: suffix \"jpg\" twice",
+                           "DH_EDUP", NULL), "%s", l.text[0]);
+    ck_assert(has_diag(&l, "s1.tar: sample \"e\": member e.txt: not valid UTF-8 at byte 4",
+                       NULL, NULL));
+    ck_assert(has_diag(&l, "sample \"f\": member f.cls: not an integer label: \"seven\"", NULL,
+                       NULL));
+    ck_assert(has_diag(&l, "sample \"g\": member g.jpg: a link, not a regular file", NULL, NULL));
+    ck_assert(has_diag(&l, "sample \"h\": member h.jpg:", NULL, NULL));
+    ck_assert(has_diag(&l, "z.tar: shard skipped: a gzip-compressed file", NULL, NULL));
+    ck_assert(has_diag(&l, "cut.tar: damaged after member a.cls: the member at offset",
+                       "(\"dir/b.mp4\") has data past the end of the file", NULL));
+
+    dh_manifest *m;
+    ck_assert_int_eq(dh_manifest_load(out, NULL, &m, NULL), 0);
+    ck_assert_int_eq(dh_manifest_count(m), 6);
+    int64_t a = dh_manifest_find(m, "s0.tar:a"), b = dh_manifest_find(m, "s0.tar:dir/b"),
+            d = dh_manifest_find(m, "s0.tar:d"), a2 = dh_manifest_find(m, "s0.tar:a#2");
+    ck_assert(a >= 0 && b >= 0 && d >= 0 && a2 >= 0);
+    ck_assert(dh_manifest_find(m, "cut.tar:a") >= 0 && dh_manifest_find(m, "s1.tar:i") >= 0);
+    dh_sample_info si;
+    dh_manifest_sample(m, a, &si);
+    ck_assert_str_eq(si.text, "a red \xc3\xa9 square");
+    ck_assert(si.has_label && si.label == 3);
+    ck_assert_int_eq(si.text_tokens, 4); /* 15 bytes, 4 a token */
+    dh_manifest_sample(m, d, &si);
+    ck_assert_int_eq(si.media_count, 0);
+    ck_assert_str_eq(si.text, "text only");
+    dh_manifest_sample(m, b, &si);
+    ck_assert_int_eq(si.media_count, 1);
+    dh_media_info mi;
+    dh_manifest_media(m, b, 0, &mi);
+    ck_assert_int_eq(mi.type, DH_MEDIA_VIDEO);
+    ck_assert_str_eq(mi.path, "s0.tar");
+    ck_assert_str_eq(mi.member, "dir/b.mp4");
+    ck_assert(mi.offset > 0 && mi.offset % 512 == 0 && mi.frames == 25);
+    /* its decode from the shard equals the decode of the member's bytes as a file */
+    ck_assert_int_eq(tu_sh("cd %s/ds && dd if=s0.tar of=b.mp4 bs=1 skip=%lld count=%lld "
+                           "status=none", dir, (long long)mi.offset, (long long)mi.bytes), 0);
+    dh_spec *spec;
+    ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
+    dh_sample_derived sd;
+    dh_media_derived md;
+    ck_assert_int_eq(dh_derive_sample(spec, m, b, &sd, &md), 0);
+    uint8_t *x = malloc((size_t)md.out_bytes), *y = malloc((size_t)md.out_bytes);
+    char shard[4200], loose[4200], err[300] = "";
+    snprintf(shard, sizeof shard, "%s/ds/s0.tar", dir);
+    snprintf(loose, sizeof loose, "%s/ds/b.mp4", dir);
+    dh__media_src in_place = DH__ITEM_SRC(NULL, shard, &mi);
+    ck_assert_int_eq(dh__decode_video(&in_place, spec, &mi, x, (size_t)md.out_bytes, NULL, err,
+                                      sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video(DH__SRC(loose), spec, &mi, y, (size_t)md.out_bytes, NULL,
+                                      err, sizeof err), 0);
+    ck_assert(!memcmp(x, y, (size_t)md.out_bytes));
+    free(x);
+    free(y);
+    dh_spec_free(spec);
+    dh_manifest_free(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tar");
@@ -327,6 +464,7 @@ int main(void)
     tcase_add_test(tc, damaged_archives_are_refused_with_the_offset);
     tcase_add_test(tc, webdataset_keys_and_suffixes);
     tcase_add_test(tc, media_are_read_in_place_as_byte_ranges);
+    tcase_add_test(tc, index_makes_one_line_per_sample_of_each_shard);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

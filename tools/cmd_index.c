@@ -98,9 +98,14 @@ int cli_index(int argc, char **argv)
     }
     printf("index: %lld files: %lld probed + %lld skipped", (long long)st.files,
            (long long)st.probed, (long long)st.skipped);
+    if (st.shards)
+        printf(" + %lld tar shards: %lld samples + %lld skipped", (long long)st.shards,
+               (long long)st.shard_samples, (long long)st.shard_skipped);
     if (st.scanned)
         printf(" (%lld without a container frame index: packets scanned, not decoded)",
                (long long)st.scanned);
-    printf(" in %.2f s (%.0f files/s) -> %s\n", secs, secs > 0 ? st.files / secs : 0.0, out);
-    return fail_on_error && st.skipped ? 1 : 0;
+    int64_t units = st.probed + st.skipped + st.shard_samples + st.shard_skipped;
+    printf(" in %.2f s (%.0f %s/s) -> %s\n", secs, secs > 0 ? units / secs : 0.0,
+           st.shards ? "samples" : "files", out);
+    return fail_on_error && (st.skipped || st.shard_skipped) ? 1 : 0;
 }

@@ -134,6 +134,11 @@ typedef struct {
     int64_t bytes;
     const int32_t *keyframes;
     int32_t keyframe_count;
+    /* Added in 0.2. offset > 0: the item is bytes [offset, offset + bytes) of path (a member
+     * of a tar shard, read in place), member its name in the shard (may be NULL); 0: the
+     * whole file. */
+    int64_t offset;
+    const char *member;
 } dh_media_info;
 
 /* --------------------------------------------------------------- limits */

@@ -81,6 +81,11 @@ typedef struct {
     int32_t media_count;
     double sim_cpu_ms;   /* ground truth for engines only; < 0 when absent */
     double sim_gpu_ms;
+    /* Added in 0.2: the sample's text (UTF-8, borrowed; NULL: none) and integer label
+     * (has_label 0: none), from the manifest's "text" and "label" (a shard's .txt and .cls). */
+    const char *text;
+    int64_t label;
+    int has_label;
 } dh_sample_info;
 
 DH_API int dh_manifest_sample(const dh_manifest *m, int64_t i, dh_sample_info *out);
@@ -253,10 +258,13 @@ typedef struct {
 } dh_index_opts;
 
 typedef struct {
-    int64_t files;   /* regular files found */
-    int64_t probed;  /* written to the manifest */
-    int64_t skipped; /* probed + skipped == files */
+    int64_t files;   /* regular files found (shards included) */
+    int64_t probed;  /* loose files written to the manifest */
+    int64_t skipped; /* loose files left out: probed + skipped + shards == files */
     int64_t scanned; /* probed by packet scan (no container index) */
+    /* Added in 0.2: tar shards (files ending in .tar), the samples written from them and
+     * those left out (a bad member costs its sample; an unreadable shard, all of its). */
+    int64_t shards, shard_samples, shard_skipped;
 } dh_index_stats;
 
 DH_API void dh_index_opts_default(dh_index_opts *opts);
@@ -264,7 +272,10 @@ DH_API void dh_index_opts_default(dh_index_opts *opts);
  * Walks dir recursively, probes every regular file in parallel and writes one
  * manifest line per probed file (one media item, id = path relative to dir)
  * to out_path, in sorted path order. Paths in the manifest are relative to
- * out_path's directory. The output file itself is never indexed.
+ * out_path's directory. The output file itself is never indexed. A file
+ * ending in .tar is a WebDataset shard: one line per sample (its members
+ * grouped by key, media probed in place as byte ranges, the .txt member its
+ * text and the .cls member its label; id "SHARD:KEY"), docs/MANIFEST.md.
  */
 DH_API int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opts,
                         dh_index_stats *stats);

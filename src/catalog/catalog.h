@@ -15,6 +15,10 @@
 
 #include "../core/core.h"
 
+#define DH__NO_STR UINT32_MAX      /* a string column's "absent" */
+#define DH__NO_LABEL INT64_MIN     /* the label column's "absent" */
+#define DH__TEXT_MAX (1 << 20)     /* bytes of one sample's text */
+
 struct dh_manifest {
     char *dir; /* directory media paths are relative to; "" for cwd */
     dh_limits limits;
@@ -31,6 +35,8 @@ struct dh_manifest {
     uint16_t *media_count;
     float *sim_cpu_ms; /* < 0: absent */
     float *sim_gpu_ms;
+    uint32_t *text_off; /* DH__NO_STR: none */
+    int64_t *label;     /* DH__NO_LABEL: none */
 
     /* media items */
     int64_t nm;
@@ -46,6 +52,8 @@ struct dh_manifest {
     int32_t *m_rate;
     int64_t *m_bytes;
     uint32_t *m_kf_off, *m_kf_count;
+    int64_t *m_offset;       /* > 0: a byte range of the file (a tar member) */
+    uint32_t *m_member_off;  /* DH__NO_STR: none */
 
     /* pools */
     int32_t *kf;

@@ -258,8 +258,14 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *s
         (rc = get_int(d, obj, "channels", where, 0, 255, DH_ELIMIT, &sm->channels, e)) ||
         (rc = get_int(d, obj, "bytes", where, 0, l->max_bytes, DH_ELIMIT, &sm->bytes, e)) ||
         (rc = get_num(d, obj, "fps", where, 100000.0, &sm->fps, e)) ||
-        (rc = get_num(d, obj, "duration", where, l->max_duration_s, &sm->duration, e)))
+        (rc = get_num(d, obj, "duration", where, l->max_duration_s, &sm->duration, e)) ||
+        (rc = get_int(d, obj, "offset", where, 0, INT64_MAX / 2, DH_ERANGE, &sm->offset, e)) ||
+        (rc = get_str(d, obj, "member", where, 0, &sm->member, e)))
         return rc;
+    if (sm->offset > 0 && sm->bytes <= 0)
+        return fail(e, DH_ESCHEMA, "%soffset: a byte range needs its size in \"bytes\"", where);
+    if (sm->member && (!sm->member[0] || strlen(sm->member) > PATH_MAX_BYTES))
+        return fail(e, DH_ESCHEMA, "%smember: must be 1..%d bytes", where, PATH_MAX_BYTES);
     if (sm->type != DH_MEDIA_AUDIO && (sm->width <= 0 || sm->height <= 0))
         return fail(e, DH_ESCHEMA, "%s%s needs positive \"width\" and \"height\"", where, type);
     if (sm->type == DH_MEDIA_VIDEO && (rc = complete_timing(sm, where, e)))
@@ -286,6 +292,25 @@ static int parse_sim(const jv_doc *d, const jv *root, dh__staged_sample *s, line
     return rc ? rc : get_num(d, sim, "gpu_ms", "sim.", DH__MAX_SIM_MS, &s->sim_gpu, e);
 }
 
+/* A sample's "text" (valid UTF-8, at most DH__TEXT_MAX bytes) and integer "label". */
+static int parse_text(const jv_doc *d, const jv *root, dh__staged_sample *s, line_error *e)
+{
+    int rc = get_str(d, root, "text", "", 0, &s->text, e);
+    if (rc)
+        return rc;
+    size_t n = s->text ? strlen(s->text) : 0;
+    if (n > DH__TEXT_MAX)
+        return fail(e, DH_ELIMIT, "text: %zu bytes, over the limit %d", n, DH__TEXT_MAX);
+    size_t bad = s->text ? dh__utf8_check(s->text, n) : n;
+    if (bad < n)
+        return fail(e, DH_ESCHEMA, "text: not valid UTF-8 at byte %zu", bad);
+    s->label = DH__NO_LABEL;
+    rc = get_int(d, root, "label", "", -(INT64_C(1) << 53), INT64_C(1) << 53, DH_ERANGE,
+                 &s->label, e);
+    s->has_label = s->label != DH__NO_LABEL;
+    return rc;
+}
+
 static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, size_t *kf_staged,
                         line_error *e)
 {
@@ -303,7 +328,7 @@ static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, si
     if ((rc = get_int(d, root, "text_tokens", "", 0, m->limits.max_text_tokens, DH_ELIMIT,
                       &s->text_tokens, e)))
         return rc;
-    if ((rc = parse_sim(d, root, s, e)))
+    if ((rc = parse_sim(d, root, s, e)) || (rc = parse_text(d, root, s, e)))
         return rc;
     const jv *media = jv_get(d, root, "media");
     if (media && media->type != JV_ARRAY)

@@ -15,6 +15,8 @@ typedef struct {
     int64_t width, height, frames, rate, channels, bytes;
     double fps, duration;
     size_t kf_first, kf_count; /* into the manifest's kf pool, past nkf (staged) */
+    int64_t offset;            /* > 0: a byte range of path (a tar member) */
+    const char *member;        /* its name in the shard; NULL: none */
 } dh__staged_media;
 
 typedef struct {
@@ -22,6 +24,9 @@ typedef struct {
     uint32_t *id_slot; /* empty slot of the id index found during validation */
     int64_t text_tokens;
     double sim_cpu, sim_gpu;
+    const char *text;  /* NULL: none */
+    int64_t label;
+    int has_label;
     int media_count;
     dh__staged_media *media;
 } dh__staged_sample;

@@ -82,19 +82,21 @@ static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
     void **const scols[] = {(void **)&m->id_off,      (void **)&m->line,
                             (void **)&m->text_tokens, (void **)&m->media_first,
                             (void **)&m->media_count, (void **)&m->sim_cpu_ms,
-                            (void **)&m->sim_gpu_ms};
-    const size_t ssize[] = {4, 4, 4, 4, 2, 4, 4};
+                            (void **)&m->sim_gpu_ms,  (void **)&m->text_off,
+                            (void **)&m->label};
+    const size_t ssize[] = {4, 4, 4, 4, 2, 4, 4, 4, 8};
     void **const mcols[] = {(void **)&m->m_type,     (void **)&m->m_codec,
                             (void **)&m->m_channels, (void **)&m->m_path_off,
                             (void **)&m->m_width,    (void **)&m->m_height,
                             (void **)&m->m_fps,      (void **)&m->m_frames,
                             (void **)&m->m_duration, (void **)&m->m_rate,
                             (void **)&m->m_bytes,    (void **)&m->m_kf_off,
-                            (void **)&m->m_kf_count};
-    const size_t msize[] = {1, 1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 4, 4};
-    if (grow_columns(scols, ssize, 7, &m->cap, nsamples))
+                            (void **)&m->m_kf_count, (void **)&m->m_offset,
+                            (void **)&m->m_member_off};
+    const size_t msize[] = {1, 1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 4, 4, 8, 4};
+    if (grow_columns(scols, ssize, 9, &m->cap, nsamples))
         return DH_ENOMEM;
-    return grow_columns(mcols, msize, 13, &m->mcap, nmedia);
+    return grow_columns(mcols, msize, 15, &m->mcap, nmedia);
 }
 
 /*
@@ -107,6 +109,10 @@ static uint64_t descriptor_hash(const dh_manifest *m, const dh__staged_sample *s
 {
     uint64_t h = dh__hash_bytes(s->id, strlen(s->id), 0x5eed);
     h = dh__mix64(h ^ (uint64_t)s->text_tokens);
+    if (s->text) /* text, label, ranges: only when present, so older manifests keep theirs */
+        h = dh__hash_bytes(s->text, strlen(s->text), h ^ 0x7e47);
+    if (s->has_label)
+        h = dh__mix64(h ^ (uint64_t)s->label ^ 0x1abe1);
     for (int j = 0; j < s->media_count; j++) {
         const dh__staged_media *sm = &s->media[j];
         int64_t f[] = {sm->type,   sm->codec, sm->width, sm->height, sm->frames,
@@ -117,6 +123,8 @@ static uint64_t descriptor_hash(const dh_manifest *m, const dh__staged_sample *s
         h = dh__hash_bytes(d, sizeof d, h);
         if (sm->kf_count) /* the pool may still be NULL */
             h = dh__hash_bytes(m->kf + sm->kf_first, sm->kf_count * sizeof *m->kf, h);
+        if (sm->offset > 0)
+            h = dh__mix64(h ^ (uint64_t)sm->offset ^ 0x0ff5e7);
     }
     return h;
 }
@@ -130,13 +138,16 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     int64_t id_off = str_push(m, s->id);
     if (id_off < 0)
         return (int)id_off;
-    int64_t path_off[256];
-    for (int j = 0; j < s->media_count; j++) {
+    int64_t path_off[256], member_off[256], text_off = s->text ? str_push(m, s->text) : DH__NO_STR;
+    for (int j = 0; j < s->media_count && text_off >= 0; j++) {
         path_off[j] = str_push(m, s->media[j].path);
-        if (path_off[j] < 0) {
-            m->nstr = nstr_before;
-            return (int)path_off[j];
-        }
+        member_off[j] = s->media[j].member ? str_push(m, s->media[j].member) : DH__NO_STR;
+        if (path_off[j] < 0 || member_off[j] < 0)
+            text_off = path_off[j] < 0 ? path_off[j] : member_off[j];
+    }
+    if (text_off < 0) {
+        m->nstr = nstr_before;
+        return (int)text_off;
     }
     int64_t i = m->n;
     m->id_off[i] = (uint32_t)id_off;
@@ -146,6 +157,8 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     m->media_count[i] = (uint16_t)s->media_count;
     m->sim_cpu_ms[i] = (float)s->sim_cpu;
     m->sim_gpu_ms[i] = (float)s->sim_gpu;
+    m->text_off[i] = (uint32_t)text_off;
+    m->label[i] = s->has_label ? s->label : DH__NO_LABEL;
     for (int j = 0; j < s->media_count; j++) {
         const dh__staged_media *sm = &s->media[j];
         int64_t k = m->nm++;
@@ -162,6 +175,8 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
         m->m_bytes[k] = sm->bytes;
         m->m_kf_off[k] = (uint32_t)sm->kf_first;
         m->m_kf_count[k] = (uint32_t)sm->kf_count;
+        m->m_offset[k] = sm->offset;
+        m->m_member_off[k] = (uint32_t)member_off[j];
     }
     m->nkf += kf_staged;
     m->n++;
@@ -208,7 +223,8 @@ void dh_manifest_free(dh_manifest *m)
                     m->media_count, m->sim_cpu_ms, m->sim_gpu_ms, m->m_type,      m->m_codec,
                     m->m_channels, m->m_path_off, m->m_width,    m->m_height,    m->m_fps,
                     m->m_frames,   m->m_duration, m->m_rate,     m->m_bytes,     m->m_kf_off,
-                    m->m_kf_count, m->kf,         m->str,        m->idx};
+                    m->m_kf_count, m->kf,         m->str,        m->idx,         m->text_off,
+                    m->label,      m->m_offset,   m->m_member_off};
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
         free(arrs[i]);
     if (m->doc) {

@@ -40,6 +40,11 @@ double dh__source_now(void);
 
 /* A path as given, no root, no time limit (tests, tools). */
 #define DH__SRC(p) (&(dh__media_src){.path = (p)})
+/* The source of a manifest's media item mi, at path (beneath root when not NULL): its
+ * byte range when mi is a shard's member. */
+#define DH__ITEM_SRC(rt, p, mi)                                                                   \
+    ((dh__media_src){.root = (rt), .path = (p), .range_off = (mi)->offset > 0 ? (mi)->offset : 0, \
+                     .range_len = (mi)->offset > 0 ? (mi)->bytes : 0})
 
 typedef struct dh__source {
     int fd;             /* -1 for memory */

@@ -20,6 +20,9 @@
 
 /* 64-bit hash of a byte string (8 bytes per round, good avalanche). */
 uint64_t dh__hash_bytes(const void *data, size_t len, uint64_t seed);
+/* Where the first byte of s[0..n) that is not well-formed UTF-8 is (overlong forms,
+ * surrogates and code points over U+10FFFF included), or n when all of it is. */
+size_t dh__utf8_check(const char *s, size_t n);
 /* Finaliser of splitmix64: a bijective 64-bit mix. */
 uint64_t dh__mix64(uint64_t x);
 

@@ -62,9 +62,13 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
         dh_manifest_media(m, t->sample, j, &mi);
         const dh_batch_item *it = &items[first + j];
         const char *dir = dh_manifest_dir(m);
-        snprintf(path, pathlen, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
-        /* Opened beneath the manifest's directory by the kernel, within the task's limit. */
-        dh__media_src src = {.root = dir, .path = mi.path, .limit_s = limit, .started = started};
+        snprintf(path, pathlen, "%s%s%s%s%s", dir, dir[0] ? "/" : "", mi.path,
+                 mi.offset > 0 ? ":" : "", mi.offset > 0 ? (mi.member ? mi.member : "?") : "");
+        /* Opened beneath the manifest's directory by the kernel, within the task's limit; a
+         * shard's member is read in place. */
+        dh__media_src src = DH__ITEM_SRC(dir, mi.path, &mi);
+        src.limit_s = limit;
+        src.started = started;
         uint8_t *dst = base + it->offset;
         int rc;
         if (mi.type == DH_MEDIA_VIDEO) {

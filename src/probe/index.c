@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,10 +31,13 @@ typedef struct {
     int rc;
     char *err;
     dh_probe_result res;
+    int shard;             /* a .tar: its samples in sr instead */
+    dh__shard_result sr;
 } file_result;
 
 typedef struct {
     char *root; /* canonical DIR */
+    char prefix[PATH_MAX]; /* DIR as the manifest's directory sees it */
     char **rel; /* paths relative to root, sorted */
     size_t n, cap;
     dev_t skip_dev; /* the output manifest, if it already exists */
@@ -114,11 +118,20 @@ static void *probe_worker(void *arg)
         snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
         err[0] = 0;
         file_result *fr = &j->results[i];
+        size_t len = strlen(j->rel[i]);
+        if (len > 4 && !strcasecmp(j->rel[i] + len - 4, ".tar")) { /* a WebDataset shard */
+            fr->shard = 1;
+            fr->rc = dh__index_shard(j->root, j->rel[i], j->prefix, &j->opts->limits, &fr->sr);
+            if (fr->rc)
+                fr->err = strdup(dh_strerror(fr->rc));
+            goto done;
+        }
         /* Beneath the root, as a run will open it: a link that leaves DIR is skipped. */
         dh__media_src src = {.root = j->root, .path = j->rel[i]};
         fr->rc = dh__probe_src(&src, &j->opts->limits, &fr->res, err, sizeof err);
         if (fr->rc)
             fr->err = strdup(err[0] ? err : dh_strerror(fr->rc));
+    done:
         if (atomic_fetch_add(&j->done, 1) + 1 == j->n) {
             pthread_mutex_lock(&j->lock);
             pthread_cond_signal(&j->all_done);
@@ -206,12 +219,37 @@ static void run_workers(index_job *j, int threads)
         j->opts->progress((int64_t)j->n, (int64_t)j->n, j->opts->progress_user);
 }
 
+/* A shard's lines and diagnostics, in member order. */
+static int write_shard(index_job *j, FILE *f, size_t i, dh_index_stats *st)
+{
+    const dh__shard_result *r = &j->results[i].sr;
+    char full[PATH_MAX];
+    snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
+    for (size_t k = 0; j->opts->diag && k < r->ndiags; k++) {
+        dh_diag d = {.file = full, .code = r->diags[k].code, .message = r->diags[k].message};
+        j->opts->diag(&d, j->opts->diag_user);
+    }
+    for (size_t k = 0; k < r->nlines; k++)
+        if (fputs(r->lines[k], f) < 0 || fputc('\n', f) == EOF)
+            return DH_EIO;
+    st->shards++;
+    st->shard_samples += r->samples;
+    st->shard_skipped += r->skipped;
+    return 0;
+}
+
 /* Writes all results in path order; skipped files go to the diag callback. */
 static int write_manifest(index_job *j, FILE *f, const char *prefix, dh_index_stats *st)
 {
     char full[PATH_MAX], path[PATH_MAX];
     for (size_t i = 0; i < j->n; i++) {
         file_result *fr = &j->results[i];
+        if (fr->shard && !fr->rc) {
+            int rc = write_shard(j, f, i, st);
+            if (rc)
+                return rc;
+            continue;
+        }
         if (fr->rc) {
             st->skipped++;
             if (j->opts->diag) {
@@ -268,7 +306,10 @@ static void job_free(index_job *j)
         free(j->rel[i]);
         if (j->results) {
             free(j->results[i].err);
-            dh_probe_result_clear(&j->results[i].res);
+            if (j->results[i].shard)
+                dh__shard_result_clear(&j->results[i].sr);
+            else
+                dh_probe_result_clear(&j->results[i].res);
         }
     }
     free(j->rel);
@@ -306,6 +347,7 @@ int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opt
     }
     if ((rc = manifest_prefix(j.root, out_path, prefix, sizeof prefix)))
         goto done;
+    snprintf(j.prefix, sizeof j.prefix, "%s", prefix);
     if (stat(out_path, &st) == 0) {
         j.skip_dev = st.st_dev;
         j.skip_ino = st.st_ino;

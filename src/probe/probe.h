@@ -9,4 +9,26 @@
 /* The manifest JSON of one probed media item stored at `path` (new reference). */
 json_t *dh__media_json(const dh_probe_result *r, const char *path);
 
+/* The manifest lines of one tar shard's samples, and what was wrong (shards.c). */
+typedef struct {
+    char **lines;                 /* JSON, without a newline, in member order */
+    size_t nlines, line_cap;
+    struct {
+        int code;
+        char *message;            /* names the shard, the sample and the member */
+    } *diags;
+    size_t ndiags, diag_cap;
+    int64_t samples, skipped;     /* samples written, samples left out */
+    int failed;                   /* the shard could not be read at all */
+} dh__shard_result;
+
+/*
+ * Indexes the shard rel (below root; the manifest sees root as prefix): its samples by
+ * WebDataset's grouping, media probed in place. 0, or DH_ENOMEM (every other problem is in
+ * r's diags).
+ */
+int dh__index_shard(const char *root, const char *rel, const char *prefix,
+                    const dh_limits *limits, dh__shard_result *r);
+void dh__shard_result_clear(dh__shard_result *r);
+
 #endif

@@ -179,7 +179,7 @@ static void header_name(const unsigned char *h, const pending *p, char *name, si
 /* One header block at off: a member (reported), a pax/GNU header (kept in p) or the end. */
 static int one_header(int fd, int64_t file_size, int64_t *off, pending *p, int64_t *first,
                       int (*each)(const dh__tar_member *, void *), void *user, int *done,
-                      char *err, size_t errlen)
+                      char *broken, size_t blen, char *err, size_t errlen)
 {
     unsigned char h[BLOCK];
     if (*off + BLOCK > file_size)
@@ -200,11 +200,16 @@ static int one_header(int fd, int64_t file_size, int64_t *off, pending *p, int64
     char type = (char)(h[156] ? h[156] : '0');
     if (type != 'x' && type != 'g' && type != 'L' && type != 'K' && p->size >= 0)
         size = p->size;
-    if (size < 0 || size > file_size - data)
-        return dh__fail(err, errlen, DH_ECORRUPT, "the member at offset %lld has %s (the "
-                        "archive has %lld bytes)", (long long)*off,
+    if (size < 0 || size > file_size - data) {
+        char name[DH__TAR_NAME_MAX];
+        header_name(h, p, name, sizeof name);
+        if (broken && type != 'x' && type != 'g' && type != 'L' && type != 'K')
+            snprintf(broken, blen, "%s", name);
+        return dh__fail(err, errlen, DH_ECORRUPT, "the member at offset %lld (\"%.200s\") has "
+                        "%s (the archive has %lld bytes)", (long long)*off, name,
                         size < 0 ? "a malformed size" : "data past the end of the file",
                         (long long)file_size);
+    }
     if (*first < 0)
         *first = *off;
     if (type == 'x' || type == 'L') {
@@ -236,6 +241,14 @@ static int one_header(int fd, int64_t file_size, int64_t *off, pending *p, int64
 int dh__tar_walk(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
                  void *user, char *err, size_t errlen)
 {
+    return dh__tar_walk_at(fd, file_size, each, user, NULL, 0, err, errlen);
+}
+
+int dh__tar_walk_at(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
+                    void *user, char *broken, size_t blen, char *err, size_t errlen)
+{
+    if (broken && blen)
+        broken[0] = 0;
     pending *p = dh__malloc(sizeof *p);
     if (!p)
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
@@ -243,7 +256,8 @@ int dh__tar_walk(int fd, int64_t file_size, int (*each)(const dh__tar_member *m,
     int64_t off = 0, first = -1;
     int rc = 0, done = 0;
     while (!rc && !done && off < file_size)
-        rc = one_header(fd, file_size, &off, p, &first, each, user, &done, err, errlen);
+        rc = one_header(fd, file_size, &off, p, &first, each, user, &done, broken, blen, err,
+                        errlen);
     if (!rc && first >= 0) /* a pax or long-name header with no member after it */
         rc = dh__fail(err, errlen, DH_ECORRUPT, "the archive ends after the header at offset "
                       "%lld, before the member it describes", (long long)first);

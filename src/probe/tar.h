@@ -38,6 +38,11 @@ typedef struct {
 int dh__tar_walk(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
                  void *user, char *err, size_t errlen);
 
+/* dh__tar_walk; when the archive breaks inside a member whose header was read (its data
+ * runs past the end of the file), broken gets its name (else ""). */
+int dh__tar_walk_at(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
+                    void *user, char *broken, size_t blen, char *err, size_t errlen);
+
 /*
  * WebDataset's grouping of a member name: the key is the path up to the first dot of its
  * base name, the suffix what follows that dot (lowercased into suffix; "" without a dot).

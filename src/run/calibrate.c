@@ -28,9 +28,10 @@ static int decode_item(const char *path, const dh_spec *spec, const dh_media_inf
     if (!buf)
         return DH_ENOMEM;
     size_t n = (size_t)md->out_bytes;
-    int rc = mi->type == DH_MEDIA_VIDEO   ? dh__decode_video(DH__SRC(path), spec, mi, buf, n, NULL, NULL, 0)
-             : mi->type == DH_MEDIA_IMAGE ? dh__decode_image(DH__SRC(path), spec, mi, buf, n, NULL, NULL, 0)
-                                          : dh__decode_audio(DH__SRC(path), spec, mi, buf, n, NULL, NULL, 0);
+    dh__media_src src = DH__ITEM_SRC(NULL, path, mi);
+    int rc = mi->type == DH_MEDIA_VIDEO   ? dh__decode_video(&src, spec, mi, buf, n, NULL, NULL, 0)
+             : mi->type == DH_MEDIA_IMAGE ? dh__decode_image(&src, spec, mi, buf, n, NULL, NULL, 0)
+                                          : dh__decode_audio(&src, spec, mi, buf, n, NULL, NULL, 0);
     free(buf);
     return rc;
 }

@@ -1,0 +1,341 @@
+/*
+ * shards.c - the samples of one WebDataset tar shard, as manifest lines
+ * (used by index.c for every .tar file it finds).
+ *
+ * DESIGN: the shard's members come from its headers (tar.c); members whose
+ * keys are equal and adjacent form one sample (WebDataset's rule: the key is
+ * the path up to the first dot of the base name); a key that comes back
+ * after another is a new sample, its id marked "#2", "#3"... Each media
+ * member is probed in place, as a byte range of the shard (the container's
+ * headers only, as for a loose file); the .txt member is the sample's text
+ * (UTF-8, at most 1 MiB), the .cls member its integer label. A bad member
+ * costs its sample, named with the shard, the member and the reason; a
+ * shard damaged part-way keeps the samples before the damage and names the
+ * rest; a shard that is not an uncompressed tar is named once.
+ */
+#include "probe.h"
+
+#include "../catalog/catalog.h"
+#include "../codec/source.h"
+#include "tar.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct {
+    char *name;
+    int64_t offset, size;
+    char type;
+} member;
+
+typedef struct {
+    member *m;
+    size_t n, cap;
+} member_list;
+
+static int collect(const dh__tar_member *tm, void *user)
+{
+    member_list *l = user;
+    if (tm->type == '5')
+        return 0; /* directories hold nothing */
+    if (dh__grow((void **)&l->m, &l->cap, l->n + 1, sizeof *l->m))
+        return DH_ENOMEM;
+    member *m = &l->m[l->n];
+    *m = (member){strdup(tm->name), tm->offset, tm->size, tm->type};
+    if (!m->name)
+        return DH_ENOMEM;
+    l->n++;
+    return 0;
+}
+
+/* Which modality a member's suffix is (its last extension decides): media type, or one of
+ * the text kinds below, or -1 (ignored). */
+enum { KIND_TEXT = 100, KIND_LABEL, KIND_META };
+
+static int kind_of(const char *suffix)
+{
+    static const struct {
+        const char *ext;
+        int kind;
+    } table[] = {{"mp4", DH_MEDIA_VIDEO},  {"webm", DH_MEDIA_VIDEO}, {"mkv", DH_MEDIA_VIDEO},
+                 {"avi", DH_MEDIA_VIDEO},  {"mov", DH_MEDIA_VIDEO},  {"jpg", DH_MEDIA_IMAGE},
+                 {"jpeg", DH_MEDIA_IMAGE}, {"png", DH_MEDIA_IMAGE},  {"webp", DH_MEDIA_IMAGE},
+                 {"wav", DH_MEDIA_AUDIO},  {"flac", DH_MEDIA_AUDIO}, {"mp3", DH_MEDIA_AUDIO},
+                 {"m4a", DH_MEDIA_AUDIO},  {"ogg", DH_MEDIA_AUDIO},  {"txt", KIND_TEXT},
+                 {"cls", KIND_LABEL},      {"json", KIND_META}};
+    const char *dot = strrchr(suffix, '.');
+    const char *ext = dot ? dot + 1 : suffix;
+    for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
+        if (!strcmp(ext, table[k].ext))
+            return table[k].kind;
+    return -1;
+}
+
+/* Appends a formatted diagnostic to the shard's result. */
+static void add_diag(dh__shard_result *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void add_diag(dh__shard_result *r, int code, const char *fmt, ...)
+{
+    if (dh__grow((void **)&r->diags, &r->diag_cap, r->ndiags + 1, sizeof *r->diags))
+        return;
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->diags[r->ndiags].code = code;
+    r->diags[r->ndiags].message = strdup(msg);
+    if (r->diags[r->ndiags].message)
+        r->ndiags++;
+}
+
+static int add_line(dh__shard_result *r, json_t *line)
+{
+    char *text = json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    if (!text || dh__grow((void **)&r->lines, &r->line_cap, r->nlines + 1, sizeof *r->lines)) {
+        free(text);
+        return DH_ENOMEM;
+    }
+    r->lines[r->nlines++] = text;
+    return 0;
+}
+
+/* Reads a small member whole (at most max bytes) into a NUL-terminated buffer. */
+static int read_member(dh__source *s, const member *m, int64_t max, char **out, char *why,
+                       size_t len)
+{
+    if (m->size > max)
+        return dh__fail(why, len, DH_ELIMIT, "%lld bytes, over the limit %lld",
+                        (long long)m->size, (long long)max);
+    char *buf = malloc((size_t)m->size + 1);
+    if (!buf)
+        return dh__fail(why, len, DH_ENOMEM, "out of memory");
+    int64_t got = 0;
+    while (got < m->size) {
+        ssize_t n = dh__source_read_at(s, buf + got, (size_t)(m->size - got), m->offset + got);
+        if (n <= 0) {
+            free(buf);
+            return dh__fail(why, len, n < 0 ? (int)n : DH_ECORRUPT, "cannot read it: %s",
+                            n < 0 ? dh_strerror((int)n) : "the shard ends first");
+        }
+        got += n;
+    }
+    buf[m->size] = 0;
+    *out = buf;
+    return 0;
+}
+
+typedef struct {
+    const char *root, *rel, *prefix; /* DIR, the shard below it, DIR as the manifest sees it */
+    const dh_limits *limits;
+    dh__source *src;                 /* the shard, opened (for text and label members) */
+    dh__shard_result *r;
+} shard_job;
+
+/* One sample: members g[0..n) sharing key (key_len bytes of g[0].name); id its id. */
+static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, const char *id)
+{
+    char why[600] = "", suffixes[64][32];
+    const char *bad = NULL;
+    int rc = 0;
+    json_t *media = json_array(), *line = json_object();
+    char *text = NULL;
+    int64_t label = 0;
+    int has_label = 0;
+    for (size_t k = 0; k < n && !rc; k++) {
+        const member *m = &g[k];
+        char suffix[32];
+        dh__wds_split(m->name, suffix, sizeof suffix);
+        for (size_t p = 0; p < k && p < 64 && !rc; p++)
+            if (!strcmp(suffixes[p], suffix))
+                rc = dh__fail(why, sizeof why, DH_EDUP, "suffix \"%s\" twice", suffix), bad = m->name;
+        if (k < 64)
+            snprintf(suffixes[k], sizeof suffixes[k], "%s", suffix);
+        int kind = rc ? -1 : kind_of(suffix);
+        if (kind >= 0 && m->type != '0') {
+            rc = dh__fail(why, sizeof why, DH_ENOTMEDIA, "a %s, not a regular file (type '%c')",
+                          m->type == '1' || m->type == '2' ? "link"
+                          : m->type == '3' || m->type == '4' ? "device"
+                          : m->type == 'S' ? "sparse file" : "special member", m->type);
+            bad = m->name;
+        } else if (kind == KIND_TEXT) {
+            if ((rc = read_member(j->src, m, DH__TEXT_MAX, &text, why, sizeof why)))
+                bad = m->name;
+            size_t at = text ? dh__utf8_check(text, (size_t)m->size) : 0;
+            if (!rc && (at < (size_t)m->size || strlen(text) != (size_t)m->size)) {
+                rc = dh__fail(why, sizeof why, DH_ESCHEMA, "%s at byte %zu",
+                              at < (size_t)m->size ? "not valid UTF-8" : "a NUL byte", 
+                              at < (size_t)m->size ? at : strlen(text));
+                bad = m->name;
+            }
+        } else if (kind == KIND_LABEL) {
+            char *buf = NULL, *end = NULL;
+            if (!(rc = read_member(j->src, m, 64, &buf, why, sizeof why))) {
+                label = strtoll(buf, &end, 10);
+                while (end && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+                    end++;
+                if (end == buf || !end || *end || label < -(INT64_C(1) << 53) ||
+                    label > (INT64_C(1) << 53))
+                    rc = dh__fail(why, sizeof why, DH_ESCHEMA, "not an integer label: \"%.40s\"",
+                                  buf);
+                has_label = !rc;
+            }
+            free(buf);
+            bad = rc ? m->name : bad;
+        } else if (kind >= 0 && kind < KIND_TEXT) {
+            dh__media_src ms = {.root = j->root, .path = j->rel, .range_off = m->offset,
+                                .range_len = m->size};
+            dh_probe_result pr;
+            char perr[500] = "";
+            if ((rc = m->size > 0 ? dh__probe_src(&ms, j->limits, &pr, perr, sizeof perr)
+                                  : DH_ENOTMEDIA)) {
+                dh__msg(why, sizeof why, "%s", perr[0] ? perr : "an empty member");
+                bad = m->name;
+            } else {
+                char path[4200];
+                snprintf(path, sizeof path, "%s%s", j->prefix, j->rel);
+                json_t *item = dh__media_json(&pr, path);
+                json_object_set_new(item, "bytes", json_integer(m->size));
+                json_object_set_new(item, "offset", json_integer(m->offset));
+                json_object_set_new(item, "member", json_string(m->name));
+                json_array_append_new(media, item);
+                dh_probe_result_clear(&pr);
+            }
+        }
+    }
+    if (!rc && !json_array_size(media) && !text)
+        rc = dh__fail(why, sizeof why, DH_ENOTMEDIA, "no media or text member"), bad = g[0].name;
+    if (rc) {
+        j->r->skipped++;
+        add_diag(j->r, rc, "%s: sample \"%.*s\": member %s: %s", j->rel, (int)key_len, g[0].name,
+                 bad ? bad : "?", why);
+    } else {
+        json_object_set_new(line, "id", json_string(id));
+        /* without a spec's say, 4 bytes a token (docs/MANIFEST.md) */
+        if (text) {
+            json_object_set_new(line, "text_tokens", json_integer(((int64_t)strlen(text) + 3) / 4));
+            json_object_set_new(line, "text", json_string(text));
+        }
+        if (has_label)
+            json_object_set_new(line, "label", json_integer(label));
+        if (json_array_size(media))
+            json_object_set_new(line, "media", json_incref(media));
+        rc = add_line(j->r, line);
+        if (!rc)
+            j->r->samples++;
+    }
+    free(text);
+    json_decref(media);
+    json_decref(line);
+    return rc == DH_ENOMEM ? rc : 0;
+}
+
+/* What a file that is not a tar at all is, by its first bytes; NULL: nothing known. */
+static const char *compressed_kind(dh__source *s)
+{
+    unsigned char b[6] = {0};
+    if (dh__source_read_at(s, b, sizeof b, 0) < 4)
+        return NULL;
+    if (b[0] == 0x1f && b[1] == 0x8b)
+        return "gzip";
+    if (b[0] == 0x28 && b[1] == 0xb5 && b[2] == 0x2f && b[3] == 0xfd)
+        return "zstd";
+    if (b[0] == 'B' && b[1] == 'Z' && b[2] == 'h')
+        return "bzip2";
+    if (b[0] == 0xfd && !memcmp(b + 1, "7zXZ", 4))
+        return "xz";
+    return NULL;
+}
+
+void dh__shard_result_clear(dh__shard_result *r)
+{
+    for (size_t k = 0; k < r->nlines; k++)
+        free(r->lines[k]);
+    for (size_t k = 0; k < r->ndiags; k++)
+        free(r->diags[k].message);
+    free(r->lines);
+    free(r->diags);
+    memset(r, 0, sizeof *r);
+}
+
+int dh__index_shard(const char *root, const char *rel, const char *prefix,
+                    const dh_limits *limits, dh__shard_result *r)
+{
+    memset(r, 0, sizeof *r);
+    dh__source s;
+    char err[600] = "";
+    dh__media_src ms = {.root = root, .path = rel};
+    int rc = dh__source_open(&s, &ms, err, sizeof err);
+    if (rc) {
+        add_diag(r, rc, "%s: shard skipped: %s", rel, err);
+        r->failed = 1;
+        return 0;
+    }
+    const char *z = compressed_kind(&s);
+    member_list l = {0};
+    char broken[DH__TAR_NAME_MAX] = "";
+    if (z) {
+        rc = dh__fail(err, sizeof err, DH_ENOTMEDIA, "a %s-compressed file: shards are read in "
+                      "place, uncompressed (WebDataset's plain .tar; decompress it first)", z);
+    } else {
+        rc = dh__tar_walk_at(s.fd, s.size, collect, &l, broken, sizeof broken, err, sizeof err);
+    }
+    if (rc == DH_ENOMEM) {
+        dh__source_close(&s);
+        for (size_t k = 0; k < l.n; k++)
+            free(l.m[k].name);
+        free(l.m);
+        return rc;
+    }
+    /* A shard damaged part-way: the samples of the members before the damage stay, except
+     * the last one when the member the damage cut (or an unnamed damage) may belong to it. */
+    size_t usable = l.n;
+    if (rc && l.n) {
+        size_t key = dh__wds_split(l.m[l.n - 1].name, NULL, 0);
+        int cut = !broken[0] || (dh__wds_split(broken, NULL, 0) == key &&
+                                 !strncmp(broken, l.m[l.n - 1].name, key));
+        while (cut && usable > 0 && dh__wds_split(l.m[usable - 1].name, NULL, 0) == key &&
+               !strncmp(l.m[usable - 1].name, l.m[l.n - 1].name, key))
+            usable--;
+    }
+    shard_job j = {root, rel, prefix, limits, &s, r};
+    int frc = 0;
+    for (size_t a = 0; a < usable && !frc;) {
+        size_t key = dh__wds_split(l.m[a].name, NULL, 0), b = a + 1;
+        while (b < usable && dh__wds_split(l.m[b].name, NULL, 0) == key &&
+               !strncmp(l.m[b].name, l.m[a].name, key))
+            b++;
+        /* the same key earlier in this shard (not adjacent): another sample, as WebDataset
+         * makes it; its id says which */
+        int seen = 1;
+        for (size_t p = 0; p < a; p++) {
+            size_t pk = dh__wds_split(l.m[p].name, NULL, 0);
+            if (pk == key && !strncmp(l.m[p].name, l.m[a].name, key) &&
+                (p == 0 || dh__wds_split(l.m[p - 1].name, NULL, 0) != key ||
+                 strncmp(l.m[p - 1].name, l.m[a].name, key)))
+                seen++;
+        }
+        char id[4200];
+        snprintf(id, sizeof id, "%s:%.*s", rel, (int)key, l.m[a].name);
+        if (seen > 1)
+            snprintf(id + strlen(id), sizeof id - strlen(id), "#%d", seen);
+        frc = one_sample(&j, &l.m[a], b - a, key, id);
+        a = b;
+    }
+    if (rc) {
+        r->failed = !usable;
+        add_diag(r, rc, "%s: %s%s: %s%s", rel, usable ? "damaged after member " : "shard skipped",
+                 usable ? l.m[usable - 1].name : "", err,
+                 usable < l.n ? "; the sample it cut is left out" : "");
+        r->skipped += usable < l.n || broken[0]; /* the sample the damage cut */
+    }
+    for (size_t k = 0; k < l.n; k++)
+        free(l.m[k].name);
+    free(l.m);
+    dh__source_close(&s);
+    return frc;
+}
