@@ -100,22 +100,29 @@ END_TEST
  * carry its text and label. Each bad value is named. */
 START_TEST(members_text_and_labels)
 {
+    /* a first sample without any of them: the optional columns come later, it reads absent */
+    ck_assert_int_eq(parse("{\"id\":\"k0\",\"media\":[{\"type\":\"image\",\"path\":\"i.jpg\","
+                           "\"width\":4,\"height\":4}]}"), 0);
     ck_assert_int_eq(parse("{\"id\":\"k1\",\"text\":\"a caf\\u00e9 \xe2\x82\xac\",\"label\":-3,"
                            "\"media\":[{\"type\":\"image\",\"path\":\"s/00000.tar\","
                            "\"offset\":1536,\"bytes\":4000,\"member\":\"k1.jpg\",\"width\":4,"
                            "\"height\":4}]}"), 0);
     ck_assert_int_eq(parse("{\"id\":\"k2\",\"text_tokens\":3}"), 0);
     dh_sample_info si;
+    dh_media_info mi;
     dh_manifest_sample(m, 0, &si);
+    ck_assert(!si.text && !si.has_label);
+    dh_manifest_media(m, 0, 0, &mi);
+    ck_assert(mi.offset == 0 && !mi.member);
+    dh_manifest_sample(m, 1, &si);
     ck_assert_str_eq(si.text, "a caf\xc3\xa9 \xe2\x82\xac");
     ck_assert_int_eq(si.has_label, 1);
     ck_assert_int_eq(si.label, -3);
-    dh_media_info mi;
-    dh_manifest_media(m, 0, 0, &mi);
+    dh_manifest_media(m, 1, 0, &mi);
     ck_assert_int_eq(mi.offset, 1536);
     ck_assert_int_eq(mi.bytes, 4000);
     ck_assert_str_eq(mi.member, "k1.jpg");
-    dh_manifest_sample(m, 1, &si);
+    dh_manifest_sample(m, 2, &si);
     ck_assert_ptr_null(si.text);
     ck_assert_int_eq(si.has_label, 0);
     expect_bad("{\"id\":\"b1\",\"media\":[{\"type\":\"image\",\"path\":\"s.tar\",\"offset\":512,"

@@ -249,8 +249,9 @@ size_t dh_manifest_memory(const dh_manifest *m)
 {
     if (!m)
         return 0;
-    size_t per_sample = 4 + 4 + 4 + 4 + 2 + 4 + 4 + 4 + 8;
-    size_t per_media = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 4 + 8 + 4;
+    size_t per_sample = 4 + 4 + 4 + 4 + 2 + 4 + 4 + (m->text_off ? 4 : 0) + (m->label ? 8 : 0);
+    size_t per_media = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 4 + (m->m_offset ? 8 : 0) +
+                       (m->m_member_off ? 4 : 0);
     return sizeof *m + strlen(m->dir) + 1 + m->cap * per_sample + m->mcap * per_media +
            m->kfcap * sizeof(int32_t) + m->strcap + m->idx_cap * sizeof(uint32_t);
 }
@@ -265,8 +266,8 @@ int dh_manifest_sample(const dh_manifest *m, int64_t i, dh_sample_info *out)
     out->media_count = m->media_count[i];
     out->sim_cpu_ms = m->sim_cpu_ms[i];
     out->sim_gpu_ms = m->sim_gpu_ms[i];
-    out->text = m->text_off[i] == DH__NO_STR ? NULL : dh__str(m, m->text_off[i]);
-    out->has_label = m->label[i] != DH__NO_LABEL;
+    out->text = !m->text_off || m->text_off[i] == DH__NO_STR ? NULL : dh__str(m, m->text_off[i]);
+    out->has_label = m->label && m->label[i] != DH__NO_LABEL;
     out->label = out->has_label ? m->label[i] : 0;
     return 0;
 }
@@ -289,7 +290,9 @@ int dh_manifest_media(const dh_manifest *m, int64_t i, int32_t j, dh_media_info 
     out->bytes = m->m_bytes[k];
     out->keyframe_count = (int32_t)m->m_kf_count[k];
     out->keyframes = m->m_kf_count[k] ? m->kf + m->m_kf_off[k] : NULL;
-    out->offset = m->m_offset[k];
-    out->member = m->m_member_off[k] == DH__NO_STR ? NULL : dh__str(m, m->m_member_off[k]);
+    out->offset = m->m_offset ? m->m_offset[k] : 0;
+    out->member = !m->m_member_off || m->m_member_off[k] == DH__NO_STR
+                      ? NULL
+                      : dh__str(m, m->m_member_off[k]);
     return 0;
 }

@@ -77,26 +77,71 @@ static int grow_columns(void **const *cols, const size_t *elem, size_t ncols, si
     return 0;
 }
 
+/* An optional column grown (or made) from `from` to `to` rows, new rows set to *absent. */
+static int optional_column(void **col, size_t elem, size_t from, size_t to, const void *absent)
+{
+    if (!*col)
+        from = 0;
+    if (from >= to)
+        return 0;
+    void *p = realloc(*col, to * elem);
+    if (!p)
+        return DH_ENOMEM;
+    for (size_t r = from; r < to; r++)
+        memcpy((char *)p + r * elem, absent, elem);
+    *col = p;
+    return 0;
+}
+
+/* Makes the optional columns sample s needs, rows so far marked absent. 0 or DH_ENOMEM. */
+static int need_optional(dh_manifest *m, const dh__staged_sample *s)
+{
+    int range = 0, member = 0, rc = 0;
+    for (int j = 0; j < s->media_count; j++)
+        range |= s->media[j].offset > 0, member |= s->media[j].member != NULL;
+    if (s->text && !m->text_off)
+        rc |= optional_column((void **)&m->text_off, 4, 0, m->cap, &(uint32_t){DH__NO_STR});
+    if (s->has_label && !m->label)
+        rc |= optional_column((void **)&m->label, 8, 0, m->cap, &(int64_t){DH__NO_LABEL});
+    if (range && !m->m_offset)
+        rc |= optional_column((void **)&m->m_offset, 8, 0, m->mcap, &(int64_t){0});
+    if (member && !m->m_member_off)
+        rc |= optional_column((void **)&m->m_member_off, 4, 0, m->mcap, &(uint32_t){DH__NO_STR});
+    return rc ? DH_ENOMEM : 0;
+}
+
 static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
 {
     void **const scols[] = {(void **)&m->id_off,      (void **)&m->line,
                             (void **)&m->text_tokens, (void **)&m->media_first,
                             (void **)&m->media_count, (void **)&m->sim_cpu_ms,
-                            (void **)&m->sim_gpu_ms,  (void **)&m->text_off,
-                            (void **)&m->label};
-    const size_t ssize[] = {4, 4, 4, 4, 2, 4, 4, 4, 8};
+                            (void **)&m->sim_gpu_ms};
+    const size_t ssize[] = {4, 4, 4, 4, 2, 4, 4};
     void **const mcols[] = {(void **)&m->m_type,     (void **)&m->m_codec,
                             (void **)&m->m_channels, (void **)&m->m_path_off,
                             (void **)&m->m_width,    (void **)&m->m_height,
                             (void **)&m->m_fps,      (void **)&m->m_frames,
                             (void **)&m->m_duration, (void **)&m->m_rate,
                             (void **)&m->m_bytes,    (void **)&m->m_kf_off,
-                            (void **)&m->m_kf_count, (void **)&m->m_offset,
-                            (void **)&m->m_member_off};
-    const size_t msize[] = {1, 1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 4, 4, 8, 4};
-    if (grow_columns(scols, ssize, 9, &m->cap, nsamples))
+                            (void **)&m->m_kf_count};
+    const size_t msize[] = {1, 1, 1, 4, 4, 4, 4, 4, 4, 4, 8, 4, 4};
+    size_t cap = m->cap, mcap = m->mcap;
+    if (grow_columns(scols, ssize, 7, &m->cap, nsamples) ||
+        grow_columns(mcols, msize, 13, &m->mcap, nmedia))
         return DH_ENOMEM;
-    return grow_columns(mcols, msize, 15, &m->mcap, nmedia);
+    /* The optional columns (text, label, byte ranges) exist once a sample uses them, so a
+     * manifest of loose files pays nothing for them; they grow with the others. */
+    int rc = 0;
+    if (m->text_off)
+        rc |= optional_column((void **)&m->text_off, 4, cap, m->cap, &(uint32_t){DH__NO_STR});
+    if (m->label)
+        rc |= optional_column((void **)&m->label, 8, cap, m->cap, &(int64_t){DH__NO_LABEL});
+    if (m->m_offset)
+        rc |= optional_column((void **)&m->m_offset, 8, mcap, m->mcap, &(int64_t){0});
+    if (m->m_member_off)
+        rc |= optional_column((void **)&m->m_member_off, 4, mcap, m->mcap,
+                              &(uint32_t){DH__NO_STR});
+    return rc ? DH_ENOMEM : 0;
 }
 
 /*
@@ -131,7 +176,8 @@ static uint64_t descriptor_hash(const dh_manifest *m, const dh__staged_sample *s
 
 int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t lineno, size_t kf_staged)
 {
-    if (reserve_rows(m, (size_t)m->n + 1, (size_t)m->nm + (size_t)s->media_count))
+    if (reserve_rows(m, (size_t)m->n + 1, (size_t)m->nm + (size_t)s->media_count) ||
+        need_optional(m, s))
         return DH_ENOMEM;
     /* Strings first: if the pool is exhausted nothing else has changed. */
     size_t nstr_before = m->nstr;
@@ -157,8 +203,10 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     m->media_count[i] = (uint16_t)s->media_count;
     m->sim_cpu_ms[i] = (float)s->sim_cpu;
     m->sim_gpu_ms[i] = (float)s->sim_gpu;
-    m->text_off[i] = (uint32_t)text_off;
-    m->label[i] = s->has_label ? s->label : DH__NO_LABEL;
+    if (m->text_off)
+        m->text_off[i] = (uint32_t)text_off;
+    if (m->label)
+        m->label[i] = s->has_label ? s->label : DH__NO_LABEL;
     for (int j = 0; j < s->media_count; j++) {
         const dh__staged_media *sm = &s->media[j];
         int64_t k = m->nm++;
@@ -175,8 +223,10 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
         m->m_bytes[k] = sm->bytes;
         m->m_kf_off[k] = (uint32_t)sm->kf_first;
         m->m_kf_count[k] = (uint32_t)sm->kf_count;
-        m->m_offset[k] = sm->offset;
-        m->m_member_off[k] = (uint32_t)member_off[j];
+        if (m->m_offset)
+            m->m_offset[k] = sm->offset;
+        if (m->m_member_off)
+            m->m_member_off[k] = (uint32_t)member_off[j];
     }
     m->nkf += kf_staged;
     m->n++;
