@@ -1045,6 +1045,7 @@ START_TEST(one_agent_serves_several_streams)
     dh_run_config t = agent_config("helix", 2, 4), v = agent_config("helix", 2, 2),
                   u = agent_config("pool", 2, 2);
     t.epochs = 2;
+    u.steps = DH_STEPS_FOREVER; /* unused and endless: not a failure */
     v.no_shuffle = v.keep_last = 1; /* 9 samples at G 2: 5 steps, one padded sample */
     dh_result rt, rv, ru;
     dh_result_init(&rt);
@@ -1123,6 +1124,44 @@ START_TEST(a_stream_waits_for_its_first_trainer_while_another_runs)
     ck_assert_int_eq(rt.steps, 12);
     ck_assert_int_eq(rv.steps, 3);
     ck_assert_int_eq(rv.delivered, 9);
+}
+END_TEST
+
+/*
+ * Streams nobody uses never hang the agent: with no trainer at all, each stream gives up
+ * after the attach timeout (the agent's streams waited for each other forever); a finite
+ * stream nobody attached to while another ran is a failure, not a success.
+ */
+START_TEST(unused_streams_end_the_agent_and_a_finite_one_fails)
+{
+    new_socket_name();
+    dh_run_config t = agent_config("helix", 2, 2), v = agent_config("helix", 2, 3);
+    dh_result rt, rv;
+    dh_result_init(&rt);
+    dh_result_init(&rv);
+    dh_serve_stream s[2];
+    for (int k = 0; k < 2; k++)
+        dh_serve_stream_default(&s[k]);
+    s[0].cfg = &t, s[0].out = &rt;
+    s[1].name = "val", s[1].cfg = &v, s[1].out = &rv;
+    dh_serve_opts o;
+    char err[512] = "";
+    ck_assert_int_eq(serve_and_reap(s, 2, &o, 1000, NULL, 0, err, sizeof err), DH_ETIMEDOUT);
+    ck_assert_msg(strstr(err, "only 0 of 2 ranks attached in time"), "%s", err);
+
+    new_socket_name();
+    pid_t p[2];
+    t.steps = 4;
+    for (int r = 0; r < 2; r++)
+        p[r] = trainer(r, 2, 2, -1, NULL, NULL);
+    dh_result_init(&rt);
+    dh_result_init(&rv);
+    int rc = serve_and_reap(s, 2, &o, 20000, p, 2, err, sizeof err);
+    ck_assert_int_eq(rc, DH_ETIMEDOUT);
+    ck_assert_str_eq(err, "stream val: no trainer attached while the other streams ran, and its "
+                          "job (--epochs/--steps) was finite: it did not run");
+    ck_assert_int_eq(rt.steps, 4); /* the stream that ran has its accounting */
+    ck_assert_str_eq(rv.engine, "");
 }
 END_TEST
 
@@ -1229,6 +1268,7 @@ int main(void)
     tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
     tcase_add_test(tc, one_agent_serves_several_streams);
     tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
+    tcase_add_test(tc, unused_streams_end_the_agent_and_a_finite_one_fails);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

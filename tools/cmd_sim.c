@@ -400,6 +400,13 @@ static int parse_streams(int argc, char **argv, int first, one_run *runs)
                                                 "V ...)", DH_SERVE_MAX_STREAMS);
             return -CLI_USAGE;
         }
+        for (int k = 0; k < n; k++)
+            if (!strcmp(argv[i + 1], runs[k].name ? runs[k].name : "train")) {
+                cli_err("--stream %s: %s", argv[i + 1], k ? "a stream of that name comes "
+                        "earlier" : "\"train\" is the name of the stream the options before "
+                        "the first --stream describe: pick another");
+                return -CLI_USAGE;
+            }
         int has_manifest = 0;
         for (int k = i + 2; k < end; k++)
             has_manifest |= !strcmp(argv[k], "--manifest");
@@ -497,7 +504,10 @@ static int sim_or_run(int argc, char **argv, int mode)
         rc = run_mode(mode, runs, n, err, sizeof err);
         if (rc)
             report_failure(mode, node, err, rc, n == 1 ? &runs[0].res : &(dh_result){0});
-        for (int k = 0; n > 1 && k < n; k++) { /* each stream's accounting */
+        int any = 0;
+        for (int k = 0; k < n; k++)
+            any |= runs[k].res.engine[0] != 0;
+        for (int k = 0; n > 1 && any && k < n; k++) { /* each stream's accounting */
             dh_result *res = &runs[k].res;
             printf("stream %s:%s\n", runs[k].name ? runs[k].name : "train",
                    res->engine[0] ? "" : " not run (no trainer attached)");

@@ -72,6 +72,13 @@ class _Batches:
 
     def __init__(self, loader, client, until):
         self._loader, self._client, self._until = loader, client, until
+        self._start = loader._taken
+
+    def unfinished(self):
+        """True when this epoch's iterator took batches, but not all of them."""
+        taken = self._loader._taken
+        return self._until is not None and self._start < taken < self._until and \
+            not self._loader._ended
 
     def __iter__(self):
         return self
@@ -124,6 +131,7 @@ class Loader:
         self._run = None
         self._taken = 0      # batches of the agent's run this rank took
         self._ended = False  # the agent said the run is over
+        self._iter = None    # the last epoch iterator handed out
 
     # -- lifecycle -----------------------------------------------------------
     def _connect(self):
@@ -185,11 +193,17 @@ class Loader:
         the run's first epoch may start part-way after a resume)."""
         return self._client.position(self._run["step_base"] + taken)
 
+    def _next_loop(self):
+        """Where the next `for` loop starts (in batches of the agent's run): here, or past the
+        rest of an epoch a loop left early (break, an exception), which it skips."""
+        it = self._iter
+        return it._until if it is not None and it.unfinished() else self._taken
+
     @property
     def epoch(self):
-        """The epoch of this rank's next batch; attaches if needed."""
+        """The epoch the next loop iterates; attaches if needed."""
         self._connect()
-        return self._position(self._taken)[0]
+        return self._position(self._next_loop())[0]
 
     def __len__(self):
         """Batches of this rank in one epoch (each rank takes one batch per global step). The
@@ -202,10 +216,26 @@ class Loader:
         client = self._connect()
         if self.endless:
             return _Batches(self, client, None)
+        self._skip_left_epoch(client)
         self._check_not_over(self.epoch)
         epoch_step = self._position(self._taken)[1]
         # this epoch's last batch: its rest from here
-        return _Batches(self, client, self._taken + self._run["steps_per_epoch"] - epoch_step)
+        self._iter = _Batches(self, client,
+                              self._taken + self._run["steps_per_epoch"] - epoch_step)
+        return self._iter
+
+    def _skip_left_epoch(self, client):
+        """A loop left early (break, an exception) leaves the rest of its epoch unread: as a
+        DataLoader's new iterator starts a new epoch, the next loop starts at the next one.
+        The skipped batches are taken and given straight back (every rank skips alike)."""
+        it, self._iter = self._iter, None
+        while it is not None and it.unfinished():
+            raw = client.next()
+            if raw is None:
+                self._ended = True
+                break
+            self._taken = raw.step - self._run["step_base"] + 1
+            raw.release()
 
     def _check_not_over(self, epoch):
         """Raises when the agent's job has no batch left (for `epoch`)."""
@@ -214,9 +244,11 @@ class Loader:
         if self._ended or (end is not None and self._taken >= end):
             raise DataHelixError(
                 _EINVAL, "DH_EINVAL",
-                "the agent's job ends at step %d: no batch is left for epoch %d; start the "
-                "agent with more --epochs or --steps (or stop iterating)"
-                % (run["step_base"] + self._taken, epoch))
+                "the agent's job%s ends at step %d: no batch is left for epoch %d; start the "
+                "agent with more --epochs or --steps%s (or stop iterating)"
+                % (" (stream %s)" % self.stream if self.stream else "",
+                   run["step_base"] + self._taken, epoch,
+                   " after --stream %s" % self.stream if self.stream else ""))
 
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
@@ -257,10 +289,10 @@ class Loader:
         if epoch != self.epoch:
             raise DataHelixError(
                 _EMISMATCH, "DH_EMISMATCH",
-                "set_epoch(%d), but this rank's next batch is step %d, of epoch %d (%d steps "
-                "an epoch); restore the saved state with load_state_dict before iterating, or "
-                "loop over the epochs the agent serves" % (
-                    epoch, self._run["step_base"] + self._taken, self.epoch,
+                "set_epoch(%d), but this rank's next loop starts at step %d, of epoch %d (%d "
+                "steps an epoch); restore the saved state with load_state_dict before "
+                "iterating, or loop over the epochs the agent serves" % (
+                    epoch, self._run["step_base"] + self._next_loop(), self.epoch,
                     self._run["steps_per_epoch"]))
 
     def state_dict(self):

@@ -219,7 +219,7 @@ class LoaderTest(unittest.TestCase):
                 self.assertEqual(len(loader), 2)
                 with self.assertRaises(datahelix.DataHelixError) as ctx:
                     loader.set_epoch(1)
-                self.assertIn("set_epoch(1), but this rank's next batch is step 0, of epoch 0",
+                self.assertIn("set_epoch(1), but this rank's next loop starts at step 0, of epoch 0",
                               str(ctx.exception))
                 loader.set_epoch(0)
                 self.assertEqual(len(list(loader)), 2)
@@ -333,6 +333,28 @@ print(json.dumps(passes))
         self.assertIn("delivered 24 + failed 0 = 24", out)  # 2 passes of 3 steps of 4
         self.assertIn("stream val: rank 1 attached", err)
         self.check_val_passes(outs)
+
+    def test_a_loop_left_early_leaves_the_rest_of_its_epoch(self):
+        """break (or an exception) in epoch 0 after one batch: the next loop is all of epoch
+        1, as a DataLoader's new iterator is a new epoch (it went on with epoch 0's rest
+        before, and a validation pass silently missed samples); an iterator that took
+        nothing skips nothing."""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--epochs", "3",
+                   "--no-shuffle") as agent:
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                for b in loader:
+                    first = (b["epoch"], b["epoch_step"])
+                    break
+                self.assertEqual(first, (0, 0))
+                self.assertEqual(loader.epoch, 1)
+                loader.set_epoch(1)
+                rows = [(b["epoch"], b["epoch_step"], b["ids"][0]) for b in loader]
+                self.assertEqual(rows, [(1, k, "i%d.jpg" % (2 * k)) for k in range(4)])
+                iter(loader)  # took nothing: the next loop is still epoch 2, whole
+                self.assertEqual([b["epoch_step"] for b in loader], [0, 1, 2, 3])
+            rc, out, err = agent.wait()
+            self.assertEqual(rc, 0, err)
 
     def test_padding_is_marked_in_an_epoch_resumed_at_another_global_batch(self):
         """8 images, G 4, --keep-last --no-shuffle, resumed from 3 samples consumed at G 3:

@@ -104,7 +104,7 @@ struct agent {
     pthread_cond_t changed;
     volatile int stopping;  /* should_stop said so: ranks are told, then let go */
     int fault_code;
-    char fault[256];
+    char fault[400];
     int64_t N;              /* steps of this run; -1: until stopped */
     int64_t left_at;        /* the earliest step a rank that left early will not take */
     int died;               /* a rank died (not a clean detach) */
@@ -122,12 +122,13 @@ struct agent {
     size_t nqueue, capq;
     int inbox[2];
     int done, unused; /* unused: no trainer ever came while the other streams ran */
+    int ran;          /* under hub.mu: a set of its ranks attached and its run began */
     pthread_t thread;
     dh_sample_error_cb on_error;
     void *user;
     dh_result *out;
     int rc;
-    char err[320];
+    char err[512];
 };
 
 /* The agent: one listening socket whose attaches go to the stream they name. */
@@ -155,7 +156,7 @@ static void event(agent *a, const char *fmt, ...)
 {
     if (!a->o.on_event)
         return;
-    char msg[360];
+    char msg[480];
     int k = a->hub && a->hub->n > 1 ? snprintf(msg, sizeof msg, "stream %s: ", a->stream) : 0;
     va_list ap;
     va_start(ap, fmt);
@@ -232,8 +233,9 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
 {
     const dh__attach *q = &c->req;
     if (q->world_size != a->R)
-        return dh__fail(why, len, DH_EMISMATCH, "world size %d, but this agent serves %d ranks",
-                        q->world_size, a->R);
+        return dh__fail(why, len, DH_EMISMATCH, "world size %d, but this agent serves %d ranks "
+                        "(a Loader takes RANK and WORLD_SIZE from its environment, as torchrun "
+                        "sets them; elsewhere give rank= and world_size=)", q->world_size, a->R);
     if (q->rank < 0 || q->rank >= a->R)
         return dh__fail(why, len, DH_EMISMATCH, "rank %d is outside 0..%d", q->rank, a->R - 1);
     if (q->rank < a->lo || q->rank >= a->hi)
@@ -388,14 +390,18 @@ static void take_queued(agent *a, const char *why)
     free(q);
 }
 
-/* How many other streams of the agent have not ended. */
-static int others_running(agent *a)
+/* How many other streams of the agent have not ended (*serving: of those, how many began
+ * serving their trainers). */
+static int others_live(agent *a, int *serving)
 {
     hub *h = a->hub;
     int n = 0;
+    *serving = 0;
     pthread_mutex_lock(&h->mu);
-    for (int k = 0; k < h->n; k++)
+    for (int k = 0; k < h->n; k++) {
         n += &h->s[k] != a && !h->s[k].done;
+        *serving += &h->s[k] != a && !h->s[k].done && h->s[k].ran;
+    }
     pthread_mutex_unlock(&h->mu);
     return n;
 }
@@ -408,14 +414,15 @@ static int wait_for_ranks(agent *a)
         if ((a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) ||
             atomic_load(&a->hub->quit))
             return DH_ECANCELED;
-        /* With no trainer yet, a stream waits as long as another runs (a validation Loader
-         * attaches at its first pass, maybe hours in); from its first, the timeout. */
-        int others = a->hub->n > 1 && !a->attached ? others_running(a) : 0;
-        if (others)
+        /* With no trainer yet, a stream waits as long as another serves its trainers (a
+         * validation Loader attaches at its first pass, maybe hours in); from its first
+         * trainer, or while no stream serves, the timeout. */
+        int serving = 0, live = a->hub->n > 1 && !a->attached ? others_live(a, &serving) : 1;
+        if (serving)
             until = mono() + a->o.attach_timeout_ms / 1e3;
         if (mono() > until)
             return DH_ETIMEDOUT;
-        if (a->hub->n > 1 && !a->gen && !a->attached && !others) { /* nobody wants it */
+        if (!live && !a->gen) { /* the other streams ended and nobody came for this one */
             a->unused = 1;
             return DH_ECANCELED;
         }
@@ -518,7 +525,7 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
 /* The sentence for a run that cannot go on (another rank died, the agent stopped). */
 static void send_end(agent *a, conn *c, int rc)
 {
-    char msg[300];
+    char msg[480];
     pthread_mutex_lock(&a->mu);
     if (rc == DH_EPEER && a->fault[0])
         snprintf(msg, sizeof msg, "%s", a->fault);
@@ -649,7 +656,11 @@ static void on_detach(agent *a, conn *c)
     if (early && c->next_step < a->left_at)
         a->left_at = c->next_step;
     if (early && !a->fault_code) { /* a death or an earlier leaving stays the cause */
-        if (a->N < 0)
+        if (c->next_step == 0)
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left before taking a batch "
+                     "(in synchronous training every rank takes every step: iterate the Loader "
+                     "on every rank); %s", c->rank, (int)c->pid, fault_tail(a));
+        else if (a->N < 0)
             snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after step %lld; %s",
                      c->rank, (int)c->pid, (long long)training_step(a, c->next_step - 1),
                      fault_tail(a));
@@ -950,6 +961,9 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
     if (!rc) {
         fill_info(a);
         a->e_began = 1;
+        pthread_mutex_lock(&a->hub->mu);
+        a->ran = 1;
+        pthread_mutex_unlock(&a->hub->mu);
         int resume = a->gen || a->conns[a->lo].req.resume;
         if ((rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, a->info.shift,
                                    a->N, err, errlen)))
@@ -1018,8 +1032,12 @@ static void *stream_main(void *arg)
         int stopped = a->stopping || (cfg->should_stop && cfg->should_stop(cfg->should_stop_user));
         if (a->unused) {
             memcpy(out, &last, out->struct_size); /* as it came: nothing ran */
-            event(a, "no trainer attached while the other streams ran: not started");
-            rc = 0;
+            int endless = cfg->steps < 0;
+            event(a, "no trainer attached while the other streams ran: not started%s",
+                  endless ? "" : ", though its job was finite");
+            rc = endless ? 0 : dh__fail(err, errlen, DH_ETIMEDOUT, "no trainer attached while the "
+                                        "other streams ran, and its job (--epochs/--steps) was "
+                                        "finite: it did not run");
             break;
         }
         if (a->gen && !a->e_began) { /* no restart came: the accounting is the last set's */
