@@ -995,18 +995,32 @@ START_TEST(a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was)
 END_TEST
 
 /* One BATCH of a fake agent: a head, then per sample an index and a token count, the items,
- * the ids (ids_len bytes) and a flag byte per sample. */
-static void fake_batch(int fd, int64_t off, int64_t bytes, int32_t ns, const dh_batch_item *it,
-                       int32_t ni, const char *ids, uint32_t ids_len)
+ * the ids (ids_len bytes), a flag byte per sample (flags: the first's), an int64 label per
+ * sample (42) and the texts (text_len bytes). */
+static void fake_batch_text(int fd, int64_t off, int64_t bytes, int32_t ns,
+                            const dh_batch_item *it, int32_t ni, const char *ids,
+                            uint32_t ids_len, uint8_t flags, const char *text, uint32_t text_len)
 {
     dh__batch_head bh = {.step = 0, .rank = 0, .pool = 0, .offset = off, .bytes = bytes,
-                         .nsamples = ns, .nitems = ni, .ids_bytes = ids_len};
-    size_t len = 16 * (size_t)ns + (size_t)ni * sizeof *it + ids_len + (size_t)ns;
+                         .nsamples = ns, .nitems = ni, .ids_bytes = ids_len,
+                         .text_bytes = text_len};
+    size_t head = 16 * (size_t)ns + (size_t)ni * sizeof *it + ids_len;
+    size_t len = head + 9 * (size_t)ns + text_len;
     uint8_t *body = calloc(1, len + 1);
     memcpy(body + 16 * (size_t)ns, it, (size_t)ni * sizeof *it);
     memcpy(body + 16 * (size_t)ns + (size_t)ni * sizeof *it, ids, ids_len);
+    body[head] = flags;
+    int64_t label = 42;
+    memcpy(body + head + ns, &label, sizeof label);
+    memcpy(body + head + 9 * (size_t)ns, text, text_len);
     ck_assert_int_eq(dh__proto_send2(fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len), 0);
     free(body);
+}
+
+static void fake_batch(int fd, int64_t off, int64_t bytes, int32_t ns, const dh_batch_item *it,
+                       int32_t ni, const char *ids, uint32_t ids_len)
+{
+    fake_batch_text(fd, off, bytes, ns, it, ni, ids, ids_len, 0, "", 1);
 }
 
 /* Serves streams s[0..n) on sock with options *o (attach timeout in ms), then reaps the np
@@ -1168,13 +1182,14 @@ END_TEST
 START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
 {
     /* A fake agent describes batches whose bounds overflow, whose ids lack their NUL, whose
-     * shapes do not make their bytes: the trainer gets DH_EPARSE for each (it read past its
-     * buffers or segfaulted before), and a sound batch after them all the same. */
+     * shapes do not make their bytes, whose text lacks its NUL or is not UTF-8: the trainer
+     * gets DH_EPARSE for each (it read past its buffers or segfaulted before), and a sound
+     * batch after them all the same, with its text and label. */
     new_socket_name();
     char err[256] = "";
     int lfd = dh__listen(sock, 4, err, sizeof err);
     ck_assert_msg(lfd >= 0, "%s", err);
-    enum { CASES = 5 };
+    enum { CASES = 7 };
     pid_t p = fork();
     if (!p) {
         close(lfd);
@@ -1187,8 +1202,12 @@ START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
         for (int k = 0; k < CASES; k++)
             if (dh_client_next(c, 5000, &b, err, sizeof err) != DH_EPARSE)
                 _exit(10 + k);
+        int64_t label = 0;
         if (dh_client_next(c, 5000, &b, err, sizeof err) || b.nitems != 1 || b.bytes != 64 ||
-            strcmp(dh_client_sample_id(c, &b, 0), "s0"))
+            strcmp(dh_client_sample_id(c, &b, 0), "s0") ||
+            strcmp(dh_client_sample_text(c, &b, 0) ? dh_client_sample_text(c, &b, 0) : "",
+                   "a caption") ||
+            dh_client_sample_label(c, &b, 0, &label) != 1 || label != 42)
             _exit(3);
         _exit(0);
     }
@@ -1230,8 +1249,14 @@ START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
             bad.ndim = 2, bad.shape[0] = INT64_C(1) << 40, bad.shape[1] = INT64_C(1) << 40;
             fake_batch(fd, 0, 4096, 1, &bad, 1, "s0", 3);
             break;
-        default: /* a sound one */
-            fake_batch(fd, 0, 64, 1, &it, 1, "s0", 3);
+        case 5: /* a text without its NUL */
+            fake_batch_text(fd, 0, 4096, 1, &it, 1, "s0", 3, 2, "abc", 3);
+            break;
+        case 6: /* a text that is not UTF-8 */
+            fake_batch_text(fd, 0, 4096, 1, &it, 1, "s0", 3, 2, "a\xff", 3);
+            break;
+        default: /* a sound one, with its text and label */
+            fake_batch_text(fd, 0, 64, 1, &it, 1, "s0", 3, 2 | 4, "a caption", 10);
         }
     }
     ck_assert_int_eq(wait_child(p), 0);

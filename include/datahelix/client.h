@@ -105,6 +105,14 @@ DH_API const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, in
  * thread.
  */
 DH_API int dh_client_sample_pad(dh_client *c, const dh_batch *b, int32_t k);
+/* Added in 0.2. The text of sample k (UTF-8, from the manifest's "text" or a shard's .txt
+ * member; valid as long as the batch), or NULL when it has none or the batch is not held.
+ * Any thread. */
+DH_API const char *dh_client_sample_text(dh_client *c, const dh_batch *b, int32_t k);
+/* Added in 0.2. The label of sample k into *label: 1 when it has one (the manifest's
+ * "label", a shard's .cls member), 0 when not (*label = 0), DH_EINVAL for a batch this
+ * client does not hold. Any thread. */
+DH_API int dh_client_sample_label(dh_client *c, const dh_batch *b, int32_t k, int64_t *label);
 /*
  * Gives a batch back; its memory may be reused from here, so nothing may
  * view it any more. The step time reported for it (or, without a report,

@@ -14,7 +14,9 @@ preprocessing spec says; uint8 pixels, float32 audio), plus "step" (the global
 step, counted from the start of training, also after a resume; "global_step"
 is the same number), "epoch", "epoch_step" (the step within its epoch), "ids",
 "samples", "tokens", "status" (0, or the negative error code of a sample that
-failed: its tensors are zeros), "pad" (True for a duplicate that fills up an
+failed: its tensors are zeros), "text" (each sample's text, a str, or None: the
+manifest's "text", a shard's .txt member), "label" (an int64 tensor of each
+sample's label, datahelix.NO_LABEL where it has none: "label", a shard's .cls), "pad" (True for a duplicate that fills up an
 epoch's last batch when the agent keeps it: --keep-last), "data" (the whole batch as one uint8 view) and
 "emulated_compute_s" (the batch's modelled compute time, for emulating an
 accelerator on a CPU-only machine).
@@ -31,7 +33,10 @@ except ImportError:  # numpy arrays instead
     torch = None
 import numpy as np
 
-__all__ = ["Loader", "Client", "DataHelixError", "default_socket"]
+__all__ = ["Loader", "Client", "DataHelixError", "default_socket", "NO_LABEL"]
+
+# batch["label"] of a sample without a label (the manifest's "label", a shard's .cls).
+NO_LABEL = -(1 << 63)
 
 # Error codes the Loader raises itself (the C library's values).
 _EINVAL, _EMISMATCH, _EPEER = -22, -10009, -10011
@@ -252,10 +257,13 @@ class Loader:
 
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
+        texts, labels = raw.texts()
         whole, batch = _views(raw, items)
         epoch, epoch_step = self._position(step - self._run["step_base"])
+        label = np.array([NO_LABEL if v is None else v for v in labels], dtype=np.int64)
         batch.update(step=step, global_step=step, epoch=epoch, epoch_step=epoch_step,
                      ids=ids, samples=samples, tokens=tokens, status=status, pad=pad,
+                     text=texts, label=torch.from_numpy(label) if torch is not None else label,
                      emulated_compute_s=emulated,
                      data=torch.from_numpy(whole) if torch is not None else whole,
                      release=raw.release)

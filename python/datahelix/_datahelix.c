@@ -140,6 +140,41 @@ static int fill_samples(BatchObject *self, PyObject *samples, PyObject *ids, PyO
     return 0;
 }
 
+/* (texts, labels): per sample its text (str, or None) and label (int, or None). */
+static PyObject *batch_texts(BatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    const dh_batch *b = &self->b;
+    PyObject *texts = PyList_New(b->nsamples), *labels = PyList_New(b->nsamples);
+    if (!texts || !labels)
+        goto fail;
+    for (int32_t k = 0; k < b->nsamples; k++) {
+        const char *t = dh_client_sample_text(self->client->c, b, k);
+        int64_t label = 0;
+        int has = dh_client_sample_label(self->client->c, b, k, &label) == 1;
+        PyObject *tv = t ? PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "strict") : Py_None;
+        PyObject *lv = has ? PyLong_FromLongLong(label) : Py_None;
+        if (!tv || !lv) {
+            if (tv && tv != Py_None)
+                Py_DECREF(tv);
+            if (lv && lv != Py_None)
+                Py_DECREF(lv);
+            goto fail;
+        }
+        if (tv == Py_None)
+            Py_INCREF(Py_None);
+        if (lv == Py_None)
+            Py_INCREF(Py_None);
+        PyList_SET_ITEM(texts, k, tv);
+        PyList_SET_ITEM(labels, k, lv);
+    }
+    return Py_BuildValue("(NN)", texts, labels);
+fail:
+    Py_XDECREF(texts);
+    Py_XDECREF(labels);
+    return NULL;
+}
+
 /* The batch's layout in the cheapest form to turn into views (the Loader's hot path):
  * (step, items, samples, ids, tokens, status, emulated_compute_s, pad); items are
  * (type, offset, bytes, is_float32, shape) tuples; status is per sample (0 or the
@@ -255,6 +290,8 @@ static PyMethodDef batch_methods[] = {
     {"release", (PyCFunction)batch_release, METH_NOARGS,
      "Give the batch back (deferred while a view of it is alive). Returns True if given back."},
     {"describe", (PyCFunction)batch_describe, METH_NOARGS, "Items, samples, ids, tokens."},
+    {"texts", (PyCFunction)batch_texts, METH_NOARGS,
+     "(texts, labels): each sample's text (str or None) and label (int or None)."},
     {"layout", (PyCFunction)batch_layout, METH_NOARGS,
      "(step, items, samples, ids, tokens, status, emulated_compute_s, pad): the fast form."},
     {"address", (PyCFunction)batch_address, METH_NOARGS, "Address of the batch's first byte."},

@@ -356,6 +356,59 @@ print(json.dumps(passes))
             rc, out, err = agent.wait()
             self.assertEqual(rc, 0, err)
 
+    def test_shards_serve_each_sample_once_with_its_caption_and_label(self):
+        """WebDataset shards (two, pax and GNU) indexed in place: 2 ranks, 2 epochs; every
+        sample of an epoch once across ranks, each with its own caption and label (the
+        pixels read in place equal a loose file's decode: test_tar)."""
+        import io
+        import tarfile
+        d = os.path.join(self.tmp, "wds")
+        os.makedirs(d, exist_ok=True)
+        for s, fmt in enumerate((tarfile.PAX_FORMAT, tarfile.GNU_FORMAT)):
+            with tarfile.open(os.path.join(d, "%05d.tar" % s), "w", format=fmt) as t:
+                for k in range(4 * s, 4 * s + 4):
+                    with open(os.path.join(self.tmp, "i%d.jpg" % k), "rb") as f:
+                        jpg = f.read()
+                    for name, data in (("%06d.jpg" % k, jpg),
+                                       ("%06d.txt" % k, ("caption \u00e9 %d" % k).encode()),
+                                       ("%06d.cls" % k, b"%d" % (100 + k))):
+                        i = tarfile.TarInfo(name)
+                        i.size = len(data)
+                        t.addfile(i, io.BytesIO(data))
+        subprocess.run([CLI, "index", d, "-o", os.path.join(d, "m.jsonl"), "-q"], check=True,
+                       stdout=subprocess.DEVNULL)
+        script = r"""
+import json, sys, datahelix
+rows = []
+with datahelix.Loader(socket=sys.argv[1], rank=int(sys.argv[2]), world_size=2) as loader:
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for b in loader:
+            for k, i in enumerate(b["ids"]):
+                rows.append([epoch, i, b["text"][k], int(b["label"][k]),
+                             list(b["image"][k].shape)])
+print(json.dumps(rows))
+"""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--epochs", "2",
+                   manifest="wds/m.jsonl") as agent:
+            procs = [subprocess.Popen([sys.executable, "-c", script, s, str(r)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for r in range(2)]
+            rows = []
+            for p in procs:
+                out, err = p.communicate(timeout=120)
+                self.assertEqual(p.returncode, 0, err)
+                rows += json.loads(out)
+            rc, out, err = agent.wait()
+            self.assertEqual(rc, 0, err)
+            self.assertIn("delivered 16 + failed 0 = 16", out)
+        for epoch in range(2):
+            got = sorted((i, t, l) for e, i, t, l, _ in rows if e == epoch)
+            want = sorted(("%05d.tar:%06d" % (k // 4, k), "caption \u00e9 %d" % k, 100 + k)
+                          for k in range(8))
+            self.assertEqual(got, want)
+
     def test_padding_is_marked_in_an_epoch_resumed_at_another_global_batch(self):
         """8 images, G 4, --keep-last --no-shuffle, resumed from 3 samples consumed at G 3:
         the rest of the epoch is positions 3..6 and 7..10, the last three (8, 9, 10) filling

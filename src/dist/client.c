@@ -30,6 +30,8 @@ typedef struct {
     void *payload; /* the BATCH message: the batch's arrays live here */
     double emulated_s;
     const uint8_t *flags; /* per sample: DH__SAMPLE_* */
+    const uint8_t *labels; /* per sample: an int64 (unaligned) */
+    const char *texts;     /* per sample: a NUL-terminated text */
 } held;
 
 struct dh_client {
@@ -203,11 +205,13 @@ static int hold(dh_client *c, int64_t step, void *payload)
     pthread_mutex_lock(&c->lease_mu);
     int rc = dh__grow((void **)&c->leases, &c->cap, (size_t)c->nleases + 1,
                       sizeof *c->leases);
+    const uint8_t *flags = (const uint8_t *)payload + sizeof bh + 16 * (size_t)bh.nsamples +
+                           (size_t)bh.nitems * sizeof(dh_batch_item) + bh.ids_bytes;
+    const uint8_t *labels = flags + bh.nsamples;
     if (!rc)
         c->leases[c->nleases++] =
-            (held){step, payload, bh.emulated_s,
-                   (const uint8_t *)payload + sizeof bh + 16 * (size_t)bh.nsamples +
-                       (size_t)bh.nitems * sizeof(dh_batch_item) + bh.ids_bytes};
+            (held){step, payload, bh.emulated_s, flags, labels,
+                   (const char *)labels + 8 * (size_t)bh.nsamples};
     pthread_mutex_unlock(&c->lease_mu);
     return rc;
 }
@@ -246,7 +250,8 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
         return DH_EPARSE;
     memcpy(&bh, p, sizeof bh);
     uint64_t ns = (uint64_t)(uint32_t)bh.nsamples, ni = (uint64_t)(uint32_t)bh.nitems;
-    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes + ns;
+    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes + ns +
+                    8 * ns + bh.text_bytes;
     if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1)
         return DH_EPARSE;
     const dh__shm *pool = bh.pool >= 0 ? &c->pools[bh.pool] : NULL;
@@ -260,8 +265,13 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
     for (uint64_t k = 0; k < ni; k++)
         if (!item_ok(&items[k], bh.bytes))
             return DH_EPARSE;
-    if (!ids_ok((const uint8_t *)(items + ni), bh.ids_bytes, ns))
+    const uint8_t *ids = (const uint8_t *)(items + ni);
+    if (!ids_ok(ids, bh.ids_bytes, ns))
         return DH_EPARSE;
+    const uint8_t *texts = ids + bh.ids_bytes + 9 * ns; /* past flags and labels */
+    if (!ids_ok(texts, bh.text_bytes, ns) ||
+        dh__utf8_check((const char *)texts, bh.text_bytes) != bh.text_bytes)
+        return DH_EPARSE; /* each text NUL-terminated, all of it UTF-8 */
     *out = (dh_batch){.step = c->base + bh.step, .rank = bh.rank, .nsamples = bh.nsamples,
                       .nitems = bh.nitems, .nfailed = bh.nfailed, .samples = (const void *)q,
                       .tokens = (const void *)(q + 8 * ns), .items = items,
@@ -321,17 +331,56 @@ double dh_client_emulated_seconds(dh_client *c, const dh_batch *b)
     return s;
 }
 
+/* The lease of batch b (under lease_mu), or NULL. */
+static const held *lease_of(const dh_client *c, const dh_batch *b)
+{
+    for (int j = 0; j < c->nleases; j++)
+        if (c->leases[j].step == b->step)
+            return &c->leases[j];
+    return NULL;
+}
+
 int dh_client_sample_pad(dh_client *c, const dh_batch *b, int32_t k)
 {
     if (!c || !b || k < 0 || k >= b->nsamples)
         return DH_EINVAL;
-    int pad = DH_EINVAL;
     pthread_mutex_lock(&c->lease_mu);
-    for (int j = 0; j < c->nleases; j++)
-        if (c->leases[j].step == b->step)
-            pad = c->leases[j].flags[k] & DH__SAMPLE_PAD ? 1 : 0;
+    const held *h = lease_of(c, b);
+    int pad = h ? (h->flags[k] & DH__SAMPLE_PAD ? 1 : 0) : DH_EINVAL;
     pthread_mutex_unlock(&c->lease_mu);
     return pad;
+}
+
+const char *dh_client_sample_text(dh_client *c, const dh_batch *b, int32_t k)
+{
+    if (!c || !b || k < 0 || k >= b->nsamples)
+        return NULL;
+    const char *t = NULL;
+    pthread_mutex_lock(&c->lease_mu);
+    const held *h = lease_of(c, b);
+    if (h && (h->flags[k] & DH__SAMPLE_TEXT)) {
+        t = h->texts;
+        for (int32_t j = 0; j < k; j++)
+            t += strlen(t) + 1;
+    }
+    pthread_mutex_unlock(&c->lease_mu);
+    return t;
+}
+
+int dh_client_sample_label(dh_client *c, const dh_batch *b, int32_t k, int64_t *label)
+{
+    if (!c || !b || !label || k < 0 || k >= b->nsamples)
+        return DH_EINVAL;
+    int rc = DH_EINVAL;
+    pthread_mutex_lock(&c->lease_mu);
+    const held *h = lease_of(c, b);
+    if (h) {
+        rc = h->flags[k] & DH__SAMPLE_LABEL ? 1 : 0;
+        memcpy(label, h->labels + 8 * (size_t)k, sizeof *label);
+        *label = rc ? *label : 0;
+    }
+    pthread_mutex_unlock(&c->lease_mu);
+    return rc;
 }
 
 const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k)

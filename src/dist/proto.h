@@ -25,7 +25,8 @@ enum {
     DH__MSG_ATTACH = 1, /* client: dh__attach */
     DH__MSG_ATTACHED,   /* agent: dh__attached + 2 fds (ring, arena) */
     DH__MSG_NEXT,       /* client: int32 timeout_ms */
-    DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, ids, flags */
+    DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, ids, flags,
+                         * labels, texts */
     DH__MSG_RELEASE,    /* client: dh__release (one-way) */
     DH__MSG_REPORT,     /* client: dh__report (one-way) */
     DH__MSG_DETACH,     /* client: empty (one-way) */
@@ -81,11 +82,18 @@ typedef struct {
     int64_t offset, bytes;             /* of the batch in its pool */
     int32_t nsamples, nitems, nfailed;
     uint32_t ids_bytes;                /* NUL-separated sample ids after the items, then
-                                        * one byte of DH__SAMPLE_* flags per sample */
+                                        * one byte of DH__SAMPLE_* flags per sample, then an
+                                        * int64 label per sample, then text_bytes of texts */
     double emulated_s;                 /* the batch's modelled compute time (emulation only) */
+    uint32_t text_bytes;               /* the samples' texts, each NUL-terminated ("" when
+                                        * it has none); texts travel here, as ids do: a few
+                                        * KB a batch beside its MBs of views */
+    uint32_t reserved;
 } dh__batch_head;
 
-#define DH__SAMPLE_PAD 1 /* a duplicate filling up an epoch's last batch (keep_last) */
+#define DH__SAMPLE_PAD 1   /* a duplicate filling up an epoch's last batch (keep_last) */
+#define DH__SAMPLE_TEXT 2  /* the sample has a text */
+#define DH__SAMPLE_LABEL 4 /* the sample has a label */
 
 typedef struct {
     int64_t step;
