@@ -296,6 +296,24 @@ check "run on generated media accounts for all" contains "$WORK/genrun.out" "del
 "$DH" gen --workload speech-asr --out "$WORK/gen2" --scale huge > /dev/null 2> "$WORK/gen.err"
 check "gen refuses an unknown scale" contains "$WORK/gen.err" "mini, small or full"
 
+# ---- WebDataset shards: gen --format wds, index in place, run ----
+"$DH" gen --workload kinetics-clips --out "$WORK/wds" --samples 12 --format wds --per-shard 5 \
+    > "$WORK/wds.out" 2>&1
+check "gen writes shards" test -f "$WORK/wds/shards/00002.tar" -a ! -e "$WORK/wds/video"
+check "gen's shard lines carry captions and labels" contains "$WORK/wds/manifest.jsonl" \
+    '"text":"w[0-9]*.*"label":[0-9]*,"media":\[{"type":"video","path":"shards/00000.tar"'
+"$DH" index "$WORK/wds" -o "$WORK/wds/again.jsonl" > "$WORK/wdsidx.out" 2>&1
+check "index of gen's shards accounts for every sample" contains "$WORK/wdsidx.out" \
+    "3 tar shards: 12 samples + 0 skipped"
+check "index of gen's shards equals gen's manifest" cmp -s "$WORK/wds/manifest.jsonl" \
+    "$WORK/wds/again.jsonl"
+"$DH" run --manifest "$WORK/wds/manifest.jsonl" --workload kinetics-clips --ranks 2 \
+    --workers 2 --batch 4 > "$WORK/wdsrun.out" 2>&1
+check "run decodes every sample from the shards" contains "$WORK/wdsrun.out" \
+    "delivered 12 + failed 0 = 12"
+"$DH" gen --workload kinetics-clips --out "$WORK/wds2" --format zip > /dev/null 2> "$WORK/wds.err"
+check "gen refuses an unknown format" contains "$WORK/wds.err" "--format files or wds"
+
 # ---- usage errors: exit 2 with a message ----
 "$DH" > /dev/null 2>&1; check "no command is a usage error" test $? -eq 2
 "$DH" frobnicate > /dev/null 2>&1; check "unknown command is a usage error" test $? -eq 2

@@ -44,6 +44,19 @@ DH_API int dh_workload_write(const char *name, const char *dir, int64_t samples,
                              const char *scale, void (*progress)(int64_t done, int64_t total, void *),
                              void *user, dh_gen_stats *stats, char *errbuf, size_t errlen);
 
+/*
+ * Added in 0.2: the same samples as WebDataset shards, per_shard samples a shard
+ * (dir/shards/00000.tar, ...; per_shard 0: loose files as dh_workload_write): per sample
+ * its media (KEY.mp4, KEY.jpg, KEY.J.EXT when it has several), a caption of the workload's
+ * text length (KEY.txt, about 4 bytes a token) and a label (KEY.cls, one of 400), and
+ * dir/manifest.jsonl describing each media item as a byte range of its shard.
+ */
+DH_API int dh_workload_write_shards(const char *name, const char *dir, int64_t samples,
+                                    uint64_t seed, const char *scale, int64_t per_shard,
+                                    void (*progress)(int64_t done, int64_t total, void *),
+                                    void *user, dh_gen_stats *stats, char *errbuf,
+                                    size_t errlen);
+
 /* The workload's default global batch, or a negative error. */
 DH_API int64_t dh_workload_global_batch(const char *name);
 

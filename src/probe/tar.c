@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -277,4 +278,45 @@ size_t dh__wds_split(const char *name, char *suffix, size_t suffix_len)
     if (suffix_len)
         suffix[k] = 0;
     return key;
+}
+
+int dh__tar_add(dh__tar_writer *w, const char *name, const void *data, size_t len,
+                int64_t *data_off)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 100)
+        return DH_EINVAL;
+    unsigned char h[BLOCK] = {0};
+    memcpy(h, name, n);
+    snprintf((char *)h + 100, 8, "%07o", 0644);
+    snprintf((char *)h + 108, 8, "%07o", 0);
+    snprintf((char *)h + 116, 8, "%07o", 0);
+    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)len);
+    snprintf((char *)h + 136, 12, "%011o", 0);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int k = 0; k < BLOCK; k++)
+        sum += h[k];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    static const unsigned char zeros[BLOCK];
+    size_t pad = (BLOCK - len % BLOCK) % BLOCK;
+    if (fwrite(h, 1, BLOCK, w->f) != BLOCK || (len && fwrite(data, 1, len, w->f) != len) ||
+        (pad && fwrite(zeros, 1, pad, w->f) != pad))
+        return DH_EIO;
+    if (data_off)
+        *data_off = w->off + BLOCK;
+    w->off += BLOCK + (int64_t)(len + pad);
+    return 0;
+}
+
+int dh__tar_finish(dh__tar_writer *w)
+{
+    static const unsigned char zeros[2 * BLOCK];
+    if (fwrite(zeros, 1, sizeof zeros, w->f) != sizeof zeros)
+        return DH_EIO;
+    w->off += (int64_t)sizeof zeros;
+    return 0;
 }

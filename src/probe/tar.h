@@ -14,6 +14,8 @@
 
 #include "../core/core.h"
 
+#include <stdio.h>
+
 /* Longest member name accepted (a pax path or GNU long name over it is an error). */
 #define DH__TAR_NAME_MAX 4096
 /* Largest pax extended header read. */
@@ -49,5 +51,19 @@ int dh__tar_walk_at(int fd, int64_t file_size, int (*each)(const dh__tar_member 
  * Returns the key's length. Members with the same key, adjacent, form one sample.
  */
 size_t dh__wds_split(const char *name, char *suffix, size_t suffix_len);
+
+/*
+ * Writing a shard (gen --format wds): ustar members, names of at most 100 bytes. add
+ * appends a member with len bytes of data and gives the offset of its data; finish writes
+ * the end-of-archive blocks. 0 or DH_EIO / DH_EINVAL.
+ */
+typedef struct {
+    FILE *f;
+    int64_t off;
+} dh__tar_writer;
+
+int dh__tar_add(dh__tar_writer *w, const char *name, const void *data, size_t len,
+                int64_t *data_off);
+int dh__tar_finish(dh__tar_writer *w);
 
 #endif

@@ -10,6 +10,7 @@
  */
 #include "../codec/codec.h"
 #include "../probe/probe.h"
+#include "../probe/tar.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,6 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* Writing WebDataset shards: the current shard, and where samples go. */
+typedef struct {
+    const char *dir;      /* the output directory (shards under dir/shards) */
+    int64_t per_shard;
+    int64_t shard;        /* the open shard's number */
+    dh__tar_writer w;     /* w.f NULL: none open */
+} shard_out;
 
 static int mkdirs(const char *dir)
 {
@@ -78,17 +88,88 @@ static int write_item(const dh_media_info *mi, int k, const char *dir, int64_t i
     return dh__encode_flac(full, rate, DH_MAX(0.5, mi->duration_s / k), s, err, errlen);
 }
 
-/* Encodes every item of sample i, probes it back and writes the manifest line. */
+/* A caption of about 4 bytes a token (the workload's text tokens), seeded words. */
+static char *caption(int64_t tokens, uint64_t seed)
+{
+    size_t want = (size_t)DH_MAX(4, DH_MIN(tokens, 100000) * 4), n = 0;
+    char *t = malloc(want + 16);
+    dh__rng r;
+    dh__rng_seed(&r, seed);
+    while (t && n < want)
+        n += (size_t)snprintf(t + n, want + 16 - n, "%sw%llu", n ? " " : "",
+                              (unsigned long long)dh__rng_below(&r, 5000));
+    return t;
+}
+
+/* Moves the written file full into the open shard (a new one every per_shard samples) as
+ * member name, and describes it as a range of that shard in item. */
+static int add_member(shard_out *sh, const char *name, const void *data, size_t len,
+                      json_t *item, char *err, size_t errlen)
+{
+    int64_t off;
+    if (dh__tar_add(&sh->w, name, data, len, &off))
+        return dh__fail(err, errlen, DH_EIO, "cannot write shard %05lld: %s",
+                        (long long)sh->shard, strerror(errno));
+    if (item) {
+        char path[64];
+        snprintf(path, sizeof path, "shards/%05lld.tar", (long long)sh->shard);
+        json_object_set_new(item, "path", json_string(path));
+        json_object_set_new(item, "offset", json_integer(off));
+        json_object_set_new(item, "member", json_string(name));
+    }
+    return 0;
+}
+
+/* Reads a whole (small) file; 0 or an error. */
+static int slurp(const char *path, uint8_t **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc((size_t)DH_MAX(n, 1));
+    int rc = n < 0 || !*buf || fread(*buf, 1, (size_t)n, f) != (size_t)n ? DH_EIO : 0;
+    fclose(f);
+    *len = (size_t)DH_MAX(n, 0);
+    return rc;
+}
+
+/* Starts shard sh->shard when sample i begins one. */
+static int shard_for(shard_out *sh, int64_t i, char *err, size_t errlen)
+{
+    if (sh->w.f && i % sh->per_shard)
+        return 0;
+    if (sh->w.f && (dh__tar_finish(&sh->w) | fclose(sh->w.f)))
+        return dh__fail(err, errlen, DH_EIO, "cannot finish shard %05lld", (long long)sh->shard);
+    sh->shard = i / sh->per_shard;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/shards/%05lld.tar", sh->dir, (long long)sh->shard);
+    sh->w = (dh__tar_writer){fopen(path, "wb"), 0};
+    return sh->w.f ? 0 : dh__fail(err, errlen, -errno, "cannot create %s: %s", path,
+                                  strerror(errno));
+}
+
+/* Encodes every item of sample i, probes it back and writes the manifest line; with sh, the
+ * items, a caption (.txt) and a label (.cls) go into a shard instead of loose files. */
 static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir, uint64_t seed,
-                        FILE *out, dh_gen_stats *st, char *err, size_t errlen)
+                        shard_out *sh, FILE *out, dh_gen_stats *st, char *err, size_t errlen)
 {
     dh_sample_info si;
     dh_manifest_sample(m, i, &si);
     json_t *line = json_object(), *media = json_array();
-    json_object_set_new(line, "id", json_string(si.id));
+    char key[32];
+    snprintf(key, sizeof key, "%08lld", (long long)i);
+    int rc = sh ? shard_for(sh, i, err, errlen) : 0;
+    if (sh) {
+        char id[64];
+        snprintf(id, sizeof id, "shards/%05lld.tar:%s", (long long)sh->shard, key);
+        json_object_set_new(line, "id", json_string(id));
+    } else {
+        json_object_set_new(line, "id", json_string(si.id));
+    }
     json_object_set_new(line, "text_tokens", json_integer(si.text_tokens));
-    json_object_set_new(line, "media", media);
-    int rc = 0;
     for (int32_t j = 0; j < si.media_count && !rc; j++) {
         dh_media_info mi;
         char rel[256], full[4096];
@@ -99,11 +180,46 @@ static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir,
         dh_probe_result pr;
         if ((rc = dh_probe_file(full, NULL, &pr, err, errlen)))
             break;
-        json_array_append_new(media, dh__media_json(&pr, rel));
+        json_t *item = dh__media_json(&pr, rel);
+        json_array_append_new(media, item);
         st->files++;
         st->bytes += pr.info.bytes;
         dh_probe_result_clear(&pr);
+        if (sh) { /* into the shard: KEY.EXT, or KEY.J.EXT for a sample of several items */
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            char name[64];
+            const char *ext = strrchr(rel, '.') + 1;
+            if (si.media_count > 1)
+                snprintf(name, sizeof name, "%s.%d.%s", key, j, ext);
+            else
+                snprintf(name, sizeof name, "%s.%s", key, ext);
+            if (!(rc = slurp(full, &buf, &len)))
+                rc = add_member(sh, name, buf, len, item, err, errlen);
+            else
+                dh__msg(err, errlen, "cannot read back %s: %s", full, dh_strerror(rc));
+            free(buf);
+            unlink(full);
+        }
     }
+    if (sh && !rc) { /* a caption of the workload's token length, and a label */
+        char *text = caption(si.text_tokens, dh__mix64(seed ^ (uint64_t)i * 7919));
+        int64_t label = (int64_t)(dh__mix64(seed ^ ((uint64_t)i << 20)) % 400);
+        char name[64], cls[32];
+        snprintf(name, sizeof name, "%s.txt", key);
+        rc = text ? add_member(sh, name, text, strlen(text), NULL, err, errlen) : DH_ENOMEM;
+        snprintf(name, sizeof name, "%s.cls", key);
+        snprintf(cls, sizeof cls, "%lld", (long long)label);
+        if (!rc)
+            rc = add_member(sh, name, cls, strlen(cls), NULL, err, errlen);
+        if (!rc) {
+            json_object_set_new(line, "text_tokens", json_integer(((int64_t)strlen(text) + 3) / 4));
+            json_object_set_new(line, "text", json_string(text));
+            json_object_set_new(line, "label", json_integer(label));
+        }
+        free(text);
+    }
+    json_object_set_new(line, "media", media); /* last, as index writes it */
     char *text = rc ? NULL : json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     json_decref(line);
     if (!rc && (!text || fputs(text, out) < 0 || fputc('\n', out) == EOF))
@@ -115,6 +231,15 @@ static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir,
 int dh_workload_write(const char *name, const char *dir, int64_t samples, uint64_t seed,
                       const char *scale, void (*progress)(int64_t, int64_t, void *), void *user,
                       dh_gen_stats *stats, char *err, size_t errlen)
+{
+    return dh_workload_write_shards(name, dir, samples, seed, scale, 0, progress, user, stats,
+                                    err, errlen);
+}
+
+int dh_workload_write_shards(const char *name, const char *dir, int64_t samples, uint64_t seed,
+                             const char *scale, int64_t per_shard,
+                             void (*progress)(int64_t, int64_t, void *), void *user,
+                             dh_gen_stats *stats, char *err, size_t errlen)
 {
     dh_gen_stats local;
     stats = stats ? stats : &local;
@@ -132,8 +257,8 @@ int dh_workload_write(const char *name, const char *dir, int64_t samples, uint64
         return rc;
     }
     char sub[4096], path[4096];
-    const char *subs[] = {"", "/video", "/image", "/audio"};
-    for (int d = 0; d < 4 && !rc; d++) {
+    const char *subs[] = {"", "/video", "/image", "/audio", "/shards"};
+    for (int d = 0; d < (per_shard > 0 ? 5 : 4) && !rc; d++) {
         snprintf(sub, sizeof sub, "%s%s", dir, subs[d]);
         if ((rc = mkdirs(sub)))
             dh__msg(err, errlen, "cannot create %s: %s", sub, dh_strerror(rc));
@@ -145,11 +270,23 @@ int dh_workload_write(const char *name, const char *dir, int64_t samples, uint64
     FILE *out = rc ? NULL : dh__out_open(path, tmp, sizeof tmp);
     if (!rc && !out)
         rc = -errno;
+    shard_out sh = {.dir = dir, .per_shard = per_shard};
     for (int64_t i = 0; !rc && i < samples; i++) {
-        rc = write_sample(m, i, k, dir, seed, out, stats, err, errlen);
+        rc = write_sample(m, i, k, dir, seed, per_shard > 0 ? &sh : NULL, out, stats, err,
+                          errlen);
         stats->samples += !rc;
         if (progress)
             progress(i + 1, samples, user);
+    }
+    if (sh.w.f) { /* the last shard, and the loose directories it emptied */
+        int frc = dh__tar_finish(&sh.w) | fclose(sh.w.f);
+        if (!rc && frc)
+            rc = dh__fail(err, errlen, DH_EIO, "cannot finish shard %05lld",
+                          (long long)sh.shard);
+        for (int d = 1; d < 4; d++) {
+            snprintf(sub, sizeof sub, "%s%s", dir, subs[d]);
+            rmdir(sub);
+        }
     }
     if (out) {
         int crc = dh__out_close(out, tmp, path, !rc);
