@@ -104,6 +104,9 @@ int cli_index(int argc, char **argv)
     if (st.scanned)
         printf(" (%lld without a container frame index: packets scanned, not decoded)",
                (long long)st.scanned);
+    if (st.media_bytes > 0)
+        printf(" (read %.1f MiB for %.1f MiB of media: %.2f%%)", st.bytes_read / 1048576.0,
+               st.media_bytes / 1048576.0, 100.0 * (double)st.bytes_read / (double)st.media_bytes);
     int64_t units = st.probed + st.skipped + st.shard_samples + st.shard_skipped;
     printf(" in %.2f s (%.0f %s/s) -> %s\n", secs, secs > 0 ? units / secs : 0.0,
            st.shards ? "samples" : "files", out);

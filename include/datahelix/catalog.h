@@ -242,6 +242,7 @@ typedef struct {
     int scanned;
     char format[32];     /* container or image format name */
     char codec_name[32]; /* the decoder's codec name, also for codecs not in dh_codec */
+    int64_t bytes_read;  /* added in 0.2: bytes the probe read from the file */
 } dh_probe_result;
 
 DH_API int dh_probe_file(const char *path, const dh_limits *limits, dh_probe_result *out,
@@ -265,6 +266,9 @@ typedef struct {
     /* Added in 0.2: tar shards (files ending in .tar), the samples written from them and
      * those left out (a bad member costs its sample; an unreadable shard, all of its). */
     int64_t shards, shard_samples, shard_skipped;
+    /* Added in 0.2: bytes read (tar headers, container headers, texts and labels) and the
+     * bytes of the media they describe. */
+    int64_t bytes_read, media_bytes;
 } dh_index_stats;
 
 DH_API void dh_index_opts_default(dh_index_opts *opts);

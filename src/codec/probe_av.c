@@ -264,6 +264,7 @@ int dh__probe_av(dh__source *src, const dh_limits *lim, dh_probe_result *r, char
 {
     dh__codec_init();
     AVFormatContext *fmt = NULL;
+    src->avio_buf = 8192; /* headers only: an MP4 with its moov at the end costs 8 KB + moov */
     int ret = dh__source_avopen(src, &fmt);
     if (ret < 0) {
         int rc = av_fail(ret, "not a readable media container", err, errlen);

@@ -187,6 +187,7 @@ ssize_t dh__source_read_at(dh__source *s, void *buf, size_t n, int64_t off)
         ssize_t got = pread(s->fd, buf, n, s->base + off);
         if (got < 0 && errno == EINTR)
             continue;
+        s->read_bytes += got > 0 ? got : 0;
         return got < 0 ? -errno : got;
     }
 }
@@ -264,9 +265,9 @@ int dh__source_avopen(dh__source *s, AVFormatContext **fmt)
 {
     *fmt = NULL;
     s->pos = 0;
-    uint8_t *buf = av_malloc(AVIO_BUF);
-    AVIOContext *pb = buf ? avio_alloc_context(buf, AVIO_BUF, 0, s, avio_read_cb, NULL,
-                                               avio_seek_cb)
+    int size = s->avio_buf > 0 ? s->avio_buf : AVIO_BUF;
+    uint8_t *buf = av_malloc((size_t)size);
+    AVIOContext *pb = buf ? avio_alloc_context(buf, size, 0, s, avio_read_cb, NULL, avio_seek_cb)
                           : NULL;
     AVFormatContext *f = pb ? avformat_alloc_context() : NULL;
     if (!f) {

@@ -53,6 +53,9 @@ typedef struct dh__source {
     int64_t size, pos;  /* of the media (the range), and the read position in it */
     double deadline;    /* CLOCK_MONOTONIC seconds; 0: none */
     double limit_s;
+    int64_t read_bytes; /* bytes read through it so far */
+    int avio_buf;       /* FFmpeg's read size through it (0: 64 KiB, for decoding); probing
+                         * reads headers only, in smaller steps */
 } dh__source;
 
 /*

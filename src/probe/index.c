@@ -235,6 +235,8 @@ static int write_shard(index_job *j, FILE *f, size_t i, dh_index_stats *st)
     st->shards++;
     st->shard_samples += r->samples;
     st->shard_skipped += r->skipped;
+    st->bytes_read += r->bytes_read;
+    st->media_bytes += r->media_bytes;
     return 0;
 }
 
@@ -267,6 +269,8 @@ static int write_manifest(index_job *j, FILE *f, const char *prefix, dh_index_st
             return rc;
         st->probed++;
         st->scanned += fr->res.scanned;
+        st->bytes_read += fr->res.bytes_read;
+        st->media_bytes += fr->res.info.bytes;
     }
     return 0;
 }

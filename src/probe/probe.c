@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PREFIX_BYTES (256 * 1024)
+#define PREFIX_BYTES (64 * 1024) /* of a JPEG: its frame header is rarely further */
 
 void dh_probe_result_clear(dh_probe_result *r)
 {
@@ -61,23 +61,34 @@ static int probe_jpeg_file(const char *path, dh__source *src, unsigned char *buf
     return rc;
 }
 
+/* The first bytes say which prober reads the headers; each reads only what it needs (a
+ * shard's member is indexed from a few KB of its bytes, not from its start's 256 KB). */
 static int probe_source(const char *path, dh__source *src, const dh_limits *lim,
                         dh_probe_result *r, char *err, size_t errlen)
 {
-    unsigned char *buf = malloc(PREFIX_BYTES);
+    unsigned char magic[8];
+    ssize_t got = read_prefix(src, magic, sizeof magic);
+    if (got < 0) {
+        dh__msg(err, errlen, "read failed: %s", dh_strerror((int)got));
+        return (int)got;
+    }
+    int jpeg = got >= 3 && magic[0] == 0xFF && magic[1] == 0xD8 && magic[2] == 0xFF;
+    int png = got >= 8 && !memcmp(magic, "\x89PNG\r\n\x1a\n", 8);
+    if (!jpeg && !png)
+        return dh__probe_av(src, lim, r, err, errlen);
+    size_t cap = jpeg ? PREFIX_BYTES : 4096; /* a JPEG's frame header, a PNG's IHDR */
+    unsigned char *buf = malloc(cap);
     if (!buf)
         return DH_ENOMEM;
-    ssize_t got = read_prefix(src, buf, PREFIX_BYTES);
+    got = read_prefix(src, buf, cap);
     int rc;
     if (got < 0) {
         rc = (int)got;
         dh__msg(err, errlen, "read failed: %s", dh_strerror(rc));
-    } else if (got >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF) {
+    } else if (jpeg) {
         rc = probe_jpeg_file(path, src, buf, (size_t)got, lim, r, err, errlen);
-    } else if (got >= 8 && !memcmp(buf, "\x89PNG\r\n\x1a\n", 8)) {
-        rc = dh__probe_png(buf, (size_t)got, src->size, lim, r, err, errlen);
     } else {
-        rc = dh__probe_av(src, lim, r, err, errlen);
+        rc = dh__probe_png(buf, (size_t)got, src->size, lim, r, err, errlen);
     }
     free(buf);
     return rc;
@@ -108,10 +119,11 @@ int dh__probe_src(const dh__media_src *msrc, const dh_limits *limits, dh_probe_r
     } else {
         rc = probe_source(msrc->path, &src, limits, out, err, errlen);
     }
-    int64_t bytes = src.size;
+    int64_t bytes = src.size, read = src.read_bytes;
     dh__source_close(&src);
     if (rc == 0) {
         out->info.bytes = bytes;
+        out->bytes_read = read;
         out->info.path = strdup(msrc->path ? msrc->path : "");
         if (!out->info.path)
             rc = DH_ENOMEM;

@@ -19,6 +19,7 @@ typedef struct {
     } *diags;
     size_t ndiags, diag_cap;
     int64_t samples, skipped;     /* samples written, samples left out */
+    int64_t bytes_read, media_bytes; /* what indexing read, and the media bytes described */
     int failed;                   /* the shard could not be read at all */
 } dh__shard_result;
 

@@ -27,7 +27,7 @@
 
 typedef struct {
     char *name;
-    int64_t offset, size;
+    int64_t header, offset, size;
     char type;
 } member;
 
@@ -44,7 +44,7 @@ static int collect(const dh__tar_member *tm, void *user)
     if (dh__grow((void **)&l->m, &l->cap, l->n + 1, sizeof *l->m))
         return DH_ENOMEM;
     member *m = &l->m[l->n];
-    *m = (member){strdup(tm->name), tm->offset, tm->size, tm->type};
+    *m = (member){strdup(tm->name), tm->header, tm->offset, tm->size, tm->type};
     if (!m->name)
         return DH_ENOMEM;
     l->n++;
@@ -203,6 +203,8 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
                 json_object_set_new(item, "offset", json_integer(m->offset));
                 json_object_set_new(item, "member", json_string(m->name));
                 json_array_append_new(media, item);
+                j->r->bytes_read += pr.bytes_read;
+                j->r->media_bytes += m->size;
                 dh_probe_result_clear(&pr);
             }
         }
@@ -303,6 +305,8 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
             usable--;
     }
     shard_job j = {root, rel, prefix, limits, &s, r};
+    for (size_t k = 0; k < l.n; k++) /* the headers read: a block each, pax data included */
+        r->bytes_read += l.m[k].offset - l.m[k].header;
     int frc = 0;
     for (size_t a = 0; a < usable && !frc;) {
         size_t key = dh__wds_split(l.m[a].name, NULL, 0), b = a + 1;
@@ -336,6 +340,7 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
     for (size_t k = 0; k < l.n; k++)
         free(l.m[k].name);
     free(l.m);
+    r->bytes_read += s.read_bytes; /* texts, labels, the format check */
     dh__source_close(&s);
     return frc;
 }
