@@ -453,6 +453,63 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
 }
 END_TEST
 
+/* Descriptors open in this process. */
+static int open_fds(void)
+{
+    char *n = tu_capture("ls /proc/%d/fd | wc -l", (int)getpid());
+    int k = n ? atoi(n) : -1;
+    free(n);
+    return k;
+}
+
+/* A worker's open shards: members of cached shards read as from a fresh open, at most
+ * `capacity` descriptors open however many shards, a vanished shard still named. */
+START_TEST(a_worker_keeps_a_few_shards_open)
+{
+    const char *ff = tu_ffmpeg();
+    ck_assert_int_eq(tu_sh("mkdir -p %s/lru && cd %s/lru && %s -v error -y -nostdin -f lavfi "
+                           "-i testsrc2=size=64x48 -frames:v 1 x.jpg && /usr/bin/python3 -c "
+                           "\"import tarfile\nfor k in range(5):\n"
+                           "    with tarfile.open('s%%d.tar' %% k, 'w') as t: t.add('x.jpg')\"",
+                           dir, dir, ff), 0);
+    char root[4200], err[300] = "";
+    snprintf(root, sizeof root, "%s/lru", dir);
+    seen s;
+    memset(&s, 0, sizeof s);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/s0.tar", root);
+    s.fd = open(path, O_RDONLY);
+    struct stat st;
+    fstat(s.fd, &st);
+    ck_assert_int_eq(dh__tar_walk(s.fd, st.st_size, record, &s, err, sizeof err), 0);
+    close(s.fd);
+    dh__fd_cache *c = dh__fd_cache_new(2);
+    int base = open_fds();
+    for (int round = 0; round < 3; round++)
+        for (int k = 0; k < 5; k++) {
+            char rel[16];
+            snprintf(rel, sizeof rel, "s%d.tar", k);
+            dh__media_src src = {.root = root, .path = rel, .range_off = s.offsets[0],
+                                 .range_len = s.sizes[0], .cache = c};
+            dh_probe_result r;
+            ck_assert_msg(dh__probe_src(&src, NULL, &r, err, sizeof err) == 0, "%s", err);
+            ck_assert_int_eq(r.info.width, 64);
+            dh_probe_result_clear(&r);
+            ck_assert_int_le(open_fds(), base + 2);
+        }
+    /* s0 was closed to make room: gone from disk, it is named as missing (a shard still
+     * open reads on from its descriptor, as an open file does) */
+    ck_assert_int_eq(tu_sh("rm %s/s0.tar", root), 0);
+    dh__media_src gone = {.root = root, .path = "s0.tar", .range_off = s.offsets[0],
+                          .range_len = s.sizes[0], .cache = c};
+    dh_probe_result r;
+    ck_assert_int_eq(dh__probe_src(&gone, NULL, &r, err, sizeof err), DH_ENOENT);
+    ck_assert_msg(strstr(err, "cannot open"), "%s", err);
+    dh__fd_cache_free(c);
+    ck_assert_int_eq(open_fds(), base);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tar");
@@ -465,6 +522,7 @@ int main(void)
     tcase_add_test(tc, webdataset_keys_and_suffixes);
     tcase_add_test(tc, media_are_read_in_place_as_byte_ranges);
     tcase_add_test(tc, index_makes_one_line_per_sample_of_each_shard);
+    tcase_add_test(tc, a_worker_keeps_a_few_shards_open);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -109,23 +109,41 @@ static int apply_range(dh__source *s, const dh__media_src *src, char *err, size_
     return 0;
 }
 
-int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t errlen)
+struct dh__fd_cache {
+    int n, cap;
+    uint64_t tick;
+    struct {
+        const char *root;
+        char *path;
+        int fd;
+        int64_t size;
+        uint64_t used;
+    } e[];
+};
+
+dh__fd_cache *dh__fd_cache_new(int capacity)
 {
-    memset(s, 0, sizeof *s);
-    s->fd = -1;
-    s->limit_s = src->limit_s > 0 ? src->limit_s : 0;
-    s->deadline = s->limit_s > 0 ? (src->started > 0 ? src->started : dh__source_now()) + s->limit_s
-                                 : 0;
-    if (dh__source_expired(s)) /* an earlier item of the sample used the time up */
-        return dh__source_timeout(s, err, errlen);
-    if (src->mem) {
-        s->mem = src->mem;
-        s->size = (int64_t)src->memlen;
-        return apply_range(s, src, err, errlen);
+    capacity = capacity > 0 ? capacity : 1;
+    dh__fd_cache *c = dh__calloc(1, sizeof *c + (size_t)capacity * sizeof c->e[0]);
+    if (c)
+        c->cap = capacity;
+    return c;
+}
+
+void dh__fd_cache_free(dh__fd_cache *c)
+{
+    for (int k = 0; c && k < c->n; k++) {
+        close(c->e[k].fd);
+        free(c->e[k].path);
     }
-    if (!src->path || !src->path[0])
-        return dh__fail(err, errlen, DH_EINVAL, "no path");
-    int fd = src->root ? open_beneath(src->root, src->path) : open(src->path, OPEN_FLAGS);
+    free(c);
+}
+
+/* Opens path beneath root: a regular file's descriptor and size, or the refusal. */
+static int open_checked(const char *root, const char *path, int *out, int64_t *size, char *err,
+                        size_t errlen)
+{
+    int fd = root ? open_beneath(root, path) : open(path, OPEN_FLAGS);
     if (fd < 0) {
         int e = errno;
         if (e == EXDEV)
@@ -147,9 +165,77 @@ int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t e
                         file_kind(st.st_mode));
     }
     fcntl(fd, F_SETFL, O_RDONLY); /* regular files never block; clear O_NONBLOCK all the same */
+    *out = fd;
+    *size = st.st_size;
+    return 0;
+}
+
+/* A cached descriptor of (root, path), opened on a miss (the least recently used one
+ * closed when the cache is full). */
+static int open_cached(dh__fd_cache *c, const char *root, const char *path, int *fd,
+                       int64_t *size, char *err, size_t errlen)
+{
+    int lru = 0;
+    for (int k = 0; k < c->n; k++) {
+        if (c->e[k].root == root && !strcmp(c->e[k].path, path)) {
+            c->e[k].used = ++c->tick;
+            *fd = c->e[k].fd;
+            *size = c->e[k].size;
+            return 0;
+        }
+        if (c->e[k].used < c->e[lru].used)
+            lru = k;
+    }
+    char *copy = strdup(path);
+    if (!copy)
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    int rc = open_checked(root, path, fd, size, err, errlen);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    int k = lru;
+    if (c->n < c->cap) {
+        k = c->n++;
+    } else { /* full: the least recently used goes */
+        close(c->e[k].fd);
+        free(c->e[k].path);
+    }
+    c->e[k].root = root;
+    c->e[k].path = copy;
+    c->e[k].fd = *fd;
+    c->e[k].size = *size;
+    c->e[k].used = ++c->tick;
+    return 0;
+}
+
+int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->limit_s = src->limit_s > 0 ? src->limit_s : 0;
+    s->deadline = s->limit_s > 0 ? (src->started > 0 ? src->started : dh__source_now()) + s->limit_s
+                                 : 0;
+    if (dh__source_expired(s)) /* an earlier item of the sample used the time up */
+        return dh__source_timeout(s, err, errlen);
+    if (src->mem) {
+        s->mem = src->mem;
+        s->size = (int64_t)src->memlen;
+        return apply_range(s, src, err, errlen);
+    }
+    if (!src->path || !src->path[0])
+        return dh__fail(err, errlen, DH_EINVAL, "no path");
+    int fd = -1;
+    int64_t size = 0;
+    int shard = src->cache && (src->range_off || src->range_len);
+    int rc = shard ? open_cached(src->cache, src->root, src->path, &fd, &size, err, errlen)
+                   : open_checked(src->root, src->path, &fd, &size, err, errlen);
+    if (rc)
+        return rc;
     s->fd = fd;
-    s->size = st.st_size;
-    int rc = apply_range(s, src, err, errlen);
+    s->size = size;
+    s->borrowed = shard;
+    rc = apply_range(s, src, err, errlen);
     if (rc)
         dh__source_close(s);
     return rc;
@@ -157,7 +243,7 @@ int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t e
 
 void dh__source_close(dh__source *s)
 {
-    if (s->fd >= 0)
+    if (s->fd >= 0 && !s->borrowed)
         close(s->fd);
     s->fd = -1;
 }

@@ -21,6 +21,16 @@
 #include <libavformat/avformat.h>
 #include <sys/types.h>
 
+/*
+ * A worker's open shards: the descriptors of the last few files read as byte ranges (tar
+ * shards), each opened beneath its root like any file, so that a worker decoding sample
+ * after sample of the same shards does not open and check the shard for every item. One per
+ * worker thread (not shared); the least recently used is closed when it is full.
+ */
+typedef struct dh__fd_cache dh__fd_cache;
+dh__fd_cache *dh__fd_cache_new(int capacity);
+void dh__fd_cache_free(dh__fd_cache *c);
+
 /* What to open: a path (relative to root when root is set) or memory. */
 typedef struct dh__media_src {
     const char *root;   /* the directory paths are confined to; NULL: the path as given */
@@ -33,6 +43,7 @@ typedef struct dh__media_src {
     /* A byte range of the file (a tar member's data): the media is bytes [range_off,
      * range_off + range_len) and nothing outside them is read; range_len 0: the whole file. */
     int64_t range_off, range_len;
+    dh__fd_cache *cache; /* a byte range's file kept open here (NULL: opened and closed) */
 } dh__media_src;
 
 /* CLOCK_MONOTONIC seconds, the clock of dh__media_src.started. */
@@ -56,6 +67,7 @@ typedef struct dh__source {
     int64_t read_bytes; /* bytes read through it so far */
     int avio_buf;       /* FFmpeg's read size through it (0: 64 KiB, for decoding); probing
                          * reads headers only, in smaller steps */
+    int borrowed;       /* fd belongs to a dh__fd_cache: not closed with the source */
 } dh__source;
 
 /*

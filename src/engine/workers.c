@@ -46,9 +46,17 @@ static double task_limit(const dh_engine *e, const dh__task *t)
     return DH_MIN(300.0, DH_MAX(10.0, 20.0 * t->pred_cost));
 }
 
+/* What a worker keeps between tasks: its message buffers, its open shards and its CPU token. */
+typedef struct {
+    char path[4096], err[512];
+    dh__fd_cache *shards; /* NULL (out of memory): each shard opened per item */
+    int held;             /* a token of e->gate */
+} worker_ctx;
+
 /* Decodes task t's share of its sample into the batch buffer; returns 0 or the first error. */
 static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items, int32_t nitems,
-                    uint8_t *base, char *path, size_t pathlen, char *err, size_t errlen)
+                    uint8_t *base, dh__fd_cache *shards, char *path, size_t pathlen, char *err,
+                    size_t errlen)
 {
     const dh_manifest *m = e->run.m;
     dh_sample_info si;
@@ -67,6 +75,7 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
         /* Opened beneath the manifest's directory by the kernel, within the task's limit; a
          * shard's member is read in place. */
         dh__media_src src = DH__ITEM_SRC(dir, mi.path, &mi);
+        src.cache = shards;
         src.limit_s = limit;
         src.started = started;
         uint8_t *dst = base + it->offset;
@@ -173,9 +182,10 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
 }
 
 /* Prepares another node's task (lending) into this node's memory and ships it back. */
-static int run_remote(dh_engine *e, int w, dh__lend_msg *m, char *path, size_t pathlen,
-                      char *err, size_t errlen)
+static int run_remote(dh_engine *e, int w, dh__lend_msg *m, worker_ctx *x)
 {
+    char *path = x->path, *err = x->err;
+    size_t pathlen = sizeof x->path, errlen = sizeof x->err;
     dh__task t = {.pos = m->pos, .sample = m->sample, .step = m->step, .rank = m->rank,
                   .worker = w, .part = m->part, .nparts = m->nparts, .pred_cost = m->pred_cost};
     dh_batch_item *items = dh__calloc((size_t)DH_MAX(1, m->nitems), sizeof *items);
@@ -192,7 +202,8 @@ static int run_remote(dh_engine *e, int w, dh__lend_msg *m, char *path, size_t p
     double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
     err[0] = 0;
     path[0] = 0;
-    int rc = msg ? run_task(e, &t, items, m->nitems, msg + head, path, pathlen, err, errlen)
+    int rc = msg ? run_task(e, &t, items, m->nitems, msg + head, x->shards, path, pathlen, err,
+                            errlen)
                  : DH_ENOMEM;
     double cpu = dh__thread_cpu() - c0;
     if (msg)
@@ -210,11 +221,13 @@ static int run_remote(dh_engine *e, int w, dh__lend_msg *m, char *path, size_t p
     return 0;
 }
 
-/* Takes and runs one task; returns 1 when there was none (the caller waits). *held: this
+/* Takes and runs one task; returns 1 when there was none (the caller waits). x->held: this
  * worker holds a token of the engine's gate (kept from task to task, given back when idle). */
-static int work_once(dh_engine *e, int w, int *held, char *path, size_t pathlen, char *err,
-                     size_t errlen)
+static int work_once(dh_engine *e, int w, worker_ctx *x)
 {
+    char *path = x->path, *err = x->err;
+    size_t pathlen = sizeof x->path, errlen = sizeof x->err;
+    int *held = &x->held;
     dh__task t;
     int rc = e->x && dh__eng_lend_handback(e, &t) ? 0
                                                  : dh__sched_next_task(e->sched, w,
@@ -222,7 +235,7 @@ static int work_once(dh_engine *e, int w, int *held, char *path, size_t pathlen,
     if (rc == DH__IDLE && e->x) { /* nothing here: another node's late work? */
         dh__lend_msg *m = dh__eng_lend_remote(e);
         if (m)
-            return run_remote(e, w, m, path, pathlen, err, errlen);
+            return run_remote(e, w, m, x);
     }
     if (rc) {
         if (rc < 0)
@@ -258,7 +271,7 @@ static int work_once(dh_engine *e, int w, int *held, char *path, size_t pathlen,
     err[0] = 0;
     path[0] = 0;
     if (!rc)
-        rc = run_task(e, &t, items, nitems, base, path, pathlen, err, errlen);
+        rc = run_task(e, &t, items, nitems, base, x->shards, path, pathlen, err, errlen);
     double cpu = dh__thread_cpu() - c0;
     pthread_mutex_lock(&e->mu);
     e->gate_wait_s += waited;
@@ -271,21 +284,27 @@ static void *worker_main(void *arg)
     dh_engine *e = ((void **)arg)[0];
     int w = (int)(intptr_t)((void **)arg)[1];
     free(arg);
-    char path[4096], err[512];
-    int held = 0; /* a token of e->gate */
+    worker_ctx *x = dh__calloc(1, sizeof *x); /* 5 KB: off the thread's stack */
+    if (x)
+        x->shards = dh__fd_cache_new(8);
     pthread_mutex_lock(&e->mu);
-    while (!e->stop)
-        if (work_once(e, w, &held, path, sizeof path, err, sizeof err) && !e->stop) {
-            if (held) /* idle: another stream may use the CPU */
-                dh__gate_leave(e->gate), held = 0;
+    if (!x)
+        dh__eng_fail(e, DH_ENOMEM);
+    while (x && !e->stop)
+        if (work_once(e, w, x) && !e->stop) {
+            if (x->held) /* idle: another stream may use the CPU */
+                dh__gate_leave(e->gate), x->held = 0;
             e->idle_workers++;
             pthread_cond_wait(&e->work, &e->mu);
             e->idle_workers--;
         }
-    if (held)
+    if (x && x->held)
         dh__gate_leave(e->gate);
     e->worker_cpu += dh__thread_cpu(); /* under e->mu: the whole thread, scheduling included */
     pthread_mutex_unlock(&e->mu);
+    if (x)
+        dh__fd_cache_free(x->shards);
+    free(x);
     return NULL;
 }
 
