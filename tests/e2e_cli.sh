@@ -5,6 +5,7 @@
 #   usage: e2e_cli.sh PATH/TO/datahelix
 set -u
 DH=${1:?usage: e2e_cli.sh PATH/TO/datahelix}
+DH=$(cd "$(dirname "$DH")" && pwd)/$(basename "$DH") # absolute: some cases run elsewhere
 FFMPEG=${DH_FFMPEG:-ffmpeg}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhe2e.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -311,6 +312,21 @@ check "index of gen's shards equals gen's manifest" cmp -s "$WORK/wds/manifest.j
     --workers 2 --batch 4 > "$WORK/wdsrun.out" 2>&1
 check "run decodes every sample from the shards" contains "$WORK/wdsrun.out" \
     "delivered 12 + failed 0 = 12"
+(cd "$WORK/wds" && "$DH" index 'shards/{00000..00002}.tar' -o braces.jsonl > ../braces.out 2>&1)
+check "index on a brace pattern of shards" cmp -s "$WORK/wds/manifest.jsonl" \
+    "$WORK/wds/braces.jsonl"
+printf '# the last shard first\nshards/00002.tar\n\n' > "$WORK/wds/list.txt"
+cp "$WORK/data/img/c.jpg" "$WORK/wds/loose.jpg"
+(cd "$WORK/wds" && "$DH" index list.txt 'shards/0000{0,7}.tar' loose.jpg \
+    "$WORK/data/img/c.jpg" -o list.jsonl > ../list.out 2> ../list.err)
+check "index on a list keeps its order" test "$(head -c 26 "$WORK/wds/list.jsonl")" = \
+    '{"id":"shards/00002.tar:00'
+check "index names a shard that is not there" contains "$WORK/list.err" \
+    "shards/00007.tar: skipped: No such file or directory"
+check "index names a file outside the manifest's directory" contains "$WORK/list.err" \
+    "c.jpg: skipped: outside the manifest's directory"
+check "index on a list accounts for every path" contains "$WORK/list.out" \
+    "5 files: 1 probed + 2 skipped + 2 tar shards: 7 samples + 0 skipped"
 "$DH" gen --workload kinetics-clips --out "$WORK/wds2" --format zip > /dev/null 2> "$WORK/wds.err"
 check "gen refuses an unknown format" contains "$WORK/wds.err" "--format files or wds"
 

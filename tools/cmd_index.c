@@ -5,15 +5,25 @@
  */
 #include "cli.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char help[] =
     "usage: datahelix index DIR -o MANIFEST [options]\n"
+    "       datahelix index SHARDS... -o MANIFEST [options]\n"
     "\n"
     "Probes every regular file under DIR (recursively; hidden entries skipped) from its\n"
     "headers only and writes one manifest line per media file, in path order. MANIFEST\n"
     "must lie in DIR or in a directory above it (manifest paths are relative to it).\n"
+    "A .tar file is a WebDataset shard: one line per sample, read in place.\n"
+    "Instead of DIR: shards (or media files) in the order given, as paths, brace patterns\n"
+    "as WebDataset writes them ('data/{00000..00099}.tar', 'a/{x,y}.tar'), or list files\n"
+    "(.txt, .list, .lst: one path per line, relative to the list's directory; blank\n"
+    "lines and # comments ignored).\n"
     "\n"
     "  -o, --output MANIFEST   where to write the manifest (required)\n"
     "  -j, --threads N         probing threads (default: one per CPU)\n"
@@ -28,11 +38,106 @@ static void progress(int64_t done, int64_t total, void *user)
         fputc('\n', stderr);
 }
 
+typedef struct {
+    char **v;
+    size_t n, cap;
+} strs;
+
+static int push(strs *l, const char *s, size_t len)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->v = v, l->cap = cap;
+    }
+    l->v[l->n] = strndup(s, len);
+    return l->v[l->n] ? (int)(l->n++, 0) : -1;
+}
+
+/*
+ * Expands the first brace group of pattern ({A..B} with the width of A when it starts
+ * with 0, or {x,y,z}) and recurses on the rest; no group: the pattern itself. 0, or -1
+ * with the error printed (a malformed group, over a million names).
+ */
+static int expand(const char *pat, strs *out)
+{
+    const char *open = strchr(pat, '{'), *close = open ? strchr(open, '}') : NULL;
+    if (!open)
+        return push(out, pat, strlen(pat));
+    if (!close) {
+        cli_err("index: \"%s\": a { without its }", pat);
+        return -1;
+    }
+    char body[256], buf[4096];
+    size_t blen = (size_t)(close - open - 1);
+    if (blen >= sizeof body) {
+        cli_err("index: \"%s\": a brace group over %zu bytes", pat, sizeof body);
+        return -1;
+    }
+    memcpy(body, open + 1, blen);
+    body[blen] = 0;
+    char *dots = strstr(body, "..");
+    if (dots) {
+        char *end = NULL;
+        *dots = 0;
+        long long a = strtoll(body, &end, 10), b;
+        int width = body[0] == '0' ? (int)strlen(body) : 0;
+        int ok = end && !*end && body[0];
+        b = strtoll(dots + 2, &end, 10);
+        ok = ok && end && !*end && dots[2] && b >= a && b - a < 1000000;
+        if (!ok) {
+            cli_err("index: \"%s\": expected {A..B} with integers A <= B", pat);
+            return -1;
+        }
+        for (long long k = a; k <= b; k++) {
+            snprintf(buf, sizeof buf, "%.*s%0*lld%s", (int)(open - pat), pat, width, k,
+                     close + 1);
+            if (expand(buf, out))
+                return -1;
+        }
+        return 0;
+    }
+    for (char *save = NULL, *alt = strtok_r(body, ",", &save); alt;
+         alt = strtok_r(NULL, ",", &save)) {
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(open - pat), pat, alt, close + 1);
+        if (expand(buf, out))
+            return -1;
+    }
+    return 0;
+}
+
+/* Adds the paths a list file names (relative to its own directory). 0 or -1 (printed). */
+static int read_list(const char *list, strs *out)
+{
+    FILE *f = fopen(list, "r");
+    if (!f) {
+        cli_err("index: %s: %s", list, strerror(errno));
+        return -1;
+    }
+    const char *slash = strrchr(list, '/');
+    int dirlen = slash ? (int)(slash - list + 1) : 0;
+    char line[4096], path[8300];
+    int rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\r\n");
+        line[n] = 0;
+        if (!n || line[0] == '#')
+            continue;
+        snprintf(path, sizeof path, "%.*s%s", line[0] == '/' ? 0 : dirlen, list, line);
+        rc = push(out, path, strlen(path));
+    }
+    fclose(f);
+    return rc;
+}
+
 int cli_index(int argc, char **argv)
 {
     dh_index_opts opts;
     dh_index_opts_default(&opts);
     const char *dir = NULL, *out = NULL;
+    strs args = {0}, paths = {0};
     int fail_on_error = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -67,16 +172,45 @@ int cli_index(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
-        } else if (a[0] == '-' || dir) {
+        } else if (a[0] == '-') {
             cli_err("index: unexpected argument \"%s\" (see datahelix index --help)", a);
             return CLI_USAGE;
-        } else {
-            dir = a;
+        } else if (push(&args, a, strlen(a))) {
+            return 1;
         }
     }
-    if (!dir || !out) {
-        cli_err("index needs DIR and -o MANIFEST (see datahelix index --help)");
+    if (!args.n || !out) {
+        cli_err("index needs DIR (or shards) and -o MANIFEST (see datahelix index --help)");
         return CLI_USAGE;
+    }
+    struct stat dst;
+    if (args.n == 1 && stat(args.v[0], &dst) == 0 && S_ISDIR(dst.st_mode)) {
+        dir = args.v[0];
+    } else {
+        for (size_t k = 0; k < args.n; k++) {
+            strs one = {0};
+            size_t len = strlen(args.v[k]);
+            int rc = expand(args.v[k], &one);
+            for (size_t j = 0; !rc && j < one.n; j++) {
+                size_t l = strlen(one.v[j]);
+                int list = (l > 4 && (!strcasecmp(one.v[j] + l - 4, ".txt") ||
+                                      !strcasecmp(one.v[j] + l - 4, ".lst"))) ||
+                           (l > 5 && !strcasecmp(one.v[j] + l - 5, ".list"));
+                struct stat fst;
+                if (!list && stat(one.v[j], &fst) == 0 && S_ISDIR(fst.st_mode)) {
+                    cli_err("index: %s is a directory: give one directory alone, or shards",
+                            one.v[j]);
+                    rc = -1;
+                } else {
+                    rc = list && len ? read_list(one.v[j], &paths) : push(&paths, one.v[j], l);
+                }
+            }
+            for (size_t j = 0; j < one.n; j++)
+                free(one.v[j]);
+            free(one.v);
+            if (rc)
+                return CLI_USAGE;
+        }
     }
     int64_t reported = 0;
     opts.diag = cli_print_diag;
@@ -85,17 +219,22 @@ int cli_index(int argc, char **argv)
         opts.progress = progress;
     dh_index_stats st;
     double t0 = cli_now();
-    int rc = dh_index_dir(dir, out, &opts, &st);
+    int rc = dir ? dh_index_dir(dir, out, &opts, &st)
+                 : dh_index_paths((const char *const *)paths.v, paths.n, out, &opts, &st);
     double secs = cli_now() - t0;
-    if (rc == DH_EPATH) {
+    if (rc == DH_EPATH)
         cli_err("index: %s must be inside %s or a directory above it, so that manifest paths "
-                "stay inside the manifest's directory", out, dir);
+                "stay inside the manifest's directory", out, dir ? dir : "every shard");
+    else if (rc)
+        cli_err("index %s -> %s: %s", dir ? dir : "(shards)", out, dh_strerror(rc));
+    for (size_t k = 0; k < paths.n; k++)
+        free(paths.v[k]);
+    for (size_t k = 0; k < args.n; k++)
+        free(args.v[k]);
+    free(paths.v);
+    free(args.v);
+    if (rc)
         return 1;
-    }
-    if (rc) {
-        cli_err("index %s -> %s: %s", dir, out, dh_strerror(rc));
-        return 1;
-    }
     printf("index: %lld files: %lld probed + %lld skipped", (long long)st.files,
            (long long)st.probed, (long long)st.skipped);
     if (st.shards)

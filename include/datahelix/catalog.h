@@ -283,6 +283,13 @@ DH_API void dh_index_opts_default(dh_index_opts *opts);
  */
 DH_API int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opts,
                         dh_index_stats *stats);
+/*
+ * Added in 0.2: the same for a list of files (tar shards, or media files), in the order
+ * given, each of which must lie in out_path's directory or below it; one that does not, or
+ * does not exist, is reported through opts->diag and counted as skipped.
+ */
+DH_API int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
+                          const dh_index_opts *opts, dh_index_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -321,25 +321,47 @@ static void job_free(index_job *j)
     free(j->root);
 }
 
+/* Probes j's files (j->rel below j->root) and writes the manifest; 0 or an error. */
+static int index_run(index_job *j, const char *out_path, dh_index_stats *stats)
+{
+    stats->files = (int64_t)j->n;
+    j->results = calloc(j->n ? j->n : 1, sizeof *j->results);
+    if (!j->results)
+        return DH_ENOMEM;
+    run_workers(j, j->opts->threads > 0 ? j->opts->threads : dh__cpu_count());
+    char tmp[PATH_MAX];
+    FILE *f = dh__out_open(out_path, tmp, sizeof tmp);
+    if (!f)
+        return -errno;
+    int rc = write_manifest(j, f, j->prefix, stats);
+    int crc = dh__out_close(f, tmp, out_path, !rc);
+    return rc ? rc : crc;
+}
+
+/* Fills opts and stats defaults; NULL arguments get local storage. */
+static void index_defaults(const dh_index_opts **opts, dh_index_opts *defopts,
+                           dh_index_stats **stats, dh_index_stats *local)
+{
+    if (!*opts) {
+        dh_index_opts_default(defopts);
+        *opts = defopts;
+    }
+    if (!*stats)
+        *stats = local;
+    memset(*stats, 0, sizeof **stats);
+}
+
 int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opts,
                  dh_index_stats *stats)
 {
     dh_index_opts defopts;
     dh_index_stats local;
-    if (!opts) {
-        dh_index_opts_default(&defopts);
-        opts = &defopts;
-    }
-    if (!stats)
-        stats = &local;
-    memset(stats, 0, sizeof *stats);
+    index_defaults(&opts, &defopts, &stats, &local);
     if (!dir || !out_path)
         return DH_EINVAL;
     index_job j = {.opts = opts,
                    .lock = PTHREAD_MUTEX_INITIALIZER,
                    .all_done = PTHREAD_COND_INITIALIZER};
-    char prefix[PATH_MAX], tmp[PATH_MAX];
-    FILE *f = NULL;
     int rc;
     j.root = realpath(dir, NULL);
     if (!j.root)
@@ -349,9 +371,8 @@ int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opt
         rc = DH_ENOTDIR;
         goto done;
     }
-    if ((rc = manifest_prefix(j.root, out_path, prefix, sizeof prefix)))
+    if ((rc = manifest_prefix(j.root, out_path, j.prefix, sizeof j.prefix)))
         goto done;
-    snprintf(j.prefix, sizeof j.prefix, "%s", prefix);
     if (stat(out_path, &st) == 0) {
         j.skip_dev = st.st_dev;
         j.skip_ino = st.st_ino;
@@ -359,21 +380,60 @@ int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opt
     if ((rc = walk(&j, "")))
         goto done;
     qsort(j.rel, j.n, sizeof *j.rel, cmp_str);
-    stats->files = (int64_t)j.n;
-    j.results = calloc(j.n ? j.n : 1, sizeof *j.results);
-    if (!j.results) {
-        rc = DH_ENOMEM;
-        goto done;
-    }
-    run_workers(&j, opts->threads > 0 ? opts->threads : dh__cpu_count());
-    if (!(f = dh__out_open(out_path, tmp, sizeof tmp))) {
-        rc = -errno;
-        goto done;
-    }
-    rc = write_manifest(&j, f, prefix, stats);
-    int crc = dh__out_close(f, tmp, out_path, !rc);
-    rc = rc ? rc : crc;
+    rc = index_run(&j, out_path, stats);
 done:
+    job_free(&j);
+    return rc;
+}
+
+int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
+                   const dh_index_opts *opts, dh_index_stats *stats)
+{
+    dh_index_opts defopts;
+    dh_index_stats local;
+    index_defaults(&opts, &defopts, &stats, &local);
+    if (!paths || !out_path)
+        return DH_EINVAL;
+    index_job j = {.opts = opts,
+                   .lock = PTHREAD_MUTEX_INITIALIZER,
+                   .all_done = PTHREAD_COND_INITIALIZER};
+    /* Paths are relative to the manifest's directory, which must hold every one of them. */
+    char outdir[PATH_MAX];
+    snprintf(outdir, sizeof outdir, "%s", out_path);
+    char *slash = strrchr(outdir, '/');
+    if (slash)
+        *(slash == outdir ? slash + 1 : slash) = 0;
+    else
+        snprintf(outdir, sizeof outdir, ".");
+    int rc = 0;
+    if (!(j.root = realpath(outdir, NULL)))
+        return -errno;
+    size_t rootlen = strlen(j.root);
+    for (size_t k = 0; k < n && !rc; k++) {
+        char canon[PATH_MAX];
+        const char *why = NULL;
+        int code = 0;
+        if (!realpath(paths[k], canon))
+            code = -errno, why = strerror(errno);
+        else if (strncmp(canon, j.root, rootlen) || (canon[rootlen] != '/' && rootlen > 1))
+            code = DH_EPATH, why = "outside the manifest's directory (write the manifest in a "
+                                   "directory above it)";
+        if (code) { /* named and left out, as a file index could not read */
+            stats->skipped++;
+            if (opts->diag) {
+                char msg[PATH_MAX + 200];
+                snprintf(msg, sizeof msg, "%s: skipped: %s", paths[k], why);
+                dh_diag d = {.file = paths[k], .code = code, .message = msg};
+                opts->diag(&d, opts->diag_user);
+            }
+            continue;
+        }
+        rc = add_path(&j, canon + rootlen + (rootlen > 1));
+    }
+    int64_t left_out = stats->skipped;
+    if (!rc)
+        rc = index_run(&j, out_path, stats);
+    stats->files += left_out; /* every path given is accounted for */
     job_free(&j);
     return rc;
 }
