@@ -70,6 +70,50 @@ check "no sanitizer report" test -z "$(grep -l 'Sanitizer' "$WORK"/*.err 2>/dev/
 worst=$(grep -o '"name":"prepare[^"]*","ts":[0-9.]*,"dur":[0-9.]*' "$WORK/trace.json" |
         sed 's/.*"dur"://' | sort -g | tail -n 1)
 echo "mutants: longest single sample on a worker: $(awk -v u="${worst:-0}" 'BEGIN { printf "%.1f ms", u / 1000 }')"
+# Shards: mutants of a seed shard (its headers, pax records and members damaged alike) go
+# through index, which must name what it cannot read and account for every shard; then the
+# loose mutants packed into one shard, each with a caption, through index and a real run
+# that decodes them in place.
+mkdir -p "$WORK/sh/seed" "$WORK/sh/m" "$WORK/sh/packed"
+/usr/bin/python3 - "$WORK" <<'PYEOF'
+import io, os, sys, tarfile
+w = sys.argv[1]
+def add(t, name, data):
+    i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))
+with tarfile.open(os.path.join(w, "sh/seed/s.tar"), "w") as t:  # pax
+    for k, f in enumerate(("v.mp4", "i.jpg", "p.png", "a.flac")):
+        add(t, "%03d.%s" % (k, f.split(".")[1]), open(os.path.join(w, "seed", f), "rb").read())
+        add(t, "%03d.txt" % k, ("caption %d \u00e9" % k).encode())
+        add(t, "%03d.cls" % k, b"%d" % k)
+names = sorted(n for n in os.listdir(os.path.join(w, "m")) if n.startswith("m"))
+with tarfile.open(os.path.join(w, "sh/packed/all.tar"), "w", format=tarfile.GNU_FORMAT) as t:
+    for n in names:
+        key, ext = n.split(".", 1)
+        if ext in ("mp4", "mkv", "jpg", "png", "flac"):
+            add(t, "%s.%s" % (key, ext), open(os.path.join(w, "m", n), "rb").read())
+            add(t, key + ".txt", ("about " + key).encode())
+PYEOF
+SH=$(( COUNT / 5 ))
+"$MUTATE" "$SEED" "$SH" "$WORK/sh/m" "$WORK/sh/seed/s.tar"
+timeout 600 "$DH" index "$WORK/sh/m" -o "$WORK/sh/m/probed.jsonl" -q > "$WORK/shindex.out" \
+    2> "$WORK/shindex.err"
+rc=$?
+check "index over $SH mutated shards exits 0 (rc $rc)" test $rc -eq 0
+check "index accounts for every mutated shard" grep -q "$SH files: 0 probed + 0 skipped + $SH tar shards" "$WORK/shindex.out"
+timeout 600 "$DH" index "$WORK/sh/packed" -o "$WORK/sh/packed/probed.jsonl" -q \
+    > "$WORK/shpacked.out" 2> "$WORK/shpacked.err"
+check "index over the packed mutants exits 0" test $? -eq 0
+nsh=$(wc -l < "$WORK/sh/packed/probed.jsonl")
+timeout 1200 "$DH" run --manifest "$WORK/sh/packed/probed.jsonl" --policy pool --ranks 2 \
+    --workers 2 --batch 2 --epochs 1 --sample-timeout 30 --json "$WORK/shrun.json" \
+    > "$WORK/shrun.out" 2> "$WORK/shrun.err"
+check "the run over the shard's members exits 0" test $? -eq 0
+d2=$(sed -n 's/.*"delivered":\([0-9]*\).*/\1/p' "$WORK/shrun.json")
+f2=$(sed -n 's/.*"failed":\([0-9]*\).*/\1/p' "$WORK/shrun.json")
+check "shard members: delivered ${d2:-?} + failed ${f2:-?} = scheduled $(( nsh / 2 * 2 ))" \
+    test "$(( ${d2:-0} + ${f2:-0} ))" -eq "$(( nsh / 2 * 2 ))"
+check "no sanitizer report (shards)" test -z "$(grep -l 'Sanitizer' "$WORK"/sh*.err 2>/dev/null)"
+echo "mutants: $SH mutated shards: $(grep -o '[0-9]* tar shards: [0-9]* samples + [0-9]* skipped' "$WORK/shindex.out"); packed: $nsh samples, run delivered ${d2:-?} + failed ${f2:-?}"
 echo "mutants: $COUNT mutants (seed $SEED): index $(grep -o '[0-9]* probed + [0-9]* skipped' "$WORK/index.out"); run delivered ${delivered:-?} + failed ${failed:-?} = $scheduled"
 echo "mutants: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
