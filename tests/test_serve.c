@@ -1037,6 +1037,18 @@ static int serve_and_reap(dh_serve_stream *s, int n, dh_serve_opts *o, int timeo
     return rc;
 }
 
+/* s[0] the stream "train" of config t, s[1] "val" of v, their results fresh in rt, rv. */
+static void train_and_val(dh_serve_stream *s, const dh_run_config *t, dh_result *rt,
+                          const dh_run_config *v, dh_result *rv)
+{
+    dh_result_init(rt);
+    dh_result_init(rv);
+    for (int k = 0; k < 2; k++)
+        dh_serve_stream_default(&s[k]);
+    s[0].cfg = t, s[0].out = rt;
+    s[1].name = "val", s[1].cfg = v, s[1].out = rv;
+}
+
 /*
  * One agent, three streams on one socket: train (G 4, 2 epochs, shuffled) and val (G 2, one
  * pass in manifest order, the last batch kept) each taken by their own 2 ranks, and a third
@@ -1124,13 +1136,8 @@ START_TEST(a_stream_waits_for_its_first_trainer_while_another_runs)
     t.steps = 12;
     v.no_shuffle = 1; /* one pass: 3 steps of 3 */
     dh_result rt, rv;
-    dh_result_init(&rt);
-    dh_result_init(&rv);
     dh_serve_stream s[2];
-    for (int k = 0; k < 2; k++)
-        dh_serve_stream_default(&s[k]);
-    s[0].cfg = &t, s[0].out = &rt;
-    s[1].name = "val", s[1].cfg = &v, s[1].out = &rv;
+    train_and_val(s, &t, &rt, &v, &rv);
     dh_serve_opts o;
     char err[320] = "";
     int rc = serve_and_reap(s, 2, &o, 3000, p, 4, err, sizeof err);
@@ -1151,13 +1158,8 @@ START_TEST(unused_streams_end_the_agent_and_a_finite_one_fails)
     new_socket_name();
     dh_run_config t = agent_config("helix", 2, 2), v = agent_config("helix", 2, 3);
     dh_result rt, rv;
-    dh_result_init(&rt);
-    dh_result_init(&rv);
     dh_serve_stream s[2];
-    for (int k = 0; k < 2; k++)
-        dh_serve_stream_default(&s[k]);
-    s[0].cfg = &t, s[0].out = &rt;
-    s[1].name = "val", s[1].cfg = &v, s[1].out = &rv;
+    train_and_val(s, &t, &rt, &v, &rv);
     dh_serve_opts o;
     char err[512] = "";
     ck_assert_int_eq(serve_and_reap(s, 2, &o, 1000, NULL, 0, err, sizeof err), DH_ETIMEDOUT);

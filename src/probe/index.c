@@ -280,15 +280,21 @@ static int write_manifest(index_job *j, FILE *f, const char *prefix, dh_index_st
  * DIR (paths may not climb out of the manifest directory). *prefix receives
  * DIR relative to it, with a trailing slash, or "".
  */
+/* The directory out_path is in ("." for a bare name). */
+static void out_dir(const char *out_path, char *dir, size_t len)
+{
+    snprintf(dir, len, "%s", out_path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = 0;
+    else
+        snprintf(dir, len, ".");
+}
+
 static int manifest_prefix(const char *root, const char *out_path, char *prefix, size_t len)
 {
     char outdir[PATH_MAX], canon[PATH_MAX];
-    snprintf(outdir, sizeof outdir, "%s", out_path);
-    char *slash = strrchr(outdir, '/');
-    if (slash)
-        *(slash == outdir ? slash + 1 : slash) = 0;
-    else
-        snprintf(outdir, sizeof outdir, ".");
+    out_dir(out_path, outdir, sizeof outdir);
     if (!realpath(outdir, canon))
         return -errno;
     size_t n = strlen(canon);
@@ -399,12 +405,7 @@ int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
                    .all_done = PTHREAD_COND_INITIALIZER};
     /* Paths are relative to the manifest's directory, which must hold every one of them. */
     char outdir[PATH_MAX];
-    snprintf(outdir, sizeof outdir, "%s", out_path);
-    char *slash = strrchr(outdir, '/');
-    if (slash)
-        *(slash == outdir ? slash + 1 : slash) = 0;
-    else
-        snprintf(outdir, sizeof outdir, ".");
+    out_dir(out_path, outdir, sizeof outdir);
     int rc = 0;
     if (!(j.root = realpath(outdir, NULL)))
         return -errno;
