@@ -327,6 +327,13 @@ check "index names a file outside the manifest's directory" contains "$WORK/list
     "c.jpg: skipped: outside the manifest's directory"
 check "index on a list accounts for every path" contains "$WORK/list.out" \
     "5 files: 1 probed + 2 skipped + 2 tar shards: 7 samples + 0 skipped"
+gzip -c "$WORK/wds/shards/00000.tar" > "$WORK/wds/shards/zipped.tar"
+(cd "$WORK/wds" && "$DH" index 'shards/{00001,zipped}.tar' -o failed.jsonl --on-error fail \
+    > ../zip.out 2> ../zip.err)
+check "index --on-error fail exits 1 on a shard it cannot read" test $? -eq 1
+check "and writes no manifest" test ! -e "$WORK/wds/failed.jsonl"
+check "the unread shard is counted" contains "$WORK/zip.out" "(1 shards not read at all)"
+rm "$WORK/wds/shards/zipped.tar"
 "$DH" gen --workload kinetics-clips --out "$WORK/wds2" --format zip > /dev/null 2> "$WORK/wds.err"
 check "gen refuses an unknown format" contains "$WORK/wds.err" "--format files or wds"
 

@@ -428,6 +428,7 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
     ck_assert_str_eq(mi.path, "s0.tar");
     ck_assert_str_eq(mi.member, "dir/b.mp4");
     ck_assert(mi.offset > 0 && mi.offset % 512 == 0 && mi.frames == 25);
+    ck_assert_int_gt(mi.file_bytes, mi.offset); /* the shard's size when indexed, pinned */
     /* its decode from the shard equals the decode of the member's bytes as a file */
     ck_assert_int_eq(tu_sh("cd %s/ds && dd if=s0.tar of=b.mp4 bs=1 skip=%lld count=%lld "
                            "status=none", dir, (long long)mi.offset, (long long)mi.bytes), 0);
@@ -446,6 +447,13 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
     ck_assert_int_eq(dh__decode_video(DH__SRC(loose), spec, &mi, y, (size_t)md.out_bytes, NULL,
                                       err, sizeof err), 0);
     ck_assert(!memcmp(x, y, (size_t)md.out_bytes));
+    /* the shard changed since it was indexed (it grew): named as such, not as a bad video */
+    ck_assert_int_eq(tu_sh("printf 'x' >> %s", shard), 0);
+    in_place = DH__ITEM_SRC(NULL, shard, &mi);
+    ck_assert_int_eq(dh__decode_video(&in_place, spec, &mi, x, (size_t)md.out_bytes, NULL, err,
+                                      sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "when it was indexed: it changed since (index it again)"), "%s",
+                  err);
     free(x);
     free(y);
     dh_spec_free(spec);
@@ -510,6 +518,32 @@ START_TEST(a_worker_keeps_a_few_shards_open)
 }
 END_TEST
 
+/* A shard cut inside the padding after a member's data lost what followed: said so (it
+ * read as a complete archive before, and the samples after the cut vanished silently). */
+START_TEST(a_cut_inside_padding_is_named)
+{
+    write_tar("padcut", "ustar", "a.jpg a.txt b.jpg");
+    char path[4200], err[256] = "";
+    snprintf(path, sizeof path, "%s/padcut.tar", dir);
+    seen s;
+    memset(&s, 0, sizeof s);
+    s.fd = open(path, O_RDONLY);
+    struct stat st;
+    fstat(s.fd, &st);
+    ck_assert_int_eq(dh__tar_walk(s.fd, st.st_size, record, &s, err, sizeof err), 0);
+    close(s.fd);
+    int64_t cut = s.offsets[1] + s.sizes[1] + 10; /* a.txt's data whole, its padding cut */
+    ck_assert_int_eq(s.sizes[1] % 512 != 0, 1);
+    memset(&s, 0, sizeof s);
+    s.fd = open(path, O_RDONLY);
+    ck_assert_int_eq(dh__tar_walk(s.fd, cut, record, &s, err, sizeof err), DH_ECORRUPT);
+    close(s.fd);
+    ck_assert_msg(strstr(err, "cut short at byte") && strstr(err, "inside the padding"), "%s",
+                  err);
+    ck_assert_int_eq(s.n, 2); /* the members before the cut were seen */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tar");
@@ -523,6 +557,7 @@ int main(void)
     tcase_add_test(tc, media_are_read_in_place_as_byte_ranges);
     tcase_add_test(tc, index_makes_one_line_per_sample_of_each_shard);
     tcase_add_test(tc, a_worker_keeps_a_few_shards_open);
+    tcase_add_test(tc, a_cut_inside_padding_is_named);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -240,14 +240,24 @@ int cli_index(int argc, char **argv)
     if (st.shards)
         printf(" + %lld tar shards: %lld samples + %lld skipped", (long long)st.shards,
                (long long)st.shard_samples, (long long)st.shard_skipped);
+    if (st.shards_unread)
+        printf(" (%lld shards not read at all)", (long long)st.shards_unread);
     if (st.scanned)
         printf(" (%lld without a container frame index: packets scanned, not decoded)",
                (long long)st.scanned);
-    if (st.media_bytes > 0)
+    if (st.media_bytes >= (16 << 20)) /* a share of the media only means something at size */
         printf(" (read %.1f MiB for %.1f MiB of media: %.2f%%)", st.bytes_read / 1048576.0,
                st.media_bytes / 1048576.0, 100.0 * (double)st.bytes_read / (double)st.media_bytes);
+    else if (st.media_bytes > 0)
+        printf(" (read %.0f KiB of headers for %.0f KiB of media)", st.bytes_read / 1024.0,
+               st.media_bytes / 1024.0);
     int64_t units = st.probed + st.skipped + st.shard_samples + st.shard_skipped;
     printf(" in %.2f s (%.0f %s/s) -> %s\n", secs, secs > 0 ? units / secs : 0.0,
            st.shards ? "samples" : "files", out);
-    return fail_on_error && (st.skipped || st.shard_skipped) ? 1 : 0;
+    if (fail_on_error && (st.skipped || st.shard_skipped || st.shards_unread)) {
+        unlink(out); /* nothing half-usable is left behind */
+        cli_err("index: --on-error fail: %s not written (every input must be read)", out);
+        return 1;
+    }
+    return 0;
 }

@@ -139,6 +139,7 @@ typedef struct {
      * whole file. */
     int64_t offset;
     const char *member;
+    int64_t file_bytes; /* with offset: the whole file's size when indexed (0: not pinned) */
 } dh_media_info;
 
 /* --------------------------------------------------------------- limits */

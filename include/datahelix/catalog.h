@@ -269,6 +269,7 @@ typedef struct {
     /* Added in 0.2: bytes read (tar headers, container headers, texts and labels) and the
      * bytes of the media they describe. */
     int64_t bytes_read, media_bytes;
+    int64_t shards_unread; /* of shards: not read at all (compressed, not a tar, unopenable) */
 } dh_index_stats;
 
 DH_API void dh_index_opts_default(dh_index_opts *opts);

@@ -260,8 +260,14 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *s
         (rc = get_num(d, obj, "fps", where, 100000.0, &sm->fps, e)) ||
         (rc = get_num(d, obj, "duration", where, l->max_duration_s, &sm->duration, e)) ||
         (rc = get_int(d, obj, "offset", where, 0, INT64_MAX / 2, DH_ERANGE, &sm->offset, e)) ||
-        (rc = get_str(d, obj, "member", where, 0, &sm->member, e)))
+        (rc = get_str(d, obj, "member", where, 0, &sm->member, e)) ||
+        (rc = get_int(d, obj, "file_bytes", where, 0, INT64_MAX / 2, DH_ERANGE,
+                      &sm->file_bytes, e)))
         return rc;
+    if (sm->file_bytes && (sm->offset <= 0 || sm->offset > sm->file_bytes - sm->bytes))
+        return fail(e, DH_ESCHEMA, "%sfile_bytes: %lld cannot hold bytes %lld..%lld", where,
+                    (long long)sm->file_bytes, (long long)sm->offset,
+                    (long long)(sm->offset + sm->bytes));
     if (sm->offset > 0 && sm->bytes <= 0)
         return fail(e, DH_ESCHEMA, "%soffset: a byte range needs its size in \"bytes\"", where);
     if (sm->member && (!sm->member[0] || strlen(sm->member) > PATH_MAX_BYTES))

@@ -96,9 +96,10 @@ static int optional_column(void **col, size_t elem, size_t from, size_t to, cons
 /* Makes the optional columns sample s needs, rows so far marked absent. 0 or DH_ENOMEM. */
 static int need_optional(dh_manifest *m, const dh__staged_sample *s)
 {
-    int range = 0, member = 0, rc = 0;
+    int range = 0, member = 0, pinned = 0, rc = 0;
     for (int j = 0; j < s->media_count; j++)
-        range |= s->media[j].offset > 0, member |= s->media[j].member != NULL;
+        range |= s->media[j].offset > 0, member |= s->media[j].member != NULL,
+            pinned |= s->media[j].file_bytes > 0;
     if (s->text && !m->text_off)
         rc |= optional_column((void **)&m->text_off, 4, 0, m->cap, &(uint32_t){DH__NO_STR});
     if (s->has_label && !m->label)
@@ -107,6 +108,8 @@ static int need_optional(dh_manifest *m, const dh__staged_sample *s)
         rc |= optional_column((void **)&m->m_offset, 8, 0, m->mcap, &(int64_t){0});
     if (member && !m->m_member_off)
         rc |= optional_column((void **)&m->m_member_off, 4, 0, m->mcap, &(uint32_t){DH__NO_STR});
+    if (pinned && !m->m_file_bytes)
+        rc |= optional_column((void **)&m->m_file_bytes, 8, 0, m->mcap, &(int64_t){0});
     return rc ? DH_ENOMEM : 0;
 }
 
@@ -141,6 +144,8 @@ static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
     if (m->m_member_off)
         rc |= optional_column((void **)&m->m_member_off, 4, mcap, m->mcap,
                               &(uint32_t){DH__NO_STR});
+    if (m->m_file_bytes)
+        rc |= optional_column((void **)&m->m_file_bytes, 8, mcap, m->mcap, &(int64_t){0});
     return rc ? DH_ENOMEM : 0;
 }
 
@@ -227,6 +232,8 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
             m->m_offset[k] = sm->offset;
         if (m->m_member_off)
             m->m_member_off[k] = (uint32_t)member_off[j];
+        if (m->m_file_bytes)
+            m->m_file_bytes[k] = sm->file_bytes;
     }
     m->nkf += kf_staged;
     m->n++;
@@ -274,7 +281,7 @@ void dh_manifest_free(dh_manifest *m)
                     m->m_channels, m->m_path_off, m->m_width,    m->m_height,    m->m_fps,
                     m->m_frames,   m->m_duration, m->m_rate,     m->m_bytes,     m->m_kf_off,
                     m->m_kf_count, m->kf,         m->str,        m->idx,         m->text_off,
-                    m->label,      m->m_offset,   m->m_member_off};
+                    m->label,      m->m_offset,   m->m_member_off, m->m_file_bytes};
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
         free(arrs[i]);
     if (m->doc) {

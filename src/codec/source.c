@@ -98,6 +98,10 @@ static int apply_range(dh__source *s, const dh__media_src *src, char *err, size_
 {
     if (!src->range_len && !src->range_off)
         return 0;
+    if (src->file_bytes > 0 && s->size != src->file_bytes)
+        return dh__fail(err, errlen, DH_ECORRUPT, "the file is %lld bytes, %lld when it was "
+                        "indexed: it changed since (index it again)", (long long)s->size,
+                        (long long)src->file_bytes);
     if (src->range_off < 0 || src->range_len <= 0 || src->range_off > s->size ||
         src->range_len > s->size - src->range_off)
         return dh__fail(err, errlen, DH_ECORRUPT, "bytes %lld..%lld are not inside the file "

@@ -43,6 +43,7 @@ typedef struct dh__media_src {
     /* A byte range of the file (a tar member's data): the media is bytes [range_off,
      * range_off + range_len) and nothing outside them is read; range_len 0: the whole file. */
     int64_t range_off, range_len;
+    int64_t file_bytes;  /* > 0: the file must still be this size (a shard pinned at index) */
     dh__fd_cache *cache; /* a byte range's file kept open here (NULL: opened and closed) */
 } dh__media_src;
 
@@ -55,7 +56,8 @@ double dh__source_now(void);
  * byte range when mi is a shard's member. */
 #define DH__ITEM_SRC(rt, p, mi)                                                                   \
     ((dh__media_src){.root = (rt), .path = (p), .range_off = (mi)->offset > 0 ? (mi)->offset : 0, \
-                     .range_len = (mi)->offset > 0 ? (mi)->bytes : 0})
+                     .range_len = (mi)->offset > 0 ? (mi)->bytes : 0,                           \
+                     .file_bytes = (mi)->offset > 0 ? (mi)->file_bytes : 0})
 
 typedef struct dh__source {
     int fd;             /* -1 for memory */

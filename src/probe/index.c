@@ -71,6 +71,13 @@ static int add_path(index_job *j, const char *rel)
  * a link that leaves it is skipped with that reason); links to directories
  * are not followed, so the walk cannot loop.
  */
+/* A JSON Lines file (a manifest, say of an earlier index run): not media, not walked. */
+static int is_manifest(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 6 && !strcasecmp(name + n - 6, ".jsonl");
+}
+
 static int walk(index_job *j, const char *rel)
 {
     char dirpath[PATH_MAX];
@@ -95,7 +102,8 @@ static int walk(index_job *j, const char *rel)
             continue;
         if (S_ISDIR(st.st_mode))
             rc = walk(j, child);
-        else if (S_ISREG(st.st_mode) && !(st.st_dev == j->skip_dev && st.st_ino == j->skip_ino))
+        else if (S_ISREG(st.st_mode) && !(st.st_dev == j->skip_dev && st.st_ino == j->skip_ino) &&
+                 !is_manifest(e->d_name))
             rc = add_path(j, child);
     }
     closedir(d);
@@ -233,6 +241,7 @@ static int write_shard(index_job *j, FILE *f, size_t i, dh_index_stats *st)
         if (fputs(r->lines[k], f) < 0 || fputc('\n', f) == EOF)
             return DH_EIO;
     st->shards++;
+    st->shards_unread += r->failed;
     st->shard_samples += r->samples;
     st->shard_skipped += r->skipped;
     st->bytes_read += r->bytes_read;

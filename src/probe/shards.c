@@ -202,6 +202,7 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
                 json_object_set_new(item, "bytes", json_integer(m->size));
                 json_object_set_new(item, "offset", json_integer(m->offset));
                 json_object_set_new(item, "member", json_string(m->name));
+                json_object_set_new(item, "file_bytes", json_integer(j->src->size));
                 json_array_append_new(media, item);
                 j->r->bytes_read += pr.bytes_read;
                 j->r->media_bytes += m->size;
@@ -323,8 +324,8 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
                  strncmp(l.m[p - 1].name, l.m[a].name, key)))
                 seen++;
         }
-        char id[4200];
-        snprintf(id, sizeof id, "%s:%.*s", rel, (int)key, l.m[a].name);
+        char id[8400]; /* the shard as the manifest names it: the same whichever way indexed */
+        snprintf(id, sizeof id, "%s%s:%.*s", prefix, rel, (int)key, l.m[a].name);
         if (seen > 1)
             snprintf(id + strlen(id), sizeof id - strlen(id), "#%d", seen);
         frc = one_sample(&j, &l.m[a], b - a, key, id);

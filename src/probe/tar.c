@@ -262,6 +262,10 @@ int dh__tar_walk_at(int fd, int64_t file_size, int (*each)(const dh__tar_member 
     if (!rc && first >= 0) /* a pax or long-name header with no member after it */
         rc = dh__fail(err, errlen, DH_ECORRUPT, "the archive ends after the header at offset "
                       "%lld, before the member it describes", (long long)first);
+    if (!rc && !done && off > file_size) /* cut inside the padding after a member's data */
+        rc = dh__fail(err, errlen, DH_ECORRUPT, "the archive is cut short at byte %lld, inside "
+                      "the padding after a member's data: what followed is lost",
+                      (long long)file_size);
     free(p);
     return rc;
 }

@@ -222,7 +222,7 @@ static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir,
     json_object_set_new(line, "media", media); /* last, as index writes it */
     char *text = rc ? NULL : json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     json_decref(line);
-    if (!rc && (!text || fputs(text, out) < 0 || fputc('\n', out) == EOF))
+    if (!rc && out && (!text || fputs(text, out) < 0 || fputc('\n', out) == EOF))
         rc = DH_EIO;
     free(text);
     return rc;
@@ -267,8 +267,10 @@ int dh_workload_write_shards(const char *name, const char *dir, int64_t samples,
     char tmp[sizeof path + 32];
     /* The manifest appears only once every sample is written: an interrupted gen (or demo)
      * leaves no partial manifest that the next one would reuse. */
-    FILE *out = rc ? NULL : dh__out_open(path, tmp, sizeof tmp);
-    if (!rc && !out)
+    /* Shards: the manifest is what index makes of them once they are complete (each member
+     * pinned to its shard's final size). */
+    FILE *out = rc || per_shard > 0 ? NULL : dh__out_open(path, tmp, sizeof tmp);
+    if (!rc && !out && per_shard <= 0)
         rc = -errno;
     shard_out sh = {.dir = dir, .per_shard = per_shard};
     for (int64_t i = 0; !rc && i < samples; i++) {
@@ -287,6 +289,14 @@ int dh_workload_write_shards(const char *name, const char *dir, int64_t samples,
             snprintf(sub, sizeof sub, "%s%s", dir, subs[d]);
             rmdir(sub);
         }
+    }
+    if (!rc && per_shard > 0) {
+        dh_index_stats ist;
+        if ((rc = dh_index_dir(dir, path, NULL, &ist)))
+            dh__msg(err, errlen, "indexing the shards written: %s", dh_strerror(rc));
+        else if (ist.shard_samples != stats->samples)
+            rc = dh__fail(err, errlen, DH_ECORRUPT, "%lld samples written, %lld indexed",
+                          (long long)stats->samples, (long long)ist.shard_samples);
     }
     if (out) {
         int crc = dh__out_close(out, tmp, path, !rc);
