@@ -57,19 +57,8 @@ typedef struct {
     int data_ok;
 } seen;
 
-/* Records member m (name, size, offset) only. */
-static int record(const dh__tar_member *m, void *user)
-{
-    seen *s = user;
-    if (s->n >= 8)
-        return DH_ELIMIT;
-    snprintf(s->names[s->n], sizeof s->names[s->n], "%s", m->name);
-    s->sizes[s->n] = m->size;
-    s->offsets[s->n++] = m->offset;
-    return 0;
-}
-
-/* Checks that member m's data is what write_tar put there. */
+/* Records member m (name, size, offset) and checks that its data is what write_tar put
+ * there (data_ok; other archives leave it 0). */
 static int collect(const dh__tar_member *m, void *user)
 {
     seen *s = user;
@@ -92,8 +81,9 @@ static int collect(const dh__tar_member *m, void *user)
     return 0;
 }
 
-/* Walks DIR/NAME.tar into s; returns the walk's code, err its sentence. */
-static int walk(const char *name, seen *s, char *err, size_t len)
+/* Walks the first `limit` bytes of DIR/NAME.tar (< 0: all of it) into s; returns the walk's
+ * code, err its sentence. */
+static int walk_to(const char *name, int64_t limit, seen *s, char *err, size_t len)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.tar", dir, name);
@@ -103,9 +93,14 @@ static int walk(const char *name, seen *s, char *err, size_t len)
     ck_assert_int_ge(s->fd, 0);
     struct stat st;
     fstat(s->fd, &st);
-    int rc = dh__tar_walk(s->fd, st.st_size, collect, s, err, len);
+    int rc = dh__tar_walk(s->fd, limit < 0 ? st.st_size : limit, collect, s, err, len);
     close(s->fd);
     return rc;
+}
+
+static int walk(const char *name, seen *s, char *err, size_t len)
+{
+    return walk_to(name, -1, s, err, len);
 }
 
 START_TEST(members_of_every_format_are_found_at_their_offsets)
@@ -284,13 +279,10 @@ START_TEST(media_are_read_in_place_as_byte_ranges)
     seen s;
     char path[4200], err[256] = "";
     snprintf(path, sizeof path, "%s/media.tar", dir);
-    memset(&s, 0, sizeof s);
-    s.fd = open(path, O_RDONLY);
-    struct stat st;
-    fstat(s.fd, &st);
-    ck_assert_int_eq(dh__tar_walk(s.fd, st.st_size, record, &s, err, sizeof err), 0);
-    close(s.fd);
+    ck_assert_int_eq(walk("media", &s, err, sizeof err), 0);
     ck_assert_int_eq(s.n, 3);
+    struct stat st;
+    stat(path, &st);
     same_in_place(&s, 1, "k.jpg");
     same_in_place(&s, 2, "k.mp4");
     /* a range that passes the file's end (the shard changed): refused, saying so */
@@ -483,14 +475,7 @@ START_TEST(a_worker_keeps_a_few_shards_open)
     char root[4200], err[300] = "";
     snprintf(root, sizeof root, "%s/lru", dir);
     seen s;
-    memset(&s, 0, sizeof s);
-    char path[4300];
-    snprintf(path, sizeof path, "%s/s0.tar", root);
-    s.fd = open(path, O_RDONLY);
-    struct stat st;
-    fstat(s.fd, &st);
-    ck_assert_int_eq(dh__tar_walk(s.fd, st.st_size, record, &s, err, sizeof err), 0);
-    close(s.fd);
+    ck_assert_int_eq(walk("lru/s0", &s, err, sizeof err), 0);
     dh__fd_cache *c = dh__fd_cache_new(2);
     int base = open_fds();
     for (int round = 0; round < 3; round++)
@@ -523,21 +508,12 @@ END_TEST
 START_TEST(a_cut_inside_padding_is_named)
 {
     write_tar("padcut", "ustar", "a.jpg a.txt b.jpg");
-    char path[4200], err[256] = "";
-    snprintf(path, sizeof path, "%s/padcut.tar", dir);
+    char err[256] = "";
     seen s;
-    memset(&s, 0, sizeof s);
-    s.fd = open(path, O_RDONLY);
-    struct stat st;
-    fstat(s.fd, &st);
-    ck_assert_int_eq(dh__tar_walk(s.fd, st.st_size, record, &s, err, sizeof err), 0);
-    close(s.fd);
+    ck_assert_int_eq(walk("padcut", &s, err, sizeof err), 0);
     int64_t cut = s.offsets[1] + s.sizes[1] + 10; /* a.txt's data whole, its padding cut */
     ck_assert_int_eq(s.sizes[1] % 512 != 0, 1);
-    memset(&s, 0, sizeof s);
-    s.fd = open(path, O_RDONLY);
-    ck_assert_int_eq(dh__tar_walk(s.fd, cut, record, &s, err, sizeof err), DH_ECORRUPT);
-    close(s.fd);
+    ck_assert_int_eq(walk_to("padcut", cut, &s, err, sizeof err), DH_ECORRUPT);
     ck_assert_msg(strstr(err, "cut short at byte") && strstr(err, "inside the padding"), "%s",
                   err);
     ck_assert_int_eq(s.n, 2); /* the members before the cut were seen */

@@ -189,7 +189,6 @@ int cli_index(int argc, char **argv)
     } else {
         for (size_t k = 0; k < args.n; k++) {
             strs one = {0};
-            size_t len = strlen(args.v[k]);
             int rc = expand(args.v[k], &one);
             for (size_t j = 0; !rc && j < one.n; j++) {
                 size_t l = strlen(one.v[j]);
@@ -202,7 +201,7 @@ int cli_index(int argc, char **argv)
                             one.v[j]);
                     rc = -1;
                 } else {
-                    rc = list && len ? read_list(one.v[j], &paths) : push(&paths, one.v[j], l);
+                    rc = list ? read_list(one.v[j], &paths) : push(&paths, one.v[j], l);
                 }
             }
             for (size_t j = 0; j < one.n; j++)

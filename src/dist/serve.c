@@ -520,21 +520,15 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
         free(body);
         return rc;
     }
-    uint8_t *flags = w;
-    w += ns;
-    for (size_t k = 0; k < ns; k++) { /* labels, then texts */
+    uint8_t *flags = w, *labels = w + ns, *text = labels + ns * sizeof(int64_t);
+    for (size_t k = 0; k < ns; k++) {
         dh_sample_info si;
         dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
         flags[k] |= (si.text ? DH__SAMPLE_TEXT : 0) | (si.has_label ? DH__SAMPLE_LABEL : 0);
         int64_t label = si.has_label ? si.label : 0;
-        memcpy(w + k * sizeof label, &label, sizeof label);
-    }
-    w += ns * sizeof(int64_t);
-    for (size_t k = 0; k < ns; k++) {
-        dh_sample_info si;
-        dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
+        memcpy(labels + k * sizeof label, &label, sizeof label);
         size_t n = (si.text ? strlen(si.text) : 0) + 1;
-        memcpy(w, si.text ? si.text : "", n), w += n;
+        memcpy(text, si.text ? si.text : "", n), text += n;
     }
     rc = dh__proto_send2(c->fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len);
     free(body);
@@ -991,6 +985,9 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
     if (!rc && !(rc = answer_attaches(a)) && !(rc = start_ranks(a, err, errlen)))
         watch(a);
     int frc = a->e ? dh_engine_finish(a->e, out) : 0;
+    double waited = a->e && a->hub->gate ? dh__engine_gate_wait(a->e) : 0;
+    if (waited >= 0.1) /* what sharing the CPU cost this stream */
+        event(a, "its workers waited %.1f s in all for CPU the other streams held", waited);
     if (frc == DH_ECANCELED)
         frc = 0;
     if (!a->died && a->left_at < INT64_MAX) /* ranks left: a finite run was cut short */

@@ -21,7 +21,7 @@ typedef struct waiter {
 struct dh__gate {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int tokens, free;
+    int free;
     int64_t seq, waits;
     waiter *head; /* in arrival order */
 };
@@ -33,7 +33,7 @@ int dh__gate_new(int tokens, dh__gate **out)
         return DH_ENOMEM;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
-    g->tokens = g->free = tokens > 0 ? tokens : 1;
+    g->free = tokens > 0 ? tokens : 1;
     *out = g;
     return 0;
 }
@@ -137,11 +137,6 @@ void dh__gate_leave(dh__gate *g)
     else
         g->free++;
     pthread_mutex_unlock(&g->mu);
-}
-
-int dh__gate_tokens(const dh__gate *g)
-{
-    return g->tokens;
 }
 
 int64_t dh__gate_waits(dh__gate *g)

@@ -39,8 +39,7 @@ double dh__gate_enter(dh__gate *g, const atomic_int *urgent, int active, double 
 double dh__gate_renew(dh__gate *g, const atomic_int *urgent, int active, double slack);
 /* Gives a token back (to the best waiter, if any). */
 void dh__gate_leave(dh__gate *g);
-/* Tokens, and how many hand-overs waited (for the agent's report). */
-int dh__gate_tokens(const dh__gate *g);
+/* How many times a task had to wait for a token. */
 int64_t dh__gate_waits(dh__gate *g);
 
 #endif

@@ -27,9 +27,16 @@
 
 typedef struct {
     char *name;
+    size_t key;                  /* its WebDataset key: name[0..key) */
     int64_t header, offset, size;
     char type;
 } member;
+
+/* 1 when members a and b have the same key. */
+static int same_key(const member *a, const member *b)
+{
+    return a->key == b->key && !strncmp(a->name, b->name, a->key);
+}
 
 typedef struct {
     member *m;
@@ -44,9 +51,10 @@ static int collect(const dh__tar_member *tm, void *user)
     if (dh__grow((void **)&l->m, &l->cap, l->n + 1, sizeof *l->m))
         return DH_ENOMEM;
     member *m = &l->m[l->n];
-    *m = (member){strdup(tm->name), tm->header, tm->offset, tm->size, tm->type};
+    *m = (member){strdup(tm->name), 0, tm->header, tm->offset, tm->size, tm->type};
     if (!m->name)
         return DH_ENOMEM;
+    m->key = dh__wds_split(m->name, NULL, 0);
     l->n++;
     return 0;
 }
@@ -298,11 +306,10 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
      * the last one when the member the damage cut (or an unnamed damage) may belong to it. */
     size_t usable = l.n;
     if (rc && l.n) {
-        size_t key = dh__wds_split(l.m[l.n - 1].name, NULL, 0);
-        int cut = !broken[0] || (dh__wds_split(broken, NULL, 0) == key &&
-                                 !strncmp(broken, l.m[l.n - 1].name, key));
-        while (cut && usable > 0 && dh__wds_split(l.m[usable - 1].name, NULL, 0) == key &&
-               !strncmp(l.m[usable - 1].name, l.m[l.n - 1].name, key))
+        const member *last = &l.m[l.n - 1];
+        member cut_one = {.name = broken, .key = dh__wds_split(broken, NULL, 0)};
+        int cut = !broken[0] || same_key(&cut_one, last);
+        while (cut && usable > 0 && same_key(&l.m[usable - 1], last))
             usable--;
     }
     shard_job j = {root, rel, prefix, limits, &s, r};
@@ -310,20 +317,15 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
         r->bytes_read += l.m[k].offset - l.m[k].header;
     int frc = 0;
     for (size_t a = 0; a < usable && !frc;) {
-        size_t key = dh__wds_split(l.m[a].name, NULL, 0), b = a + 1;
-        while (b < usable && dh__wds_split(l.m[b].name, NULL, 0) == key &&
-               !strncmp(l.m[b].name, l.m[a].name, key))
+        size_t key = l.m[a].key, b = a + 1;
+        while (b < usable && same_key(&l.m[b], &l.m[a]))
             b++;
         /* the same key earlier in this shard (not adjacent): another sample, as WebDataset
-         * makes it; its id says which */
+         * makes it; its id says which (a comparison per earlier sample: keys coming back are
+         * rare, and a shard holds thousands of samples at most) */
         int seen = 1;
-        for (size_t p = 0; p < a; p++) {
-            size_t pk = dh__wds_split(l.m[p].name, NULL, 0);
-            if (pk == key && !strncmp(l.m[p].name, l.m[a].name, key) &&
-                (p == 0 || dh__wds_split(l.m[p - 1].name, NULL, 0) != key ||
-                 strncmp(l.m[p - 1].name, l.m[a].name, key)))
-                seen++;
-        }
+        for (size_t p = 0; p < a; p++)
+            seen += (p == 0 || !same_key(&l.m[p - 1], &l.m[p])) && same_key(&l.m[p], &l.m[a]);
         char id[8400]; /* the shard as the manifest names it: the same whichever way indexed */
         snprintf(id, sizeof id, "%s%s:%.*s", prefix, rel, (int)key, l.m[a].name);
         if (seen > 1)

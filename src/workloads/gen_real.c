@@ -101,22 +101,13 @@ static char *caption(int64_t tokens, uint64_t seed)
     return t;
 }
 
-/* Moves the written file full into the open shard (a new one every per_shard samples) as
- * member name, and describes it as a range of that shard in item. */
-static int add_member(shard_out *sh, const char *name, const void *data, size_t len,
-                      json_t *item, char *err, size_t errlen)
+/* Appends member name (len bytes of data) to the open shard. */
+static int add_member(shard_out *sh, const char *name, const void *data, size_t len, char *err,
+                      size_t errlen)
 {
-    int64_t off;
-    if (dh__tar_add(&sh->w, name, data, len, &off))
+    if (dh__tar_add(&sh->w, name, data, len, NULL))
         return dh__fail(err, errlen, DH_EIO, "cannot write shard %05lld: %s",
                         (long long)sh->shard, strerror(errno));
-    if (item) {
-        char path[64];
-        snprintf(path, sizeof path, "shards/%05lld.tar", (long long)sh->shard);
-        json_object_set_new(item, "path", json_string(path));
-        json_object_set_new(item, "offset", json_integer(off));
-        json_object_set_new(item, "member", json_string(name));
-    }
     return 0;
 }
 
@@ -151,25 +142,17 @@ static int shard_for(shard_out *sh, int64_t i, char *err, size_t errlen)
                                   strerror(errno));
 }
 
-/* Encodes every item of sample i, probes it back and writes the manifest line; with sh, the
- * items, a caption (.txt) and a label (.cls) go into a shard instead of loose files. */
+/* Encodes every item of sample i, probes it back and writes the manifest line. */
 static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir, uint64_t seed,
-                        shard_out *sh, FILE *out, dh_gen_stats *st, char *err, size_t errlen)
+                        FILE *out, dh_gen_stats *st, char *err, size_t errlen)
 {
     dh_sample_info si;
     dh_manifest_sample(m, i, &si);
     json_t *line = json_object(), *media = json_array();
-    char key[32];
-    snprintf(key, sizeof key, "%08lld", (long long)i);
-    int rc = sh ? shard_for(sh, i, err, errlen) : 0;
-    if (sh) {
-        char id[64];
-        snprintf(id, sizeof id, "shards/%05lld.tar:%s", (long long)sh->shard, key);
-        json_object_set_new(line, "id", json_string(id));
-    } else {
-        json_object_set_new(line, "id", json_string(si.id));
-    }
+    json_object_set_new(line, "id", json_string(si.id));
     json_object_set_new(line, "text_tokens", json_integer(si.text_tokens));
+    json_object_set_new(line, "media", media);
+    int rc = 0;
     for (int32_t j = 0; j < si.media_count && !rc; j++) {
         dh_media_info mi;
         char rel[256], full[4096];
@@ -180,50 +163,62 @@ static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir,
         dh_probe_result pr;
         if ((rc = dh_probe_file(full, NULL, &pr, err, errlen)))
             break;
-        json_t *item = dh__media_json(&pr, rel);
-        json_array_append_new(media, item);
+        json_array_append_new(media, dh__media_json(&pr, rel));
         st->files++;
         st->bytes += pr.info.bytes;
         dh_probe_result_clear(&pr);
-        if (sh) { /* into the shard: KEY.EXT, or KEY.J.EXT for a sample of several items */
-            uint8_t *buf = NULL;
-            size_t len = 0;
-            char name[64];
-            const char *ext = strrchr(rel, '.') + 1;
-            if (si.media_count > 1)
-                snprintf(name, sizeof name, "%s.%d.%s", key, j, ext);
-            else
-                snprintf(name, sizeof name, "%s.%s", key, ext);
-            if (!(rc = slurp(full, &buf, &len)))
-                rc = add_member(sh, name, buf, len, item, err, errlen);
-            else
-                dh__msg(err, errlen, "cannot read back %s: %s", full, dh_strerror(rc));
-            free(buf);
-            unlink(full);
-        }
     }
-    if (sh && !rc) { /* a caption of the workload's token length, and a label */
-        char *text = caption(si.text_tokens, dh__mix64(seed ^ (uint64_t)i * 7919));
-        int64_t label = (int64_t)(dh__mix64(seed ^ ((uint64_t)i << 20)) % 400);
-        char name[64], cls[32];
-        snprintf(name, sizeof name, "%s.txt", key);
-        rc = text ? add_member(sh, name, text, strlen(text), NULL, err, errlen) : DH_ENOMEM;
-        snprintf(name, sizeof name, "%s.cls", key);
-        snprintf(cls, sizeof cls, "%lld", (long long)label);
-        if (!rc)
-            rc = add_member(sh, name, cls, strlen(cls), NULL, err, errlen);
-        if (!rc) {
-            json_object_set_new(line, "text_tokens", json_integer(((int64_t)strlen(text) + 3) / 4));
-            json_object_set_new(line, "text", json_string(text));
-            json_object_set_new(line, "label", json_integer(label));
-        }
-        free(text);
-    }
-    json_object_set_new(line, "media", media); /* last, as index writes it */
     char *text = rc ? NULL : json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     json_decref(line);
-    if (!rc && out && (!text || fputs(text, out) < 0 || fputc('\n', out) == EOF))
+    if (!rc && (!text || fputs(text, out) < 0 || fputc('\n', out) == EOF))
         rc = DH_EIO;
+    free(text);
+    return rc;
+}
+
+/* Sample i into the shards: its items encoded (KEY.EXT, or KEY.J.EXT for a sample of
+ * several), a caption of the workload's token length (KEY.txt) and a label (KEY.cls). The
+ * manifest comes from indexing the finished shards. */
+static int shard_sample(const dh_manifest *m, int64_t i, int k, const char *dir, uint64_t seed,
+                        shard_out *sh, dh_gen_stats *st, char *err, size_t errlen)
+{
+    dh_sample_info si;
+    dh_manifest_sample(m, i, &si);
+    char key[32], name[64], full[4096];
+    snprintf(key, sizeof key, "%08lld", (long long)i);
+    int rc = shard_for(sh, i, err, errlen);
+    for (int32_t j = 0; j < si.media_count && !rc; j++) {
+        dh_media_info mi;
+        char rel[256];
+        dh_manifest_media(m, i, j, &mi);
+        if ((rc = write_item(&mi, k, dir, i, j, seed, rel, sizeof rel, err, errlen)))
+            break;
+        snprintf(full, sizeof full, "%s/%s", dir, rel);
+        const char *ext = strrchr(rel, '.') + 1;
+        if (si.media_count > 1)
+            snprintf(name, sizeof name, "%s.%d.%s", key, j, ext);
+        else
+            snprintf(name, sizeof name, "%s.%s", key, ext);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (!(rc = slurp(full, &buf, &len)))
+            rc = add_member(sh, name, buf, len, err, errlen);
+        else
+            dh__msg(err, errlen, "cannot read back %s: %s", full, dh_strerror(rc));
+        free(buf);
+        unlink(full);
+        st->files++;
+        st->bytes += (int64_t)len;
+    }
+    char *text = rc ? NULL : caption(si.text_tokens, dh__mix64(seed ^ (uint64_t)i * 7919));
+    char cls[32];
+    snprintf(cls, sizeof cls, "%lld", (long long)(dh__mix64(seed ^ ((uint64_t)i << 20)) % 400));
+    snprintf(name, sizeof name, "%s.txt", key);
+    if (!rc)
+        rc = text ? add_member(sh, name, text, strlen(text), err, errlen) : DH_ENOMEM;
+    snprintf(name, sizeof name, "%s.cls", key);
+    if (!rc)
+        rc = add_member(sh, name, cls, strlen(cls), err, errlen);
     free(text);
     return rc;
 }
@@ -274,8 +269,8 @@ int dh_workload_write_shards(const char *name, const char *dir, int64_t samples,
         rc = -errno;
     shard_out sh = {.dir = dir, .per_shard = per_shard};
     for (int64_t i = 0; !rc && i < samples; i++) {
-        rc = write_sample(m, i, k, dir, seed, per_shard > 0 ? &sh : NULL, out, stats, err,
-                          errlen);
+        rc = per_shard > 0 ? shard_sample(m, i, k, dir, seed, &sh, stats, err, errlen)
+                           : write_sample(m, i, k, dir, seed, out, stats, err, errlen);
         stats->samples += !rc;
         if (progress)
             progress(i + 1, samples, user);
