@@ -328,6 +328,44 @@ START_TEST(sample_totals)
 }
 END_TEST
 
+/* A text without "text_tokens" is counted by the spec's text section: 4 bytes a token by
+ * default, or whitespace words times tokens_per_word; a given count wins; the cap applies. */
+START_TEST(text_tokens_are_counted_by_the_spec)
+{
+    dh_manifest *m;
+    dh_manifest_new("", NULL, &m);
+    const char *lines[] = {"{\"id\":\"a\",\"text\":\"a red  car\\ton the\\nroad\"}",
+                           "{\"id\":\"b\",\"text\":\"words\",\"text_tokens\":9}",
+                           "{\"id\":\"c\",\"text\":\"\"}"};
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(dh_manifest_parse_line(m, lines[k], strlen(lines[k]), k + 1, NULL, 0), 0);
+    dh_sample_derived sd;
+    dh_spec *s = spec_json("{}");
+    ck_assert_int_eq(dh_derive_sample(s, m, 0, &sd, NULL), 0);
+    ck_assert_int_eq(sd.tokens, 6); /* 22 bytes / 4, rounded up */
+    ck_assert_int_eq(sd.out_bytes, 6 * 4);
+    ck_assert_int_eq(dh_derive_sample(s, m, 1, &sd, NULL), 0);
+    ck_assert_int_eq(sd.tokens, 9);
+    ck_assert_int_eq(dh_derive_sample(s, m, 2, &sd, NULL), 0);
+    ck_assert_int_eq(sd.tokens, 0);
+    uint64_t h_default = dh_spec_hash(s);
+    dh_spec_free(s);
+    s = spec_json("{\"text\":{\"tokens_per_word\":1.3}}");
+    ck_assert_int_eq(dh_derive_sample(s, m, 0, &sd, NULL), 0);
+    ck_assert_int_eq(sd.tokens, 8); /* 6 words x 1.3 = 7.8, rounded up */
+    ck_assert_uint_ne(dh_spec_hash(s), h_default);
+    dh_spec_free(s);
+    s = spec_json("{\"text\":{\"bytes_per_token\":2,\"max_tokens\":6}}");
+    ck_assert_int_eq(dh_derive_sample(s, m, 0, &sd, NULL), 0);
+    ck_assert_int_eq(sd.tokens, 6); /* 11, capped */
+    dh_spec_free(s);
+    s = spec_json("{\"text\":{\"bytes_per_token\":4}}"); /* the default, spelled out */
+    ck_assert_uint_eq(dh_spec_hash(s), h_default);
+    dh_spec_free(s);
+    dh_manifest_free(m);
+}
+END_TEST
+
 static void expect_spec_error(const char *json, int code, const char *needle)
 {
     dh_spec *s = (dh_spec *)1;
@@ -374,6 +412,10 @@ START_TEST(spec_errors)
     expect_spec_error("{\"video\":{\"resize\":{\"mode\":\"bucket\",\"buckets\":[[1]]}}}",
                       DH_ESCHEMA, "buckets[0]");
     expect_spec_error("{\"video\":", DH_EPARSE, "malformed JSON");
+    expect_spec_error("{\"text\":{\"bytes_per_token\":4,\"tokens_per_word\":1}}", DH_ESCHEMA,
+                      "not both");
+    expect_spec_error("{\"text\":{\"bytes_per_token\":0}}", DH_ERANGE, "text.bytes_per_token");
+    expect_spec_error("{\"text\":{\"words\":1}}", DH_ESCHEMA, "text.words: unknown key");
     expect_spec_error("[]", DH_ESCHEMA, "expected a JSON object");
     dh_spec *s;
     char err[256];
@@ -433,6 +475,7 @@ int main(void)
     tcase_add_test(tc, anyres_tiles);
     tcase_add_test(tc, jpeg_dct_scaling);
     tcase_add_test(tc, audio_and_text);
+    tcase_add_test(tc, text_tokens_are_counted_by_the_spec);
     tcase_add_test(tc, sample_totals);
     tcase_add_test(tc, spec_errors);
     tcase_add_test(tc, builtin_specs_cover_the_suite);

@@ -125,6 +125,17 @@ START_TEST(members_text_and_labels)
     dh_manifest_sample(m, 2, &si);
     ck_assert_ptr_null(si.text);
     ck_assert_int_eq(si.has_label, 0);
+    ck_assert_ptr_null(si.meta);
+    /* a meta object, kept as compact JSON in its key order (numbers as jansson writes them) */
+    ck_assert_int_eq(parse("{\"id\":\"k3\",\"text_tokens\":1,\"meta\": {\"z\": [1, 2.5, "
+                           "\"\\u00e9\"], \"a\": {\"b\": null}}}"), 0);
+    dh_manifest_sample(m, 3, &si);
+    ck_assert_str_eq(si.meta, "{\"z\":[1,2.5,\"\xc3\xa9\"],\"a\":{\"b\":null}}");
+    dh_manifest_sample(m, 1, &si);
+    ck_assert_ptr_null(si.meta);
+    expect_bad("{\"id\":\"b7\",\"text_tokens\":1,\"meta\":[1]}", DH_ESCHEMA,
+               "meta: expected an object, got an array");
+    expect_bad("{\"id\":\"b8\"}", DH_ESCHEMA, "neither \"media\" nor \"text\"");
     expect_bad("{\"id\":\"b1\",\"media\":[{\"type\":\"image\",\"path\":\"s.tar\",\"offset\":512,"
                "\"width\":4,\"height\":4}]}", DH_ESCHEMA, "media[0].offset: a byte range needs "
                "its size in \"bytes\"");
@@ -144,8 +155,16 @@ START_TEST(members_text_and_labels)
     dh_manifest_new("", NULL, &b);
     const char *l1 = "{\"id\":\"1\",\"text_tokens\":1,\"text\":\"a dog\"}";
     const char *l2 = "{\"id\":\"1\",\"text_tokens\":1,\"text\":\"a cat\"}";
+    const char *l3 = "{\"id\":\"2\",\"text_tokens\":1,\"meta\":{\"x\":1}}";
+    const char *l4 = "{\"id\":\"2\",\"text_tokens\":1,\"meta\":{\"x\":2}}";
     ck_assert_int_eq(dh_manifest_parse_line(a, l1, strlen(l1), 1, NULL, 0), 0);
     ck_assert_int_eq(dh_manifest_parse_line(b, l2, strlen(l2), 1, NULL, 0), 0);
+    ck_assert_uint_ne(dh_manifest_hash(a), dh_manifest_hash(b));
+    dh_manifest_free(b);
+    dh_manifest_new("", NULL, &b);
+    ck_assert_int_eq(dh_manifest_parse_line(b, l1, strlen(l1), 1, NULL, 0), 0);
+    ck_assert_int_eq(dh_manifest_parse_line(a, l3, strlen(l3), 2, NULL, 0), 0);
+    ck_assert_int_eq(dh_manifest_parse_line(b, l4, strlen(l4), 2, NULL, 0), 0);
     ck_assert_uint_ne(dh_manifest_hash(a), dh_manifest_hash(b));
     dh_manifest_free(a);
     dh_manifest_free(b);

@@ -996,16 +996,17 @@ END_TEST
 
 /* One BATCH of a fake agent: a head, then per sample an index and a token count, the items,
  * the ids (ids_len bytes), a flag byte per sample (flags: the first's), an int64 label per
- * sample (42) and the texts (text_len bytes). */
-static void fake_batch_text(int fd, int64_t off, int64_t bytes, int32_t ns,
+ * sample (42), the texts (text_len bytes) and the metas (meta_len bytes). */
+static void fake_batch_meta(int fd, int64_t off, int64_t bytes, int32_t ns,
                             const dh_batch_item *it, int32_t ni, const char *ids,
-                            uint32_t ids_len, uint8_t flags, const char *text, uint32_t text_len)
+                            uint32_t ids_len, uint8_t flags, const char *text, uint32_t text_len,
+                            const char *meta, uint32_t meta_len)
 {
     dh__batch_head bh = {.step = 0, .rank = 0, .pool = 0, .offset = off, .bytes = bytes,
                          .nsamples = ns, .nitems = ni, .ids_bytes = ids_len,
-                         .text_bytes = text_len};
+                         .text_bytes = text_len, .meta_bytes = meta_len};
     size_t head = 16 * (size_t)ns + (size_t)ni * sizeof *it + ids_len;
-    size_t len = head + 9 * (size_t)ns + text_len;
+    size_t len = head + 9 * (size_t)ns + text_len + meta_len;
     uint8_t *body = calloc(1, len + 1);
     memcpy(body + 16 * (size_t)ns, it, (size_t)ni * sizeof *it);
     memcpy(body + 16 * (size_t)ns + (size_t)ni * sizeof *it, ids, ids_len);
@@ -1013,8 +1014,16 @@ static void fake_batch_text(int fd, int64_t off, int64_t bytes, int32_t ns,
     int64_t label = 42;
     memcpy(body + head + ns, &label, sizeof label);
     memcpy(body + head + 9 * (size_t)ns, text, text_len);
+    memcpy(body + head + 9 * (size_t)ns + text_len, meta, meta_len);
     ck_assert_int_eq(dh__proto_send2(fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len), 0);
     free(body);
+}
+
+static void fake_batch_text(int fd, int64_t off, int64_t bytes, int32_t ns,
+                            const dh_batch_item *it, int32_t ni, const char *ids,
+                            uint32_t ids_len, uint8_t flags, const char *text, uint32_t text_len)
+{
+    fake_batch_meta(fd, off, bytes, ns, it, ni, ids, ids_len, flags, text, text_len, "", 1);
 }
 
 static void fake_batch(int fd, int64_t off, int64_t bytes, int32_t ns, const dh_batch_item *it,
@@ -1184,14 +1193,14 @@ END_TEST
 START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
 {
     /* A fake agent describes batches whose bounds overflow, whose ids lack their NUL, whose
-     * shapes do not make their bytes, whose text lacks its NUL or is not UTF-8: the trainer
-     * gets DH_EPARSE for each (it read past its buffers or segfaulted before), and a sound
-     * batch after them all the same, with its text and label. */
+     * shapes do not make their bytes, whose text or meta lacks its NUL or is not UTF-8: the
+     * trainer gets DH_EPARSE for each (it read past its buffers or segfaulted before), and a
+     * sound batch after them all the same, with its text, label and meta. */
     new_socket_name();
     char err[256] = "";
     int lfd = dh__listen(sock, 4, err, sizeof err);
     ck_assert_msg(lfd >= 0, "%s", err);
-    enum { CASES = 7 };
+    enum { CASES = 9 };
     pid_t p = fork();
     if (!p) {
         close(lfd);
@@ -1209,7 +1218,9 @@ START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
             strcmp(dh_client_sample_id(c, &b, 0), "s0") ||
             strcmp(dh_client_sample_text(c, &b, 0) ? dh_client_sample_text(c, &b, 0) : "",
                    "a caption") ||
-            dh_client_sample_label(c, &b, 0, &label) != 1 || label != 42)
+            dh_client_sample_label(c, &b, 0, &label) != 1 || label != 42 ||
+            strcmp(dh_client_sample_meta(c, &b, 0) ? dh_client_sample_meta(c, &b, 0) : "",
+                   "{\"a\":1}"))
             _exit(3);
         _exit(0);
     }
@@ -1257,8 +1268,15 @@ START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
         case 6: /* a text that is not UTF-8 */
             fake_batch_text(fd, 0, 4096, 1, &it, 1, "s0", 3, 2, "a\xff", 3);
             break;
-        default: /* a sound one, with its text and label */
-            fake_batch_text(fd, 0, 64, 1, &it, 1, "s0", 3, 2 | 4, "a caption", 10);
+        case 7: /* a meta without its NUL */
+            fake_batch_meta(fd, 0, 4096, 1, &it, 1, "s0", 3, 8, "", 1, "{}", 2);
+            break;
+        case 8: /* a meta that is not UTF-8 */
+            fake_batch_meta(fd, 0, 4096, 1, &it, 1, "s0", 3, 8, "", 1, "\"\xc3\"", 4);
+            break;
+        default: /* a sound one, with its text, label and meta */
+            fake_batch_meta(fd, 0, 64, 1, &it, 1, "s0", 3, 2 | 4 | 8, "a caption", 10,
+                            "{\"a\":1}", 8);
         }
     }
     ck_assert_int_eq(wait_child(p), 0);

@@ -355,7 +355,9 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
         "    add(t, 'a.cls', b'3\\n')\n"
         "    add(t, 'dir/b.mp4', path='x.mp4'); add(t, 'dir/b.txt', b'a clip')\n"
         "    add(t, 'c.jpg', path='x.jpg'); add(t, 'c.jpg', path='x.jpg')\n"
-        "    add(t, 'd.txt', b'text only'); add(t, 'd.json', b'{}')\n"
+        "    add(t, 'd.txt', b'text only')\n"
+        "    add(t, 'd.json', '{\"url\": \"http://x/\\u00e9\", \"video_metadata\": {\"w\": 96},'\n"
+        "                     ' \"n\": 1.5}'.encode())\n"
         "    add(t, 'a.jpg', path='x.jpg')\n"
         "with tarfile.open('s1.tar', 'w', format=tarfile.GNU_FORMAT) as t:\n"
         "    add(t, 'e.jpg', path='x.jpg'); add(t, 'e.txt', b'bad \\xff byte')\n"
@@ -363,6 +365,8 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
         "    add(t, 'g.jpg', kind=tarfile.SYMTYPE)\n"
         "    add(t, 'h.jpg', b'not a jpeg at all')\n"
         "    add(t, 'i.png', path='x.jpg'); add(t, 'i.txt', b'fine')\n"
+        "    add(t, 'j.jpg', path='x.jpg'); add(t, 'j.json', b'[1, 2]')\n"
+        "    add(t, 'k.jpg', path='x.jpg'); add(t, 'k.json', b'{\"a\": ')\n"
         "shutil.copy('s0.tar', 'cut.tar')\n"
         "with open('s0.tar', 'rb') as f, gzip.open('z.tar', 'wb') as g: g.write(f.read())\n"
         "EOF", dir), 0);
@@ -381,10 +385,12 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
     ck_assert_int_eq(dh_index_dir(sub, out, &o, &st), 0);
     ck_assert_int_eq(st.files, 4);
     ck_assert_int_eq(st.shards, 4);
-    /* s0: a, dir/b, d, a#2 (c: a suffix twice); s1: i (e, f, g, h bad); cut: a (dir/b cut);
-     * z: none (its samples cannot be counted) */
+    /* s0: a, dir/b, d, a#2 (c: a suffix twice); s1: i (e, f, g, h, j, k bad); cut: a (dir/b
+     * cut); z: none (its samples cannot be counted) */
     ck_assert_int_eq(st.shard_samples, 6);
-    ck_assert_int_eq(st.shard_skipped, 1 + 4 + 1);
+    ck_assert_int_eq(st.shard_skipped, 1 + 6 + 1);
+    ck_assert(has_diag(&l, "sample \"j\": member j.json: JSON, but not an object", NULL, NULL));
+    ck_assert(has_diag(&l, "sample \"k\": member k.json: malformed JSON at line 1", NULL, NULL));
     ck_assert_msg(has_diag(&l, "s0.tar: sample \"c\": member c.jpg: suffix \"jpg\" twice",
                            "DH_EDUP", NULL), "%s", l.text[0]);
     ck_assert(has_diag(&l, "s1.tar: sample \"e\": member e.txt: not valid UTF-8 at byte 4",
@@ -408,10 +414,14 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
     dh_manifest_sample(m, a, &si);
     ck_assert_str_eq(si.text, "a red \xc3\xa9 square");
     ck_assert(si.has_label && si.label == 3);
-    ck_assert_int_eq(si.text_tokens, 4); /* 15 bytes, 4 a token */
+    ck_assert_int_eq(si.text_tokens, -1); /* the spec counts them */
+    ck_assert_ptr_null(si.meta);
     dh_manifest_sample(m, d, &si);
     ck_assert_int_eq(si.media_count, 0);
     ck_assert_str_eq(si.text, "text only");
+    /* the .json member as the sample's meta, compact, its key order kept */
+    ck_assert_str_eq(si.meta, "{\"url\":\"http://x/\xc3\xa9\",\"video_metadata\":{\"w\":96},"
+                              "\"n\":1.5}");
     dh_manifest_sample(m, b, &si);
     ck_assert_int_eq(si.media_count, 1);
     dh_media_info mi;
@@ -428,6 +438,8 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
     ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
     dh_sample_derived sd;
     dh_media_derived md;
+    ck_assert_int_eq(dh_derive_sample(spec, m, d, &sd, &md), 0);
+    ck_assert_int_eq(sd.tokens, 3); /* "text only": 9 bytes, 4 a token by default */
     ck_assert_int_eq(dh_derive_sample(spec, m, b, &sd, &md), 0);
     uint8_t *x = malloc((size_t)md.out_bytes), *y = malloc((size_t)md.out_bytes);
     char shard[4200], loose[4200], err[300] = "";
@@ -503,6 +515,51 @@ START_TEST(a_worker_keeps_a_few_shards_open)
 }
 END_TEST
 
+/* Suffix rules extend and override the default kinds: an unknown suffix becomes a text or
+ * a label, a .json that is not JSON is ignored when asked; malformed rules are refused. */
+START_TEST(suffix_rules_extend_the_defaults)
+{
+    ck_assert_int_eq(tu_sh("mkdir -p %s/rules", dir), 0);
+    write_tar("rules/s", "pax", "a.caption a.json b.caption b.weird");
+    char root[4200], out[4200], why[300] = "";
+    snprintf(root, sizeof root, "%s/rules", dir);
+    snprintf(out, sizeof out, "%s/rules/m.jsonl", dir);
+    diags l = {0};
+    dh_index_opts o;
+    dh_index_opts_default(&o);
+    o.diag = keep_diag;
+    o.diag_user = &l;
+    dh_index_stats st;
+    /* by default: .caption is unknown (no sample has media or text), a.json is bad JSON */
+    ck_assert_int_eq(dh_index_dir(root, out, &o, &st), 0);
+    ck_assert_int_eq(st.shard_samples, 0);
+    ck_assert(has_diag(&l, "sample \"a\": member a.json: malformed JSON", NULL, NULL));
+    memset(&l, 0, sizeof l);
+    o.suffixes = "caption=text,JSON=ignore,weird=label";
+    ck_assert_int_eq(dh_index_dir(root, out, &o, &st), 0);
+    ck_assert_int_eq(st.shard_samples, 1);
+    ck_assert_int_eq(st.shard_skipped, 1);
+    ck_assert_msg(has_diag(&l, "sample \"b\": member b.weird: 5400 bytes, over the limit 64",
+                           NULL, NULL),
+                  "%s", l.text[0]);
+    dh_manifest *m;
+    ck_assert_int_eq(dh_manifest_load(out, NULL, &m, NULL), 0);
+    dh_sample_info si;
+    dh_manifest_sample(m, dh_manifest_find(m, "s.tar:a"), &si);
+    ck_assert_str_eq(si.text, "");
+    ck_assert_ptr_null(si.meta);
+    dh_manifest_free(m);
+    const char *bad[] = {"gif", "gif=picture", "a.b=image", "=image", "gif=image,", NULL};
+    for (int k = 0; bad[k]; k++) {
+        int rc = dh_index_suffixes_check(bad[k], why, sizeof why);
+        ck_assert_msg(rc == (k == 4 ? 0 : DH_EINVAL), "%s: %d", bad[k], rc);
+        ck_assert(k == 4 || strstr(why, "expected EXT=KIND"));
+        o.suffixes = bad[k];
+        ck_assert_int_eq(dh_index_dir(root, out, &o, &st), k == 4 ? 0 : DH_EINVAL);
+    }
+}
+END_TEST
+
 /* A shard cut inside the padding after a member's data lost what followed: said so (it
  * read as a complete archive before, and the samples after the cut vanished silently). */
 START_TEST(a_cut_inside_padding_is_named)
@@ -534,6 +591,7 @@ int main(void)
     tcase_add_test(tc, index_makes_one_line_per_sample_of_each_shard);
     tcase_add_test(tc, a_worker_keeps_a_few_shards_open);
     tcase_add_test(tc, a_cut_inside_padding_is_named);
+    tcase_add_test(tc, suffix_rules_extend_the_defaults);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -28,6 +28,9 @@ static const char help[] =
     "  -o, --output MANIFEST   where to write the manifest (required)\n"
     "  -j, --threads N         probing threads (default: one per CPU)\n"
     "  --on-error skip|fail    skip unprobeable files (default) or fail the run\n"
+    "  --suffix EXT=KIND       a shard member suffix's kind, beyond or over the defaults\n"
+    "                          (KIND: video, image, audio, text, label, meta, ignore;\n"
+    "                          repeatable; e.g. --suffix gif=image --suffix json=ignore)\n"
     "  -q, --quiet             no progress line\n";
 
 static void progress(int64_t done, int64_t total, void *user)
@@ -139,6 +142,7 @@ int cli_index(int argc, char **argv)
     const char *dir = NULL, *out = NULL;
     strs args = {0}, paths = {0};
     int fail_on_error = 0, quiet = 0;
+    char suffixes[1024] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -169,6 +173,19 @@ int cli_index(int argc, char **argv)
                 return CLI_USAGE;
             }
             fail_on_error = !strcmp(val, "fail");
+            i++;
+        } else if (!strcmp(a, "--suffix")) {
+            char why[300];
+            size_t have = strlen(suffixes);
+            if (!val || strchr(val, ',') || dh_index_suffixes_check(val, why, sizeof why) ||
+                have + strlen(val) + 2 > sizeof suffixes) {
+                cli_err("--suffix: %s", !val ? "expects EXT=KIND" : strchr(val, ',') ?
+                        "one EXT=KIND per --suffix" : have + strlen(val) + 2 > sizeof suffixes ?
+                        "too many rules" : why);
+                return CLI_USAGE;
+            }
+            snprintf(suffixes + have, sizeof suffixes - have, "%s%s", have ? "," : "", val);
+            opts.suffixes = suffixes;
             i++;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;

@@ -77,7 +77,8 @@ DH_API const char *dh_manifest_dir(const dh_manifest *m);
 typedef struct {
     const char *id;      /* borrowed, valid until dh_manifest_free */
     int64_t line;        /* manifest line it came from (0 when appended by API) */
-    int64_t text_tokens;
+    int64_t text_tokens; /* -1 (since 0.2): a text without "text_tokens"; the spec's text
+                          * section counts them (dh_derive_sample) */
     int32_t media_count;
     double sim_cpu_ms;   /* ground truth for engines only; < 0 when absent */
     double sim_gpu_ms;
@@ -86,6 +87,9 @@ typedef struct {
     const char *text;
     int64_t label;
     int has_label;
+    /* Added in 0.2: the sample's "meta" object as compact JSON (borrowed; NULL: none), from
+     * the manifest's "meta" (a shard's .json member). */
+    const char *meta;
 } dh_sample_info;
 
 DH_API int dh_manifest_sample(const dh_manifest *m, int64_t i, dh_sample_info *out);
@@ -256,6 +260,10 @@ typedef struct {
     void *diag_user;
     void (*progress)(int64_t done, int64_t total, void *user); /* may be NULL */
     void *progress_user;
+    /* Added in 0.2: a shard member's suffix rules beyond the defaults (docs/MANIFEST.md),
+     * "EXT=KIND[,EXT=KIND...]", KIND one of video, image, audio, text, label, meta, ignore;
+     * they override the defaults. NULL: none. A malformed rule: DH_EINVAL. */
+    const char *suffixes;
 } dh_index_opts;
 
 typedef struct {
@@ -273,6 +281,8 @@ typedef struct {
 } dh_index_stats;
 
 DH_API void dh_index_opts_default(dh_index_opts *opts);
+/* Added in 0.2: checks suffix rules (dh_index_opts.suffixes): 0, or DH_EINVAL and why. */
+DH_API int dh_index_suffixes_check(const char *rules, char *errbuf, size_t errlen);
 /*
  * Walks dir recursively, probes every regular file in parallel and writes one
  * manifest line per probed file (one media item, id = path relative to dir)

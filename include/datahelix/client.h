@@ -109,6 +109,9 @@ DH_API int dh_client_sample_pad(dh_client *c, const dh_batch *b, int32_t k);
  * member; valid as long as the batch), or NULL when it has none or the batch is not held.
  * Any thread. */
 DH_API const char *dh_client_sample_text(dh_client *c, const dh_batch *b, int32_t k);
+/* Added in 0.2. The meta object of sample k as compact JSON (the manifest's "meta", a shard's
+ * .json member), or NULL when it has none; valid until the batch is released. */
+DH_API const char *dh_client_sample_meta(dh_client *c, const dh_batch *b, int32_t k);
 /* Added in 0.2. The label of sample k into *label: 1 when it has one (the manifest's
  * "label", a shard's .cls member), 0 when not (*label = 0), DH_EINVAL for a batch this
  * client does not hold. Any thread. */

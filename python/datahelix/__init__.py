@@ -16,13 +16,18 @@ is the same number), "epoch", "epoch_step" (the step within its epoch), "ids",
 "samples", "tokens", "status" (0, or the negative error code of a sample that
 failed: its tensors are zeros), "text" (each sample's text, a str, or None: the
 manifest's "text", a shard's .txt member), "label" (an int64 tensor of each
-sample's label, datahelix.NO_LABEL where it has none: "label", a shard's .cls), "pad" (True for a duplicate that fills up an
-epoch's last batch when the agent keeps it: --keep-last), "data" (the whole batch as one uint8 view) and
+sample's label, datahelix.NO_LABEL where it has none: "label", a shard's .cls),
+"meta" (each sample's meta object as a dict, or None: the manifest's "meta", a
+shard's .json member; parsed when first read), "pad" (True for a duplicate that
+fills up an epoch's last batch when the agent keeps it: --keep-last), "data"
+(the whole batch as one uint8 view) and
 "emulated_compute_s" (the batch's modelled compute time, for emulating an
 accelerator on a CPU-only machine).
 The batch's memory goes back to the agent when the last tensor viewing it is
 garbage-collected, or on batch["release"]() once no view is left.
 """
+import collections.abc
+import json
 import os
 
 from ._datahelix import Client, DataHelixError, default_socket
@@ -40,6 +45,34 @@ NO_LABEL = -(1 << 63)
 
 # Error codes the Loader raises itself (the C library's values).
 _EINVAL, _EMISMATCH, _EPEER = -22, -10009, -10011
+
+
+class _Metas(collections.abc.Sequence):
+    """batch["meta"]: each sample's meta object (a dict) or None, parsed from its JSON text
+    when first read (a video2dataset .json holds kilobytes of ffprobe output that most loops
+    never look at)."""
+
+    __slots__ = ("_texts", "_parsed")
+
+    def __init__(self, texts):
+        self._texts = texts
+        self._parsed = [None] * len(texts)
+
+    def __len__(self):
+        return len(self._texts)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        text = self._texts[k]
+        if text is None:
+            return None
+        if self._parsed[k] is None:
+            self._parsed[k] = json.loads(text)
+        return self._parsed[k]
+
+    def __repr__(self):
+        return repr(list(self))
 
 
 def _views(raw, items):
@@ -257,13 +290,14 @@ class Loader:
 
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
-        texts, labels = raw.texts()
+        texts, labels, metas = raw.texts()
         whole, batch = _views(raw, items)
         epoch, epoch_step = self._position(step - self._run["step_base"])
         label = np.array([NO_LABEL if v is None else v for v in labels], dtype=np.int64)
         batch.update(step=step, global_step=step, epoch=epoch, epoch_step=epoch_step,
                      ids=ids, samples=samples, tokens=tokens, status=status, pad=pad,
                      text=texts, label=torch.from_numpy(label) if torch is not None else label,
+                     meta=_Metas(metas),
                      emulated_compute_s=emulated,
                      data=torch.from_numpy(whole) if torch is not None else whole,
                      release=raw.release)

@@ -140,38 +140,45 @@ static int fill_samples(BatchObject *self, PyObject *samples, PyObject *ids, PyO
     return 0;
 }
 
-/* (texts, labels): per sample its text (str, or None) and label (int, or None). */
+/* A str of UTF-8 bytes, or None for NULL; a new reference (NULL on error). */
+static PyObject *str_or_none(const char *t)
+{
+    if (!t)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "strict");
+}
+
+/* (texts, labels, metas): per sample its text (str, or None), label (int, or None) and
+ * meta object as JSON text (str, or None). */
 static PyObject *batch_texts(BatchObject *self, PyObject *unused)
 {
     (void)unused;
     const dh_batch *b = &self->b;
     PyObject *texts = PyList_New(b->nsamples), *labels = PyList_New(b->nsamples);
-    if (!texts || !labels)
+    PyObject *metas = PyList_New(b->nsamples);
+    if (!texts || !labels || !metas)
         goto fail;
     for (int32_t k = 0; k < b->nsamples; k++) {
-        const char *t = dh_client_sample_text(self->client->c, b, k);
         int64_t label = 0;
         int has = dh_client_sample_label(self->client->c, b, k, &label) == 1;
-        PyObject *tv = t ? PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "strict") : Py_None;
-        PyObject *lv = has ? PyLong_FromLongLong(label) : Py_None;
-        if (!tv || !lv) {
-            if (tv && tv != Py_None)
-                Py_DECREF(tv);
-            if (lv && lv != Py_None)
-                Py_DECREF(lv);
+        PyObject *tv = str_or_none(dh_client_sample_text(self->client->c, b, k));
+        PyObject *mv = str_or_none(dh_client_sample_meta(self->client->c, b, k));
+        PyObject *lv = has ? PyLong_FromLongLong(label) : (Py_INCREF(Py_None), Py_None);
+        if (!tv || !lv || !mv) {
+            Py_XDECREF(tv);
+            Py_XDECREF(lv);
+            Py_XDECREF(mv);
             goto fail;
         }
-        if (tv == Py_None)
-            Py_INCREF(Py_None);
-        if (lv == Py_None)
-            Py_INCREF(Py_None);
         PyList_SET_ITEM(texts, k, tv);
         PyList_SET_ITEM(labels, k, lv);
+        PyList_SET_ITEM(metas, k, mv);
     }
-    return Py_BuildValue("(NN)", texts, labels);
+    return Py_BuildValue("(NNN)", texts, labels, metas);
 fail:
     Py_XDECREF(texts);
     Py_XDECREF(labels);
+    Py_XDECREF(metas);
     return NULL;
 }
 
@@ -291,7 +298,8 @@ static PyMethodDef batch_methods[] = {
      "Give the batch back (deferred while a view of it is alive). Returns True if given back."},
     {"describe", (PyCFunction)batch_describe, METH_NOARGS, "Items, samples, ids, tokens."},
     {"texts", (PyCFunction)batch_texts, METH_NOARGS,
-     "(texts, labels): each sample's text (str or None) and label (int or None)."},
+     "(texts, labels, metas): each sample's text (str or None), label (int or None) "
+     "and meta object as JSON text (str or None)."},
     {"layout", (PyCFunction)batch_layout, METH_NOARGS,
      "(step, items, samples, ids, tokens, status, emulated_compute_s, pad): the fast form."},
     {"address", (PyCFunction)batch_address, METH_NOARGS, "Address of the batch's first byte."},

@@ -358,8 +358,9 @@ print(json.dumps(passes))
 
     def test_shards_serve_each_sample_once_with_its_caption_and_label(self):
         """WebDataset shards (two, pax and GNU) indexed in place: 2 ranks, 2 epochs; every
-        sample of an epoch once across ranks, each with its own caption and label (the
-        pixels read in place equal a loose file's decode: test_tar)."""
+        sample of an epoch once across ranks, each with its own caption, label and (even
+        samples) .json metadata (the pixels read in place equal a loose file's decode:
+        test_tar)."""
         import io
         import tarfile
         d = os.path.join(self.tmp, "wds")
@@ -369,9 +370,11 @@ print(json.dumps(passes))
                 for k in range(4 * s, 4 * s + 4):
                     with open(os.path.join(self.tmp, "i%d.jpg" % k), "rb") as f:
                         jpg = f.read()
+                    meta = json.dumps({"key": k, "video_metadata": {"w": 8}}).encode()
                     for name, data in (("%06d.jpg" % k, jpg),
                                        ("%06d.txt" % k, ("caption \u00e9 %d" % k).encode()),
-                                       ("%06d.cls" % k, b"%d" % (100 + k))):
+                                       ("%06d.cls" % k, b"%d" % (100 + k)),
+                                       ("%06d.json" % k, meta))[:4 - k % 2]:
                         i = tarfile.TarInfo(name)
                         i.size = len(data)
                         t.addfile(i, io.BytesIO(data))
@@ -385,8 +388,7 @@ with datahelix.Loader(socket=sys.argv[1], rank=int(sys.argv[2]), world_size=2) a
         loader.set_epoch(epoch)
         for b in loader:
             for k, i in enumerate(b["ids"]):
-                rows.append([epoch, i, b["text"][k], int(b["label"][k]),
-                             list(b["image"][k].shape)])
+                rows.append([epoch, i, b["text"][k], int(b["label"][k]), b["meta"][k]])
 print(json.dumps(rows))
 """
         s = sock()
@@ -404,9 +406,10 @@ print(json.dumps(rows))
             self.assertEqual(rc, 0, err)
             self.assertIn("delivered 16 + failed 0 = 16", out)
         for epoch in range(2):
-            got = sorted((i, t, l) for e, i, t, l, _ in rows if e == epoch)
-            want = sorted(("%05d.tar:%06d" % (k // 4, k), "caption \u00e9 %d" % k, 100 + k)
-                          for k in range(8))
+            got = sorted((i, t, l, json.dumps(m)) for e, i, t, l, m in rows if e == epoch)
+            want = sorted(("%05d.tar:%06d" % (k // 4, k), "caption \u00e9 %d" % k, 100 + k,
+                           json.dumps({"key": k, "video_metadata": {"w": 8}} if k % 2 == 0
+                                      else None)) for k in range(8))
             self.assertEqual(got, want)
 
     def test_padding_is_marked_in_an_epoch_resumed_at_another_global_batch(self):

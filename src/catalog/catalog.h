@@ -17,7 +17,7 @@
 
 #define DH__NO_STR UINT32_MAX      /* a string column's "absent" */
 #define DH__NO_LABEL INT64_MIN     /* the label column's "absent" */
-#define DH__TEXT_MAX (1 << 20)     /* bytes of one sample's text */
+#define DH__TEXT_MAX (1 << 20)     /* bytes of one sample's text, and of its meta */
 
 struct dh_manifest {
     char *dir; /* directory media paths are relative to; "" for cwd */
@@ -36,6 +36,7 @@ struct dh_manifest {
     float *sim_cpu_ms; /* < 0: absent */
     float *sim_gpu_ms;
     uint32_t *text_off; /* DH__NO_STR: none */
+    uint32_t *meta_off; /* DH__NO_STR: none */
     int64_t *label;     /* DH__NO_LABEL: none */
 
     /* media items */
@@ -117,9 +118,14 @@ struct dh_spec {
     } audio;
     struct {
         int64_t max_tokens; /* 0: no cap */
+        /* A text without "text_tokens" counts ceil(bytes / bytes_per_token) tokens, or with
+         * tokens_per_word > 0, ceil(whitespace-separated words x tokens_per_word). */
+        double bytes_per_token, tokens_per_word;
     } text;
 };
 
+/* Tokens of a text by the spec's text section (a manifest without "text_tokens"); 0: NULL. */
+int64_t dh__text_tokens(const dh_spec *spec, const char *text);
 /* Any-res tiling of a w x h image: the grid (cols x rows) before the base tile. */
 void dh__image_grid(const dh_spec *s, int64_t w, int64_t h, int64_t *cols, int64_t *rows);
 /* JPEG DCT-domain scale M (of M/8) the decoder uses for a w x h source. */

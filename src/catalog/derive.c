@@ -17,6 +17,7 @@
  */
 #include "catalog.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,22 @@ int dh_derive_media(const dh_spec *spec, const dh_media_info *media, dh_media_de
     return 0;
 }
 
+int64_t dh__text_tokens(const dh_spec *spec, const char *text)
+{
+    if (!text)
+        return 0;
+    double n;
+    if (spec->text.tokens_per_word > 0) {
+        int64_t words = 0;
+        for (const char *p = text; *p; p++) /* ASCII whitespace separates words */
+            words += !isspace((unsigned char)*p) && (p == text || isspace((unsigned char)p[-1]));
+        n = (double)words * spec->text.tokens_per_word;
+    } else {
+        n = (double)strlen(text) / spec->text.bytes_per_token;
+    }
+    return (int64_t)ceil(n - 1e-9);
+}
+
 int dh_derive_sample(const dh_spec *spec, const dh_manifest *m, int64_t i, dh_sample_derived *out,
                      dh_media_derived *per_media)
 {
@@ -321,7 +338,7 @@ int dh_derive_sample(const dh_spec *spec, const dh_manifest *m, int64_t i, dh_sa
     if (rc || !spec || !out)
         return rc ? rc : DH_EINVAL;
     memset(out, 0, sizeof *out);
-    int64_t text = si.text_tokens;
+    int64_t text = si.text_tokens >= 0 ? si.text_tokens : dh__text_tokens(spec, si.text);
     if (spec->text.max_tokens > 0)
         text = DH_MIN(text, spec->text.max_tokens);
     out->tokens = text;

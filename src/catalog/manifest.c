@@ -313,6 +313,9 @@ static int parse_text(const jv_doc *d, const jv *root, dh__staged_sample *s, lin
     rc = get_int(d, root, "label", "", -(INT64_C(1) << 53), INT64_C(1) << 53, DH_ERANGE,
                  &s->label, e);
     s->has_label = s->label != DH__NO_LABEL;
+    const jv *meta = jv_get(d, root, "meta");
+    if (!rc && meta && meta->type != JV_OBJECT)
+        return fail(e, DH_ESCHEMA, "meta: expected an object, got %s", jv_kind(meta));
     return rc;
 }
 
@@ -341,10 +344,10 @@ static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, si
     size_t nmedia = media ? media->count : 0;
     if (nmedia > (size_t)m->limits.max_media)
         return fail(e, DH_ELIMIT, "media: %zu items, over the limit %d", nmedia, m->limits.max_media);
-    if (nmedia == 0 && s->text_tokens < 0)
-        return fail(e, DH_ESCHEMA, "sample has neither \"media\" nor \"text_tokens\"");
-    if (s->text_tokens < 0)
-        s->text_tokens = 0;
+    if (nmedia == 0 && s->text_tokens < 0 && !s->text)
+        return fail(e, DH_ESCHEMA, "sample has neither \"media\" nor \"text\" nor \"text_tokens\"");
+    if (s->text_tokens < 0 && !s->text)
+        s->text_tokens = 0; /* a text without a count stays -1: the spec counts it */
     s->media_count = (int)nmedia;
     int i = 0;
     for (const jv *item = nmedia ? jv_first(d, media) : NULL; item; item = jv_next(d, item), i++)
@@ -378,6 +381,29 @@ static int parse_document(dh_manifest *m, const char *line, size_t len, line_err
     return rc ? fail(e, rc, "out of memory") : 0;
 }
 
+/*
+ * The line's "meta" object as compact JSON into *out (malloc'd). The line is parsed again by
+ * jansson, which keeps what the read-only document does not (key order, the spelling of
+ * numbers): only lines with a meta pay for it.
+ */
+static int compact_meta(const char *line, size_t len, char **out, line_error *e)
+{
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+    char *text = root ? json_dumps(json_object_get(root, "meta"),
+                                   JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!text)
+        return fail(e, DH_ENOMEM, "out of memory");
+    size_t n = strlen(text);
+    if (n > DH__TEXT_MAX) {
+        free(text);
+        return fail(e, DH_ELIMIT, "meta: %zu bytes as compact JSON, over the limit %d", n,
+                    DH__TEXT_MAX);
+    }
+    *out = text;
+    return 0;
+}
+
 int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
                             line_error *e)
 {
@@ -400,11 +426,16 @@ int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_
     dh__staged_sample s = {.media = media};
     size_t kf_staged = 0;
     rc = parse_sample(m, jv_root(m->doc), &s, &kf_staged, e);
+    char *meta = NULL;
+    if (!rc && jv_get(m->doc, jv_root(m->doc), "meta"))
+        rc = compact_meta(line, len, &meta, e);
+    s.meta = meta;
     if (!rc) {
         rc = dh__manifest_commit(m, &s, lineno, kf_staged);
         if (rc)
             fail(e, rc, "%s", dh_strerror(rc));
     }
+    free(meta);
     return rc;
 }
 

@@ -26,6 +26,7 @@ typedef struct {
     int64_t text_tokens;
     double sim_cpu, sim_gpu;
     const char *text;  /* NULL: none */
+    const char *meta;  /* compact JSON of the sample's "meta" object; NULL: none */
     int64_t label;
     int has_label;
     int media_count;

@@ -249,7 +249,8 @@ size_t dh_manifest_memory(const dh_manifest *m)
 {
     if (!m)
         return 0;
-    size_t per_sample = 4 + 4 + 4 + 4 + 2 + 4 + 4 + (m->text_off ? 4 : 0) + (m->label ? 8 : 0);
+    size_t per_sample = 4 + 4 + 4 + 4 + 2 + 4 + 4 + (m->text_off ? 4 : 0) + (m->meta_off ? 4 : 0) +
+                        (m->label ? 8 : 0);
     size_t per_media = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 4 + (m->m_offset ? 8 : 0) +
                        (m->m_member_off ? 4 : 0) + (m->m_file_bytes ? 8 : 0);
     return sizeof *m + strlen(m->dir) + 1 + m->cap * per_sample + m->mcap * per_media +
@@ -267,6 +268,7 @@ int dh_manifest_sample(const dh_manifest *m, int64_t i, dh_sample_info *out)
     out->sim_cpu_ms = m->sim_cpu_ms[i];
     out->sim_gpu_ms = m->sim_gpu_ms[i];
     out->text = !m->text_off || m->text_off[i] == DH__NO_STR ? NULL : dh__str(m, m->text_off[i]);
+    out->meta = !m->meta_off || m->meta_off[i] == DH__NO_STR ? NULL : dh__str(m, m->meta_off[i]);
     out->has_label = m->label && m->label[i] != DH__NO_LABEL;
     out->label = out->has_label ? m->label[i] : 0;
     return 0;

@@ -102,6 +102,8 @@ static int need_optional(dh_manifest *m, const dh__staged_sample *s)
             pinned |= s->media[j].file_bytes > 0;
     if (s->text && !m->text_off)
         rc |= optional_column((void **)&m->text_off, 4, 0, m->cap, &(uint32_t){DH__NO_STR});
+    if (s->meta && !m->meta_off)
+        rc |= optional_column((void **)&m->meta_off, 4, 0, m->cap, &(uint32_t){DH__NO_STR});
     if (s->has_label && !m->label)
         rc |= optional_column((void **)&m->label, 8, 0, m->cap, &(int64_t){DH__NO_LABEL});
     if (range && !m->m_offset)
@@ -137,6 +139,8 @@ static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
     int rc = 0;
     if (m->text_off)
         rc |= optional_column((void **)&m->text_off, 4, cap, m->cap, &(uint32_t){DH__NO_STR});
+    if (m->meta_off)
+        rc |= optional_column((void **)&m->meta_off, 4, cap, m->cap, &(uint32_t){DH__NO_STR});
     if (m->label)
         rc |= optional_column((void **)&m->label, 8, cap, m->cap, &(int64_t){DH__NO_LABEL});
     if (m->m_offset)
@@ -163,6 +167,8 @@ static uint64_t descriptor_hash(const dh_manifest *m, const dh__staged_sample *s
         h = dh__hash_bytes(s->text, strlen(s->text), h ^ 0x7e47);
     if (s->has_label)
         h = dh__mix64(h ^ (uint64_t)s->label ^ 0x1abe1);
+    if (s->meta)
+        h = dh__hash_bytes(s->meta, strlen(s->meta), h ^ 0x3e7a);
     for (int j = 0; j < s->media_count; j++) {
         const dh__staged_media *sm = &s->media[j];
         int64_t f[] = {sm->type,   sm->codec, sm->width, sm->height, sm->frames,
@@ -190,6 +196,9 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     if (id_off < 0)
         return (int)id_off;
     int64_t path_off[256], member_off[256], text_off = s->text ? str_push(m, s->text) : DH__NO_STR;
+    int64_t meta_off = s->meta && text_off >= 0 ? str_push(m, s->meta) : DH__NO_STR;
+    if (meta_off < 0)
+        text_off = meta_off;
     for (int j = 0; j < s->media_count && text_off >= 0; j++) {
         path_off[j] = str_push(m, s->media[j].path);
         member_off[j] = s->media[j].member ? str_push(m, s->media[j].member) : DH__NO_STR;
@@ -210,6 +219,8 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     m->sim_gpu_ms[i] = (float)s->sim_gpu;
     if (m->text_off)
         m->text_off[i] = (uint32_t)text_off;
+    if (m->meta_off)
+        m->meta_off[i] = (uint32_t)meta_off;
     if (m->label)
         m->label[i] = s->has_label ? s->label : DH__NO_LABEL;
     for (int j = 0; j < s->media_count; j++) {
@@ -281,7 +292,7 @@ void dh_manifest_free(dh_manifest *m)
                     m->m_channels, m->m_path_off, m->m_width,    m->m_height,    m->m_fps,
                     m->m_frames,   m->m_duration, m->m_rate,     m->m_bytes,     m->m_kf_off,
                     m->m_kf_count, m->kf,         m->str,        m->idx,         m->text_off,
-                    m->label,      m->m_offset,   m->m_member_off, m->m_file_bytes};
+                    m->meta_off,   m->label,      m->m_offset,   m->m_member_off, m->m_file_bytes};
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
         free(arrs[i]);
     if (m->doc) {

@@ -250,7 +250,7 @@ static int parse_image(spec_ctx *c, const json_t *root, dh_spec *s)
 static int parse_audio_text(spec_ctx *c, const json_t *root, dh_spec *s)
 {
     static const char *const akeys[] = {"sample_rate", "mel_bins", "mel_fps", "tokens_per_s", NULL};
-    static const char *const tkeys[] = {"max_tokens", NULL};
+    static const char *const tkeys[] = {"max_tokens", "bytes_per_token", "tokens_per_word", NULL};
     const json_t *a, *t;
     int rc = section(c, root, "audio", akeys, &a);
     if (!rc && a &&
@@ -261,8 +261,14 @@ static int parse_audio_text(spec_ctx *c, const json_t *root, dh_spec *s)
         return rc;
     if (!rc)
         rc = section(c, root, "text", tkeys, &t);
-    if (!rc && t)
-        rc = spec_int(c, t, "text", "max_tokens", 0, INT64_MAX, &s->text.max_tokens);
+    if (!rc && t &&
+        ((rc = spec_int(c, t, "text", "max_tokens", 0, INT64_MAX, &s->text.max_tokens)) ||
+         (rc = spec_num(c, t, "text", "bytes_per_token", 0.01, 1e6, &s->text.bytes_per_token)) ||
+         (rc = spec_num(c, t, "text", "tokens_per_word", 0.01, 1e6, &s->text.tokens_per_word))))
+        return rc;
+    if (t && json_object_get(t, "bytes_per_token") && json_object_get(t, "tokens_per_word"))
+        return spec_fail(c, DH_ESCHEMA, "spec: text: give bytes_per_token or tokens_per_word, "
+                                        "not both");
     return rc;
 }
 
@@ -285,6 +291,7 @@ static void spec_defaults(dh_spec *s)
     s->audio.mel_bins = 80;
     s->audio.mel_fps = 100;
     s->audio.tokens_per_s = 25.0;
+    s->text.bytes_per_token = 4.0;
 }
 
 int dh_spec_parse(const char *json, size_t len, dh_spec **out, char *errbuf, size_t errlen)
@@ -390,5 +397,8 @@ uint64_t dh_spec_hash(const dh_spec *s)
     h = mix_in(h, (uint64_t)s->audio.mel_bins);
     h = mix_in(h, (uint64_t)s->audio.mel_fps);
     h = mix_num(h, s->audio.tokens_per_s);
-    return mix_in(h, (uint64_t)s->text.max_tokens);
+    h = mix_in(h, (uint64_t)s->text.max_tokens);
+    if (s->text.bytes_per_token != 4.0 || s->text.tokens_per_word > 0) /* the defaults keep */
+        h = mix_num(mix_num(h, s->text.bytes_per_token), s->text.tokens_per_word); /* old hashes */
+    return h;
 }

@@ -32,6 +32,7 @@ typedef struct {
     const uint8_t *flags; /* per sample: DH__SAMPLE_* */
     const uint8_t *labels; /* per sample: an int64 (unaligned) */
     const char *texts;     /* per sample: a NUL-terminated text */
+    const char *metas;     /* per sample: a NUL-terminated JSON object ("" when none) */
 } held;
 
 struct dh_client {
@@ -208,10 +209,10 @@ static int hold(dh_client *c, int64_t step, void *payload)
     const uint8_t *flags = (const uint8_t *)payload + sizeof bh + 16 * (size_t)bh.nsamples +
                            (size_t)bh.nitems * sizeof(dh_batch_item) + bh.ids_bytes;
     const uint8_t *labels = flags + bh.nsamples;
+    const char *texts = (const char *)labels + 8 * (size_t)bh.nsamples;
     if (!rc)
         c->leases[c->nleases++] =
-            (held){step, payload, bh.emulated_s, flags, labels,
-                   (const char *)labels + 8 * (size_t)bh.nsamples};
+            (held){step, payload, bh.emulated_s, flags, labels, texts, texts + bh.text_bytes};
     pthread_mutex_unlock(&c->lease_mu);
     return rc;
 }
@@ -251,7 +252,7 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
     memcpy(&bh, p, sizeof bh);
     uint64_t ns = (uint64_t)(uint32_t)bh.nsamples, ni = (uint64_t)(uint32_t)bh.nitems;
     uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes + ns +
-                    8 * ns + bh.text_bytes;
+                    8 * ns + (uint64_t)bh.text_bytes + bh.meta_bytes;
     if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1)
         return DH_EPARSE;
     const dh__shm *pool = bh.pool >= 0 ? &c->pools[bh.pool] : NULL;
@@ -269,9 +270,12 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
     if (!ids_ok(ids, bh.ids_bytes, ns))
         return DH_EPARSE;
     const uint8_t *texts = ids + bh.ids_bytes + 9 * ns; /* past flags and labels */
+    const uint8_t *metas = texts + bh.text_bytes;
     if (!ids_ok(texts, bh.text_bytes, ns) ||
-        dh__utf8_check((const char *)texts, bh.text_bytes) != bh.text_bytes)
-        return DH_EPARSE; /* each text NUL-terminated, all of it UTF-8 */
+        dh__utf8_check((const char *)texts, bh.text_bytes) != bh.text_bytes ||
+        !ids_ok(metas, bh.meta_bytes, ns) ||
+        dh__utf8_check((const char *)metas, bh.meta_bytes) != bh.meta_bytes)
+        return DH_EPARSE; /* each text and meta NUL-terminated, all of it UTF-8 */
     *out = (dh_batch){.step = c->base + bh.step, .rank = bh.rank, .nsamples = bh.nsamples,
                       .nitems = bh.nitems, .nfailed = bh.nfailed, .samples = (const void *)q,
                       .tokens = (const void *)(q + 8 * ns), .items = items,
@@ -351,20 +355,31 @@ int dh_client_sample_pad(dh_client *c, const dh_batch *b, int32_t k)
     return pad;
 }
 
-const char *dh_client_sample_text(dh_client *c, const dh_batch *b, int32_t k)
+/* Sample k's string of a batch's texts (meta 0) or metas (1), when its flag says it has one. */
+static const char *sample_string(dh_client *c, const dh_batch *b, int32_t k, int meta)
 {
     if (!c || !b || k < 0 || k >= b->nsamples)
         return NULL;
     const char *t = NULL;
     pthread_mutex_lock(&c->lease_mu);
     const held *h = lease_of(c, b);
-    if (h && (h->flags[k] & DH__SAMPLE_TEXT)) {
-        t = h->texts;
+    if (h && (h->flags[k] & (meta ? DH__SAMPLE_META : DH__SAMPLE_TEXT))) {
+        t = meta ? h->metas : h->texts;
         for (int32_t j = 0; j < k; j++)
             t += strlen(t) + 1;
     }
     pthread_mutex_unlock(&c->lease_mu);
     return t;
+}
+
+const char *dh_client_sample_text(dh_client *c, const dh_batch *b, int32_t k)
+{
+    return sample_string(c, b, k, 0);
+}
+
+const char *dh_client_sample_meta(dh_client *c, const dh_batch *b, int32_t k)
+{
+    return sample_string(c, b, k, 1);
 }
 
 int dh_client_sample_label(dh_client *c, const dh_batch *b, int32_t k, int64_t *label)

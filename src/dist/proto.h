@@ -17,7 +17,7 @@
 #include "../core/core.h"
 
 #define DH__PROTO_MAGIC 0x584c4844u /* "DHLX" */
-#define DH__PROTO_VERSION 3 /* 2: resume checks, WAITING, global steps; 3: streams */
+#define DH__PROTO_VERSION 4 /* 2: resume checks, WAITING, global steps; 3: streams; 4: meta */
 #define DH__STREAM_NAME 32 /* a stream's name, NUL included */
 #define DH__PROTO_MAX (64u << 20)
 
@@ -26,7 +26,7 @@ enum {
     DH__MSG_ATTACHED,   /* agent: dh__attached + 2 fds (ring, arena) */
     DH__MSG_NEXT,       /* client: int32 timeout_ms */
     DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, ids, flags,
-                         * labels, texts */
+                         * labels, texts, metas */
     DH__MSG_RELEASE,    /* client: dh__release (one-way) */
     DH__MSG_REPORT,     /* client: dh__report (one-way) */
     DH__MSG_DETACH,     /* client: empty (one-way) */
@@ -83,17 +83,20 @@ typedef struct {
     int32_t nsamples, nitems, nfailed;
     uint32_t ids_bytes;                /* NUL-separated sample ids after the items, then
                                         * one byte of DH__SAMPLE_* flags per sample, then an
-                                        * int64 label per sample, then text_bytes of texts */
+                                        * int64 label per sample, then text_bytes of texts,
+                                        * then meta_bytes of metas */
     double emulated_s;                 /* the batch's modelled compute time (emulation only) */
     uint32_t text_bytes;               /* the samples' texts, each NUL-terminated ("" when
                                         * it has none); texts travel here, as ids do: a few
                                         * KB a batch beside its MBs of views */
-    uint32_t reserved;
+    uint32_t meta_bytes;               /* the samples' meta objects as compact JSON, each
+                                        * NUL-terminated ("" when it has none) */
 } dh__batch_head;
 
 #define DH__SAMPLE_PAD 1   /* a duplicate filling up an epoch's last batch (keep_last) */
 #define DH__SAMPLE_TEXT 2  /* the sample has a text */
 #define DH__SAMPLE_LABEL 4 /* the sample has a label */
+#define DH__SAMPLE_META 8  /* the sample has a meta object */
 
 typedef struct {
     int64_t step;

@@ -489,18 +489,20 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
                          .emulated_s = dh_engine_batch_gpu_seconds(a->e, b)};
     if (b->nitems && dh__engine_locate(a->e, b->data, &bh.pool, &bh.offset))
         return DH_EINVAL;
-    size_t ns = (size_t)b->nsamples, ni = (size_t)b->nitems, ids = 0, texts = 0;
+    size_t ns = (size_t)b->nsamples, ni = (size_t)b->nitems, ids = 0, texts = 0, metas = 0;
     for (size_t k = 0; k < ns; k++) {
         dh_sample_info si;
         dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
         ids += strlen(si.id) + 1;
         texts += (si.text ? strlen(si.text) : 0) + 1;
+        metas += (si.meta ? strlen(si.meta) : 0) + 1;
     }
     size_t len = 2 * ns * sizeof(int64_t) + ni * sizeof(dh_batch_item) + ids + ns +
-                 ns * sizeof(int64_t) + texts;
+                 ns * sizeof(int64_t) + texts + metas;
     if (len > DH__PROTO_MAX - sizeof bh)
         return DH_ELIMIT;
     bh.text_bytes = (uint32_t)texts;
+    bh.meta_bytes = (uint32_t)metas;
     uint8_t *body = dh__malloc(DH_MAX(len, 1));
     if (!body)
         return DH_ENOMEM;
@@ -521,14 +523,18 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
         return rc;
     }
     uint8_t *flags = w, *labels = w + ns, *text = labels + ns * sizeof(int64_t);
+    uint8_t *meta = text + texts;
     for (size_t k = 0; k < ns; k++) {
         dh_sample_info si;
         dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
-        flags[k] |= (si.text ? DH__SAMPLE_TEXT : 0) | (si.has_label ? DH__SAMPLE_LABEL : 0);
+        flags[k] |= (si.text ? DH__SAMPLE_TEXT : 0) | (si.has_label ? DH__SAMPLE_LABEL : 0) |
+                    (si.meta ? DH__SAMPLE_META : 0);
         int64_t label = si.has_label ? si.label : 0;
         memcpy(labels + k * sizeof label, &label, sizeof label);
         size_t n = (si.text ? strlen(si.text) : 0) + 1;
         memcpy(text, si.text ? si.text : "", n), text += n;
+        n = (si.meta ? strlen(si.meta) : 0) + 1;
+        memcpy(meta, si.meta ? si.meta : "", n), meta += n;
     }
     rc = dh__proto_send2(c->fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len);
     free(body);

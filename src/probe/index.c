@@ -129,7 +129,8 @@ static void *probe_worker(void *arg)
         size_t len = strlen(j->rel[i]);
         if (len > 4 && !strcasecmp(j->rel[i] + len - 4, ".tar")) { /* a WebDataset shard */
             fr->shard = 1;
-            fr->rc = dh__index_shard(j->root, j->rel[i], j->prefix, &j->opts->limits, &fr->sr);
+            fr->rc = dh__index_shard(j->root, j->rel[i], j->prefix, &j->opts->limits,
+                                    j->opts->suffixes, &fr->sr);
             if (fr->rc)
                 fr->err = strdup(dh_strerror(fr->rc));
             goto done;
@@ -372,7 +373,7 @@ int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opt
     dh_index_opts defopts;
     dh_index_stats local;
     index_defaults(&opts, &defopts, &stats, &local);
-    if (!dir || !out_path)
+    if (!dir || !out_path || dh_index_suffixes_check(opts->suffixes, NULL, 0))
         return DH_EINVAL;
     index_job j = {.opts = opts,
                    .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -407,7 +408,7 @@ int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
     dh_index_opts defopts;
     dh_index_stats local;
     index_defaults(&opts, &defopts, &stats, &local);
-    if (!paths || !out_path)
+    if (!paths || !out_path || dh_index_suffixes_check(opts->suffixes, NULL, 0))
         return DH_EINVAL;
     index_job j = {.opts = opts,
                    .lock = PTHREAD_MUTEX_INITIALIZER,

@@ -29,7 +29,8 @@ typedef struct {
  * r's diags).
  */
 int dh__index_shard(const char *root, const char *rel, const char *prefix,
-                    const dh_limits *limits, dh__shard_result *r);
+                    const dh_limits *limits, const char *suffixes, dh__shard_result *r);
+
 void dh__shard_result_clear(dh__shard_result *r);
 
 #endif

@@ -63,7 +63,42 @@ static int collect(const dh__tar_member *tm, void *user)
  * the text kinds below, or -1 (ignored). */
 enum { KIND_TEXT = 100, KIND_LABEL, KIND_META };
 
-static int kind_of(const char *suffix)
+static const struct {
+    const char *name;
+    int kind;
+} kinds[] = {{"video", DH_MEDIA_VIDEO}, {"image", DH_MEDIA_IMAGE}, {"audio", DH_MEDIA_AUDIO},
+             {"text", KIND_TEXT},       {"label", KIND_LABEL},      {"meta", KIND_META},
+             {"ignore", -1}};
+
+/* The kind a rule "EXT=KIND" (n bytes) gives ext, or -2 when it is not a rule for ext; -3
+ * when it is malformed. */
+static int rule_kind(const char *rule, size_t n, const char *ext)
+{
+    const char *eq = memchr(rule, '=', n);
+    size_t elen = eq ? (size_t)(eq - rule) : 0;
+    if (!eq || !elen || elen > 16 || memchr(rule, '.', elen))
+        return -3;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (strlen(kinds[k].name) == n - elen - 1 && !memcmp(eq + 1, kinds[k].name, n - elen - 1))
+            return ext && strlen(ext) == elen && !strncasecmp(ext, rule, elen) ? kinds[k].kind
+                                                                              : -2;
+    return -3;
+}
+
+int dh_index_suffixes_check(const char *rules, char *err, size_t errlen)
+{
+    for (const char *p = rules; p && *p;) {
+        size_t n = strcspn(p, ",");
+        if (rule_kind(p, n, NULL) == -3)
+            return dh__fail(err, errlen, DH_EINVAL, "suffix rule \"%.*s\": expected EXT=KIND, "
+                            "EXT a suffix without dots (at most 16 bytes), KIND one of video, "
+                            "image, audio, text, label, meta, ignore", (int)n, p);
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+static int kind_of(const char *suffix, const char *rules)
 {
     static const struct {
         const char *ext;
@@ -76,6 +111,13 @@ static int kind_of(const char *suffix)
                  {"cls", KIND_LABEL},      {"json", KIND_META}};
     const char *dot = strrchr(suffix, '.');
     const char *ext = dot ? dot + 1 : suffix;
+    for (const char *p = rules; p && *p;) { /* the user's rules first: they may override */
+        size_t n = strcspn(p, ",");
+        int kind = rule_kind(p, n, ext);
+        if (kind >= -1)
+            return kind;
+        p += n + (p[n] == ',');
+    }
     for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
         if (!strcmp(ext, table[k].ext))
             return table[k].kind;
@@ -140,6 +182,7 @@ static int read_member(dh__source *s, const member *m, int64_t max, char **out, 
 typedef struct {
     const char *root, *rel, *prefix; /* DIR, the shard below it, DIR as the manifest sees it */
     const dh_limits *limits;
+    const char *suffixes;            /* the user's suffix rules, or NULL */
     dh__source *src;                 /* the shard, opened (for text and label members) */
     dh__shard_result *r;
 } shard_job;
@@ -152,6 +195,7 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
     int rc = 0;
     json_t *media = json_array(), *line = json_object();
     char *text = NULL;
+    json_t *meta = NULL;
     int64_t label = 0;
     int has_label = 0;
     for (size_t k = 0; k < n && !rc; k++) {
@@ -163,7 +207,7 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
                 rc = dh__fail(why, sizeof why, DH_EDUP, "suffix \"%s\" twice", suffix), bad = m->name;
         if (k < 64)
             snprintf(suffixes[k], sizeof suffixes[k], "%s", suffix);
-        int kind = rc ? -1 : kind_of(suffix);
+        int kind = rc ? -1 : kind_of(suffix, j->suffixes);
         if (kind >= 0 && m->type != '0') {
             rc = dh__fail(why, sizeof why, DH_ENOTMEDIA, "a %s, not a regular file (type '%c')",
                           m->type == '1' || m->type == '2' ? "link"
@@ -180,6 +224,19 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
                               at < (size_t)m->size ? at : strlen(text));
                 bad = m->name;
             }
+        } else if (kind == KIND_META) {
+            char *buf = NULL;
+            json_error_t jerr;
+            if (!(rc = read_member(j->src, m, DH__TEXT_MAX, &buf, why, sizeof why))) {
+                meta = json_loadb(buf, (size_t)m->size, JSON_REJECT_DUPLICATES, &jerr);
+                if (!meta)
+                    rc = dh__fail(why, sizeof why, DH_EPARSE, "malformed JSON at line %d column "
+                                  "%d: %s", jerr.line, jerr.column, jerr.text);
+                else if (!json_is_object(meta))
+                    rc = dh__fail(why, sizeof why, DH_ESCHEMA, "JSON, but not an object");
+            }
+            free(buf);
+            bad = rc ? m->name : bad;
         } else if (kind == KIND_LABEL) {
             char *buf = NULL, *end = NULL;
             if (!(rc = read_member(j->src, m, 64, &buf, why, sizeof why))) {
@@ -226,13 +283,13 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
                  bad ? bad : "?", why);
     } else {
         json_object_set_new(line, "id", json_string(id));
-        /* without a spec's say, 4 bytes a token (docs/MANIFEST.md) */
-        if (text) {
-            json_object_set_new(line, "text_tokens", json_integer(((int64_t)strlen(text) + 3) / 4));
+        /* no text_tokens: the spec's text section counts them (docs/SPEC.md) */
+        if (text)
             json_object_set_new(line, "text", json_string(text));
-        }
         if (has_label)
             json_object_set_new(line, "label", json_integer(label));
+        if (meta)
+            json_object_set(line, "meta", meta);
         if (json_array_size(media))
             json_object_set_new(line, "media", json_incref(media));
         rc = add_line(j->r, line);
@@ -240,6 +297,7 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
             j->r->samples++;
     }
     free(text);
+    json_decref(meta);
     json_decref(media);
     json_decref(line);
     return rc == DH_ENOMEM ? rc : 0;
@@ -274,7 +332,7 @@ void dh__shard_result_clear(dh__shard_result *r)
 }
 
 int dh__index_shard(const char *root, const char *rel, const char *prefix,
-                    const dh_limits *limits, dh__shard_result *r)
+                    const dh_limits *limits, const char *suffixes, dh__shard_result *r)
 {
     memset(r, 0, sizeof *r);
     dh__source s;
@@ -312,7 +370,7 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
         while (cut && usable > 0 && same_key(&l.m[usable - 1], last))
             usable--;
     }
-    shard_job j = {root, rel, prefix, limits, &s, r};
+    shard_job j = {root, rel, prefix, limits, suffixes, &s, r};
     for (size_t k = 0; k < l.n; k++) /* the headers read: a block each, pax data included */
         r->bytes_read += l.m[k].offset - l.m[k].header;
     int frc = 0;
