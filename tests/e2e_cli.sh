@@ -301,8 +301,9 @@ check "gen refuses an unknown scale" contains "$WORK/gen.err" "mini, small or fu
 "$DH" gen --workload kinetics-clips --out "$WORK/wds" --samples 12 --format wds --per-shard 5 \
     > "$WORK/wds.out" 2>&1
 check "gen writes shards" test -f "$WORK/wds/shards/00002.tar" -a ! -e "$WORK/wds/video"
-check "gen's shard lines carry captions and labels" contains "$WORK/wds/manifest.jsonl" \
-    '"text":"w[0-9]*.*"label":[0-9]*,"media":\[{"type":"video","path":"shards/00000.tar"'
+check "gen's shard lines carry captions, labels and metadata" contains \
+    "$WORK/wds/manifest.jsonl" '"text":"w[0-9]*.*"label":[0-9]*,"meta":{"key":"00000000",'\
+'"status":"success","url":"gen://0","items":1},"media":\[{"type":"video","path":"shards/00000.tar"'
 "$DH" index "$WORK/wds" -o "$WORK/wds/again.jsonl" > "$WORK/wdsidx.out" 2>&1
 check "index of gen's shards accounts for every sample" contains "$WORK/wdsidx.out" \
     "3 tar shards: 12 samples + 0 skipped"
@@ -315,6 +316,15 @@ check "run decodes every sample from the shards" contains "$WORK/wdsrun.out" \
 (cd "$WORK/wds" && "$DH" index 'shards/{00000..00002}.tar' -o braces.jsonl > ../braces.out 2>&1)
 check "index on a brace pattern of shards" cmp -s "$WORK/wds/manifest.jsonl" \
     "$WORK/wds/braces.jsonl"
+(cd "$WORK/wds" && "$DH" index shards/00000.tar --suffix json=ignore --suffix mp4=ignore \
+    --suffix TXT=label -o rules.jsonl > ../rules.out 2> ../rules.err)
+check "index --suffix overrides the defaults (a caption is no label)" contains "$WORK/rules.err" \
+    'sample "00000000": member 00000000.txt: not an integer label'
+check "index --suffix: every sample accounted" contains "$WORK/rules.out" \
+    "1 tar shards: 0 samples + 5 skipped"
+"$DH" index "$WORK/wds" -o "$WORK/wds/x.jsonl" --suffix gif=picture > /dev/null 2> "$WORK/sfx.err"
+check "index --suffix names a bad rule" test $? = 2 -a -n "$(grep 'suffix rule "gif=picture"' \
+    "$WORK/sfx.err")"
 printf '# the last shard first\nshards/00002.tar\n\n' > "$WORK/wds/list.txt"
 cp "$WORK/data/img/c.jpg" "$WORK/wds/loose.jpg"
 (cd "$WORK/wds" && "$DH" index list.txt 'shards/0000{0,7}.tar' loose.jpg \

@@ -18,7 +18,8 @@ static const char help[] =
     "every file and writes DIR/manifest.jsonl from what it measured.\n"
     "--format wds writes WebDataset shards instead (DIR/shards/00000.tar, ..., --per-shard\n"
     "samples each, default 100): per sample its media, a caption of the workload's text\n"
-    "length (KEY.txt) and a label (KEY.cls); the manifest reads each member in place.\n";
+    "length (KEY.txt), a label (KEY.cls) and metadata (KEY.json: key, status, url); the\n"
+    "manifest reads each member in place.\n";
 
 static void progress(int64_t done, int64_t total, void *user)
 {

@@ -152,7 +152,10 @@ static int collect(const dh_manifest *m, const dh_spec *spec, summary *s)
             s->underivable++;
             continue;
         }
-        add(s, D_TEXT, (double)si.text_tokens);
+        int64_t text = sd.tokens; /* as the spec counts them (and caps them) */
+        for (int32_t j = 0; j < si.media_count; j++)
+            text -= md[j].tokens;
+        add(s, D_TEXT, (double)text);
         add(s, D_TOK, (double)sd.tokens);
         add(s, D_BYTES, (double)sd.out_bytes / (1024.0 * 1024.0));
         double cpu_s = 0;

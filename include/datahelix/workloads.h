@@ -48,7 +48,8 @@ DH_API int dh_workload_write(const char *name, const char *dir, int64_t samples,
  * Added in 0.2: the same samples as WebDataset shards, per_shard samples a shard
  * (dir/shards/00000.tar, ...; per_shard 0: loose files as dh_workload_write): per sample
  * its media (KEY.mp4, KEY.jpg, KEY.J.EXT when it has several), a caption of the workload's
- * text length (KEY.txt, about 4 bytes a token) and a label (KEY.cls, one of 400), and
+ * text length (KEY.txt, about 4 bytes a token), a label (KEY.cls, one of 400) and
+ * metadata (KEY.json: key, status, url, as video2dataset writes a subset of), and
  * dir/manifest.jsonl describing each media item as a byte range of its shard.
  */
 DH_API int dh_workload_write_shards(const char *name, const char *dir, int64_t samples,

@@ -177,8 +177,8 @@ static int write_sample(const dh_manifest *m, int64_t i, int k, const char *dir,
 }
 
 /* Sample i into the shards: its items encoded (KEY.EXT, or KEY.J.EXT for a sample of
- * several), a caption of the workload's token length (KEY.txt) and a label (KEY.cls). The
- * manifest comes from indexing the finished shards. */
+ * several), a caption of the workload's token length (KEY.txt), a label (KEY.cls) and
+ * metadata (KEY.json). The manifest comes from indexing the finished shards. */
 static int shard_sample(const dh_manifest *m, int64_t i, int k, const char *dir, uint64_t seed,
                         shard_out *sh, dh_gen_stats *st, char *err, size_t errlen)
 {
@@ -219,6 +219,13 @@ static int shard_sample(const dh_manifest *m, int64_t i, int k, const char *dir,
     snprintf(name, sizeof name, "%s.cls", key);
     if (!rc)
         rc = add_member(sh, name, cls, strlen(cls), err, errlen);
+    /* metadata as video2dataset writes it per sample (key, status, url; a small subset) */
+    char meta[160];
+    snprintf(meta, sizeof meta, "{\"key\": \"%s\", \"status\": \"success\", \"url\": "
+             "\"gen://%lld\", \"items\": %d}", key, (long long)i, (int)si.media_count);
+    snprintf(name, sizeof name, "%s.json", key);
+    if (!rc)
+        rc = add_member(sh, name, meta, strlen(meta), err, errlen);
     free(text);
     return rc;
 }
