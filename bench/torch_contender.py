@@ -16,6 +16,22 @@ Each rank asks for its batch, "computes" for its samples' emulated seconds
 (sleeping, as an accelerator leaves the CPU free), meets the others in an
 all-reduce and pays the step's fixed cost: our emulated ranks' loop.
 
+With "pipeline": "wds" in TASK.json (the `wds` contender, over WebDataset tar
+shards), each rank runs what a WebDataset user runs instead (the `webdataset`
+package itself cannot be installed here, so this is a short pipeline faithful
+to its documented defaults): an IterableDataset that lists the shards,
+shuffles them per epoch with a seed every rank shares, keeps this rank's
+(split_by_node) and then this worker's (split_by_worker) share, streams each
+tar with Python's tarfile, groups adjacent members by key (the path up to the
+first dot of its base name, suffixes lowercased), decodes the media members
+from their bytes with PyAV, keeps the caption (.txt) as a str, passes samples
+through a shuffle buffer (1000, started at 100, as .shuffle(1000) does),
+batches G/R samples in the worker (.batched) and goes round its shards again
+when they end (an endless stream: .repeat(), as DDP users do so that ranks do
+not run out at different times). The DataLoader gets batch_size=None.
+A media item of a shard read by the map-style contender is read from its
+offset (a seek and a read of its bytes), as a Dataset over an index would.
+
 OUT.txt gets one line per (step, rank) and per sample with raw timings
 (CLOCK_MONOTONIC seconds since the common start); datahelix turns them into
 the same metrics as its own runs (dh_result_from_steps):
@@ -27,10 +43,14 @@ reason, counted failed (OK 0), and the run goes on.
 Exit status: 0; 2 usage; 3 torch, PyAV or numpy missing (the message says
 which Debian package installs it); 1 any other failure.
 """
+import io
 import json
 import math
 import os
+import random
+import re
 import sys
+import tarfile
 import tempfile
 import time
 import traceback
@@ -62,12 +82,24 @@ def frame_rgb(frame, out_w, out_h, mode):
     return frame.to_ndarray(format="rgb24", width=out_w, height=out_h)
 
 
+def source(m):
+    """What PyAV opens for media item m: its path, or its bytes when it is a member of a
+    shard (read from its offset; the wds pipeline puts the bytes it streamed in "data")."""
+    if "data" in m:
+        return io.BytesIO(m["data"])
+    if m.get("offset"):
+        with open(m["path"], "rb") as f:
+            f.seek(m["offset"])
+            return io.BytesIO(f.read(m["bytes"]))
+    return m["path"]
+
+
 def decode_video(av, np, m, mode):
     """The sampled frames (ascending indices), decoded from the start as PyAV users read a
     clip, stopping after the last one needed; a short file repeats its last frame."""
     want = m["frames"]
     wanted, last, out = set(want), want[-1], []
-    with av.open(m["path"]) as c:
+    with av.open(source(m)) as c:
         stream = c.streams.video[0]
         stream.codec_context.thread_count = 1
         for k, frame in enumerate(c.decode(stream)):
@@ -85,7 +117,7 @@ def decode_video(av, np, m, mode):
 def decode_image(av, np, m, mode):
     """One picture at the output size, or any-res tiles: the base view of the whole image
     (when the spec has one), then the image scaled to cols x rows tiles and cut."""
-    with av.open(m["path"]) as c:
+    with av.open(source(m)) as c:
         frame = next(c.decode(video=0))
     cols, rows, size_w, size_h = m.get("tile_cols", 0), m.get("tile_rows", 0), m["out_w"], m["out_h"]
     if cols * rows == 0:
@@ -123,7 +155,7 @@ def decode_audio(av, np, m, mode):
     frames (25 ms Hann windows every 1/mel_fps s), trimmed or padded to our frame count."""
     sr, bins, fps, frames = m["sample_rate"], m["mel_bins"], m["mel_fps"], m["mel_frames"]
     chunks = []
-    with av.open(m["path"]) as c:
+    with av.open(source(m)) as c:
         res = av.AudioResampler(format="flt", layout="mono", rate=sr)
         for frame in c.decode(audio=0):
             for o in res.resample(frame):
@@ -149,23 +181,28 @@ class SpecDataset:
         return len(self.samples)
 
     def __getitem__(self, i):
-        import av
-        import numpy as np
-        import torch
-        start, cpu0 = time.monotonic(), time.thread_time()
-        s = self.samples[i]
-        out, ok = [], 1
-        try:
-            for m in s["media"]:
-                kind = m["type"]
-                fn = {"video": decode_video, "image": decode_image, "audio": decode_audio}[kind]
-                out.append(torch.from_numpy(fn(av, np, m, m.get("resize", "native"))))
-        except Exception as e:  # any bad file: named, counted, the run goes on
-            print("torch contender: sample %s (%s): %s" % (s["id"], m["path"], e),
-                  file=sys.stderr, flush=True)
-            out, ok = [], 0
-        return {"index": i, "start": start, "wall": time.monotonic() - start,
-                "cpu": time.thread_time() - cpu0, "ok": ok, "tensors": out}
+        return decode_sample(self.samples[i], i, time.monotonic(), time.thread_time())
+
+
+def decode_sample(s, i, start, cpu0, data=None):
+    """Sample s (index i) decoded on a worker, with its timings from (start, cpu0); data:
+    its media members' bytes (the wds pipeline), else read from the files."""
+    import av
+    import numpy as np
+    import torch
+    out, ok = [], 1
+    try:
+        for j, m in enumerate(s["media"]):
+            if data is not None:
+                m = dict(m, data=data[j])
+            fn = {"video": decode_video, "image": decode_image, "audio": decode_audio}[m["type"]]
+            out.append(torch.from_numpy(fn(av, np, m, m.get("resize", "native"))))
+    except Exception as e:  # any bad file: named, counted, the run goes on
+        print("torch contender: sample %s (%s): %s" % (s["id"], m["path"], e),
+              file=sys.stderr, flush=True)
+        out, ok = [], 0
+    return {"index": i, "start": start, "wall": time.monotonic() - start,
+            "cpu": time.thread_time() - cpu0, "ok": ok, "tensors": out}
 
 
 def collate(items):
@@ -178,7 +215,106 @@ def collate(items):
         same = all(t.shape == ts[0].shape for t in ts)
         slots.append(torch.stack(ts) if same else ts)
     meta = [{key: it[key] for key in ("index", "start", "wall", "cpu", "ok")} for it in items]
-    return {"meta": meta, "media": slots}
+    return {"meta": meta, "media": slots, "text": [it.get("text") for it in items]}
+
+
+# --------------------------------------------------------- the WebDataset way
+
+_KEY = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")  # webdataset's base_plus_ext
+
+
+def tar_groups(path):
+    """(key, {suffix: bytes}) per sample of the tar at path, streamed as webdataset's
+    tarfile_to_samples reads it: adjacent members with one key form a sample."""
+    key, group = None, {}
+    with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as t:
+        for info in t:
+            if not info.isreg():
+                continue
+            m = _KEY.match(info.name)
+            if not m:
+                continue
+            k, suffix = m.group(1), m.group(2).lower()
+            if k != key and group:
+                yield key, group
+                group = {}
+            key = k
+            group[suffix] = t.extractfile(info).read()
+    if group:
+        yield key, group
+
+
+class ShardStream:
+    """The IterableDataset: shards shuffled per epoch (one seed for every rank), this rank's
+    share, this worker's share of it, samples streamed and decoded, a shuffle buffer, batches
+    of G/R made in the worker; endless (going round the shards again)."""
+
+    def __init__(self, task, rank):
+        self.task, self.rank = task, rank
+        self.shards = sorted({m["path"] for s in task["samples"] for m in s["media"]})
+        self.index = {}  # (shard, member) of a sample's first media item -> sample index
+        for i, s in enumerate(task["samples"]):
+            if s["media"]:
+                self.index[(s["media"][0]["path"], s["media"][0]["member"])] = i
+
+    def samples(self, wid, nw):
+        """Raw samples (index, {suffix: bytes}, key) of this worker's shards, endlessly."""
+        task, epoch = self.task, 0
+        while True:
+            shards = list(self.shards)
+            random.Random(task["seed"] + epoch).shuffle(shards)  # detshuffle: same on all
+            mine = shards[self.rank::task["ranks"]][wid::nw]    # split_by_node, _by_worker
+            if not mine:
+                return  # this worker has no shard (more workers than shards): it ends
+            for shard in mine:
+                for key, group in tar_groups(shard):
+                    first = next((k for k in group if k.rsplit(".", 1)[-1] in _MEDIA), None)
+                    i = self.index.get((shard, "%s.%s" % (key, first))) if first else None
+                    if i is not None:  # else not a sample of the manifest (index left it out)
+                        yield i, group, key
+            epoch += 1
+
+    def shuffled(self, wid, nw, rng):
+        """.shuffle(1000, initial=100) as webdataset does it, on raw samples (before
+        decoding, as its pipelines put it): the buffer grows to 1000, each sample out is a
+        random one of it."""
+        it, buf, startup = self.samples(wid, nw), [], True
+        for sample in it:
+            if len(buf) < 1000:
+                nxt = next(it, None)
+                if nxt is not None:
+                    buf.append(nxt)
+            if buf:
+                k = rng.randrange(len(buf))
+                sample, buf[k] = buf[k], sample
+            if startup and len(buf) < 100:
+                buf.append(sample)
+                continue
+            startup = False
+            yield sample
+        rng.shuffle(buf)
+        yield from buf
+
+    def __iter__(self):
+        import torch
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info else (0, 1)
+        rng = random.Random((self.task["seed"] * 1000003 + self.rank) * 1009 + wid)
+        per_rank, batch = self.task["global_batch"] // self.task["ranks"], []
+        for i, group, key in self.shuffled(wid, nw, rng):
+            s = self.task["samples"][i]
+            data = [group.get(m["member"][len(key) + 1:].lower()) for m in s["media"]]
+            item = decode_sample(s, i, time.monotonic(), time.thread_time(), data)
+            txt = group.get("txt")
+            item["text"] = txt.decode("utf-8") if txt is not None else None
+            batch.append(item)
+            if len(batch) == per_rank:  # .batched(G / R)
+                yield collate(batch)
+                batch = []
+
+
+_MEDIA = {"mp4", "webm", "mkv", "avi", "mov", "jpg", "jpeg", "png", "webp", "wav", "flac",
+          "mp3", "m4a", "ogg"}
 
 
 # ------------------------------------------------------------------- ranks
@@ -188,15 +324,10 @@ def collate(items):
 # spawn would otherwise pass "spawn" on to them, and each worker would start a new
 # interpreter and import torch (seconds on 2 cores) - a cost users of torchrun do not pay.
 
-def rank_main(rank, task, rdv):
-    import av  # imported before the workers fork, as a dataset module would
-    av.logging.set_level(av.logging.ERROR)  # not FFmpeg's per-JPEG pixel-format warnings
-    import numpy  # noqa: F401
+def batches_map(task, rank):
+    """The map-style pipeline's batches, epoch after epoch: DistributedSampler + DataLoader."""
     import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
     R, W, G = task["ranks"], task["workers"], task["global_batch"]
-    dist.init_process_group("gloo", init_method="file://" + rdv, rank=rank, world_size=R)
     ds = SpecDataset(task)
     sampler = torch.utils.data.distributed.DistributedSampler(
         ds, num_replicas=R, rank=rank, shuffle=True, seed=task["seed"], drop_last=True)
@@ -204,37 +335,71 @@ def rank_main(rank, task, rdv):
                                      num_workers=max(1, W // R), prefetch_factor=2,
                                      persistent_workers=True, collate_fn=collate, drop_last=True,
                                      multiprocessing_context="fork")
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        n = 0
+        for batch in dl:
+            n += 1
+            yield batch
+        if n == 0:
+            raise RuntimeError("the sampler gave rank %d no batch (too few samples)" % rank)
+        epoch += 1
+
+
+def batches_wds(task, rank):
+    """The WebDataset-style pipeline's batches (made in the workers), endless."""
+    import torch
+
+    class Stream(ShardStream, torch.utils.data.IterableDataset):
+        """ShardStream as the IterableDataset the DataLoader needs (torch is imported here,
+        after the check that it is installed)."""
+
+    ds = Stream(task, rank)
+    if len(ds.shards) < task["ranks"]:
+        raise RuntimeError("%d shards for %d ranks: split_by_node leaves rank %d without "
+                           "data" % (len(ds.shards), task["ranks"], rank))
+    dl = torch.utils.data.DataLoader(ds, batch_size=None,
+                                     num_workers=max(1, task["workers"] // task["ranks"]),
+                                     prefetch_factor=2, persistent_workers=True,
+                                     multiprocessing_context="fork")
+    for batch in dl:
+        yield batch
+    raise RuntimeError("rank %d's stream ended" % rank)
+
+
+def rank_main(rank, task, rdv):
+    import av  # imported before the workers fork, as a dataset module would
+    av.logging.set_level(av.logging.ERROR)  # not FFmpeg's per-JPEG pixel-format warnings
+    import numpy  # noqa: F401
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    R = task["ranks"]
+    dist.init_process_group("gloo", init_method="file://" + rdv, rank=rank, world_size=R)
+    make = batches_wds if task.get("pipeline") == "wds" else batches_map
     gpu, c0, steps = task["gpu_s"], task["step_fixed_s"], task["steps"]
     flag = torch.zeros(1)
+    it = make(task, rank)
     dist.barrier()
     t0 = torch.tensor([time.monotonic()], dtype=torch.float64)
     dist.all_reduce(t0, op=dist.ReduceOp.MAX)  # one start for every rank
     t0 = t0.item()
-    lines, step, epoch = [], 0, 0
-    while step < steps:
-        sampler.set_epoch(epoch)
-        it = iter(dl)
-        while step < steps:
-            asked = time.monotonic()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            ready = time.monotonic()
-            compute = sum(gpu[m["index"]] for m in batch["meta"])
-            time.sleep(compute)
-            dist.all_reduce(flag)  # the step's collective: everyone waits for the slowest
-            time.sleep(c0)
-            lines.append("batch %d %d %.9f %.9f %.9f" % (step, rank, asked - t0, ready - t0,
-                                                         compute))
-            for m in batch["meta"]:
-                lines.append("sample %d %d %d %.9f %.9f %.9f %d" % (
-                    step, rank, m["index"], m["start"] - t0, m["wall"], m["cpu"], m["ok"]))
-            del batch
-            step += 1
-        epoch += 1
-        if step == 0:
-            raise RuntimeError("the sampler gave rank %d no batch (too few samples)" % rank)
+    lines = []
+    for step in range(steps):
+        asked = time.monotonic()
+        batch = next(it)
+        ready = time.monotonic()
+        compute = sum(gpu[m["index"]] for m in batch["meta"])
+        time.sleep(compute)
+        dist.all_reduce(flag)  # the step's collective: everyone waits for the slowest
+        time.sleep(c0)
+        lines.append("batch %d %d %.9f %.9f %.9f" % (step, rank, asked - t0, ready - t0,
+                                                     compute))
+        for m in batch["meta"]:
+            lines.append("sample %d %d %d %.9f %.9f %.9f %d" % (
+                step, rank, m["index"], m["start"] - t0, m["wall"], m["cpu"], m["ok"]))
+        del batch
     end = time.monotonic() - t0
     dist.barrier()
     with open("%s.rank%d" % (rdv, rank), "w") as f:

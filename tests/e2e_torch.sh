@@ -52,6 +52,36 @@ check "no contender files are left" test -z "$(ls -d "$WORK"/dh-bench-torch-* 2>
 check "torch is a default real-mode contender" contains "$WORK/d.out" "kinetics-clips .*torch"
 check "the summary compares helix with torch" contains "$WORK/d.json" '"tput_geomean_vs_torch"'
 
+# ---- the WebDataset-style contender over shards (video, tiled images) ----
+"$DH" bench --mode real --format wds --workloads kinetics-clips,anyres-images "${small[@]}" \
+    --data "$WORK/bd" --json "$WORK/w.json" > "$WORK/w.out" 2> "$WORK/w.err"
+check "bench --format wds exits 0" test $? -eq 0
+check "bench --format wds makes shards" test -f "$WORK/bd/kinetics-clips-wds/shards/00003.tar"
+check "wds is the default contender on shards" contains "$WORK/w.out" "anyres-images .*wds"
+sed -i 's/"policy":"wds"/"policy":"torch"/' "$WORK/w.json" # torch_runs reads torch rows
+check "wds runs deliver every sample of 3 steps" \
+    test "$(torch_runs "$WORK/w.json" | grep -c ' 12 0 12 3 1 1 1$')" -eq 2
+check "the summary compares helix with wds" contains "$WORK/w.out" "vs wds"
+"$DH" bench --mode real --workloads kinetics-clips --policies wds "${small[@]}" \
+    --data "$WORK/bd" > /dev/null 2> "$WORK/wf.err"
+check "the wds contender without shards is refused, saying why" contains "$WORK/wf.err" \
+    "reads WebDataset shards: add --format wds"
+# a member damaged inside its shard: named by both, counted failed, the run goes on
+cp -r "$WORK/bd/kinetics-clips-wds" "$WORK/bdw-bad"
+mkdir -p "$WORK/bdw" && mv "$WORK/bdw-bad" "$WORK/bdw/kinetics-clips-wds"
+off=$(sed -n '1s/.*"offset":\([0-9]*\).*/\1/p' "$WORK/bdw/kinetics-clips-wds/manifest.jsonl")
+head -c 3000 /dev/urandom | dd of="$WORK/bdw/kinetics-clips-wds/shards/00000.tar" bs=1 \
+    seek=$((off + 8)) conv=notrunc status=none
+"$DH" bench --mode real --format wds --workloads kinetics-clips --policies helix,wds \
+    "${small[@]}" --cpu-cost-scale 1 --data "$WORK/bdw" --json "$WORK/wb.json" \
+    > "$WORK/wb.out" 2> "$WORK/wb.err"
+check "bench wds with a damaged member exits 0" test $? -eq 0
+check "the damaged member is named by the contender" contains "$WORK/wb.err" \
+    "torch contender: sample shards/00000.tar:00000000"
+sed -i 's/"policy":"wds"/"policy":"torch"/' "$WORK/wb.json"
+check "wds: delivered + failed = scheduled, the damaged one failed" \
+    test "$(torch_runs "$WORK/wb.json" | awk '{print ($2 + $3 == $4 && $3 >= 1)}')" = 1
+
 # ---- a corrupt file: named, counted failed, the run goes on ----
 cp -r "$WORK/bd/kinetics-clips" "$WORK/bad"
 victim=$(sed -n 's/.*"path":"\([^"]*\)".*/\1/p' "$WORK/bad/manifest.jsonl" | head -n 1)

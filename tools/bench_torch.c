@@ -123,9 +123,10 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* One media item's work order; 0, or an error with its reason in err. */
+/* One media item's work order; 0, or an error with its reason in err. wds: the pipeline
+ * reads shards, so the item must be a shard's member. */
 static int write_media(FILE *f, const dh_spec *spec, const dh_manifest *m, int64_t i, int32_t j,
-                       char *err, size_t errlen)
+                       int wds, char *err, size_t errlen)
 {
     dh_media_info mi;
     dh_media_derived d;
@@ -139,6 +140,11 @@ static int write_media(FILE *f, const dh_spec *spec, const dh_manifest *m, int64
         snprintf(err, errlen, "sample %lld media %d: %s", (long long)i, j, dh_strerror(r));
         return r;
     }
+    if (wds && !(mi.offset > 0 && mi.member)) {
+        snprintf(err, errlen, "the wds contender reads WebDataset shards, and %s is a loose "
+                 "file (bench --format wds makes shards)", mi.path);
+        return DH_EINVAL;
+    }
     char path[8192];
     snprintf(path, sizeof path, "%s%s%s", mi.path[0] == '/' ? "" : dh_manifest_dir(m),
              mi.path[0] == '/' ? "" : "/", mi.path);
@@ -149,6 +155,11 @@ static int write_media(FILE *f, const dh_spec *spec, const dh_manifest *m, int64
     json_str(f, path);
     fprintf(f, ",\"resize\":\"%s\",\"out_w\":%d,\"out_h\":%d", rc.resize, d.out_width,
             d.out_height);
+    if (mi.offset > 0) { /* a shard's member: where its bytes are, and its name */
+        fprintf(f, ",\"offset\":%lld,\"bytes\":%lld,\"member\":", (long long)mi.offset,
+                (long long)mi.bytes);
+        json_str(f, mi.member ? mi.member : "");
+    }
     if (mi.type == DH_MEDIA_VIDEO) {
         int64_t cap = d.sampled_frames > 0 ? d.sampled_frames : 1;
         int64_t *fr = malloc((size_t)cap * sizeof *fr);
@@ -178,7 +189,7 @@ static int write_media(FILE *f, const dh_spec *spec, const dh_manifest *m, int64
 
 /* The contender's task file; 0 or 1 (error printed). */
 static int write_task(const char *path, const dh_run_config *c, const dh_spec *spec,
-                      const double *gpu, double c0)
+                      const double *gpu, double c0, int wds)
 {
     const dh_manifest *m = c->manifest;
     int64_t n = dh_manifest_count(m);
@@ -187,7 +198,7 @@ static int write_task(const char *path, const dh_run_config *c, const dh_spec *s
         cli_err("bench torch: cannot write %s: %s", path, strerror(errno));
         return 1;
     }
-    fprintf(f, "{\"workload\":");
+    fprintf(f, "{\"pipeline\":\"%s\",\"workload\":", wds ? "wds" : "map");
     json_str(f, c->workload);
     fprintf(f, ",\"ranks\":%d,\"workers\":%d,\"global_batch\":%lld,\"steps\":%lld,"
             "\"seed\":%llu,\"step_fixed_s\":%.9g,\"gpu_s\":[",
@@ -205,7 +216,7 @@ static int write_task(const char *path, const dh_run_config *c, const dh_spec *s
         json_str(f, rc ? "" : si.id);
         fprintf(f, ",\"media\":[");
         for (int32_t j = 0; !rc && j < si.media_count; j++)
-            rc = write_media(f, spec, m, i, j, err, sizeof err);
+            rc = write_media(f, spec, m, i, j, wds, err, sizeof err);
         fprintf(f, "]}");
     }
     fprintf(f, "]}\n");
@@ -308,6 +319,7 @@ static void remove_dir(const char *dir, const char *const *files)
 
 int bench_torch(const dh_run_config *c, dh_result *r)
 {
+    int wds = !strcmp(c->policy, "wds");
     if (!c->manifest || c->global_batch % c->ranks) {
         cli_err("bench torch: needs a manifest and a global batch that the ranks divide");
         return 1;
@@ -339,7 +351,7 @@ int bench_torch(const dh_run_config *c, dh_result *r)
     }
     snprintf(task, sizeof task, "%s/task.json", dir);
     snprintf(out, sizeof out, "%s/timings.txt", dir);
-    int failed = write_task(task, c, c->spec ? c->spec : spec, gpu, c0);
+    int failed = write_task(task, c, c->spec ? c->spec : spec, gpu, c0, wds);
     dh_spec_free(spec);
     if (!failed) {
         char *argv[] = {(char *)python(), (char *)script(sbuf, sizeof sbuf), task, out, NULL};
@@ -350,7 +362,8 @@ int bench_torch(const dh_run_config *c, dh_result *r)
         }
         failed = st != 0;
     }
-    dh_external_run x = {.workload = c->workload, .policy = "torch", .ranks = c->ranks,
+    dh_external_run x = {.workload = c->workload, .policy = wds ? "wds" : "torch",
+                         .ranks = c->ranks,
                          .workers = c->workers, .global_batch = c->global_batch,
                          .steps = c->steps, .step_fixed_s = c0};
     if (!failed)

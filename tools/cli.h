@@ -24,7 +24,8 @@ int cli_bench(int argc, char **argv);
 
 /* bench_torch.c: the PyTorch DataLoader contender of bench --mode real. available: 1, or 0
  * with the reason (and the command that installs what is missing) in why. bench_torch: runs
- * c (policy "torch") and fills r; 0, or 1 with the error printed. */
+ * c (policy "torch": map-style over the manifest; "wds": WebDataset-style over its shards)
+ * and fills r; 0, or 1 with the error printed. */
 int bench_torch_available(char *why, size_t len);
 int bench_torch(const dh_run_config *c, dh_result *r);
 

@@ -12,7 +12,8 @@
 
 static const char help[] =
     "usage: datahelix bench --mode sim|real [--workloads a,b|all] [--policies a,b] [--json F]\n"
-    "                       [--data DIR] [--repeats N] [--run-seconds S] [options]\n"
+    "                       [--data DIR] [--format files|wds] [--repeats N] [--run-seconds S]\n"
+    "                       [options]\n"
     "\n"
     "sim: all figures simulated (ground truth from the workloads' cost models with noise);\n"
     "     defaults: all eleven workloads, R=8, W=32.\n"
@@ -31,6 +32,13 @@ static const char help[] =
     "emulated compute; run by /usr/bin/python3 or $DH_PYTHON with Debian's python3-torch and\n"
     "python3-av, skipped with the reason when they are missing; its sim column is the\n"
     "simulator's local, our emulation of the DataLoader; memory not counted (0)).\n"
+    "--format wds (real): the data as WebDataset shards (DIR/NAME-wds, made with 'gen\n"
+    "--format wds', at least 2 shards per rank and DataLoader worker), read in place by our\n"
+    "policies; the policies then default to local,pool,helix,wds, wds being the WebDataset\n"
+    "way with PyTorch: an IterableDataset listing the shards, split by rank then by\n"
+    "DataLoader worker, each tar streamed with Python's tarfile, a shuffle buffer of 1000,\n"
+    "batches made in the workers, PyAV decoding the same frames and sizes\n"
+    "(bench/torch_contender.py says exactly what it does).\n"
     "--repeats N (real default 3, sim 1) runs every policy N times per workload, interleaved\n"
     "(A B C A B C ...),\n"
     "with one calibration per workload (sim: seeds S, S+1, ..., as the simulator repeats\n"
@@ -42,12 +50,13 @@ static const char help[] =
     "calibration; at least --steps, or 12), so fast and slow workloads get equally long,\n"
     "equally stable runs.\n";
 
-/* Real mode: the workload's data under data/NAME, generated if missing, and calibrated. */
-static int prepare_real(const char *data, const char *name, const dh_run_config *cfg,
+/* Real mode: the workload's data under data/NAME (wds: data/NAME-wds, as shards),
+ * generated if missing, and calibrated. */
+static int prepare_real(const char *data, const char *name, const dh_run_config *cfg, int wds,
                         dh_manifest **m, double *scale)
 {
     char dir[4096], path[4200], err[512] = "";
-    snprintf(dir, sizeof dir, "%s/%s", data, name);
+    snprintf(dir, sizeof dir, "%s/%s%s", data, name, wds ? "-wds" : "");
     snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
     dh_load_opts lo;
     dh_load_opts_default(&lo);
@@ -56,10 +65,16 @@ static int prepare_real(const char *data, const char *name, const dh_run_config 
         /* One epoch of at most 12 steps: longer runs go round it again (as training does
          * epochs), so a long bench does not spend its time encoding media. */
         int64_t need = (cfg->steps < 12 ? cfg->steps : 12) * cfg->global_batch;
-        printf("generating %lld samples of %s under %s ...\n", (long long)need, name, dir);
+        /* shards: two per rank and DataLoader worker at least, so that the WebDataset
+         * pipeline's split by rank and worker gives every worker data */
+        int64_t parts = 2 * (int64_t)cfg->ranks * (cfg->workers / cfg->ranks > 1
+                                                       ? cfg->workers / cfg->ranks : 1);
+        int64_t per_shard = wds ? (need / parts > 1 ? need / parts : 1) : 0;
+        printf("generating %lld samples of %s under %s%s ...\n", (long long)need, name, dir,
+               wds ? " as shards" : "");
         fflush(stdout);
-        int rc = dh_workload_write(name, dir, need, cfg->seed, "mini", NULL, NULL, NULL, err,
-                                   sizeof err);
+        int rc = dh_workload_write_shards(name, dir, need, cfg->seed, "mini", per_shard, NULL,
+                                          NULL, NULL, err, sizeof err);
         if (rc || (rc = dh_manifest_load(path, &lo, m, NULL))) {
             cli_err("bench: preparing %s: %s", name, err[0] ? err : dh_strerror(rc));
             return 1;
@@ -151,8 +166,8 @@ static void summary(FILE *jf, const dh_result *res, int nw, const char **pol,
         min_eff = fmin(min_eff, res[w * np + h].efficiency);
     if (jf)
         fprintf(jf, "\"summary\":{\"min_efficiency\":%.6f", h >= 0 ? min_eff : 0.0);
-    const char *base[] = {"local", "pool", "torch"};
-    for (int k = 0; k < 3; k++) {
+    const char *base[] = {"local", "pool", "torch", "wds"};
+    for (int k = 0; k < 4; k++) {
         int b = find(pol, np, base[k]);
         if (h < 0 || b < 0)
             continue;
@@ -195,7 +210,7 @@ typedef struct {
     dh_stress stress;
     char wl_buf[1024], pol_buf[256];
     const char *mode, *json, *data;
-    int repeats, pol_given, repeats_given, seconds_given;
+    int repeats, pol_given, repeats_given, seconds_given, wds;
     double run_seconds;
 } bench_opts;
 
@@ -235,6 +250,15 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
             i++;
             continue;
         }
+        if (!strcmp(opt, "--format")) {
+            if (!val || (strcmp(val, "files") && strcmp(val, "wds"))) {
+                cli_err("bench: --format expects files or wds");
+                return CLI_USAGE;
+            }
+            o->wds = !strcmp(val, "wds");
+            i++;
+            continue;
+        }
         if (!val || (strcmp(opt, "--mode") && strcmp(opt, "--workloads") &&
                      strcmp(opt, "--policies") && strcmp(opt, "--json") && strcmp(opt, "--data"))) {
             cli_err("bench: unexpected argument \"%s\" (see datahelix bench --help)", opt);
@@ -265,7 +289,7 @@ static int bench_one(const dh_run_config *c, int real, dh_result *r, dh_result *
 {
     char err[512] = "";
     dh_result_init(r);
-    int torch = !strcmp(c->policy, "torch"), rc;
+    int torch = !strcmp(c->policy, "torch") || !strcmp(c->policy, "wds"), rc;
     if (torch && bench_torch(c, r))
         return 1;
     rc = torch  ? 0
@@ -391,18 +415,30 @@ int cli_bench(int argc, char **argv)
     const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
     static const char *const default_pol[] = {"local", "pool", "helix", NULL};
     if (real && !o.pol_given)
-        snprintf(o.pol_buf, sizeof o.pol_buf, "local,pool,helix,torch");
+        snprintf(o.pol_buf, sizeof o.pol_buf, "local,pool,helix,%s", o.wds ? "wds" : "torch");
     int nw = split(o.wl_buf, wl, dh_workload_names()), np = split(o.pol_buf, pol, default_pol);
-    int t = find(pol, np, "torch");
-    if (t >= 0 && !real) {
-        cli_err("bench: the torch contender runs real decoding; use it with --mode real");
+    if (o.wds && !real) {
+        cli_err("bench: --format wds is for --mode real (the simulator reads no media)");
         return CLI_USAGE;
     }
-    char why[512];
-    if (t >= 0 && !bench_torch_available(why, sizeof why)) { /* the others still run */
-        printf("torch contender skipped: %s\n", why);
-        memmove(&pol[t], &pol[t + 1], (size_t)(np - t - 1) * sizeof *pol);
-        np--;
+    if (find(pol, np, "wds") >= 0 && !o.wds) {
+        cli_err("bench: the wds contender reads WebDataset shards: add --format wds");
+        return CLI_USAGE;
+    }
+    static const char *const contenders[] = {"torch", "wds"};
+    for (int k = 0; k < 2; k++) {
+        int t = find(pol, np, contenders[k]);
+        if (t >= 0 && !real) {
+            cli_err("bench: the %s contender runs real decoding; use it with --mode real",
+                    contenders[k]);
+            return CLI_USAGE;
+        }
+        char why[512];
+        if (t >= 0 && !bench_torch_available(why, sizeof why)) { /* the others still run */
+            printf("%s contender skipped: %s\n", contenders[k], why);
+            memmove(&pol[t], &pol[t + 1], (size_t)(np - t - 1) * sizeof *pol);
+            np--;
+        }
     }
     int nrep = o.repeats;
     /* every repeat's results: all[((w * nrep) + rep) * np + p]; res/simres: the median */
@@ -434,7 +470,7 @@ int cli_bench(int argc, char **argv)
     for (int w = 0; w < nw && !cli_interrupted(); w++) {
         dh_manifest *m = NULL;
         double scale = 0;
-        if (real && prepare_real(o.data, wl[w], &cfg, &m, &scale)) {
+        if (real && prepare_real(o.data, wl[w], &cfg, o.wds, &m, &scale)) {
             failed = 1;
             continue;
         }
