@@ -52,16 +52,29 @@ per-node socket names):
     /usr/bin/python3 examples/train_ddp.py --ranks 4 --ranks-per-node 2 \
         --socket @dh-%n --emulate
 
+--objective caption trains a small video-text model instead: a contrastive
+(CLIP-style) loss between each clip's embedding and its caption's (a bag of
+hashed caption words), on data with captions: WebDataset shards (their .txt
+members) or a manifest with "text"; the DataLoader side reads each shard
+member by its byte range, as a map-style Dataset over an index does:
+
+    datahelix gen --workload webvid-caption --out data/w --samples 96 --format wds
+    datahelix serve --manifest data/w/manifest.jsonl --workload webvid-caption \
+        --ranks 2 --workers 2 --batch 8 --epochs 2 &
+    /usr/bin/python3 examples/train_ddp.py --ranks 2 --objective caption
+
 Rank 0 prints one JSON line: throughput, per-rank input wait percentiles, and
 the share of step time spent waiting for input, and the CPU the trainer
 processes used (in cores: process CPU seconds over the run's span).
 """
 import argparse
+import io
 import json
 import os
 import sys
 import tempfile
 import time
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -85,11 +98,40 @@ class TinyVideoNet(nn.Module):
         return self.head(self.stem(x).flatten(1))
 
 
+class CaptionNet(nn.Module):
+    """A small video-text model: clips through TinyVideoNet's stem to an embedding,
+    captions as a bag of hashed words to another; a contrastive (CLIP-style) loss pulls
+    each clip towards its own caption and away from the batch's others."""
+
+    def __init__(self, dim=32, buckets=4096):
+        super().__init__()
+        self.video = TinyVideoNet(classes=dim)
+        self.text = nn.EmbeddingBag(buckets, dim, mode="mean")
+        self.buckets = buckets
+
+    def tokens(self, texts):
+        """Hashed lowercase words (crc32: the same in every process) as EmbeddingBag input."""
+        ids, offsets = [], []
+        for t in texts:
+            offsets.append(len(ids))
+            ids += [zlib.crc32(w.encode()) % self.buckets for w in t.lower().split()] or [0]
+        return torch.tensor(ids), torch.tensor(offsets)
+
+    def forward(self, x, texts):
+        v = nn.functional.normalize(self.video(x), dim=1)
+        t = nn.functional.normalize(self.text(*self.tokens(texts)), dim=1)
+        logits = v @ t.t() / 0.07
+        target = torch.arange(len(texts))
+        return (nn.functional.cross_entropy(logits, target) +
+                nn.functional.cross_entropy(logits.t(), target)) / 2
+
+
 class PyAVClips(torch.utils.data.Dataset):
-    """The manifest's videos as a PyTorch user would read them: PyAV decodes each file on
-    one thread from its start to its last needed frame, keeps `frames` uniformly spaced
-    frames, scales them to cover size x size and crops the centre (the kinetics-clips
-    spec). Returns (uint8 T x H x W x 3 tensor, sample id)."""
+    """The manifest's videos as a PyTorch user would read them: PyAV decodes each file (or
+    shard member, read by its byte range) on one thread from its start to its last needed
+    frame, keeps `frames` uniformly spaced frames, scales them to cover size x size and
+    crops the centre (the kinetics-clips and webvid-caption specs). Returns (uint8 T x H x
+    W x 3 tensor, sample id, caption or "")."""
 
     def __init__(self, manifest, frames=16, size=224):
         self.dir = os.path.dirname(os.path.abspath(manifest))
@@ -111,8 +153,12 @@ class PyAVClips(torch.utils.data.Dataset):
         scale = self.size / min(w, h)
         sw, sh = max(self.size, round(w * scale)), max(self.size, round(h * scale))
         x0, y0 = (sw - self.size) // 2, (sh - self.size) // 2
-        out = []
-        with av.open(os.path.join(self.dir, media["path"])) as c:
+        out, src = [], os.path.join(self.dir, media["path"])
+        if media.get("offset"):  # a shard's member: its bytes
+            with open(src, "rb") as f:
+                f.seek(media["offset"])
+                src = io.BytesIO(f.read(media["bytes"]))
+        with av.open(src) as c:
             c.streams.video[0].thread_type = "SLICE"
             c.streams.video[0].codec_context.thread_count = 1
             for k, frame in enumerate(c.decode(video=0)):
@@ -123,12 +169,12 @@ class PyAVClips(torch.utils.data.Dataset):
                     break
         while len(out) < self.frames:  # a short file: repeat its last frame
             out.append(out[-1])
-        return torch.from_numpy(np.stack(out[:self.frames])), row["id"]
+        return torch.from_numpy(np.stack(out[:self.frames])), row["id"], row.get("text", "")
 
 
 def torch_batches(args, rank, world):
     """DataLoader + DistributedSampler batches, as dicts shaped like datahelix's."""
-    ds = PyAVClips(args.manifest)
+    ds = PyAVClips(args.manifest, frames=args.frames)
     sampler = torch.utils.data.distributed.DistributedSampler(
         ds, num_replicas=world, rank=rank, shuffle=True, seed=1, drop_last=True)
     dl = torch.utils.data.DataLoader(ds, batch_size=args.batch // world, sampler=sampler,
@@ -138,8 +184,8 @@ def torch_batches(args, rank, world):
     step = 0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        for clips_, ids in dl:
-            yield {"video": list(clips_), "ids": list(ids), "step": step,
+        for clips_, ids, texts in dl:
+            yield {"video": list(clips_), "ids": list(ids), "text": list(texts), "step": step,
                    "emulated_compute_s": 0.0}
             step += 1
 
@@ -171,6 +217,15 @@ def percentile(xs, p):
     return xs[min(len(xs) - 1, max(0, int(round(p / 100.0 * len(xs) + 0.5)) - 1))] if xs else 0.0
 
 
+def mean_quarter(per_rank, which):
+    """The mean loss over the first (which 0) or last (-1) quarter of each rank's steps."""
+    xs = []
+    for ls in per_rank:
+        q = max(1, len(ls) // 4)
+        xs += ls[:q] if which == 0 else ls[-q:]
+    return sum(xs) / len(xs) if xs else 0.0
+
+
 def train(rank, world, args):
     if args.torchrun:
         dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -179,10 +234,11 @@ def train(rank, world, args):
                                 world_size=world)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = nn.parallel.DistributedDataParallel(TinyVideoNet())
+    caption = args.objective == "caption"
+    model = nn.parallel.DistributedDataParallel(CaptionNet() if caption else TinyVideoNet())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    waits, steps, samples = [], 0, 0
+    waits, steps, samples, losses = [], 0, 0, []
     t_start, cpu_start = time.monotonic(), time.process_time()
     served = args.loader == "datahelix"
     sock = args.socket
@@ -212,8 +268,17 @@ def train(rank, world, args):
             pass
         else:
             x = clips(batch)
-            labels = torch.tensor([hash(i) % 10 for i in batch["ids"]][:x.shape[0]])
-            loss = loss_fn(model(x), labels)
+            if caption:
+                texts = batch["text"]
+                if any(t is None for t in texts):
+                    raise SystemExit("--objective caption: sample %s has no caption (index "
+                                     "shards with .txt members, or give the manifest \"text\")"
+                                     % batch["ids"][texts.index(None)])
+                loss = model(x, texts[:x.shape[0]])
+            else:
+                labels = torch.tensor([hash(i) % 10 for i in batch["ids"]][:x.shape[0]])
+                loss = loss_fn(model(x), labels)
+            losses.append(loss.item())
             opt.zero_grad()
             loss.backward()  # DDP's all-reduce: the step's barrier
             opt.step()
@@ -232,7 +297,7 @@ def train(rank, world, args):
     cpu = time.process_time() - cpu_start  # this process, all its threads (gloo's included)
     gathered = [None] * world
     dist.all_gather_object(gathered, {"waits": waits, "samples": samples, "steps": steps,
-                                      "elapsed": elapsed, "cpu": cpu})
+                                      "elapsed": elapsed, "cpu": cpu, "losses": losses})
     if rank == 0:
         all_waits = [w for g in gathered for w in g["waits"][1:]]  # step 0 is pipeline fill
         total = sum(g["samples"] for g in gathered)
@@ -245,7 +310,11 @@ def train(rank, world, args):
             "wait_p99_ms": 1e3 * percentile(all_waits, 99),
             "input_wait_frac": sum(sum(g["waits"]) for g in gathered) / (world * span)
             if span > 0 else 0.0,
-            "trainer_cpu_frac": sum(g["cpu"] for g in gathered) / span if span > 0 else 0.0}),
+            "trainer_cpu_frac": sum(g["cpu"] for g in gathered) / span if span > 0 else 0.0,
+            "objective": args.objective,
+            # the loss over each rank's first and last quarter of steps (0: no model)
+            "loss_first": mean_quarter([g["losses"] for g in gathered], 0),
+            "loss_last": mean_quarter([g["losses"] for g in gathered], -1)}),
               flush=True)
     del model, opt  # DDP's reducer goes before its process group does
     dist.barrier()
@@ -265,6 +334,12 @@ def main():
     ap.add_argument("--emulate-ms-per-sample", type=float, default=0.0,
                     help="sleep this many ms per sample of a batch (both loaders)")
     ap.add_argument("--loader", choices=["datahelix", "torch"], default="datahelix")
+    ap.add_argument("--objective", choices=["classify", "caption"], default="classify",
+                    help="classify: a 10-way video classifier; caption: a contrastive "
+                    "video-caption model (needs captions)")
+    ap.add_argument("--frames", type=int, default=16,
+                    help="torch loader: frames per clip, as the agent's spec (kinetics-clips "
+                    "16, webvid-caption 8)")
     ap.add_argument("--no-model", action="store_true",
                     help="no forward/backward: ranks only sleep (with --emulate) and meet")
     ap.add_argument("--manifest", help="torch loader: the manifest to read")

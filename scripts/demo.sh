@@ -3,9 +3,11 @@
 # build, then a tour of the catalog (index + inspect of a mixed corpus made
 # with the ffmpeg tool) and of the simulator; `datahelix demo` (three real
 # workloads decoded by the real engine for 4 emulated ranks under local, pool
-# and helix); and the main job, training: a 2-rank PyTorch DDP job fed by
-# `datahelix serve`, then the same job fed by the PyTorch DataLoader with
-# PyAV, side by side. Outputs go to demo-out/. A few minutes on 2 cores.
+# and helix); and the main job, training: a 2-rank PyTorch DDP job training a
+# small video-caption model on WebDataset shards with their captions, fed by
+# `datahelix serve` reading the shards in place, then the same job fed by the
+# PyTorch DataLoader with PyAV, side by side. Outputs go to demo-out/. A few
+# minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -56,32 +58,39 @@ echo "== real media, real decoding, three policies (emulated ranks)"
 "$DH" demo --out "$OUT"
 echo
 
-# The main job: training. Two torch.distributed (gloo) ranks train a small video
-# model on the kinetics-like clips above, fed first by `datahelix serve`, then by
-# the PyTorch DataLoader + DistributedSampler decoding with PyAV; the same model,
-# the same emulated accelerator time per sample, the same CPU budget.
+# The main job: training. Two torch.distributed (gloo) ranks train a small video-text
+# model (a contrastive loss between clips and their captions) for 2 epochs on WebDataset
+# shards of webvid-caption-like clips, each with its caption (.txt), label and metadata,
+# fed first by `datahelix serve` (the shards read in place), then by the PyTorch
+# DataLoader + DistributedSampler decoding each member with PyAV; the same model, the
+# same emulated accelerator time per sample, the same CPU budget.
 PY=/usr/bin/python3
-M="$OUT/data/kinetics-clips/manifest.jsonl"
+echo "== WebDataset shards with captions (datahelix gen --format wds)"
+"$DH" gen --workload webvid-caption --out "$OUT/shards" --samples 96 --format wds --per-shard 24
+M="$OUT/shards/manifest.jsonl"
 SOCK="@datahelix-demo-$$"
-echo "== training: DDP on 2 ranks fed by datahelix serve, then by the PyTorch DataLoader"
-"$DH" serve --manifest "$M" --workload kinetics-clips --ranks 2 --workers 2 --batch 8 \
-    --epochs 1 --socket "$SOCK" > "$OUT/serve.out" 2> "$OUT/serve.err" &
+echo "== training: a video-caption model, DDP on 2 ranks fed by datahelix serve from the"
+echo "   shards, then by the PyTorch DataLoader"
+"$DH" serve --manifest "$M" --workload webvid-caption --ranks 2 --workers 2 --batch 8 \
+    --epochs 2 --socket "$SOCK" > "$OUT/serve.out" 2> "$OUT/serve.err" &
 AGENT=$!
-DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --epochs 1 --socket "$SOCK" \
-    --emulate-ms-per-sample 15 | tail -n 1 > "$OUT/train-datahelix.json"
+DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --epochs 2 \
+    --socket "$SOCK" --objective caption --emulate-ms-per-sample 15 \
+    | tail -n 1 > "$OUT/train-datahelix.json"
 wait $AGENT
 DH_PYTHONPATH=build/release/python "$PY" examples/train_ddp.py --ranks 2 --loader torch \
-    --manifest "$M" --workers 2 --batch 8 --epochs 1 --emulate-ms-per-sample 15 \
-    | tail -n 1 > "$OUT/train-torch.json"
+    --manifest "$M" --frames 8 --workers 2 --batch 8 --epochs 2 --objective caption \
+    --emulate-ms-per-sample 15 | tail -n 1 > "$OUT/train-torch.json"
 "$PY" - "$OUT/train-datahelix.json" "$OUT/train-torch.json" <<'PYEOF'
 import json, sys
 rows = [json.load(open(f)) for f in sys.argv[1:]]
-print("%-10s %8s %8s %12s %10s %10s %10s %12s" % ("loader", "steps", "samples", "samples/s",
-      "wait p50", "wait p95", "wait p99", "input wait"))
+print("%-10s %6s %8s %10s %10s %10s %10s %11s %16s" % ("loader", "steps", "samples",
+      "samples/s", "wait p50", "wait p95", "wait p99", "input wait", "loss first/last"))
 for r in rows:
-    print("%-10s %8d %8d %12.1f %8.1fms %8.1fms %8.1fms %11.1f%%" % (
+    print("%-10s %6d %8d %10.1f %8.1fms %8.1fms %8.1fms %10.1f%% %8.2f / %.2f" % (
         r["loader"], r["steps"], r["samples"], r["throughput_sps"], r["wait_p50_ms"],
-        r["wait_p95_ms"], r["wait_p99_ms"], 100 * r["input_wait_frac"]))
+        r["wait_p95_ms"], r["wait_p99_ms"], 100 * r["input_wait_frac"], r["loss_first"],
+        r["loss_last"]))
 PYEOF
 echo
 echo "catalog tour: $OUT/manifest.jsonl, $OUT/inspect-*.json   simulated bench: $OUT/bench-sim.json"

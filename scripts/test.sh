@@ -3,8 +3,9 @@
 # then builds and runs every test in three configurations:
 #   build/release  optimised, -Werror
 #   build/asan     AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover
+#                  (all but e2e_torch: its time goes to the Python contenders' processes)
 #   build/tsan     ThreadSanitizer, on the threaded parts (index, engine, agent)
-#   build/fuzz     every libFuzzer target for 30 s on its committed corpus (clang)
+#   build/fuzz     every libFuzzer target for 20 s on its committed corpus (clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -28,9 +29,9 @@ run_config build/release -- -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # Sanitizers slow everything down: give Check's per-test timeout room.
 CK_TIMEOUT_MULTIPLIER=10 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_config build/asan -- -DCMAKE_BUILD_TYPE=Debug -DDH_SANITIZE=ON
+    run_config build/asan -E e2e_torch -- -DCMAKE_BUILD_TYPE=Debug -DDH_SANITIZE=ON
 CK_TIMEOUT_MULTIPLIER=10 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
     run_config build/tsan -R "test_probe|test_manifest|test_engine|test_serve|test_sim|test_ring|test_gate" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
-echo "== build/fuzz: each target 30 s (asserting its invariants)"
-bash scripts/fuzz.sh 30
+echo "== build/fuzz: each target 20 s (asserting its invariants)"
+bash scripts/fuzz.sh 20
 echo "== all configurations passed"

@@ -322,6 +322,10 @@ check "index --suffix overrides the defaults (a caption is no label)" contains "
     'sample "00000000": member 00000000.txt: not an integer label'
 check "index --suffix: every sample accounted" contains "$WORK/rules.out" \
     "1 tar shards: 0 samples + 5 skipped"
+(cd "$WORK/wds" && "$DH" index shards/00000.tar --max-text-bytes 2 -o tb.jsonl > /dev/null \
+    2> ../tb.err)
+check "index --max-text-bytes: a longer caption costs its sample, named" contains "$WORK/tb.err" \
+    'sample "00000000": member 00000000.txt: [0-9]* bytes, over the limit 2'
 "$DH" index "$WORK/wds" -o "$WORK/wds/x.jsonl" --suffix gif=picture > /dev/null 2> "$WORK/sfx.err"
 check "index --suffix names a bad rule" test $? = 2 -a -n "$(grep 'suffix rule "gif=picture"' \
     "$WORK/sfx.err")"

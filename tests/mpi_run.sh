@@ -128,10 +128,13 @@ DH_NODE_TIMEOUT=2 setsid timeout 120 "${MPIRUN[@]}" --enable-recovery -np 3 "$DH
     > "$WORK/kill.out" 2> "$WORK/kill.err" &
 BG=$!
 victim=""
+# the nodes themselves: command lines that start with the binary (mpirun's and timeout's
+# carry the same arguments, and a pid wrapped past pid_max (32768 here) can be the highest)
+node_pids() { pgrep -f -- "^$DH run --manifest $M --ranks 3 --workers 3"; }
 for _ in $(seq 100); do
     sleep 0.1
-    victim=$(pgrep -f -- "--manifest $M --ranks 3 --workers 3" | sort -n | tail -n 1)
-    [[ -n "$victim" ]] && grep -q . <(pgrep -f -- "--manifest $M --ranks 3" | sed -n 3p) && break
+    victim=$(node_pids | tail -n 1)
+    [[ -n "$victim" ]] && grep -q . <(node_pids | sed -n 3p) && break
 done
 sleep 2
 kill -9 "$victim" 2> /dev/null

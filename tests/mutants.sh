@@ -85,6 +85,7 @@ with tarfile.open(os.path.join(w, "sh/seed/s.tar"), "w") as t:  # pax
         add(t, "%03d.%s" % (k, f.split(".")[1]), open(os.path.join(w, "seed", f), "rb").read())
         add(t, "%03d.txt" % k, ("caption %d \u00e9" % k).encode())
         add(t, "%03d.cls" % k, b"%d" % k)
+        add(t, "%03d.json" % k, b'{"key": "%03d", "video_metadata": {"streams": [1, 2.5]}}' % k)
 names = sorted(n for n in os.listdir(os.path.join(w, "m")) if n.startswith("m"))
 with tarfile.open(os.path.join(w, "sh/packed/all.tar"), "w", format=tarfile.GNU_FORMAT) as t:
     for n in names:

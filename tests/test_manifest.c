@@ -309,7 +309,13 @@ START_TEST(configurable_limits)
     lim.max_pixels = 100;
     lim.max_media = 1;
     lim.max_line_bytes = 200;
+    lim.max_text_bytes = 8;
     ck_assert_int_eq(dh_manifest_new("", &lim, &m), 0);
+    expect_bad("{\"id\":\"t\",\"text\":\"nine bytes\"}", DH_ELIMIT,
+               "text: 10 bytes, over the limit 8 (--max-text-bytes)");
+    expect_bad("{\"id\":\"t\",\"text_tokens\":1,\"meta\":{\"a\": 123}}", DH_ELIMIT,
+               "meta: 9 bytes as compact JSON, over the limit 8");
+    ck_assert_int_eq(parse("{\"id\":\"t\",\"text\":\"8 bytes!\",\"meta\":{\"a\": 12}}"), 0);
     expect_bad("{\"id\":\"x\",\"media\":[{\"type\":\"image\",\"path\":\"a\",\"width\":11,"
                "\"height\":10}]}",
                DH_ELIMIT, "over the limit 100");

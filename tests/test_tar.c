@@ -321,6 +321,16 @@ static void keep_diag(const dh_diag *d, void *user)
     l->n++;
 }
 
+/* Index options whose diagnostics are kept in l. */
+static dh_index_opts keeping_diags(diags *l)
+{
+    dh_index_opts o;
+    dh_index_opts_default(&o);
+    o.diag = keep_diag;
+    o.diag_user = l;
+    return o;
+}
+
 /* 1 when one of the diagnostics holds every needle (NULL-terminated). */
 static int has_diag(const diags *l, const char *a, const char *b, const char *c)
 {
@@ -375,10 +385,7 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
     char out[4200];
     snprintf(out, sizeof out, "%s/ds/m.jsonl", dir);
     diags l = {0};
-    dh_index_opts o;
-    dh_index_opts_default(&o);
-    o.diag = keep_diag;
-    o.diag_user = &l;
+    dh_index_opts o = keeping_diags(&l);
     dh_index_stats st;
     char sub[4200];
     snprintf(sub, sizeof sub, "%s/ds", dir);
@@ -458,6 +465,19 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
                                       sizeof err), DH_ECORRUPT);
     ck_assert_msg(strstr(err, "when it was indexed: it changed since (index it again)"), "%s",
                   err);
+    /* rewritten to the same size, another member where b.mp4 was (a's image header copied
+     * over b's): named as a changed shard too (it decoded whatever lay there before) */
+    ck_assert_int_eq(tu_sh("truncate -s -1 %s", shard), 0);
+    dh_media_info ai;
+    dh_manifest_media(m, a, 0, &ai);
+    ck_assert_int_eq(tu_sh("dd if=%s of=%s bs=512 skip=%lld seek=%lld count=1 conv=notrunc "
+                           "status=none", shard, shard, (long long)(ai.offset / 512 - 1),
+                           (long long)(mi.offset / 512 - 1)), 0);
+    in_place = DH__ITEM_SRC(NULL, shard, &mi);
+    ck_assert_int_eq(dh__decode_video(&in_place, spec, &mi, x, (size_t)md.out_bytes, NULL, err,
+                                      sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "member dir/b.mp4: the header before it gives") &&
+                  strstr(err, "the shard changed since it was indexed"), "%s", err);
     free(x);
     free(y);
     dh_spec_free(spec);
@@ -525,10 +545,7 @@ START_TEST(suffix_rules_extend_the_defaults)
     snprintf(root, sizeof root, "%s/rules", dir);
     snprintf(out, sizeof out, "%s/rules/m.jsonl", dir);
     diags l = {0};
-    dh_index_opts o;
-    dh_index_opts_default(&o);
-    o.diag = keep_diag;
-    o.diag_user = &l;
+    dh_index_opts o = keeping_diags(&l);
     dh_index_stats st;
     /* by default: .caption is unknown (no sample has media or text), a.json is bad JSON */
     ck_assert_int_eq(dh_index_dir(root, out, &o, &st), 0);

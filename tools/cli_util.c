@@ -61,7 +61,9 @@ const char cli_limits_help[] =
     "  --max-duration S      seconds of one video or audio    (default 86400)\n"
     "  --max-bytes N         bytes of one media file          (default 2^40)\n"
     "  --max-media N         media items of one sample        (default 256, at most 256)\n"
-    "  --max-text-tokens N   text tokens of one sample        (default 10000000)\n";
+    "  --max-text-tokens N   text tokens of one sample        (default 10000000)\n"
+    "  --max-text-bytes N    bytes of one sample's text, and of its meta (default 1048576,\n"
+    "                        at most 8388608)\n";
 
 int cli_limit_option(int argc, char **argv, int *i, dh_limits *lim)
 {
@@ -77,6 +79,8 @@ int cli_limit_option(int argc, char **argv, int *i, dh_limits *lim)
         rc = cli_num(opt, val, 0, 1e12, &lim->max_duration_s);
     else if (!strcmp(opt, "--max-bytes"))
         rc = cli_int(opt, val, 1, INT64_MAX, &lim->max_bytes);
+    else if (!strcmp(opt, "--max-text-bytes"))
+        rc = cli_int(opt, val, 0, DH_MAX_TEXT_BYTES, &lim->max_text_bytes);
     else if (!strcmp(opt, "--max-text-tokens"))
         rc = cli_int(opt, val, 0, INT32_MAX, &lim->max_text_tokens);
     else if (!strcmp(opt, "--max-media")) {

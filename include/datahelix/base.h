@@ -157,7 +157,12 @@ typedef struct {
     int64_t max_text_tokens; /* text tokens of one sample */
     int32_t max_keyframes;   /* keyframe list length of one video */
     int64_t max_line_bytes;  /* length of one manifest line */
+    int64_t max_text_bytes;  /* added in 0.2: bytes of one sample's text, and of its meta as
+                              * compact JSON (at most DH_MAX_TEXT_BYTES) */
 } dh_limits;
+
+/* The largest max_text_bytes: a batch's texts and metas travel in one message. */
+#define DH_MAX_TEXT_BYTES (8 << 20)
 
 /* Fills sane defaults (16k x 16k pixels, 10M frames, 24 h, 1 TiB ...). */
 DH_API void dh_limits_default(dh_limits *lim);

@@ -154,5 +154,62 @@ class DdpExampleTest(unittest.TestCase):
                                    "2", EXAMPLE, "--torchrun", "--socket", sock])
 
 
+    def test_a_video_caption_model_trains_on_shards_by_both_loaders(self):
+        """--objective caption on WebDataset shards (gen --format wds): fed by serve (the
+        captions in the batch), then by the DataLoader reading each member by its byte
+        range; both train every sample of 2 epochs and report a finite contrastive loss.
+        Captions missing (a manifest without text) stop the job, named."""
+        tmp = tempfile.mkdtemp(prefix="dhddp")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        subprocess.run([CLI, "gen", "--workload", "webvid-caption", "--out", tmp, "--samples",
+                        "16", "--format", "wds", "--per-shard", "4"], check=True,
+                       stdout=subprocess.DEVNULL)
+        manifest = os.path.join(tmp, "manifest.jsonl")
+        env = dict(os.environ, DH_PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+
+        def serve(m):
+            sock = "@dh-cap-%d" % os.getpid()
+            return sock, subprocess.Popen(
+                [CLI, "serve", "--manifest", m, "--workload", "webvid-caption", "--ranks",
+                 "2", "--workers", "2", "--batch", "4", "--epochs", "2", "--socket", sock,
+                 "--attach-timeout", "60"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        sock, agent = serve(manifest)
+        runs = [subprocess.run([sys.executable, EXAMPLE, "--ranks", "2", "--socket", sock,
+                                "--objective", "caption"], capture_output=True, text=True,
+                               env=env, timeout=240, cwd=tmp)]
+        a_out, a_err = agent.communicate(timeout=90)
+        self.assertEqual(runs[0].returncode, 0, runs[0].stdout + runs[0].stderr)
+        self.assertIn("delivered 32 + failed 0 = 32", a_out, a_err)
+        runs.append(subprocess.run([sys.executable, EXAMPLE, "--ranks", "2", "--loader",
+                                    "torch", "--manifest", manifest, "--frames", "8",
+                                    "--batch", "4", "--objective", "caption"],
+                                   capture_output=True, text=True, env=env, timeout=240,
+                                   cwd=tmp))
+        for out, loader in zip(runs, ("datahelix", "torch")):
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            summary = json.loads([x for x in out.stdout.splitlines() if '"loader"' in x][-1])
+            self.assertEqual((summary["loader"], summary["samples"], summary["objective"]),
+                             (loader, 32, "caption"))
+            self.assertTrue(0 < summary["loss_first"] < 100 and 0 < summary["loss_last"] < 100)
+        # the same clips without their captions: the job stops, naming a sample
+        bare = os.path.join(tmp, "bare.jsonl")
+        with open(manifest) as f, open(bare, "w") as g:
+            for line in f:
+                row = json.loads(line)
+                row.pop("text")
+                g.write(json.dumps(row) + "\n")
+        sock, agent = serve(bare)
+        out = subprocess.run([sys.executable, EXAMPLE, "--ranks", "2", "--socket", sock,
+                              "--objective", "caption"], capture_output=True, text=True,
+                             env=env, timeout=240, cwd=tmp)
+        agent.kill()
+        agent.communicate(timeout=60)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("--objective caption: sample shards/0000", out.stderr)
+        self.assertIn("has no caption", out.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -17,7 +17,6 @@
 
 #define DH__NO_STR UINT32_MAX      /* a string column's "absent" */
 #define DH__NO_LABEL INT64_MIN     /* the label column's "absent" */
-#define DH__TEXT_MAX (1 << 20)     /* bytes of one sample's text, and of its meta */
 
 struct dh_manifest {
     char *dir; /* directory media paths are relative to; "" for cwd */

@@ -298,17 +298,19 @@ static int parse_sim(const jv_doc *d, const jv *root, dh__staged_sample *s, line
     return rc ? rc : get_num(d, sim, "gpu_ms", "sim.", DH__MAX_SIM_MS, &s->sim_gpu, e);
 }
 
-/* A sample's "text" (at most DH__TEXT_MAX bytes; UTF-8, as the JSON layer guarantees: the
+/* A sample's "text" (at most limits.max_text_bytes; UTF-8, as the JSON layer guarantees: the
  * fast scanner declines any byte over 0x7f, jansson refuses invalid UTF-8 and lone
  * surrogates) and integer "label". */
-static int parse_text(const jv_doc *d, const jv *root, dh__staged_sample *s, line_error *e)
+static int parse_text(const dh_manifest *m, const jv_doc *d, const jv *root,
+                      dh__staged_sample *s, line_error *e)
 {
     int rc = get_str(d, root, "text", "", 0, &s->text, e);
     if (rc)
         return rc;
     size_t n = s->text ? strlen(s->text) : 0;
-    if (n > DH__TEXT_MAX)
-        return fail(e, DH_ELIMIT, "text: %zu bytes, over the limit %d", n, DH__TEXT_MAX);
+    if ((int64_t)n > m->limits.max_text_bytes)
+        return fail(e, DH_ELIMIT, "text: %zu bytes, over the limit %lld (--max-text-bytes)", n,
+                    (long long)m->limits.max_text_bytes);
     s->label = DH__NO_LABEL;
     rc = get_int(d, root, "label", "", -(INT64_C(1) << 53), INT64_C(1) << 53, DH_ERANGE,
                  &s->label, e);
@@ -336,7 +338,7 @@ static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, si
     if ((rc = get_int(d, root, "text_tokens", "", 0, m->limits.max_text_tokens, DH_ELIMIT,
                       &s->text_tokens, e)))
         return rc;
-    if ((rc = parse_sim(d, root, s, e)) || (rc = parse_text(d, root, s, e)))
+    if ((rc = parse_sim(d, root, s, e)) || (rc = parse_text(m, d, root, s, e)))
         return rc;
     const jv *media = jv_get(d, root, "media");
     if (media && media->type != JV_ARRAY)
@@ -386,7 +388,7 @@ static int parse_document(dh_manifest *m, const char *line, size_t len, line_err
  * jansson, which keeps what the read-only document does not (key order, the spelling of
  * numbers): only lines with a meta pay for it.
  */
-static int compact_meta(const char *line, size_t len, char **out, line_error *e)
+static int compact_meta(const char *line, size_t len, int64_t max, char **out, line_error *e)
 {
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
     char *text = root ? json_dumps(json_object_get(root, "meta"),
@@ -395,10 +397,10 @@ static int compact_meta(const char *line, size_t len, char **out, line_error *e)
     if (!text)
         return fail(e, DH_ENOMEM, "out of memory");
     size_t n = strlen(text);
-    if (n > DH__TEXT_MAX) {
+    if ((int64_t)n > max) {
         free(text);
-        return fail(e, DH_ELIMIT, "meta: %zu bytes as compact JSON, over the limit %d", n,
-                    DH__TEXT_MAX);
+        return fail(e, DH_ELIMIT, "meta: %zu bytes as compact JSON, over the limit %lld "
+                    "(--max-text-bytes)", n, (long long)max);
     }
     *out = text;
     return 0;
@@ -428,7 +430,7 @@ int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_
     rc = parse_sample(m, jv_root(m->doc), &s, &kf_staged, e);
     char *meta = NULL;
     if (!rc && jv_get(m->doc, jv_root(m->doc), "meta"))
-        rc = compact_meta(line, len, &meta, e);
+        rc = compact_meta(line, len, m->limits.max_text_bytes, &meta, e);
     s.meta = meta;
     if (!rc) {
         rc = dh__manifest_commit(m, &s, lineno, kf_staged);

@@ -64,4 +64,5 @@ void dh_limits_default(dh_limits *lim)
     lim->max_text_tokens = 10 * 1000 * 1000;
     lim->max_keyframes = 1 << 20;
     lim->max_line_bytes = 16 << 20;
+    lim->max_text_bytes = 1 << 20;
 }

@@ -13,6 +13,8 @@
  */
 #include "source.h"
 
+#include "../core/tarhdr.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -108,6 +110,13 @@ static int apply_range(dh__source *s, const dh__media_src *src, char *err, size_
                         "(%lld bytes): the archive changed since it was indexed?",
                         (long long)src->range_off, (long long)(src->range_off + src->range_len),
                         (long long)s->size);
+    unsigned char h[DH__TAR_BLOCK];
+    char why[200] = "its header cannot be read";
+    if (src->member && s->fd >= 0 && src->range_off >= DH__TAR_BLOCK &&
+        (pread(s->fd, h, sizeof h, (off_t)(src->range_off - DH__TAR_BLOCK)) != (ssize_t)sizeof h ||
+         !dh__tar_header_is(h, src->member, src->range_len, why, sizeof why)))
+        return dh__fail(err, errlen, DH_ECORRUPT, "member %s: %s: the shard changed since it "
+                        "was indexed (index it again)", src->member, why);
     s->base = src->range_off;
     s->size = src->range_len;
     return 0;

@@ -44,6 +44,8 @@ typedef struct dh__media_src {
      * range_off + range_len) and nothing outside them is read; range_len 0: the whole file. */
     int64_t range_off, range_len;
     int64_t file_bytes;  /* > 0: the file must still be this size (a shard pinned at index) */
+    const char *member;  /* with a range: the tar member it is; its header, just before the
+                          * range, must still name it (a shard rewritten to the same size) */
     dh__fd_cache *cache; /* a byte range's file kept open here (NULL: opened and closed) */
 } dh__media_src;
 
@@ -57,7 +59,8 @@ double dh__source_now(void);
 #define DH__ITEM_SRC(rt, p, mi)                                                                   \
     ((dh__media_src){.root = (rt), .path = (p), .range_off = (mi)->offset > 0 ? (mi)->offset : 0, \
                      .range_len = (mi)->offset > 0 ? (mi)->bytes : 0,                           \
-                     .file_bytes = (mi)->offset > 0 ? (mi)->file_bytes : 0})
+                     .file_bytes = (mi)->offset > 0 ? (mi)->file_bytes : 0,             \
+                     .member = (mi)->offset > 0 ? (mi)->member : NULL})
 
 typedef struct dh__source {
     int fd;             /* -1 for memory */

@@ -598,7 +598,9 @@ static int on_next(agent *a, conn *c)
     if (wake)
         dh__engine_wake(a->e); /* after the answer: the rank does not wait for it */
     if (rc && rc != DH_EPEER)
-        dh__proto_send_error(c->fd, rc, "cannot describe the batch");
+        dh__proto_send_error(c->fd, rc, rc == DH_ELIMIT ? "cannot describe the batch: its ids, "
+                             "texts and metas are over 64 MiB (a smaller --batch or "
+                             "--max-text-bytes)" : "cannot describe the batch");
     return rc == DH_EPEER ? rc : 0;
 }
 

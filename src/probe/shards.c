@@ -215,7 +215,8 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
                           : m->type == 'S' ? "sparse file" : "special member", m->type);
             bad = m->name;
         } else if (kind == KIND_TEXT) {
-            if ((rc = read_member(j->src, m, DH__TEXT_MAX, &text, why, sizeof why)))
+            if ((rc = read_member(j->src, m, j->limits->max_text_bytes, &text, why,
+                                   sizeof why)))
                 bad = m->name;
             size_t at = text ? dh__utf8_check(text, (size_t)m->size) : 0;
             if (!rc && (at < (size_t)m->size || strlen(text) != (size_t)m->size)) {
@@ -227,7 +228,7 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
         } else if (kind == KIND_META) {
             char *buf = NULL;
             json_error_t jerr;
-            if (!(rc = read_member(j->src, m, DH__TEXT_MAX, &buf, why, sizeof why))) {
+            if (!(rc = read_member(j->src, m, j->limits->max_text_bytes, &buf, why, sizeof why))) {
                 meta = json_loadb(buf, (size_t)m->size, JSON_REJECT_DUPLICATES, &jerr);
                 if (!meta)
                     rc = dh__fail(why, sizeof why, DH_EPARSE, "malformed JSON at line %d column "

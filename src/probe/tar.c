@@ -10,6 +10,8 @@
  */
 #include "tar.h"
 
+#include "../core/tarhdr.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -17,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define BLOCK 512
+#define BLOCK DH__TAR_BLOCK
 
 /* Reads exactly len bytes at off; 0, DH_ECORRUPT (the file ends first) or -errno. */
 static int read_at(int fd, void *buf, size_t len, int64_t off)
@@ -34,53 +36,6 @@ static int read_at(int fd, void *buf, size_t len, int64_t off)
         got += (size_t)n;
     }
     return 0;
-}
-
-/* An octal field (spaces and NULs around it), or -1. */
-static int64_t octal(const unsigned char *f, size_t len)
-{
-    size_t k = 0;
-    while (k < len && (f[k] == ' ' || f[k] == 0))
-        k++;
-    int64_t v = 0;
-    int digits = 0;
-    for (; k < len && f[k] >= '0' && f[k] <= '7'; k++, digits++) {
-        if (v > (INT64_MAX >> 3))
-            return -1;
-        v = v * 8 + (f[k] - '0');
-    }
-    for (; k < len; k++) /* only terminators may follow */
-        if (f[k] != ' ' && f[k] != 0)
-            return -1;
-    return digits ? v : (len ? 0 : -1);
-}
-
-/* A size field: octal, or GNU's base-256 (first byte 0x80, big-endian); -1 if malformed. */
-static int64_t size_field(const unsigned char *f, size_t len)
-{
-    if (!(f[0] & 0x80))
-        return octal(f, len);
-    if (f[0] != 0x80) /* 0xff: negative; other high bits: not a size */
-        return -1;
-    int64_t v = 0;
-    for (size_t k = 1; k < len; k++) {
-        if (v > (INT64_MAX >> 8))
-            return -1;
-        v = (v << 8) | f[k];
-    }
-    return v;
-}
-
-static int checksum_ok(const unsigned char *h)
-{
-    int64_t want = octal(h + 148, 8);
-    int64_t sum = 0, ssum = 0; /* some old tars summed signed chars */
-    for (int k = 0; k < BLOCK; k++) {
-        unsigned char c = k >= 148 && k < 156 ? ' ' : h[k];
-        sum += c;
-        ssum += (signed char)c;
-    }
-    return want >= 0 && (want == sum || want == ssum);
 }
 
 static int all_zero(const unsigned char *h)
@@ -194,10 +149,10 @@ static int one_header(int fd, int64_t file_size, int64_t *off, pending *p, int64
         *done = 1;
         return 0;
     }
-    if (!checksum_ok(h))
+    if (!dh__tar_checksum_ok(h))
         return dh__fail(err, errlen, DH_ECORRUPT, "a bad header checksum at offset %lld (not "
                         "a tar archive, or a damaged one)", (long long)*off);
-    int64_t size = size_field(h + 124, 12), data = *off + BLOCK;
+    int64_t size = dh__tar_size(h + 124, 12), data = *off + BLOCK;
     char type = (char)(h[156] ? h[156] : '0');
     if (type != 'x' && type != 'g' && type != 'L' && type != 'K' && p->size >= 0)
         size = p->size;
