@@ -313,6 +313,18 @@ check "index of gen's shards equals gen's manifest" cmp -s "$WORK/wds/manifest.j
     --workers 2 --batch 4 > "$WORK/wdsrun.out" 2>&1
 check "run decodes every sample from the shards" contains "$WORK/wdsrun.out" \
     "delivered 12 + failed 0 = 12"
+# the shards moved away: the run stops once most samples failed, naming why (it went on
+# to the end and exited 0, feeding zeros); with --max-failed 1 it runs through and still fails
+mkdir -p "$WORK/moved" && cp "$WORK/wds/manifest.jsonl" "$WORK/moved/"
+"$DH" run --manifest "$WORK/moved/manifest.jsonl" --workload kinetics-clips --ranks 2 \
+    --workers 2 --batch 4 --epochs 4 > "$WORK/mv.out" 2> "$WORK/mv.err"
+check "missing shards: the run fails" test $? -eq 1
+check "missing shards: stopped by --max-failed, naming the last failure" contains \
+    "$WORK/mv.err" 'the run stopped: 1[6-9] of the 1[6-9] samples finished failed, over the --max-failed share 0.50 (the last, "shards/0000[0-2].tar:.*": cannot open: No such file'
+"$DH" run --manifest "$WORK/moved/manifest.jsonl" --workload kinetics-clips --ranks 2 \
+    --workers 2 --batch 4 --epochs 1 --max-failed 1 > "$WORK/mv1.out" 2> "$WORK/mv1.err"
+check "every sample failed: the run fails at its end" test $? -eq 1 -a \
+    -n "$(grep 'every sample of the run failed (12)' "$WORK/mv1.err")"
 (cd "$WORK/wds" && "$DH" index 'shards/{00000..00002}.tar' -o braces.jsonl > ../braces.out 2>&1)
 check "index on a brace pattern of shards" cmp -s "$WORK/wds/manifest.jsonl" \
     "$WORK/wds/braces.jsonl"

@@ -52,7 +52,9 @@ awk -v count="$COUNT" -v order="v.mp4 w.mkv i.jpg p.png a.flac" '
               name = sprintf("m%05d.%s", k, ext); l = line[f];
               gsub("\"" o[f] "\"", "\"" name "\"", l); print l } }' \
     "$WORK/seed/seed.jsonl" > "$WORK/m/all.jsonl"
+# --max-failed 1: most mutants fail, by design; the run must go on through all of them
 timeout 1200 "$DH" run --manifest "$WORK/m/all.jsonl" --policy pool --ranks 2 --workers 2 \
+    --max-failed 1 \
     --batch 10 --epochs 1 --sample-timeout 30 --json "$WORK/run.json" --trace "$WORK/trace.json" \
     > "$WORK/run.out" 2> "$WORK/run.err"
 rc=$?
@@ -106,7 +108,7 @@ timeout 600 "$DH" index "$WORK/sh/packed" -o "$WORK/sh/packed/probed.jsonl" -q \
 check "index over the packed mutants exits 0" test $? -eq 0
 nsh=$(wc -l < "$WORK/sh/packed/probed.jsonl")
 timeout 1200 "$DH" run --manifest "$WORK/sh/packed/probed.jsonl" --policy pool --ranks 2 \
-    --workers 2 --batch 2 --epochs 1 --sample-timeout 30 --json "$WORK/shrun.json" \
+    --workers 2 --batch 2 --epochs 1 --sample-timeout 30 --max-failed 1 --json "$WORK/shrun.json" \
     > "$WORK/shrun.out" 2> "$WORK/shrun.err"
 check "the run over the shard's members exits 0" test $? -eq 0
 d2=$(sed -n 's/.*"delivered":\([0-9]*\).*/\1/p' "$WORK/shrun.json")

@@ -241,7 +241,10 @@ const char cli_run_help[] =
     "  --rank-byte-cap BYTES   helix placement: at most BYTES of output per rank per step\n"
     "  --sample-timeout S      real engine: a sample taking over S seconds to read and decode\n"
     "                          fails with its own error (default: 20x its predicted time,\n"
-    "                          10 s to 300 s; 0: no limit)\n";
+    "                          10 s to 300 s; 0: no limit)\n"
+    "  --max-failed F          real engine: stop the run once at least 16 samples failed and\n"
+    "                          they are over the share F of those finished (default 0.5;\n"
+    "                          1: never); a run whose every sample failed fails at its end\n";
 
 int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)
 {
@@ -316,6 +319,8 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         rc = cli_num(opt, val, 0, 86400, &cfg->sample_timeout_s);
         if (!rc && cfg->sample_timeout_s == 0)
             cfg->sample_timeout_s = -1; /* no limit */
+    } else if (!strcmp(opt, "--max-failed")) {
+        rc = cli_num(opt, val, 0.001, 1, &cfg->max_failed_frac);
     } else if (!strcmp(opt, "--rank-byte-cap")) {
         rc = cli_int(opt, val, 1, INT64_MAX, &cfg->rank_byte_cap);
     } else {

@@ -59,6 +59,19 @@ static int push(strs *l, const char *s, size_t len)
     return l->v[l->n] ? (int)(l->n++, 0) : -1;
 }
 
+/* Frees the lists and returns rc (every way out of index after they filled). */
+static int drop(strs *a, strs *b, int rc)
+{
+    strs *l[] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        for (size_t j = 0; j < l[k]->n; j++)
+            free(l[k]->v[j]);
+        free(l[k]->v);
+        *l[k] = (strs){0};
+    }
+    return rc;
+}
+
 /*
  * Expands the first brace group of pattern ({A..B} with the width of A when it starts
  * with 0, or {x,y,z}) and recurses on the rest; no group: the pattern itself. 0, or -1
@@ -149,28 +162,28 @@ int cli_index(int argc, char **argv)
         int64_t x;
         int lim = cli_limit_option(argc, argv, &i, &opts.limits);
         if (lim < 0)
-            return CLI_USAGE;
+            return drop(&args, &paths, CLI_USAGE);
         if (lim > 0)
             continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(help, stdout);
             fputs(cli_limits_help, stdout);
-            return 0;
+            return drop(&args, &paths, 0);
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!val) {
                 cli_err("%s needs a file name", a);
-                return CLI_USAGE;
+                return drop(&args, &paths, CLI_USAGE);
             }
             out = argv[++i];
         } else if (!strcmp(a, "-j") || !strcmp(a, "--threads")) {
             if (cli_int(a, val, 1, 256, &x))
-                return CLI_USAGE;
+                return drop(&args, &paths, CLI_USAGE);
             opts.threads = (int)x;
             i++;
         } else if (!strcmp(a, "--on-error")) {
             if (!val || (strcmp(val, "skip") && strcmp(val, "fail"))) {
                 cli_err("--on-error expects skip or fail");
-                return CLI_USAGE;
+                return drop(&args, &paths, CLI_USAGE);
             }
             fail_on_error = !strcmp(val, "fail");
             i++;
@@ -182,7 +195,7 @@ int cli_index(int argc, char **argv)
                 cli_err("--suffix: %s", !val ? "expects EXT=KIND" : strchr(val, ',') ?
                         "one EXT=KIND per --suffix" : have + strlen(val) + 2 > sizeof suffixes ?
                         "too many rules" : why);
-                return CLI_USAGE;
+                return drop(&args, &paths, CLI_USAGE);
             }
             snprintf(suffixes + have, sizeof suffixes - have, "%s%s", have ? "," : "", val);
             opts.suffixes = suffixes;
@@ -191,14 +204,14 @@ int cli_index(int argc, char **argv)
             quiet = 1;
         } else if (a[0] == '-') {
             cli_err("index: unexpected argument \"%s\" (see datahelix index --help)", a);
-            return CLI_USAGE;
+            return drop(&args, &paths, CLI_USAGE);
         } else if (push(&args, a, strlen(a))) {
-            return 1;
+            return drop(&args, &paths, 1);
         }
     }
     if (!args.n || !out) {
         cli_err("index needs DIR (or shards) and -o MANIFEST (see datahelix index --help)");
-        return CLI_USAGE;
+        return drop(&args, &paths, CLI_USAGE);
     }
     struct stat dst;
     if (args.n == 1 && stat(args.v[0], &dst) == 0 && S_ISDIR(dst.st_mode)) {
@@ -225,7 +238,7 @@ int cli_index(int argc, char **argv)
                 free(one.v[j]);
             free(one.v);
             if (rc)
-                return CLI_USAGE;
+                return drop(&args, &paths, CLI_USAGE);
         }
     }
     int64_t reported = 0;
@@ -243,13 +256,7 @@ int cli_index(int argc, char **argv)
                 "stay inside the manifest's directory", out, dir ? dir : "every shard");
     else if (rc)
         cli_err("index %s -> %s: %s", dir ? dir : "(shards)", out, dh_strerror(rc));
-    for (size_t k = 0; k < paths.n; k++)
-        free(paths.v[k]);
-    for (size_t k = 0; k < args.n; k++)
-        free(args.v[k]);
-    free(paths.v);
-    free(args.v);
-    if (rc)
+    if (drop(&args, &paths, rc))
         return 1;
     printf("index: %lld files: %lld probed + %lld skipped", (long long)st.files,
            (long long)st.probed, (long long)st.skipped);

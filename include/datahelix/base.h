@@ -55,7 +55,8 @@ extern "C" {
     XX(EUNSUPPORTED, -10008, "unsupported media or codec")                                         \
     XX(EMISMATCH, -10009, "state does not match this manifest")                                    \
     XX(EEMPTY, -10010, "nothing to do: empty input")                                              \
-    XX(EPEER, -10011, "the process at the other end died or disconnected")
+    XX(EPEER, -10011, "the process at the other end died or disconnected")                        \
+    XX(EFAILED, -10012, "too many samples failed (--max-failed)")
 
 typedef enum {
 #define DH_ERR_ENUM(name, value, text) DH_##name = (value),

@@ -139,6 +139,11 @@ typedef struct {
      * samples from the epoch's start, which the agent marks as padding (a trainer's
      * batch["pad"]), so every sample of an epoch is delivered exactly once unpadded. */
     int no_shuffle, keep_last;
+    /* Added in 0.2. Real engine: the run stops with DH_EFAILED once at least 16 samples
+     * failed and they are more than this fraction of the samples finished so far (files that
+     * moved, a store that is down: no job should train on zeros for hours); a run whose every
+     * sample failed fails at its end. 0: the default, 0.5; 1: never stop. */
+    double max_failed_frac;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

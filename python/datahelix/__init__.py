@@ -18,7 +18,10 @@ failed: its tensors are zeros), "text" (each sample's text, a str, or None: the
 manifest's "text", a shard's .txt member), "label" (an int64 tensor of each
 sample's label, datahelix.NO_LABEL where it has none: "label", a shard's .cls),
 "meta" (each sample's meta object as a dict, or None: the manifest's "meta", a
-shard's .json member; parsed when first read), "pad" (True for a duplicate that
+shard's .json member; parsed when first read), "item_sample" (per modality, the
+position in the batch of each of its tensors' sample: batch["video"][j] belongs
+to the sample batch["ids"][k], batch["text"][k], k = batch["item_sample"]
+["video"][j]; a sample without video, or with two, makes the lists differ), "pad" (True for a duplicate that
 fills up an epoch's last batch when the agent keeps it: --keep-last), "data"
 (the whole batch as one uint8 view) and
 "emulated_compute_s" (the batch's modelled compute time, for emulating an
@@ -78,10 +81,12 @@ class _Metas(collections.abc.Sequence):
 def _views(raw, items):
     """Per-item views of the batch buffer `raw` (a Batch: buffer protocol); items as
     Batch.layout() gives them. Returns the whole batch as one uint8 array and a dict
-    type -> list of arrays (tensors with torch)."""
+    type -> list of arrays (tensors with torch), with "item_sample": type -> the position
+    of each of those tensors' sample in the batch."""
     whole = np.frombuffer(raw, dtype=np.uint8)  # holds `raw` alive while it lives
-    out = {}
-    for typ, off, nbytes, is_f32, shape in items:
+    out, owner = {}, {}
+    for typ, off, nbytes, is_f32, shape, k in items:
+        owner.setdefault(typ, []).append(k)
         arr = whole[off:off + nbytes]
         if is_f32:
             arr = arr.view(np.float32)
@@ -93,6 +98,7 @@ def _views(raw, items):
             out[typ] = [arr]
         else:
             lst.append(arr)
+    out["item_sample"] = owner
     return whole, out
 
 

@@ -207,12 +207,6 @@ static PyObject *batch_layout(BatchObject *self, PyObject *unused)
         for (int d = 0; shape && d < it->ndim; d++)
             PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(it->shape[d]));
         PyObject *type = it->type >= 0 && it->type < 3 ? type_names[it->type] : Py_None;
-        PyObject *t = shape ? Py_BuildValue("(OLLiN)", type, (long long)it->offset,
-                                            (long long)it->bytes, it->elem_bytes == 4, shape)
-                            : NULL;
-        if (!t)
-            goto fail;
-        PyTuple_SET_ITEM(items, k, t);
         /* Items are grouped by sample in the batch's sample order: follow with a cursor
          * (a manifest sample can occur twice in a small dataset's batch). */
         while (j < b->nsamples && b->samples[j] != it->sample)
@@ -220,6 +214,12 @@ static PyObject *batch_layout(BatchObject *self, PyObject *unused)
         if (j == b->nsamples)
             for (j = 0; j < b->nsamples && b->samples[j] != it->sample; j++)
                 ;
+        PyObject *t = shape ? Py_BuildValue("(OLLiNi)", type, (long long)it->offset,
+                                            (long long)it->bytes, it->elem_bytes == 4, shape, j)
+                            : NULL;
+        if (!t)
+            goto fail;
+        PyTuple_SET_ITEM(items, k, t);
         if (it->status && j < b->nsamples && !st[j])
             st[j] = it->status;
     }

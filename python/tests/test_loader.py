@@ -360,7 +360,8 @@ print(json.dumps(passes))
         """WebDataset shards (two, pax and GNU) indexed in place: 2 ranks, 2 epochs; every
         sample of an epoch once across ranks, each with its own caption, label and (even
         samples) .json metadata (the pixels read in place equal a loose file's decode:
-        test_tar)."""
+        test_tar). Sample 5 has no image (a caption alone): batch["item_sample"] says whose
+        each image is, so images and captions stay paired."""
         import io
         import tarfile
         d = os.path.join(self.tmp, "wds")
@@ -371,10 +372,12 @@ print(json.dumps(passes))
                     with open(os.path.join(self.tmp, "i%d.jpg" % k), "rb") as f:
                         jpg = f.read()
                     meta = json.dumps({"key": k, "video_metadata": {"w": 8}}).encode()
-                    for name, data in (("%06d.jpg" % k, jpg),
+                    for name, data in (("%06d.jpg" % k, jpg if k != 5 else None),
                                        ("%06d.txt" % k, ("caption \u00e9 %d" % k).encode()),
                                        ("%06d.cls" % k, b"%d" % (100 + k)),
                                        ("%06d.json" % k, meta))[:4 - k % 2]:
+                        if data is None:
+                            continue
                         i = tarfile.TarInfo(name)
                         i.size = len(data)
                         t.addfile(i, io.BytesIO(data))
@@ -388,7 +391,9 @@ with datahelix.Loader(socket=sys.argv[1], rank=int(sys.argv[2]), world_size=2) a
         loader.set_epoch(epoch)
         for b in loader:
             for k, i in enumerate(b["ids"]):
-                rows.append([epoch, i, b["text"][k], int(b["label"][k]), b["meta"][k]])
+                rows.append([epoch, i, b["text"][k], int(b["label"][k]), b["meta"][k],
+                             k in b["item_sample"].get("image", [])])
+            assert len(b["image"]) == len(b["item_sample"]["image"])
 print(json.dumps(rows))
 """
         s = sock()
@@ -406,7 +411,9 @@ print(json.dumps(rows))
             self.assertEqual(rc, 0, err)
             self.assertIn("delivered 16 + failed 0 = 16", out)
         for epoch in range(2):
-            got = sorted((i, t, l, json.dumps(m)) for e, i, t, l, m in rows if e == epoch)
+            got = sorted((i, t, l, json.dumps(m)) for e, i, t, l, m, _ in rows if e == epoch)
+            self.assertEqual(sorted(i for e, i, _, _, _, img in rows if e == epoch and not img),
+                             ["00001.tar:000005"])
             want = sorted(("%05d.tar:%06d" % (k // 4, k), "caption \u00e9 %d" % k, 100 + k,
                            json.dumps({"key": k, "video_metadata": {"w": 8}} if k % 2 == 0
                                       else None)) for k in range(8))

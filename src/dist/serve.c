@@ -545,7 +545,8 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
 static void send_end(agent *a, conn *c, int rc)
 {
     char msg[480];
-    pthread_mutex_lock(&a->mu);
+    const char *failed = rc == DH_EFAILED && a->e ? dh__engine_fail_msg(a->e) : NULL;
+    pthread_mutex_lock(&a->mu); /* the engine's lock is not taken inside ours */
     if (rc == DH_EPEER && a->fault[0])
         snprintf(msg, sizeof msg, "%s", a->fault);
     else if (rc == DH_EEMPTY)
@@ -553,7 +554,7 @@ static void send_end(agent *a, conn *c, int rc)
     else if (rc == DH_ECANCELED)
         snprintf(msg, sizeof msg, "the agent was stopped (Ctrl-C, SIGTERM or its caller)");
     else
-        snprintf(msg, sizeof msg, "the agent's run failed: %s", dh_strerror(rc));
+        snprintf(msg, sizeof msg, "the agent's run failed: %s", failed ? failed : dh_strerror(rc));
     pthread_mutex_unlock(&a->mu);
     c->ended = 1; /* after an end, the rank leaving is expected */
     dh__proto_send_error(c->fd, rc, msg);
@@ -1003,7 +1004,9 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
     if (!rc && frc == DH_EPEER)
         rc = dh__fail(err, errlen, frc, "%s", a->fault);
     else if (!rc && frc && frc != DH_ECANCELED)
-        rc = dh__fail(err, errlen, frc, "the run failed: %s", dh_strerror(frc));
+        rc = dh__fail(err, errlen, frc, "the run failed: %s",
+                      frc == DH_EFAILED && dh__engine_fail_msg(a->e) ? dh__engine_fail_msg(a->e)
+                                                                      : dh_strerror(frc));
     return rc;
 }
 

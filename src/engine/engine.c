@@ -54,6 +54,14 @@ void dh__eng_fail(dh_engine *e, int rc)
     dh__eng_stop_locked(e);
 }
 
+const char *dh__engine_fail_msg(dh_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    const char *m = e->error == DH_EFAILED && e->fail_msg[0] ? e->fail_msg : NULL;
+    pthread_mutex_unlock(&e->mu);
+    return m;
+}
+
 void dh__engine_abort(dh_engine *e, int rc)
 {
     pthread_mutex_lock(&e->mu);
@@ -393,6 +401,11 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     for (int w = 0; w < e->nthreads; w++)
         pthread_join(e->threads[w], NULL);
     e->nthreads = 0;
+    if (!e->error && e->nfail > 0 && e->nok == 0) { /* not one sample could be read */
+        snprintf(e->fail_msg, sizeof e->fail_msg, "every sample of the run failed (%lld)",
+                 (long long)e->nfail);
+        e->error = DH_EFAILED;
+    }
     int trc = dh__trace_close(&e->trace);
     if (!out)
         return e->error ? e->error : trc;
@@ -410,6 +423,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     e->rec.cpu_true_sum = t.cpu_sum;
     if (!e->error && e->rec.error)
         e->error = e->rec.error;
+
     dh_result full;
     dh__run_fill_result(&e->run, e->sched, &e->rec, "real", &full);
     /* the pool's real use, not the scheduler's accounting, with the move arena's */

@@ -70,6 +70,8 @@ struct dh_engine {
     int nthreads, stop;
     int shared;             /* > 0: pools in memfds trainers map, room for this many leases each */
     int error;              /* what stopped the run, if it failed (0: not failed) */
+    int64_t nok, nfail;     /* samples finished fine and failed (dh_run_config.max_failed_frac) */
+    char fail_msg[400];     /* why too many samples failed (DH_EFAILED): the last one's error */
     int64_t N, G;           /* N: steps of the run (DH__STEPS_UNBOUNDED: until stopped) */
     int R;
     eng_step **steps;       /* ring of live steps, slot = step & (cap - 1) */

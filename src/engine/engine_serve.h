@@ -34,6 +34,8 @@ int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, in
 void dh__engine_refuse(dh_engine *e, int rc, const char *why);
 /* Stops the run with error code rc (the first reason wins); every consumer wakes. */
 void dh__engine_abort(dh_engine *e, int rc);
+/* Why the run stopped with DH_EFAILED (too many samples failed), or NULL. */
+const char *dh__engine_fail_msg(dh_engine *e);
 /* dh_engine_next_batch, except that when *wake comes back 1 the idle workers are
  * woken only by dh__engine_wake: call it once the batch has been answered (a
  * wake-up costs tens of microseconds on a VM, which the consumer need not wait

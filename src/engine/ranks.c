@@ -144,6 +144,8 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
     rc = run_ranks(e, err, errlen);
     int frc = dh_engine_finish(e, out);
     rc = rc ? rc : frc;
+    if (rc == DH_EFAILED && err && errlen && e->fail_msg[0])
+        dh__msg(err, errlen, "the run stopped: %s", e->fail_msg);
     if (rc && err && errlen && !err[0] && dh__eng_nodes_error(e)[0]) /* another node's */
         dh__msg(err, errlen, "%s", dh__eng_nodes_error(e));
     if (rc && err && errlen && !err[0])

@@ -146,6 +146,21 @@ static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b,
                                       e->run.cfg.sample_gpu_cost_user);
 }
 
+/* Stops the run (DH_EFAILED) when failures pass dh_run_config.max_failed_frac: at least 16,
+ * and more than that fraction of the samples finished so far. */
+static void too_many_failed(dh_engine *e, const dh__task *t, const char *why)
+{
+    double frac = e->run.cfg.max_failed_frac > 0 ? e->run.cfg.max_failed_frac : 0.5;
+    if (frac >= 1 || e->nfail < 16 || (double)e->nfail <= frac * (double)(e->nfail + e->nok))
+        return;
+    dh_sample_info si;
+    dh_manifest_sample(e->run.m, t->sample, &si);
+    snprintf(e->fail_msg, sizeof e->fail_msg, "%lld of the %lld samples finished failed, over "
+             "the --max-failed share %.2f (the last, \"%s\": %s)", (long long)e->nfail,
+             (long long)(e->nfail + e->nok), frac, si.id, why);
+    dh__eng_fail(e, DH_EFAILED);
+}
+
 void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
                          int rc, double started, double cpu, const char *path, const char *err,
                          int remote)
@@ -155,9 +170,14 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
         return;
     }
     if (rc) {
-        if (!sample_failed(b, t->sample)) /* a split sample's other parts fail it once */
+        if (!sample_failed(b, t->sample)) { /* a split sample's other parts fail it once */
             report(e, t, path, rc, err[0] ? err : dh_strerror(rc));
+            e->nfail++;
+            too_many_failed(e, t, err[0] ? err : dh_strerror(rc));
+        }
         fail_sample(e, t, b, rc);
+    } else if (dh__sched_last_part(e->sched, t)) {
+        e->nok++;
     }
     if (!remote)
         e->cpu_sum += cpu;
