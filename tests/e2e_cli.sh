@@ -360,6 +360,37 @@ check "index --on-error fail exits 1 on a shard it cannot read" test $? -eq 1
 check "and writes no manifest" test ! -e "$WORK/wds/failed.jsonl"
 check "the unread shard is counted" contains "$WORK/zip.out" "(1 shards not read at all)"
 rm "$WORK/wds/shards/zipped.tar"
+# what users give: a .tar.gz / .tgz is named as compressed (it read as a bad media file),
+# a quoted wildcard is explained, nothing indexed is a failure (it wrote an empty manifest
+# and exited 0), a descending brace range and a list with blanks around its paths work,
+# and a shard given to serve as its manifest is told to be indexed
+mkdir -p "$WORK/wds/z"
+gzip -c "$WORK/wds/shards/00001.tar" > "$WORK/wds/z/a.tar.gz"
+cp "$WORK/wds/z/a.tar.gz" "$WORK/wds/z/b.tgz"
+"$DH" index "$WORK/wds/z" -o "$WORK/wds/z/m.jsonl" > "$WORK/z.out" 2> "$WORK/z.err"
+check "nothing indexed: index fails" test $? -eq 1 -a ! -e "$WORK/wds/z/m.jsonl"
+check "nothing indexed: said" contains "$WORK/z.err" "nothing indexed: every input was skipped"
+check "a .tgz is named as compressed" contains "$WORK/z.err" \
+    "b.tgz: shard skipped: a gzip-compressed file"
+(cd "$WORK/wds" && "$DH" index 'shards/*.tar' -o glob.jsonl > /dev/null 2> ../glob.err)
+check "a quoted wildcard is explained" contains "$WORK/glob.err" \
+    "a wildcard is the shell's to expand (leave it unquoted)"
+(cd "$WORK/wds" && "$DH" index 'shards/{00002..00000}.tar' -o desc.jsonl > ../desc.out 2>&1)
+check "a descending brace range: every shard, in that order" test \
+    "$(head -c 26 "$WORK/wds/desc.jsonl")" = '{"id":"shards/00002.tar:00' -a \
+    -n "$(grep '3 tar shards: 12 samples' "$WORK/desc.out")"
+printf '  shards/00000.tar  \n\t# a comment\n' > "$WORK/wds/blanks.txt"
+(cd "$WORK/wds" && "$DH" index blanks.txt -o blanks.jsonl > ../blanks.out 2>&1)
+check "a list's blanks around a path are ignored" contains "$WORK/blanks.out" \
+    "1 tar shards: 5 samples + 0 skipped"
+"$DH" run --manifest "$WORK/wds/shards/00000.tar" --workload kinetics-clips --ranks 1 \
+    --workers 1 --batch 1 --steps 1 > /dev/null 2> "$WORK/tarman.err"
+check "a shard as a manifest is told to be indexed" contains "$WORK/tarman.err" \
+    "is a tar shard, not a manifest: index the shards first"
+"$DH" run --manifest "$WORK/wds/manifest.jsonl" --workload kinetics-clips --ranks 1 \
+    --workers 1 --batch 1 --steps 1 --max-text-bytes 2 > /dev/null 2> "$WORK/runlim.err"
+check "run and serve take the manifest's limits (index's --max-text-bytes)" contains \
+    "$WORK/runlim.err" "text: [0-9]* bytes, over the limit 2 (--max-text-bytes)"
 "$DH" gen --workload kinetics-clips --out "$WORK/wds2" --format zip > /dev/null 2> "$WORK/wds.err"
 check "gen refuses an unknown format" contains "$WORK/wds.err" "--format files or wds"
 

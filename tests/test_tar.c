@@ -551,6 +551,8 @@ START_TEST(suffix_rules_extend_the_defaults)
     ck_assert_int_eq(dh_index_dir(root, out, &o, &st), 0);
     ck_assert_int_eq(st.shard_samples, 0);
     ck_assert(has_diag(&l, "sample \"a\": member a.json: malformed JSON", NULL, NULL));
+    ck_assert_int_eq(st.members_ignored, 3); /* said, not silently dropped */
+    ck_assert_str_eq(st.ignored_suffixes, "caption,weird");
     memset(&l, 0, sizeof l);
     o.suffixes = "caption=text,JSON=ignore,weird=label";
     ck_assert_int_eq(dh_index_dir(root, out, &o, &st), 0);
@@ -566,6 +568,11 @@ START_TEST(suffix_rules_extend_the_defaults)
     ck_assert_str_eq(si.text, "");
     ck_assert_ptr_null(si.meta);
     dh_manifest_free(m);
+    ck_assert_int_eq(st.members_ignored, 0);
+    /* the last rule for a suffix wins, as later options do */
+    o.suffixes = "caption=ignore,json=ignore,caption=text";
+    ck_assert_int_eq(dh_index_dir(root, out, &o, &st), 0);
+    ck_assert_int_eq(st.shard_samples, 2);
     const char *bad[] = {"gif", "gif=picture", "a.b=image", "=image", "gif=image,", NULL};
     for (int k = 0; bad[k]; k++) {
         int rc = dh_index_suffixes_check(bad[k], why, sizeof why);

@@ -22,8 +22,8 @@ static const char help[] =
     "A .tar file is a WebDataset shard: one line per sample, read in place.\n"
     "Instead of DIR: shards (or media files) in the order given, as paths, brace patterns\n"
     "as WebDataset writes them ('data/{00000..00099}.tar', 'a/{x,y}.tar'), or list files\n"
-    "(.txt, .list, .lst: one path per line, relative to the list's directory; blank\n"
-    "lines and # comments ignored).\n"
+    "(.txt, .list, .lst: one path per line, relative to the list's directory; blanks\n"
+    "around a path, blank lines and # comments ignored).\n"
     "\n"
     "  -o, --output MANIFEST   where to write the manifest (required)\n"
     "  -j, --threads N         probing threads (default: one per CPU)\n"
@@ -74,7 +74,7 @@ static int drop(strs *a, strs *b, int rc)
 
 /*
  * Expands the first brace group of pattern ({A..B} with the width of A when it starts
- * with 0, or {x,y,z}) and recurses on the rest; no group: the pattern itself. 0, or -1
+ * with 0, descending when B < A, or {x,y,z}) and recurses on the rest; no group: the pattern itself. 0, or -1
  * with the error printed (a malformed group, over a million names).
  */
 static int expand(const char *pat, strs *out)
@@ -102,16 +102,21 @@ static int expand(const char *pat, strs *out)
         int width = body[0] == '0' ? (int)strlen(body) : 0;
         int ok = end && !*end && body[0];
         b = strtoll(dots + 2, &end, 10);
-        ok = ok && end && !*end && dots[2] && b >= a && b - a < 1000000;
+        unsigned long long span = b >= a ? (unsigned long long)b - (unsigned long long)a
+                                         : (unsigned long long)a - (unsigned long long)b;
+        ok = ok && end && !*end && dots[2] && span < 1000000; /* no overflow: unsigned */
         if (!ok) {
-            cli_err("index: \"%s\": expected {A..B} with integers A <= B", pat);
+            cli_err("index: \"%s\": expected {A..B} with integers A and B at most a million "
+                    "apart", pat);
             return -1;
         }
-        for (long long k = a; k <= b; k++) {
+        for (long long k = a, step = b >= a ? 1 : -1;; k += step) { /* descending too */
             snprintf(buf, sizeof buf, "%.*s%0*lld%s", (int)(open - pat), pat, width, k,
                      close + 1);
             if (expand(buf, out))
                 return -1;
+            if (k == b)
+                break;
         }
         return 0;
     }
@@ -138,10 +143,13 @@ static int read_list(const char *list, strs *out)
     int rc = 0;
     while (!rc && fgets(line, sizeof line, f)) {
         size_t n = strcspn(line, "\r\n");
+        while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == '\t')) /* trailing blanks */
+            n--;
         line[n] = 0;
-        if (!n || line[0] == '#')
+        const char *p = line + strspn(line, " \t");
+        if (!*p || *p == '#')
             continue;
-        snprintf(path, sizeof path, "%.*s%s", line[0] == '/' ? 0 : dirlen, list, line);
+        snprintf(path, sizeof path, "%.*s%s", *p == '/' ? 0 : dirlen, list, p);
         rc = push(out, path, strlen(path));
     }
     fclose(f);
@@ -233,6 +241,10 @@ int cli_index(int argc, char **argv)
                 } else {
                     rc = list ? read_list(one.v[j], &paths) : push(&paths, one.v[j], l);
                 }
+                if (!list && strpbrk(one.v[j], "*?[") && access(one.v[j], F_OK) != 0)
+                    cli_err("index: %s: no such file; a wildcard is the shell's to expand "
+                            "(leave it unquoted); index itself expands brace patterns only",
+                            one.v[j]);
             }
             for (size_t j = 0; j < one.n; j++)
                 free(one.v[j]);
@@ -268,6 +280,9 @@ int cli_index(int argc, char **argv)
     if (st.scanned)
         printf(" (%lld without a container frame index: packets scanned, not decoded)",
                (long long)st.scanned);
+    if (st.members_ignored)
+        printf(" (%lld shard members of no known kind ignored: .%s; --suffix EXT=KIND gives one)",
+               (long long)st.members_ignored, st.ignored_suffixes);
     if (st.media_bytes >= (16 << 20)) /* a share of the media only means something at size */
         printf(" (read %.1f MiB for %.1f MiB of media: %.2f%%)", st.bytes_read / 1048576.0,
                st.media_bytes / 1048576.0, 100.0 * (double)st.bytes_read / (double)st.media_bytes);
@@ -277,6 +292,12 @@ int cli_index(int argc, char **argv)
     int64_t units = st.probed + st.skipped + st.shard_samples + st.shard_skipped;
     printf(" in %.2f s (%.0f %s/s) -> %s\n", secs, secs > 0 ? units / secs : 0.0,
            st.shards ? "samples" : "files", out);
+    if (st.files + st.skipped > 0 && st.probed + st.shard_samples == 0) {
+        unlink(out); /* an empty manifest would only fail later, further from the cause */
+        cli_err("index: nothing indexed: every input was skipped (see the reasons above); %s "
+                "not written", out);
+        return 1;
+    }
     if (fail_on_error && (st.skipped || st.shard_skipped || st.shards_unread)) {
         unlink(out); /* nothing half-usable is left behind */
         cli_err("index: --on-error fail: %s not written (every input must be read)", out);

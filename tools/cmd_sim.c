@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static const char help[] =
@@ -81,6 +82,7 @@ typedef struct {
     const char *manifest, *spec, *json;
     int64_t calibrate; /* samples to decode for --calibrate; 0: none */
     dh_serve_opts serve;
+    dh_limits limits;  /* the manifest's (as index and inspect take them) */
 } sim_files;
 
 enum { MODE_SIM, MODE_RUN, MODE_SERVE };
@@ -123,6 +125,8 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int r = cli_run_option(argc, argv, &i, cfg, stress);
+        if (r == 0)
+            r = cli_limit_option(argc, argv, &i, &f->limits);
         if (r < 0)
             return CLI_USAGE;
         if (r > 0)
@@ -130,6 +134,7 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             fputs(help, stdout);
             fputs(cli_run_help, stdout);
+            fputs(cli_limits_help, stdout);
             return -1;
         }
         if (!strcmp(o, "--list")) {
@@ -283,12 +288,22 @@ static int load_inputs(dh_run_config *cfg, const sim_files *f, dh_manifest **m, 
 {
     char err[512] = "";
     int rc;
+    size_t mlen = f->manifest ? strlen(f->manifest) : 0;
+    if (mlen > 4 && !strcasecmp(f->manifest + mlen - 4, ".tar")) {
+        cli_err("%s is a tar shard, not a manifest: index the shards first (datahelix index "
+                "DIR -o DIR/manifest.jsonl) and give that manifest", f->manifest);
+        return 1;
+    }
     if (f->manifest) {
         dh_load_opts lo;
         dh_load_opts_default(&lo);
+        int64_t said = 0;
         lo.diag = cli_print_diag;
+        lo.diag_user = &said;
+        lo.limits = f->limits;
         if ((rc = dh_manifest_load(f->manifest, &lo, m, NULL))) {
-            cli_err("%s: %s", f->manifest, dh_strerror(rc));
+            if (!said) /* a manifest that cannot be opened is said once, by the loader */
+                cli_err("%s: %s", f->manifest, dh_strerror(rc));
             return 1;
         }
         cfg->manifest = *m;
@@ -430,6 +445,7 @@ static int parse_streams(int argc, char **argv, int first, one_run *runs)
         r->cfg.epochs = 0;
         r->cfg.stress = NULL;
         r->f.serve = runs[0].f.serve;
+        r->f.limits = runs[0].f.limits;
         int rc = parse(end - (i + 1), argv + i + 1, &r->cfg, &r->stress, &r->f, "serve");
         if (rc)
             return rc < 0 ? -CLI_USAGE : -rc;
@@ -452,6 +468,7 @@ static int sim_or_run(int argc, char **argv, int mode)
     dh_run_config_default(cfg);
     sim_files *f = &runs[0].f;
     dh_serve_opts_default(&f->serve);
+    dh_limits_default(&f->limits);
     int first = argc; /* serve: where the first --stream starts */
     for (int i = 1; mode == MODE_SERVE && i < argc && first == argc; i++)
         first = strcmp(argv[i], "--stream") ? argc : i;

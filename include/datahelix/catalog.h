@@ -278,6 +278,10 @@ typedef struct {
      * bytes of the media they describe. */
     int64_t bytes_read, media_bytes;
     int64_t shards_unread; /* of shards: not read at all (compressed, not a tar, unopenable) */
+    /* Added in 0.2: shard members whose suffix no rule knows (ignored; --suffix EXT=KIND
+     * gives them a kind), and the first few of those suffixes, comma-separated. */
+    int64_t members_ignored;
+    char ignored_suffixes[64];
 } dh_index_stats;
 
 DH_API void dh_index_opts_default(dh_index_opts *opts);

@@ -38,8 +38,11 @@ const char *dh_err_name(int err)
         DH_ERRNO_MAP(DH_ERR_NAME)
 #undef DH_ERR_NAME
     default:
-        return "DH_EUNKNOWN";
+        break;
     }
+    /* Other negated errnos: their symbolic name (EISDIR, ...), static in glibc. */
+    const char *name = err < 0 && err > -4096 ? strerrorname_np(-err) : NULL;
+    return name ? name : "DH_EUNKNOWN";
 }
 
 const char *dh_version_string(void)

@@ -56,6 +56,20 @@ void dh_index_opts_default(dh_index_opts *opts)
     dh_limits_default(&opts->limits);
 }
 
+/* 1 when a file name is a WebDataset shard's: .tar, or a compressed tar (.tar.gz, .tgz,
+ * .tar.zst, ...), which the shard reader refuses with the reason. */
+static int is_shard(const char *name, size_t len)
+{
+    static const char *const ends[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd",
+                                       ".tar.bz2", ".tar.xz"};
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+        size_t n = strlen(ends[k]);
+        if (len > n && !strcasecmp(name + len - n, ends[k]))
+            return 1;
+    }
+    return 0;
+}
+
 static int add_path(index_job *j, const char *rel)
 {
     if (dh__grow((void **)&j->rel, &j->cap, j->n + 1, sizeof *j->rel))
@@ -127,7 +141,7 @@ static void *probe_worker(void *arg)
         err[0] = 0;
         file_result *fr = &j->results[i];
         size_t len = strlen(j->rel[i]);
-        if (len > 4 && !strcasecmp(j->rel[i] + len - 4, ".tar")) { /* a WebDataset shard */
+        if (is_shard(j->rel[i], len)) { /* a WebDataset shard (a compressed one is named) */
             fr->shard = 1;
             fr->rc = dh__index_shard(j->root, j->rel[i], j->prefix, &j->opts->limits,
                                     j->opts->suffixes, &fr->sr);
@@ -247,6 +261,12 @@ static int write_shard(index_job *j, FILE *f, size_t i, dh_index_stats *st)
     st->shard_skipped += r->skipped;
     st->bytes_read += r->bytes_read;
     st->media_bytes += r->media_bytes;
+    st->members_ignored += r->ignored;
+    for (const char *q = r->ignored_suffixes; *q;) { /* merged, each once, while room lasts */
+        size_t n = strcspn(q, ",");
+        dh__list_add_once(st->ignored_suffixes, sizeof st->ignored_suffixes, q, n);
+        q += n + (q[n] == ',');
+    }
     return 0;
 }
 

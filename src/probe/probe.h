@@ -20,6 +20,8 @@ typedef struct {
     size_t ndiags, diag_cap;
     int64_t samples, skipped;     /* samples written, samples left out */
     int64_t bytes_read, media_bytes; /* what indexing read, and the media bytes described */
+    int64_t ignored;              /* members of a suffix no rule knows (not read) */
+    char ignored_suffixes[64];    /* the first few of those suffixes, comma-separated */
     int failed;                   /* the shard could not be read at all */
 } dh__shard_result;
 
@@ -32,5 +34,8 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
                     const dh_limits *limits, const char *suffixes, dh__shard_result *r);
 
 void dh__shard_result_clear(dh__shard_result *r);
+/* Appends n bytes of item to a comma-separated list of cap bytes unless it is there already
+ * or there is no room. */
+void dh__list_add_once(char *list, size_t cap, const char *item, size_t n);
 
 #endif

@@ -61,7 +61,7 @@ static int collect(const dh__tar_member *tm, void *user)
 
 /* Which modality a member's suffix is (its last extension decides): media type, or one of
  * the text kinds below, or -1 (ignored). */
-enum { KIND_TEXT = 100, KIND_LABEL, KIND_META };
+enum { KIND_TEXT = 100, KIND_LABEL, KIND_META, KIND_UNKNOWN = -5 /* ignored, unasked */ };
 
 static const struct {
     const char *name;
@@ -111,17 +111,39 @@ static int kind_of(const char *suffix, const char *rules)
                  {"cls", KIND_LABEL},      {"json", KIND_META}};
     const char *dot = strrchr(suffix, '.');
     const char *ext = dot ? dot + 1 : suffix;
-    for (const char *p = rules; p && *p;) { /* the user's rules first: they may override */
+    int ruled = -2;
+    for (const char *p = rules; p && *p;) { /* the user's rules first (the last of them for
+                                             * a suffix), then the defaults */
         size_t n = strcspn(p, ",");
         int kind = rule_kind(p, n, ext);
-        if (kind >= -1)
-            return kind;
+        ruled = kind >= -1 ? kind : ruled;
         p += n + (p[n] == ',');
     }
+    if (ruled >= -1)
+        return ruled;
     for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
         if (!strcmp(ext, table[k].ext))
             return table[k].kind;
-    return -1;
+    return KIND_UNKNOWN;
+}
+
+void dh__list_add_once(char *list, size_t cap, const char *item, size_t n)
+{
+    for (const char *q = list; *q; q += strcspn(q, ",") + (q[strcspn(q, ",")] == ','))
+        if (strcspn(q, ",") == n && !strncmp(q, item, n))
+            return; /* there */
+    size_t have = strlen(list);
+    if (n && have + n + 2 < cap)
+        snprintf(list + have, cap - have, "%s%.*s", have ? "," : "", (int)n, item);
+}
+
+/* Counts a member no rule knows, and remembers its suffix (the first few) for the summary. */
+static void note_unknown(dh__shard_result *r, const char *suffix)
+{
+    r->ignored++;
+    const char *dot = strrchr(suffix, '.');
+    const char *ext = dot ? dot + 1 : suffix;
+    dh__list_add_once(r->ignored_suffixes, sizeof r->ignored_suffixes, ext, strlen(ext));
 }
 
 /* Appends a formatted diagnostic to the shard's result. */
@@ -208,6 +230,8 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
         if (k < 64)
             snprintf(suffixes[k], sizeof suffixes[k], "%s", suffix);
         int kind = rc ? -1 : kind_of(suffix, j->suffixes);
+        if (kind == KIND_UNKNOWN && m->type == '0')
+            note_unknown(j->r, suffix);
         if (kind >= 0 && m->type != '0') {
             rc = dh__fail(why, sizeof why, DH_ENOTMEDIA, "a %s, not a regular file (type '%c')",
                           m->type == '1' || m->type == '2' ? "link"
