@@ -391,6 +391,11 @@ check "a shard as a manifest is told to be indexed" contains "$WORK/tarman.err" 
     --workers 1 --batch 1 --steps 1 --max-text-bytes 2 > /dev/null 2> "$WORK/runlim.err"
 check "run and serve take the manifest's limits (index's --max-text-bytes)" contains \
     "$WORK/runlim.err" "text: [0-9]* bytes, over the limit 2 (--max-text-bytes)"
+"$DH" inspect "$WORK/wds/manifest.jsonl" --workload kinetics-clips > "$WORK/insp.out" 2>&1
+check "inspect counts the samples with a text, a label, metadata" contains "$WORK/insp.out" \
+    "samples with a text 12, a label 12, metadata 12"
+"$DH" inspect "$WORK/wds/manifest.jsonl" --max-text-bytes 2 > /dev/null 2>&1
+check "inspect: every line skipped is a failure" test $? -eq 1
 "$DH" gen --workload kinetics-clips --out "$WORK/wds2" --format zip > /dev/null 2> "$WORK/wds.err"
 check "gen refuses an unknown format" contains "$WORK/wds.err" "--format files or wds"
 

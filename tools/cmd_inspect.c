@@ -38,6 +38,7 @@ typedef struct {
     int64_t by_type[DH_MEDIA_TYPE_COUNT];
     int64_t by_codec[DH_CODEC_COUNT];
     int64_t text_only;
+    int64_t with_text, with_label, with_meta; /* samples carrying them (captions, .cls, .json) */
     int64_t underivable; /* loaded samples the spec cannot derive (each reported) */
     cli_dist dist[D_COUNT];
 } summary;
@@ -162,6 +163,9 @@ static int collect(const dh_manifest *m, const dh_spec *spec, summary *s)
         if (dh_sample_cpu_cost(spec, m, i, &cpu_s) == 0)
             add(s, D_CPU, cpu_s * 1e3);
         s->text_only += si.media_count == 0;
+        s->with_text += si.text != NULL;
+        s->with_label += si.has_label;
+        s->with_meta += si.meta != NULL;
         for (int32_t j = 0; j < si.media_count; j++) {
             dh_media_info mi;
             dh_manifest_media(m, i, j, &mi);
@@ -191,6 +195,8 @@ static void print_summary(const summary *s)
     for (int t = 0; t < DH_MEDIA_TYPE_COUNT; t++)
         printf(" %s %lld ", dh_media_type_name((dh_media_type)t), (long long)s->by_type[t]);
     printf(" (text-only samples %lld)\n", (long long)s->text_only);
+    printf("samples with a text %lld, a label %lld, metadata %lld\n", (long long)s->with_text,
+           (long long)s->with_label, (long long)s->with_meta);
     if (s->underivable)
         printf("left out: %lld samples this spec cannot derive (each named above)\n",
                (long long)s->underivable);
@@ -221,7 +227,9 @@ static int write_json(const char *path, const inspect_args *a, const dh_load_sta
     for (int t = 0; t < DH_MEDIA_TYPE_COUNT; t++)
         fprintf(f, "%s\"%s\":%lld", t ? "," : "", dh_media_type_name((dh_media_type)t),
                 (long long)s->by_type[t]);
-    fprintf(f, "},\"text_only\":%lld,\"underivable\":%lld,\"by_codec\":{", (long long)s->text_only,
+    fprintf(f, "},\"text_only\":%lld,\"with_text\":%lld,\"with_label\":%lld,\"with_meta\":%lld,"
+            "\"underivable\":%lld,\"by_codec\":{", (long long)s->text_only,
+            (long long)s->with_text, (long long)s->with_label, (long long)s->with_meta,
             (long long)s->underivable);
     for (int c = 0, first = 1; c < DH_CODEC_COUNT; c++)
         if (s->by_codec[c]) {
@@ -277,6 +285,11 @@ int cli_inspect(int argc, char **argv)
         print_summary(&s);
         if (a.json)
             out = write_json(a.json, &a, &ls, m, &s);
+    }
+    if (!out && ls.skipped && !ls.loaded) { /* every line refused: nothing here is usable */
+        cli_err("inspect: %s: no sample loaded (every line skipped, each named above)",
+                a.manifest);
+        out = 1;
     }
     for (int d = 0; d < D_COUNT; d++)
         free(s.v[d]);

@@ -249,6 +249,19 @@ class Loader:
         self._connect()
         return self._position(self._next_loop())[0]
 
+    @property
+    def epochs(self):
+        """The epoch the agent's job ends before (its --epochs, counted from the start of
+        training, also after a resume: `for epoch in range(loader.epoch, loader.epochs)`), or
+        None when it is endless (--steps 0) or ends part-way into an epoch (--steps N);
+        attaches if needed."""
+        self._connect()
+        steps = self._run["steps"]
+        if steps <= 0:
+            return None
+        epoch, step = self._position(steps - 1)
+        return epoch + 1 if step == self._run["steps_per_epoch"] - 1 else None
+
     def __len__(self):
         """Batches of this rank in one epoch (each rank takes one batch per global step). The
         first epoch after a resume yields fewer: the rest of it. Attaches if needed, so call

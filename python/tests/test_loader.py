@@ -348,6 +348,7 @@ print(json.dumps(passes))
                     break
                 self.assertEqual(first, (0, 0))
                 self.assertEqual(loader.epoch, 1)
+                self.assertEqual(loader.epochs, 3)  # the agent's --epochs
                 loader.set_epoch(1)
                 rows = [(b["epoch"], b["epoch_step"], b["ids"][0]) for b in loader]
                 self.assertEqual(rows, [(1, k, "i%d.jpg" % (2 * k)) for k in range(4)])
@@ -428,6 +429,7 @@ print(json.dumps(rows))
                    "--no-shuffle", "--keep-last"):
             with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
                 loader.load_state_dict({"epoch": 0, "step": 1, "global_batch": 3})
+                self.assertIsNone(loader.epochs)  # --steps 0: endless
                 rows = [(i, p) for b in loader for i, p in zip(b["ids"], b["pad"])]
         self.assertEqual([i for i, p in rows if not p], ["i%d.jpg" % k for k in range(3, 8)])
         self.assertEqual(sorted(i for i, p in rows if p), ["i0.jpg", "i1.jpg", "i2.jpg"])

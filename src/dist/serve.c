@@ -103,6 +103,8 @@ struct agent {
     pthread_mutex_t mu;
     pthread_cond_t changed;
     volatile int stopping;  /* should_stop said so: ranks are told, then let go */
+    int end_code;           /* done: what a late attach is told (code, sentence) */
+    const char *end_why;
     int fault_code;
     char fault[400];
     int64_t N;              /* steps of this run; -1: until stopped */
@@ -249,11 +251,13 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
         return dh__fail(why, len, DH_EMISMATCH, "global batch %lld, but this agent serves %lld",
                         (long long)q->global_batch, (long long)a->cfg->global_batch);
     if (q->manifest_hash && q->manifest_hash != a->manifest_hash)
-        return dh__fail(why, len, DH_EMISMATCH, "the trainer's manifest differs from the "
-                                                "agent's (descriptor hashes differ)");
+        return dh__fail(why, len, DH_EMISMATCH, "the manifest the trainer expects (its saved "
+                        "state's, or the one it names) differs from the agent's (descriptor "
+                        "hashes differ: the manifest was re-indexed or edited since)");
     if (q->spec_hash && q->spec_hash != a->spec_hash)
-        return dh__fail(why, len, DH_EMISMATCH, "the trainer's preprocessing spec differs from "
-                                                "the agent's");
+        return dh__fail(why, len, DH_EMISMATCH, "the preprocessing spec the trainer expects (its "
+                        "saved state's, or the one it names) differs from the agent's (--spec "
+                        "or --workload changed since the state was saved?)");
     if (q->resume && q->check_seed && q->resume_seed != a->cfg->seed)
         return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with seed %llu, "
                         "this agent runs seed %llu (--seed)", (unsigned long long)q->resume_seed,
@@ -370,7 +374,7 @@ static void tend_attaches(agent *a, const struct pollfd *pf, int n, double until
 
 /* Takes the attaches the acceptor queued for this stream: validated, or refused with why
  * (NULL: validated against the stream as it attaches). */
-static void take_queued(agent *a, const char *why)
+static void take_queued(agent *a, int code, const char *why)
 {
     char b[64];
     while (read(a->inbox[0], b, sizeof b) > 0) /* the wake-ups: non-blocking */
@@ -383,7 +387,7 @@ static void take_queued(agent *a, const char *why)
     pthread_mutex_unlock(&a->hub->mu);
     for (size_t k = 0; k < n; k++) {
         if (why)
-            refuse_fd(a->hub, a, q[k].fd, q[k].pid, DH_EMISMATCH, why);
+            refuse_fd(a->hub, a, q[k].fd, q[k].pid, code, why);
         else
             take_attach(a, &q[k]);
     }
@@ -439,7 +443,7 @@ static int wait_for_ranks(agent *a)
             told = tell ? mono() : told;
         }
         if (ready > 0 && (pf[0].revents & POLLIN))
-            take_queued(a, NULL);
+            take_queued(a, 0, NULL);
     }
     return 0;
 }
@@ -820,8 +824,8 @@ static void watch(agent *a)
         if (reap) /* no: wake whoever waits for a step the rank that left will not take */
             dh__engine_abort(a->e, DH_EPEER);
         if (a->o.on_rank_exit == DH_ON_RANK_EXIT_STOP) /* waiting: for the next set of ranks */
-            take_queued(a, "this stream's ranks are all attached and its run is going (a "
-                           "second trainer for one rank, or a Loader created twice?)");
+            take_queued(a, DH_EMISMATCH, "this stream's ranks are all attached and its run "
+                        "is going (a second trainer for one rank, or a Loader created twice?)");
         if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) {
             a->stopping = 1;
             if (!a->cfg->exchange || a->cfg->nodes < 2) /* on several, the nodes agree first */
@@ -1080,10 +1084,15 @@ static void *stream_main(void *arg)
         rc = 0;
     }
     a->rc = rc;
+    const dh_run_config *cfg = a->cfg;
+    int stopped = a->stopping || (cfg->should_stop && cfg->should_stop(cfg->should_stop_user));
     pthread_mutex_lock(&a->hub->mu);
+    a->end_code = stopped ? DH_ECANCELED : DH_EMISMATCH;
+    a->end_why = stopped ? "the agent was stopped (Ctrl-C, SIGTERM or its caller)"
+                         : "this stream's run has ended";
     a->done = 1; /* the acceptor refuses its attaches from here */
     pthread_mutex_unlock(&a->hub->mu);
-    take_queued(a, "this stream's run has ended");
+    take_queued(a, a->end_code, a->end_why);
     return NULL;
 }
 
@@ -1128,8 +1137,8 @@ static void accept_attaches(hub *h, int io_ms)
         if (!rc) {
             pthread_mutex_lock(&h->mu);
             if (a->done)
-                rc = dh__fail(why, sizeof why, DH_EMISMATCH, "stream \"%s\" of this agent has "
-                              "ended", a->stream);
+                rc = dh__fail(why, sizeof why, a->end_code, "stream \"%s\" of this agent: %s",
+                              a->stream, a->end_why);
             else if (!(rc = dh__grow((void **)&a->queue, &a->capq, a->nqueue + 1,
                                      sizeof *a->queue)))
                 a->queue[a->nqueue++] = in;
