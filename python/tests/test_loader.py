@@ -334,6 +334,31 @@ print(json.dumps(passes))
         self.assertIn("stream val: rank 1 attached", err)
         self.check_val_passes(outs)
 
+    def test_a_run_whose_samples_fail_stops_and_says_why(self):
+        """Media gone (shards moved, a disk not mounted): every sample fails; the agent stops
+        once 16 failed (--max-failed, default half) and the trainer's next batch raises with
+        the reason and the last sample's error (it trained on zeros to the end before, and
+        the agent exited 0)."""
+        with open(os.path.join(self.tmp, "gone.jsonl"), "w") as f:
+            for k in range(40):
+                f.write(json.dumps({"id": "g%d" % k, "media": [
+                    {"type": "image", "path": "gone/x%d.jpg" % k, "width": 64,
+                     "height": 64}]}) + "\n")
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--epochs", "2",
+                   manifest="gone.jsonl") as agent:
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                with self.assertRaises(datahelix.DataHelixError) as e:
+                    for _ in range(2):
+                        for b in loader:
+                            self.assertTrue(all(st < 0 for st in b["status"]))
+            self.assertIn("samples finished failed, over the --max-failed share 0.50",
+                          str(e.exception))
+            self.assertIn("cannot open", str(e.exception))
+            rc, out, err = agent.wait()
+            self.assertNotEqual(rc, 0, err)
+            self.assertIn("DH_EFAILED", err)
+
     def test_a_loop_left_early_leaves_the_rest_of_its_epoch(self):
         """break (or an exception) in epoch 0 after one batch: the next loop is all of epoch
         1, as a DataLoader's new iterator is a new epoch (it went on with epoch 0's rest

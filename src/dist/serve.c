@@ -251,13 +251,13 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
         return dh__fail(why, len, DH_EMISMATCH, "global batch %lld, but this agent serves %lld",
                         (long long)q->global_batch, (long long)a->cfg->global_batch);
     if (q->manifest_hash && q->manifest_hash != a->manifest_hash)
-        return dh__fail(why, len, DH_EMISMATCH, "the manifest the trainer expects (its saved "
-                        "state's, or the one it names) differs from the agent's (descriptor "
-                        "hashes differ: the manifest was re-indexed or edited since)");
+        return dh__fail(why, len, DH_EMISMATCH, "the manifest differs from the one the "
+                        "trainer expects (its saved state's, or the one it names): descriptor "
+                        "hashes differ (re-indexed or edited since?)");
     if (q->spec_hash && q->spec_hash != a->spec_hash)
-        return dh__fail(why, len, DH_EMISMATCH, "the preprocessing spec the trainer expects (its "
-                        "saved state's, or the one it names) differs from the agent's (--spec "
-                        "or --workload changed since the state was saved?)");
+        return dh__fail(why, len, DH_EMISMATCH, "the agent's preprocessing spec differs from "
+                        "the one the trainer expects (its saved state's, or the one it names: "
+                        "--spec or --workload changed since?)");
     if (q->resume && q->check_seed && q->resume_seed != a->cfg->seed)
         return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with seed %llu, "
                         "this agent runs seed %llu (--seed)", (unsigned long long)q->resume_seed,
