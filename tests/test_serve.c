@@ -1190,6 +1190,48 @@ START_TEST(unused_streams_end_the_agent_and_a_finite_one_fails)
 }
 END_TEST
 
+/* Defect 1 of issue 22: a process of another user that took the agent's name first is not
+ * trusted. The trainer asks the kernel who listens (SO_PEERCRED) before it sends its attach
+ * or takes anything (it attached to the impostor and took its batch before). As root only:
+ * the impostor must be another user. */
+START_TEST(a_client_refuses_an_agent_of_another_user)
+{
+    if (getuid() != 0)
+        return; /* cannot make a process of another user */
+    new_socket_name();
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t p = fork();
+    if (!p) {
+        close(ready[0]);
+        if (setgid(65534) || setuid(65534))
+            _exit(2);
+        char err[256];
+        int lfd = dh__listen(sock, 4, err, sizeof err);
+        if (lfd < 0)
+            _exit(3);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(4);
+        int fd = accept(lfd, NULL, NULL);
+        char buf[64];
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf) : -1;
+        _exit(n > 0 ? 5 : 0); /* the trainer sent nothing: its attach stays with it */
+    }
+    close(ready[1]);
+    char x;
+    ck_assert_int_eq(read(ready[0], &x, 1), 1);
+    close(ready[0]);
+    dh_client_opts o = client_opts(0, 1, 1);
+    dh_client *c = NULL;
+    char err[512] = "";
+    ck_assert_int_eq(dh_client_connect(&o, &c, err, sizeof err), DH_EACCES);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(err, "belongs to user 65534, not to you (0): refusing to attach"), "%s",
+                  err);
+    ck_assert_int_eq(wait_child(p), 0);
+}
+END_TEST
+
 START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
 {
     /* A fake agent describes batches whose bounds overflow, whose ids lack their NUL, whose
@@ -1311,6 +1353,7 @@ int main(void)
     tcase_add_test(tc, a_served_run_bound_reads_the_trainers_compute);
     tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
     tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
+    tcase_add_test(tc, a_client_refuses_an_agent_of_another_user);
     tcase_add_test(tc, one_agent_serves_several_streams);
     tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     tcase_add_test(tc, unused_streams_end_the_agent_and_a_finite_one_fails);

@@ -164,6 +164,28 @@ static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errle
     return rc;
 }
 
+/*
+ * The agent must be a process of this user (or root): an abstract socket name can be taken by
+ * anyone, so whoever listens there is asked by the kernel (SO_PEERCRED) before anything is
+ * sent to it or taken from it. 0 or DH_EACCES, said.
+ */
+static int trust_agent(int fd, const char *name, char *err, size_t errlen)
+{
+    uint32_t uid = 0;
+    int32_t pid = 0;
+    int rc = dh__peer_uid(fd, &uid, &pid);
+    if (rc)
+        return dh__fail(err, errlen, rc, "cannot ask who listens on %s: %s", name,
+                        dh_strerror(rc));
+    if (uid != getuid() && uid != 0)
+        return dh__fail(err, errlen, DH_EACCES, "the process listening on %s (pid %d) belongs to "
+                        "user %u, not to you (%u): refusing to attach to it (another user's "
+                        "process took the name first? stop it, or give your agent and trainers "
+                        "another --socket / DH_JOB)", name, (int)pid, (unsigned)uid,
+                        (unsigned)getuid());
+    return 0;
+}
+
 int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, size_t errlen)
 {
     if (!opts || !out || opts->struct_size < sizeof(uint32_t) ||
@@ -189,7 +211,12 @@ int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, si
      * to attach when bounded, else timeout_ms. */
     c->fd = dh__connect(o.socket, o.attach_timeout_ms > 0 ? o.attach_timeout_ms : c->timeout_ms,
                         err, errlen);
-    int rc = c->fd < 0 ? c->fd : attach(c, &o, err, errlen);
+    int rc = c->fd < 0 ? c->fd : trust_agent(c->fd, o.socket, err, errlen);
+    if (rc && c->fd >= 0) { /* an agent not trusted is told nothing, not even goodbye */
+        close(c->fd);
+        c->fd = -1;
+    }
+    rc = rc ? rc : attach(c, &o, err, errlen);
     if (rc) {
         dh_client_close(c);
         return rc;

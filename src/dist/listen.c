@@ -65,8 +65,9 @@ static int bind_failed(int fd, const char *name, int e, char *err, size_t errlen
     close(fd);
     return dh__fail(err, errlen, e == EADDRINUSE ? DH_EEXIST : -e, "cannot listen on %s: %s%s",
                     name, strerror(e),
-                    e == EADDRINUSE ? " (another agent serves this job: pick another --socket "
-                                      "or DH_JOB)"
+                    e == EADDRINUSE ? " (another agent serves this job, or a process of any "
+                                      "user holds the name - trainers attach only to an agent "
+                                      "of their own user: pick another --socket or DH_JOB)"
                                     : "");
 }
 
