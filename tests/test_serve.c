@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -749,6 +750,61 @@ static pid_t fork_trainer(int rank, dh_client **c)
     return 0;
 }
 
+/* The pool descriptors this process received (memfds named datahelix-pool), up to 4. */
+static int pool_fds(int *fds)
+{
+    int n = 0;
+    for (int fd = 3; fd < 256 && n < 4; fd++) {
+        char p[64], target[256];
+        snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+        ssize_t len = readlink(p, target, sizeof target - 1);
+        if (len > 0 && (target[len] = 0, strstr(target, "memfd:datahelix-pool")))
+            fds[n++] = fd;
+    }
+    return n;
+}
+
+/* Defect 3 of issue 22: a trainer cannot crash the agent or write into other ranks' batches.
+ * The pools it receives are sealed against shrinking and growing (ftruncate(fd, 0) in a
+ * trainer killed the agent with SIGBUS) and read-only (it mapped them writable). */
+START_TEST(a_trainer_cannot_truncate_or_write_the_pool)
+{
+    new_socket_name();
+    dh_client *c;
+    pid_t p = fork_trainer(0, &c);
+    if (!p) {
+        dh_batch b;
+        if (dh_client_next(c, 10000, &b, NULL, 0))
+            _exit(4);
+        int fds[4], n = pool_fds(fds), bad = n != 2;
+        for (int k = 0; k < n; k++) {
+            int seals = fcntl(fds[k], F_GET_SEALS);
+            bad |= seals < 0 || !(seals & F_SEAL_SHRINK) || !(seals & F_SEAL_GROW);
+            bad |= ftruncate(fds[k], 0) == 0;
+            void *w = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fds[k], 0);
+            bad |= w != MAP_FAILED;
+        }
+        uintptr_t page = (uintptr_t)b.data & ~(uintptr_t)4095;
+        bad |= mprotect((void *)page, 4096, PROT_READ | PROT_WRITE) == 0; /* a read-only map */
+        dh_client_release(c, &b);
+        dh_client_close(c);
+        _exit(bad ? 3 : 0);
+    }
+    pid_t p1 = trainer(1, 2, 4, -1, NULL, NULL);
+    dh_run_config cfg = agent_config("helix", 2, 4);
+    cfg.steps = 1;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&cfg, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p), 0);
+    ck_assert_int_eq(wait_child(p1), 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(r.delivered + r.failed, 4);
+}
+END_TEST
+
 /* A trainer of 2 that takes `take` batches (all when < 0) reporting 1 ms steps, then
  * detaches. Exit 0, 8 when a next failed naming rank 0's leaving, 4 another failure. */
 static pid_t leaving_trainer(int rank, int take)
@@ -1354,6 +1410,7 @@ int main(void)
     tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
     tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
     tcase_add_test(tc, a_client_refuses_an_agent_of_another_user);
+    tcase_add_test(tc, a_trainer_cannot_truncate_or_write_the_pool);
     tcase_add_test(tc, one_agent_serves_several_streams);
     tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     tcase_add_test(tc, unused_streams_end_the_agent_and_a_finite_one_fails);

@@ -32,6 +32,7 @@ garbage-collected, or on batch["release"]() once no view is left.
 import collections.abc
 import json
 import os
+import warnings
 
 from ._datahelix import Client, DataHelixError, default_socket
 
@@ -40,6 +41,12 @@ try:
 except ImportError:  # numpy arrays instead
     torch = None
 import numpy as np
+
+# The batch's memory is mapped read-only in this process (no trainer can write into another
+# rank's batch): its tensors view read-only memory, which torch.from_numpy warns about once per
+# process. A tensor to change in place: t.clone() (or np.array(view) for a writable copy).
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
+                        category=UserWarning, module="datahelix")
 
 __all__ = ["Loader", "Client", "DataHelixError", "default_socket", "NO_LABEL"]
 

@@ -68,7 +68,9 @@ static int batch_getbuffer(BatchObject *self, Py_buffer *view, int flags)
     }
     void *data = (void *)self->b.data;
     static char empty;
-    if (PyBuffer_FillInfo(view, (PyObject *)self, data ? data : &empty, self->b.bytes, 0, flags))
+    /* read-only: the agent maps the pool for this process read-only (a write would be a
+     * SIGSEGV; asking for a writable buffer is a BufferError instead) */
+    if (PyBuffer_FillInfo(view, (PyObject *)self, data ? data : &empty, self->b.bytes, 1, flags))
         return -1;
     self->exports++;
     return 0;

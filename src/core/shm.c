@@ -59,7 +59,7 @@ int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populat
                    size_t errlen)
 {
     memset(s, 0, sizeof *s);
-    s->fd = -1;
+    s->fd = s->ro_fd = -1;
     s->size = page_round(size);
     int flags = populate ? MAP_POPULATE : 0;
     if (!share) {
@@ -78,12 +78,20 @@ int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populat
                         "the batch pool needs %.1f MiB of shared memory but %.1f MiB are "
                         "available: lower --memory-budget (or the batch size), or give this "
                         "job more memory", (double)s->size / 1048576.0, (double)avail / 1048576.0);
-    s->fd = memfd_create("datahelix-pool", MFD_CLOEXEC);
+    s->fd = memfd_create("datahelix-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (s->fd < 0)
         return dh__fail(err, errlen, -errno, "cannot create shared memory: %s", strerror(errno));
     int rc = ftruncate(s->fd, (off_t)s->size) ? errno : 0;
     if (!rc && reserve)
         rc = posix_fallocate(s->fd, 0, (off_t)s->size);
+    if (!rc && fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+        rc = errno;
+    if (!rc) { /* the descriptor others get: read-only, so their mappings are too */
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", s->fd);
+        s->ro_fd = open(self, O_RDONLY | O_CLOEXEC);
+        rc = s->ro_fd < 0 ? errno : 0;
+    }
     if (rc) {
         dh__shm_destroy(s);
         return dh__fail(err, errlen, DH_ENOMEM,
@@ -105,7 +113,7 @@ int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populat
 int dh__shm_map(dh__shm *s, int fd, int64_t size, int writable)
 {
     memset(s, 0, sizeof *s);
-    s->fd = -1;
+    s->fd = s->ro_fd = -1;
     struct stat st;
     if (fd < 0 || size <= 0 || fstat(fd, &st) || st.st_size < size)
         return DH_EINVAL; /* mapping past the end would be a SIGBUS later */
@@ -126,6 +134,8 @@ void dh__shm_destroy(dh__shm *s)
         munmap(s->base, (size_t)s->size);
     if (s->fd >= 0)
         close(s->fd);
+    if (s->ro_fd >= 0)
+        close(s->ro_fd);
     memset(s, 0, sizeof *s);
-    s->fd = -1;
+    s->fd = s->ro_fd = -1;
 }

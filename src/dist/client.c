@@ -72,7 +72,7 @@ static int map_pools(dh_client *c, const int *fds, int nfds)
     int64_t sizes[2] = {c->info.ring_size, c->info.arena_size};
     int rc = nfds == 2 ? 0 : DH_EPARSE;
     for (int k = 0; k < 2 && !rc; k++)
-        rc = dh__shm_map(&c->pools[k], fds[k], sizes[k], 1);
+        rc = dh__shm_map(&c->pools[k], fds[k], sizes[k], 0); /* read-only (so is the fd) */
     for (int k = 0; k < nfds; k++)
         if (rc && (k >= 2 || c->pools[k].fd != fds[k]))
             close(fds[k]);
@@ -202,7 +202,7 @@ int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, si
     dh_client *c = dh__calloc(1, sizeof *c);
     if (!c)
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
-    c->pools[0].fd = c->pools[1].fd = -1;
+    c->pools[0].fd = c->pools[1].fd = c->pools[0].ro_fd = c->pools[1].ro_fd = -1;
     c->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
     c->rank = o.rank;
     pthread_mutex_init(&c->send_mu, NULL);

@@ -104,9 +104,9 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int6
 int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size)
 {
     const dh__ring *r = pool == 0 ? &e->ring : pool == 1 ? &e->arena : NULL;
-    if (!r || r->shm.fd < 0)
+    if (!r || r->shm.ro_fd < 0)
         return DH_EINVAL;
-    *fd = r->shm.fd;
+    *fd = r->shm.ro_fd; /* trainers get it read-only */
     *size = r->size;
     return 0;
 }
