@@ -324,7 +324,7 @@ check "missing shards: stopped by --max-failed, naming the last failure" contain
 "$DH" run --manifest "$WORK/moved/manifest.jsonl" --workload kinetics-clips --ranks 2 \
     --workers 2 --batch 4 --epochs 1 --max-failed 1 > "$WORK/mv1.out" 2> "$WORK/mv1.err"
 check "every sample failed: the run fails at its end" test $? -eq 1 -a \
-    -n "$(grep 'every sample of the run failed (12)' "$WORK/mv1.err")"
+    -n "$(grep 'every sample with media failed (12)' "$WORK/mv1.err")"
 (cd "$WORK/wds" && "$DH" index 'shards/{00000..00002}.tar' -o braces.jsonl > ../braces.out 2>&1)
 check "index on a brace pattern of shards" cmp -s "$WORK/wds/manifest.jsonl" \
     "$WORK/wds/braces.jsonl"
@@ -396,6 +396,20 @@ check "inspect counts the samples with a text, a label, metadata" contains "$WOR
     "samples with a text 12, a label 12, metadata 12"
 "$DH" inspect "$WORK/wds/manifest.jsonl" --max-text-bytes 2 > /dev/null 2>&1
 check "inspect: every line skipped is a failure" test $? -eq 1
+cp "$WORK/wds/shards/00000.tar" "$WORK/wds/keep.tar"
+(cd "$WORK/wds" && "$DH" index keep.tar -o keep.tar > /dev/null 2> ../ow.err)
+check "index -o an input shard is refused, the shard untouched" test $? -eq 2 -a \
+    "$(cmp -s "$WORK/wds/keep.tar" "$WORK/wds/shards/00000.tar"; echo $?)" = 0
+check "index -o NAME.tar: told a manifest is .jsonl" contains "$WORK/ow.err" \
+    "a manifest, not a shard: name it .jsonl"
+(cd "$WORK/wds" && "$DH" index blanks.txt -o blanks.txt > /dev/null 2> ../ow2.err)
+check "index -o its own list file is refused" contains "$WORK/ow2.err" \
+    "is an input (blanks.txt): it would be overwritten"
+"$DH" inspect "$WORK/wds/keep.tar" > /dev/null 2> "$WORK/itar.err"
+check "inspect on a shard is told to index it" contains "$WORK/itar.err" \
+    "is a tar shard, not a manifest"
+check "a refused index says it wrote nothing in its summary" contains "$WORK/z.out" \
+    "- not written: $WORK/wds/z/m.jsonl"
 "$DH" gen --workload kinetics-clips --out "$WORK/wds2" --format zip > /dev/null 2> "$WORK/wds.err"
 check "gen refuses an unknown format" contains "$WORK/wds.err" "--format files or wds"
 

@@ -27,6 +27,8 @@ int cli_bench(int argc, char **argv);
  * c (policy "torch": map-style over the manifest; "wds": WebDataset-style over its shards)
  * and fills r; 0, or 1 with the error printed. */
 int bench_torch_available(char *why, size_t len);
+/* 0, or 1 with the error said: a manifest path that names a tar shard (index it first). */
+int cli_not_a_shard(const char *manifest);
 int bench_torch(const dh_run_config *c, dh_result *r);
 
 /*

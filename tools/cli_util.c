@@ -54,6 +54,15 @@ int cli_num(const char *opt, const char *val, double min, double max, double *ou
     return 0;
 }
 
+int cli_not_a_shard(const char *manifest)
+{
+    if (!dh_index_shard_name(manifest))
+        return 0;
+    cli_err("%s is a tar shard, not a manifest: index the shards first (datahelix index DIR -o "
+            "DIR/manifest.jsonl) and give that manifest", manifest);
+    return 1;
+}
+
 const char cli_limits_help[] =
     "limits (bad descriptors over a limit are rejected with DH_ELIMIT):\n"
     "  --max-pixels N        pixels of one image or frame     (default 268435456)\n"
@@ -243,8 +252,9 @@ const char cli_run_help[] =
     "                          fails with its own error (default: 20x its predicted time,\n"
     "                          10 s to 300 s; 0: no limit)\n"
     "  --max-failed F          real engine: stop the run once at least 16 samples failed and\n"
-    "                          they are over the share F of those finished (default 0.5;\n"
-    "                          1: never); a run whose every sample failed fails at its end\n";
+    "                          they are over the share F (0.001 to 1) of those with media\n"
+    "                          finished (default 0.5; 1: never); a run in which no sample\n"
+    "                          with media was read fails at its end\n";
 
 int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)
 {

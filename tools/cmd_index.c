@@ -59,6 +59,13 @@ static int push(strs *l, const char *s, size_t len)
     return l->v[l->n] ? (int)(l->n++, 0) : -1;
 }
 
+/* 1 when a and b name one existing file. */
+static int same_file(const char *a, const char *b)
+{
+    struct stat x, y;
+    return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 /* Frees the lists and returns rc (every way out of index after they filled). */
 static int drop(strs *a, strs *b, int rc)
 {
@@ -221,6 +228,11 @@ int cli_index(int argc, char **argv)
         cli_err("index needs DIR (or shards) and -o MANIFEST (see datahelix index --help)");
         return drop(&args, &paths, CLI_USAGE);
     }
+    if (dh_index_shard_name(out)) { /* a manifest named like a shard would be read as one next time */
+        cli_err("index: -o %s: a manifest, not a shard: name it .jsonl (it would overwrite a "
+                "shard, or be read as one)", out);
+        return drop(&args, &paths, CLI_USAGE);
+    }
     struct stat dst;
     if (args.n == 1 && stat(args.v[0], &dst) == 0 && S_ISDIR(dst.st_mode)) {
         dir = args.v[0];
@@ -251,6 +263,14 @@ int cli_index(int argc, char **argv)
             free(one.v);
             if (rc)
                 return drop(&args, &paths, CLI_USAGE);
+        }
+    }
+    for (size_t k = 0; k < args.n + paths.n; k++) { /* never write over what is read */
+        const char *in = k < args.n ? args.v[k] : paths.v[k - args.n];
+        if (same_file(in, out)) {
+            cli_err("index: -o %s is an input (%s): it would be overwritten; write the manifest "
+                    "to another file", out, in);
+            return drop(&args, &paths, CLI_USAGE);
         }
     }
     int64_t reported = 0;
@@ -290,8 +310,10 @@ int cli_index(int argc, char **argv)
         printf(" (read %.0f KiB of headers for %.0f KiB of media)", st.bytes_read / 1024.0,
                st.media_bytes / 1024.0);
     int64_t units = st.probed + st.skipped + st.shard_samples + st.shard_skipped;
-    printf(" in %.2f s (%.0f %s/s) -> %s\n", secs, secs > 0 ? units / secs : 0.0,
-           st.shards ? "samples" : "files", out);
+    int refused = (fail_on_error && (st.skipped || st.shard_skipped || st.shards_unread)) ||
+                  (st.files + st.skipped > 0 && st.probed + st.shard_samples == 0);
+    printf(" in %.2f s (%.0f %s/s) %s %s\n", secs, secs > 0 ? units / secs : 0.0,
+           st.shards ? "samples" : "files", refused ? "- not written:" : "->", out);
     if (st.files + st.skipped > 0 && st.probed + st.shard_samples == 0) {
         unlink(out); /* an empty manifest would only fail later, further from the cause */
         cli_err("index: nothing indexed: every input was skipped (see the reasons above); %s "

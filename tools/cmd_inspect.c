@@ -256,6 +256,10 @@ int cli_inspect(int argc, char **argv)
     dh_spec *spec = NULL;
     if (open_spec(&a, &spec))
         return 1;
+    if (cli_not_a_shard(a.manifest)) {
+        dh_spec_free(spec);
+        return 1;
+    }
     int64_t reported = 0;
     a.load.diag = cli_print_diag;
     a.load.diag_user = &reported;

@@ -288,12 +288,8 @@ static int load_inputs(dh_run_config *cfg, const sim_files *f, dh_manifest **m, 
 {
     char err[512] = "";
     int rc;
-    size_t mlen = f->manifest ? strlen(f->manifest) : 0;
-    if (mlen > 4 && !strcasecmp(f->manifest + mlen - 4, ".tar")) {
-        cli_err("%s is a tar shard, not a manifest: index the shards first (datahelix index "
-                "DIR -o DIR/manifest.jsonl) and give that manifest", f->manifest);
+    if (f->manifest && cli_not_a_shard(f->manifest))
         return 1;
-    }
     if (f->manifest) {
         dh_load_opts lo;
         dh_load_opts_default(&lo);

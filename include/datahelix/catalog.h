@@ -285,6 +285,9 @@ typedef struct {
 } dh_index_stats;
 
 DH_API void dh_index_opts_default(dh_index_opts *opts);
+/* Added in 0.2: 1 when a file name is a WebDataset shard's: .tar, or a compressed tar (.tar.gz,
+ * .tgz, .tar.zst, .tar.bz2, .tar.xz), which index names as compressed. */
+DH_API int dh_index_shard_name(const char *name);
 /* Added in 0.2: checks suffix rules (dh_index_opts.suffixes): 0, or DH_EINVAL and why. */
 DH_API int dh_index_suffixes_check(const char *rules, char *errbuf, size_t errlen);
 /*

@@ -140,9 +140,10 @@ typedef struct {
      * batch["pad"]), so every sample of an epoch is delivered exactly once unpadded. */
     int no_shuffle, keep_last;
     /* Added in 0.2. Real engine: the run stops with DH_EFAILED once at least 16 samples
-     * failed and they are more than this fraction of the samples finished so far (files that
-     * moved, a store that is down: no job should train on zeros for hours); a run whose every
-     * sample failed fails at its end. 0: the default, 0.5; 1: never stop. */
+     * failed and they are more than this fraction of the samples with media finished so far
+     * (files that moved, a store that is down: no job should train on zeros for hours); a
+     * run in which no sample with media was read fails at its end. 0: the default, 0.5; 1:
+     * never stop. */
     double max_failed_frac;
 } dh_run_config;
 

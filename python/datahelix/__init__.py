@@ -14,7 +14,8 @@ preprocessing spec says; uint8 pixels, float32 audio), plus "step" (the global
 step, counted from the start of training, also after a resume; "global_step"
 is the same number), "epoch", "epoch_step" (the step within its epoch), "ids",
 "samples", "tokens", "status" (0, or the negative error code of a sample that
-failed: its tensors are zeros), "text" (each sample's text, a str, or None: the
+failed: its tensors are zeros; datahelix.error_name(code) gives its name and
+sentence), "text" (each sample's text, a str, or None: the
 manifest's "text", a shard's .txt member), "label" (an int64 tensor of each
 sample's label, datahelix.NO_LABEL where it has none: "label", a shard's .cls),
 "meta" (each sample's meta object as a dict, or None: the manifest's "meta", a
@@ -34,7 +35,7 @@ import json
 import os
 import warnings
 
-from ._datahelix import Client, DataHelixError, default_socket
+from ._datahelix import Client, DataHelixError, default_socket, error_name
 
 try:
     import torch
@@ -42,13 +43,7 @@ except ImportError:  # numpy arrays instead
     torch = None
 import numpy as np
 
-# The batch's memory is mapped read-only in this process (no trainer can write into another
-# rank's batch): its tensors view read-only memory, which torch.from_numpy warns about once per
-# process. A tensor to change in place: t.clone() (or np.array(view) for a writable copy).
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
-                        category=UserWarning, module="datahelix")
-
-__all__ = ["Loader", "Client", "DataHelixError", "default_socket", "NO_LABEL"]
+__all__ = ["Loader", "Client", "DataHelixError", "default_socket", "error_name", "NO_LABEL"]
 
 # batch["label"] of a sample without a label (the manifest's "label", a shard's .cls).
 NO_LABEL = -(1 << 63)
@@ -87,26 +82,29 @@ class _Metas(collections.abc.Sequence):
 
 def _views(raw, items):
     """Per-item views of the batch buffer `raw` (a Batch: buffer protocol); items as
-    Batch.layout() gives them. Returns the whole batch as one uint8 array and a dict
+    Batch.layout() gives them. Returns the whole batch as one uint8 array (tensor) and a dict
     type -> list of arrays (tensors with torch), with "item_sample": type -> the position
-    of each of those tensors' sample in the batch."""
+    of each of those tensors' sample in the batch.
+
+    The batch's memory is mapped read-only in this process (no trainer can write into
+    another rank's batch): numpy views say so; torch's cannot, and its warning about that
+    is silenced here. A tensor to change in place: t.clone()."""
     whole = np.frombuffer(raw, dtype=np.uint8)  # holds `raw` alive while it lives
     out, owner = {}, {}
-    for typ, off, nbytes, is_f32, shape, k in items:
-        owner.setdefault(typ, []).append(k)
-        arr = whole[off:off + nbytes]
-        if is_f32:
-            arr = arr.view(np.float32)
-        arr = arr.reshape(shape)
-        if torch is not None:
-            arr = torch.from_numpy(arr)  # shares the memory; keeps the array (and raw) alive
-        lst = out.get(typ)
-        if lst is None:
-            out[typ] = [arr]
-        else:
-            lst.append(arr)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        for typ, off, nbytes, is_f32, shape, k in items:
+            owner.setdefault(typ, []).append(k)
+            arr = whole[off:off + nbytes]
+            if is_f32:
+                arr = arr.view(np.float32)
+            arr = arr.reshape(shape)
+            if torch is not None:
+                arr = torch.from_numpy(arr)  # shares the memory; keeps the array alive
+            out.setdefault(typ, []).append(arr)
+        data = torch.from_numpy(whole) if torch is not None else whole
     out["item_sample"] = owner
-    return whole, out
+    return data, out
 
 
 def _env_int(env, *names, default):
@@ -325,7 +323,7 @@ class Loader:
                      text=texts, label=torch.from_numpy(label) if torch is not None else label,
                      meta=_Metas(metas),
                      emulated_compute_s=emulated,
-                     data=torch.from_numpy(whole) if torch is not None else whole,
+                     data=whole,
                      release=raw.release)
         return batch
 

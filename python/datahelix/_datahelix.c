@@ -517,8 +517,20 @@ static PyObject *default_socket(PyObject *mod, PyObject *args)
     return PyUnicode_FromString(name);
 }
 
+/* error_name(code) -> "DH_EDECODE", ...: the name of a batch["status"] code or an error's. */
+static PyObject *error_name(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int code = 0;
+    if (!PyArg_ParseTuple(args, "i", &code))
+        return NULL;
+    return Py_BuildValue("(ss)", dh_err_name(code), dh_strerror(code));
+}
+
 static PyMethodDef module_methods[] = {
     {"default_socket", default_socket, METH_VARARGS, "The agent's default socket for a job."},
+    {"error_name", error_name, METH_VARARGS,
+     "error_name(code) -> (name, sentence) of an error code (a batch[\"status\"] entry)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_datahelix",

@@ -352,6 +352,8 @@ print(json.dumps(passes))
                     for _ in range(2):
                         for b in loader:
                             self.assertTrue(all(st < 0 for st in b["status"]))
+                            self.assertEqual(datahelix.error_name(b["status"][0])[0],
+                                             "DH_ENOENT")
             self.assertIn("samples finished failed, over the --max-failed share 0.50",
                           str(e.exception))
             self.assertIn("cannot open", str(e.exception))
@@ -481,6 +483,11 @@ print(json.dumps(rows))
             # zero copy: the array's memory is the batch's, in the agent's shared pool
             self.assertEqual(view.__array_interface__["data"][0], raw.address() + it["offset"])
             before = view.copy()
+            # read-only (issue 22): no trainer can write into the pool it shares with others
+            self.assertTrue(memoryview(raw).readonly)
+            self.assertFalse(view.flags.writeable)
+            with self.assertRaises(ValueError):
+                view[...] = 0
             self.assertFalse(raw.release())  # a view is alive: given back later
             del whole
             for _ in range(6):  # the agent keeps serving; our batch's memory is not reused

@@ -402,7 +402,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
         pthread_join(e->threads[w], NULL);
     e->nthreads = 0;
     if (!e->error && e->nfail > 0 && e->nok == 0) { /* not one sample could be read */
-        snprintf(e->fail_msg, sizeof e->fail_msg, "every sample of the run failed (%lld)",
+        snprintf(e->fail_msg, sizeof e->fail_msg, "every sample with media failed (%lld)",
                  (long long)e->nfail);
         e->error = DH_EFAILED;
     }

@@ -56,10 +56,9 @@ void dh_index_opts_default(dh_index_opts *opts)
     dh_limits_default(&opts->limits);
 }
 
-/* 1 when a file name is a WebDataset shard's: .tar, or a compressed tar (.tar.gz, .tgz,
- * .tar.zst, ...), which the shard reader refuses with the reason. */
-static int is_shard(const char *name, size_t len)
+int dh_index_shard_name(const char *name)
 {
+    size_t len = strlen(name);
     static const char *const ends[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd",
                                        ".tar.bz2", ".tar.xz"};
     for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
@@ -140,8 +139,7 @@ static void *probe_worker(void *arg)
         snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
         err[0] = 0;
         file_result *fr = &j->results[i];
-        size_t len = strlen(j->rel[i]);
-        if (is_shard(j->rel[i], len)) { /* a WebDataset shard (a compressed one is named) */
+        if (dh_index_shard_name(j->rel[i])) { /* a WebDataset shard (a compressed one is named) */
             fr->shard = 1;
             fr->rc = dh__index_shard(j->root, j->rel[i], j->prefix, &j->opts->limits,
                                     j->opts->suffixes, &fr->sr);
@@ -422,6 +420,13 @@ done:
     return rc;
 }
 
+/* 1 when path is the existing file out (index never reads what it writes over). */
+static int is_output(const char *path, const char *out)
+{
+    struct stat a, b;
+    return !stat(path, &a) && !stat(out, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
                    const dh_index_opts *opts, dh_index_stats *stats)
 {
@@ -449,6 +454,8 @@ int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
         else if (strncmp(canon, j.root, rootlen) || (canon[rootlen] != '/' && rootlen > 1))
             code = DH_EPATH, why = "outside the manifest's directory (write the manifest in a "
                                    "directory above it)";
+        else if (is_output(paths[k], out_path))
+            code = DH_EEXIST, why = "it is the manifest being written (it would be overwritten)";
         if (code) { /* named and left out, as a file index could not read */
             stats->skipped++;
             if (opts->diag) {
