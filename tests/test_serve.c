@@ -805,6 +805,61 @@ START_TEST(a_trainer_cannot_truncate_or_write_the_pool)
 }
 END_TEST
 
+/* Defect 5 of issue 22: fork() after connecting. A child that inherited the client says
+ * nothing to the agent: its release of an inherited batch and its close are silent (its
+ * DETACH ended the parent's session, and its RELEASE gave the agent memory the parent still
+ * viewed), and its next is refused, naming the process that connected. */
+START_TEST(a_forked_child_says_nothing_to_the_agent)
+{
+    new_socket_name();
+    dh_client *c;
+    pid_t p = fork_trainer(0, &c);
+    if (!p) {
+        dh_batch b;
+        char err[256] = "";
+        if (dh_client_next(c, 10000, &b, err, sizeof err))
+            _exit(4);
+        pid_t child = fork();
+        if (!child) {
+            dh_batch x;
+            int rc = dh_client_next(c, 1000, &x, err, sizeof err);
+            dh_client_release(c, &b);
+            dh_client_close(c);
+            _exit(rc == DH_EINVAL && strstr(err, "a forked process must connect its own") ? 0
+                                                                                       : 7);
+        }
+        int st = 0;
+        waitpid(child, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st))
+            _exit(6);
+        if (dh_client_release(c, &b))
+            _exit(5);
+        for (;;) { /* the parent's session goes on to the end */
+            int rc = dh_client_next(c, 10000, &b, err, sizeof err);
+            if (rc == DH_EEMPTY)
+                break;
+            if (rc)
+                _exit(3);
+            dh_client_release(c, &b);
+        }
+        dh_client_close(c);
+        _exit(0);
+    }
+    pid_t p1 = trainer(1, 2, 4, -1, NULL, NULL);
+    dh_run_config cfg = agent_config("helix", 2, 4);
+    cfg.steps = 3;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&cfg, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p), 0);
+    ck_assert_int_eq(wait_child(p1), 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(r.delivered + r.failed, 12);
+}
+END_TEST
+
 /* A trainer of 2 that takes `take` batches (all when < 0) reporting 1 ms steps, then
  * detaches. Exit 0, 8 when a next failed naming rank 0's leaving, 4 another failure. */
 static pid_t leaving_trainer(int rank, int take)
@@ -1411,6 +1466,7 @@ int main(void)
     tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
     tcase_add_test(tc, a_client_refuses_an_agent_of_another_user);
     tcase_add_test(tc, a_trainer_cannot_truncate_or_write_the_pool);
+    tcase_add_test(tc, a_forked_child_says_nothing_to_the_agent);
     tcase_add_test(tc, one_agent_serves_several_streams);
     tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     tcase_add_test(tc, unused_streams_end_the_agent_and_a_finite_one_fails);

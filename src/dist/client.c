@@ -47,7 +47,16 @@ struct dh_client {
     size_t cap;
     int64_t taken; /* batches taken so far (state) */
     int64_t base;  /* the global step of the run's step 0 */
+    pid_t pid;     /* the process that connected: only it speaks to the agent */
 };
+
+/* 1 in a process forked from the one that connected: it shares the socket and the pools'
+ * mappings, and must say nothing to the agent (a child's release or detach would give the
+ * agent memory the parent still views, or end the parent's session). */
+static int forked(const dh_client *c)
+{
+    return getpid() != c->pid;
+}
 
 void dh_client_opts_default(dh_client_opts *o)
 {
@@ -205,6 +214,7 @@ int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, si
     c->pools[0].fd = c->pools[1].fd = c->pools[0].ro_fd = c->pools[1].ro_fd = -1;
     c->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
     c->rank = o.rank;
+    c->pid = getpid();
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->lease_mu, NULL);
     /* A trainer may start before its agent: it waits for it to listen, as for the others
@@ -315,6 +325,10 @@ int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_
 {
     if (!c || !out)
         return DH_EINVAL;
+    if (forked(c))
+        return dh__fail(err, errlen, DH_EINVAL, "this client was connected by process %d: a "
+                        "forked process must connect its own (create its Loader after the "
+                        "fork)", (int)c->pid);
     int32_t t = timeout_ms < 0 ? c->timeout_ms : timeout_ms;
     pthread_mutex_lock(&c->send_mu);
     int rc = c->fd < 0 ? DH_EPEER : dh__proto_send(c->fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0);
@@ -452,7 +466,8 @@ int dh_client_release(dh_client *c, const dh_batch *b)
     pthread_mutex_unlock(&c->lease_mu);
     dh__release r = {b->step - c->base};
     int rc = !payload ? DH_EINVAL
-             : c->fd < 0 ? 0 /* detached: the agent took every lease back */
+             : c->fd < 0 || forked(c) ? 0 /* detached: the agent took every lease back; a
+                                           * forked child's copy: the parent's to give back */
                          : dh__proto_send(c->fd, DH__MSG_RELEASE, &r, sizeof r, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
     free(payload); /* after the send: b's arrays may live in it */
@@ -462,6 +477,8 @@ int dh_client_release(dh_client *c, const dh_batch *b)
 int dh_client_report_step(dh_client *c, int64_t step, double seconds)
 {
     if (!c || !(seconds >= 0))
+        return DH_EINVAL;
+    if (forked(c))
         return DH_EINVAL;
     dh__report r = {step - c->base, seconds};
     pthread_mutex_lock(&c->send_mu);
@@ -508,7 +525,8 @@ void dh_client_detach(dh_client *c)
         return;
     pthread_mutex_lock(&c->send_mu);
     if (c->fd >= 0) {
-        dh__proto_send(c->fd, DH__MSG_DETACH, NULL, 0, NULL, 0); /* releases what is leased */
+        if (!forked(c)) /* a forked child closes its copy of the socket, silently */
+            dh__proto_send(c->fd, DH__MSG_DETACH, NULL, 0, NULL, 0); /* releases the leases */
         close(c->fd);
         c->fd = -1;
     }
