@@ -1343,6 +1343,75 @@ START_TEST(a_client_refuses_an_agent_of_another_user)
 }
 END_TEST
 
+/* Defect 6 of issue 22: a batch still viewed when its client detaches keeps its bytes, though
+ * the agent, told of the detach, reuses the memory (here a fake agent overwrites the pool the
+ * moment the DETACH arrives): the client made the held pages private copies first. */
+START_TEST(a_batch_held_past_detach_keeps_its_bytes)
+{
+    new_socket_name();
+    char err[256] = "";
+    int lfd = dh__listen(sock, 4, err, sizeof err);
+    ck_assert_msg(lfd >= 0, "%s", err);
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t p = fork();
+    if (!p) {
+        close(lfd);
+        close(go[1]);
+        dh_client_opts o = client_opts(0, 1, 1);
+        o.manifest_hash = o.spec_hash = 0;
+        dh_client *c;
+        dh_batch b;
+        if (dh_client_connect(&o, &c, err, sizeof err) || dh_client_next(c, 5000, &b, err,
+                                                                         sizeof err))
+            _exit(2);
+        const uint8_t *view = b.data;
+        if (view[0] != 0xab || view[8191] != 0xab)
+            _exit(4);
+        dh_client_detach(c); /* the agent may reuse the memory from here */
+        char x;
+        if (read(go[0], &x, 1) != 1) /* it did */
+            _exit(5);
+        for (int k = 0; k < 8192; k++)
+            if (view[k] != 0xab)
+                _exit(3);
+        _exit(0);
+    }
+    close(go[0]);
+    int fd = accept(lfd, NULL, NULL);
+    dh__msg_head h;
+    void *q = NULL;
+    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
+    free(q);
+    int pools[2] = {memfd_create("a", 0), memfd_create("b", 0)};
+    ck_assert_int_eq(ftruncate(pools[0], 16384) | ftruncate(pools[1], 4096), 0);
+    uint8_t *pool = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, pools[0], 0);
+    ck_assert_ptr_ne(pool, MAP_FAILED);
+    memset(pool, 0xab, 16384);
+    dh__attached info = {.ring_size = 16384, .arena_size = 4096, .steps = 10, .world_size = 1,
+                         .max_leases = 8, .global_batch = 1, .steps_per_epoch = 10,
+                         .rank_lo = 0, .rank_hi = 1};
+    ck_assert_int_eq(dh__proto_send(fd, DH__MSG_ATTACHED, &info, sizeof info, pools, 2), 0);
+    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
+    ck_assert_int_eq(h.type, DH__MSG_NEXT);
+    free(q);
+    dh_batch_item it = {.ndim = 1, .elem_bytes = 1, .shape = {8192}, .offset = 0, .bytes = 8192};
+    fake_batch(fd, 4096, 8192, 1, &it, 1, "s0", 3); /* a batch not page-aligned at its end */
+    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
+    ck_assert_int_eq(h.type, DH__MSG_DETACH);
+    free(q);
+    memset(pool, 0xcd, 16384); /* reused at once */
+    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    ck_assert_int_eq(wait_child(p), 0);
+    munmap(pool, 16384);
+    close(go[1]);
+    close(fd);
+    close(lfd);
+    close(pools[0]);
+    close(pools[1]);
+}
+END_TEST
+
 START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
 {
     /* A fake agent describes batches whose bounds overflow, whose ids lack their NUL, whose
@@ -1467,6 +1536,7 @@ int main(void)
     tcase_add_test(tc, a_client_refuses_an_agent_of_another_user);
     tcase_add_test(tc, a_trainer_cannot_truncate_or_write_the_pool);
     tcase_add_test(tc, a_forked_child_says_nothing_to_the_agent);
+    tcase_add_test(tc, a_batch_held_past_detach_keeps_its_bytes);
     tcase_add_test(tc, one_agent_serves_several_streams);
     tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     tcase_add_test(tc, unused_streams_end_the_agent_and_a_finite_one_fails);

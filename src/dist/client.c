@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -519,11 +520,48 @@ int dh_client_state_get(dh_client *c, dh_client_state *st)
     return 0;
 }
 
+/*
+ * The batches still held when detaching stay what they were: their pages become private
+ * copies at the same addresses (MAP_FIXED), so views that outlive the session keep their
+ * bytes while the agent, told of the detach, reuses its shared memory. Pages are copied
+ * whole (a neighbour batch's bytes on a shared page are copied too: harmless).
+ */
+static void keep_held(dh_client *c)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    pthread_mutex_lock(&c->lease_mu);
+    for (int k = 0; k < c->nleases; k++) {
+        dh__batch_head bh;
+        memcpy(&bh, c->leases[k].payload, sizeof bh);
+        const dh__shm *pool = bh.pool >= 0 && bh.pool <= 1 ? &c->pools[bh.pool] : NULL;
+        if (!pool || !pool->base || bh.bytes <= 0)
+            continue;
+        uintptr_t lo = (uintptr_t)(pool->base + bh.offset) & ~(uintptr_t)(page - 1);
+        uintptr_t hi = ((uintptr_t)(pool->base + bh.offset + bh.bytes) + (uintptr_t)page - 1) &
+                       ~(uintptr_t)(page - 1);
+        size_t len = (size_t)(hi - lo);
+        void *copy = malloc(len);
+        if (!copy)
+            continue; /* the views would see reused memory: nothing better to do */
+        memcpy(copy, (void *)lo, len);
+        void *m = mmap((void *)lo, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (m != MAP_FAILED) {
+            memcpy(m, copy, len);
+            mprotect(m, len, PROT_READ);
+        }
+        free(copy);
+    }
+    pthread_mutex_unlock(&c->lease_mu);
+}
+
 void dh_client_detach(dh_client *c)
 {
     if (!c)
         return;
     pthread_mutex_lock(&c->send_mu);
+    if (c->fd >= 0 && !forked(c))
+        keep_held(c);
     if (c->fd >= 0) {
         if (!forked(c)) /* a forked child closes its copy of the socket, silently */
             dh__proto_send(c->fd, DH__MSG_DETACH, NULL, 0, NULL, 0); /* releases the leases */
