@@ -750,6 +750,24 @@ static pid_t fork_trainer(int rank, dh_client **c)
     return 0;
 }
 
+/* Serves `steps` steps of G 4 to rank 0 (the trainer p, which must exit 0) and a plain
+ * rank 1, every sample accounted. */
+static void serve_with_rank1(pid_t p, int64_t steps)
+{
+    pid_t p1 = trainer(1, 2, 4, -1, NULL, NULL);
+    dh_run_config cfg = agent_config("helix", 2, 4);
+    cfg.steps = steps;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&cfg, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p), 0);
+    ck_assert_int_eq(wait_child(p1), 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_int_eq(r.delivered + r.failed, 4 * steps);
+}
+
 /* The pool descriptors this process received (memfds named datahelix-pool), up to 4. */
 static int pool_fds(int *fds)
 {
@@ -790,18 +808,7 @@ START_TEST(a_trainer_cannot_truncate_or_write_the_pool)
         dh_client_close(c);
         _exit(bad ? 3 : 0);
     }
-    pid_t p1 = trainer(1, 2, 4, -1, NULL, NULL);
-    dh_run_config cfg = agent_config("helix", 2, 4);
-    cfg.steps = 1;
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    dh_result r;
-    char err[256] = "";
-    int rc = run_agent(&cfg, &o, &r, err, sizeof err);
-    ck_assert_int_eq(wait_child(p), 0);
-    ck_assert_int_eq(wait_child(p1), 0);
-    ck_assert_msg(rc == 0, "%s", err);
-    ck_assert_int_eq(r.delivered + r.failed, 4);
+    serve_with_rank1(p, 1);
 }
 END_TEST
 
@@ -845,18 +852,7 @@ START_TEST(a_forked_child_says_nothing_to_the_agent)
         dh_client_close(c);
         _exit(0);
     }
-    pid_t p1 = trainer(1, 2, 4, -1, NULL, NULL);
-    dh_run_config cfg = agent_config("helix", 2, 4);
-    cfg.steps = 3;
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    dh_result r;
-    char err[256] = "";
-    int rc = run_agent(&cfg, &o, &r, err, sizeof err);
-    ck_assert_int_eq(wait_child(p), 0);
-    ck_assert_int_eq(wait_child(p1), 0);
-    ck_assert_msg(rc == 0, "%s", err);
-    ck_assert_int_eq(r.delivered + r.failed, 12);
+    serve_with_rank1(p, 3);
 }
 END_TEST
 
@@ -1343,6 +1339,25 @@ START_TEST(a_client_refuses_an_agent_of_another_user)
 }
 END_TEST
 
+/* A fake agent's side of an attach on lfd: the ATTACH read, a 1-rank run answered with two
+ * memfd pools (the ring of ring bytes, pools[0]; the arena of 4096, pools[1]). The fd. */
+static int fake_attached(int lfd, int64_t ring, int pools[2])
+{
+    int fd = accept(lfd, NULL, NULL);
+    dh__msg_head h;
+    void *q = NULL;
+    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
+    ck_assert_int_eq(h.type, DH__MSG_ATTACH);
+    free(q);
+    pools[0] = memfd_create("a", 0), pools[1] = memfd_create("b", 0);
+    ck_assert_int_eq(ftruncate(pools[0], ring) | ftruncate(pools[1], 4096), 0);
+    dh__attached info = {.ring_size = ring, .arena_size = 4096, .steps = 10, .world_size = 1,
+                         .max_leases = 8, .global_batch = 1, .steps_per_epoch = 10,
+                         .rank_lo = 0, .rank_hi = 1};
+    ck_assert_int_eq(dh__proto_send(fd, DH__MSG_ATTACHED, &info, sizeof info, pools, 2), 0);
+    return fd;
+}
+
 /* Defect 6 of issue 22: a batch still viewed when its client detaches keeps its bytes, though
  * the agent, told of the detach, reuses the memory (here a fake agent overwrites the pool the
  * moment the DETACH arrives): the client made the held pages private copies first. */
@@ -1378,20 +1393,13 @@ START_TEST(a_batch_held_past_detach_keeps_its_bytes)
         _exit(0);
     }
     close(go[0]);
-    int fd = accept(lfd, NULL, NULL);
-    dh__msg_head h;
-    void *q = NULL;
-    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
-    free(q);
-    int pools[2] = {memfd_create("a", 0), memfd_create("b", 0)};
-    ck_assert_int_eq(ftruncate(pools[0], 16384) | ftruncate(pools[1], 4096), 0);
+    int pools[2];
+    int fd = fake_attached(lfd, 16384, pools);
     uint8_t *pool = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, pools[0], 0);
     ck_assert_ptr_ne(pool, MAP_FAILED);
     memset(pool, 0xab, 16384);
-    dh__attached info = {.ring_size = 16384, .arena_size = 4096, .steps = 10, .world_size = 1,
-                         .max_leases = 8, .global_batch = 1, .steps_per_epoch = 10,
-                         .rank_lo = 0, .rank_hi = 1};
-    ck_assert_int_eq(dh__proto_send(fd, DH__MSG_ATTACHED, &info, sizeof info, pools, 2), 0);
+    dh__msg_head h;
+    void *q = NULL;
     ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
     ck_assert_int_eq(h.type, DH__MSG_NEXT);
     free(q);
@@ -1446,18 +1454,10 @@ START_TEST(a_client_refuses_batch_descriptions_it_cannot_trust)
             _exit(3);
         _exit(0);
     }
-    int fd = accept(lfd, NULL, NULL);
+    int pools[2];
+    int fd = fake_attached(lfd, 4096, pools);
     dh__msg_head h;
     void *q = NULL;
-    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
-    ck_assert_int_eq(h.type, DH__MSG_ATTACH);
-    free(q);
-    int pools[2] = {memfd_create("a", 0), memfd_create("b", 0)};
-    ck_assert_int_eq(ftruncate(pools[0], 4096) | ftruncate(pools[1], 4096), 0);
-    dh__attached info = {.ring_size = 4096, .arena_size = 4096, .steps = 10, .world_size = 1,
-                         .max_leases = 8, .global_batch = 1, .steps_per_epoch = 10,
-                         .rank_lo = 0, .rank_hi = 1};
-    ck_assert_int_eq(dh__proto_send(fd, DH__MSG_ATTACHED, &info, sizeof info, pools, 2), 0);
     dh_batch_item it = {.ndim = 1, .elem_bytes = 1, .shape = {64}, .offset = 0, .bytes = 64};
     dh_batch_item bad = it;
     for (int k = 0; k <= CASES; k++) {
