@@ -737,6 +737,155 @@ START_TEST(ranks_that_attach_late_or_give_up_never_hang_the_agent)
 }
 END_TEST
 
+/* A connection to the agent, as a client process would open it; with an attach of rank of
+ * world at G 4 when rank >= 0 (the first `half` bytes of it when half > 0). The fd. */
+static int raw_attach(int rank, int world, int half)
+{
+    int fd = dh__connect(sock, 10000, NULL, 0);
+    if (fd < 0 || rank < 0)
+        return fd;
+    dh__attach q = {.rank = rank, .world_size = world, .global_batch = 4, .pid = getpid(),
+                    .resume_global_step = -1};
+    if (!half)
+        return dh__proto_send(fd, DH__MSG_ATTACH, &q, sizeof q, NULL, 0) ? -1 : fd;
+    dh__msg_head h = {DH__PROTO_MAGIC, DH__PROTO_VERSION, DH__MSG_ATTACH, sizeof q, 0};
+    return write(fd, &h, (size_t)half) == half ? fd : -1;
+}
+
+/* A child that holds n connections that say nothing (and one with half an attach head)
+ * until killed. */
+static pid_t quiet_connections(int n)
+{
+    pid_t p = fork();
+    if (p)
+        return p;
+    for (int k = 0; k < n; k++)
+        if (raw_attach(-1, 0, 0) < 0)
+            _exit(2);
+    if (raw_attach(0, 2, 10) < 0)
+        _exit(3);
+    pause();
+    _exit(0);
+}
+
+/* Defect 9 of issue 22: connections that say nothing delay no attach, nor the agent's end.
+ * The acceptor read attaches one at a time, waiting up to io_timeout for each: three silent
+ * connections made real trainers give up (the agent said nothing for 15 s), and an agent
+ * with nobody to serve outlived its attach timeout by the silent connection's io_timeout. */
+START_TEST(connections_that_say_nothing_delay_no_attach)
+{
+    new_socket_name();
+    pid_t q = quiet_connections(3);
+    pid_t a = late_trainer(0, 1500, 0), b = late_trainer(1, 1700, 0);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 3;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.attach_timeout_ms = 60000;
+    o.io_timeout_ms = 600000; /* a silent connection would hold the acceptor 10 minutes */
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(a), 0);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_int_eq(r.steps, 3);
+    kill(q, SIGKILL);
+    ck_assert_int_eq(wait_child(q), 100 + SIGKILL);
+    /* Nobody comes but a silent connection: the agent ends at its attach timeout. */
+    new_socket_name();
+    q = quiet_connections(1);
+    o.attach_timeout_ms = 1500;
+    ck_assert_int_eq(run_agent(&c, &o, &r, err, sizeof err), DH_ETIMEDOUT);
+    ck_assert_msg(strstr(err, "only 0 of 2 ranks attached"), "%s", err);
+    kill(q, SIGKILL);
+    wait_child(q);
+}
+END_TEST
+
+/* Defect 10 of issue 22: a trainer that died while it waited for the others keeps no rank,
+ * though its socket lives on in a process it forked: the restarted trainer takes its place
+ * (it was refused "rank 0 is attached already (pid <the dead one>)"). */
+START_TEST(a_rank_whose_trainer_died_while_attaching_is_free_again)
+{
+    new_socket_name();
+    int holder[2];
+    ck_assert_int_eq(pipe(holder), 0);
+    pid_t m = fork();
+    if (!m) { /* reaps the trainer that dies, as its launcher would */
+        pid_t dead = fork();
+        if (!dead) { /* attaches rank 0, leaves its socket to a child of its own, dies */
+            int fd = raw_attach(0, 2, 0);
+            if (fd < 0)
+                _exit(2);
+            pid_t child = fork();
+            if (!child) {
+                pause();
+                _exit(0);
+            }
+            _exit(write(holder[1], &child, sizeof child) == sizeof child ? 0 : 3);
+        }
+        _exit(wait_child(dead));
+    }
+    close(holder[1]);
+    pid_t a = late_trainer(0, 1500, 0), b = late_trainer(1, 1700, 0);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 3;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.attach_timeout_ms = 60000;
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(m), 0);
+    ck_assert_int_eq(wait_child(a), 0);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_int_eq(r.steps, 3);
+    pid_t child = 0;
+    ck_assert_int_eq(read(holder[0], &child, sizeof child), sizeof child);
+    close(holder[0]);
+    kill(child, SIGKILL);
+}
+END_TEST
+
+/* Defect 12 of issue 22: an agent whose client sends requests but reads no answer stops when
+ * told to (its sends waited for ever on the full socket: SIGINT did nothing for over 40 s).
+ * A send that the peer does not take for DH__SEND_MS treats the peer as broken. */
+START_TEST(a_client_that_reads_nothing_cannot_keep_the_agent)
+{
+    new_socket_name();
+    pid_t p = fork();
+    if (!p) {
+        int fd = raw_attach(0, 1, 0);
+        dh__msg_head h;
+        void *ans = NULL;
+        int fds[2], nfds = 2;
+        if (fd < 0 || dh__proto_recv(fd, 20000, &h, &ans, fds, &nfds) || h.type !=
+                                                                            DH__MSG_ATTACHED)
+            _exit(2);
+        int32_t t = 10000;
+        for (int k = 0; k < 100000; k++) /* until the agent takes no more */
+            if (dh__proto_send(fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0))
+                break;
+        pause();
+        _exit(0);
+    }
+    dh_run_config c = agent_config("helix", 1, 4);
+    c.steps = DH_STEPS_FOREVER;
+    _Atomic int calls = 0;
+    c.should_stop = stop_after_a_second;
+    c.should_stop_user = &calls;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[256] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_msg(rc == 0 || rc == DH_EPEER, "%d %s", rc, err);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+    kill(p, SIGKILL);
+    ck_assert_int_eq(wait_child(p), 100 + SIGKILL);
+}
+END_TEST
+
 /* Forks a trainer, rank of 2 at G 4: the parent gets its pid; the child (0 returned)
  * holds a connected client in *c, or exits 2 when it cannot connect. */
 static pid_t fork_trainer(int rank, dh_client **c)
@@ -1529,6 +1678,9 @@ int main(void)
     tcase_add_test(tc, a_state_from_another_job_is_refused_with_the_reason);
     tcase_add_test(tc, a_state_resumes_at_another_global_batch_where_the_order_allows);
     tcase_add_test(tc, ranks_that_attach_late_or_give_up_never_hang_the_agent);
+    tcase_add_test(tc, connections_that_say_nothing_delay_no_attach);
+    tcase_add_test(tc, a_rank_whose_trainer_died_while_attaching_is_free_again);
+    tcase_add_test(tc, a_client_that_reads_nothing_cannot_keep_the_agent);
     tcase_add_test(tc, a_rank_that_leaves_early_ends_the_run_with_its_name);
     tcase_add_test(tc, a_served_run_bound_reads_the_trainers_compute);
     tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);

@@ -26,6 +26,9 @@ size_t dh__utf8_check(const char *s, size_t n);
 /* Finaliser of splitmix64: a bijective 64-bit mix. */
 uint64_t dh__mix64(uint64_t x);
 
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC): for durations and deadlines. */
+double dh__mono(void);
+
 /* splitmix64 generator: tiny, fast, fully determined by its seed. */
 typedef struct {
     uint64_t state;

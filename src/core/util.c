@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 uint64_t dh__mix64(uint64_t x)
@@ -39,6 +40,13 @@ uint64_t dh__hash_bytes(const void *data, size_t len, uint64_t seed)
     memcpy(&tail, p, len);
     h ^= dh__mix64(tail ^ ((uint64_t)len << 56));
     return dh__mix64(h);
+}
+
+double dh__mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 uint64_t dh__rng_next(dh__rng *r)

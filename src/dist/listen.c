@@ -15,7 +15,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 int dh_serve_default_socket(const char *job, char *out, size_t len)
@@ -121,22 +120,31 @@ int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen)
     socklen_t alen;
     if (make_addr(name, &addr, &alen))
         return dh__fail(err, errlen, DH_ERANGE, "socket name \"%s\" is empty or too long", name);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) { /* the agent may not listen yet: retry until the timeout */
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    double t0 = dh__mono();
+    /* The agent may not listen yet, or its queue of connections is full (a non-blocking
+     * connect then fails with EAGAIN instead of waiting past the timeout): retry until the
+     * timeout. */
+    for (;;) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
             return dh__fail(err, errlen, -errno, "cannot create a socket: %s", strerror(errno));
-        if (connect(fd, (struct sockaddr *)&addr, alen) == 0)
-            return fd;
+        if (connect(fd, (struct sockaddr *)&addr, alen) == 0) {
+            int fl = fcntl(fd, F_GETFL);
+            if (fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+                return fd;
+        }
         int e = errno;
         close(fd);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        double waited = (double)(t.tv_sec - t0.tv_sec) * 1e3 + (double)(t.tv_nsec - t0.tv_nsec) / 1e6;
-        if ((e != ENOENT && e != ECONNREFUSED && e != EAGAIN) || waited >= timeout_ms)
+        if ((e != ENOENT && e != ECONNREFUSED && e != EAGAIN) ||
+            (dh__mono() - t0) * 1e3 >= timeout_ms) {
+            if (e == EAGAIN)
+                return dh__fail(err, errlen, DH_ETIMEDOUT, "the agent on %s accepted no "
+                                "connection within %d ms (its queue of connections stayed "
+                                "full)", name, timeout_ms);
             return dh__fail(err, errlen, e == ENOENT || e == ECONNREFUSED ? DH_EPEER : -e,
                             "no agent listens on %s (%s): start `datahelix serve` first, with "
                             "the same --socket or DH_JOB", name, strerror(e));
+        }
         poll(NULL, 0, 50);
     }
 }

@@ -36,10 +36,24 @@ static int wait_readable(int fd, int64_t deadline)
     }
 }
 
+/*
+ * Sends all of m; a peer that takes no byte for DH__SEND_MS (its socket buffer full: it
+ * stopped reading) is DH_ETIMEDOUT, so no sender waits on a stuck peer for ever.
+ */
 static int send_all(int fd, struct msghdr *m)
 {
     while (m->msg_iovlen > 0) {
-        ssize_t n = sendmsg(fd, m, MSG_NOSIGNAL);
+        ssize_t n = sendmsg(fd, m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int64_t until = now_ms() + DH__SEND_MS;
+            int ready;
+            while ((ready = poll(&p, 1, (int)DH_MAX(0, until - now_ms()))) < 0 && errno == EINTR)
+                ;
+            if (ready == 0)
+                return DH_ETIMEDOUT;
+            continue;
+        }
         if (n < 0) {
             if (errno == EINTR)
                 continue;

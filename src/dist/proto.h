@@ -8,7 +8,8 @@
  * travel once, with the ATTACHED message, as SCM_RIGHTS. Tensor bytes never
  * travel: a BATCH message describes where the batch lies in a pool both
  * sides have mapped. Every receive has a timeout; a closed peer is
- * DH_EPEER, a timeout DH_ETIMEDOUT. Messages over DH__PROTO_MAX are refused
+ * DH_EPEER, a timeout DH_ETIMEDOUT; a send that the peer does not take
+ * for DH__SEND_MS is DH_ETIMEDOUT too. Messages over DH__PROTO_MAX are refused
  * before anything is allocated.
  */
 #ifndef DH_PROTO_H
@@ -20,6 +21,7 @@
 #define DH__PROTO_VERSION 4 /* 2: resume checks, WAITING, global steps; 3: streams; 4: meta */
 #define DH__STREAM_NAME 32 /* a stream's name, NUL included */
 #define DH__PROTO_MAX (64u << 20)
+#define DH__SEND_MS 5000 /* a peer that takes no byte of a message for so long is stuck */
 
 enum {
     DH__MSG_ATTACH = 1, /* client: dh__attach */
@@ -116,7 +118,8 @@ typedef struct {
 void dh__run_position(const dh__attached *info, int64_t st, int64_t *epoch, int64_t *epoch_step,
                       int64_t *shift);
 
-/* Sends one message (and fds, if nfds > 0). 0, DH_EPEER or an error. */
+/* Sends one message (and fds, if nfds > 0). 0, DH_EPEER, DH_ETIMEDOUT (the peer took
+ * nothing for DH__SEND_MS) or an error. */
 int dh__proto_send(int fd, int type, const void *payload, uint32_t len, const int *fds, int nfds);
 /* Sends head + two payload parts (no copy into one buffer). */
 int dh__proto_send2(int fd, int type, const void *a, uint32_t alen, const void *b, uint32_t blen);

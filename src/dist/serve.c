@@ -30,16 +30,12 @@
  *   of training.
  * - Lock order: a.mu (agent state) is never held while calling the engine.
  */
-#include "dist.h"
-
-#include "../catalog/catalog.h"
-#include "../engine/engine_serve.h"
-#include "../engine/gate.h"
-#include "../run/run.h"
+#include "serve_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,124 +43,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_LEASES 64
-
-typedef struct {
-    dh_batch b;
-    double taken;   /* monotonic seconds */
-    double seconds; /* the reported step time; < 0: none */
-} lease;
-
-/* Where a run starts: (epoch, step, shift) of the order, and its first global step. */
-typedef struct {
-    int64_t epoch, step, shift, base;
-    int64_t dropped; /* samples of the resumed epoch that fill no batch of the new size */
-} start_point;
-
-typedef struct agent agent;
-typedef struct hub hub;
-
-/* An attach the acceptor read, waiting for its stream to look at it. */
-typedef struct {
-    int fd;
-    int32_t pid;
-    dh__attach req;
-} pending;
-
-typedef struct {
-    agent *a;
-    int fd, rank;
-    int32_t pid;
-    dh__attach req;
-    pthread_t thread;
-    int started, finished, detached, ended; /* ended: the run's end was delivered */
-    int64_t next_step; /* batches handed to this rank so far (under a.mu) */
-    int64_t released;  /* batches it gave back (not taken back at its death) */
-    double last_release; /* when it gave one back last (monotonic seconds) */
-    lease leases[MAX_LEASES];
-    int nleases;
-} conn;
-
-struct agent {
-    const dh_run_config *cfg; /* &run below */
-    dh_run_config run;
-    dh_serve_opts o;
-    hub *hub;
-    const char *stream;     /* this stream's name */
-    int R;
-    int lo, hi;             /* the ranks this agent serves: all, or its node's on several */
-    dh_engine *e;
-    conn *conns;
-    struct pollfd *pf;      /* the listening socket and each held attach */
-    int attached;
-    uint64_t manifest_hash, spec_hash;
-    int64_t steps_per_epoch, samples;
-    dh__attached info;
-    pthread_mutex_t mu;
-    pthread_cond_t changed;
-    volatile int stopping;  /* should_stop said so: ranks are told, then let go */
-    int end_code;           /* done: what a late attach is told (code, sentence) */
-    const char *end_why;
-    int fault_code;
-    char fault[400];
-    int64_t N;              /* steps of this run; -1: until stopped */
-    int64_t left_at;        /* the earliest step a rank that left early will not take */
-    int died;               /* a rank died (not a clean detach) */
-    /* Restarts (on_rank_exit wait): generation 0 is the first set of ranks; a later one
-     * starts, unless its ranks present a state, where every rank of the last had got to. */
-    int gen;
-    start_point restart;
-    int e_began; /* this generation's ranks all attached and its engine began */
-    /* keep_last: the samples of the last batch of epoch pad_epoch, and which are padding */
-    dh_sampler *order;
-    int64_t pad_epoch, *last;
-    /* Attaches the acceptor read for this stream (under hub.mu), and a pipe that wakes the
-     * stream when one arrives. done: the stream ended (the acceptor refuses its attaches). */
-    pending *queue;
-    size_t nqueue, capq;
-    int inbox[2];
-    int done, unused; /* unused: no trainer ever came while the other streams ran */
-    int ran;          /* under hub.mu: a set of its ranks attached and its run began */
-    pthread_t thread;
-    dh_sample_error_cb on_error;
-    void *user;
-    dh_result *out;
-    int rc;
-    char err[512];
-};
-
-/* The agent: one listening socket whose attaches go to the stream they name. */
-struct hub {
-    const char *name;
-    int listen_fd, n;
-    agent *s;
-    dh__gate *gate; /* several streams: the node's CPU, shared (NULL: one stream) */
-    pthread_mutex_t mu;
-    atomic_int quit; /* the agent could not start every stream: the others end */
-    void (*on_event)(const char *message, void *user);
-    void *event_user;
-};
-
-static double mono(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void event(agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void event(agent *a, const char *fmt, ...)
 {
-    if (!a->o.on_event)
-        return;
-    char msg[480];
-    int k = a->hub && a->hub->n > 1 ? snprintf(msg, sizeof msg, "stream %s: ", a->stream) : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg + k, sizeof msg - (size_t)k, fmt, ap);
+    dh__serve_say(a->hub, a->stream, fmt, ap);
     va_end(ap);
-    a->o.on_event(msg, a->o.event_user);
 }
 
 /* A step of this run as the trainers count it: from the start of training. */
@@ -282,65 +168,6 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
     return 0;
 }
 
-/*
- * Reads the attach of a new connection: the peer must be this user, and say ATTACH first.
- * 0 with *q and *pid, or the refusal (its sentence in why; empty when the peer said nothing
- * one could answer).
- */
-static int read_attach(int fd, int io_ms, dh__attach *q, int32_t *pid, char *why, size_t len)
-{
-    dh__msg_head h;
-    void *p = NULL;
-    uint32_t uid = 0;
-    *pid = 0;
-    int rc = dh__peer_uid(fd, &uid, pid);
-    if (!rc && uid != getuid())
-        rc = dh__fail(why, len, DH_EACCES, "user %u may not attach to an agent of user %u",
-                      uid, (unsigned)getuid());
-    if (!rc && (rc = dh__proto_recv(fd, io_ms, &h, &p, NULL, NULL)) == 0 &&
-        (h.type != DH__MSG_ATTACH || h.len != sizeof(dh__attach)))
-        rc = dh__fail(why, len, DH_EPARSE, "expected an attach message (a client of another "
-                      "DataHelix version?)");
-    if (!rc) {
-        memcpy(q, p, sizeof *q);
-        q->stream[sizeof q->stream - 1] = 0; /* the trainer's bytes: terminated here */
-    }
-    free(p);
-    return rc;
-}
-
-/* Refuses a connection with a sentence (an event of stream a, else of the agent). */
-static void refuse_fd(hub *h, agent *a, int fd, int32_t pid, int rc, const char *why)
-{
-    if (a) {
-        event(a, "refused an attach from pid %d: %s", (int)pid, why[0] ? why : dh_strerror(rc));
-    } else if (h->on_event) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "refused an attach from pid %d: %s", (int)pid,
-                 why[0] ? why : dh_strerror(rc));
-        h->on_event(msg, h->event_user);
-    }
-    if (why[0])
-        dh__proto_send_error(fd, rc, why);
-    close(fd);
-}
-
-/* Validates an attach the acceptor read for this stream; keeps it, or refuses and closes. */
-static void take_attach(agent *a, const pending *in)
-{
-    char why[256] = "";
-    conn c = {.a = a, .fd = in->fd, .pid = in->pid, .req = in->req, .rank = in->req.rank};
-    int rc = refuse_reason(a, &c, why, sizeof why);
-    if (rc) {
-        refuse_fd(a->hub, a, in->fd, in->pid, rc, why);
-        return;
-    }
-    int32_t pid = in->pid;
-    a->conns[c.rank] = c;
-    a->attached++;
-    event(a, "rank %d attached (pid %d), %d of %d", c.rank, (int)pid, a->attached, a->hi - a->lo);
-}
-
 /* Forgets a held attach whose rank went away (or cannot be told anything): its rank is free. */
 static void drop_attach(agent *a, conn *c, const char *why)
 {
@@ -351,12 +178,33 @@ static void drop_attach(agent *a, conn *c, const char *why)
     a->attached--;
 }
 
+/* Validates an attach the acceptor read for this stream; keeps it, or refuses and closes. */
+static void take_attach(agent *a, const pending *in)
+{
+    char why[256] = "";
+    conn *held = in->req.rank >= a->lo && in->req.rank < a->hi ? &a->conns[in->req.rank] : NULL;
+    /* Its rank is held by a process that is gone, though its socket is not closed (a child
+     * it forked holds it): the new one takes its place. */
+    if (held && held->fd >= 0 && kill(held->pid, 0) < 0 && errno == ESRCH)
+        drop_attach(a, held, "died");
+    conn c = {.a = a, .fd = in->fd, .pid = in->pid, .req = in->req, .rank = in->req.rank};
+    int rc = refuse_reason(a, &c, why, sizeof why);
+    if (rc) {
+        dh__serve_refuse(a->hub, a, in->fd, in->pid, rc, why);
+        return;
+    }
+    int32_t pid = in->pid;
+    a->conns[c.rank] = c;
+    a->attached++;
+    event(a, "rank %d attached (pid %d), %d of %d", c.rank, (int)pid, a->attached, a->hi - a->lo);
+}
+
 /* Tells each held attach how many ranks are in (a client waits while the agent does), and
  * drops those whose trainer went away: a held attach says nothing more until answered, so
  * a readable socket means it closed. */
 static void tend_attaches(agent *a, const struct pollfd *pf, int n, double until, int tell)
 {
-    dh__waiting w = {a->attached, a->hi - a->lo, DH_MAX(0.0, until - mono())};
+    dh__waiting w = {a->attached, a->hi - a->lo, DH_MAX(0.0, until - dh__mono())};
     for (int r = a->lo; r < a->hi; r++) {
         conn *c = &a->conns[r];
         if (c->fd < 0)
@@ -387,7 +235,7 @@ static void take_queued(agent *a, int code, const char *why)
     pthread_mutex_unlock(&a->hub->mu);
     for (size_t k = 0; k < n; k++) {
         if (why)
-            refuse_fd(a->hub, a, q[k].fd, q[k].pid, code, why);
+            dh__serve_refuse(a->hub, a, q[k].fd, q[k].pid, code, why);
         else
             take_attach(a, &q[k]);
     }
@@ -413,7 +261,7 @@ static int others_live(agent *a, int *serving)
 /* Accepts until every rank attached; 0, DH_ETIMEDOUT or DH_ECANCELED. */
 static int wait_for_ranks(agent *a)
 {
-    double until = mono() + a->o.attach_timeout_ms / 1e3, told = 0;
+    double until = dh__mono() + a->o.attach_timeout_ms / 1e3, told = 0;
     while (a->attached < a->hi - a->lo) {
         if ((a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) ||
             atomic_load(&a->hub->quit))
@@ -423,8 +271,8 @@ static int wait_for_ranks(agent *a)
          * trainer, or while no stream serves, the timeout. */
         int serving = 0, live = a->hub->n > 1 && !a->attached ? others_live(a, &serving) : 1;
         if (serving)
-            until = mono() + a->o.attach_timeout_ms / 1e3;
-        if (mono() > until)
+            until = dh__mono() + a->o.attach_timeout_ms / 1e3;
+        if (dh__mono() > until)
             return DH_ETIMEDOUT;
         if (!live && !a->gen) { /* the other streams ended and nobody came for this one */
             a->unused = 1;
@@ -437,10 +285,10 @@ static int wait_for_ranks(agent *a)
             if (a->conns[r].fd >= 0)
                 pf[n++] = (struct pollfd){.fd = a->conns[r].fd, .events = POLLIN};
         int ready = poll(pf, (nfds_t)n, 200);
-        int tell = mono() - told >= 1.0;
+        int tell = dh__mono() - told >= 1.0;
         if (ready > 0 || tell) {
             tend_attaches(a, pf, ready > 0 ? n : 0, until, tell);
-            told = tell ? mono() : told;
+            told = tell ? dh__mono() : told;
         }
         if (ready > 0 && (pf[0].revents & POLLIN))
             take_queued(a, 0, NULL);
@@ -564,6 +412,7 @@ static void send_end(agent *a, conn *c, int rc)
     dh__proto_send_error(c->fd, rc, msg);
 }
 
+/* Answers a NEXT; 0, or the connection is broken (the rank died or stopped reading). */
 static int on_next(agent *a, conn *c)
 {
     if (c->nleases >= a->o.max_leases) {
@@ -598,15 +447,15 @@ static int on_next(agent *a, conn *c)
         send_end(a, c, DH_EPEER);
         return 0;
     }
-    c->leases[c->nleases++] = (lease){b, mono(), -1.0};
+    c->leases[c->nleases++] = (lease){b, dh__mono(), -1.0};
     rc = send_batch(a, c, &b);
     if (wake)
         dh__engine_wake(a->e); /* after the answer: the rank does not wait for it */
-    if (rc && rc != DH_EPEER)
-        dh__proto_send_error(c->fd, rc, rc == DH_ELIMIT ? "cannot describe the batch: its ids, "
-                             "texts and metas are over 64 MiB (a smaller --batch or "
-                             "--max-text-bytes)" : "cannot describe the batch");
-    return rc == DH_EPEER ? rc : 0;
+    if (rc && rc != DH_EPEER && rc != DH_ETIMEDOUT)
+        rc = dh__proto_send_error(c->fd, rc, rc == DH_ELIMIT ? "cannot describe the batch: its "
+                                  "ids, texts and metas are over 64 MiB (a smaller --batch or "
+                                  "--max-text-bytes)" : "cannot describe the batch");
+    return rc;
 }
 
 static lease *find_lease(conn *c, int64_t step)
@@ -625,7 +474,7 @@ static lease *find_lease(conn *c, int64_t step)
  */
 static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
 {
-    double now = mono(), window = now - DH_MAX(l->taken, c->last_release);
+    double now = dh__mono(), window = now - DH_MAX(l->taken, c->last_release);
     double s = reclaimed ? 0 : DH_MAX(0.0, l->seconds >= 0 ? DH_MIN(l->seconds, window) : window);
     c->last_release = reclaimed ? c->last_release : now;
     dh_engine_release(a->e, &l->b, s);
@@ -709,7 +558,7 @@ static void on_detach(agent *a, conn *c)
 static int serve_one(agent *a, conn *c, const dh__msg_head *h, const void *p)
 {
     if (h->type == DH__MSG_NEXT)
-        return on_next(a, c) == DH_EPEER ? (on_death(a, c), 1) : 0;
+        return on_next(a, c) ? (on_death(a, c), 1) : 0;
     if (h->type == DH__MSG_RELEASE && h->len == sizeof(dh__release)) {
         lease *l = find_lease(c, ((const dh__release *)p)->step);
         if (l)
@@ -1096,62 +945,6 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-/* The stream an attach names ("": the first), or NULL with the sentence in why. */
-static agent *stream_named(hub *h, const char *name, char *why, size_t len)
-{
-    for (int k = 0; k < h->n; k++)
-        if (!name[0] ? k == 0 : !strcmp(name, h->s[k].stream))
-            return &h->s[k];
-    char list[200] = "";
-    for (int k = 0, n = 0; k < h->n; k++)
-        n += snprintf(list + n, sizeof list - (size_t)DH_MIN(n, (int)sizeof list), "%s\"%s\"",
-                      k ? ", " : "", h->s[k].stream), n = DH_MIN(n, (int)sizeof list - 1);
-    dh__msg(why, len, "this agent serves no stream \"%s\"; its streams: %s (datahelix serve "
-            "... --stream NAME ...)", name, list);
-    return NULL;
-}
-
-/* Hands each new connection's attach to its stream until every stream has ended. */
-static void accept_attaches(hub *h, int io_ms)
-{
-    for (;;) {
-        int running = 0;
-        pthread_mutex_lock(&h->mu);
-        for (int k = 0; k < h->n; k++)
-            running += !h->s[k].done;
-        pthread_mutex_unlock(&h->mu);
-        if (!running)
-            return;
-        struct pollfd pf = {.fd = h->listen_fd, .events = POLLIN};
-        if (poll(&pf, 1, 200) <= 0)
-            continue;
-        int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        pending in = {.fd = fd};
-        char why[320] = "";
-        int rc = read_attach(fd, io_ms, &in.req, &in.pid, why, sizeof why);
-        agent *a = rc ? NULL : stream_named(h, in.req.stream, why, sizeof why);
-        if (!rc && !a)
-            rc = DH_EMISMATCH;
-        if (!rc) {
-            pthread_mutex_lock(&h->mu);
-            if (a->done)
-                rc = dh__fail(why, sizeof why, a->end_code, "stream \"%s\" of this agent: %s",
-                              a->stream, a->end_why);
-            else if (!(rc = dh__grow((void **)&a->queue, &a->capq, a->nqueue + 1,
-                                     sizeof *a->queue)))
-                a->queue[a->nqueue++] = in;
-            pthread_mutex_unlock(&h->mu);
-            if (!rc && write(a->inbox[1], "", 1) < 0) {
-                /* the pipe is full of wake-ups already: the stream will look */
-            }
-        }
-        if (rc)
-            refuse_fd(h, a, fd, in.pid, rc, why);
-    }
-}
-
 void dh_serve_stream_default(dh_serve_stream *s)
 {
     memset(s, 0, sizeof *s);
@@ -1220,6 +1013,12 @@ int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts 
     if (!h.s)
         rc = dh__fail(err, errlen, DH_ENOMEM, "out of memory");
     int inited = 0, started = 0;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    if (opts)
+        memcpy(&o, opts, DH_MIN((size_t)opts->struct_size, sizeof o));
+    h.on_event = o.on_event; /* before the streams: they may tell something at once */
+    h.event_user = o.event_user;
     for (; !rc && inited < n; inited++) {
         char why[300] = "";
         rc = agent_init(&h.s[inited], &h, &streams[inited], opts, why, sizeof why);
@@ -1229,16 +1028,10 @@ int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts 
         if (rc)
             dh__msg(err + strlen(err), errlen - strlen(err), "%s", why);
     }
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    if (opts)
-        memcpy(&o, opts, DH_MIN((size_t)opts->struct_size, sizeof o));
     if (!rc && n > 1 && o.memory_budget > 0)
         rc = share_memory(&h, o.memory_budget, err, errlen);
     if (!rc && n > 1)
         rc = dh__gate_new(DH_MAX(1, h.s[0].run.workers), &h.gate);
-    h.on_event = o.on_event;
-    h.event_user = o.event_user;
     char name[108];
     h.name = o.socket;
     if (!rc && !h.name && !(rc = dh_serve_default_socket(NULL, name, sizeof name)))
@@ -1254,7 +1047,7 @@ int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts 
     if (rc) /* the streams that started must end: none gets an attach */
         atomic_store(&h.quit, 1);
     if (!rc)
-        accept_attaches(&h, h.s[0].o.io_timeout_ms);
+        dh__serve_accept(&h, h.s[0].o.io_timeout_ms);
     for (int k = 0; k < started; k++)
         pthread_join(h.s[k].thread, NULL);
     for (int k = 0; k < started && !rc; k++)

@@ -1,0 +1,130 @@
+/*
+ * serve_int.h - what the agent's files share (internal to src/dist): the
+ * agent's streams and their connections (serve.c), and the acceptor that
+ * reads each new connection's attach and hands it to its stream (accept.c).
+ */
+#ifndef DH_SERVE_INT_H
+#define DH_SERVE_INT_H
+
+#include "dist.h"
+
+#include "../catalog/catalog.h"
+#include "../engine/engine_serve.h"
+#include "../engine/gate.h"
+#include "../run/run.h"
+
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#define MAX_LEASES 64
+
+typedef struct {
+    dh_batch b;
+    double taken;   /* monotonic seconds */
+    double seconds; /* the reported step time; < 0: none */
+} lease;
+
+/* Where a run starts: (epoch, step, shift) of the order, and its first global step. */
+typedef struct {
+    int64_t epoch, step, shift, base;
+    int64_t dropped; /* samples of the resumed epoch that fill no batch of the new size */
+} start_point;
+
+typedef struct agent agent;
+typedef struct hub hub;
+
+/* An attach the acceptor read, waiting for its stream to look at it. */
+typedef struct {
+    int fd;
+    int32_t pid;
+    dh__attach req;
+} pending;
+
+typedef struct {
+    agent *a;
+    int fd, rank;
+    int32_t pid;
+    dh__attach req;
+    pthread_t thread;
+    int started, finished, detached, ended; /* ended: the run's end was delivered */
+    int64_t next_step; /* batches handed to this rank so far (under a.mu) */
+    int64_t released;  /* batches it gave back (not taken back at its death) */
+    double last_release; /* when it gave one back last (monotonic seconds) */
+    lease leases[MAX_LEASES];
+    int nleases;
+} conn;
+
+struct agent {
+    const dh_run_config *cfg; /* &run below */
+    dh_run_config run;
+    dh_serve_opts o;
+    hub *hub;
+    const char *stream;     /* this stream's name */
+    int R;
+    int lo, hi;             /* the ranks this agent serves: all, or its node's on several */
+    dh_engine *e;
+    conn *conns;
+    struct pollfd *pf;      /* the listening socket and each held attach */
+    int attached;
+    uint64_t manifest_hash, spec_hash;
+    int64_t steps_per_epoch, samples;
+    dh__attached info;
+    pthread_mutex_t mu;
+    pthread_cond_t changed;
+    volatile int stopping;  /* should_stop said so: ranks are told, then let go */
+    int end_code;           /* done: what a late attach is told (code, sentence) */
+    const char *end_why;
+    int fault_code;
+    char fault[400];
+    int64_t N;              /* steps of this run; -1: until stopped */
+    int64_t left_at;        /* the earliest step a rank that left early will not take */
+    int died;               /* a rank died (not a clean detach) */
+    /* Restarts (on_rank_exit wait): generation 0 is the first set of ranks; a later one
+     * starts, unless its ranks present a state, where every rank of the last had got to. */
+    int gen;
+    start_point restart;
+    int e_began; /* this generation's ranks all attached and its engine began */
+    /* keep_last: the samples of the last batch of epoch pad_epoch, and which are padding */
+    dh_sampler *order;
+    int64_t pad_epoch, *last;
+    /* Attaches the acceptor read for this stream (under hub.mu), and a pipe that wakes the
+     * stream when one arrives. done: the stream ended (the acceptor refuses its attaches). */
+    pending *queue;
+    size_t nqueue, capq;
+    int inbox[2];
+    int done, unused; /* unused: no trainer ever came while the other streams ran */
+    int ran;          /* under hub.mu: a set of its ranks attached and its run began */
+    pthread_t thread;
+    dh_sample_error_cb on_error;
+    void *user;
+    dh_result *out;
+    int rc;
+    char err[512];
+};
+
+/* The agent: one listening socket whose attaches go to the stream they name. */
+struct hub {
+    const char *name;
+    int listen_fd, n;
+    agent *s;
+    dh__gate *gate; /* several streams: the node's CPU, shared (NULL: one stream) */
+    pthread_mutex_t mu;
+    atomic_int quit; /* the agent could not start every stream: the others end */
+    void (*on_event)(const char *message, void *user);
+    void *event_user;
+};
+
+/*
+ * The acceptor: reads the attach of each new connection (all at once: a connection that
+ * says nothing delays no other), checks the peer is this user, and queues it for the
+ * stream it names; until every stream has ended. io_ms bounds a connection's silence.
+ */
+void dh__serve_accept(hub *h, int io_ms);
+/* Refuses a connection with a sentence (an event of stream a, else of the agent) and
+ * closes it; why "" sends nothing (the peer said nothing one could answer). */
+void dh__serve_refuse(hub *h, agent *a, int fd, int32_t pid, int rc, const char *why);
+/* Tells the agent's on_event, prefixed with the stream's name when the agent has several. */
+void dh__serve_say(const hub *h, const char *stream, const char *fmt, va_list ap);
+
+#endif
