@@ -96,6 +96,61 @@ START_TEST(vocabulary_round_trips)
 }
 END_TEST
 
+/* Defect 8 of issue 22: the memory a process's control groups allow, cgroup v1 and v2 alike
+ * (a v1 limit was ignored: the agent was OOM-killed inside a 200 MiB group without a word).
+ * Fake hierarchies in files of the kernel's forms. */
+START_TEST(cgroup_limits_of_v1_and_v2_are_read)
+{
+    char *d = tu_mkdtemp();
+    char mi[8192], pc[4096];
+    /* v1: memory mounted at D/v1, the process in /jobs/job7 (its parent limits more) */
+    ck_assert_int_eq(tu_sh("mkdir -p %s/v1/jobs/job7 %s/v2/a/b %s/v1c/job7", d, d, d), 0);
+    ck_assert_int_eq(tu_sh("cd %s/v1 && echo 9223372036854771712 > memory.limit_in_bytes && "
+                           "echo 5 > memory.usage_in_bytes && echo 300000000 > "
+                           "jobs/memory.limit_in_bytes && echo 100000000 > "
+                           "jobs/memory.usage_in_bytes && echo 209715200 > "
+                           "jobs/job7/memory.limit_in_bytes && echo 9715200 > "
+                           "jobs/job7/memory.usage_in_bytes", d), 0);
+    snprintf(mi, sizeof mi, "34 30 0:31 / %s/v1 rw,relatime - cgroup cgroup rw,memory\n", d);
+    char *mpath = tu_write(d, "mountinfo", mi, -1);
+    snprintf(pc, sizeof pc, "9:name=systemd:/\n4:memory:/jobs/job7\n3:cpuset:/\n0::/\n");
+    char *cpath = tu_write(d, "cgroup", pc, -1);
+    ck_assert_int_eq(dh__cgroup_room(cpath, mpath), 200000000); /* min(200M, 300M-100M) */
+    /* the parent the tighter one */
+    ck_assert_int_eq(tu_sh("echo 150000000 > %s/v1/jobs/memory.usage_in_bytes", d), 0);
+    ck_assert_int_eq(dh__cgroup_room(cpath, mpath), 150000000);
+    free(cpath);
+    free(mpath);
+    /* v1 in a container: the mount shows the process's group as its root */
+    ck_assert_int_eq(tu_sh("echo 1000 > %s/v1c/memory.limit_in_bytes && echo 400 > "
+                           "%s/v1c/memory.usage_in_bytes", d, d), 0);
+    snprintf(mi, sizeof mi, "34 30 0:31 /jobs/job7 %s/v1c rw - cgroup cgroup rw,memory\n", d);
+    mpath = tu_write(d, "mountinfo", mi, -1);
+    cpath = tu_write(d, "cgroup", "4:memory:/jobs/job7\n", -1);
+    ck_assert_int_eq(dh__cgroup_room(cpath, mpath), 600);
+    free(cpath);
+    free(mpath);
+    /* v2: memory.max "max" at the top, numbers below */
+    ck_assert_int_eq(tu_sh("cd %s/v2 && echo max > a/memory.max && echo 7 > a/memory.current "
+                           "&& echo 4096 > a/b/memory.max && echo 96 > a/b/memory.current", d),
+                     0);
+    snprintf(mi, sizeof mi, "40 30 0:37 / %s/v2 rw - cgroup2 cgroup2 rw\n"
+             "31 30 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", d);
+    mpath = tu_write(d, "mountinfo", mi, -1);
+    cpath = tu_write(d, "cgroup", "1:cpu:/\n0::/a/b\n", -1);
+    ck_assert_int_eq(dh__cgroup_room(cpath, mpath), 4000);
+    free(cpath);
+    /* no limit anywhere, or no cgroup file: -1 */
+    cpath = tu_write(d, "cgroup", "0::/a\n", -1);
+    ck_assert_int_eq(dh__cgroup_room(cpath, mpath), -1);
+    ck_assert_int_eq(dh__cgroup_room("/nonexistent", mpath), -1);
+    free(cpath);
+    free(mpath);
+    tu_sh("rm -rf %s", d);
+    free(d);
+}
+END_TEST
+
 START_TEST(utf8_check_finds_the_first_bad_byte)
 {
     struct {
@@ -124,6 +179,7 @@ int main(void)
     tcase_add_test(tc, grow_keeps_contents);
     tcase_add_test(tc, vocabulary_round_trips);
     tcase_add_test(tc, utf8_check_finds_the_first_bad_byte);
+    tcase_add_test(tc, cgroup_limits_of_v1_and_v2_are_read);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -15,6 +15,7 @@
 #include "dist/dist.h"
 #include "testutil.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1507,6 +1508,64 @@ static int fake_attached(int lfd, int64_t ring, int pools[2])
     return fd;
 }
 
+static void *next_in_thread(void *arg)
+{
+    dh_client *c = arg;
+    dh_batch b;
+    static int rc;
+    rc = dh_client_next(c, 600000, &b, NULL, 0); /* the fake agent never answers */
+    return &rc;
+}
+
+/* Defect 14 of issue 22: one thread at a time takes a client's batches (two threads sent NEXT
+ * and read each other's answers): a second thread's next is refused with DH_EBUSY, saying
+ * why; a detach from another thread ends the first one's wait at once. */
+START_TEST(a_second_thread_taking_batches_is_refused)
+{
+    new_socket_name();
+    char err[256] = "";
+    int lfd = dh__listen(sock, 4, err, sizeof err);
+    ck_assert_msg(lfd >= 0, "%s", err);
+    pid_t p = fork();
+    if (!p) {
+        close(lfd);
+        dh_client_opts o = client_opts(0, 1, 1);
+        o.manifest_hash = o.spec_hash = 0;
+        dh_client *c;
+        if (dh_client_connect(&o, &c, err, sizeof err))
+            _exit(2);
+        pthread_t t;
+        if (pthread_create(&t, NULL, next_in_thread, c))
+            _exit(3);
+        usleep(300000);
+        dh_batch b;
+        int rc = dh_client_next(c, 1000, &b, err, sizeof err);
+        if (rc != DH_EBUSY || !strstr(err, "another thread"))
+            _exit(4);
+        dh_client_detach(c);
+        void *res;
+        pthread_join(t, &res);
+        dh_client_close(c);
+        _exit(*(int *)res == DH_EPEER ? 0 : 5);
+    }
+    int pools[2];
+    int fd = fake_attached(lfd, 16384, pools);
+    dh__msg_head h;
+    void *q = NULL;
+    ck_assert_int_eq(dh__proto_recv(fd, 5000, &h, &q, NULL, NULL), 0);
+    ck_assert_int_eq(h.type, DH__MSG_NEXT); /* the first thread's; the second sent nothing */
+    free(q);
+    ck_assert_int_eq(dh__proto_recv(fd, 20000, &h, &q, NULL, NULL), 0);
+    ck_assert_int_eq(h.type, DH__MSG_DETACH);
+    free(q);
+    ck_assert_int_eq(wait_child(p), 0);
+    close(fd);
+    close(pools[0]);
+    close(pools[1]);
+    close(lfd);
+}
+END_TEST
+
 /* Defect 6 of issue 22: a batch still viewed when its client detaches keeps its bytes, though
  * the agent, told of the detach, reuses the memory (here a fake agent overwrites the pool the
  * moment the DETACH arrives): the client made the held pages private copies first. */
@@ -1689,6 +1748,7 @@ int main(void)
     tcase_add_test(tc, a_trainer_cannot_truncate_or_write_the_pool);
     tcase_add_test(tc, a_forked_child_says_nothing_to_the_agent);
     tcase_add_test(tc, a_batch_held_past_detach_keeps_its_bytes);
+    tcase_add_test(tc, a_second_thread_taking_batches_is_refused);
     tcase_add_test(tc, one_agent_serves_several_streams);
     tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     tcase_add_test(tc, unused_streams_end_the_agent_and_a_finite_one_fails);

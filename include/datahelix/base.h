@@ -44,6 +44,7 @@ extern "C" {
     XX(ENOTDIR, -ENOTDIR, "not a directory")                                                       \
     XX(ECANCELED, -ECANCELED, "stopped before it completed")                                       \
     XX(ETIMEDOUT, -ETIMEDOUT, "timed out")                                                         \
+    XX(EBUSY, -EBUSY, "busy: in use by another thread")                                            \
     XX(EPARSE, -10000, "malformed input")                                                          \
     XX(ESCHEMA, -10001, "missing key or wrong type")                                               \
     XX(ELIMIT, -10002, "value over configured limit")                                              \

@@ -5,8 +5,11 @@
  * Part of the public C API; include <datahelix.h> for all of it.
  *
  * Thread-safety: dh_client_next and dh_client_state from one thread at a
- * time; dh_client_release and dh_client_report_step from any thread (a
- * garbage collector may release a batch from wherever it runs).
+ * time (a second thread's dh_client_next while one runs fails with
+ * DH_EBUSY, saying so); dh_client_release, dh_client_report_step,
+ * dh_client_detach and dh_client_abort from any thread (a garbage
+ * collector may release a batch from wherever it runs; a detach while
+ * another thread waits in dh_client_next makes that wait end at once).
  */
 #ifndef DATAHELIX_CLIENT_H
 #define DATAHELIX_CLIENT_H
@@ -76,6 +79,10 @@ typedef struct {
     int64_t step_base;        /* the global step of the run's first batch */
 } dh_client_run;
 DH_API int dh_client_run_get(const dh_client *c, dh_client_run *out);
+/* Added in 0.2: how many batches the agent lets this rank hold at once (its --max-leases);
+ * a next beyond them is DH_ELIMIT. A loop that keeps its batch until it takes the next
+ * (Python's `for batch in loader`) needs 2. */
+DH_API int dh_client_max_leases(const dh_client *c);
 /* The epoch of global step `step` of this run (>= its first) and the step within it: the
  * run's first epoch may start part-way (a resume), the next ones at 0. Any thread. */
 DH_API int dh_client_step_position(const dh_client *c, int64_t step, int64_t *epoch,

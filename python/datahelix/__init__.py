@@ -35,7 +35,8 @@ import json
 import os
 import warnings
 
-from ._datahelix import Client, DataHelixError, default_socket, error_name
+from ._datahelix import Client, default_socket, error_code, error_name
+from ._errors import DataHelixError, DataHelixTimeout, Mismatch, PeerLost, make as _error
 
 try:
     import torch
@@ -43,13 +44,18 @@ except ImportError:  # numpy arrays instead
     torch = None
 import numpy as np
 
-__all__ = ["Loader", "Client", "DataHelixError", "default_socket", "error_name", "NO_LABEL"]
+__all__ = ["Loader", "Client", "DataHelixError", "DataHelixTimeout", "PeerLost", "Mismatch",
+           "default_socket", "error_name", "error_code", "NO_LABEL"]
 
 # batch["label"] of a sample without a label (the manifest's "label", a shard's .cls).
 NO_LABEL = -(1 << 63)
 
-# Error codes the Loader raises itself (the C library's values).
-_EINVAL, _EMISMATCH, _EPEER = -22, -10009, -10011
+
+
+def _fail(name, message):
+    """The DataHelixError (or subclass) of the C library's error `name`, with a sentence."""
+    return _error(error_code(name), name, message)
+
 
 
 class _Metas(collections.abc.Sequence):
@@ -202,8 +208,15 @@ class Loader:
                 for key in ("manifest_hash", "spec_hash"):
                     if not kw[key] and r.get(key):
                         kw[key] = int(r[key])
-            self._client = Client(self.socket, self.rank, self.world_size, **kw)
-            self._run = self._client.run()
+            client = Client(self.socket, self.rank, self.world_size, **kw)
+            run = client.run()
+            if run["max_leases"] < 2:
+                client.abort()
+                raise _fail("DH_ELIMIT", "the agent lets a rank hold %d batch at once "
+                            "(--max-leases %d), but `for batch in loader` holds its batch "
+                            "while it takes the next: serve with --max-leases 2 or more"
+                            % (run["max_leases"], run["max_leases"]))
+            self._client, self._run = client, run
         return self._client
 
     def close(self):
@@ -304,8 +317,8 @@ class Loader:
         run = self._run
         end = run["steps"] if run["steps"] >= 0 else None  # batches of the agent's run
         if self._ended or (end is not None and self._taken >= end):
-            raise DataHelixError(
-                _EINVAL, "DH_EINVAL",
+            raise _fail(
+                "DH_EINVAL",
                 "the agent's job%s ends at step %d: no batch is left for epoch %d; start the "
                 "agent with more --epochs or --steps%s (or stop iterating)"
                 % (" (stream %s)" % self.stream if self.stream else "",
@@ -333,14 +346,12 @@ class Loader:
         client = self._connect()
         try:
             client.report_step(int(step), float(seconds))
-        except DataHelixError as e:
-            if e.args[0] != _EPEER:
-                raise
+        except PeerLost:
             try:  # the agent closed the connection: its last word says why, if it said one
                 client.next(0)
             except DataHelixError as why:
-                raise DataHelixError(why.args[0], why.args[1], "cannot report step %d: %s"
-                                     % (step, why.args[2])) from None
+                raise _error(why.code, why.name, "cannot report step %d: %s"
+                             % (step, why.message)) from None
             raise
 
     # -- epochs and resume -----------------------------------------------------
@@ -353,8 +364,8 @@ class Loader:
         self._connect()
         self._check_not_over(epoch)
         if epoch != self.epoch:
-            raise DataHelixError(
-                _EMISMATCH, "DH_EMISMATCH",
+            raise _fail(
+                "DH_EMISMATCH",
                 "set_epoch(%d), but this rank's next loop starts at step %d, of epoch %d (%d "
                 "steps an epoch); restore the saved state with load_state_dict before "
                 "iterating, or loop over the epochs the agent serves" % (
@@ -375,15 +386,13 @@ class Loader:
         manifest, spec or seed, or ranks that disagree; the world size and the global batch
         may change: the job goes on at the first sample the saved one had not consumed."""
         if self._client is not None:
-            raise DataHelixError(_EINVAL, "DH_EINVAL",
-                                 "load_state_dict must come before iterating (or len, "
-                                 "set_epoch)")
+            raise _fail("DH_EINVAL", "load_state_dict must come before iterating (or len, "
+                        "set_epoch)")
         try:
             resume = {"epoch": int(state["epoch"]), "step": int(state["step"])}
         except (KeyError, TypeError, ValueError):
-            raise DataHelixError(_EINVAL, "DH_EINVAL",
-                                 "not a DataHelix state (it needs 'epoch' and 'step'): %r"
-                                 % (state,)) from None
+            raise _fail("DH_EINVAL", "not a DataHelix state (it needs 'epoch' and 'step'): "
+                        "%r" % (state,)) from None
         for key in ("manifest_hash", "spec_hash", "seed", "global_batch", "world_size",
                     "shift", "global_step"):
             if state.get(key) is not None:

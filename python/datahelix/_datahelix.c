@@ -18,7 +18,14 @@
 
 #include "datahelix.h"
 
-static PyObject *DataHelixError;
+/* The module's state (multi-phase init: each interpreter has its own). */
+typedef struct {
+    PyTypeObject *client_type, *batch_type;
+    PyObject *make_error; /* datahelix._errors.make(code, name, message) */
+    PyObject *type_names[3]; /* interned "video", "image", "audio" */
+} mod_state;
+
+static struct PyModuleDef module;
 
 typedef struct {
     PyObject_HEAD
@@ -34,16 +41,23 @@ typedef struct {
     int want_release, released;
 } BatchObject;
 
-static PyTypeObject ClientType, BatchType;
-
-/* Raises DataHelixError(code, name, message). */
-static PyObject *raise_dh(int code, const char *msg)
+/* The state of the module that defined obj's type (a subclass's too). */
+static mod_state *state_of(PyObject *obj)
 {
-    PyObject *args = Py_BuildValue("(iss)", code, dh_err_name(code),
-                                   msg && msg[0] ? msg : dh_strerror(code));
-    if (args) {
-        PyErr_SetObject(DataHelixError, args);
-        Py_DECREF(args);
+    PyObject *m = PyType_GetModuleByDef(Py_TYPE(obj), &module);
+    return m ? PyModule_GetState(m) : NULL;
+}
+
+/* Raises the DataHelixError (or its subclass) of code with a sentence; NULL. */
+static PyObject *raise_dh(mod_state *st, int code, const char *msg)
+{
+    if (!st)
+        return NULL; /* the lookup set the error */
+    PyObject *e = PyObject_CallFunction(st->make_error, "iss", code, dh_err_name(code),
+                                        msg && msg[0] ? msg : dh_strerror(code));
+    if (e) {
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
     }
     return NULL;
 }
@@ -56,8 +70,10 @@ static void maybe_give_back(BatchObject *self)
     if (self->released || !self->want_release || self->exports > 0 || !self->client ||
         !self->client->c)
         return;
-    self->released = 1;
-    dh_client_release(self->client->c, &self->b);
+    self->released = 1; /* from here no view can be made: the GIL may go */
+    dh_client *c = self->client->c;
+    Py_BEGIN_ALLOW_THREADS dh_client_release(c, &self->b);
+    Py_END_ALLOW_THREADS
 }
 
 static int batch_getbuffer(BatchObject *self, Py_buffer *view, int flags)
@@ -83,15 +99,14 @@ static void batch_releasebuffer(BatchObject *self, Py_buffer *view)
     maybe_give_back(self);
 }
 
-static PyBufferProcs batch_as_buffer = {(getbufferproc)batch_getbuffer,
-                                        (releasebufferproc)batch_releasebuffer};
-
 static void batch_dealloc(BatchObject *self)
 {
+    PyTypeObject *tp = Py_TYPE(self);
     self->want_release = 1; /* no view can be alive: each holds a reference */
     maybe_give_back(self);
     Py_XDECREF(self->client);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp); /* a heap type: its instances hold it */
 }
 
 static PyObject *batch_release(BatchObject *self, PyObject *unused)
@@ -117,8 +132,6 @@ static PyObject *item_dict(const dh_batch_item *it)
                          "offset", (long long)it->offset, "bytes", (long long)it->bytes,
                          "status", it->status);
 }
-
-static PyObject *type_names[3]; /* interned "video", "image", "audio" */
 
 /* The batch's sample indices, ids and token counts into three lists of nsamples. */
 static int fill_samples(BatchObject *self, PyObject *samples, PyObject *ids, PyObject *tokens)
@@ -196,7 +209,8 @@ static PyObject *batch_layout(BatchObject *self, PyObject *unused)
     PyObject *ids = PyList_New(b->nsamples), *tokens = PyList_New(b->nsamples);
     PyObject *status = PyList_New(b->nsamples), *pad = PyList_New(b->nsamples);
     int32_t *st = NULL;
-    if (!items || !samples || !ids || !tokens || !status || !pad)
+    mod_state *ms = state_of((PyObject *)self);
+    if (!ms || !items || !samples || !ids || !tokens || !status || !pad)
         goto fail;
     if (fill_samples(self, samples, ids, tokens))
         goto fail;
@@ -208,7 +222,7 @@ static PyObject *batch_layout(BatchObject *self, PyObject *unused)
         PyObject *shape = PyTuple_New(it->ndim);
         for (int d = 0; shape && d < it->ndim; d++)
             PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(it->shape[d]));
-        PyObject *type = it->type >= 0 && it->type < 3 ? type_names[it->type] : Py_None;
+        PyObject *type = it->type >= 0 && it->type < 3 ? ms->type_names[it->type] : Py_None;
         /* Items are grouped by sample in the batch's sample order: follow with a cursor
          * (a manifest sample can occur twice in a small dataset's batch). */
         while (j < b->nsamples && b->samples[j] != it->sample)
@@ -312,16 +326,18 @@ static PyGetSetDef batch_getset[] = {
     {"released", (getter)batch_get_released, NULL, "given back to the agent", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject BatchType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._datahelix.Batch",
-    .tp_basicsize = sizeof(BatchObject),
-    .tp_dealloc = (destructor)batch_dealloc,
-    .tp_as_buffer = &batch_as_buffer,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One batch, viewing the agent's shared memory (buffer protocol).",
-    .tp_methods = batch_methods,
-    .tp_getset = batch_getset,
-};
+static PyType_Slot batch_slots[] = {
+    {Py_tp_dealloc, batch_dealloc},
+    {Py_bf_getbuffer, batch_getbuffer},
+    {Py_bf_releasebuffer, batch_releasebuffer},
+    {Py_tp_doc, "One batch, viewing the agent's shared memory (buffer protocol)."},
+    {Py_tp_methods, batch_methods},
+    {Py_tp_getset, batch_getset},
+    {0, NULL}};
+
+static PyType_Spec batch_spec = {"datahelix._datahelix.Batch", sizeof(BatchObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                 batch_slots};
 
 /* ----------------------------------------------------------------- Client */
 
@@ -337,6 +353,9 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     long long G = 0, epoch = -1, step = -1, rG = 0, shift = 0, gstep = -1;
     unsigned long long mh = 0, sh = 0;
     PyObject *seed = Py_None;
+    if (self->c)
+        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "this Client is initialised "
+                        "already: make a new one"), -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLLLz", kwlist, &sock, &o.rank,
                                      &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step,
                                      &o.attach_timeout_ms, &seed, &rG, &shift, &gstep,
@@ -360,12 +379,20 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         o.resume = 1, o.epoch = epoch, o.step = step;
     char err[320] = "";
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = dh_client_connect(&o, &self->c, err, sizeof err);
+    dh_client *c = NULL;
+    Py_BEGIN_ALLOW_THREADS rc = dh_client_connect(&o, &c, err, sizeof err);
     Py_END_ALLOW_THREADS if (rc)
     {
-        raise_dh(rc, err);
+        raise_dh(state_of((PyObject *)self), rc, err);
         return -1;
     }
+    if (self->c) { /* another thread initialised it meanwhile */
+        Py_BEGIN_ALLOW_THREADS dh_client_close(c);
+        Py_END_ALLOW_THREADS
+        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "this Client is initialised "
+                        "already: make a new one"), -1;
+    }
+    self->c = c;
     return 0;
 }
 
@@ -374,9 +401,12 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
     int timeout_ms = -1;
     if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
         return NULL;
+    mod_state *st = state_of((PyObject *)self);
+    if (!st)
+        return NULL;
     if (!self->c || self->closed)
-        return raise_dh(DH_EINVAL, "the client is closed");
-    BatchObject *b = PyObject_New(BatchObject, &BatchType);
+        return raise_dh(st, DH_EINVAL, "the client is closed");
+    BatchObject *b = PyObject_New(BatchObject, st->batch_type);
     if (!b)
         return NULL;
     b->client = NULL;
@@ -390,7 +420,7 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
         Py_DECREF(b);
         if (rc == DH_EEMPTY)
             Py_RETURN_NONE; /* the run's end */
-        return raise_dh(rc, err);
+        return raise_dh(st, rc, err);
     }
     Py_INCREF(self);
     b->client = self;
@@ -405,12 +435,15 @@ static PyObject *client_report_step(ClientObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Ld", &step, &seconds))
         return NULL;
     if (!self->c || self->closed)
-        return raise_dh(DH_EINVAL, "the client is closed");
-    int rc = dh_client_report_step(self->c, step, seconds);
-    if (rc == DH_EPEER)
-        return raise_dh(rc, "cannot report the step time: the agent died or closed the "
-                            "connection (see the agent's output)");
-    return rc ? raise_dh(rc, "cannot report the step time") : (Py_INCREF(Py_None), Py_None);
+        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "the client is closed");
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = dh_client_report_step(self->c, step, seconds);
+    Py_END_ALLOW_THREADS if (rc == DH_EPEER) return raise_dh(
+        state_of((PyObject *)self), rc,
+        "cannot report the step time: the agent died or closed the connection (see the "
+        "agent's output)");
+    return rc ? raise_dh(state_of((PyObject *)self), rc, "cannot report the step time")
+              : (Py_INCREF(Py_None), Py_None);
 }
 
 /* (epoch, epoch_step) of a global step of this run (dh_client_step_position). */
@@ -421,7 +454,7 @@ static PyObject *client_position(ClientObject *self, PyObject *args)
         return NULL;
     int64_t epoch, epoch_step;
     if (!self->c || dh_client_step_position(self->c, step, &epoch, &epoch_step))
-        return raise_dh(DH_EINVAL, "not a step of this run");
+        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "not a step of this run");
     return Py_BuildValue("(LL)", (long long)epoch, (long long)epoch_step);
 }
 
@@ -431,15 +464,16 @@ static PyObject *client_run(ClientObject *self, PyObject *unused)
     (void)unused;
     dh_client_run r;
     if (!self->c || dh_client_run_get(self->c, &r))
-        return raise_dh(DH_EINVAL, "the client is closed");
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K,s:L}", "steps",
+        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "the client is closed");
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K,s:L,s:i}", "steps",
                          (long long)r.steps, "start_epoch", (long long)r.start_epoch,
                          "start_step", (long long)r.start_step, "steps_per_epoch",
                          (long long)r.steps_per_epoch, "global_batch", (long long)r.global_batch,
                          "world_size", r.world_size, "rank_lo", r.rank_lo, "rank_hi", r.rank_hi,
                          "manifest_hash", (unsigned long long)r.manifest_hash, "spec_hash",
                          (unsigned long long)r.spec_hash, "seed", (unsigned long long)r.seed,
-                         "step_base", (long long)r.step_base);
+                         "step_base", (long long)r.step_base, "max_leases",
+                         dh_client_max_leases(self->c));
 }
 
 static PyObject *client_state(ClientObject *self, PyObject *unused)
@@ -447,7 +481,7 @@ static PyObject *client_state(ClientObject *self, PyObject *unused)
     (void)unused;
     dh_client_state st;
     if (!self->c || dh_client_state_get(self->c, &st))
-        return raise_dh(DH_EINVAL, "the client is closed");
+        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "the client is closed");
     return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L,s:L,s:L}", "manifest_hash",
                          (unsigned long long)st.manifest_hash, "spec_hash",
                          (unsigned long long)st.spec_hash, "seed", (unsigned long long)st.seed,
@@ -475,8 +509,13 @@ static PyObject *client_abort(ClientObject *self, PyObject *unused)
 
 static void client_dealloc(ClientObject *self)
 {
-    dh_client_close(self->c);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    PyTypeObject *tp = Py_TYPE(self);
+    dh_client *c = self->c;
+    self->c = NULL;
+    Py_BEGIN_ALLOW_THREADS dh_client_close(c); /* its detach may wait on the socket */
+    Py_END_ALLOW_THREADS
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
 }
 
 static PyMethodDef client_methods[] = {
@@ -494,16 +533,18 @@ static PyMethodDef client_methods[] = {
      "Leave as a failed rank (the agent treats it as dead, not as finished)."},
     {NULL, NULL, 0, NULL}};
 
-static PyTypeObject ClientType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._datahelix.Client",
-    .tp_basicsize = sizeof(ClientObject),
-    .tp_dealloc = (destructor)client_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Client(socket, rank, world_size, ...): one rank attached to a datahelix agent.",
-    .tp_methods = client_methods,
-    .tp_init = (initproc)client_init,
-    .tp_new = PyType_GenericNew,
-};
+static PyType_Slot client_slots[] = {
+    {Py_tp_dealloc, client_dealloc},
+    {Py_tp_doc, "Client(socket, rank, world_size, ...): one rank attached to a datahelix agent. "
+                "One thread at a time takes its batches (another's next() raises DH_EBUSY); "
+                "batches may be released, and the client closed, from any thread."},
+    {Py_tp_methods, client_methods},
+    {Py_tp_init, client_init},
+    {Py_tp_new, PyType_GenericNew},
+    {0, NULL}};
+
+static PyType_Spec client_spec = {"datahelix._datahelix.Client", sizeof(ClientObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, client_slots};
 
 static PyObject *default_socket(PyObject *mod, PyObject *args)
 {
@@ -513,7 +554,7 @@ static PyObject *default_socket(PyObject *mod, PyObject *args)
         return NULL;
     char name[128];
     if (dh_serve_default_socket(job, name, sizeof name))
-        return raise_dh(DH_ERANGE, "job name too long");
+        return raise_dh(PyModule_GetState(mod), DH_ERANGE, "job name too long");
     return PyUnicode_FromString(name);
 }
 
@@ -527,35 +568,89 @@ static PyObject *error_name(PyObject *mod, PyObject *args)
     return Py_BuildValue("(ss)", dh_err_name(code), dh_strerror(code));
 }
 
+/* error_code(name) -> the code of "DH_EPEER", ... (the C library's value). */
+static PyObject *error_code(PyObject *mod, PyObject *args)
+{
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "s", &name))
+        return NULL;
+#define DH_ERR_NAMED(n, value, text)                                                              \
+    if (!strcmp(name, "DH_" #n))                                                                   \
+        return PyLong_FromLong(DH_##n);
+    DH_ERRNO_MAP(DH_ERR_NAMED)
+#undef DH_ERR_NAMED
+    if (!strcmp(name, "DH_OK"))
+        return PyLong_FromLong(0);
+    return raise_dh(PyModule_GetState(mod), DH_EINVAL, "no such error name");
+}
+
 static PyMethodDef module_methods[] = {
     {"default_socket", default_socket, METH_VARARGS, "The agent's default socket for a job."},
     {"error_name", error_name, METH_VARARGS,
      "error_name(code) -> (name, sentence) of an error code (a batch[\"status\"] entry)."},
+    {"error_code", error_code, METH_VARARGS,
+     "error_code(name) -> the code of an error name (\"DH_EPEER\": e.code of a PeerLost)."},
     {NULL, NULL, 0, NULL}};
 
+/* Fills the module: its types and what its state holds. 0 or -1 with an exception. */
+static int module_exec(PyObject *m)
+{
+    mod_state *st = PyModule_GetState(m);
+    static const char *const names[] = {"video", "image", "audio"};
+    for (int k = 0; k < 3; k++)
+        if (!(st->type_names[k] = PyUnicode_InternFromString(names[k])))
+            return -1;
+    PyObject *errors = PyImport_ImportModule("datahelix._errors");
+    if (!errors)
+        return -1;
+    st->make_error = PyObject_GetAttrString(errors, "make");
+    PyObject *base = PyObject_GetAttrString(errors, "DataHelixError");
+    Py_DECREF(errors);
+    if (!st->make_error || !base || PyModule_AddObject(m, "DataHelixError", base)) {
+        Py_XDECREF(base);
+        return -1;
+    }
+    st->client_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &client_spec, NULL);
+    st->batch_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &batch_spec, NULL);
+    if (!st->client_type || !st->batch_type ||
+        PyModule_AddType(m, st->client_type) || PyModule_AddType(m, st->batch_type))
+        return -1;
+    return 0;
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    mod_state *st = PyModule_GetState(m);
+    Py_VISIT(st->client_type);
+    Py_VISIT(st->batch_type);
+    Py_VISIT(st->make_error);
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    mod_state *st = PyModule_GetState(m);
+    Py_CLEAR(st->client_type);
+    Py_CLEAR(st->batch_type);
+    Py_CLEAR(st->make_error);
+    for (int k = 0; k < 3; k++)
+        Py_CLEAR(st->type_names[k]);
+    return 0;
+}
+
+static void module_free(void *m)
+{
+    module_clear(m);
+}
+
+static PyModuleDef_Slot module_slots[] = {{Py_mod_exec, module_exec}, {0, NULL}};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_datahelix",
-                                    "Binding of the datahelix C client.", -1, module_methods,
-                                    NULL, NULL, NULL, NULL};
+                                    "Binding of the datahelix C client.", sizeof(mod_state),
+                                    module_methods, module_slots, module_traverse,
+                                    module_clear, module_free};
 
 PyMODINIT_FUNC PyInit__datahelix(void)
 {
-    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&BatchType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (!m)
-        return NULL;
-    static const char *const names[] = {"video", "image", "audio"};
-    for (int k = 0; k < 3; k++)
-        if (!(type_names[k] = PyUnicode_InternFromString(names[k])))
-            return NULL;
-    DataHelixError = PyErr_NewException("datahelix.DataHelixError", PyExc_RuntimeError, NULL);
-    Py_INCREF(&ClientType);
-    Py_INCREF(&BatchType);
-    if (!DataHelixError || PyModule_AddObject(m, "Client", (PyObject *)&ClientType) ||
-        PyModule_AddObject(m, "Batch", (PyObject *)&BatchType) ||
-        PyModule_AddObject(m, "DataHelixError", DataHelixError)) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModuleDef_Init(&module);
 }

@@ -529,6 +529,67 @@ print(json.dumps(rows))
             self.assertNotEqual(rc, 0)
             self.assertIn("0 of 2 ranks attached", err)
 
+    def test_errors_carry_their_code_and_kind(self):
+        """Defect 14 of issue 22: an error says its code (e.code, e.name, e.message) and
+        its kind by class (they were RuntimeErrors with a tuple; the Loader wrote the codes'
+        numbers by hand)."""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--attach-timeout", "2") as agent:
+            with self.assertRaises(datahelix.Mismatch) as ctx:
+                datahelix.Client(s, 0, 3, timeout_ms=10000)
+            e = ctx.exception
+            self.assertIsInstance(e, datahelix.DataHelixError)
+            self.assertIsInstance(e, RuntimeError)
+            self.assertEqual((e.code, e.name), (datahelix.error_code("DH_EMISMATCH"),
+                                                "DH_EMISMATCH"))
+            self.assertIn("world size 3", e.message)
+            self.assertEqual(e.args, (e.code, e.name, e.message))
+            agent.wait()
+        with self.assertRaises(datahelix.PeerLost):  # nobody listens
+            datahelix.Client(sock(), 0, 1, timeout_ms=300)
+        with self.assertRaises(datahelix.DataHelixError) as ctx:
+            datahelix.error_code("DH_NOSUCH")
+        self.assertEqual(ctx.exception.name, "DH_EINVAL")
+        self.assertEqual(datahelix.error_name(datahelix.error_code("DH_ETIMEDOUT"))[0],
+                         "DH_ETIMEDOUT")
+
+    def test_a_client_is_initialised_once(self):
+        """Defect 14 of issue 22: __init__ run again on a Client is refused (it attached a
+        second time and leaked the first connection). (One thread at a time takes batches:
+        test_serve's a_second_thread_taking_batches_is_refused checks DH_EBUSY.)"""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "2") as agent:
+            client = datahelix.Client(s, 0, 1)
+            with self.assertRaises(datahelix.DataHelixError) as ctx:
+                client.__init__(s, 0, 1)
+            self.assertIn("initialised already", str(ctx.exception))
+            n = 0
+            while True:
+                b = client.next(30000)
+                if b is None:
+                    break
+                n += 1
+                b.release()
+            self.assertEqual(n, 2)
+            client.close()
+            self.assertEqual(agent.wait()[0], 0)
+
+    def test_a_loader_needs_two_leases_and_says_so(self):
+        """Defect 16 of issue 22: with --max-leases 1 the second batch of `for b in loader`
+        failed with DH_ELIMIT (b still held the first) and an endless agent exited 0. The
+        Loader refuses at its attach, naming the option; the agent fails naming the rank."""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--max-leases", "1") as agent:
+            with self.assertRaises(datahelix.DataHelixError) as ctx:
+                with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                    for b in loader:
+                        pass
+            self.assertEqual(ctx.exception.name, "DH_ELIMIT")
+            self.assertIn("--max-leases 2 or more", str(ctx.exception))
+            rc, out, err = agent.wait()
+            self.assertNotEqual(rc, 0)
+            self.assertIn("rank 0", err)
+
     def test_a_dead_agent_is_an_error_not_a_hang(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0") as agent:

@@ -26,6 +26,13 @@ size_t dh__utf8_check(const char *s, size_t n);
 /* Finaliser of splitmix64: a bijective 64-bit mix. */
 uint64_t dh__mix64(uint64_t x);
 
+/*
+ * Bytes this process's control groups still allow it (the least limit - usage over its
+ * groups and their ancestors, cgroup v1 and v2), or -1 when none limits it. Reads the
+ * given /proc/self/cgroup and /proc/self/mountinfo (files of the same form in tests).
+ */
+int64_t dh__cgroup_room(const char *proc_cgroup, const char *mountinfo);
+
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): for durations and deadlines. */
 double dh__mono(void);
 

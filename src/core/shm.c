@@ -41,17 +41,16 @@ static int64_t read_kb_field(const char *path, const char *key)
 
 /*
  * Bytes this process may still fill with shared memory: the memory the
- * kernel says is available, and the cgroup's limit when one is set.
- * Reserving more does not fail on Linux: it invites the OOM killer.
+ * kernel says is available, and what its control groups (v1 or v2) still
+ * allow. Reserving more does not fail on Linux: it invites the OOM killer.
  */
 static int64_t memory_available(void)
 {
     int64_t kb = read_kb_field("/proc/meminfo", "MemAvailable:");
     int64_t avail = kb >= 0 ? kb * 1024 : -1;
-    int64_t max = read_kb_field("/sys/fs/cgroup/memory.max", "");
-    int64_t cur = read_kb_field("/sys/fs/cgroup/memory.current", "");
-    if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail))
-        avail = max - cur;
+    int64_t room = dh__cgroup_room("/proc/self/cgroup", "/proc/self/mountinfo");
+    if (room >= 0 && (avail < 0 || room < avail))
+        avail = room;
     return avail;
 }
 
@@ -96,7 +95,7 @@ int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populat
         dh__shm_destroy(s);
         return dh__fail(err, errlen, DH_ENOMEM,
                         "cannot reserve %.1f MiB of shared memory for the batch pool (%s): lower "
-                        "--memory-budget, or raise the memory (or cgroup memory.max) this job "
+                        "--memory-budget, or raise the memory (or the cgroup's memory limit) this job "
                         "may use", (double)size / 1048576.0, strerror(rc));
     }
     s->base = mmap(NULL, (size_t)s->size, PROT_READ | PROT_WRITE, MAP_SHARED | flags, s->fd, 0);

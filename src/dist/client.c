@@ -8,7 +8,8 @@
  * nothing is copied. Sending is serialised by send_mu, so releases and
  * reports may come from any thread (a garbage collector's) while one
  * thread waits in dh_client_next; the receiving side belongs to that one
- * thread. Lock order: lease_mu may be taken while holding send_mu, never
+ * thread (a second one is refused: busy), and a detach from another thread
+ * shuts the socket down for it to close. Lock order: lease_mu may be taken while holding send_mu, never
  * the reverse.
  *
  * Steps: the agent numbers a run's steps from 0; the client adds where the
@@ -20,9 +21,11 @@
 #include "../core/shm.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +52,10 @@ struct dh_client {
     int64_t taken; /* batches taken so far (state) */
     int64_t base;  /* the global step of the run's step 0 */
     pid_t pid;     /* the process that connected: only it speaks to the agent */
+    /* A thread is in dh_client_next (only one may be: it owns the receiving side); a
+     * detach meanwhile shuts the socket down and leaves closing it to that thread. */
+    atomic_int busy;
+    int closing;   /* under send_mu: detached while busy; next closes fd when it returns */
 };
 
 /* 1 in a process forked from the one that connected: it shares the socket and the pools'
@@ -322,6 +329,8 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
     return 0;
 }
 
+static int next_batch(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_t errlen);
+
 int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_t errlen)
 {
     if (!c || !out)
@@ -330,17 +339,36 @@ int dh_client_next(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_
         return dh__fail(err, errlen, DH_EINVAL, "this client was connected by process %d: a "
                         "forked process must connect its own (create its Loader after the "
                         "fork)", (int)c->pid);
+    if (atomic_exchange(&c->busy, 1))
+        return dh__fail(err, errlen, DH_EBUSY, "another thread is taking this rank's next "
+                        "batch: one thread iterates a client (a Loader)");
+    int rc = next_batch(c, timeout_ms, out, err, errlen);
+    pthread_mutex_lock(&c->send_mu);
+    if (c->closing) { /* detached meanwhile: the socket is ours to close */
+        close(c->fd);
+        c->fd = -1;
+        c->closing = 0;
+    }
+    atomic_store(&c->busy, 0);
+    pthread_mutex_unlock(&c->send_mu);
+    return rc;
+}
+
+/* dh_client_next, in the one thread that may receive. */
+static int next_batch(dh_client *c, int timeout_ms, dh_batch *out, char *err, size_t errlen)
+{
     int32_t t = timeout_ms < 0 ? c->timeout_ms : timeout_ms;
     pthread_mutex_lock(&c->send_mu);
-    int rc = c->fd < 0 ? DH_EPEER : dh__proto_send(c->fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0);
+    int fd = c->closing ? -1 : c->fd; /* a detach from another thread may close it */
+    int rc = fd < 0 ? DH_EPEER : dh__proto_send(fd, DH__MSG_NEXT, &t, sizeof t, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
-    if (c->fd < 0)
+    if (fd < 0)
         return dh__fail(err, errlen, DH_EPEER, "the client has detached");
     dh__msg_head h;
     void *p = NULL;
     /* Sending fails once the agent closed; its last word (why) may still be waiting. */
     int sent = rc;
-    rc = dh__proto_recv(c->fd, sent ? 0 : t, &h, &p, NULL, NULL);
+    rc = dh__proto_recv(fd, sent ? 0 : t, &h, &p, NULL, NULL);
     if (sent && rc == DH_ETIMEDOUT)
         rc = DH_EPEER;
     if (rc == DH_EPEER)
@@ -466,10 +494,12 @@ int dh_client_release(dh_client *c, const dh_batch *b)
         }
     pthread_mutex_unlock(&c->lease_mu);
     dh__release r = {b->step - c->base};
+    /* Detached: the agent took every lease back; a forked child's copy: the parent's to
+     * give back. */
+    int silent = c->fd < 0 || c->closing || forked(c);
     int rc = !payload ? DH_EINVAL
-             : c->fd < 0 || forked(c) ? 0 /* detached: the agent took every lease back; a
-                                           * forked child's copy: the parent's to give back */
-                         : dh__proto_send(c->fd, DH__MSG_RELEASE, &r, sizeof r, NULL, 0);
+             : silent ? 0
+                      : dh__proto_send(c->fd, DH__MSG_RELEASE, &r, sizeof r, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
     free(payload); /* after the send: b's arrays may live in it */
     return rc;
@@ -483,9 +513,15 @@ int dh_client_report_step(dh_client *c, int64_t step, double seconds)
         return DH_EINVAL;
     dh__report r = {step - c->base, seconds};
     pthread_mutex_lock(&c->send_mu);
-    int rc = c->fd < 0 ? DH_EPEER : dh__proto_send(c->fd, DH__MSG_REPORT, &r, sizeof r, NULL, 0);
+    int rc = c->fd < 0 || c->closing ? DH_EPEER
+                                     : dh__proto_send(c->fd, DH__MSG_REPORT, &r, sizeof r, NULL, 0);
     pthread_mutex_unlock(&c->send_mu);
     return rc;
+}
+
+int dh_client_max_leases(const dh_client *c)
+{
+    return c ? c->info.max_leases : DH_EINVAL;
 }
 
 int dh_client_step_position(const dh_client *c, int64_t step, int64_t *epoch,
@@ -555,18 +591,30 @@ static void keep_held(dh_client *c)
     pthread_mutex_unlock(&c->lease_mu);
 }
 
+/* Ends the connection (under send_mu): closed, or, while a thread waits in dh_client_next,
+ * shut down (its wait ends at once) and left for that thread to close. */
+static void hang_up(dh_client *c)
+{
+    if (atomic_load(&c->busy)) {
+        shutdown(c->fd, SHUT_RDWR);
+        c->closing = 1;
+    } else {
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
 void dh_client_detach(dh_client *c)
 {
     if (!c)
         return;
     pthread_mutex_lock(&c->send_mu);
-    if (c->fd >= 0 && !forked(c))
+    if (c->fd >= 0 && !c->closing && !forked(c))
         keep_held(c);
-    if (c->fd >= 0) {
+    if (c->fd >= 0 && !c->closing) {
         if (!forked(c)) /* a forked child closes its copy of the socket, silently */
             dh__proto_send(c->fd, DH__MSG_DETACH, NULL, 0, NULL, 0); /* releases the leases */
-        close(c->fd);
-        c->fd = -1;
+        hang_up(c);
     }
     pthread_mutex_unlock(&c->send_mu);
 }
@@ -576,10 +624,8 @@ void dh_client_abort(dh_client *c)
     if (!c)
         return;
     pthread_mutex_lock(&c->send_mu);
-    if (c->fd >= 0) {
-        close(c->fd);
-        c->fd = -1;
-    }
+    if (c->fd >= 0 && !c->closing)
+        hang_up(c);
     pthread_mutex_unlock(&c->send_mu);
 }
 
