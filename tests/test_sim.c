@@ -14,6 +14,35 @@
 #include <math.h>
 #include <string.h>
 
+/* Defect 16 of issue 22: the default budget never refuses its own run. On several nodes each
+ * node's share of it fell under one largest batch where samples vary widely (a run refused
+ * with "1070.2 MiB is below the 1073.3 MiB this run needs"). Every workload, 2 to 8 nodes. */
+START_TEST(a_nodes_default_budget_holds_its_largest_batch)
+{
+    for (const char *const *w = dh_workload_names(); *w; w++)
+        for (int nodes = 2; nodes <= 8; nodes *= 2) {
+            dh_run_config c;
+            dh_run_config_default(&c);
+            c.workload = *w;
+            c.policy = "helix";
+            c.ranks = 8;
+            c.workers = 8;
+            c.nodes = nodes;
+            c.steps = 2;
+            dh__run run;
+            char err[256] = "";
+            ck_assert_msg(dh__run_setup(&c, &run, err, sizeof err) == 0, "%s", err);
+            for (int leases = 0; leases <= 4; leases += 4) {
+                dh__run node = run;
+                node.cfg.memory_budget = dh__run_node_budget(&run, 0, leases);
+                ck_assert_msg(dh__run_check_budget(&node, leases, err, sizeof err) == 0,
+                              "%s on %d nodes: %s", *w, nodes, err);
+            }
+            dh__run_free(&run);
+        }
+}
+END_TEST
+
 START_TEST(metrics_on_a_hand_built_trace)
 {
     /* R = 2, 3 steps. Step 0 (fill): ready 1.0 vs deadline 0 on both ranks. Step 1: rank 0
@@ -728,6 +757,7 @@ int main(void)
     TCase *tc = tcase_create("sim");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, metrics_on_a_hand_built_trace);
+    tcase_add_test(tc, a_nodes_default_budget_holds_its_largest_batch);
     tcase_add_test(tc, an_outside_run_gets_the_same_metrics);
     tcase_add_test(tc, a_late_step_keeps_most_ranks_on_time);
     tcase_add_test(tc, more_worker_threads_than_cores_share_them);

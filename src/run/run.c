@@ -359,8 +359,11 @@ int64_t dh__run_node_budget(const dh__run *run, int64_t asked, int leases)
     int nodes = DH_MAX(1, run->cfg.nodes);
     if (asked > 0)
         return asked / nodes;
+    /* Each node holds its share of what the default holds for batches, and at least one of
+     * the largest batches: a share of less would refuse the default's own run (samples far
+     * above the mean made the whole job's default under two largest batches). */
     int64_t fixed = dh__run_pool_slack(run, leases) + arena_bytes(run);
-    return (run->cfg.memory_budget - fixed) / nodes + fixed;
+    return DH_MAX((run->cfg.memory_budget - fixed) / nodes, big_batch(run)) + fixed;
 }
 
 int64_t dh__run_min_budget(const dh__run *run, int leases)
