@@ -1080,39 +1080,6 @@ START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
 }
 END_TEST
 
-START_TEST(the_leader_planned_variant_delivers_the_same)
-{
-    /* DH_PLAN_LEADER=1 (the benchmark's comparison): node 0 places every step and sends it;
-     * the others admit a step once its placement is here. 2 and 4 nodes deliver exactly the
-     * one-node run's samples, each once, byte-equal (consume_rank checks every item). */
-    dh_manifest *m = manifest_with(NULL);
-    dh_run_config c = config_of(m, "helix", 4, 4, 8, 5);
-    hub_node one[1], n[4];
-    run_nodes(&c, 1, 1, -1, 0, one, NULL);
-    ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
-    qsort(one[0].seen, (size_t)one[0].seen_n, sizeof *one[0].seen, cmp_i64);
-    setenv("DH_PLAN_LEADER", "1", 1);
-    for (int nodes = 2; nodes <= 4; nodes += 2) {
-        run_nodes(&c, nodes, 1, -1, 0, n, NULL);
-        int64_t all[64], k = 0;
-        for (int x = 0; x < nodes; x++) {
-            ck_assert_msg(n[x].rc == 0, "%d nodes, node %d: %s", nodes, x, n[x].err);
-            ck_assert_int_eq(n[x].res.delivered, 40);
-            for (int64_t i = 0; i < n[x].seen_n; i++)
-                all[k++] = n[x].seen[i];
-        }
-        ck_assert_int_eq(k, 40);
-        qsort(all, (size_t)k, sizeof *all, cmp_i64);
-        for (int i = 0; i < 40; i++)
-            ck_assert_int_eq(all[i], one[0].seen[i]);
-        free_nodes(n, nodes);
-    }
-    unsetenv("DH_PLAN_LEADER");
-    free_nodes(one, 1);
-    dh_manifest_free(m);
-}
-END_TEST
-
 START_TEST(several_nodes_run_every_policy_with_failures_counted_once)
 {
     /* Emulated ranks on 2 nodes (the all-reduce is the step exchange), a missing file in
@@ -1517,7 +1484,6 @@ int main(void)
     ADD_TEST(tc, should_stop_ends_an_endless_run_with_its_accounting);
     ADD_TEST(tc, several_nodes_deliver_every_sample_once_byte_equal);
     ADD_TEST(tc, several_nodes_run_every_policy_with_failures_counted_once);
-    ADD_TEST(tc, the_leader_planned_variant_delivers_the_same);
     ADD_TEST(tc, idle_nodes_prepare_late_samples_of_other_nodes);
     ADD_TEST(tc, a_node_that_dies_holding_a_loan_stops_its_owner);
     ADD_TEST(tc, several_nodes_move_prepared_samples_between_nodes);

@@ -196,10 +196,8 @@ void dh__eng_nodes_free(dh_engine *e);
 /* Rebalancing agreed between nodes (nodes.c; docs/MULTINODE.md): 1 when this run makes
  * every plan with the other nodes at the step exchange (then no node plans alone). */
 int dh__eng_nodes_moving(const dh_engine *e);
-/* The scheduler's node fields (and the leader-planned variant's hooks, DH_PLAN_LEADER=1). */
+/* The scheduler's node fields. */
 void dh__eng_nodes_sched_config(dh_engine *e, dh__sched_config *sc);
-/* Leader-planned variant: the steps this node had to wait for node 0's placement (-1: off). */
-int64_t dh__eng_nodes_plan_waits(const dh_engine *e);
 /* Tests only: every node publishes at most `bytes` of move-arena room (< 0: off). */
 void dh__eng_test_move_room(int64_t bytes);
 /* Tests only: STEP records carry at most n exact costs per node (< 0: off). */

@@ -126,12 +126,6 @@ struct dh__xchg {
     int nout, capout;
     move_msg *parked;        /* arrived before this node made the plan they belong to */
     int nparked, capparked;
-    /* the leader-planned variant (DH_PLAN_LEADER=1, an experiment): node 0 sends each
-     * step's placement (PLAN), the others wait for it */
-    int leader;
-    int32_t **plans;         /* followers: placements received, in step order (step first) */
-    int nplans, capplans;
-    int64_t plan_waits, waited_step;
 };
 
 static xrec *rec_of(const struct dh__xchg *x, int node)
@@ -193,9 +187,6 @@ int dh__eng_nodes_init(dh_engine *e)
     pthread_cond_init(&x->cv, NULL);
     x->asking = -1;
     x->lending = c->send && c->recv && caps->lend;
-    const char *lead = getenv("DH_PLAN_LEADER");
-    x->leader = c->send && c->recv && lead && !strcmp(lead, "1");
-    x->waited_step = -1;
     x->late = dh__calloc((size_t)e->nodes, sizeof *x->late);
     x->late_bytes = dh__calloc((size_t)e->nodes, sizeof *x->late_bytes);
     x->skip = dh__calloc((size_t)e->nodes, 1);
@@ -235,9 +226,6 @@ void dh__eng_nodes_free(dh_engine *e)
         free(x->parked[k].data);
     free(x->out);
     free(x->parked);
-    for (int k = 0; k < x->nplans; k++)
-        free(x->plans[k]);
-    free(x->plans);
     free(x);
     e->x = NULL;
 }
@@ -348,7 +336,7 @@ int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
     if (rc)
         return dh__fail(err, errlen, rc, "cannot start the exchange thread");
     x->started = 1;
-    int messages = x->lending || x->moving || x->leader;
+    int messages = x->lending || x->moving;
     if (messages && (rc = dh__thread_create(&x->mthread, message_main, e)))
         return dh__fail(err, errlen, rc, "cannot start the lending thread");
     x->mstarted = messages;
@@ -655,9 +643,6 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
         t->xn += o->xn;
     }
     free(mine);
-    if (x->leader && e->node) /* the experiment's one figure no result key holds */
-        fprintf(stderr, "datahelix: node %d (leader-planned): %lld steps waited for node 0's "
-                "placement\n", e->node, (long long)x->plan_waits);
 }
 
 void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
@@ -687,7 +672,7 @@ void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
 /* ---------------------------------------------------------------- lending */
 
 enum { M_STEAL = DH__LEND_STEAL, M_TASK = DH__LEND_TASK, M_NOTASK = DH__LEND_NOTASK,
-       M_RESULT = DH__LEND_RESULT, M_MOVE /* agreed moves (below) */, M_PLAN /* leader */ };
+       M_RESULT = DH__LEND_RESULT, M_MOVE /* agreed moves (below) */ };
 
 typedef struct {
     int32_t kind, node, nitems, pad;
@@ -695,7 +680,6 @@ typedef struct {
 } m_move; /* then int32_t status[nitems], then the items, each 64-byte aligned */
 
 static int on_move(dh_engine *e, int from, void *data, size_t len);
-static int on_plan(dh_engine *e, void *data, size_t len);
 
 /* Tests: lend whenever a worker is idle and the other node has queued work, late or not, so
  * that the whole path (parts, hand-backs, results) runs on every test run, not by timing. */
@@ -969,9 +953,6 @@ static void *message_main(void *arg)
         } else if (kind == M_MOVE && len >= sizeof(m_move)) {
             if (on_move(e, from, data, len))
                 data = NULL; /* parked until this node makes the plan it belongs to */
-        } else if (kind == M_PLAN) {
-            if (on_plan(e, data, len))
-                data = NULL; /* kept until this node plans that step */
         } else if (kind == M_NOTASK) {
             pthread_mutex_lock(&e->mu);
             x->asking = -1;
@@ -1342,96 +1323,8 @@ static void apply_parked(dh_engine *e)
     }
 }
 
-/* ------------------------------------------------- the leader-planned variant */
-
-/*
- * An experiment the benchmark compares with replicas (docs/MULTINODE.md, "One plan"):
- * DH_PLAN_LEADER=1 makes node 0 the only node that places steps; it sends each placement
- * (PLAN: the step, then G ranks) to every other node as it makes it, and the others admit a
- * step only once its placement is here. Everything else is as with replicas.
- */
-
-typedef struct {
-    int32_t kind, node;
-    int64_t step, g;
-} m_plan; /* then int32_t rank_of[g] */
-
-/* Node 0: a placement was made; every other node gets it. Under e->mu (send only queues). */
-static void leader_placed(void *ctx, int64_t st, const int32_t *rank_of)
-{
-    dh_engine *e = ctx;
-    size_t len = sizeof(m_plan) + (size_t)e->G * sizeof *rank_of;
-    uint8_t *m = dh__malloc(len);
-    if (!m) {
-        dh__eng_fail(e, DH_ENOMEM);
-        return;
-    }
-    m_plan h = {M_PLAN, e->node, st, e->G};
-    memcpy(m, &h, sizeof h);
-    memcpy(m + sizeof h, rank_of, (size_t)e->G * sizeof *rank_of);
-    for (int k = 0; k < e->nodes; k++)
-        if (k != e->node && e->run.cfg.send(e->run.cfg.exchange_user, k, m, len))
-            dh__eng_fail(e, DH_EIO);
-    free(m);
-}
-
-/* Followers: step st's placement, if it is here (1; copied when rank_of is not NULL). */
-static int follower_place(void *ctx, int64_t st, int32_t *rank_of)
-{
-    dh_engine *e = ctx;
-    struct dh__xchg *x = e->x;
-    m_plan h;
-    if (x->nplans)
-        memcpy(&h, x->plans[0], sizeof h);
-    if (!x->nplans || h.step != st) {
-        x->plan_waits += x->waited_step != st; /* once per step that had to wait */
-        x->waited_step = st;
-        return 0;
-    }
-    if (rank_of) {
-        memcpy(rank_of, (uint8_t *)x->plans[0] + sizeof h, (size_t)e->G * sizeof *rank_of);
-        free(x->plans[0]);
-        memmove(x->plans, x->plans + 1, (size_t)--x->nplans * sizeof *x->plans);
-    }
-    return 1;
-}
-
-static int on_plan(dh_engine *e, void *data, size_t len)
-{
-    struct dh__xchg *x = e->x;
-    m_plan h;
-    if (len < sizeof h)
-        return 0;
-    memcpy(&h, data, sizeof h);
-    pthread_mutex_lock(&e->mu);
-    int kept = 0;
-    if (h.g != e->G || len != sizeof h + (size_t)e->G * sizeof(int32_t)) {
-        move_refused(e, "node %d sent a malformed placement (step %lld)", h.node,
-                     (long long)h.step);
-    } else if (push((void **)&x->plans, &x->nplans, &x->capplans, sizeof(int32_t *), &data)) {
-        dh__eng_fail(e, DH_ENOMEM);
-    } else {
-        kept = 1;
-        pthread_cond_broadcast(&e->work); /* admission may go on */
-    }
-    pthread_mutex_unlock(&e->mu);
-    return kept;
-}
-
 void dh__eng_nodes_sched_config(dh_engine *e, dh__sched_config *sc)
 {
     sc->node_local = e->nodes > 1;
     sc->node = e->node;
-    if (!e->x || !e->x->leader)
-        return;
-    sc->place_ctx = e;
-    if (e->node == 0)
-        sc->placed = leader_placed;
-    else
-        sc->place_from = follower_place;
-}
-
-int64_t dh__eng_nodes_plan_waits(const dh_engine *e)
-{
-    return e->x && e->x->leader ? e->x->plan_waits : -1;
 }

@@ -92,8 +92,6 @@ static int place_balanced(dh__sched *s, const int64_t *idx, int32_t *rank_of)
 /* Draws step st's samples, places them, groups them by rank, fills its records. */
 static int plan_step(dh__sched *s, int64_t st)
 {
-    if (s->cfg.place_from && !s->cfg.place_from(s->cfg.place_ctx, st, NULL))
-        return DH__IDLE; /* the leader's placement of st is not here yet */
     int rc = dh__sched_ensure_room(s, st);
     if (rc)
         return rc;
@@ -105,16 +103,12 @@ static int plan_step(dh__sched *s, int64_t st)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
     int32_t *rank_of = s->rank_of + base;
-    if (s->cfg.place_from)
-        s->cfg.place_from(s->cfg.place_ctx, st, rank_of);
-    else if (s->caps->placement == DH_PLACE_BALANCED)
+    if (s->caps->placement == DH_PLACE_BALANCED)
         rc = place_balanced(s, idx, rank_of);
     else
         dh__partition_stride((int)G, s->R, rank_of);
     if (rc)
         return rc;
-    if (s->cfg.placed)
-        s->cfg.placed(s->cfg.place_ctx, st, rank_of);
     memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
     batch_rec *b = batch_of(s, st, 0);
     memset(b, 0, (size_t)s->R * sizeof *b);
@@ -140,8 +134,6 @@ int dh__sched_ensure_planned(dh__sched *s, int64_t st)
         return s->error;
     while (s->planned <= st && s->planned < s->N) {
         int rc = plan_step(s, s->planned);
-        if (rc == DH__IDLE)
-            return DH__IDLE; /* the leader's placement is not here yet */
         if (rc)
             return dh__sched_fail(s, rc);
     }
@@ -176,8 +168,6 @@ static int admit(dh__sched *s)
     while (s->admit_next / s->R < s->N) {
         int64_t st = s->admit_next / s->R;
         int rc = dh__sched_ensure_planned(s, st);
-        if (rc == DH__IDLE)
-            break; /* admitted as far as the leader's placements go */
         if (rc)
             return rc;
         int rank = (int)(s->admit_next % s->R);
@@ -385,7 +375,7 @@ int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *o
         return 0;
     int rc = dh__sched_ensure_planned(s, step);
     if (rc)
-        return rc == DH__IDLE ? DH_EINVAL : rc;
+        return rc;
     const batch_rec *b = batch_of(s, step, rank);
     const int64_t *mem = s->members + step_slot(s, step) * s->G + b->first;
     for (int32_t k = 0; k < b->ntasks && k < cap; k++)
@@ -398,7 +388,7 @@ int dh__sched_rank_of(dh__sched *s, int64_t step, int64_t k)
     if (step >= s->N || step < s->lo || k < 0 || k >= s->G)
         return DH_EINVAL;
     int rc = dh__sched_ensure_planned(s, step);
-    return rc == DH__IDLE ? DH_EINVAL : rc ? rc : s->rank_of[step_slot(s, step) * s->G + k];
+    return rc ? rc : s->rank_of[step_slot(s, step) * s->G + k];
 }
 
 const int64_t *dh__sched_step_order(const dh__sched *s, int64_t step)

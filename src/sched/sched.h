@@ -94,16 +94,6 @@ typedef struct {
      * other nodes). 0: every node is here (the simulator, a one-node run).
      */
     int node_local, node;
-    /*
-     * Replicas, the leader-planned variant (an experiment the benchmark compares with
-     * replicas planning alike; docs/MULTINODE.md): placement comes from node 0. On node 0
-     * `placed` is told each step's placement as it is made; elsewhere `place_from` gives it:
-     * 1 when step st's placement is here (copied into rank_of unless NULL), 0 when not yet
-     * (admission stops at st until it is). NULL: every replica places the step itself.
-     */
-    int (*place_from)(void *ctx, int64_t st, int32_t *rank_of);
-    void (*placed)(void *ctx, int64_t st, const int32_t *rank_of);
-    void *place_ctx;
     dh__pred pred;
     dh__gpu_model gpu;       /* predicted GPU model (c0 = fixed per-step cost) */
     /*
