@@ -7,6 +7,7 @@
 #include "codec/decode.h"
 #include "engine/engine_int.h"
 #include "engine/engine_serve.h"
+#include "engine/nodes_wire.h"
 #include "testutil.h"
 
 #include <pthread.h>
@@ -739,6 +740,7 @@ typedef struct {
     pthread_cond_t cv;
     int n, arrived, dead;
     int64_t gen;
+    size_t bytes; /* of the round being gathered */
     unsigned char *in, *out;
     hub_msg *box[4]; /* per node, in arrival order (lending's messages) */
 } hub;
@@ -758,6 +760,10 @@ typedef struct {
     errors errs;
 } hub_node;
 
+/* What the hub spoils: 1 node 1's greeting, 2 its record of step 1, 3 node 1's first
+ * message becomes a TASK of node 0 claiming 1000 items (0: nothing). */
+static int corrupt;
+
 static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, char *err,
                         size_t errlen)
 {
@@ -773,15 +779,23 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
         pthread_mutex_unlock(&h->mu);
         return DH_EPEER;
     }
-    if (!h->in) {
+    if (!h->arrived && bytes != h->bytes) { /* a round of another size (the greeting's) */
+        free(h->in);
         h->in = calloc((size_t)h->n, bytes);
-        h->out = calloc((size_t)h->n, bytes);
+        h->bytes = bytes;
     }
     memcpy(h->in + (size_t)me->node * bytes, mine, bytes);
+    if (corrupt == 1 && me->node == 1 && me->calls == 1) /* its greeting: another version */
+        ((dh__wire_greeting *)(h->in + bytes))->version = 99;
+    if (corrupt == 2 && me->node == 1 && me->calls == 4) /* its record of step 1: step 7 */
+        ((xrec *)(h->in + bytes))->step = 7;
     int64_t gen = h->gen;
     if (++h->arrived == h->n) {
         h->arrived = 0;
         h->gen++;
+        /* every node copied the last round's out: each of them has called this one */
+        free(h->out);
+        h->out = malloc((size_t)h->n * bytes);
         memcpy(h->out, h->in, (size_t)h->n * bytes);
         pthread_cond_broadcast(&h->cv);
     }
@@ -830,6 +844,14 @@ static int hub_recv(void *user, int *from, void **data, size_t *len, double time
     if (bogus)
         bogus_move_to = -1;
     pthread_mutex_unlock(&h->mu);
+    if (corrupt == 3 && me->node == 1) {
+        dh__lend_msg *t = calloc(1, sizeof *t + 8);
+        *t = (dh__lend_msg){M_TASK, 0, 0, 0, 1, 1000, 0, 0, 0, 0.0};
+        *from = 0;
+        *data = t;
+        *len = sizeof *t + 8;
+        return 0;
+    }
     if (bogus) { /* kind MOVE, from node 0, one item, cut short */
         int32_t *m = calloc(12, sizeof *m);
         m[0] = DH__LEND_RESULT + 1;
@@ -1264,7 +1286,7 @@ START_TEST(a_malformed_move_stops_the_run_with_its_reason)
     run_nodes(&c, 2, 0, -1, 0, n, NULL);
     bogus_move_to = -1;
     ck_assert_int_eq(n[1].rc, DH_EPARSE);
-    ck_assert_msg(strstr(n[1].err, "node 0 sent a sample this node does not expect") != NULL,
+    ck_assert_msg(strstr(n[1].err, "node 0 sent a moved sample claiming 1 items") != NULL,
                   "%s", n[1].err);
     ck_assert_int_ne(n[0].rc, 0);
     for (int k = 0; k < 2; k++)
@@ -1279,7 +1301,8 @@ START_TEST(a_dead_node_stops_every_node_with_its_name)
     dh_manifest *m = manifest_with(NULL);
     dh_run_config c = config_of(m, "helix", 4, 2, 0, 8);
     hub_node n[2];
-    run_nodes(&c, 2, 0, 1, 4, n, NULL); /* node 1 dies at its 4th exchange (hello + 3 steps) */
+    /* node 1 dies at its 5th exchange (greeting, hello + 3 steps) */
+    run_nodes(&c, 2, 0, 1, 5, n, NULL);
     ck_assert_int_eq(n[0].rc, DH_EPEER);
     ck_assert_msg(strstr(n[0].err, "node 1 (test) stopped responding") != NULL, "%s", n[0].err);
     /* the survivor's accounting: the steps every node closed, exact */
@@ -1442,6 +1465,95 @@ START_TEST(several_nodes_agree_on_stopping_and_on_the_job)
 }
 END_TEST
 
+static dh_spec *other_spec; /* node 1's, in node_1_has_another_spec */
+
+static void node_1_has_another_spec(int node, dh_run_config *c)
+{
+    if (node == 1)
+        c->spec = other_spec;
+}
+
+static void node_1_has_another_network(int node, dh_run_config *c)
+{
+    c->net_latency = node ? 1e-3 : 0;
+}
+
+/* Defect 7 of issue 22: every setting that changes data or scheduling is part of the job the
+ * nodes compare, and the refusal names it (another --spec was not refused: lent samples were
+ * decoded under the other node's spec; other settings read "--memory-budget differs", and
+ * serve against run too). */
+START_TEST(nodes_of_another_job_are_refused_naming_the_setting)
+{
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config(m, "helix");
+    c.steps = 4;
+    hub_node n[2];
+    const char *js = "{\"image\": {\"resize\": {\"mode\": \"crop\", \"size\": 112}}}";
+    char why[256] = "";
+    ck_assert_msg(dh_spec_parse(js, strlen(js), &other_spec, why, sizeof why) == 0, "%s", why);
+    struct {
+        void (*tweak)(int, dh_run_config *);
+        int served0, served1;
+        const char *what;
+    } cases[] = {
+        {node_1_has_another_spec, 0, 0, "the preprocessing spec (--spec)"},
+        {node_1_has_another_network, 0, 0, "the network model"},
+        {NULL, 1, 0, "the command: one node serves trainers (datahelix serve), another runs "
+                     "emulated ranks (datahelix run)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        served_as[0] = cases[i].served0, served_as[1] = cases[i].served1;
+        run_nodes(&c, 2, 0, -1, 0, n, cases[i].tweak);
+        served_as[0] = served_as[1] = 0;
+        for (int k = 0; k < 2; k++) {
+            ck_assert_msg(n[k].rc == DH_EINVAL, "case %zu node %d: %d %s", i, k, n[k].rc,
+                          n[k].err);
+            char want[300];
+            snprintf(want, sizeof want, "node 1 was started on another job than node 0: %s",
+                     cases[i].what);
+            ck_assert_msg(strstr(n[k].err, want), "case %zu node %d: %s", i, k, n[k].err);
+        }
+        free_nodes(n, 2);
+    }
+    dh_spec_free(other_spec);
+    dh_manifest_free(m);
+}
+END_TEST
+
+/* Defect 13 of issue 22: what another node sends is checked whole before it is read. A
+ * greeting of another version, a step record of another step (both nodes stopped with exit 0
+ * and no word), a TASK claiming more items than it carries (the lending node read past it and
+ * crashed): each stops the run naming the node and the fault. */
+START_TEST(a_node_that_sends_what_cannot_be_read_is_named)
+{
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config_of(m, "helix", 2, 2, 0, 6);
+    hub_node n[2];
+    struct {
+        int what;
+        const char *says;
+    } cases[] = {
+        {1, "node 1 speaks node protocol version 99, this node"},
+        {2, "node 1 sent the record of step 7 in the exchange of step 1"},
+        {3, "node 0 sent a task claiming 1000 items in"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        corrupt = cases[i].what;
+        run_nodes(&c, 2, 0, -1, 0, n, NULL);
+        corrupt = 0;
+        int named = 0;
+        for (int k = 0; k < 2; k++) {
+            ck_assert_msg(n[k].rc != 0, "case %zu node %d ran", i, k);
+            named |= strstr(n[k].err, cases[i].says) != NULL;
+            ck_assert_int_eq(n[k].res.delivered + n[k].res.failed, n[k].res.samples);
+        }
+        ck_assert_msg(named, "case %zu: %s | %s", i, n[0].err, n[1].err);
+        free_nodes(n, 2);
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(run_needs_a_manifest)
 {
     dh_run_config c;
@@ -1492,6 +1604,8 @@ int main(void)
     ADD_TEST(tc, a_malformed_move_stops_the_run_with_its_reason);
     ADD_TEST(tc, a_dead_node_stops_every_node_with_its_name);
     ADD_TEST(tc, several_nodes_agree_on_stopping_and_on_the_job);
+    ADD_TEST(tc, nodes_of_another_job_are_refused_naming_the_setting);
+    ADD_TEST(tc, a_node_that_sends_what_cannot_be_read_is_named);
     ADD_TEST(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -407,17 +407,19 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
         e->error = DH_EFAILED;
     }
     int trc = dh__trace_close(&e->trace);
+    if (e->rec.makespan <= 0)
+        e->rec.makespan = dh__eng_elapsed(e);
+    /* Several nodes: every node's totals (the records hold every rank already). Always, a
+     * failed start included: it joins the layer's threads, and the other nodes wait for
+     * this one's FINAL. */
+    dh__node_totals t = {.cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
+                         .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak};
+    dh__eng_nodes_finish(e, &t);
     if (!out)
         return e->error ? e->error : trc;
     int rc = dh__result_check(out, NULL, 0);
     if (rc)
         return rc;
-    if (e->rec.makespan <= 0)
-        e->rec.makespan = dh__eng_elapsed(e);
-    /* Several nodes: every node's totals (the records hold every rank already). */
-    dh__node_totals t = {.cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
-                         .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak};
-    dh__eng_nodes_finish(e, &t);
     e->rec.makespan = t.makespan;
     /* GPU terms from the ground truth; the CPU term is what the workers measured. */
     e->rec.cpu_true_sum = t.cpu_sum;

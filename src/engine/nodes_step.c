@@ -1,0 +1,366 @@
+/*
+ * nodes_step.c - the STEP rounds after each step and the FINAL rounds at the
+ * end (docs/MULTINODE.md; the layer's files: nodes_int.h).
+ *
+ * DESIGN
+ * - After a STEP round each node applies the other nodes' ranks to its
+ *   replica: their records (asked, ready, compute, longest task), batch taken
+ *   and step done in the scheduler, and the step's releases, which close the
+ *   step when every rank is in. So every node holds the whole run's records
+ *   and computes the same result. A record of another step, or a HELLO, is a
+ *   fault: the run stops naming the node (it stopped silently before).
+ * - A STEP round that meets another node's FINAL record means that node
+ *   stopped: the step is not applied (no node closes it) and this node stops
+ *   too, so every node counts the same steps.
+ * - Stopping is agreed: should_stop is read when a node builds its STEP
+ *   record, and every node stops after the first step any node asked to.
+ * - FINAL is repeated until every node's record is FINAL (its totals: CPU,
+ *   memory, moves); the nodes' closed steps and failed samples must agree.
+ */
+#include "nodes_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ steps */
+
+static int local_released(dh_engine *e, int64_t st)
+{
+    eng_step *s = dh__eng_step(e, st);
+    return s && s->released >= rpn(e);
+}
+
+static void fill_step(dh_engine *e, int64_t st, int stop)
+{
+    xrec *m = e->x->mine;
+    memset(m, 0, e->x->bytes);
+    m->kind = X_STEP;
+    m->step = st;
+    m->stop = stop;
+    dh__rec_step *sp = dh__records_step(&e->rec, st);
+    m->first_start = sp ? sp->start : -1;
+    m->failed = sp ? sp->failed : 0;
+    m->late = dh__sched_backlog_lateness(e->sched, dh__eng_elapsed(e), &m->late_bytes);
+    eng_step *s = dh__eng_step(e, st);
+    for (int i = 0; i < rpn(e); i++) {
+        int r = e->rank_lo + i;
+        dh__rec_batch *rb = dh__records_batch(&e->rec, st, r);
+        if (rb)
+            m->r[i] = (xrank){rb->deadline, rb->ready, rb->compute, rb->longest_task, 0, 0};
+        if (s)
+            m->r[i].taken = s->b[r].taken, m->r[i].released = s->b[r].released_at;
+    }
+    if (e->x->moving)
+        dh__nodes_offer(e, m, st + 1);
+}
+
+/* Applies the other nodes' step st; 1 when every node stops after it (or could not go on). */
+static int apply_step(dh_engine *e, int64_t st)
+{
+    struct dh__xchg *x = e->x;
+    int stop = 0;
+    for (int k = 0; k < e->nodes; k++) {
+        const xrec *o = rec_of(x, k);
+        if (o->kind == X_STEP && o->step == st) {
+            stop |= o->stop != 0;
+            continue;
+        }
+        if (o->kind != X_FINAL) { /* a HELLO now, or another step's record: out of step */
+            if (!x->err[0])
+                dh__msg(x->err, sizeof x->err, "node %d sent the %s of step %lld in the "
+                        "exchange of step %lld: the nodes are out of step (a fault, or "
+                        "another DataHelix version)", k, o->kind == X_STEP ? "record" : "hello",
+                        (long long)o->step, (long long)st);
+            e->error = e->error ? e->error : DH_EPARSE;
+            return 1;
+        }
+        if (o->kind == X_FINAL && o->error && !x->err[0])
+            dh__msg(x->err, sizeof x->err, "node %d stopped the run: %s", k,
+                     o->msg[0] ? o->msg : dh_strerror(o->error));
+        if (o->kind == X_FINAL && o->error && !e->error)
+            e->error = DH_EPEER;
+        return 1; /* node k stopped: step st closes nowhere */
+    }
+    dh__rec_step *sp = dh__records_step(&e->rec, st);
+    for (int k = 0; sp && k < e->nodes; k++) { /* every record first: the releases close it */
+        const xrec *o = rec_of(x, k);
+        if (k == e->node)
+            continue;
+        if (o->first_start >= 0 && (sp->start < 0 || o->first_start < sp->start))
+            sp->start = o->first_start;
+        sp->failed += o->failed;
+        for (int i = 0; i < rpn(e); i++) {
+            dh__rec_batch *rb = dh__records_batch(&e->rec, st, k * rpn(e) + i);
+            if (!rb)
+                break;
+            *rb = (dh__rec_batch){o->r[i].asked, o->r[i].ready, o->r[i].compute, o->r[i].longest};
+            sp = dh__records_step(&e->rec, st); /* the records' ring may have moved */
+        }
+    }
+    for (int k = 0; k < e->nodes; k++) { /* what lending reads, until the next round */
+        x->late[k] = rec_of(x, k)->late;
+        x->late_bytes[k] = rec_of(x, k)->late_bytes;
+        x->skip[k] = 0;
+    }
+    for (int k = 0; k < e->nodes; k++) {
+        const xrec *o = rec_of(x, k);
+        for (int i = 0; k != e->node && i < rpn(e); i++) {
+            int r = k * rpn(e) + i;
+            dh__sched_batch_taken(e->sched, r, st, o->r[i].taken);
+            dh__sched_step_done(e->sched, r, st, o->r[i].released, o->r[i].compute);
+            e->next_step[r] = st + 1;
+            dh__eng_step_released(e, st);
+        }
+    }
+    return stop;
+}
+
+void *dh__nodes_exchange_main(void *arg)
+{
+    dh_engine *e = arg;
+    struct dh__xchg *x = e->x;
+    char err[384];
+    pthread_mutex_lock(&e->mu);
+    for (int64_t st = 0; st < e->N; st = x->exchanged) {
+        while (!e->stop && !local_released(e, st))
+            pthread_cond_wait(&x->cv, &e->mu);
+        /* Stopped here: the FINAL round tells the others. A step whose releases are all in
+         * is still exchanged (a consumer stops the engine right after its last release). */
+        if (!local_released(e, st) || e->error)
+            break;
+        double t0 = dh__eng_elapsed(e);
+        fill_step(e, st, dh__run_should_stop(&e->run));
+        double held = dh__eng_elapsed(e) - t0;
+        pthread_mutex_unlock(&e->mu);
+        double t1 = dh__eng_elapsed(e);
+        int rc = dh__nodes_round(e, err, sizeof err);
+        double t2 = dh__eng_elapsed(e);
+        pthread_mutex_lock(&e->mu);
+        x->sum += t2 - t1;
+        x->max = DH_MAX(x->max, t2 - t1);
+        x->n++;
+        if (rc) {
+            dh__msg(x->err, sizeof x->err, "%s", err);
+            dh__eng_fail(e, rc);
+            break;
+        }
+        double t3 = dh__eng_elapsed(e), carried = x->carry_s;
+        int stop = apply_step(e, st);
+        if (!stop && x->moving)
+            dh__nodes_agree(e, st + 1);
+        /* the control plane's own cost: copying moved data is the data plane's (reb_move_s) */
+        x->ctrl += held + dh__eng_elapsed(e) - t3 - (x->carry_s - carried);
+        x->exchanged = st + 1;
+        if (x->moving)
+            dh__nodes_apply_parked(e); /* moves of st + 1 that came in before this node made its plan */
+        pthread_cond_broadcast(&x->cv);
+        pthread_cond_broadcast(&e->ready);
+        if (x->nout) {
+            pthread_mutex_unlock(&e->mu);
+            rc = dh__nodes_send_moves(e);
+            pthread_mutex_lock(&e->mu);
+            if (rc) {
+                dh__eng_fail(e, rc);
+                break;
+            }
+        }
+        if (stop) {
+            if (e->error)
+                dh__eng_fail(e, e->error);
+            else
+                dh__eng_stop_locked(e);
+            break;
+        }
+    }
+    for (int64_t st = e->lo; x->moving && st < e->hi; st++) /* no plan is coming now */
+        for (int r = e->rank_lo; r < e->rank_hi; r++)
+            dh__eng_step(e, st)->b[r].agreeing = 0;
+    x->done = 1;
+    pthread_cond_broadcast(&x->cv);
+    pthread_cond_broadcast(&e->ready);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+void dh__eng_nodes_drain(dh_engine *e)
+{
+    struct dh__xchg *x = e->x;
+    if (!x)
+        return;
+    pthread_mutex_lock(&e->mu);
+    int done = 1; /* did every local rank take every step? (else this node stops early) */
+    for (int r = e->rank_lo; r < e->rank_hi; r++)
+        done &= e->next_step[r] >= e->N;
+    while (done && !e->stop && !x->done && x->exchanged < e->N)
+        pthread_cond_wait(&x->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int dh__eng_wait_exchanged(dh_engine *e, int64_t st)
+{
+    struct dh__xchg *x = e->x;
+    if (!x)
+        return 0;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop && !x->done && x->exchanged <= st)
+        pthread_cond_wait(&x->cv, &e->mu);
+    int ok = x->exchanged > st;
+    pthread_mutex_unlock(&e->mu);
+    return ok ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ final */
+
+static void fill_final(dh_engine *e, xrec *m)
+{
+    struct dh__xchg *x = e->x;
+    const dh__reb_stats *reb = dh__sched_reb_stats(e->sched);
+    memset(m, 0, x->bytes);
+    m->kind = X_FINAL;
+    /* a peer's failure is its own; a node that never began says why (dh__engine_refuse) */
+    m->error = e->error == DH_EPEER && x->err[0] && x->began ? 0 : e->error;
+    if (m->error)
+        dh__msg(m->msg, sizeof m->msg, "%s", x->err[0] ? x->err : dh_strerror(e->error));
+    m->cpu_sum = e->cpu_sum;
+    m->worker_cpu = e->worker_cpu;
+    m->makespan = e->rec.makespan > 0 ? e->rec.makespan : dh__eng_elapsed(e);
+    m->peak = e->ring.peak + e->arena.peak;
+    m->considered = reb->considered;
+    m->moved = reb->moved;
+    m->gated = reb->gated;
+    m->refused = reb->refused;
+    m->moved_bytes = reb->bytes_moved;
+    m->remote = reb->moved_remote;
+    m->remote_bytes = reb->remote_bytes;
+    m->lend_considered = reb->lend_considered;
+    m->lent = reb->lent;
+    m->lend_gated = reb->lend_gated;
+    m->shipped = reb->bytes_shipped;
+    m->move_s = reb->move_s;
+    m->net_factor = reb->net_factor;
+    m->pred_gain = reb->predicted_gain_s;
+    m->real_gain = reb->realised_gain_s;
+    m->xsum = x->sum;
+    m->xmax = x->max;
+    m->ctrl = x->ctrl;
+    m->xn = x->n;
+    m->closed_steps = e->rec.steps;
+    m->closed_failed = e->rec.failed;
+}
+
+/* engine_serve.h: the reason travels in this node's FINAL record, read at the others' HELLO. */
+void dh__engine_refuse(dh_engine *e, int rc, const char *why)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->error)
+        e->error = rc;
+    if (e->x && !e->x->err[0])
+        dh__msg(e->x->err, sizeof e->x->err, "%s", why);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Every node's totals (only this node's if another could not be reached), summed into t. */
+void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
+{
+    struct dh__xchg *x = e->x;
+    if (!x)
+        return;
+    if (x->finished) { /* a second finish: the rounds are over, their totals kept */
+        *t = x->totals;
+        return;
+    }
+    x->finished = 1;
+    if (x->started)
+        pthread_join(x->thread, NULL);
+    x->started = 0;
+    if (x->mstarted)
+        pthread_join(x->mthread, NULL);
+    x->mstarted = 0;
+    char err[384] = "";
+    int rc = x->greeted ? 0 : dh__nodes_greet(e, err, sizeof err), all_final = 0;
+    /* nodes of another release (or record size) get no FINAL */
+    int talk = x->greeted > 0 && x->mine && x->all;
+    xrec *mine = dh__malloc(x->bytes);
+    if (!mine)
+        rc = rc ? rc : DH_ENOMEM;
+    else
+        fill_final(e, mine);
+    /* A node still in a STEP round sees this FINAL, stops, and sends its own next round. */
+    for (int round = 0; talk && !rc && !all_final && round < 1000; round++) {
+        memcpy(x->mine, mine, x->bytes);
+        rc = dh__nodes_round(e, err, sizeof err);
+        all_final = 1;
+        for (int k = 0; !rc && k < e->nodes; k++)
+            all_final &= rec_of(x, k)->kind == X_FINAL;
+    }
+    if (rc && !x->err[0])
+        dh__msg(x->err, sizeof x->err, "%s", err);
+    if (rc && !e->error)
+        e->error = rc;
+    const xrec *me = mine;
+    *t = (dh__node_totals){0};
+    for (int k = 0; me && k < e->nodes; k++) {
+        const xrec *o = all_final && !rc ? rec_of(x, k) : k == e->node ? me : NULL;
+        if (!o)
+            continue;
+        if (o->closed_steps != me->closed_steps || o->closed_failed != me->closed_failed) {
+            dh__msg(x->err, sizeof x->err, "node %d closed %lld steps with %lld failed "
+                     "samples, node %d %lld with %lld: the nodes' accounting disagrees", k,
+                     (long long)o->closed_steps, (long long)o->closed_failed, e->node,
+                     (long long)me->closed_steps, (long long)me->closed_failed);
+            if (!e->error)
+                e->error = DH_EMISMATCH;
+        }
+        t->cpu_sum += o->cpu_sum;
+        t->worker_cpu += o->worker_cpu;
+        t->makespan = DH_MAX(t->makespan, o->makespan);
+        t->peak += o->peak;
+        t->considered += o->considered;
+        t->moved += o->moved;
+        t->gated += o->gated;
+        t->refused += o->refused;
+        t->moved_bytes += o->moved_bytes;
+        t->remote += o->remote;
+        t->remote_bytes += o->remote_bytes;
+        t->lend_considered += o->lend_considered;
+        t->lent += o->lent;
+        t->lend_gated += o->lend_gated;
+        t->shipped += o->shipped;
+        t->move_s += o->move_s;
+        t->net_factor = DH_MAX(t->net_factor, o->net_factor);
+        t->pred_gain += o->pred_gain;
+        t->real_gain += o->real_gain;
+        t->xsum += o->xsum;
+        t->xmax = DH_MAX(t->xmax, o->xmax);
+        t->ctrl += o->ctrl;
+        t->xn += o->xn;
+    }
+    free(mine);
+    x->totals = *t;
+}
+
+void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
+{
+    full->nodes = nodes;
+    full->memory_budget *= nodes; /* each node held its share */
+    full->reb_considered = t->considered;
+    full->reb_moved = t->moved;
+    full->reb_gated = t->gated;
+    full->reb_refused = t->refused;
+    full->reb_bytes = t->moved_bytes;
+    full->reb_remote = t->remote;
+    full->reb_remote_bytes = t->remote_bytes;
+    full->lend_considered = t->lend_considered;
+    full->lent = t->lent;
+    full->lend_gated = t->lend_gated;
+    full->bytes_shipped = t->shipped;
+    full->reb_move_s = t->move_s;
+    full->net_factor = t->net_factor;
+    full->reb_predicted_gain_s = t->pred_gain;
+    full->reb_realised_gain_s = t->real_gain;
+    full->exchange_mean_s = t->xn ? t->xsum / (double)t->xn : 0;
+    full->exchange_max_s = t->xmax;
+    full->control_mean_s = t->xn ? t->ctrl / (double)t->xn : 0;
+}
+
