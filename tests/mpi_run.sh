@@ -150,5 +150,63 @@ accounts=$(grep -Eo 'delivered [0-9]+ \+ failed [0-9]+ = [0-9]+' "$WORK/kill.out
     awk '$2 + $5 == $7 && $7 > 0' | wc -l)
 check "killed node: each survivor's accounting is exact" test "$accounts" -eq 2
 [[ $fail -eq 0 ]] || { cat "$WORK/kill.out" "$WORK/kill.err"; }
+# serve on 2 nodes (issue 22 #11): a fault on one node reaches the other node's trainers and
+# agent with its reason (it read "the process at the other end died or disconnected").
+PY=/usr/bin/python3
+PYP=$(dirname "$DH")/python
+if [[ -x $PY && -d $PYP/datahelix ]] && $PY -c "import numpy" 2> /dev/null; then
+    cat > "$WORK/trainer.py" << 'PYEOF'
+import sys, time, datahelix
+rank, job = int(sys.argv[1]), sys.argv[2]
+try:
+    with datahelix.Loader(socket="@dhmpi-%d-%s" % (rank, job), rank=rank, world_size=2,
+                          endless=True) as L:
+        for b in L:
+            print("took", b["step"], flush=True)
+            time.sleep(0.2)
+    print("done", flush=True)
+except datahelix.PeerLost as e:
+    print("LOST", e.name, e.message, flush=True)
+    sys.exit(3)
+PYEOF
+    serve2() { # serve2 TAG: a 2-node agent in the background (pid in SRV), its trainers
+        DH_NODE_TIMEOUT=3 setsid timeout 120 "${MPIRUN[@]}" --enable-recovery -np 2 "$DH" \
+            serve --manifest "$M" --ranks 2 --workers 2 --batch 4 --steps 0 \
+            --socket "@dhmpi-%n-$1" > "$WORK/$1.srv.out" 2> "$WORK/$1.srv.err" &
+        SRV=$!
+        for r in 0 1; do
+            PYTHONPATH=$PYP timeout 100 $PY "$WORK/trainer.py" $r "$1" > "$WORK/$1.t$r" 2>&1 &
+            eval "T$r=\$!"
+        done
+        for _ in $(seq 300); do
+            [[ $(grep -c took "$WORK/$1.t1" 2> /dev/null) -ge 2 ]] && break
+            sleep 0.1
+        done
+    }
+    serve2 "tr$$"
+    pkill -9 -P "$T1" # the trainer itself (timeout's child)
+    wait "$T0"
+    check "serve, 2 nodes, a trainer killed: the other node's trainer is told (PeerLost)" \
+        contains "$WORK/tr$$.t0" "LOST DH_EPEER"
+    check "serve, 2 nodes, a trainer killed: ...naming its rank" \
+        contains "$WORK/tr$$.t0" "rank 1 (pid [0-9]*) died or disconnected"
+    wait "$SRV" # (mpirun --enable-recovery exits 0 whatever its processes did)
+    check "serve, 2 nodes, a trainer killed: node 0's agent names the rank" \
+        contains "$WORK/tr$$.srv.err" "node 1 stopped the run: rank 1 (pid"
+    serve2 "nd$$"
+    for p in $(pgrep -f -- "^$DH serve --manifest $M --ranks 2"); do # node 1's agent
+        tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" &&
+            kill -9 "$p"
+    done
+    wait "$T0"
+    check "serve, 2 nodes, a node killed: its trainer on node 0 is told which node" \
+        contains "$WORK/nd$$.t0" "LOST DH_EPEER node 1 (.*) stopped responding"
+    pkill -9 -P "$T1" 2> /dev/null
+    wait "$SRV"
+    [[ $fail -eq 0 ]] || tail -n 5 "$WORK"/tr$$.* "$WORK"/nd$$.*
+else
+    echo "skip: no Python package or numpy here (serve on 2 nodes)"
+fi
+
 echo "mpi_run: $pass passed, $fail failed"
 test $fail -eq 0

@@ -398,9 +398,12 @@ static void send_end(agent *a, conn *c, int rc)
 {
     char msg[480];
     const char *failed = rc == DH_EFAILED && a->e ? dh__engine_fail_msg(a->e) : NULL;
+    const char *peer = rc == DH_EPEER && a->e ? dh__engine_peer_msg(a->e) : NULL;
     pthread_mutex_lock(&a->mu); /* the engine's lock is not taken inside ours */
     if (rc == DH_EPEER && a->fault[0])
         snprintf(msg, sizeof msg, "%s", a->fault);
+    else if (peer) /* another node's rank or the node itself (several nodes) */
+        snprintf(msg, sizeof msg, "%s", peer);
     else if (rc == DH_EEMPTY)
         snprintf(msg, sizeof msg, "the run is complete");
     else if (rc == DH_ECANCELED)
@@ -516,7 +519,7 @@ static void on_death(agent *a, conn *c)
     pthread_mutex_unlock(&a->mu);
     if (first) {
         event(a, "%s", a->fault);
-        dh__engine_abort(a->e, DH_EPEER);
+        dh__engine_abort(a->e, DH_EPEER, a->fault);
     }
 }
 
@@ -669,9 +672,11 @@ static void watch(agent *a)
         for (int r = a->lo; reap && r < a->hi; r++) /* can any rank still take a step? */
             reap = !(a->conns[r].started && !a->conns[r].finished &&
                      a->conns[r].next_step < a->left_at);
+        char why[sizeof a->fault];
+        snprintf(why, sizeof why, "%s", a->fault);
         pthread_mutex_unlock(&a->mu);
         if (reap) /* no: wake whoever waits for a step the rank that left will not take */
-            dh__engine_abort(a->e, DH_EPEER);
+            dh__engine_abort(a->e, DH_EPEER, why);
         if (a->o.on_rank_exit == DH_ON_RANK_EXIT_STOP) /* waiting: for the next set of ranks */
             take_queued(a, DH_EMISMATCH, "this stream's ranks are all attached and its run "
                         "is going (a second trainer for one rank, or a Loader created twice?)");
@@ -854,8 +859,10 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         frc = 0;
     if (!a->died && a->left_at < INT64_MAX) /* ranks left: a finite run was cut short */
         frc = a->N > 0 ? DH_EPEER : 0;
+    const char *peer = frc == DH_EPEER && !a->fault[0] && a->e ? dh__engine_peer_msg(a->e) : NULL;
     if (!rc && frc == DH_EPEER)
-        rc = dh__fail(err, errlen, frc, "%s", a->fault);
+        rc = dh__fail(err, errlen, frc, "%s", a->fault[0] ? a->fault
+                                             : peer ? peer : dh_strerror(frc));
     else if (!rc && frc && frc != DH_ECANCELED)
         rc = dh__fail(err, errlen, frc, "the run failed: %s",
                       frc == DH_EFAILED && dh__engine_fail_msg(a->e) ? dh__engine_fail_msg(a->e)

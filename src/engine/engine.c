@@ -62,11 +62,20 @@ const char *dh__engine_fail_msg(dh_engine *e)
     return m;
 }
 
-void dh__engine_abort(dh_engine *e, int rc)
+void dh__engine_abort(dh_engine *e, int rc, const char *why)
 {
     pthread_mutex_lock(&e->mu);
+    dh__eng_nodes_own_error(e, why); /* the other nodes are told this reason */
     dh__eng_fail(e, rc);
     pthread_mutex_unlock(&e->mu);
+}
+
+const char *dh__engine_peer_msg(dh_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    const char *m = dh__eng_nodes_error(e);
+    pthread_mutex_unlock(&e->mu);
+    return m[0] ? m : NULL;
 }
 
 int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int64_t shift,

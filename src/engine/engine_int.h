@@ -191,6 +191,9 @@ void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full);
 void dh__eng_nodes_wake(dh_engine *e);
 /* What stopped the run if another node did ("" if none). */
 const char *dh__eng_nodes_error(const dh_engine *e);
+/* Under e->mu: this node stops the run for a reason of its own (a trainer of its died): the
+ * other nodes read it in its FINAL record (the first reason wins; NULL or one node: nothing). */
+void dh__eng_nodes_own_error(dh_engine *e, const char *why);
 void dh__eng_nodes_free(dh_engine *e);
 
 /* Rebalancing agreed between nodes (nodes.c; docs/MULTINODE.md): 1 when this run makes

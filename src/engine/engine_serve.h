@@ -33,7 +33,9 @@ int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, in
  * learn why at their HELLO round instead of meeting a node that is gone. */
 void dh__engine_refuse(dh_engine *e, int rc, const char *why);
 /* Stops the run with error code rc (the first reason wins); every consumer wakes. */
-void dh__engine_abort(dh_engine *e, int rc);
+void dh__engine_abort(dh_engine *e, int rc, const char *why);
+/* On several nodes: why another node (or the exchange) stopped the run, or NULL. */
+const char *dh__engine_peer_msg(dh_engine *e);
 /* Why the run stopped with DH_EFAILED (too many samples failed), or NULL. */
 const char *dh__engine_fail_msg(dh_engine *e);
 /* dh_engine_next_batch, except that when *wake comes back 1 the idle workers are

@@ -133,6 +133,15 @@ const char *dh__eng_nodes_error(const dh_engine *e)
     return e->x ? e->x->err : "";
 }
 
+void dh__eng_nodes_own_error(dh_engine *e, const char *why)
+{
+    struct dh__xchg *x = e->x;
+    if (!x || !why || x->err[0])
+        return;
+    dh__msg(x->err, sizeof x->err, "%s", why);
+    x->own = 1;
+}
+
 void dh__eng_nodes_wake(dh_engine *e)
 {
     if (e->x)

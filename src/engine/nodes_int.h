@@ -38,6 +38,7 @@ struct dh__xchg {
     double carry_s;        /* seconds carrying out agreed plans (copies, packing) */
     int64_t n;
     char err[384];        /* why another node (or the exchange) stopped this one */
+    int own;              /* err is this node's own reason (told to the others) */
     int greeted;          /* the GREETING round: 0 not yet, 1 passed, -1 failed (no more rounds) */
     int began;            /* the HELLO round passed */
     int finished;         /* the FINAL rounds were made: totals holds every node's */

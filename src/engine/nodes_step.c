@@ -219,7 +219,7 @@ static void fill_final(dh_engine *e, xrec *m)
     memset(m, 0, x->bytes);
     m->kind = X_FINAL;
     /* a peer's failure is its own; a node that never began says why (dh__engine_refuse) */
-    m->error = e->error == DH_EPEER && x->err[0] && x->began ? 0 : e->error;
+    m->error = e->error == DH_EPEER && x->err[0] && x->began && !x->own ? 0 : e->error;
     if (m->error)
         dh__msg(m->msg, sizeof m->msg, "%s", x->err[0] ? x->err : dh_strerror(e->error));
     m->cpu_sum = e->cpu_sum;
