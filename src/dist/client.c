@@ -243,89 +243,34 @@ int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, si
     return 0;
 }
 
-/* Keeps a batch's payload until its release. */
-static int hold(dh_client *c, int64_t step, void *payload)
+/* Keeps a batch's payload (checked: parts) until its release. */
+static int hold(dh_client *c, int64_t step, void *payload, const dh__batch_parts *parts)
 {
-    dh__batch_head bh;
-    memcpy(&bh, payload, sizeof bh);
     pthread_mutex_lock(&c->lease_mu);
     int rc = dh__grow((void **)&c->leases, &c->cap, (size_t)c->nleases + 1,
                       sizeof *c->leases);
-    const uint8_t *flags = (const uint8_t *)payload + sizeof bh + 16 * (size_t)bh.nsamples +
-                           (size_t)bh.nitems * sizeof(dh_batch_item) + bh.ids_bytes;
-    const uint8_t *labels = flags + bh.nsamples;
-    const char *texts = (const char *)labels + 8 * (size_t)bh.nsamples;
     if (!rc)
-        c->leases[c->nleases++] =
-            (held){step, payload, bh.emulated_s, flags, labels, texts, texts + bh.text_bytes};
+        c->leases[c->nleases++] = (held){step, payload, parts->head.emulated_s, parts->flags,
+                                         parts->labels, parts->texts, parts->metas};
     pthread_mutex_unlock(&c->lease_mu);
     return rc;
 }
 
-/* 1 when an item describes a real tensor inside a batch of batch_bytes: every bound checked
- * without overflowing (the agent is trusted for nothing a view is built from). */
-static int item_ok(const dh_batch_item *it, int64_t batch_bytes)
+/* Checks a BATCH message (dh__proto_batch_parts: nothing of it is trusted) and points out at
+ * its parts; 0 or DH_EPARSE. */
+static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *out,
+                      dh__batch_parts *parts)
 {
-    if (it->ndim < 1 || it->ndim > 4 || (it->elem_bytes != 1 && it->elem_bytes != 4) ||
-        it->offset < 0 || it->bytes < 0 || it->bytes > batch_bytes ||
-        it->offset > batch_bytes - it->bytes)
-        return 0;
-    int64_t n = it->elem_bytes;
-    for (int d = 0; d < it->ndim; d++) {
-        if (it->shape[d] < 0 || (it->shape[d] && n > it->bytes / it->shape[d]))
-            return 0;
-        n *= it->shape[d];
-    }
-    return n == it->bytes;
-}
-
-/* 1 when the ids region holds exactly n NUL-terminated strings. */
-static int ids_ok(const uint8_t *ids, uint32_t len, uint64_t n)
-{
-    uint64_t nuls = 0;
-    for (uint32_t k = 0; k < len; k++)
-        nuls += ids[k] == 0;
-    return nuls == n && (!len || ids[len - 1] == 0);
-}
-
-/* Checks a BATCH message and points out at its parts; 0 or DH_EPARSE. */
-static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *out)
-{
-    dh__batch_head bh;
-    if (len < sizeof bh)
+    int64_t sizes[2] = {c->pools[0].size, c->pools[1].size};
+    if (dh__proto_batch_parts(p, len, sizes, parts))
         return DH_EPARSE;
-    memcpy(&bh, p, sizeof bh);
-    uint64_t ns = (uint64_t)(uint32_t)bh.nsamples, ni = (uint64_t)(uint32_t)bh.nitems;
-    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes + ns +
-                    8 * ns + (uint64_t)bh.text_bytes + bh.meta_bytes;
-    if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1)
-        return DH_EPARSE;
-    const dh__shm *pool = bh.pool >= 0 ? &c->pools[bh.pool] : NULL;
-    if (bh.bytes < 0 || (pool && (bh.offset < 0 || bh.bytes > pool->size ||
-                                  bh.offset > pool->size - bh.bytes)))
-        return DH_EPARSE; /* never hand out a view past the mapping */
-    if (!pool && ni)
-        return DH_EPARSE; /* items with no memory to view */
-    const uint8_t *q = p + sizeof bh;
-    const dh_batch_item *items = (const void *)(q + 16 * ns);
-    for (uint64_t k = 0; k < ni; k++)
-        if (!item_ok(&items[k], bh.bytes))
-            return DH_EPARSE;
-    const uint8_t *ids = (const uint8_t *)(items + ni);
-    if (!ids_ok(ids, bh.ids_bytes, ns))
-        return DH_EPARSE;
-    const uint8_t *texts = ids + bh.ids_bytes + 9 * ns; /* past flags and labels */
-    const uint8_t *metas = texts + bh.text_bytes;
-    if (!ids_ok(texts, bh.text_bytes, ns) ||
-        dh__utf8_check((const char *)texts, bh.text_bytes) != bh.text_bytes ||
-        !ids_ok(metas, bh.meta_bytes, ns) ||
-        dh__utf8_check((const char *)metas, bh.meta_bytes) != bh.meta_bytes)
-        return DH_EPARSE; /* each text and meta NUL-terminated, all of it UTF-8 */
-    *out = (dh_batch){.step = c->base + bh.step, .rank = bh.rank, .nsamples = bh.nsamples,
-                      .nitems = bh.nitems, .nfailed = bh.nfailed, .samples = (const void *)q,
-                      .tokens = (const void *)(q + 8 * ns), .items = items,
-                      .data = pool ? pool->base + bh.offset : NULL,
-                      .bytes = pool ? bh.bytes : 0};
+    const dh__batch_head *bh = &parts->head;
+    const dh__shm *pool = bh->pool >= 0 ? &c->pools[bh->pool] : NULL;
+    *out = (dh_batch){.step = c->base + bh->step, .rank = bh->rank, .nsamples = bh->nsamples,
+                      .nitems = bh->nitems, .nfailed = bh->nfailed, .samples = parts->samples,
+                      .tokens = parts->tokens, .items = parts->items,
+                      .data = pool ? pool->base + bh->offset : NULL,
+                      .bytes = pool ? bh->bytes : 0};
     return 0;
 }
 
@@ -383,9 +328,10 @@ static int next_batch(dh_client *c, int timeout_ms, dh_batch *out, char *err, si
         free(p);
         return rc;
     }
-    rc = h.type == DH__MSG_BATCH ? read_batch(c, p, h.len, out) : DH_EPARSE;
+    dh__batch_parts parts;
+    rc = h.type == DH__MSG_BATCH ? read_batch(c, p, h.len, out, &parts) : DH_EPARSE;
     if (!rc)
-        rc = hold(c, out->step, p);
+        rc = hold(c, out->step, p, &parts);
     if (rc) {
         free(p);
         return dh__fail(err, errlen, rc, "the agent sent a malformed batch");

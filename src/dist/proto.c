@@ -197,3 +197,67 @@ int dh__proto_recv(int fd, int timeout_ms, dh__msg_head *h, void **payload, int 
     }
     return rc;
 }
+
+/* 1 when an item describes a real tensor inside a batch of batch_bytes: every bound checked
+ * without overflowing (the agent is trusted for nothing a view is built from). */
+static int item_ok(const dh_batch_item *it, int64_t batch_bytes)
+{
+    if (it->ndim < 1 || it->ndim > 4 || (it->elem_bytes != 1 && it->elem_bytes != 4) ||
+        it->offset < 0 || it->bytes < 0 || it->bytes > batch_bytes ||
+        it->offset > batch_bytes - it->bytes)
+        return 0;
+    int64_t n = it->elem_bytes;
+    for (int d = 0; d < it->ndim; d++) {
+        if (it->shape[d] < 0 || (it->shape[d] && n > it->bytes / it->shape[d]))
+            return 0;
+        n *= it->shape[d];
+    }
+    return n == it->bytes;
+}
+
+/* 1 when a region holds exactly n NUL-terminated strings. */
+static int strings_ok(const uint8_t *s, uint32_t len, uint64_t n)
+{
+    uint64_t nuls = 0;
+    for (uint32_t k = 0; k < len; k++)
+        nuls += s[k] == 0;
+    return nuls == n && (!len || s[len - 1] == 0);
+}
+
+int dh__proto_batch_parts(const uint8_t *p, uint32_t len, const int64_t pool_size[2],
+                          dh__batch_parts *out)
+{
+    dh__batch_head bh;
+    if (len < sizeof bh)
+        return DH_EPARSE;
+    memcpy(&bh, p, sizeof bh);
+    uint64_t ns = (uint64_t)(uint32_t)bh.nsamples, ni = (uint64_t)(uint32_t)bh.nitems;
+    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes + ns +
+                    8 * ns + (uint64_t)bh.text_bytes + bh.meta_bytes;
+    if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1 ||
+        bh.nfailed < 0 || bh.nfailed > bh.nsamples)
+        return DH_EPARSE;
+    int64_t size = bh.pool >= 0 ? pool_size[bh.pool] : 0;
+    if (bh.bytes < 0 || (bh.pool >= 0 && (bh.offset < 0 || bh.bytes > size ||
+                                          bh.offset > size - bh.bytes)))
+        return DH_EPARSE; /* never hand out a view past the mapping */
+    if (bh.pool < 0 && ni)
+        return DH_EPARSE; /* items with no memory to view */
+    const uint8_t *q = p + sizeof bh;
+    const dh_batch_item *items = (const void *)(q + 16 * ns);
+    for (uint64_t k = 0; k < ni; k++)
+        if (!item_ok(&items[k], bh.bytes))
+            return DH_EPARSE;
+    const uint8_t *ids = (const uint8_t *)(items + ni);
+    const uint8_t *flags = ids + bh.ids_bytes, *labels = flags + ns;
+    const uint8_t *texts = labels + 8 * ns, *metas = texts + bh.text_bytes;
+    if (!strings_ok(ids, bh.ids_bytes, ns) || !strings_ok(texts, bh.text_bytes, ns) ||
+        dh__utf8_check((const char *)texts, bh.text_bytes) != bh.text_bytes ||
+        !strings_ok(metas, bh.meta_bytes, ns) ||
+        dh__utf8_check((const char *)metas, bh.meta_bytes) != bh.meta_bytes)
+        return DH_EPARSE; /* each id, text and meta NUL-terminated, texts and metas UTF-8 */
+    *out = (dh__batch_parts){bh, (const int64_t *)q, (const int64_t *)(q + 8 * ns), items,
+                             (const char *)ids, flags, labels, (const char *)texts,
+                             (const char *)metas};
+    return 0;
+}

@@ -109,6 +109,27 @@ typedef struct {
     double seconds;
 } dh__report;
 
+/* A BATCH message's parts, pointing into it. */
+typedef struct {
+    dh__batch_head head;
+    const int64_t *samples, *tokens;
+    const dh_batch_item *items;
+    const char *ids;      /* nsamples NUL-terminated ids */
+    const uint8_t *flags; /* per sample: DH__SAMPLE_* */
+    const uint8_t *labels; /* per sample: an int64 (unaligned) */
+    const char *texts, *metas; /* nsamples NUL-terminated UTF-8 strings each */
+} dh__batch_parts;
+
+/*
+ * Checks a BATCH message of len bytes whole, trusting nothing in it: every count against
+ * the length (without overflow), every item a tensor inside the batch, the batch inside its
+ * pool (pool_size[0] the ring's, [1] the arena's), ids, texts and metas exactly nsamples
+ * terminated strings, texts and metas UTF-8. 0 with *out, or DH_EPARSE (fuzz_serve_wire.c).
+ * p must be 8-byte aligned (a malloc'd payload).
+ */
+int dh__proto_batch_parts(const uint8_t *p, uint32_t len, const int64_t pool_size[2],
+                          dh__batch_parts *out);
+
 /*
  * Epoch and step within it of the run's step st (the run's first epoch may start part-way:
  * a resume at info->epoch, info->step), and that epoch's batch shift (info->shift in the
