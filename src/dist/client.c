@@ -316,6 +316,12 @@ static int next_batch(dh_client *c, int timeout_ms, dh_batch *out, char *err, si
     rc = dh__proto_recv(fd, sent ? 0 : t, &h, &p, NULL, NULL);
     if (sent && rc == DH_ETIMEDOUT)
         rc = DH_EPEER;
+    pthread_mutex_lock(&c->send_mu);
+    int closed = c->closing; /* a detach from another thread ended this wait */
+    pthread_mutex_unlock(&c->send_mu);
+    if (rc && closed)
+        return dh__fail(err, errlen, DH_ECANCELED, "this client was closed (close() from another "
+                        "thread) while this request waited");
     if (rc == DH_EPEER)
         return dh__fail(err, errlen, rc, "the agent died or closed the connection");
     if (rc == DH_ETIMEDOUT)

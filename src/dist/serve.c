@@ -433,7 +433,13 @@ static int on_next(agent *a, conn *c)
     }
     dh_batch b;
     int wake = 0;
+    pthread_mutex_lock(&a->mu);
+    c->waiting = 1; /* watch sees this rank's socket while the engine holds the thread */
+    pthread_mutex_unlock(&a->mu);
     int rc = dh__engine_next(a->e, c->rank, &b, &wake);
+    pthread_mutex_lock(&a->mu);
+    c->waiting = 0;
+    pthread_mutex_unlock(&a->mu);
     if (rc) {
         send_end(a, c, rc);
         return 0;
@@ -557,11 +563,36 @@ static void on_detach(agent *a, conn *c)
         event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
 }
 
+/* The answer to a NEXT could not be sent: the trainer died, or detached while its request
+ * waited (a close() from another thread). What it sent before going tells which. */
+static void gone_after_next(agent *a, conn *c)
+{
+    for (;;) {
+        dh__msg_head h;
+        void *p = NULL;
+        if (dh__proto_recv(c->fd, 0, &h, &p, NULL, NULL)) {
+            on_death(a, c);
+            return;
+        }
+        int detach = h.type == DH__MSG_DETACH;
+        if (h.type == DH__MSG_RELEASE && h.len == sizeof(dh__release)) {
+            lease *l = find_lease(c, ((const dh__release *)p)->step);
+            if (l)
+                release_lease(a, c, l, 0);
+        }
+        free(p);
+        if (detach) {
+            on_detach(a, c);
+            return;
+        }
+    }
+}
+
 /* One message of a rank; 1 when the rank is gone (detached or dead). */
 static int serve_one(agent *a, conn *c, const dh__msg_head *h, const void *p)
 {
     if (h->type == DH__MSG_NEXT)
-        return on_next(a, c) ? (on_death(a, c), 1) : 0;
+        return on_next(a, c) ? (gone_after_next(a, c), 1) : 0;
     if (h->type == DH__MSG_RELEASE && h->len == sizeof(dh__release)) {
         lease *l = find_lease(c, ((const dh__release *)p)->step);
         if (l)
@@ -652,6 +683,57 @@ static void fill_info(agent *a)
                              .rank_hi = a->hi, .step_base = p.base};
 }
 
+/* 1 when the bytes waiting on c's socket hold a DETACH (looked at, not taken). */
+static int detach_waiting(const conn *c)
+{
+    uint8_t buf[4096];
+    ssize_t n = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    for (size_t at = 0; n > 0 && at + sizeof(dh__msg_head) <= (size_t)n;) {
+        dh__msg_head h;
+        memcpy(&h, buf + at, sizeof h);
+        if (h.magic != DH__PROTO_MAGIC)
+            return 0;
+        if (h.type == DH__MSG_DETACH)
+            return 1;
+        at += sizeof h + h.len;
+    }
+    return 0;
+}
+
+/* A rank blocked in the engine for its next batch cannot see its socket: a trainer that dies
+ * meanwhile is seen here, and the run stops naming it (nothing was said before, until another
+ * rank left). A trainer that detached is left to its thread, which sees it once it can. */
+static void spot_hangups(agent *a)
+{
+    for (int r = a->lo; r < a->hi; r++) {
+        conn *c = &a->conns[r];
+        pthread_mutex_lock(&a->mu);
+        int look = c->started && !c->finished && c->waiting && !c->hung_up;
+        pthread_mutex_unlock(&a->mu);
+        struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+        if (!look || poll(&p, 1, 0) <= 0 || !(p.revents & (POLLHUP | POLLRDHUP | POLLERR)) ||
+            detach_waiting(c))
+            continue;
+        char why[sizeof a->fault];
+        pthread_mutex_lock(&a->mu);
+        c->hung_up = 1;
+        int first = !a->died;
+        if (!a->fault_code) {
+            a->fault_code = DH_EPEER;
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected while "
+                     "it waited for step %lld; %s", c->rank, (int)c->pid,
+                     (long long)training_step(a, c->next_step), fault_tail(a));
+        }
+        a->died = 1;
+        snprintf(why, sizeof why, "%s", a->fault);
+        pthread_mutex_unlock(&a->mu);
+        if (first) {
+            event(a, "%s", why);
+            dh__engine_abort(a->e, DH_EPEER, why);
+        }
+    }
+}
+
 /* Waits until every rank's thread ended, stopping the engine when should_stop says so. */
 static void watch(agent *a)
 {
@@ -677,6 +759,7 @@ static void watch(agent *a)
         pthread_mutex_unlock(&a->mu);
         if (reap) /* no: wake whoever waits for a step the rank that left will not take */
             dh__engine_abort(a->e, DH_EPEER, why);
+        spot_hangups(a);
         if (a->o.on_rank_exit == DH_ON_RANK_EXIT_STOP) /* waiting: for the next set of ranks */
             take_queued(a, DH_EMISMATCH, "this stream's ranks are all attached and its run "
                         "is going (a second trainer for one rank, or a Loader created twice?)");

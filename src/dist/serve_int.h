@@ -48,6 +48,8 @@ typedef struct {
     dh__attach req;
     pthread_t thread;
     int started, finished, detached, ended; /* ended: the run's end was delivered */
+    int waiting;       /* under a.mu: blocked in the engine for its next batch */
+    int hung_up;       /* under a.mu: seen gone while waiting (by watch) */
     int64_t next_step; /* batches handed to this rank so far (under a.mu) */
     int64_t released;  /* batches it gave back (not taken back at its death) */
     double last_release; /* when it gave one back last (monotonic seconds) */
