@@ -255,7 +255,7 @@ sleep 1
 kill -INT $pid
 wait $pid
 check "an interrupted agent says how far the attach got" contains "$WORK/serve-int.err" \
-    "stopped with 0 of 2 ranks attached"
+    "stopped (Ctrl-C, SIGTERM or its caller) with 0 of 2 ranks attached"
 check "an interrupted agent had said where it listens" contains "$WORK/serve-int.err" \
     "listening on @dhe2e-"
 

@@ -1566,6 +1566,15 @@ START_TEST(a_second_thread_taking_batches_is_refused)
 }
 END_TEST
 
+static char events[8192]; /* what the agent told (keep_event) */
+
+static void keep_event(const char *msg, void *user)
+{
+    (void)user;
+    size_t n = strlen(events);
+    snprintf(events + n, sizeof events - n, "%s\n", msg);
+}
+
 /* A rank that takes nothing for delay_s, then asks once: exits 0 when told `want`. */
 static pid_t idle_rank(int rank, int delay_s, const char *want)
 {
@@ -1604,7 +1613,7 @@ static void *take_until_stuck(void *arg)
 START_TEST(a_rank_lost_while_its_request_waits_is_named)
 {
     new_socket_name();
-    pid_t r1 = idle_rank(1, 3, "rank 0 (pid ");
+    pid_t r1 = idle_rank(1, 4, "rank 0 (pid ");
     pid_t r0 = fork();
     if (!r0) {
         dh_client_opts o = client_opts(0, 2, 4);
@@ -1613,18 +1622,26 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
             _exit(2);
         pthread_t t;
         pthread_create(&t, NULL, take_until_stuck, c);
-        sleep(1);
+        sleep(2);
         _exit(9); /* dies while its request waits */
     }
     dh_run_config c = agent_config("pool", 2, 4);
     c.steps = DH_STEPS_FOREVER;
     dh_serve_opts o;
     dh_serve_opts_default(&o);
+    o.on_event = keep_event;
+    events[0] = 0;
+    dh__serve_test_stall(0.3); /* the stall is told first: rank 1 takes nothing */
     dh_result r;
     char err[512] = "";
     ck_assert_int_eq(run_agent(&c, &o, &r, err, sizeof err), DH_EPEER);
+    dh__serve_test_stall(10);
     ck_assert_msg(strstr(err, "rank 0 (pid") && strstr(err, "while it waited for step"), "%s",
                   err);
+    ck_assert_msg(strstr(events, "rank 0 has waited") &&
+                  strstr(events, "rank 1 (pid") && strstr(events, "has taken nothing for") &&
+                  strstr(events, "no batch at all yet): is it stopped, or not iterating its "
+                                 "Loader?"), "%s", events);
     ck_assert_int_eq(wait_child(r0), 9);
     ck_assert_int_eq(wait_child(r1), 0);
     ck_assert_int_eq(r.delivered + r.failed, r.samples);

@@ -33,6 +33,7 @@ garbage-collected, or on batch["release"]() once no view is left.
 import collections.abc
 import json
 import os
+import threading
 import warnings
 
 from ._datahelix import Client, default_socket, error_code, error_name
@@ -128,6 +129,7 @@ class _Batches:
     def __init__(self, loader, client, until):
         self._loader, self._client, self._until = loader, client, until
         self._start = loader._taken
+        self._thread = threading.current_thread()  # one thread iterates a Loader
 
     def unfinished(self):
         """True when this epoch's iterator took batches, but not all of them."""
@@ -140,6 +142,10 @@ class _Batches:
 
     def __next__(self):
         loader = self._loader
+        if threading.current_thread() is not self._thread:
+            raise _fail("DH_EBUSY", "this loop over the Loader belongs to thread %r: one "
+                        "thread iterates a Loader (another thread's batches would be skipped "
+                        "or taken out of order)" % self._thread.name)
         if self._until is not None and loader._taken >= self._until:
             raise StopIteration
         raw = self._client.next()
@@ -288,9 +294,16 @@ class Loader:
 
     # -- iteration -----------------------------------------------------------
     def __iter__(self):
+        it = self._iter
+        busy = it is not None and (it.unfinished() or (it._until is None and not self._ended))
+        if busy and it._thread is not threading.current_thread() and it._thread.is_alive():
+            raise _fail("DH_EBUSY", "thread %r is still iterating this Loader: one thread "
+                        "iterates a Loader (a loop started here would skip the rest of its "
+                        "epoch)" % it._thread.name)
         client = self._connect()
         if self.endless:
-            return _Batches(self, client, None)
+            self._iter = _Batches(self, client, None)
+            return self._iter
         self._skip_left_epoch(client)
         self._check_not_over(self.epoch)
         epoch_step = self._position(self._taken)[1]

@@ -590,6 +590,40 @@ print(json.dumps(rows))
             self.assertNotEqual(rc, 0)
             self.assertIn("rank 0", err)
 
+    def test_a_second_thread_cannot_iterate_a_loader(self):
+        """From the user trial of issue 22: a second thread's loop over a Loader another
+        thread iterates skipped the rest of that epoch, silently (steps 4-5 and 7-11 were never
+        seen). It is refused, naming the thread that iterates; the first goes on unharmed."""
+        import threading
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--epochs", "2",
+                   "--policy", "pool") as agent:
+            loader = datahelix.Loader(socket=s, rank=0, world_size=1)
+            seen, errors = [], []
+            started = threading.Event()
+
+            def train():
+                for epoch in range(2):
+                    for b in loader:
+                        seen.append(b["step"])
+                        started.set()
+                        time.sleep(0.2)
+            a = threading.Thread(target=train, name="trainer")
+            a.start()
+            started.wait(30)
+            try:
+                for b in loader:
+                    errors.append("took a batch")
+            except datahelix.DataHelixError as e:
+                errors.append(e)
+            a.join(60)
+            self.assertEqual(len(errors), 1)
+            self.assertEqual(errors[0].name, "DH_EBUSY", errors[0])
+            self.assertIn("'trainer' is still iterating", errors[0].message)
+            self.assertEqual(seen, list(range(8)))  # 8 images, G 2: 4 steps an epoch
+            loader.close()
+            self.assertEqual(agent.wait()[0], 0)
+
     def test_a_dead_agent_is_an_error_not_a_hang(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0") as agent:

@@ -9,7 +9,8 @@
  *   its attach, and reads whatever bytes each has sent without blocking. A
  *   connection that says nothing (or half an attach) delays no other; it is
  *   closed when its io_ms of silence are up, or, when GREETERS connections
- *   are being greeted at once, as the oldest when another one comes.
+ *   are being greeted at once, as the oldest when another one comes. Those
+ *   are counted and told in one line every 5 s at most, not one each.
  * - The peer's uid is checked (SO_PEERCRED) before a byte is read.
  * - An attach of another protocol version is refused naming both versions.
  */
@@ -117,7 +118,8 @@ static int greet(hub *h, greeter *g)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return 0;
     if (n <= 0) { /* it went away before saying its attach */
-        dh__serve_refuse(h, NULL, g->fd, g->pid, DH_EPEER, "");
+        close(g->fd);
+        h->quiet++;
         return 1;
     }
     g->got += (size_t)n;
@@ -166,9 +168,9 @@ static void welcome(hub *h, greeter *gs, int *n, int io_ms)
         dh__serve_refuse(h, NULL, fd, pid, rc, why);
         return;
     }
-    if (*n == GREETERS) {
-        dh__serve_refuse(h, NULL, gs[0].fd, gs[0].pid, DH_ELIMIT, "closed as the oldest of "
-                         "the many connections that had not said their attach");
+    if (*n == GREETERS) { /* the oldest silent one goes */
+        close(gs[0].fd);
+        h->quiet++;
         memmove(gs, gs + 1, (size_t)(--*n) * sizeof *gs);
     }
     gs[(*n)++] = (greeter){.fd = fd, .pid = pid, .until = dh__mono() + io_ms / 1e3};
@@ -190,6 +192,7 @@ void dh__serve_accept(hub *h, int io_ms)
     greeter gs[GREETERS];
     struct pollfd pf[GREETERS + 1];
     int n = 0;
+    double said = 0;
     while (streams_running(h)) {
         pf[0] = (struct pollfd){.fd = h->listen_fd, .events = POLLIN};
         for (int k = 0; k < n; k++)
@@ -202,7 +205,8 @@ void dh__serve_accept(hub *h, int io_ms)
             if (ready > 0 && (pf[k + 1].revents & (POLLIN | POLLHUP | POLLERR)))
                 done = greet(h, &gs[k]);
             if (!done && now > gs[k].until) {
-                dh__serve_refuse(h, NULL, gs[k].fd, gs[k].pid, DH_ETIMEDOUT, "");
+                close(gs[k].fd);
+                h->quiet++;
                 done = 1;
             }
             if (!done)
@@ -211,6 +215,13 @@ void dh__serve_accept(hub *h, int io_ms)
         n = kept;
         if (ready > 0 && (pf[0].revents & POLLIN))
             welcome(h, gs, &n, io_ms);
+        if (h->quiet && now - said >= 5.0) { /* one line for many (a port scan, a flood) */
+            say(h, NULL, "closed %lld connection%s that said no attach (went away, silent for "
+                "%d s, or the oldest of %d waiting)", (long long)h->quiet,
+                h->quiet == 1 ? "" : "s", io_ms / 1000, GREETERS);
+            h->quiet = 0;
+            said = now;
+        }
     }
     for (int k = 0; k < n; k++)
         close(gs[k].fd);

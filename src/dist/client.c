@@ -326,7 +326,9 @@ static int next_batch(dh_client *c, int timeout_ms, dh_batch *out, char *err, si
         return dh__fail(err, errlen, rc, "the agent died or closed the connection");
     if (rc == DH_ETIMEDOUT)
         return dh__fail(err, errlen, rc, "no batch within %d ms (the connection is out of step "
-                                         "now: close it)", (int)t);
+                                         "now: close it; is another rank stopped or not "
+                                         "iterating? the agent's output names a rank that "
+                                         "takes nothing)", (int)t);
     if (rc)
         return dh__fail(err, errlen, rc, "receiving a batch: %s", dh_strerror(rc));
     if (h.type == DH__MSG_ERROR) {

@@ -14,4 +14,7 @@ int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen);
 /* The connected peer's user and process ids. 0 or an error. */
 int dh__peer_uid(int fd, uint32_t *uid, int32_t *pid);
 
+/* Tests only: the agent reports a rank that waits so many seconds for its batch (10). */
+void dh__serve_test_stall(double seconds);
+
 #endif

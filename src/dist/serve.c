@@ -108,11 +108,17 @@ static int resume_point(const agent *a, const dh__attach *q, start_point *p, cha
     /* Global steps go on from the state's count (at its own global batch). */
     int64_t spe_s = keep ? (n + Gs - 1) / Gs : n / Gs;
     p->base = q->resume_global_step >= 0 ? q->resume_global_step : q->epoch * spe_s + q->step;
-    if (a->cfg->steps >= 0 && job_left(a, p) <= 0)
+    if (a->cfg->steps >= 0 && job_left(a, p) <= 0) {
+        char end[96];
+        if (a->cfg->steps > 0)
+            snprintf(end, sizeof end, "--steps %lld", (long long)a->cfg->steps);
+        else
+            snprintf(end, sizeof end, "--epochs %lld of %lld steps", (long long)DH_MAX(a->cfg->epochs, 1),
+                     (long long)spe);
         return dh__fail(why, len, DH_ERANGE, "the saved state is at step %lld (epoch %lld), "
-                        "past this job's end (--steps %lld, --epochs %lld of %lld steps): the "
-                        "job is complete", (long long)p->base, (long long)q->epoch,
-                        (long long)a->cfg->steps, (long long)a->cfg->epochs, (long long)spe);
+                        "past this job's end (%s): the job is complete", (long long)p->base,
+                        (long long)q->epoch, end);
+    }
     return 0;
 }
 
@@ -435,6 +441,8 @@ static int on_next(agent *a, conn *c)
     int wake = 0;
     pthread_mutex_lock(&a->mu);
     c->waiting = 1; /* watch sees this rank's socket while the engine holds the thread */
+    c->wait_since = dh__mono();
+    c->stall_told = 0;
     pthread_mutex_unlock(&a->mu);
     int rc = dh__engine_next(a->e, c->rank, &b, &wake);
     pthread_mutex_lock(&a->mu);
@@ -446,6 +454,7 @@ static int on_next(agent *a, conn *c)
     }
     pthread_mutex_lock(&a->mu);
     c->next_step = b.step + 1;
+    c->took_at = dh__mono();
     beyond = b.step >= a->left_at; /* it left while this rank waited */
     pthread_cond_broadcast(&a->changed);
     pthread_mutex_unlock(&a->mu);
@@ -734,6 +743,46 @@ static void spot_hangups(agent *a)
     }
 }
 
+/* A rank waiting this long for its batch is a stall worth a line (tests make it shorter). */
+static _Atomic double stall_s = 10.0;
+
+void dh__serve_test_stall(double seconds)
+{
+    stall_s = seconds;
+}
+
+/* Under a.mu: a rank that has waited stall_s for its batch while another rank takes nothing
+ * (stopped, or not iterating its Loader) is told in one line naming both: the waiting
+ * trainer's own timeout can only say that nothing came. */
+static void spot_stalls(agent *a)
+{
+    double now = dh__mono();
+    for (int r = a->lo; r < a->hi; r++) {
+        conn *c = &a->conns[r];
+        if (!c->started || c->finished || !c->waiting || c->stall_told ||
+            now - c->wait_since < stall_s)
+            continue;
+        const conn *idle = NULL; /* the rank furthest behind that is not asking */
+        for (int j = a->lo; j < a->hi; j++) {
+            const conn *o = &a->conns[j];
+            if (o != c && o->started && !o->finished && !o->waiting &&
+                (!idle || o->next_step < idle->next_step))
+                idle = o;
+        }
+        c->stall_told = 1;
+        if (!idle || idle->next_step > c->next_step)
+            continue; /* everyone is asking: the workers are behind, not a rank */
+        char last[64] = "no batch at all yet";
+        if (idle->next_step)
+            snprintf(last, sizeof last, "it took step %lld last",
+                     (long long)training_step(a, idle->next_step - 1));
+        event(a, "rank %d has waited %.0f s for its batch of step %lld; rank %d (pid %d) has "
+              "taken nothing for %.0f s (%s): is it stopped, or not iterating its Loader?",
+              c->rank, now - c->wait_since, (long long)training_step(a, c->next_step),
+              idle->rank, (int)idle->pid, now - idle->took_at, last);
+    }
+}
+
 /* Waits until every rank's thread ended, stopping the engine when should_stop says so. */
 static void watch(agent *a)
 {
@@ -756,6 +805,7 @@ static void watch(agent *a)
                      a->conns[r].next_step < a->left_at);
         char why[sizeof a->fault];
         snprintf(why, sizeof why, "%s", a->fault);
+        spot_stalls(a);
         pthread_mutex_unlock(&a->mu);
         if (reap) /* no: wake whoever waits for a step the rank that left will not take */
             dh__engine_abort(a->e, DH_EPEER, why);
@@ -775,6 +825,8 @@ static void watch(agent *a)
 
 static int start_ranks(agent *a, char *err, size_t errlen)
 {
+    for (int r = a->lo; r < a->hi; r++)
+        a->conns[r].took_at = dh__mono(); /* a rank that takes nothing is idle from here */
     for (int r = a->lo; r < a->hi; r++) {
         int rc = dh__thread_create(&a->conns[r].thread, rank_main, &a->conns[r]);
         if (rc) {
@@ -905,6 +957,9 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         if (!a->gen)
             event(a, "listening on %s for %d ranks (%d..%d)", a->hub->name, a->hi - a->lo,
                   a->lo, a->hi - 1);
+        if (!a->gen && a->o.max_leases < 2)
+            event(a, "--max-leases %d: a Python Loader refuses it (`for batch in loader` holds "
+                  "its batch while it takes the next: it needs 2)", a->o.max_leases);
         if (!a->gen && tail)
             event(a, "an epoch of %lld samples in global batches of %lld uses %lld: the last "
                   "%lld of each epoch's order are dropped (--keep-last keeps them)",
@@ -913,7 +968,8 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         if ((rc = wait_for_ranks(a))) {
             char why[160];
             snprintf(why, sizeof why, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
-                                                         : "stopped with %d of %d ranks attached",
+                                                         : "stopped (Ctrl-C, SIGTERM or its "
+                                                           "caller) with %d of %d ranks attached",
                      a->attached, a->hi - a->lo);
             dh__msg(err, errlen, "%s", why);
             dh__engine_refuse(a->e, rc, why);
@@ -1012,8 +1068,12 @@ static void *stream_main(void *arg)
         }
         if (a->gen && !a->e_began) { /* no restart came: the accounting is the last set's */
             memcpy(out, &last, out->struct_size);
-            dh__msg(err, errlen, "no restart of the job within %d s (%s) after: %s",
-                    a->o.attach_timeout_ms / 1000, dh_strerror(rc), a->fault);
+            if (rc == DH_ECANCELED)
+                dh__msg(err, errlen, "stopped (Ctrl-C, SIGTERM or its caller) while waiting for "
+                        "the job to restart after: %s", a->fault);
+            else
+                dh__msg(err, errlen, "no restart of the job within %d s (%s) after: %s",
+                        a->o.attach_timeout_ms / 1000, dh_strerror(rc), a->fault);
             rc = DH_EPEER;
         }
         if (rc != DH_EPEER || a->o.on_rank_exit != DH_ON_RANK_EXIT_WAIT || stopped || !a->e_began)

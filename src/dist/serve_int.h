@@ -49,6 +49,9 @@ typedef struct {
     pthread_t thread;
     int started, finished, detached, ended; /* ended: the run's end was delivered */
     int waiting;       /* under a.mu: blocked in the engine for its next batch */
+    double wait_since; /* under a.mu: since when (monotonic seconds) */
+    double took_at;    /* under a.mu: when it last took a batch (or attached) */
+    int stall_told;    /* under a.mu: this wait was reported as a stall */
     int hung_up;       /* under a.mu: seen gone while waiting (by watch) */
     int64_t next_step; /* batches handed to this rank so far (under a.mu) */
     int64_t released;  /* batches it gave back (not taken back at its death) */
@@ -113,6 +116,7 @@ struct hub {
     dh__gate *gate; /* several streams: the node's CPU, shared (NULL: one stream) */
     pthread_mutex_t mu;
     atomic_int quit; /* the agent could not start every stream: the others end */
+    int64_t quiet;   /* the acceptor's: connections closed unheard, not yet told */
     void (*on_event)(const char *message, void *user);
     void *event_user;
 };
