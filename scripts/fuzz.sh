@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-30}
 shift || true
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(fuzz_manifest_line fuzz_spec fuzz_image_header fuzz_media fuzz_tar)
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(fuzz_manifest_line fuzz_spec fuzz_image_header fuzz_media fuzz_tar
+    fuzz_node_wire fuzz_serve_wire)
 command -v clang > /dev/null || { echo "fuzz.sh: clang is missing (bash scripts/deps.sh)" >&2; exit 1; }
 
 B=build/fuzz
