@@ -121,6 +121,32 @@ struct hub {
     void *event_user;
 };
 
+/* serve.c: an event of stream a (prefixed with its name when the agent has several); a step
+ * of the run as trainers count it (from the start of training); steps left of the job from
+ * a start (-1: endless). */
+void dh__agent_event(agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define event(...) dh__agent_event(__VA_ARGS__) /* the agent's files tell events so */
+int64_t dh__agent_step(const agent *a, int64_t st);
+int64_t dh__agent_job_left(const agent *a, const start_point *p);
+
+/* serve_attach.c: where a resumed attach starts (0, or the refusal in why); the queued
+ * attaches taken (validated, or refused with why when why is not NULL); every rank awaited
+ * (0, DH_ETIMEDOUT or DH_ECANCELED); what the run is, for every rank; every held attach
+ * answered with the pools. */
+int dh__agent_resume_point(const agent *a, const dh__attach *q, start_point *p, char *why,
+                           size_t len);
+void dh__agent_take_queued(agent *a, int code, const char *why);
+int dh__agent_wait_for_ranks(agent *a);
+void dh__agent_fill_info(agent *a);
+int dh__agent_answer(agent *a);
+
+/* serve_rank.c: a rank's thread (arg: its conn); what a lost rank means for the others. */
+void *dh__agent_rank_main(void *arg);
+const char *dh__agent_fault_tail(const agent *a);
+
+/* serve_watch.c: until every rank's thread ended (stopping, spotting the lost and stalled). */
+void dh__agent_watch(agent *a);
+
 /*
  * The acceptor: reads the attach of each new connection (all at once: a connection that
  * says nothing delays no other), checks the peer is this user, and queues it for the

@@ -1,0 +1,369 @@
+/*
+ * serve_rank.c - serving one rank (serve_int.h): its thread answers its
+ * requests in order (NEXT blocks in the engine on this thread only),
+ * describes each batch (ids, flags, labels, texts, metas beside the views),
+ * keeps its leases, and turns its death or an early detach into the
+ * sentence every other rank is told.
+ */
+#include "serve_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/*
+ * Which samples of b are padding: in an epoch's last batch (keep_last), the duplicates of
+ * the epoch's first samples that fill it up; the agent draws that batch from its own copy
+ * of the order. Exact when the manifest holds at least one global batch (the padding then
+ * never repeats a sample of the same batch). 0 or an error.
+ */
+static int pad_flags(agent *a, const dh_batch *b, uint8_t *flags)
+{
+    memset(flags, 0, (size_t)b->nsamples);
+    int64_t G = a->cfg->global_batch, spe = a->steps_per_epoch;
+    int64_t epoch, epoch_step, shift; /* shift: a resumed epoch's */
+    dh__run_position(&a->info, b->step, &epoch, &epoch_step, &shift);
+    int64_t real = DH_MIN(G, a->samples - ((spe - 1) * G + shift)); /* then the filling */
+    if (!a->cfg->keep_last || real >= G || epoch_step != spe - 1)
+        return 0;
+    pthread_mutex_lock(&a->mu); /* the cached batch is every rank thread's */
+    int rc = 0;
+    if (a->pad_epoch != epoch) {
+        dh_sampler_state st = {dh_manifest_hash(a->cfg->manifest), a->cfg->seed, epoch, spe - 1};
+        rc = dh_sampler_set_state(a->order, &st);
+        if (!rc && shift)
+            rc = dh__sampler_shift(a->order, shift);
+        if (!rc)
+            rc = dh_sampler_next(a->order, a->last, G);
+        a->pad_epoch = rc ? -1 : epoch;
+    }
+    for (int32_t k = 0; !rc && k < b->nsamples; k++) {
+        int is_real = 0;
+        for (int64_t j = 0; j < real && !is_real; j++)
+            is_real = a->last[j] == b->samples[k];
+        flags[k] = is_real ? 0 : DH__SAMPLE_PAD;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+static int send_batch(agent *a, conn *c, const dh_batch *b)
+{
+    dh__batch_head bh = {.step = b->step, .rank = b->rank, .pool = -1, .bytes = b->bytes,
+                         .nsamples = b->nsamples, .nitems = b->nitems, .nfailed = b->nfailed,
+                         .emulated_s = dh_engine_batch_gpu_seconds(a->e, b)};
+    if (b->nitems && dh__engine_locate(a->e, b->data, &bh.pool, &bh.offset))
+        return DH_EINVAL;
+    size_t ns = (size_t)b->nsamples, ni = (size_t)b->nitems, ids = 0, texts = 0, metas = 0;
+    for (size_t k = 0; k < ns; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
+        ids += strlen(si.id) + 1;
+        texts += (si.text ? strlen(si.text) : 0) + 1;
+        metas += (si.meta ? strlen(si.meta) : 0) + 1;
+    }
+    size_t len = 2 * ns * sizeof(int64_t) + ni * sizeof(dh_batch_item) + ids + ns +
+                 ns * sizeof(int64_t) + texts + metas;
+    if (len > DH__PROTO_MAX - sizeof bh)
+        return DH_ELIMIT;
+    bh.text_bytes = (uint32_t)texts;
+    bh.meta_bytes = (uint32_t)metas;
+    uint8_t *body = dh__malloc(DH_MAX(len, 1));
+    if (!body)
+        return DH_ENOMEM;
+    uint8_t *w = body;
+    memcpy(w, b->samples, ns * sizeof(int64_t)), w += ns * sizeof(int64_t);
+    memcpy(w, b->tokens, ns * sizeof(int64_t)), w += ns * sizeof(int64_t);
+    memcpy(w, b->items, ni * sizeof(dh_batch_item)), w += ni * sizeof(dh_batch_item);
+    for (size_t k = 0; k < ns; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
+        size_t n = strlen(si.id) + 1;
+        memcpy(w, si.id, n), w += n;
+    }
+    bh.ids_bytes = (uint32_t)ids;
+    int rc = pad_flags(a, b, w);
+    if (rc) {
+        free(body);
+        return rc;
+    }
+    uint8_t *flags = w, *labels = w + ns, *text = labels + ns * sizeof(int64_t);
+    uint8_t *meta = text + texts;
+    for (size_t k = 0; k < ns; k++) {
+        dh_sample_info si;
+        dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);
+        flags[k] |= (si.text ? DH__SAMPLE_TEXT : 0) | (si.has_label ? DH__SAMPLE_LABEL : 0) |
+                    (si.meta ? DH__SAMPLE_META : 0);
+        int64_t label = si.has_label ? si.label : 0;
+        memcpy(labels + k * sizeof label, &label, sizeof label);
+        size_t n = (si.text ? strlen(si.text) : 0) + 1;
+        memcpy(text, si.text ? si.text : "", n), text += n;
+        n = (si.meta ? strlen(si.meta) : 0) + 1;
+        memcpy(meta, si.meta ? si.meta : "", n), meta += n;
+    }
+    rc = dh__proto_send2(c->fd, DH__MSG_BATCH, &bh, sizeof bh, body, (uint32_t)len);
+    free(body);
+    return rc;
+}
+
+/* The sentence for a run that cannot go on (another rank died, the agent stopped). */
+static void send_end(agent *a, conn *c, int rc)
+{
+    char msg[480];
+    const char *failed = rc == DH_EFAILED && a->e ? dh__engine_fail_msg(a->e) : NULL;
+    const char *peer = rc == DH_EPEER && a->e ? dh__engine_peer_msg(a->e) : NULL;
+    pthread_mutex_lock(&a->mu); /* the engine's lock is not taken inside ours */
+    if (rc == DH_EPEER && a->fault[0])
+        snprintf(msg, sizeof msg, "%s", a->fault);
+    else if (peer) /* another node's rank or the node itself (several nodes) */
+        snprintf(msg, sizeof msg, "%s", peer);
+    else if (rc == DH_EEMPTY)
+        snprintf(msg, sizeof msg, "the run is complete");
+    else if (rc == DH_ECANCELED)
+        snprintf(msg, sizeof msg, "the agent was stopped (Ctrl-C, SIGTERM or its caller)");
+    else
+        snprintf(msg, sizeof msg, "the agent's run failed: %s", failed ? failed : dh_strerror(rc));
+    pthread_mutex_unlock(&a->mu);
+    c->ended = 1; /* after an end, the rank leaving is expected */
+    dh__proto_send_error(c->fd, rc, msg);
+}
+
+/* Answers a NEXT; 0, or the connection is broken (the rank died or stopped reading). */
+static int on_next(agent *a, conn *c)
+{
+    if (c->nleases >= a->o.max_leases) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "rank %d holds %d batches: release one before taking another "
+                 "(max_leases %d)", c->rank, c->nleases, a->o.max_leases);
+        return dh__proto_send_error(c->fd, DH_ELIMIT, msg);
+    }
+    pthread_mutex_lock(&a->mu);
+    int beyond = c->next_step >= a->left_at; /* a rank that left will never take this step */
+    pthread_mutex_unlock(&a->mu);
+    if (beyond) {
+        send_end(a, c, DH_EPEER);
+        return 0;
+    }
+    dh_batch b;
+    int wake = 0;
+    pthread_mutex_lock(&a->mu);
+    c->waiting = 1; /* watch sees this rank's socket while the engine holds the thread */
+    c->wait_since = dh__mono();
+    c->stall_told = 0;
+    pthread_mutex_unlock(&a->mu);
+    int rc = dh__engine_next(a->e, c->rank, &b, &wake);
+    pthread_mutex_lock(&a->mu);
+    c->waiting = 0;
+    pthread_mutex_unlock(&a->mu);
+    if (rc) {
+        send_end(a, c, rc);
+        return 0;
+    }
+    pthread_mutex_lock(&a->mu);
+    c->next_step = b.step + 1;
+    c->took_at = dh__mono();
+    beyond = b.step >= a->left_at; /* it left while this rank waited */
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    if (beyond) {
+        dh_engine_release(a->e, &b, 0);
+        if (wake)
+            dh__engine_wake(a->e);
+        send_end(a, c, DH_EPEER);
+        return 0;
+    }
+    c->leases[c->nleases++] = (lease){b, dh__mono(), -1.0};
+    rc = send_batch(a, c, &b);
+    if (wake)
+        dh__engine_wake(a->e); /* after the answer: the rank does not wait for it */
+    if (rc && rc != DH_EPEER && rc != DH_ETIMEDOUT)
+        rc = dh__proto_send_error(c->fd, rc, rc == DH_ELIMIT ? "cannot describe the batch: its "
+                                  "ids, texts and metas are over 64 MiB (a smaller --batch or "
+                                  "--max-text-bytes)" : "cannot describe the batch");
+    return rc;
+}
+
+static lease *find_lease(conn *c, int64_t step)
+{
+    for (int k = 0; k < c->nleases; k++)
+        if (c->leases[k].b.step == step)
+            return &c->leases[k];
+    return NULL;
+}
+
+/*
+ * Gives lease l back to the engine with the step time it was reported, else its hold time;
+ * either within the time since the rank took it or gave back its previous batch, whichever
+ * is later: a rank computes one step at a time, and batches it holds together (a garbage
+ * collector's late release) must not count their common time twice.
+ */
+static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
+{
+    double now = dh__mono(), window = now - DH_MAX(l->taken, c->last_release);
+    double s = reclaimed ? 0 : DH_MAX(0.0, l->seconds >= 0 ? DH_MIN(l->seconds, window) : window);
+    c->last_release = reclaimed ? c->last_release : now;
+    dh_engine_release(a->e, &l->b, s);
+    c->released += !reclaimed;
+    *l = c->leases[--c->nleases];
+}
+
+/* What a lost rank means for the others. */
+const char *dh__agent_fault_tail(const agent *a)
+{
+    return a->o.on_rank_exit == DH_ON_RANK_EXIT_WAIT ? "the agent waits for the job to restart"
+                                                     : "the job cannot go on without it";
+}
+
+static void on_death(agent *a, conn *c)
+{
+    int64_t step = c->nleases ? c->leases[0].b.step : -1;
+    while (c->nleases)
+        release_lease(a, c, &c->leases[0], 1);
+    pthread_mutex_lock(&a->mu);
+    int done = c->ended || c->detached || (a->N > 0 && c->next_step >= a->N);
+    pthread_mutex_unlock(&a->mu);
+    if (done) /* the run was over for it: going away is its end */
+        return;
+    pthread_mutex_lock(&a->mu);
+    int first = !a->died;
+    if (!a->fault_code) { /* a rank that left earlier stays the cause */
+        a->fault_code = DH_EPEER;
+        const char *then = dh__agent_fault_tail(a);
+        if (step >= 0)
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected holding "
+                     "step %lld; %s", c->rank, (int)c->pid, (long long)dh__agent_step(a, step),
+                     then);
+        else
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected; %s",
+                     c->rank, (int)c->pid, then);
+    }
+    a->died = 1;
+    pthread_mutex_unlock(&a->mu);
+    if (first) {
+        event(a, "%s", a->fault);
+        dh__engine_abort(a->e, DH_EPEER, a->fault);
+    }
+}
+
+/* A clean detach: the end of the run for this rank, or leaving it early (see DESIGN). */
+static void on_detach(agent *a, conn *c)
+{
+    c->detached = 1;
+    while (c->nleases)
+        release_lease(a, c, &c->leases[0], 0);
+    pthread_mutex_lock(&a->mu);
+    int early = !c->ended && (a->N < 0 || c->next_step < a->N);
+    if (early && c->next_step < a->left_at)
+        a->left_at = c->next_step;
+    if (early && !a->fault_code) { /* a death or an earlier leaving stays the cause */
+        if (c->next_step == 0)
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left before taking a batch "
+                     "(in synchronous training every rank takes every step: iterate the Loader "
+                     "on every rank); %s", c->rank, (int)c->pid, dh__agent_fault_tail(a));
+        else if (a->N < 0)
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after step %lld; %s",
+                     c->rank, (int)c->pid, (long long)dh__agent_step(a, c->next_step - 1),
+                     dh__agent_fault_tail(a));
+        else
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) left after %lld of the run's "
+                     "%lld steps; %s", c->rank, (int)c->pid, (long long)c->next_step,
+                     (long long)a->N, dh__agent_fault_tail(a));
+        a->fault_code = DH_EPEER;
+    }
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    if (early)
+        event(a, "rank %d detached (pid %d) after taking %lld batches%s", c->rank, (int)c->pid,
+              (long long)c->next_step, a->N < 0 ? "" : ", before the run's end");
+    else
+        event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
+}
+
+/* The answer to a NEXT could not be sent: the trainer died, or detached while its request
+ * waited (a close() from another thread). What it sent before going tells which. */
+static void gone_after_next(agent *a, conn *c)
+{
+    for (;;) {
+        dh__msg_head h;
+        void *p = NULL;
+        if (dh__proto_recv(c->fd, 0, &h, &p, NULL, NULL)) {
+            on_death(a, c);
+            return;
+        }
+        int detach = h.type == DH__MSG_DETACH;
+        if (h.type == DH__MSG_RELEASE && h.len == sizeof(dh__release)) {
+            lease *l = find_lease(c, ((const dh__release *)p)->step);
+            if (l)
+                release_lease(a, c, l, 0);
+        }
+        free(p);
+        if (detach) {
+            on_detach(a, c);
+            return;
+        }
+    }
+}
+
+/* One message of a rank; 1 when the rank is gone (detached or dead). */
+static int serve_one(agent *a, conn *c, const dh__msg_head *h, const void *p)
+{
+    if (h->type == DH__MSG_NEXT)
+        return on_next(a, c) ? (gone_after_next(a, c), 1) : 0;
+    if (h->type == DH__MSG_RELEASE && h->len == sizeof(dh__release)) {
+        lease *l = find_lease(c, ((const dh__release *)p)->step);
+        if (l)
+            release_lease(a, c, l, 0);
+        return 0;
+    }
+    if (h->type == DH__MSG_REPORT && h->len == sizeof(dh__report)) {
+        const dh__report *r = p;
+        lease *l = find_lease(c, r->step);
+        if (l && r->seconds >= 0 && r->seconds < 1e6)
+            l->seconds = r->seconds;
+        return 0;
+    }
+    if (h->type == DH__MSG_DETACH) {
+        on_detach(a, c);
+        return 1;
+    }
+    on_death(a, c); /* a message we do not understand: treat the peer as broken */
+    return 1;
+}
+
+void *dh__agent_rank_main(void *arg)
+{
+    conn *c = arg;
+    agent *a = c->a;
+    for (;;) {
+        dh__msg_head h;
+        void *p = NULL;
+        int rc = dh__proto_recv(c->fd, 500, &h, &p, NULL, NULL);
+        if (rc == DH_ETIMEDOUT && (a->stopping || c->ended)) {
+            /* Stopping: tell the rank, then let it go. Its end delivered and idle since: a
+             * trainer that never detaches must not keep the agent; its mapping stays valid. */
+            if (!c->ended)
+                send_end(a, c, DH_ECANCELED);
+            while (c->nleases)
+                release_lease(a, c, &c->leases[0], 1);
+            break;
+        }
+        if (rc == DH_ETIMEDOUT)
+            continue; /* the rank is computing; its death shows as a closed socket */
+        int gone = rc ? (on_death(a, c), 1) : serve_one(a, c, &h, p);
+        free(p);
+        if (gone)
+            break;
+    }
+    pthread_mutex_lock(&a->mu);
+    c->finished = 1;
+    pthread_cond_broadcast(&a->changed);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- lifecycle */
