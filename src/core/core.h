@@ -18,6 +18,12 @@
 #define DH_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define DH_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* x rounded up to a multiple of a (a power of two): the one spelling of align-up. */
+static inline uint64_t dh__align_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) & ~(a - 1);
+}
+
 /* 64-bit hash of a byte string (8 bytes per round, good avalanche). */
 uint64_t dh__hash_bytes(const void *data, size_t len, uint64_t seed);
 /* Where the first byte of s[0..n) that is not well-formed UTF-8 is (overlong forms,

@@ -121,6 +121,10 @@ eng_step *dh__eng_step(dh_engine *e, int64_t step);
 void dh__eng_step_released(dh_engine *e, int64_t step);
 void dh__eng_slots_free(dh_engine *e);
 uint8_t *dh__slot_data(dh_engine *e, const batch_slot *b);
+/* The items of `sample` in a batch's layout (they are adjacent): the first one's index
+ * (nitems when it has none) and, when n is not NULL, how many. */
+int32_t dh__slot_items_of(const dh_batch_item *items, int32_t nitems, int64_t sample,
+                          int32_t *n);
 void dh__slot_clear_layout(batch_slot *b);
 int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n);
 int dh__lay_out(dh_engine *e, int64_t st, int r, batch_slot *b);
@@ -148,12 +152,23 @@ int dh__eng_wait_exchanged(dh_engine *e, int64_t st);
 /* Before a node that finished its steps stops: until every node finished them too (another
  * node may still be waiting for a sample this node prepares for it). Without e->mu. */
 void dh__eng_nodes_drain(dh_engine *e);
-/* Every node's totals of a run (nodes.c), summed; makespan and xmax are maxima. */
+/*
+ * A node's totals of a run, each field once with how the job's figure reads every node's
+ * (SUM, or MAX: the makespan, the longest exchange, the worst wire factor). A node's FINAL
+ * record carries its own; dh__eng_nodes_finish folds every node's by this list.
+ */
+#define DH__NODE_TOTALS(X)                                                                        \
+    X(double, cpu_sum, SUM) X(double, worker_cpu, SUM) X(double, makespan, MAX)                   \
+    X(double, move_s, SUM) X(double, pred_gain, SUM) X(double, real_gain, SUM)                    \
+    X(double, xsum, SUM) X(double, xmax, MAX) X(double, ctrl, SUM) X(double, net_factor, MAX)     \
+    X(int64_t, xn, SUM) X(int64_t, peak, SUM) X(int64_t, considered, SUM) X(int64_t, moved, SUM) \
+    X(int64_t, gated, SUM) X(int64_t, refused, SUM) X(int64_t, moved_bytes, SUM)                  \
+    X(int64_t, remote, SUM) X(int64_t, remote_bytes, SUM) X(int64_t, lend_considered, SUM)       \
+    X(int64_t, lent, SUM) X(int64_t, lend_gated, SUM) X(int64_t, shipped, SUM)
 typedef struct {
-    double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, xsum, xmax, ctrl;
-    double net_factor; /* the largest of the nodes' */
-    int64_t xn, peak, considered, moved, gated, refused, moved_bytes, remote, remote_bytes;
-    int64_t lend_considered, lent, lend_gated, shipped;
+#define DH__TOTAL_FIELD(type, name, how) type name;
+    DH__NODE_TOTALS(DH__TOTAL_FIELD)
+#undef DH__TOTAL_FIELD
 } dh__node_totals;
 /* After the workers stopped: the FINAL rounds; t gets every node's totals. */
 void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t);

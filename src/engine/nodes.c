@@ -65,7 +65,7 @@ int dh__eng_nodes_init(dh_engine *e)
     const dh__policy_caps *caps = dh__policy_caps_of(e->run.policy);
     x->moving = c->send && c->recv && caps->rebalance;
     x->open_at = sizeof(xrec) + (size_t)per * sizeof(xrank);
-    x->cost_at = x->open_at + (((size_t)per + 7) & ~(size_t)7);
+    x->cost_at = x->open_at + dh__align_up((size_t)per, 8);
     /* A node's share of a step is G / N samples on average; a record carries the exact
      * costs of twice that (its first ones in the step's order), so it stays small at many
      * nodes. A sample past that is planned as unknown by every node, its own included. */
@@ -73,7 +73,7 @@ int dh__eng_nodes_init(dh_engine *e)
     if (test_cost_cap >= 0)
         x->ncost = DH_MIN(x->ncost, test_cost_cap);
     size_t end = x->moving ? x->cost_at + (size_t)x->ncost * sizeof(float) : x->open_at;
-    x->bytes = (end + 63) & ~(size_t)63;
+    x->bytes = dh__align_up(end, 64);
     x->mine = dh__calloc(1, x->bytes);
     x->all = dh__calloc((size_t)e->nodes, x->bytes);
     pthread_cond_init(&x->cv, NULL);

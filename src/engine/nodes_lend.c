@@ -112,11 +112,7 @@ void dh__nodes_on_steal(dh_engine *e, int from)
             if (off >= 0)
                 b->offset = off, b->allocated = 1;
         }
-        int32_t first = 0, n = 0;
-        while (ok && first < b->nitems && b->items[first].sample != t.sample)
-            first++;
-        while (ok && first + n < b->nitems && b->items[first + n].sample == t.sample)
-            n++;
+        int32_t n = 0, first = ok ? dh__slot_items_of(b->items, b->nitems, t.sample, &n) : 0;
         ok = ok && b->allocated && n > 0;
         len = sizeof *m + (size_t)n * sizeof(int64_t);
         if (ok && (m = dh__calloc(1, len))) {
@@ -193,7 +189,7 @@ void dh__nodes_on_result(dh_engine *e, int from, const uint8_t *data, size_t len
                 rc = part_bytes(e, &lt.t, it, &at, &n);
             if (!rc && n > 0)
                 memcpy(base + it->offset + at, src + off + (size_t)at, (size_t)n);
-            off += ((size_t)it->bytes + ITEM_ALIGN - 1) & ~(size_t)(ITEM_ALIGN - 1);
+            off += dh__align_up((size_t)it->bytes, ITEM_ALIGN);
         }
         dh__eng_finish_task(e, -1, &lt.t, b, base, rc, lt.sent, rc ? -1.0 : r.cpu, r.path,
                             rc == r.status ? r.err : "the prepared sample arrived incomplete", 1);

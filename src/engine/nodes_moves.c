@@ -200,11 +200,7 @@ int dh__eng_move_out(dh_engine *e, int64_t st, int64_t k, int to, const batch_sl
     struct dh__xchg *x = e->x;
     const int64_t *order = dh__sched_step_order(e->sched, st);
     const uint8_t *base = dh__slot_data(e, from);
-    int32_t first = 0, n = 0;
-    while (first < from->nitems && from->items[first].sample != order[k])
-        first++;
-    while (first + n < from->nitems && from->items[first + n].sample == order[k])
-        n++;
+    int32_t n, first = dh__slot_items_of(from->items, from->nitems, order[k], &n);
     size_t head = dh__wire_move_header(n), payload = 0;
     for (int32_t j = 0; j < n; j++)
         payload += (size_t)dh__ring_aligned(from->items[first + j].bytes);

@@ -222,29 +222,16 @@ static void fill_final(dh_engine *e, xrec *m)
     m->error = e->error == DH_EPEER && x->err[0] && x->began && !x->own ? 0 : e->error;
     if (m->error)
         dh__msg(m->msg, sizeof m->msg, "%s", x->err[0] ? x->err : dh_strerror(e->error));
-    m->cpu_sum = e->cpu_sum;
-    m->worker_cpu = e->worker_cpu;
-    m->makespan = e->rec.makespan > 0 ? e->rec.makespan : dh__eng_elapsed(e);
-    m->peak = e->ring.peak + e->arena.peak;
-    m->considered = reb->considered;
-    m->moved = reb->moved;
-    m->gated = reb->gated;
-    m->refused = reb->refused;
-    m->moved_bytes = reb->bytes_moved;
-    m->remote = reb->moved_remote;
-    m->remote_bytes = reb->remote_bytes;
-    m->lend_considered = reb->lend_considered;
-    m->lent = reb->lent;
-    m->lend_gated = reb->lend_gated;
-    m->shipped = reb->bytes_shipped;
-    m->move_s = reb->move_s;
-    m->net_factor = reb->net_factor;
-    m->pred_gain = reb->predicted_gain_s;
-    m->real_gain = reb->realised_gain_s;
-    m->xsum = x->sum;
-    m->xmax = x->max;
-    m->ctrl = x->ctrl;
-    m->xn = x->n;
+    m->tot = (dh__node_totals){
+        .cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
+        .makespan = e->rec.makespan > 0 ? e->rec.makespan : dh__eng_elapsed(e),
+        .move_s = reb->move_s, .pred_gain = reb->predicted_gain_s,
+        .real_gain = reb->realised_gain_s, .xsum = x->sum, .xmax = x->max, .ctrl = x->ctrl,
+        .net_factor = reb->net_factor, .xn = x->n, .peak = e->ring.peak + e->arena.peak,
+        .considered = reb->considered, .moved = reb->moved, .gated = reb->gated,
+        .refused = reb->refused, .moved_bytes = reb->bytes_moved, .remote = reb->moved_remote,
+        .remote_bytes = reb->remote_bytes, .lend_considered = reb->lend_considered,
+        .lent = reb->lent, .lend_gated = reb->lend_gated, .shipped = reb->bytes_shipped};
     m->closed_steps = e->rec.steps;
     m->closed_failed = e->rec.failed;
 }
@@ -312,29 +299,13 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
             if (!e->error)
                 e->error = DH_EMISMATCH;
         }
-        t->cpu_sum += o->cpu_sum;
-        t->worker_cpu += o->worker_cpu;
-        t->makespan = DH_MAX(t->makespan, o->makespan);
-        t->peak += o->peak;
-        t->considered += o->considered;
-        t->moved += o->moved;
-        t->gated += o->gated;
-        t->refused += o->refused;
-        t->moved_bytes += o->moved_bytes;
-        t->remote += o->remote;
-        t->remote_bytes += o->remote_bytes;
-        t->lend_considered += o->lend_considered;
-        t->lent += o->lent;
-        t->lend_gated += o->lend_gated;
-        t->shipped += o->shipped;
-        t->move_s += o->move_s;
-        t->net_factor = DH_MAX(t->net_factor, o->net_factor);
-        t->pred_gain += o->pred_gain;
-        t->real_gain += o->real_gain;
-        t->xsum += o->xsum;
-        t->xmax = DH_MAX(t->xmax, o->xmax);
-        t->ctrl += o->ctrl;
-        t->xn += o->xn;
+#define SUM(a, b) a += b;
+#define MAX(a, b) a = DH_MAX(a, b);
+#define FOLD(type, name, how) how(t->name, o->tot.name)
+        DH__NODE_TOTALS(FOLD)
+#undef FOLD
+#undef MAX
+#undef SUM
     }
     free(mine);
     x->totals = *t;

@@ -9,13 +9,12 @@
 
 size_t dh__wire_result_header(void)
 {
-    return (sizeof(m_result) + ITEM_ALIGN - 1) & ~(size_t)(ITEM_ALIGN - 1);
+    return dh__align_up(sizeof(m_result), ITEM_ALIGN);
 }
 
 size_t dh__wire_move_header(int32_t nitems)
 {
-    return (sizeof(m_move) + (size_t)nitems * sizeof(int32_t) + ITEM_ALIGN - 1) &
-           ~(size_t)(ITEM_ALIGN - 1);
+    return dh__align_up(sizeof(m_move) + (size_t)nitems * sizeof(int32_t), ITEM_ALIGN);
 }
 
 /* A TASK: whole, its counts in range, its item sizes summing to at most a batch. */

@@ -20,7 +20,7 @@
 #ifndef DH_NODES_WIRE_H
 #define DH_NODES_WIRE_H
 
-#include "../core/core.h"
+#include "engine_int.h"
 
 #define DH__WIRE_MAGIC 0x57584844u /* "DHXW" */
 #define DH__WIRE_VERSION 2         /* 1: before the greeting; 2: greeting, checked messages */
@@ -65,12 +65,9 @@ typedef struct {
     double cpu_scale, rho, net_bandwidth, net_latency, move_bandwidth, max_failed;
     double sample_timeout;
     char policy[32], workload[64];
-    /* FINAL: this node's totals */
-    double cpu_sum, worker_cpu, makespan, move_s, pred_gain, real_gain, net_factor;
-    double xsum, xmax, ctrl;
-    int64_t xn, peak, considered, moved, gated, refused, moved_bytes, closed_steps, closed_failed;
-    int64_t remote, remote_bytes;
-    int64_t lend_considered, lent, lend_gated, shipped;
+    /* FINAL: this node's totals, and the steps it closed (every node's must agree) */
+    dh__node_totals tot;
+    int64_t closed_steps, closed_failed;
     char msg[256];
     xrank r[];
 } xrec;

@@ -67,7 +67,7 @@ static int64_t first_fit(const dh__ring *r, int64_t n)
 
 int64_t dh__ring_aligned(int64_t bytes)
 {
-    return (DH_MAX(bytes, 1) + ALIGN - 1) & ~(int64_t)(ALIGN - 1);
+    return (int64_t)dh__align_up((uint64_t)DH_MAX(bytes, 1), ALIGN);
 }
 
 void dh__ring_room(dh__ring *r, int64_t *largest, int64_t *ids)

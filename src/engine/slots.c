@@ -94,9 +94,22 @@ void dh__eng_slots_free(dh_engine *e)
 
 /* ---------------------------------------------------------------- layout */
 
+int32_t dh__slot_items_of(const dh_batch_item *items, int32_t nitems, int64_t sample,
+                          int32_t *n)
+{
+    int32_t first = 0, k = 0;
+    while (first < nitems && items[first].sample != sample)
+        first++;
+    while (first + k < nitems && items[first + k].sample == sample)
+        k++;
+    if (n)
+        *n = k;
+    return first;
+}
+
 static int64_t align_up(int64_t x)
 {
-    return (x + ITEM_ALIGN - 1) & ~(int64_t)(ITEM_ALIGN - 1);
+    return (int64_t)dh__align_up((uint64_t)x, ITEM_ALIGN);
 }
 
 uint8_t *dh__slot_data(dh_engine *e, const batch_slot *b)

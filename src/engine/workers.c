@@ -28,15 +28,6 @@ static void report(dh_engine *e, const dh__task *t, const char *path, int code, 
     }
 }
 
-/* Index of the first item of `sample` in b, or b->nitems. */
-static int32_t first_item_of(const dh_batch_item *items, int32_t nitems, int64_t sample)
-{
-    int32_t k = 0;
-    while (k < nitems && items[k].sample != sample)
-        k++;
-    return k;
-}
-
 /* Seconds task t may take (dh_run_config.sample_timeout_s); 0: no limit. */
 static double task_limit(const dh_engine *e, const dh__task *t)
 {
@@ -62,7 +53,7 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
     dh_sample_info si;
     dh_manifest_sample(m, t->sample, &si);
     double limit = task_limit(e, t), started = dh__source_now(); /* one limit, every item */
-    int32_t first = first_item_of(items, nitems, t->sample);
+    int32_t first = dh__slot_items_of(items, nitems, t->sample, NULL);
     if (first + si.media_count > nitems)
         return DH_EINVAL; /* the layout does not hold this sample: a scheduler bug */
     for (int32_t j = 0; j < si.media_count; j++) {
@@ -99,7 +90,7 @@ static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
 /* 1 when t's sample has failed in this batch already (another part failed it). */
 static int sample_failed(const batch_slot *b, int64_t sample)
 {
-    int32_t k = first_item_of(b->items, b->nitems, sample);
+    int32_t k = dh__slot_items_of(b->items, b->nitems, sample, NULL);
     return k < b->nitems && b->items[k].status != 0;
 }
 
@@ -139,9 +130,7 @@ static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b,
         return -1.0;
     if (!e->run.cfg.sample_gpu_cost)
         return e->run.truth.gpu[t->sample];
-    int32_t first = first_item_of(b->items, b->nitems, t->sample), n = 0;
-    while (first + n < b->nitems && b->items[first + n].sample == t->sample)
-        n++;
+    int32_t n, first = dh__slot_items_of(b->items, b->nitems, t->sample, &n);
     return e->run.cfg.sample_gpu_cost(t->sample, b->items + first, n, base,
                                       e->run.cfg.sample_gpu_cost_user);
 }
@@ -177,7 +166,7 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
         }
         fail_sample(e, t, b, rc);
     } else if (dh__sched_last_part(e->sched, t) &&
-               first_item_of(b->items, b->nitems, t->sample) < b->nitems) {
+               dh__slot_items_of(b->items, b->nitems, t->sample, NULL) < b->nitems) {
         e->nok++; /* a sample with media read (a text alone proves nothing about the files) */
     }
     if (!remote)
@@ -214,7 +203,7 @@ static int run_remote(dh_engine *e, int w, dh__lend_msg *m, worker_ctx *x)
     for (int32_t j = 0; items && j < m->nitems; j++) {
         items[j] = (dh_batch_item){.sample = t.sample, .media = j, .offset = (int64_t)total,
                                    .bytes = m->item_bytes[j]};
-        total += ((size_t)m->item_bytes[j] + ITEM_ALIGN - 1) & ~(size_t)(ITEM_ALIGN - 1);
+        total += dh__align_up((size_t)m->item_bytes[j], ITEM_ALIGN);
     }
     uint8_t *msg = NULL;
     if (items && posix_memalign((void **)&msg, ITEM_ALIGN, head + total))
