@@ -380,8 +380,8 @@ static int share_memory(hub *h, int64_t total, char *err, size_t errlen)
     return 0;
 }
 
-int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts *opts,
-                     char *err, size_t errlen)
+/* The streams an agent is asked to serve, checked: 0, or DH_EINVAL with the sentence. */
+static int check_streams(const dh_serve_stream *streams, int n, char *err, size_t errlen)
 {
     if (!streams || n < 1 || n > DH_SERVE_MAX_STREAMS)
         return dh__fail(err, errlen, DH_EINVAL, "an agent serves 1 to %d streams, not %d",
@@ -406,6 +406,13 @@ int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts 
         if (!rc)
             rc = dh__result_check(s->out, err, errlen);
     }
+    return rc;
+}
+
+int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts *opts,
+                     char *err, size_t errlen)
+{
+    int rc = check_streams(streams, n, err, errlen);
     if (rc)
         return rc;
     hub h = {.listen_fd = -1, .n = n};

@@ -115,6 +115,38 @@ static int pump(dh__comm *c, comm_pump *p)
     return moved;
 }
 
+/*
+ * Between passes, when nothing moved: back off from 50 us to IDLE_MAX_NS (a message from
+ * another node waits at most that long to be seen; work queued here wakes the thread at
+ * once), so an idle agent's thread costs well under 1% of a core. An exchange waiting for a
+ * slower node is spun on for its first AG_SPIN_S only, then polled every 50 us, doubling up
+ * to AG_POLL_MAX_NS: spinning through a whole step's wait would take a core from the
+ * decoders. The node that arrives last finds every record there and goes on at once; only
+ * nodes that were early (they had slack) see theirs up to a poll late.
+ */
+static void rest(dh__comm *c, const comm_pump *pp, int moved, double *ag_since, long *idle_ns)
+{
+    double now = dh__comm_mono();
+    int ag = c->ag_active;
+    *ag_since = !ag ? 0 : *ag_since > 0 ? *ag_since : now;
+    int busy = moved || pp->sending || pp->receiving || (ag && now - *ag_since < AG_SPIN_S);
+    long next = *idle_ns ? *idle_ns * 2 : 50000;
+    *idle_ns = busy ? 0 : DH_MIN(next, ag ? AG_POLL_MAX_NS : IDLE_MAX_NS);
+    if (*idle_ns) { /* until the backoff ends, or a caller queues work */
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += *idle_ns;
+        t.tv_sec += t.tv_nsec / 1000000000L;
+        t.tv_nsec %= 1000000000L;
+        pthread_mutex_lock(&c->mu);
+        if (!c->out_head && c->ag != AG_ASKED && !c->stop)
+            pthread_cond_timedwait(&c->wake, &c->mu, &t);
+        pthread_mutex_unlock(&c->mu);
+    } else if (!moved) {
+        sched_yield(); /* a transfer in flight progresses only while MPI is called */
+    }
+}
+
 static void *comm_main(void *arg)
 {
     dh__comm *c = arg;
@@ -151,32 +183,7 @@ static void *comm_main(void *arg)
         /* stopping: once what was queued went out, or the grace ran out, or a peer died */
         if (stop && (!pp.sending || dead || dh__comm_mono() - stop_at > STOP_GRACE_S))
             break;
-        /* idle: back off from 50 us to IDLE_MAX_NS (a message from another node waits at
-         * most that long to be seen; work queued here wakes the thread at once), so an idle
-         * agent's thread costs well under 1% of a core. An exchange waiting for
-         * a slower node is spun on for its first AG_SPIN_S only, then polled every 50 us,
-         * doubling up to AG_POLL_MAX_NS: spinning through a whole step's wait would take a core
-         * from the decoders. The node that arrives last finds every record there and goes on at
-         * once; only nodes that were early (they had slack) see theirs up to a poll late. */
-        double now = dh__comm_mono();
-        int ag = c->ag_active;
-        ag_since = !ag ? 0 : ag_since > 0 ? ag_since : now;
-        int busy = moved || pp.sending || pp.receiving || (ag && now - ag_since < AG_SPIN_S);
-        idle_ns = busy ? 0
-                  : ag ? DH_MIN(idle_ns ? idle_ns * 2 : 50000, AG_POLL_MAX_NS)
-                       : DH_MIN(idle_ns ? idle_ns * 2 : 50000, IDLE_MAX_NS);
-        if (idle_ns) { /* until the backoff ends, or a caller queues work */
-            struct timespec t;
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            t.tv_nsec += idle_ns;
-            t.tv_sec += t.tv_nsec / 1000000000L;
-            t.tv_nsec %= 1000000000L;
-            pthread_mutex_lock(&c->mu);
-            if (!c->out_head && c->ag != AG_ASKED && !c->stop)
-                pthread_cond_timedwait(&c->wake, &c->mu, &t);
-            pthread_mutex_unlock(&c->mu);
-        } else if (!moved)
-            sched_yield(); /* a transfer in flight progresses only while MPI is called */
+        rest(c, &pp, moved, &ag_since, &idle_ns);
     }
     for (msg *m = pp.receiving, *nx; m; m = nx) { /* a peer stopped mid-message */
         nx = m->next;

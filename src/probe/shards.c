@@ -210,97 +210,133 @@ typedef struct {
 } shard_job;
 
 /* One sample: members g[0..n) sharing key (key_len bytes of g[0].name); id its id. */
+/* What one sample's members gave so far. */
+typedef struct {
+    json_t *media;
+    char *text;
+    json_t *meta;
+    int64_t label;
+    int has_label;
+} sample_parts;
+
+/* A text member: UTF-8 without NUL, at most max_text_bytes. 0 or the error with why. */
+static int text_member(shard_job *j, const member *m, sample_parts *sp, char *why, size_t len)
+{
+    int rc = read_member(j->src, m, j->limits->max_text_bytes, &sp->text, why, len);
+    size_t at = sp->text ? dh__utf8_check(sp->text, (size_t)m->size) : 0;
+    if (!rc && (at < (size_t)m->size || strlen(sp->text) != (size_t)m->size))
+        rc = dh__fail(why, len, DH_ESCHEMA, "%s at byte %zu",
+                      at < (size_t)m->size ? "not valid UTF-8" : "a NUL byte",
+                      at < (size_t)m->size ? at : strlen(sp->text));
+    return rc;
+}
+
+/* A meta member: a JSON object. */
+static int meta_member(shard_job *j, const member *m, sample_parts *sp, char *why, size_t len)
+{
+    char *buf = NULL;
+    json_error_t jerr;
+    int rc = read_member(j->src, m, j->limits->max_text_bytes, &buf, why, len);
+    if (!rc) {
+        sp->meta = json_loadb(buf, (size_t)m->size, JSON_REJECT_DUPLICATES, &jerr);
+        if (!sp->meta)
+            rc = dh__fail(why, len, DH_EPARSE, "malformed JSON at line %d column %d: %s",
+                          jerr.line, jerr.column, jerr.text);
+        else if (!json_is_object(sp->meta))
+            rc = dh__fail(why, len, DH_ESCHEMA, "JSON, but not an object");
+    }
+    free(buf);
+    return rc;
+}
+
+/* A label member: an integer a double holds exactly, surrounded by white space at most. */
+static int label_member(shard_job *j, const member *m, sample_parts *sp, char *why, size_t len)
+{
+    char *buf = NULL, *end = NULL;
+    int rc = read_member(j->src, m, 64, &buf, why, len);
+    if (!rc) {
+        sp->label = strtoll(buf, &end, 10);
+        while (end && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+            end++;
+        if (end == buf || !end || *end || sp->label < -(INT64_C(1) << 53) ||
+            sp->label > (INT64_C(1) << 53))
+            rc = dh__fail(why, len, DH_ESCHEMA, "not an integer label: \"%.40s\"", buf);
+        sp->has_label = !rc;
+    }
+    free(buf);
+    return rc;
+}
+
+/* A media member, probed in place: its manifest item. */
+static int media_member(shard_job *j, const member *m, sample_parts *sp, char *why, size_t len)
+{
+    dh__media_src ms = {.root = j->root, .path = j->rel, .range_off = m->offset,
+                        .range_len = m->size};
+    dh_probe_result pr;
+    char perr[500] = "";
+    int rc = m->size > 0 ? dh__probe_src(&ms, j->limits, &pr, perr, sizeof perr) : DH_ENOTMEDIA;
+    if (rc)
+        return dh__fail(why, len, rc, "%s", perr[0] ? perr : "an empty member");
+    char path[4200];
+    snprintf(path, sizeof path, "%s%s", j->prefix, j->rel);
+    json_t *item = dh__media_json(&pr, path);
+    json_object_set_new(item, "bytes", json_integer(m->size));
+    json_object_set_new(item, "offset", json_integer(m->offset));
+    json_object_set_new(item, "member", json_string(m->name));
+    json_object_set_new(item, "file_bytes", json_integer(j->src->size));
+    json_array_append_new(sp->media, item);
+    j->r->bytes_read += pr.bytes_read;
+    j->r->media_bytes += m->size;
+    dh_probe_result_clear(&pr);
+    return 0;
+}
+
+/* Member m of a sample by its kind (the suffix rules'; < 0: not read); 0 or the error. */
+static int one_member(shard_job *j, const member *m, int kind, sample_parts *sp, char *why,
+                      size_t len)
+{
+    if (kind >= 0 && m->type != '0')
+        return dh__fail(why, len, DH_ENOTMEDIA, "a %s, not a regular file (type '%c')",
+                        m->type == '1' || m->type == '2' ? "link"
+                        : m->type == '3' || m->type == '4' ? "device"
+                        : m->type == 'S' ? "sparse file" : "special member", m->type);
+    if (kind == KIND_TEXT)
+        return text_member(j, m, sp, why, len);
+    if (kind == KIND_META)
+        return meta_member(j, m, sp, why, len);
+    if (kind == KIND_LABEL)
+        return label_member(j, m, sp, why, len);
+    if (kind >= 0 && kind < KIND_TEXT)
+        return media_member(j, m, sp, why, len);
+    return 0;
+}
+
+/* One sample of a shard: its members (g[0..n), adjacent, one key) into a manifest line, or a
+ * diagnostic naming the shard, the sample and the member at fault. */
 static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, const char *id)
 {
     char why[600] = "", suffixes[64][32];
     const char *bad = NULL;
     int rc = 0;
-    json_t *media = json_array(), *line = json_object();
-    char *text = NULL;
-    json_t *meta = NULL;
-    int64_t label = 0;
-    int has_label = 0;
+    sample_parts sp = {json_array(), NULL, NULL, 0, 0};
+    json_t *line = json_object();
     for (size_t k = 0; k < n && !rc; k++) {
         const member *m = &g[k];
         char suffix[32];
         dh__wds_split(m->name, suffix, sizeof suffix);
         for (size_t p = 0; p < k && p < 64 && !rc; p++)
             if (!strcmp(suffixes[p], suffix))
-                rc = dh__fail(why, sizeof why, DH_EDUP, "suffix \"%s\" twice", suffix), bad = m->name;
+                rc = dh__fail(why, sizeof why, DH_EDUP, "suffix \"%s\" twice", suffix);
         if (k < 64)
             snprintf(suffixes[k], sizeof suffixes[k], "%s", suffix);
         int kind = rc ? -1 : kind_of(suffix, j->suffixes);
         if (kind == KIND_UNKNOWN && m->type == '0')
             note_unknown(j->r, suffix);
-        if (kind >= 0 && m->type != '0') {
-            rc = dh__fail(why, sizeof why, DH_ENOTMEDIA, "a %s, not a regular file (type '%c')",
-                          m->type == '1' || m->type == '2' ? "link"
-                          : m->type == '3' || m->type == '4' ? "device"
-                          : m->type == 'S' ? "sparse file" : "special member", m->type);
-            bad = m->name;
-        } else if (kind == KIND_TEXT) {
-            if ((rc = read_member(j->src, m, j->limits->max_text_bytes, &text, why,
-                                   sizeof why)))
-                bad = m->name;
-            size_t at = text ? dh__utf8_check(text, (size_t)m->size) : 0;
-            if (!rc && (at < (size_t)m->size || strlen(text) != (size_t)m->size)) {
-                rc = dh__fail(why, sizeof why, DH_ESCHEMA, "%s at byte %zu",
-                              at < (size_t)m->size ? "not valid UTF-8" : "a NUL byte", 
-                              at < (size_t)m->size ? at : strlen(text));
-                bad = m->name;
-            }
-        } else if (kind == KIND_META) {
-            char *buf = NULL;
-            json_error_t jerr;
-            if (!(rc = read_member(j->src, m, j->limits->max_text_bytes, &buf, why, sizeof why))) {
-                meta = json_loadb(buf, (size_t)m->size, JSON_REJECT_DUPLICATES, &jerr);
-                if (!meta)
-                    rc = dh__fail(why, sizeof why, DH_EPARSE, "malformed JSON at line %d column "
-                                  "%d: %s", jerr.line, jerr.column, jerr.text);
-                else if (!json_is_object(meta))
-                    rc = dh__fail(why, sizeof why, DH_ESCHEMA, "JSON, but not an object");
-            }
-            free(buf);
-            bad = rc ? m->name : bad;
-        } else if (kind == KIND_LABEL) {
-            char *buf = NULL, *end = NULL;
-            if (!(rc = read_member(j->src, m, 64, &buf, why, sizeof why))) {
-                label = strtoll(buf, &end, 10);
-                while (end && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
-                    end++;
-                if (end == buf || !end || *end || label < -(INT64_C(1) << 53) ||
-                    label > (INT64_C(1) << 53))
-                    rc = dh__fail(why, sizeof why, DH_ESCHEMA, "not an integer label: \"%.40s\"",
-                                  buf);
-                has_label = !rc;
-            }
-            free(buf);
-            bad = rc ? m->name : bad;
-        } else if (kind >= 0 && kind < KIND_TEXT) {
-            dh__media_src ms = {.root = j->root, .path = j->rel, .range_off = m->offset,
-                                .range_len = m->size};
-            dh_probe_result pr;
-            char perr[500] = "";
-            if ((rc = m->size > 0 ? dh__probe_src(&ms, j->limits, &pr, perr, sizeof perr)
-                                  : DH_ENOTMEDIA)) {
-                dh__msg(why, sizeof why, "%s", perr[0] ? perr : "an empty member");
-                bad = m->name;
-            } else {
-                char path[4200];
-                snprintf(path, sizeof path, "%s%s", j->prefix, j->rel);
-                json_t *item = dh__media_json(&pr, path);
-                json_object_set_new(item, "bytes", json_integer(m->size));
-                json_object_set_new(item, "offset", json_integer(m->offset));
-                json_object_set_new(item, "member", json_string(m->name));
-                json_object_set_new(item, "file_bytes", json_integer(j->src->size));
-                json_array_append_new(media, item);
-                j->r->bytes_read += pr.bytes_read;
-                j->r->media_bytes += m->size;
-                dh_probe_result_clear(&pr);
-            }
-        }
+        if (!rc)
+            rc = one_member(j, m, kind, &sp, why, sizeof why);
+        bad = rc ? m->name : bad;
     }
-    if (!rc && !json_array_size(media) && !text)
+    if (!rc && !json_array_size(sp.media) && !sp.text)
         rc = dh__fail(why, sizeof why, DH_ENOTMEDIA, "no media or text member"), bad = g[0].name;
     if (rc) {
         j->r->skipped++;
@@ -309,21 +345,21 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
     } else {
         json_object_set_new(line, "id", json_string(id));
         /* no text_tokens: the spec's text section counts them (docs/SPEC.md) */
-        if (text)
-            json_object_set_new(line, "text", json_string(text));
-        if (has_label)
-            json_object_set_new(line, "label", json_integer(label));
-        if (meta)
-            json_object_set(line, "meta", meta);
-        if (json_array_size(media))
-            json_object_set_new(line, "media", json_incref(media));
+        if (sp.text)
+            json_object_set_new(line, "text", json_string(sp.text));
+        if (sp.has_label)
+            json_object_set_new(line, "label", json_integer(sp.label));
+        if (sp.meta)
+            json_object_set(line, "meta", sp.meta);
+        if (json_array_size(sp.media))
+            json_object_set_new(line, "media", json_incref(sp.media));
         rc = add_line(j->r, line);
         if (!rc)
             j->r->samples++;
     }
-    free(text);
-    json_decref(meta);
-    json_decref(media);
+    free(sp.text);
+    json_decref(sp.meta);
+    json_decref(sp.media);
     json_decref(line);
     return rc == DH_ENOMEM ? rc : 0;
 }
