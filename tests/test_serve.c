@@ -769,6 +769,26 @@ static pid_t quiet_connections(int n)
     _exit(0);
 }
 
+/* Serves 3 steps to two plain trainers that attach 1.5 s from now (ranks 0 and 1 of 2;
+ * io_ms: the agent's I/O timeout, 0 its default); both must finish. The options used. */
+static dh_serve_opts two_late_ranks(int io_ms)
+{
+    pid_t a = late_trainer(0, 1500, 0), b = late_trainer(1, 1700, 0);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 3;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.attach_timeout_ms = 60000;
+    o.io_timeout_ms = io_ms;
+    dh_result r;
+    char err[256] = "";
+    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(wait_child(a), 0);
+    ck_assert_int_eq(wait_child(b), 0);
+    ck_assert_int_eq(r.steps, 3);
+    return o;
+}
+
 /* Defect 9 of issue 22: connections that say nothing delay no attach, nor the agent's end.
  * The acceptor read attaches one at a time, waiting up to io_timeout for each: three silent
  * connections made real trainers give up (the agent said nothing for 15 s), and an agent
@@ -777,24 +797,15 @@ START_TEST(connections_that_say_nothing_delay_no_attach)
 {
     new_socket_name();
     pid_t q = quiet_connections(3);
-    pid_t a = late_trainer(0, 1500, 0), b = late_trainer(1, 1700, 0);
-    dh_run_config c = agent_config("pool", 2, 4);
-    c.steps = 3;
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    o.attach_timeout_ms = 60000;
-    o.io_timeout_ms = 600000; /* a silent connection would hold the acceptor 10 minutes */
-    dh_result r;
-    char err[256] = "";
-    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(wait_child(a), 0);
-    ck_assert_int_eq(wait_child(b), 0);
-    ck_assert_int_eq(r.steps, 3);
+    dh_serve_opts o = two_late_ranks(600000); /* a silent one held the acceptor 10 min */
     kill(q, SIGKILL);
     ck_assert_int_eq(wait_child(q), 100 + SIGKILL);
     /* Nobody comes but a silent connection: the agent ends at its attach timeout. */
     new_socket_name();
     q = quiet_connections(1);
+    dh_run_config c = agent_config("pool", 2, 4);
+    dh_result r;
+    char err[256] = "";
     o.attach_timeout_ms = 1500;
     ck_assert_int_eq(run_agent(&c, &o, &r, err, sizeof err), DH_ETIMEDOUT);
     ck_assert_msg(strstr(err, "only 0 of 2 ranks attached"), "%s", err);
@@ -828,19 +839,8 @@ START_TEST(a_rank_whose_trainer_died_while_attaching_is_free_again)
         _exit(wait_child(dead));
     }
     close(holder[1]);
-    pid_t a = late_trainer(0, 1500, 0), b = late_trainer(1, 1700, 0);
-    dh_run_config c = agent_config("pool", 2, 4);
-    c.steps = 3;
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    o.attach_timeout_ms = 60000;
-    dh_result r;
-    char err[256] = "";
-    ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
+    two_late_ranks(0);
     ck_assert_int_eq(wait_child(m), 0);
-    ck_assert_int_eq(wait_child(a), 0);
-    ck_assert_int_eq(wait_child(b), 0);
-    ck_assert_int_eq(r.steps, 3);
     pid_t child = 0;
     ck_assert_int_eq(read(holder[0], &child, sizeof child), sizeof child);
     close(holder[0]);

@@ -95,7 +95,8 @@ int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populat
         dh__shm_destroy(s);
         return dh__fail(err, errlen, DH_ENOMEM,
                         "cannot reserve %.1f MiB of shared memory for the batch pool (%s): lower "
-                        "--memory-budget, or raise the memory (or the cgroup's memory limit) this job "
+                        "--memory-budget, or raise the memory (or the cgroup's memory limit) this "
+                        "job "
                         "may use", (double)size / 1048576.0, strerror(rc));
     }
     s->base = mmap(NULL, (size_t)s->size, PROT_READ | PROT_WRITE, MAP_SHARED | flags, s->fd, 0);

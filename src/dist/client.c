@@ -9,8 +9,8 @@
  * reports may come from any thread (a garbage collector's) while one
  * thread waits in dh_client_next; the receiving side belongs to that one
  * thread (a second one is refused: busy), and a detach from another thread
- * shuts the socket down for it to close. Lock order: lease_mu may be taken while holding send_mu, never
- * the reverse.
+ * shuts the socket down for it to close. Lock order: lease_mu may be taken
+ * while holding send_mu, never the reverse.
  *
  * Steps: the agent numbers a run's steps from 0; the client adds where the
  * run started in the sample order (base), so a caller sees steps counted

@@ -153,7 +153,7 @@ void *dh__nodes_exchange_main(void *arg)
         x->ctrl += held + dh__eng_elapsed(e) - t3 - (x->carry_s - carried);
         x->exchanged = st + 1;
         if (x->moving)
-            dh__nodes_apply_parked(e); /* moves of st + 1 that came in before this node made its plan */
+            dh__nodes_apply_parked(e); /* moves of st + 1 that came before this node's plan */
         pthread_cond_broadcast(&x->cv);
         pthread_cond_broadcast(&e->ready);
         if (x->nout) {

@@ -30,8 +30,8 @@ static int check_task(const dh__wire_limits *lim, const uint8_t *data, size_t le
         return dh__fail(why, whylen, DH_EPARSE, "a task claiming %d items in %zu bytes",
                         (int)m.nitems, len);
     if (m.sample < 0 || m.sample >= lim->samples || m.pos < 0 || m.step < 0 ||
-        m.nparts < 1 || m.nparts > lim->max_parts || m.part < 0 || m.part >= m.nparts || m.rank < 0 ||
-        m.rank >= lim->nodes * lim->ranks_per_node || !(m.pred_cost >= 0))
+        m.nparts < 1 || m.nparts > lim->max_parts || m.part < 0 || m.part >= m.nparts ||
+        m.rank < 0 || m.rank >= lim->nodes * lim->ranks_per_node || !(m.pred_cost >= 0))
         return dh__fail(why, whylen, DH_EPARSE, "a task of sample %lld, part %d of %d, rank %d: "
                         "outside the job", (long long)m.sample, (int)m.part, (int)m.nparts,
                         (int)m.rank);

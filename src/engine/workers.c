@@ -124,7 +124,8 @@ static void zero_failed(batch_slot *b, uint8_t *base)
  * reading of the decoded items, or the emulated ranks' per-sample time;
  * -1 for a failed sample (it does not move).
  */
-static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b, const uint8_t *base)
+static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b,
+                           const uint8_t *base)
 {
     if (sample_failed(b, t->sample) || !dh__sched_last_part(e->sched, t))
         return -1.0;
