@@ -169,34 +169,42 @@ void dh__nodes_on_result(dh_engine *e, int from, const uint8_t *data, size_t len
                              x->lent[k].to == from))
         k++;
     batch_slot *b = k < x->nlent ? dh__eng_slot(e, x->lent[k].t.step, x->lent[k].t.rank) : NULL;
-    if (b && !e->stop) {
-        lent_task lt = x->lent[k];
-        x->lent[k] = x->lent[--x->nlent];
-        uint8_t *base = dh__slot_data(e, b);
-        const uint8_t *src = data + dh__eng_lend_header();
-        size_t off = 0;
-        int rc = r.status;
-        for (int32_t j = 0; !rc && base && j < b->nitems; j++) {
-            const dh_batch_item *it = &b->items[j];
-            if (it->sample != lt.t.sample)
-                continue;
-            if (dh__eng_lend_header() + off + (size_t)it->bytes > len) {
-                rc = DH_EPARSE; /* a short result: the sample fails, named, never half-copied */
-                break;
-            }
-            int64_t at = 0, n = it->bytes; /* a split sample's part: only what it wrote */
-            if (lt.t.nparts > 1)
-                rc = part_bytes(e, &lt.t, it, &at, &n);
-            if (!rc && n > 0)
-                memcpy(base + it->offset + at, src + off + (size_t)at, (size_t)n);
-            off += dh__align_up((size_t)it->bytes, ITEM_ALIGN);
-        }
-        dh__eng_finish_task(e, -1, &lt.t, b, base, rc, lt.sent, rc ? -1.0 : r.cpu, r.path,
-                            rc == r.status ? r.err : "the prepared sample arrived incomplete", 1);
-        dh__sched_count_lent(e->sched, r.payload);
-        if (!rc) /* the wire, as the shared clock tells it (its start agreed to a latency) */
-            dh__sched_observe_wire(e->sched, r.payload, dh__eng_elapsed(e) - r.sent);
+    if (!b || e->stop) {
+        pthread_mutex_unlock(&e->mu);
+        return;
     }
+    lent_task lt = x->lent[k];
+    x->lent[k] = x->lent[--x->nlent];
+    /* The slot is frozen (inflight) since the loan: its layout and buffer stay put, so the
+     * bytes are copied without the engine's lock, as a worker decodes without it. */
+    uint8_t *base = dh__slot_data(e, b);
+    const dh_batch_item *items = b->items;
+    int32_t nitems = b->nitems;
+    pthread_mutex_unlock(&e->mu);
+    const uint8_t *src = data + dh__eng_lend_header();
+    size_t off = 0;
+    int rc = r.status;
+    for (int32_t j = 0; !rc && base && j < nitems; j++) {
+        const dh_batch_item *it = &items[j];
+        if (it->sample != lt.t.sample)
+            continue;
+        if (dh__eng_lend_header() + off + (size_t)it->bytes > len) {
+            rc = DH_EPARSE; /* a short result: the sample fails, named, never half-copied */
+            break;
+        }
+        int64_t at = 0, n = it->bytes; /* a split sample's part: only what it wrote */
+        if (lt.t.nparts > 1)
+            rc = part_bytes(e, &lt.t, it, &at, &n);
+        if (!rc && n > 0)
+            memcpy(base + it->offset + at, src + off + (size_t)at, (size_t)n);
+        off += dh__align_up((size_t)it->bytes, ITEM_ALIGN);
+    }
+    pthread_mutex_lock(&e->mu);
+    dh__eng_finish_task(e, -1, &lt.t, b, base, rc, lt.sent, rc ? -1.0 : r.cpu, r.path,
+                        rc == r.status ? r.err : "the prepared sample arrived incomplete", 1);
+    dh__sched_count_lent(e->sched, r.payload);
+    if (!rc) /* the wire, as the shared clock tells it (its start agreed to a latency) */
+        dh__sched_observe_wire(e->sched, r.payload, dh__eng_elapsed(e) - r.sent);
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -251,7 +251,7 @@ int dh__nodes_send_moves(dh_engine *e)
 }
 
 /* A moved sample arrived: its items go into its new batch, which is handed out once nothing
- * else is on the wire for it. Under e->mu. */
+ * else is on the wire for it. Under e->mu, which it drops while it copies. */
 static void apply_move(dh_engine *e, const uint8_t *data, size_t len)
 {
     m_move h;
@@ -266,20 +266,27 @@ static void apply_move(dh_engine *e, const uint8_t *data, size_t len)
         return;
     }
     const int32_t *status = (const int32_t *)(data + sizeof h);
+    /* Its batch is held back while a sample is on the wire for it (incoming): its step, layout
+     * and buffer stay put, so the bytes are copied without the engine's lock. */
     uint8_t *base = dh__slot_data(e, b);
+    dh_batch_item *items = b->items;
+    int32_t nitems = b->nitems, j = 0;
+    pthread_mutex_unlock(&e->mu);
     size_t off = 0;
-    int32_t j = 0;
-    for (int32_t i = 0; base && i < b->nitems; i++) {
-        dh_batch_item *it = &b->items[i];
+    for (int32_t i = 0; base && i < nitems; i++) {
+        const dh_batch_item *it = &items[i];
         if (it->sample != h.sample)
             continue;
-        size_t n = (size_t)dh__ring_aligned(it->bytes);
         if (j >= h.nitems || off + (size_t)it->bytes > (size_t)h.payload)
             break;
         memcpy(base + it->offset, data + head + off, (size_t)it->bytes);
-        it->status = status[j++];
-        off += n;
+        j++;
+        off += (size_t)dh__ring_aligned(it->bytes);
     }
+    pthread_mutex_lock(&e->mu);
+    for (int32_t i = 0, k = 0; k < j && i < nitems; i++)
+        if (items[i].sample == h.sample)
+            items[i].status = status[k++];
     if (j != h.nitems) { /* layouts are the same on every node: this is a broken message */
         dh__nodes_refuse(e, "a sample moved from node %d arrived incomplete (step %lld, sample "
                      "%lld)", h.node, (long long)h.step, (long long)h.sample);
@@ -326,7 +333,8 @@ int dh__nodes_on_move(dh_engine *e, int from, void *data, size_t len)
 void dh__nodes_apply_parked(dh_engine *e)
 {
     struct dh__xchg *x = e->x;
-    int k = 0;
+    move_msg *ready = NULL; /* taken out first: applying drops the lock, others may park */
+    int n = 0, cap = 0, k = 0;
     while (k < x->nparked) {
         m_move h;
         memcpy(&h, x->parked[k].data, sizeof h);
@@ -334,9 +342,16 @@ void dh__nodes_apply_parked(dh_engine *e)
             k++;
             continue;
         }
-        apply_move(e, x->parked[k].data, x->parked[k].len);
-        free(x->parked[k].data);
+        if (dh__nodes_push((void **)&ready, &n, &cap, sizeof *ready, &x->parked[k])) {
+            dh__eng_fail(e, DH_ENOMEM);
+            break;
+        }
         x->parked[k] = x->parked[--x->nparked];
     }
+    for (int i = 0; i < n; i++) {
+        if (!e->stop)
+            apply_move(e, ready[i].data, ready[i].len);
+        free(ready[i].data);
+    }
+    free(ready);
 }
-
