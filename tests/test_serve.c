@@ -1667,6 +1667,32 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
     ck_assert_int_eq(wait_child(r0), 0);
     ck_assert_int_eq(wait_child(r1), 0);
     ck_assert_int_eq(r.delivered + r.failed, r.samples);
+    /* A request that timed out, then close() (user trial 2 of issue 22): the rank left, and
+     * the agent says so at once (it did once its thread was back from the engine, 30 s later
+     * in the trial, serving the other rank meanwhile). */
+    new_socket_name();
+    r1 = idle_rank(1, 4, ") left after step");
+    r0 = fork();
+    if (!r0) {
+        dh_client_opts o0 = client_opts(0, 2, 4);
+        dh_client *cl;
+        dh_batch b;
+        if (dh_client_connect(&o0, &cl, NULL, 0))
+            _exit(2);
+        int got;
+        while ((got = dh_client_next(cl, 1000, &b, NULL, 0)) == 0)
+            dh_client_release(cl, &b);
+        dh_client_close(cl);
+        _exit(got == DH_ETIMEDOUT ? 0 : 5);
+    }
+    events[0] = 0;
+    rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_msg(rc == 0 || rc == DH_EPEER, "%d %s", rc, err);
+    ck_assert_int_eq(wait_child(r0), 0);
+    ck_assert_int_eq(wait_child(r1), 0);
+    ck_assert_msg(strstr(events, "rank 0 detached (pid ") &&
+                  strstr(events, " while its request waited after taking"), "%s", events);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
 }
 END_TEST
 

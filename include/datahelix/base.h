@@ -54,7 +54,7 @@ extern "C" {
     XX(ECORRUPT, -10006, "corrupt or truncated media")                                             \
     XX(ENOTMEDIA, -10007, "not a media file")                                                      \
     XX(EUNSUPPORTED, -10008, "unsupported media or codec")                                         \
-    XX(EMISMATCH, -10009, "state does not match this manifest")                                    \
+    XX(EMISMATCH, -10009, "mismatch: the two sides disagree (a state, a job, a world)")            \
     XX(EEMPTY, -10010, "nothing to do: empty input")                                              \
     XX(EPEER, -10011, "the process at the other end died or disconnected")                        \
     XX(EFAILED, -10012, "too many samples failed (--max-failed)")

@@ -57,8 +57,13 @@ static void say(const hub *h, const char *stream, const char *fmt, ...)
 
 void dh__serve_refuse(hub *h, agent *a, int fd, int32_t pid, int rc, const char *why)
 {
-    say(h, a ? a->stream : NULL, "refused an attach from pid %d: %s", (int)pid,
-        why[0] ? why : dh_strerror(rc));
+    /* the acceptor's own refusals (not an attach: junk, another user, another version) are
+     * told 5 in a row at most, the rest counted in its next summary line */
+    if (!a && ++h->refused_in_row > 5)
+        h->refused_more++;
+    else
+        say(h, a ? a->stream : NULL, "refused an attach from pid %d: %s", (int)pid,
+            why[0] ? why : dh_strerror(rc));
     if (why[0])
         dh__proto_send_error(fd, rc, why);
     close(fd);
@@ -82,6 +87,7 @@ static agent *stream_named(hub *h, const char *name, char *why, size_t len)
 /* Queues a complete attach for the stream it names (which the pipe wakes), or refuses it. */
 static void hand_over(hub *h, int fd, int32_t pid, const dh__attach *req)
 {
+    h->refused_in_row = 0; /* a real attach: refusals are told again */
     pending in = {.fd = fd, .pid = pid, .req = *req};
     in.req.stream[sizeof in.req.stream - 1] = 0; /* the trainer's bytes: terminated here */
     char why[320] = "";
@@ -215,11 +221,16 @@ void dh__serve_accept(hub *h, int io_ms)
         n = kept;
         if (ready > 0 && (pf[0].revents & POLLIN))
             welcome(h, gs, &n, io_ms);
-        if (h->quiet && now - said >= 5.0) { /* one line for many (a port scan, a flood) */
-            say(h, NULL, "closed %lld connection%s that said no attach (went away, silent for "
-                "%d s, or the oldest of %d waiting)", (long long)h->quiet,
-                h->quiet == 1 ? "" : "s", io_ms / 1000, GREETERS);
-            h->quiet = 0;
+        if ((h->quiet || h->refused_more) && now - said >= 5.0) { /* a flood: one line */
+            if (h->quiet)
+                say(h, NULL, "closed %lld connection%s that said no attach (went away, silent "
+                    "for %d s, or the oldest of %d waiting)", (long long)h->quiet,
+                    h->quiet == 1 ? "" : "s", io_ms / 1000, GREETERS);
+            if (h->refused_more)
+                say(h, NULL, "refused %lld more connection%s that were not attaches of this "
+                    "DataHelix (the first 5 in a row are above)", (long long)h->refused_more,
+                    h->refused_more == 1 ? "" : "s");
+            h->quiet = h->refused_more = 0;
             said = now;
         }
     }

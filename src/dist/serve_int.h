@@ -117,6 +117,7 @@ struct hub {
     pthread_mutex_t mu;
     atomic_int quit; /* the agent could not start every stream: the others end */
     int64_t quiet;   /* the acceptor's: connections closed unheard, not yet told */
+    int64_t refused_in_row, refused_more; /* its refusals since the last attach; untold */
     void (*on_event)(const char *message, void *user);
     void *event_user;
 };
@@ -140,7 +141,12 @@ int dh__agent_wait_for_ranks(agent *a);
 void dh__agent_fill_info(agent *a);
 int dh__agent_answer(agent *a);
 
-/* serve_rank.c: a rank's thread (arg: its conn); what a lost rank means for the others. */
+/* serve_rank.c: a rank's thread (arg: its conn); what a lost rank means for the others;
+ * under a.mu, rank c leaving cleanly (where the run stops for the others, the sentence they
+ * are told; 1 when it left before the run's end); the event saying so (how: "" or a
+ * circumstance, " while its request waited"). */
+int dh__agent_mark_left(agent *a, conn *c);
+void dh__agent_tell_left(agent *a, const conn *c, int early, const char *how);
 void *dh__agent_rank_main(void *arg);
 const char *dh__agent_fault_tail(const agent *a);
 

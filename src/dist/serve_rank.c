@@ -133,6 +133,8 @@ static void send_end(agent *a, conn *c, int rc)
     dh__proto_send_error(c->fd, rc, msg);
 }
 
+static void release_lease(agent *a, conn *c, lease *l, int reclaimed);
+
 /* Answers a NEXT; 0, or the connection is broken (the rank died or stopped reading). */
 static int on_next(agent *a, conn *c)
 {
@@ -179,6 +181,12 @@ static int on_next(agent *a, conn *c)
     }
     c->leases[c->nleases++] = (lease){b, dh__mono(), -1.0};
     rc = send_batch(a, c, &b);
+    if (rc == DH_EPEER || rc == DH_ETIMEDOUT) { /* never delivered: the rank did not take it */
+        release_lease(a, c, &c->leases[c->nleases - 1], 1);
+        pthread_mutex_lock(&a->mu);
+        c->next_step = b.step;
+        pthread_mutex_unlock(&a->mu);
+    }
     if (wake)
         dh__engine_wake(a->e); /* after the answer: the rank does not wait for it */
     if (rc && rc != DH_EPEER && rc != DH_ETIMEDOUT)
@@ -250,13 +258,8 @@ static void on_death(agent *a, conn *c)
     }
 }
 
-/* A clean detach: the end of the run for this rank, or leaving it early (see DESIGN). */
-static void on_detach(agent *a, conn *c)
+int dh__agent_mark_left(agent *a, conn *c)
 {
-    c->detached = 1;
-    while (c->nleases)
-        release_lease(a, c, &c->leases[0], 0);
-    pthread_mutex_lock(&a->mu);
     int early = !c->ended && (a->N < 0 || c->next_step < a->N);
     if (early && c->next_step < a->left_at)
         a->left_at = c->next_step;
@@ -276,12 +279,30 @@ static void on_detach(agent *a, conn *c)
         a->fault_code = DH_EPEER;
     }
     pthread_cond_broadcast(&a->changed);
-    pthread_mutex_unlock(&a->mu);
+    return early;
+}
+
+void dh__agent_tell_left(agent *a, const conn *c, int early, const char *how)
+{
     if (early)
-        event(a, "rank %d detached (pid %d) after taking %lld batches%s", c->rank, (int)c->pid,
-              (long long)c->next_step, a->N < 0 ? "" : ", before the run's end");
+        event(a, "rank %d detached (pid %d)%s after taking %lld batches%s", c->rank,
+              (int)c->pid, how, (long long)c->next_step, a->N < 0 ? "" : ", before the run's end");
     else
         event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
+}
+
+/* A clean detach: the end of the run for this rank, or leaving it early (see DESIGN). */
+static void on_detach(agent *a, conn *c)
+{
+    c->detached = 1;
+    while (c->nleases)
+        release_lease(a, c, &c->leases[0], 0);
+    pthread_mutex_lock(&a->mu);
+    int early = dh__agent_mark_left(a, c), told = c->hung_up; /* the watch saw it first */
+    c->hung_up = 1;
+    pthread_mutex_unlock(&a->mu);
+    if (!told)
+        dh__agent_tell_left(a, c, early, "");
 }
 
 /* The answer to a NEXT could not be sent: the trainer died, or detached while its request

@@ -35,7 +35,8 @@ static int detach_waiting(const conn *c)
 
 /* A rank blocked in the engine for its next batch cannot see its socket: a trainer that dies
  * meanwhile is seen here, and the run stops naming it (nothing was said before, until another
- * rank left). A trainer that detached is left to its thread, which sees it once it can. */
+ * rank left); one that detached (a close() after its request timed out) is a rank leaving,
+ * told now: the others' requests for the steps it will not take fail from here. */
 static void spot_hangups(agent *a)
 {
     for (int r = a->lo; r < a->hi; r++) {
@@ -44,9 +45,17 @@ static void spot_hangups(agent *a)
         int look = c->started && !c->finished && c->waiting && !c->hung_up;
         pthread_mutex_unlock(&a->mu);
         struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
-        if (!look || poll(&p, 1, 0) <= 0 || !(p.revents & (POLLHUP | POLLRDHUP | POLLERR)) ||
-            detach_waiting(c))
+        if (!look || poll(&p, 1, 0) <= 0 || !(p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
             continue;
+        if (detach_waiting(c)) { /* left cleanly: the others are told now, not once its
+                                  * thread is back from the engine */
+            pthread_mutex_lock(&a->mu);
+            int early = dh__agent_mark_left(a, c);
+            c->hung_up = 1;
+            pthread_mutex_unlock(&a->mu);
+            dh__agent_tell_left(a, c, early, " while its request waited");
+            continue;
+        }
         char why[sizeof a->fault];
         pthread_mutex_lock(&a->mu);
         c->hung_up = 1;
