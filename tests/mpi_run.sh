@@ -122,6 +122,17 @@ timeout 60 "${MPIRUN[@]}" -np 2 "$DH" run --manifest "$M" --ranks 2 --workers 2 
     --nodes 3 > /dev/null 2> "$WORK/nodes.err"
 check "--nodes that contradicts mpirun is refused" contains "$WORK/nodes.err" "mpirun started 2 processes"
 
+# Agents of different jobs are refused when they start, before they wait for trainers (it
+# took every trainer attaching before: with none, both listened until killed).
+timeout 60 "${MPIRUN[@]}" -np 1 "$DH" serve --manifest "$M" --ranks 2 --workers 2 --batch 8 \
+    --socket "@dhmpi-ml-$$-0" --max-leases 4 : -np 1 "$DH" serve --manifest "$M" --ranks 2 \
+    --workers 2 --batch 8 --socket "@dhmpi-ml-$$-1" --max-leases 3 > /dev/null \
+    2> "$WORK/mixserve.err"
+rc=$?
+check "agents of different jobs: refused at once (rc $rc)" test $rc -ne 0 -a $rc -ne 124
+check "agents of different jobs: the setting named" \
+    contains "$WORK/mixserve.err" "node 1 was started on another job than node 0: --max-leases differs"
+
 # A killed node: the survivors name it within the node timeout and print their accounting.
 DH_NODE_TIMEOUT=2 setsid timeout 120 "${MPIRUN[@]}" --enable-recovery -np 3 "$DH" run \
     --manifest "$M" --ranks 3 --workers 3 --batch 6 --steps 100000 \

@@ -787,7 +787,7 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
     memcpy(h->in + (size_t)me->node * bytes, mine, bytes);
     if (corrupt == 1 && me->node == 1 && me->calls == 1) /* its greeting: another version */
         ((dh__wire_greeting *)(h->in + bytes))->version = 99;
-    if (corrupt == 2 && me->node == 1 && me->calls == 4) /* its record of step 1: step 7 */
+    if (corrupt == 2 && me->node == 1 && me->calls == 5) /* its record of step 1: step 7 */
         ((xrec *)(h->in + bytes))->step = 7;
     int64_t gen = h->gen;
     if (++h->arrived == h->n) {
@@ -1301,8 +1301,8 @@ START_TEST(a_dead_node_stops_every_node_with_its_name)
     dh_manifest *m = manifest_with(NULL);
     dh_run_config c = config_of(m, "helix", 4, 2, 0, 8);
     hub_node n[2];
-    /* node 1 dies at its 5th exchange (greeting, hello + 3 steps) */
-    run_nodes(&c, 2, 0, 1, 5, n, NULL);
+    /* node 1 dies at its 6th exchange (greeting, hello, begin + 3 steps) */
+    run_nodes(&c, 2, 0, 1, 6, n, NULL);
     ck_assert_int_eq(n[0].rc, DH_EPEER);
     ck_assert_msg(strstr(n[0].err, "node 1 (test) stopped responding") != NULL, "%s", n[0].err);
     /* the survivor's accounting: the steps every node closed, exact */
@@ -1500,6 +1500,8 @@ START_TEST(nodes_of_another_job_are_refused_naming_the_setting)
         {node_1_has_another_network, 0, 0, "the network model"},
         {NULL, 1, 0, "the command: one node serves trainers (datahelix serve), another runs "
                      "emulated ranks (datahelix run)"},
+        /* agents: refused when they start, before they wait for trainers (user trial 2) */
+        {node_1_has_another_spec, 1, 1, "the preprocessing spec (--spec)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         served_as[0] = cases[i].served0, served_as[1] = cases[i].served1;
@@ -1512,6 +1514,9 @@ START_TEST(nodes_of_another_job_are_refused_naming_the_setting)
             snprintf(want, sizeof want, "node 1 was started on another job than node 0: %s",
                      cases[i].what);
             ck_assert_msg(strstr(n[k].err, want), "case %zu node %d: %s", i, k, n[k].err);
+            if (cases[i].served0 && cases[i].served1) /* from dh__engine_start */
+                ck_assert_msg(strstr(n[k].err, "cannot start the engine: node 1"), "%s",
+                              n[k].err);
         }
         free_nodes(n, 2);
     }

@@ -385,8 +385,9 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     if (!rc && !(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
-        /* a serving engine begins on attach */
-        if (!shared && !(rc = dh__eng_nodes_begin(e, why, sizeof why)))
+        /* every node the same job, now; a serving engine begins on attach */
+        if (!(rc = dh__eng_nodes_hello(e, why, sizeof why)) && !shared &&
+            !(rc = dh__eng_nodes_begin(e, why, sizeof why)))
             rc = dh__eng_start_workers(e);
     }
     if (rc) {

@@ -146,6 +146,9 @@ int dh__eng_nodes_init(dh_engine *e);
 /* Before the workers start: agrees with every node (the same job?) and sets the shared
  * start of the clock (e->t0); starts the exchange thread. 0, or an error with a sentence. */
 int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen);
+/* When the engine starts: the GREETING and HELLO rounds (the same release, the same job:
+ * refused naming the setting that differs, before an agent waits for its trainers). */
+int dh__eng_nodes_hello(dh_engine *e, char *err, size_t errlen);
 /* A rank of this node waits until step st has been exchanged with every node (0), or the
  * run stopped (-1). Without e->mu. */
 int dh__eng_wait_exchanged(dh_engine *e, int64_t st);

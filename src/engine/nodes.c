@@ -12,7 +12,9 @@
  *   The library itself has no MPI in it.
  * - Rounds, all through the same allgather, every node taking part in each:
  *   GREETING first (32 bytes that never change: the wire version, nodes_wire.h),
- *   HELLO once before the workers start (every node checks that it runs the
+ *   HELLO when the engine starts (the job's identity: an agent of another job
+ *   is refused before it waits for its trainers), BEGIN once before the
+ *   workers start (the resume point) (every node checks that it runs the
  *   same job as node 0; the shared start of the clock is the moment it
  *   returns); STEP st once every local rank released step st; FINAL when the
  *   node's run is over, repeated until every node's record is FINAL (its
@@ -251,9 +253,6 @@ static const char *job_differs(const xrec *a, const xrec *b)
            : a->batch != b->batch                 ? "--batch"
            : a->steps != b->steps                 ? "the run's length (--steps, --epochs)"
            : a->order != b->order                 ? "the sample order (--no-shuffle, --keep-last)"
-           : a->resume != b->resume || a->start_epoch != b->start_epoch ||
-                   a->start_step != b->start_step
-               ? "the resume point (every rank must restore the same checkpoint)"
            : a->leases != b->leases               ? "--max-leases"
            : a->cpu_scale != b->cpu_scale         ? "the CPU calibration (--cpu-cost-scale, "
                                                     "--calibrate)"
@@ -267,6 +266,16 @@ static const char *job_differs(const xrec *a, const xrec *b)
            : a->sample_timeout != b->sample_timeout ? "the per-sample time limit"
            : a->budget != b->budget               ? "--memory-budget"
                                                   : NULL;
+}
+
+/* Where node k's run starts, if not where node 0's does (every rank must restore the same
+ * checkpoint), or NULL. */
+static const char *start_differs(const xrec *a, const xrec *b)
+{
+    return a->resume != b->resume || a->start_epoch != b->start_epoch ||
+                   a->start_step != b->start_step
+               ? "the resume point (every rank must restore the same checkpoint)"
+               : NULL;
 }
 
 int dh__nodes_greet(dh_engine *e, char *err, size_t errlen)
@@ -284,6 +293,41 @@ int dh__nodes_greet(dh_engine *e, char *err, size_t errlen)
     return rc;
 }
 
+/* One HELLO (identity) or BEGIN (where the run starts) round: a node that gave up before is
+ * named with its reason, a node of another job with the setting that differs. */
+static int meet(dh_engine *e, int kind, char *err, size_t errlen)
+{
+    struct dh__xchg *x = e->x;
+    fill_hello(e, x->mine);
+    x->mine->kind = kind;
+    int rc = dh__nodes_round(e, err, errlen);
+    for (int k = 0; !rc && k < e->nodes; k++) /* a node that gave up before it began */
+        if (rec_of(x, k)->kind == X_FINAL)
+            rc = dh__fail(err, errlen, DH_EPEER, "node %d stopped before the run began: %s", k,
+                          rec_of(x, k)->msg[0] ? rec_of(x, k)->msg
+                                               : dh_strerror(rec_of(x, k)->error));
+    for (int k = 0; !rc && k < e->nodes; k++)
+        if (rec_of(x, k)->kind != kind)
+            rc = dh__fail(err, errlen, DH_EPARSE, "node %d is out of step at the %s round", k,
+                          kind == X_HELLO ? "HELLO" : "BEGIN");
+    for (int k = 1; !rc && k < e->nodes; k++) {
+        const char *what = kind == X_HELLO ? job_differs(rec_of(x, 0), rec_of(x, k))
+                                           : start_differs(rec_of(x, 0), rec_of(x, k));
+        if (what)
+            rc = dh__fail(err, errlen, DH_EINVAL, "node %d was started on another job than "
+                          "node 0: %s differs; every node must run the same command", k, what);
+    }
+    return rc;
+}
+
+int dh__eng_nodes_hello(dh_engine *e, char *err, size_t errlen)
+{
+    if (!e->x)
+        return 0;
+    int rc = dh__nodes_greet(e, err, errlen);
+    return rc ? rc : meet(e, X_HELLO, err, errlen);
+}
+
 int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
 {
     struct dh__xchg *x = e->x;
@@ -291,22 +335,7 @@ int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen)
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
         return 0;
     }
-    int rc = dh__nodes_greet(e, err, errlen);
-    if (!rc)
-        fill_hello(e, x->mine);
-    if (!rc)
-        rc = dh__nodes_round(e, err, errlen);
-    for (int k = 0; !rc && k < e->nodes; k++) /* a node that gave up before it began */
-        if (rec_of(x, k)->kind == X_FINAL)
-            rc = dh__fail(err, errlen, DH_EPEER, "node %d stopped before the run began: %s", k,
-                          rec_of(x, k)->msg[0] ? rec_of(x, k)->msg
-                                               : dh_strerror(rec_of(x, k)->error));
-    for (int k = 1; !rc && k < e->nodes; k++) {
-        const char *what = job_differs(rec_of(x, 0), rec_of(x, k));
-        if (what)
-            rc = dh__fail(err, errlen, DH_EINVAL, "node %d was started on another job than "
-                          "node 0: %s differs; every node must run the same command", k, what);
-    }
+    int rc = meet(e, X_BEGIN, err, errlen);
     if (rc)
         return rc;
     x->began = 1;

@@ -132,7 +132,7 @@ int dh__wire_check_msg(const dh__wire_limits *lim, int from, const void *data, s
 
 int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why, size_t whylen)
 {
-    if (r->node != k || r->kind < X_HELLO || r->kind > X_FINAL)
+    if (r->node != k || r->kind < X_HELLO || r->kind > X_BEGIN)
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed exchange record (kind "
                         "%d, signed node %d)", k, (int)r->kind, (int)r->node);
     r->policy[sizeof r->policy - 1] = 0; /* strings another node wrote: terminated here */

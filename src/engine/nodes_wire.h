@@ -34,7 +34,7 @@ typedef struct {
 } dh__wire_greeting;
 
 /* Exchange records (the allgather's rounds). */
-enum { X_HELLO = 1, X_STEP, X_FINAL };
+enum { X_HELLO = 1, X_STEP, X_FINAL, X_BEGIN };
 
 typedef struct {
     double asked, ready, compute, longest, taken, released;
