@@ -129,7 +129,9 @@ class _Batches:
     def __init__(self, loader, client, until):
         self._loader, self._client, self._until = loader, client, until
         self._start = loader._taken
-        self._thread = threading.current_thread()  # one thread iterates a Loader
+        # one thread iterates a Loader: the first that takes a batch of this loop (an
+        # iterator made in one thread and handed to a prefetching thread is that thread's)
+        self._thread = None
 
     def unfinished(self):
         """True when this epoch's iterator took batches, but not all of them."""
@@ -142,7 +144,10 @@ class _Batches:
 
     def __next__(self):
         loader = self._loader
-        if threading.current_thread() is not self._thread:
+        me = threading.current_thread()
+        if self._thread is None:
+            self._thread = me
+        if me is not self._thread:
             raise _fail("DH_EBUSY", "this loop over the Loader belongs to thread %r: one "
                         "thread iterates a Loader (another thread's batches would be skipped "
                         "or taken out of order)" % self._thread.name)
@@ -296,7 +301,8 @@ class Loader:
     def __iter__(self):
         it = self._iter
         busy = it is not None and (it.unfinished() or (it._until is None and not self._ended))
-        if busy and it._thread is not threading.current_thread() and it._thread.is_alive():
+        if busy and it._thread is not None and it._thread is not threading.current_thread() \
+                and it._thread.is_alive():
             raise _fail("DH_EBUSY", "thread %r is still iterating this Loader: one thread "
                         "iterates a Loader (a loop started here would skip the rest of its "
                         "epoch)" % it._thread.name)

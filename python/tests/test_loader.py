@@ -623,6 +623,18 @@ print(json.dumps(rows))
             self.assertEqual(seen, list(range(8)))  # 8 images, G 2: 4 steps an epoch
             loader.close()
             self.assertEqual(agent.wait()[0], 0)
+        # An iterator made here and consumed whole by a prefetching thread is that thread's.
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--epochs", "1",
+                   "--policy", "pool") as agent:
+            loader = datahelix.Loader(socket=s, rank=0, world_size=1)
+            it, got = iter(loader), []
+            t = threading.Thread(target=lambda: got.extend(b["step"] for b in it))
+            t.start()
+            t.join(60)
+            self.assertEqual(got, list(range(4)))
+            loader.close()
+            self.assertEqual(agent.wait()[0], 0)
 
     def test_a_dead_agent_is_an_error_not_a_hang(self):
         s = sock()
