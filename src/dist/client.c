@@ -26,7 +26,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -61,6 +60,12 @@ struct dh_client {
 /* 1 in a process forked from the one that connected: it shares the socket and the pools'
  * mappings, and must say nothing to the agent (a child's release or detach would give the
  * agent memory the parent still views, or end the parent's session). */
+/* Milliseconds on the monotonic clock. */
+static double now_ms(void)
+{
+    return dh__mono() * 1e3;
+}
+
 static int forked(const dh_client *c)
 {
     return getpid() != c->pid;
@@ -98,13 +103,6 @@ static int map_pools(dh_client *c, const int *fds, int nfds)
 
 /* How long the agent may stay silent while ranks attach (it speaks every second). */
 #define AGENT_SILENCE_MS 15000
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 /* Waits for the agent's answer to the attach, through its WAITING messages: as long as it
  * waits, or attach_ms when > 0. The answer's head and payload (and fds) are the caller's. */

@@ -10,17 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+/* Waits until fd is readable; 0, DH_ETIMEDOUT or an error. deadline < 0: none. */
+/* Milliseconds on the monotonic clock. */
 static int64_t now_ms(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    return (int64_t)(dh__mono() * 1e3);
 }
 
-/* Waits until fd is readable; 0, DH_ETIMEDOUT or an error. deadline < 0: none. */
 static int wait_readable(int fd, int64_t deadline)
 {
     for (;;) {

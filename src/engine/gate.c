@@ -7,7 +7,6 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
 typedef struct waiter {
     const atomic_int *urgent;
@@ -61,13 +60,6 @@ static int before(const waiter *a, const waiter *b)
     return a->seq < b->seq;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* The best waiter's link, or NULL. Under g->mu. */
 static waiter **best_waiter(dh__gate *g)
 {
@@ -90,7 +82,7 @@ static void hand_over(dh__gate *g, waiter **link)
 /* Queues the caller and waits for a token; returns the seconds waited. Under g->mu. */
 static double wait_turn(dh__gate *g, const atomic_int *urgent, int active, double slack)
 {
-    double t0 = now_s();
+    double t0 = dh__mono();
     waiter me = {urgent, active, slack, g->seq++, 0, NULL};
     waiter **tail = &g->head;
     while (*tail)
@@ -99,7 +91,7 @@ static double wait_turn(dh__gate *g, const atomic_int *urgent, int active, doubl
     g->waits++;
     while (!me.granted)
         pthread_cond_wait(&g->cv, &g->mu);
-    return now_s() - t0;
+    return dh__mono() - t0;
 }
 
 double dh__gate_enter(dh__gate *g, const atomic_int *urgent, int active, double slack)
