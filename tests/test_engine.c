@@ -854,7 +854,7 @@ static int hub_recv(void *user, int *from, void **data, size_t *len, double time
     }
     if (bogus) { /* kind MOVE, from node 0, one item, cut short */
         int32_t *m = calloc(12, sizeof *m);
-        m[0] = DH__LEND_RESULT + 1;
+        m[0] = M_RESULT + 1;
         m[2] = 1;
         *from = 0;
         *data = m;
@@ -873,7 +873,7 @@ static int hub_recv(void *user, int *from, void **data, size_t *len, double time
     hub_msg *m = h->box[me->node];
     if (m)
         h->box[me->node] = m->next;
-    if (m && me->die_on_loan && *(const int32_t *)m->data == DH__LEND_TASK) {
+    if (m && me->die_on_loan && *(const int32_t *)m->data == M_TASK) {
         h->dead = me->node; /* dies holding the task: its owner waits for it in vain */
         pthread_cond_broadcast(&h->cv);
         free(m->data);
@@ -996,7 +996,7 @@ static void *run_node(void *p)
     for (int i = 0; i < per; i++)
         pthread_join(t[i], NULL);
     n->rc = dh_engine_finish(e, &n->res);
-    snprintf(n->err, sizeof n->err, "%s", dh__eng_nodes_error(e)); /* another node's doing */
+    snprintf(n->err, sizeof n->err, "%s", e->nops->error(e)); /* another node's doing */
     dh_engine_free(e);
     return NULL;
 }

@@ -113,23 +113,9 @@ static void copy_receivers(dh_engine *e, int64_t st, batch_slot *slots, const in
     }
 }
 
-/* Agreed plans: the samples leaving this node are packed for their node. */
-static int send_departures(dh_engine *e, int64_t st, batch_slot *slots, const int32_t *rank_of)
+int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, dh__departures depart)
 {
-    int per = e->rank_hi - e->rank_lo;
-    for (int64_t k = 0; k < e->G; k++) {
-        int from = dh__sched_rank_of(e->sched, st, k);
-        if (dh__eng_rank_here(e, from) && !dh__eng_rank_here(e, rank_of[k])) {
-            int rc = dh__eng_move_out(e, st, k, rank_of[k] / per, &slots[from]);
-            if (rc)
-                return rc;
-        }
-    }
-    return 0;
-}
-
-int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, int agreed)
-{
+    int agreed = depart != NULL;
     double t0 = dh__eng_elapsed(e);
     const int64_t *order = dh__sched_step_order(e->sched, st);
     eng_step *step = dh__eng_step(e, st);
@@ -151,7 +137,7 @@ int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, int agreed)
     if (lay_out_fresh(e, order, rank_of))
         return 1;
     copy_receivers(e, st, slots, order, rank_of);
-    int rc = agreed ? send_departures(e, st, slots, rank_of) : 0;
+    int rc = agreed ? depart(e, st, slots, rank_of) : 0;
     if (rc)
         dh__eng_fail(e, rc); /* the other nodes go on with the plan: this one cannot */
     for (int r = 0; r < e->R; r++) {
@@ -179,7 +165,7 @@ int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, int agreed)
 /* The scheduler's accept callback on one node. */
 static int carry_out(void *ctx, int64_t st, const int32_t *rank_of)
 {
-    return dh__eng_carry(ctx, st, rank_of, 0);
+    return dh__eng_carry(ctx, st, rank_of, NULL);
 }
 
 /*
@@ -200,7 +186,7 @@ void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
      * does not offer st to the agreed plan (the other nodes' view of its batches is left as
      * it was, which no later plan of st reads). Only a rank's request gets here then
      * (dh__eng_offer_prepared_step does not offer on several nodes). */
-    if (dh__eng_nodes_moving(e) && (step->published || dh__eng_nodes_plan_pending(e, st, tid)))
+    if (e->nops->moving(e) && (step->published || e->nops->plan_pending(e, st, tid)))
         return;
     for (int r = 0; r < e->R; r++)
         if (e->next_step[r] > st)
@@ -228,7 +214,7 @@ void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid)
  * nodes the step exchange offers it instead (nodes.c). */
 void dh__eng_offer_prepared_step(dh_engine *e, int64_t st, int worker)
 {
-    if (dh__eng_nodes_moving(e))
+    if (e->nops->moving(e))
         return;
     for (int r = e->rank_lo; r < e->rank_hi; r++)
         if (!dh__sched_batch_ready(e->sched, st, r))

@@ -21,39 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-double dh__eng_elapsed(const dh_engine *e)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - e->t0.tv_sec) + (double)(t.tv_nsec - e->t0.tv_nsec) * 1e-9;
-}
-
-double dh__thread_cpu(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* Sets the stop flag and wakes every waiter; the rings stop handing out buffers. */
-void dh__eng_stop_locked(dh_engine *e)
-{
-    e->stop = 1;
-    dh__eng_nodes_wake(e);
-    pthread_cond_broadcast(&e->work);
-    pthread_cond_broadcast(&e->ready);
-    pthread_cond_broadcast(&e->room);
-    dh__ring_close(&e->ring);
-    dh__ring_close(&e->arena);
-}
-
-void dh__eng_fail(dh_engine *e, int rc)
-{
-    if (!e->error)
-        e->error = rc;
-    dh__eng_stop_locked(e);
-}
-
 const char *dh__engine_fail_msg(dh_engine *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -65,15 +32,25 @@ const char *dh__engine_fail_msg(dh_engine *e)
 void dh__engine_abort(dh_engine *e, int rc, const char *why)
 {
     pthread_mutex_lock(&e->mu);
-    dh__eng_nodes_own_error(e, why); /* the other nodes are told this reason */
+    e->nops->own_error(e, why); /* the other nodes are told this reason */
     dh__eng_fail(e, rc);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* engine_serve.h: the reason travels in this node's FINAL record, read at the others' HELLO. */
+void dh__engine_refuse(dh_engine *e, int rc, const char *why)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->error)
+        e->error = rc;
+    e->nops->refuse(e, why);
     pthread_mutex_unlock(&e->mu);
 }
 
 const char *dh__engine_peer_msg(dh_engine *e)
 {
     pthread_mutex_lock(&e->mu);
-    const char *m = dh__eng_nodes_error(e);
+    const char *m = e->nops->error(e);
     pthread_mutex_unlock(&e->mu);
     return m[0] ? m : NULL;
 }
@@ -101,7 +78,8 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int6
             dh__sched_set_steps(e->sched, e->N);
         }
     }
-    int rc = dh__eng_nodes_begin(e, err, errlen);
+    clock_gettime(CLOCK_MONOTONIC, &e->t0); /* several nodes: the one they agree on */
+    int rc = e->nops->begin(e, err, errlen);
     if (rc)
         return rc;
     rc = dh__eng_start_workers(e);
@@ -149,7 +127,7 @@ void dh_engine_stop(dh_engine *e)
 static int ready(dh_engine *e, int64_t st, int rank, const batch_slot *b)
 {
     return dh__sched_batch_ready(e->sched, st, rank) && !b->agreeing && !b->incoming &&
-           !dh__eng_nodes_plan_pending(e, st, rank);
+           !e->nops->plan_pending(e, st, rank);
 }
 
 /* Waits until batch (st, rank) is ready or the run stops; 0 or the reason it cannot be had. */
@@ -274,9 +252,8 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
     s->allocated = 0;
     dh__slot_clear_layout(s);
     dh__eng_step_released(e, b->step);
-    /* A step just ended: stop here? (On several nodes the step exchange agrees on it.) */
-    if (!e->x && e->lo > b->step && dh__run_should_stop(&e->run))
-        dh__eng_stop_locked(e);
+    if (e->lo > b->step) /* a step just ended: stop here? */
+        e->nops->step_closed(e);
     pthread_cond_broadcast(&e->work);
     pthread_mutex_unlock(&e->mu);
 }
@@ -320,6 +297,7 @@ static dh_engine *engine_new(const dh_run_config *cfg, dh_sample_error_cb on_err
     e->on_error = on_error;
     e->user = user;
     e->spec = cfg->spec;
+    e->nops = &dh__one_node; /* until the run says otherwise (dh__engine_start) */
     return e;
 }
 
@@ -380,14 +358,16 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     dh__sched_config sc;
     dh__run_sched_config(&e->run, shared, &sc);
     char why[256] = "";
-    if (!(rc = dh__eng_nodes_init(e)))
-        dh__eng_nodes_sched_config(e, &sc);
+    e->nops = cfg->exchange && cfg->nodes > 1 ? &dh__several_nodes : &dh__one_node;
+    e->nodes = 1;
+    e->rank_hi = e->R; /* one node: every rank; several: this node's share (init) */
+    rc = e->nops->init(e, &sc);
     if (!rc && !(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
         /* every node the same job, now; a serving engine begins on attach */
-        if (!(rc = dh__eng_nodes_hello(e, why, sizeof why)) && !shared &&
-            !(rc = dh__eng_nodes_begin(e, why, sizeof why)))
+        if (!(rc = e->nops->hello(e, why, sizeof why)) && !shared &&
+            !(rc = e->nops->begin(e, why, sizeof why)))
             rc = dh__eng_start_workers(e);
     }
     if (rc) {
@@ -404,7 +384,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
 {
     if (!e)
         return DH_EINVAL;
-    dh__eng_nodes_drain(e);
+    e->nops->drain(e);
     pthread_mutex_lock(&e->mu);
     dh__eng_stop_locked(e);
     pthread_mutex_unlock(&e->mu);
@@ -424,7 +404,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
      * this one's FINAL. */
     dh__node_totals t = {.cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
                          .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak};
-    dh__eng_nodes_finish(e, &t);
+    e->nops->finish(e, &t);
     if (!out)
         return e->error ? e->error : trc;
     int rc = dh__result_check(out, NULL, 0);
@@ -442,8 +422,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     full.memory_peak = t.peak;
     full.framework_overhead = t.worker_cpu > 0 ? 1.0 - t.cpu_sum / t.worker_cpu : 0;
     full.wall_s = dh__eng_elapsed(e);
-    if (e->x)
-        dh__node_result(&t, e->nodes, &full);
+    e->nops->result(e, &t, &full);
     dh__result_give(out, &full);
     return e->error ? e->error : trc;
 }
@@ -466,7 +445,7 @@ void dh_engine_free(dh_engine *e)
     dh__ring_destroy(&e->ring);
     dh__ring_destroy(&e->arena);
     dh__records_free(&e->rec);
-    dh__eng_nodes_free(e);
+    e->nops->free(e);
     dh__sched_free(e->sched);
     dh__run_free(&e->run);
     pthread_mutex_destroy(&e->mu);

@@ -1,8 +1,13 @@
 /*
  * engine_int.h - the real engine's state, shared by its rooms (internal to
- * src/engine): slots.c (the step window of batch slots, layout, buffers),
- * workers.c (decoding threads), carry.c (carrying out rebalancing plans),
- * engine.c (lifecycle and the consumer API) and ranks.c (emulated ranks).
+ * src/engine): base.c (the clock, the stop path, the one-node layer),
+ * slots.c (the step window of batch slots, layout, buffers), workers.c
+ * (decoding threads), carry.c (carrying out rebalancing plans), engine.c
+ * (lifecycle and the consumer API) and ranks.c (emulated ranks). The
+ * several-node layer (nodes*.c, nodes_int.h) is reached only through
+ * e->nops (dh__node_ops below). Calls go one way: engine.c and ranks.c call
+ * workers.c, carry.c, slots.c and base.c, each of which calls only those
+ * after it; the several-node layer calls into them, never the reverse.
  *
  * DESIGN
  * - One mutex (e->mu) guards the scheduler, the batch slots, the records and
@@ -89,7 +94,8 @@ struct dh_engine {
     const dh_spec *spec;
     /* several nodes (nodes.c): this process runs ranks [rank_lo, rank_hi) and its workers */
     int node, nodes, rank_lo, rank_hi;
-    struct dh__xchg *x;     /* the step exchange; NULL on one node */
+    const struct dh__node_ops *nops; /* the several-node layer, or dh__one_node */
+    struct dh__xchg *x;     /* the several-node layer's state (nodes_int.h); NULL on one node */
     /* an agent's several streams: CPU tokens shared with the other streams' engines (gate.h;
      * NULL: none), and how many of this engine's ranks wait for a batch right now */
     struct dh__gate *gate;
@@ -104,7 +110,7 @@ static inline int dh__eng_rank_here(const dh_engine *e, int r)
     return r >= e->rank_lo && r < e->rank_hi;
 }
 
-/* engine.c */
+/* base.c */
 
 double dh__eng_elapsed(const dh_engine *e);
 double dh__thread_cpu(void);
@@ -134,31 +140,26 @@ int64_t dh__eng_arena_size(const dh_engine *e);
 
 /* workers.c */
 int dh__eng_start_workers(dh_engine *e);
+/* What a worker keeps between tasks: its message buffers, its open shards and its CPU token. */
+typedef struct {
+    char path[4096], err[512];
+    struct dh__fd_cache *shards; /* NULL (out of memory): each shard opened per item */
+    int held;                    /* a token of e->gate */
+} dh__worker_ctx;
+/* Decodes task t's share of its sample into base, laid out as items; 0 or the first error
+ * (err and path say which item and why). Without e->mu. */
+int dh__eng_run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
+                     int32_t nitems, uint8_t *base, dh__worker_ctx *x);
 /* After a task: failures, records, the scheduler; a completed batch is announced. remote: it
  * was prepared on another node (its CPU is counted there). Under e->mu. */
 void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
                          int rc, double started, double cpu, const char *path, const char *err,
                          int remote);
 
-/* nodes.c: the engine as one node of several (docs/MULTINODE.md) */
-/* Sets the node's share from cfg (one node: every rank); 0 or DH_ENOMEM. */
-int dh__eng_nodes_init(dh_engine *e);
-/* Before the workers start: agrees with every node (the same job?) and sets the shared
- * start of the clock (e->t0); starts the exchange thread. 0, or an error with a sentence. */
-int dh__eng_nodes_begin(dh_engine *e, char *err, size_t errlen);
-/* When the engine starts: the GREETING and HELLO rounds (the same release, the same job:
- * refused naming the setting that differs, before an agent waits for its trainers). */
-int dh__eng_nodes_hello(dh_engine *e, char *err, size_t errlen);
-/* A rank of this node waits until step st has been exchanged with every node (0), or the
- * run stopped (-1). Without e->mu. */
-int dh__eng_wait_exchanged(dh_engine *e, int64_t st);
-/* Before a node that finished its steps stops: until every node finished them too (another
- * node may still be waiting for a sample this node prepares for it). Without e->mu. */
-void dh__eng_nodes_drain(dh_engine *e);
 /*
  * A node's totals of a run, each field once with how the job's figure reads every node's
  * (SUM, or MAX: the makespan, the longest exchange, the worst wire factor). A node's FINAL
- * record carries its own; dh__eng_nodes_finish folds every node's by this list.
+ * record carries its own; the layer's finish folds every node's by this list.
  */
 #define DH__NODE_TOTALS(X)                                                                        \
     X(double, cpu_sum, SUM) X(double, worker_cpu, SUM) X(double, makespan, MAX)                   \
@@ -173,70 +174,78 @@ typedef struct {
     DH__NODE_TOTALS(DH__TOTAL_FIELD)
 #undef DH__TOTAL_FIELD
 } dh__node_totals;
-/* After the workers stopped: the FINAL rounds; t gets every node's totals. */
-void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t);
+
 /*
- * Lending between nodes (nodes.c; docs/MULTINODE.md). A node whose queue is empty asks the
- * node reported latest for a task (STEAL); the owner pops its least-slack task if its backlog
- * is late and answers with the sample's item sizes (TASK) or NOTASK; the lender decodes into
- * its own memory and ships the items back (RESULT), which the owner copies into the batch
- * and completes as its own worker would. Under e->mu:
- *   dh__eng_lend_handback: a task popped for a lender that could not be lent (no buffer
- *     room, a split part): this node's workers run it first; 1 with *t.
- *   dh__eng_lend_remote: another node's task to prepare here (free it with free()), or NULL
- *     (and a STEAL goes out if a node is worth asking).
- * Without e->mu: dh__eng_lend_result ships a prepared (or failed) task back.
+ * The several-node layer as the rest of the engine sees it (nodes*.c; docs/MULTINODE.md):
+ * e->nops is dh__several_nodes when the run has an exchange and more than one node, else
+ * dh__one_node (base.c), whose entries do nothing and answer 0, NULL or "". The single-node
+ * engine therefore carries no several-node conditionals, and only nodes*.c know e->x.
  */
-enum { DH__LEND_STEAL = 1, DH__LEND_TASK, DH__LEND_NOTASK, DH__LEND_RESULT }; /* kinds */
-typedef struct {
-    int32_t kind, node, rank, part, nparts, nitems;
-    int64_t pos, step, sample;
-    double pred_cost;
-    int64_t item_bytes[]; /* nitems */
-} dh__lend_msg;
-int dh__eng_lend_handback(dh_engine *e, dh__task *t);
-/* Tests only: lend whenever a worker is idle, late or not (process-wide). */
+typedef struct dh__node_ops {
+    /* Engine start, before anything runs: this node's share of the ranks (rank_lo, rank_hi)
+     * and the scheduler's node fields; 0 or DH_ENOMEM. */
+    int (*init)(dh_engine *e, dh__sched_config *sc);
+    /* Without e->mu. hello: the GREETING and HELLO rounds (the same release and job, else
+     * refused naming the setting that differs). begin: before the workers start, every node
+     * agrees on the start (e->t0) and the layer's threads start. 0 or an error + sentence. */
+    int (*hello)(dh_engine *e, char *err, size_t errlen);
+    int (*begin)(dh_engine *e, char *err, size_t errlen);
+    /* Without e->mu: a rank waits until step st was exchanged with every node (0), or the
+     * run stopped (-1). */
+    int (*wait_exchanged)(dh_engine *e, int64_t st);
+    /* Under e->mu: a rank released a batch and every step before e->lo is over. One node
+     * asks dh_run_config.should_stop here; several agree on stopping at the exchange. */
+    void (*step_closed)(dh_engine *e);
+    /* Under e->mu: wakes the layer's threads and ranks waiting on it (a release, a stop). */
+    void (*wake)(dh_engine *e);
+    /* What stopped the run if another node did ("" if none). */
+    const char *(*error)(const dh_engine *e);
+    /* Under e->mu: this node stops for a reason of its own (a trainer of its died), told to
+     * the others in its FINAL record (the first reason wins); refuse: it never began (the
+     * reason also travels, as the node's own failure). */
+    void (*own_error)(dh_engine *e, const char *why);
+    void (*refuse)(dh_engine *e, const char *why);
+    /* Under e->mu. moving: every rebalancing plan is made with the other nodes at the step
+     * exchange (no node plans alone). plan_pending: rank's batch of st waits for the plan
+     * made at step st - 1's exchange (the rank released st - 1; one that still holds it
+     * takes st at once, the exchange waiting for its release). */
+    int (*moving)(const dh_engine *e);
+    int (*plan_pending)(dh_engine *e, int64_t st, int rank);
+    /* Under e->mu, for an idle worker. take_back: a task popped for a lender that could not
+     * be lent, which this node runs first (1 with *t). lend_work: another node's late task
+     * prepared here and shipped back (1: it ran one, dropping e->mu meanwhile; 0: none, and
+     * a node worth asking may have been asked). */
+    int (*take_back)(dh_engine *e, dh__task *t);
+    int (*lend_work)(dh_engine *e, int w, dh__worker_ctx *x);
+    /* Without e->mu, once this node's ranks took their last step: until every node did too
+     * (another may still wait for a sample this node prepares for it). */
+    void (*drain)(dh_engine *e);
+    /* After the workers stopped (a failed start included): the FINAL rounds; joins the
+     * layer's threads; t (this node's totals on entry) gets every node's. Again: the kept
+     * totals. result: their share of the job's result (moves, exchange costs, budget). */
+    void (*finish)(dh_engine *e, dh__node_totals *t);
+    void (*result)(const dh_engine *e, const dh__node_totals *t, dh_result *full);
+    void (*free)(dh_engine *e);
+} dh__node_ops;
+extern const dh__node_ops dh__one_node, dh__several_nodes;
+
+/* Tests only (process-wide): lend whenever a worker is idle, late or not; every node
+ * publishes at most `bytes` of move-arena room (< 0: off); STEP records carry at most n
+ * exact costs per node (< 0: off). */
 void dh__eng_test_lend_always(int on);
-dh__lend_msg *dh__eng_lend_remote(dh_engine *e);
-/* The bytes a RESULT message keeps before its payload (data must start there). */
-size_t dh__eng_lend_header(void);
-void dh__eng_lend_result(dh_engine *e, const dh__lend_msg *m, uint8_t *msg, int64_t payload,
-                         int status, double cpu, const char *path, const char *err);
-
-/* Writes the totals' share of a several-node result (moves, exchange costs, the budget). */
-void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full);
-/* Wakes the exchange thread and the ranks waiting for it (a release, a stop). */
-void dh__eng_nodes_wake(dh_engine *e);
-/* What stopped the run if another node did ("" if none). */
-const char *dh__eng_nodes_error(const dh_engine *e);
-/* Under e->mu: this node stops the run for a reason of its own (a trainer of its died): the
- * other nodes read it in its FINAL record (the first reason wins; NULL or one node: nothing). */
-void dh__eng_nodes_own_error(dh_engine *e, const char *why);
-void dh__eng_nodes_free(dh_engine *e);
-
-/* Rebalancing agreed between nodes (nodes.c; docs/MULTINODE.md): 1 when this run makes
- * every plan with the other nodes at the step exchange (then no node plans alone). */
-int dh__eng_nodes_moving(const dh_engine *e);
-/* The scheduler's node fields. */
-void dh__eng_nodes_sched_config(dh_engine *e, dh__sched_config *sc);
-/* Tests only: every node publishes at most `bytes` of move-arena room (< 0: off). */
 void dh__eng_test_move_room(int64_t bytes);
-/* Tests only: STEP records carry at most n exact costs per node (< 0: off). */
 void dh__eng_test_cost_cap(int64_t n);
-/* 1 while rank's batch of st waits for the plan made at step st - 1's exchange: the rank
- * released st - 1 (one that still holds it takes st at once: the exchange waits for its
- * release) and the exchange has not happened yet. Under e->mu. */
-int dh__eng_nodes_plan_pending(dh_engine *e, int64_t st, int rank);
-/* A sample of step st (position k) leaves this node's batch `from` for node `to`: its items
- * are packed for sending now (before the batch is compacted). 0 or DH_ENOMEM. Under e->mu. */
-int dh__eng_move_out(dh_engine *e, int64_t st, int64_t k, int to, const batch_slot *from);
 
 /* carry.c */
-/* Carries out plan rank_of of step st on the batch buffers. agreed: a plan made with the
- * other nodes; only this node's batches change here, samples leaving are packed for their
- * node (dh__eng_move_out) and samples arriving are counted in their batch's `incoming`.
- * 0, or 1 when the arena has no room for a receiving batch (nothing changed then). */
-int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, int agreed);
+/* Samples of step st leaving this node's batches (slots) for other nodes under plan rank_of,
+ * called before the donors are compacted; 0 or an error (the run stops). */
+typedef int (*dh__departures)(dh_engine *e, int64_t st, const batch_slot *slots,
+                              const int32_t *rank_of);
+/* Carries out plan rank_of of step st on the batch buffers. depart NULL: this node's own
+ * plan. Else a plan made with the other nodes: only this node's batches change here,
+ * samples leaving are handed to depart and samples arriving are counted in their batch's
+ * `incoming`. 0, or 1 when the arena has no room for a receiving batch (nothing changed). */
+int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, dh__departures depart);
 /* Recounts b's failed samples from its items' status. */
 void dh__slot_count_failed(batch_slot *b);
 void dh__eng_offer_step(dh_engine *e, int64_t st, int pid, int tid);

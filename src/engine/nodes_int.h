@@ -1,7 +1,8 @@
 /*
  * nodes_int.h - what the files of the several-node layer share (internal to
  * src/engine; docs/MULTINODE.md):
- *   nodes.c        set-up, the greeting and HELLO rounds (the job's identity), teardown
+ *   nodes.c        set-up, begin, teardown, the table of entries (dh__several_nodes)
+ *   nodes_meet.c   the GREETING, HELLO (the job's identity) and BEGIN rounds; round helpers
  *   nodes_step.c   the STEP rounds and the FINAL totals
  *   nodes_lend.c   lending a late task to an idle node, and its result
  *   nodes_moves.c  rebalancing moves agreed between nodes
@@ -93,20 +94,29 @@ static inline float *rec_cost(const struct dh__xchg *x, xrec *m)
     return (float *)((uint8_t *)m + x->cost_at);
 }
 
-/* nodes.c: the GREETING round (every node the same release, with records of the same size),
- * the first of every run: a node that gives up before it began greets before its FINAL. */
+/* nodes_meet.c: the GREETING round (every node the same release, with records of the same
+ * size), the first of every run: a node that gives up before it began greets before its
+ * FINAL. HELLO (dh__several_nodes' hello: greeting and identity) and BEGIN (kind X_BEGIN: the
+ * resume point) rounds. Without e->mu. */
 int dh__nodes_greet(dh_engine *e, char *err, size_t errlen);
-/* nodes.c: one round, mine to every node, every node's into x->all, each checked. Without
+int dh__nodes_hello(dh_engine *e, char *err, size_t errlen);
+int dh__nodes_meet(dh_engine *e, int kind, char *err, size_t errlen);
+/* nodes_meet.c: one round, mine to every node, every node's into x->all, each checked. Without
  * e->mu. */
 int dh__nodes_round(dh_engine *e, char *err, size_t errlen);
-/* Appends item (size bytes) to a growable array. 0 or DH_ENOMEM. */
+/* nodes_meet.c: appends item (size bytes) to a growable array. 0 or DH_ENOMEM. */
 int dh__nodes_push(void **arr, int *n, int *cap, size_t size, const void *item);
 /* A message another node sent that this node cannot take: the run stops, naming it (the
  * first sentence wins). Under e->mu. */
 void dh__nodes_refuse(dh_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* nodes_step.c: the exchange thread (STEP rounds until the run ends here). */
+/* nodes_step.c: the exchange thread (STEP rounds until the run ends here), and the entries of
+ * dh__several_nodes it defines (dh__node_ops says what each does). */
 void *dh__nodes_exchange_main(void *arg);
+int dh__nodes_wait_exchanged(dh_engine *e, int64_t st);
+void dh__nodes_drain(dh_engine *e);
+void dh__nodes_finish(dh_engine *e, dh__node_totals *t);
+void dh__nodes_result(const dh_engine *e, const dh__node_totals *t, dh_result *full);
 
 /* nodes_lend.c, from the message thread: a STEAL, a TASK (queued for this node's workers)
  * and a RESULT, each checked already. */
@@ -114,6 +124,9 @@ void dh__nodes_on_steal(dh_engine *e, int from);
 void dh__nodes_on_task(dh_engine *e, dh__lend_msg *m);
 void dh__nodes_on_notask(dh_engine *e, int from);
 void dh__nodes_on_result(dh_engine *e, int from, const uint8_t *data, size_t len);
+/* nodes_lend.c: dh__several_nodes' take_back and lend_work. */
+int dh__nodes_take_back(dh_engine *e, dh__task *t);
+int dh__nodes_lend_work(dh_engine *e, int w, dh__worker_ctx *x);
 
 /* nodes_moves.c. Under e->mu: step ns offered in this node's STEP record; the plan of ns
  * made at the exchange of ns - 1; moves that came before their plan applied. Without it:
@@ -123,6 +136,9 @@ void dh__nodes_agree(dh_engine *e, int64_t ns);
 void dh__nodes_apply_parked(dh_engine *e);
 int dh__nodes_send_moves(dh_engine *e);
 int dh__nodes_on_move(dh_engine *e, int from, void *data, size_t len);
+/* nodes_moves.c: dh__several_nodes' moving and plan_pending. */
+int dh__nodes_moving(const dh_engine *e);
+int dh__nodes_plan_pending(dh_engine *e, int64_t st, int rank);
 
 /* nodes_msg.c: the message thread. */
 void *dh__nodes_message_main(void *arg);

@@ -31,7 +31,7 @@ static void send_head(dh_engine *e, int to, int kind)
     e->run.cfg.send(e->run.cfg.exchange_user, to, &h, sizeof h);
 }
 
-int dh__eng_lend_handback(dh_engine *e, dh__task *t)
+int dh__nodes_take_back(dh_engine *e, dh__task *t)
 {
     struct dh__xchg *x = e->x;
     if (!x->nback)
@@ -40,7 +40,9 @@ int dh__eng_lend_handback(dh_engine *e, dh__task *t)
     return 1;
 }
 
-dh__lend_msg *dh__eng_lend_remote(dh_engine *e)
+/* Another node's task to prepare here (free it with free()), or NULL (and a STEAL goes out if
+ * a node is worth asking). Under e->mu. */
+static dh__lend_msg *lend_remote(dh_engine *e)
 {
     struct dh__xchg *x = e->x;
     if (!x->lending)
@@ -70,13 +72,10 @@ dh__lend_msg *dh__eng_lend_remote(dh_engine *e)
     return NULL;
 }
 
-size_t dh__eng_lend_header(void)
-{
-    return dh__wire_result_header();
-}
-
-void dh__eng_lend_result(dh_engine *e, const dh__lend_msg *m, uint8_t *msg, int64_t payload,
-                         int status, double cpu, const char *path, const char *err)
+/* Ships a prepared (or failed) task back to its owner: msg holds the payload after its
+ * header (NULL: no payload). Without e->mu. */
+static void ship_result(dh_engine *e, const dh__lend_msg *m, uint8_t *msg, int64_t payload,
+                        int status, double cpu, const char *path, const char *err)
 {
     m_result r = {M_RESULT, e->node, m->part, status, m->pos, payload, cpu, dh__eng_elapsed(e),
                   "", ""};
@@ -85,10 +84,55 @@ void dh__eng_lend_result(dh_engine *e, const dh__lend_msg *m, uint8_t *msg, int6
     if (msg) {
         memcpy(msg, &r, sizeof r);
         e->run.cfg.send(e->run.cfg.exchange_user, m->node, msg,
-                        dh__eng_lend_header() + (size_t)payload);
+                        dh__wire_result_header() + (size_t)payload);
     } else {
         e->run.cfg.send(e->run.cfg.exchange_user, m->node, &r, sizeof r);
     }
+}
+
+/* Prepares another node's task (lending) into this node's memory and ships it back. */
+static void run_remote(dh_engine *e, int w, dh__lend_msg *m, dh__worker_ctx *x)
+{
+    dh__task t = {.pos = m->pos, .sample = m->sample, .step = m->step, .rank = m->rank,
+                  .worker = w, .part = m->part, .nparts = m->nparts, .pred_cost = m->pred_cost};
+    dh_batch_item *items = dh__calloc((size_t)DH_MAX(1, m->nitems), sizeof *items);
+    size_t head = dh__wire_result_header(), total = 0;
+    for (int32_t j = 0; items && j < m->nitems; j++) {
+        items[j] = (dh_batch_item){.sample = t.sample, .media = j, .offset = (int64_t)total,
+                                   .bytes = m->item_bytes[j]};
+        total += dh__align_up((size_t)m->item_bytes[j], ITEM_ALIGN);
+    }
+    uint8_t *msg = NULL;
+    if (items && posix_memalign((void **)&msg, ITEM_ALIGN, head + total))
+        msg = NULL;
+    pthread_mutex_unlock(&e->mu);
+    double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
+    x->err[0] = 0;
+    x->path[0] = 0;
+    int rc = msg ? dh__eng_run_task(e, &t, items, m->nitems, msg + head, x) : DH_ENOMEM;
+    double cpu = dh__thread_cpu() - c0;
+    if (msg)
+        ship_result(e, m, msg, rc ? 0 : (int64_t)total, rc, cpu, x->path,
+                    x->err[0] ? x->err : dh_strerror(rc));
+    else
+        ship_result(e, m, NULL, 0, DH_ENOMEM, cpu, "", "out of memory");
+    free(msg);
+    free(items);
+    free(m);
+    pthread_mutex_lock(&e->mu);
+    e->cpu_sum += cpu; /* the CPU was spent here; the owner counts the sample */
+    dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, "prepare (lent)", started,
+                   dh__eng_elapsed(e) - started, t.step, t.rank, t.sample);
+}
+
+
+int dh__nodes_lend_work(dh_engine *e, int w, dh__worker_ctx *x)
+{
+    dh__lend_msg *m = lend_remote(e);
+    if (!m)
+        return 0;
+    run_remote(e, w, m, x);
+    return 1;
 }
 
 /* Owner: a lender asks. Pops this node's least-slack task if its backlog is late, gives it a
@@ -181,14 +225,14 @@ void dh__nodes_on_result(dh_engine *e, int from, const uint8_t *data, size_t len
     const dh_batch_item *items = b->items;
     int32_t nitems = b->nitems;
     pthread_mutex_unlock(&e->mu);
-    const uint8_t *src = data + dh__eng_lend_header();
+    const uint8_t *src = data + dh__wire_result_header();
     size_t off = 0;
     int rc = r.status;
     for (int32_t j = 0; !rc && base && j < nitems; j++) {
         const dh_batch_item *it = &items[j];
         if (it->sample != lt.t.sample)
             continue;
-        if (dh__eng_lend_header() + off + (size_t)it->bytes > len) {
+        if (dh__wire_result_header() + off + (size_t)it->bytes > len) {
             rc = DH_EPARSE; /* a short result: the sample fails, named, never half-copied */
             break;
         }

@@ -29,15 +29,15 @@ void dh__eng_test_move_room(int64_t bytes)
     test_room = bytes;
 }
 
-int dh__eng_nodes_moving(const dh_engine *e)
+int dh__nodes_moving(const dh_engine *e)
 {
-    return e->x && e->x->moving;
+    return e->x->moving;
 }
 
-int dh__eng_nodes_plan_pending(dh_engine *e, int64_t st, int rank)
+int dh__nodes_plan_pending(dh_engine *e, int64_t st, int rank)
 {
     struct dh__xchg *x = e->x;
-    if (!x || !x->moving || st < 1 || x->exchanged >= st || x->done || e->stop)
+    if (!x->moving || st < 1 || x->exchanged >= st || x->done || e->stop)
         return 0;
     eng_step *prev = st - 1 >= e->lo ? dh__eng_step(e, st - 1) : NULL;
     return !prev || prev->b[rank].released_at > 0;
@@ -76,6 +76,50 @@ void dh__nodes_offer(dh_engine *e, xrec *m, int64_t ns)
             cost[n++] = (float)dh__sched_prepared_cost(e->sched, ns, k);
     for (; n < x->ncost; n++)
         cost[n] = -1;
+}
+
+/* Sample k of step st leaves this node's batch `from` for node `to`: its items are packed
+ * for sending once the lock is dropped. 0 or DH_ENOMEM. Under e->mu. */
+static int move_out(dh_engine *e, int64_t st, int64_t k, int to, const batch_slot *from)
+{
+    struct dh__xchg *x = e->x;
+    const int64_t *order = dh__sched_step_order(e->sched, st);
+    const uint8_t *base = dh__slot_data(e, from);
+    int32_t n, first = dh__slot_items_of(from->items, from->nitems, order[k], &n);
+    size_t head = dh__wire_move_header(n), payload = 0;
+    for (int32_t j = 0; j < n; j++)
+        payload += (size_t)dh__ring_aligned(from->items[first + j].bytes);
+    move_msg mm = {to, dh__malloc(head + payload), head + payload};
+    if (!mm.data || !base)
+        return free(mm.data), DH_ENOMEM;
+    m_move h = {M_MOVE, e->node, n, 0, st, k, order[k], (int64_t)payload};
+    memcpy(mm.data, &h, sizeof h);
+    int32_t *status = (int32_t *)((uint8_t *)mm.data + sizeof h);
+    uint8_t *dst = (uint8_t *)mm.data + head;
+    for (int32_t j = 0; j < n; j++) {
+        const dh_batch_item *it = &from->items[first + j];
+        status[j] = it->status;
+        memcpy(dst, base + it->offset, (size_t)it->bytes);
+        dst += dh__ring_aligned(it->bytes);
+    }
+    if (dh__nodes_push((void **)&x->out, &x->nout, &x->capout, sizeof mm, &mm))
+        return free(mm.data), DH_ENOMEM;
+    return 0;
+}
+
+/* dh__departures for an agreed plan: the samples leaving this node, packed for their node. */
+static int departures(dh_engine *e, int64_t st, const batch_slot *slots, const int32_t *rank_of)
+{
+    int per = e->rank_hi - e->rank_lo;
+    for (int64_t k = 0; k < e->G; k++) {
+        int from = dh__sched_rank_of(e->sched, st, k);
+        if (dh__eng_rank_here(e, from) && !dh__eng_rank_here(e, rank_of[k])) {
+            int rc = move_out(e, st, k, rank_of[k] / per, &slots[from]);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
 }
 
 /* The scheduler's accept callback for an agreed plan: every node decides alike whether every
@@ -128,7 +172,7 @@ static int carry_agreed(void *ctx, int64_t st, const int32_t *rank_of)
     eng_step *s = dh__eng_step(e, st);
     memset(e->changed, 0, (size_t)e->R);
     double t0 = dh__eng_elapsed(e);
-    int rc = !s || dh__eng_carry(e, st, rank_of, 1);
+    int rc = !s || dh__eng_carry(e, st, rank_of, departures);
     x->carry_s += dh__eng_elapsed(e) - t0;
     if (rc) {
         /* the room was published: only a failure gets here; the others go on without us */
@@ -193,33 +237,6 @@ void dh__nodes_agree(dh_engine *e, int64_t ns)
     }
     for (int r = e->rank_lo; s && r < e->rank_hi; r++)
         s->b[r].agreeing = 0;
-}
-
-int dh__eng_move_out(dh_engine *e, int64_t st, int64_t k, int to, const batch_slot *from)
-{
-    struct dh__xchg *x = e->x;
-    const int64_t *order = dh__sched_step_order(e->sched, st);
-    const uint8_t *base = dh__slot_data(e, from);
-    int32_t n, first = dh__slot_items_of(from->items, from->nitems, order[k], &n);
-    size_t head = dh__wire_move_header(n), payload = 0;
-    for (int32_t j = 0; j < n; j++)
-        payload += (size_t)dh__ring_aligned(from->items[first + j].bytes);
-    move_msg mm = {to, dh__malloc(head + payload), head + payload};
-    if (!mm.data || !base)
-        return free(mm.data), DH_ENOMEM;
-    m_move h = {M_MOVE, e->node, n, 0, st, k, order[k], (int64_t)payload};
-    memcpy(mm.data, &h, sizeof h);
-    int32_t *status = (int32_t *)((uint8_t *)mm.data + sizeof h);
-    uint8_t *dst = (uint8_t *)mm.data + head;
-    for (int32_t j = 0; j < n; j++) {
-        const dh_batch_item *it = &from->items[first + j];
-        status[j] = it->status;
-        memcpy(dst, base + it->offset, (size_t)it->bytes);
-        dst += dh__ring_aligned(it->bytes);
-    }
-    if (dh__nodes_push((void **)&x->out, &x->nout, &x->capout, sizeof mm, &mm))
-        return free(mm.data), DH_ENOMEM;
-    return 0;
 }
 
 /* Sends what the last plan packed. Without e->mu (the exchange thread's). */

@@ -183,11 +183,9 @@ void *dh__nodes_exchange_main(void *arg)
     return NULL;
 }
 
-void dh__eng_nodes_drain(dh_engine *e)
+void dh__nodes_drain(dh_engine *e)
 {
     struct dh__xchg *x = e->x;
-    if (!x)
-        return;
     pthread_mutex_lock(&e->mu);
     int done = 1; /* did every local rank take every step? (else this node stops early) */
     for (int r = e->rank_lo; r < e->rank_hi; r++)
@@ -197,11 +195,9 @@ void dh__eng_nodes_drain(dh_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-int dh__eng_wait_exchanged(dh_engine *e, int64_t st)
+int dh__nodes_wait_exchanged(dh_engine *e, int64_t st)
 {
     struct dh__xchg *x = e->x;
-    if (!x)
-        return 0;
     pthread_mutex_lock(&e->mu);
     while (!e->stop && !x->done && x->exchanged <= st)
         pthread_cond_wait(&x->cv, &e->mu);
@@ -236,22 +232,11 @@ static void fill_final(dh_engine *e, xrec *m)
     m->closed_failed = e->rec.failed;
 }
 
-/* engine_serve.h: the reason travels in this node's FINAL record, read at the others' HELLO. */
-void dh__engine_refuse(dh_engine *e, int rc, const char *why)
-{
-    pthread_mutex_lock(&e->mu);
-    if (!e->error)
-        e->error = rc;
-    if (e->x && !e->x->err[0])
-        dh__msg(e->x->err, sizeof e->x->err, "%s", why);
-    pthread_mutex_unlock(&e->mu);
-}
-
 /* Every node's totals (only this node's if another could not be reached), summed into t. */
-void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
+void dh__nodes_finish(dh_engine *e, dh__node_totals *t)
 {
     struct dh__xchg *x = e->x;
-    if (!x)
+    if (!x) /* its allocation failed: this node's totals */
         return;
     if (x->finished) { /* a second finish: the rounds are over, their totals kept */
         *t = x->totals;
@@ -311,10 +296,10 @@ void dh__eng_nodes_finish(dh_engine *e, dh__node_totals *t)
     x->totals = *t;
 }
 
-void dh__node_result(const dh__node_totals *t, int nodes, dh_result *full)
+void dh__nodes_result(const dh_engine *e, const dh__node_totals *t, dh_result *full)
 {
-    full->nodes = nodes;
-    full->memory_budget *= nodes; /* each node held its share */
+    full->nodes = e->nodes;
+    full->memory_budget *= e->nodes; /* each node held its share */
     full->reb_considered = t->considered;
     full->reb_moved = t->moved;
     full->reb_gated = t->gated;

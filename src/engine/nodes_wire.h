@@ -79,7 +79,13 @@ typedef struct {
     int32_t kind, node;
 } m_head; /* STEAL, NOTASK: nothing more */
 
-/* TASK: dh__lend_msg (engine_int.h), then int64_t item_bytes[nitems]. */
+/* TASK: a task of the owner's, lent (a lender's workers prepare it and send a RESULT). */
+typedef struct {
+    int32_t kind, node, rank, part, nparts, nitems;
+    int64_t pos, step, sample;
+    double pred_cost;
+    int64_t item_bytes[]; /* nitems */
+} dh__lend_msg;
 
 typedef struct {
     int32_t kind, node, part, status;

@@ -82,7 +82,7 @@ static void *rank_main(void *p)
         sleep_for(gpu);
         dh_engine_release(e, &b, gpu);
         int last = barrier_wait(a->barrier);
-        if (last < 0 || dh__eng_wait_exchanged(e, st)) /* several nodes: every node's ranks */
+        if (last < 0 || e->nops->wait_exchanged(e, st)) /* several nodes: every node's ranks */
             break;
         if (last && e->run.cfg.progress)
             e->run.cfg.progress(st + 1, e->run.cfg.steps > 0 ? e->N : -1,
@@ -146,8 +146,8 @@ int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *u
     rc = rc ? rc : frc;
     if (rc == DH_EFAILED && err && errlen && e->fail_msg[0])
         dh__msg(err, errlen, "the run stopped: %s", e->fail_msg);
-    if (rc && err && errlen && !err[0] && dh__eng_nodes_error(e)[0]) /* another node's */
-        dh__msg(err, errlen, "%s", dh__eng_nodes_error(e));
+    if (rc && err && errlen && !err[0] && e->nops->error(e)[0]) /* another node's */
+        dh__msg(err, errlen, "%s", e->nops->error(e));
     if (rc && err && errlen && !err[0])
         dh__msg(err, errlen, "the run stopped: %s", dh_strerror(rc));
     dh_engine_free(e);

@@ -71,8 +71,8 @@ static void free_step(eng_step *s, int R)
 void dh__eng_step_released(dh_engine *e, int64_t step)
 {
     eng_step *s = dh__eng_step(e, step);
-    if (s && e->x && s->released + 1 == e->rank_hi - e->rank_lo)
-        dh__eng_nodes_wake(e); /* this node's ranks are done: the step exchange may go */
+    if (s && s->released + 1 == e->rank_hi - e->rank_lo)
+        e->nops->wake(e); /* this node's ranks are done: the step exchange may go */
     if (!s || ++s->released < e->R)
         return;
     dh__records_close(&e->rec, step);

@@ -37,18 +37,12 @@ static double task_limit(const dh_engine *e, const dh__task *t)
     return DH_MIN(300.0, DH_MAX(10.0, 20.0 * t->pred_cost));
 }
 
-/* What a worker keeps between tasks: its message buffers, its open shards and its CPU token. */
-typedef struct {
-    char path[4096], err[512];
-    dh__fd_cache *shards; /* NULL (out of memory): each shard opened per item */
-    int held;             /* a token of e->gate */
-} worker_ctx;
-
-/* Decodes task t's share of its sample into the batch buffer; returns 0 or the first error. */
-static int run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items, int32_t nitems,
-                    uint8_t *base, dh__fd_cache *shards, char *path, size_t pathlen, char *err,
-                    size_t errlen)
+int dh__eng_run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items,
+                     int32_t nitems, uint8_t *base, dh__worker_ctx *x)
 {
+    dh__fd_cache *shards = x->shards;
+    char *path = x->path, *err = x->err;
+    size_t pathlen = sizeof x->path, errlen = sizeof x->err;
     const dh_manifest *m = e->run.m;
     dh_sample_info si;
     dh_manifest_sample(m, t->sample, &si);
@@ -192,62 +186,16 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
     pthread_cond_broadcast(&e->work);
 }
 
-/* Prepares another node's task (lending) into this node's memory and ships it back. */
-static int run_remote(dh_engine *e, int w, dh__lend_msg *m, worker_ctx *x)
-{
-    char *path = x->path, *err = x->err;
-    size_t pathlen = sizeof x->path, errlen = sizeof x->err;
-    dh__task t = {.pos = m->pos, .sample = m->sample, .step = m->step, .rank = m->rank,
-                  .worker = w, .part = m->part, .nparts = m->nparts, .pred_cost = m->pred_cost};
-    dh_batch_item *items = dh__calloc((size_t)DH_MAX(1, m->nitems), sizeof *items);
-    size_t head = dh__eng_lend_header(), total = 0;
-    for (int32_t j = 0; items && j < m->nitems; j++) {
-        items[j] = (dh_batch_item){.sample = t.sample, .media = j, .offset = (int64_t)total,
-                                   .bytes = m->item_bytes[j]};
-        total += dh__align_up((size_t)m->item_bytes[j], ITEM_ALIGN);
-    }
-    uint8_t *msg = NULL;
-    if (items && posix_memalign((void **)&msg, ITEM_ALIGN, head + total))
-        msg = NULL;
-    pthread_mutex_unlock(&e->mu);
-    double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
-    err[0] = 0;
-    path[0] = 0;
-    int rc = msg ? run_task(e, &t, items, m->nitems, msg + head, x->shards, path, pathlen, err,
-                            errlen)
-                 : DH_ENOMEM;
-    double cpu = dh__thread_cpu() - c0;
-    if (msg)
-        dh__eng_lend_result(e, m, msg, rc ? 0 : (int64_t)total, rc, cpu, path,
-                            err[0] ? err : dh_strerror(rc));
-    else
-        dh__eng_lend_result(e, m, NULL, 0, DH_ENOMEM, cpu, "", "out of memory");
-    free(msg);
-    free(items);
-    free(m);
-    pthread_mutex_lock(&e->mu);
-    e->cpu_sum += cpu; /* the CPU was spent here; the owner counts the sample */
-    dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, "prepare (lent)", started,
-                   dh__eng_elapsed(e) - started, t.step, t.rank, t.sample);
-    return 0;
-}
-
 /* Takes and runs one task; returns 1 when there was none (the caller waits). x->held: this
  * worker holds a token of the engine's gate (kept from task to task, given back when idle). */
-static int work_once(dh_engine *e, int w, worker_ctx *x)
+static int work_once(dh_engine *e, int w, dh__worker_ctx *x)
 {
-    char *path = x->path, *err = x->err;
-    size_t pathlen = sizeof x->path, errlen = sizeof x->err;
     int *held = &x->held;
     dh__task t;
-    int rc = e->x && dh__eng_lend_handback(e, &t) ? 0
-                                                 : dh__sched_next_task(e->sched, w,
-                                                                       dh__eng_elapsed(e), &t);
-    if (rc == DH__IDLE && e->x) { /* nothing here: another node's late work? */
-        dh__lend_msg *m = dh__eng_lend_remote(e);
-        if (m)
-            return run_remote(e, w, m, x);
-    }
+    int rc = e->nops->take_back(e, &t) ? 0
+                                       : dh__sched_next_task(e->sched, w, dh__eng_elapsed(e), &t);
+    if (rc == DH__IDLE && e->nops->lend_work(e, w, x)) /* another node's late work, done */
+        return 0;
     if (rc) {
         if (rc < 0)
             dh__eng_fail(e, rc);
@@ -279,14 +227,14 @@ static int work_once(dh_engine *e, int w, worker_ctx *x)
                             : dh__gate_enter(e->gate, &e->waiting, active, slack);
     *held = e->gate != NULL;
     double c0 = dh__thread_cpu(), started = dh__eng_elapsed(e);
-    err[0] = 0;
-    path[0] = 0;
+    x->err[0] = 0;
+    x->path[0] = 0;
     if (!rc)
-        rc = run_task(e, &t, items, nitems, base, x->shards, path, pathlen, err, errlen);
+        rc = dh__eng_run_task(e, &t, items, nitems, base, x);
     double cpu = dh__thread_cpu() - c0;
     pthread_mutex_lock(&e->mu);
     e->gate_wait_s += waited;
-    dh__eng_finish_task(e, w, &t, b, base, rc, started, cpu, path, err, 0);
+    dh__eng_finish_task(e, w, &t, b, base, rc, started, cpu, x->path, x->err, 0);
     return 0;
 }
 
@@ -295,7 +243,7 @@ static void *worker_main(void *arg)
     dh_engine *e = ((void **)arg)[0];
     int w = (int)(intptr_t)((void **)arg)[1];
     free(arg);
-    worker_ctx *x = dh__calloc(1, sizeof *x); /* 5 KB: off the thread's stack */
+    dh__worker_ctx *x = dh__calloc(1, sizeof *x); /* 5 KB: off the thread's stack */
     if (x)
         x->shards = dh__fd_cache_new(8);
     pthread_mutex_lock(&e->mu);
@@ -321,9 +269,7 @@ static void *worker_main(void *arg)
 
 int dh__eng_start_workers(dh_engine *e)
 {
-    int first = 0, n = dh__sched_worker_count(e->sched);
-    if (e->nodes > 1) /* this node's workers only */
-        n = dh__sched_node_workers(e->sched, e->node, &first);
+    int first = 0, n = dh__sched_node_workers(e->sched, e->node, &first); /* one node: all */
     e->threads = dh__calloc((size_t)n, sizeof *e->threads);
     if (!e->threads)
         return DH_ENOMEM;

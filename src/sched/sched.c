@@ -1,16 +1,12 @@
 /*
- * sched.c - the scheduler's spine: planning, admission and the pull
- * interface of sched.h. Its memory and the step window are in state.c; how
- * work is served lives in its rooms: lst.c (least slack, splitting),
- * baseline.c (local, FIFO), rebalance.c, lend.c. Which room runs is read
- * from the policy's row (policy.c).
+ * sched.c - the scheduler's spine: admission and the pull interface of
+ * sched.h. Its memory and the step window are in state.c, planning and the
+ * failure it keeps in planning.c; how work is served lives in its rooms:
+ * lst.c (least slack, splitting), baseline.c (local, FIFO), rebalance.c,
+ * lend.c. Which room runs is read from the policy's row (policy.c). The
+ * rooms call planning.c and state.c, never back into this file.
  *
  * DESIGN
- * - Steps are planned lazily, in order, when their first batch enters the
- *   window, so placement uses the calibration learnt so far. The order
- *   source gives each step's G samples as it is planned (the sampler rolls
- *   from epoch to epoch); balanced placement partitions them with
- *   dh__partition(), stride placement deals sample k to rank k % R.
  * - Window: batches are admitted in (step, rank) order while the bytes of
  *   admitted, not yet finished batches fit the memory budget (at least one
  *   batch is always admitted, so a batch larger than the budget cannot
@@ -24,121 +20,8 @@
  */
 #include "sched_int.h"
 
-#include "../plan/plan.h"
-
 #include <stdlib.h>
 #include <string.h>
-
-int dh__sched_fail(dh__sched *s, int rc)
-{
-    if (!s->error)
-        s->error = rc;
-    return s->error;
-}
-
-/* ---------------------------------------------------------------- planning */
-
-/*
- * Groups step st's positions by rank (members) and recomputes each batch's
- * task count, done count, bytes and predicted GPU time from rank_of; called
- * after planning and after a rebalancing plan moved samples.
- */
-void dh__sched_regroup(dh__sched *s, int64_t st)
-{
-    int64_t G = s->G, base = step_slot(s, st) * G;
-    const int64_t *idx = s->order + base;
-    const int32_t *rank_of = s->rank_of + base;
-    batch_rec *b = batch_of(s, st, 0);
-    for (int r = 0; r < s->R; r++)
-        b[r].ntasks = b[r].ndone = 0, b[r].bytes = 0, b[r].pred_gpu_raw = 0;
-    for (int64_t k = 0; k < G; k++) {
-        batch_rec *br = &b[rank_of[k]];
-        br->ntasks++;
-        br->ndone += s->done[base + k];
-        br->bytes += s->cfg.pred.bytes[idx[k]];
-        br->pred_gpu_raw += sample_gpu(s, idx[k]);
-    }
-    int32_t off = 0;
-    for (int r = 0; r < s->R; r++) {
-        b[r].first = off;
-        off += b[r].ntasks;
-    }
-    int32_t *fill = s->plan_fill;
-    memset(fill, 0, (size_t)s->R * sizeof *fill);
-    for (int64_t k = 0; k < G; k++) /* positions grouped by rank, in batch order */
-        s->members[base + b[rank_of[k]].first + fill[rank_of[k]]++] = st * G + k;
-}
-
-static int place_balanced(dh__sched *s, const int64_t *idx, int32_t *rank_of)
-{
-    double *gpu = s->plan_gpu, *cpu = s->plan_cpu;
-    for (int64_t k = 0; k < s->G; k++) {
-        gpu[k] = sample_gpu(s, idx[k]);
-        cpu[k] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib,
-                               s->cfg.pred.cls[idx[k]], s->cfg.pred.cpu_pred[idx[k]]);
-        s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
-        s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
-    }
-    dh__part_in in = {.n = (int)s->G, .ranks = s->R, .gpu = gpu, .cpu = cpu,
-                      .tokens = s->plan_tokens, .bytes = s->plan_bytes,
-                      .cap_tokens = s->cfg.rank_token_cap, .cap_bytes = s->cfg.rank_byte_cap};
-    dh__part_out po;
-    int rc = dh__partition(&in, rank_of, &po);
-    if (!rc)
-        s->cap_violations += po.cap_violations;
-    return rc;
-}
-
-/* Draws step st's samples, places them, groups them by rank, fills its records. */
-static int plan_step(dh__sched *s, int64_t st)
-{
-    int rc = dh__sched_ensure_room(s, st);
-    if (rc)
-        return rc;
-    int64_t G = s->G, base = step_slot(s, st) * G;
-    int64_t *idx = s->order + base;
-    if ((rc = s->cfg.next_order(s->cfg.order_ctx, idx)))
-        return rc;
-    for (int64_t k = 0; k < G; k++)
-        if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
-            return DH_ERANGE;
-    int32_t *rank_of = s->rank_of + base;
-    if (s->caps->placement == DH_PLACE_BALANCED)
-        rc = place_balanced(s, idx, rank_of);
-    else
-        dh__partition_stride((int)G, s->R, rank_of);
-    if (rc)
-        return rc;
-    memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
-    batch_rec *b = batch_of(s, st, 0);
-    memset(b, 0, (size_t)s->R * sizeof *b);
-    for (int64_t k = 0; k < G; k++) {
-        s->task_pred[base + k] = s->cfg.pred.cpu_pred[idx[k]];
-        s->parts_left[base + k] = 0;
-        s->revealed[base + k] = -1.0f;
-        s->done[base + k] = 0;
-    }
-    s->finished_ranks[step_slot(s, st)] = 0;
-    dh__sched_regroup(s, st);
-    double step_gpu = 0;
-    for (int r = 0; r < s->R; r++)
-        step_gpu = DH_MAX(step_gpu, b[r].pred_gpu_raw);
-    s->step_start[step_slot(s, st + 1)] = D(s, st) + dh__calib_gpu(&s->calib, s->cfg.gpu.c0 + step_gpu);
-    s->planned = st + 1;
-    return 0;
-}
-
-int dh__sched_ensure_planned(dh__sched *s, int64_t st)
-{
-    if (s->error)
-        return s->error;
-    while (s->planned <= st && s->planned < s->N) {
-        int rc = plan_step(s, s->planned);
-        if (rc)
-            return dh__sched_fail(s, rc);
-    }
-    return 0;
-}
 
 /* ---------------------------------------------------------------- admission */
 

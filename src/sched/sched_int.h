@@ -1,8 +1,11 @@
 /*
  * sched_int.h - the scheduler's state, shared by its rooms (internal to
- * src/sched): sched.c (window, planning, admission, the pull interface),
- * state.c (creation, the window's rings), lst.c (least slack and splitting), baseline.c (the local and FIFO
+ * src/sched): sched.c (admission, the pull interface), planning.c (drawing
+ * and placing steps, the kept failure), state.c (creation, the window's
+ * rings), lst.c (least slack and splitting), baseline.c (the local and FIFO
  * services), rebalance.c and lend.c. Nothing outside src/sched includes it.
+ * Calls go one way: sched.c calls the rooms, the rooms call planning.c and
+ * state.c, which call no room.
  *
  * DESIGN: the step window. A step's state (its samples, placement, batch
  * records, task progress) lives from the moment it is planned until every
@@ -168,7 +171,7 @@ int dh__sched_ensure_room(dh__sched *s, int64_t st);
 /* Steps every rank finished, before the latest taken one, leave the window. */
 void dh__sched_retire(dh__sched *s);
 
-/* sched.c */
+/* planning.c */
 /* Records the scheduler's first failure (rc < 0); every later call returns it. */
 int dh__sched_fail(dh__sched *s, int rc);
 int dh__sched_ensure_planned(dh__sched *s, int64_t st);
