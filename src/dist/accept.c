@@ -44,6 +44,14 @@ void dh__serve_say(const hub *h, const char *stream, const char *fmt, va_list ap
     h->on_event(msg, h->event_user);
 }
 
+void dh__agent_event(agent *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    dh__serve_say(a->hub, a->stream, fmt, ap);
+    va_end(ap);
+}
+
 static void say(const hub *h, const char *stream, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -43,31 +43,6 @@
 #include <time.h>
 #include <unistd.h>
 
-void dh__agent_event(agent *a, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    dh__serve_say(a->hub, a->stream, fmt, ap);
-    va_end(ap);
-}
-
-/* A step of this run as the trainers count it: from the start of training. */
-int64_t dh__agent_step(const agent *a, int64_t st)
-{
-    return a->info.step_base + st;
-}
-
-/* Steps left of the job from a start (--steps counts global steps from the start of
- * training, --epochs whole epochs), or -1 for an endless job. */
-int64_t dh__agent_job_left(const agent *a, const start_point *p)
-{
-    const dh_run_config *c = a->cfg;
-    return c->steps > 0    ? c->steps - p->base
-           : c->steps == 0 ? DH_MAX(c->epochs, 1) * a->steps_per_epoch -
-                                 (p->epoch * a->steps_per_epoch + p->step)
-                           : -1;
-}
-
 void dh_serve_opts_default(dh_serve_opts *o)
 {
     memset(o, 0, sizeof *o);

@@ -122,13 +122,26 @@ struct hub {
     void *event_user;
 };
 
-/* serve.c: an event of stream a (prefixed with its name when the agent has several); a step
- * of the run as trainers count it (from the start of training); steps left of the job from
- * a start (-1: endless). */
+/* accept.c: an event of stream a (prefixed with its name when the agent has several). */
 void dh__agent_event(agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define event(...) dh__agent_event(__VA_ARGS__) /* the agent's files tell events so */
-int64_t dh__agent_step(const agent *a, int64_t st);
-int64_t dh__agent_job_left(const agent *a, const start_point *p);
+
+/* A step of the run as trainers count it (from the start of training). */
+static inline int64_t dh__agent_step(const agent *a, int64_t st)
+{
+    return a->info.step_base + st;
+}
+
+/* Steps left of the job from a start (--steps counts global steps from the start of
+ * training, --epochs whole epochs), or -1 for an endless job. */
+static inline int64_t dh__agent_job_left(const agent *a, const start_point *p)
+{
+    const dh_run_config *c = a->cfg;
+    return c->steps > 0    ? c->steps - p->base
+           : c->steps == 0 ? DH_MAX(c->epochs, 1) * a->steps_per_epoch -
+                                 (p->epoch * a->steps_per_epoch + p->step)
+                           : -1;
+}
 
 /* serve_attach.c: where a resumed attach starts (0, or the refusal in why); the queued
  * attaches taken (validated, or refused with why when why is not NULL); every rank awaited

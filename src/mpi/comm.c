@@ -23,45 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dh__comm_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-double dh__comm_mono(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-int dh__comm_wait_until(dh__comm *c, double deadline)
-{
-    double left = deadline - dh__comm_mono();
-    if (left <= 0)
-        return 1;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double at = (double)t.tv_sec + (double)t.tv_nsec * 1e-9 + DH_MIN(left, 0.05);
-    t.tv_sec = (time_t)at;
-    t.tv_nsec = (long)((at - (double)t.tv_sec) * 1e9);
-    pthread_cond_timedwait(&c->cv, &c->mu, &t);
-    return 0;
-}
-
-
-
-
-
-
-
-
 static int start_mpi(dh__comm *c)
 {
     int provided = 0, inited = 0;
@@ -322,13 +283,6 @@ int dh__comm_send(dh__comm *c, int to, int32_t tag, const void *buf, size_t len)
     if (dead)
         dh__comm_msg_free(m);
     return dead ? DH_EPEER : 0;
-}
-
-int dh__comm_dead_locked(dh__comm *c, char *err, size_t errlen)
-{
-    if (c->dead < 0)
-        return 0;
-    return dh__comm_fail(err, errlen, DH_EPEER, "%s", c->err);
 }
 
 int dh__comm_recv(dh__comm *c, dh__comm_msg *out, double timeout_s, char *err, size_t errlen)

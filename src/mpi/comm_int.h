@@ -2,6 +2,7 @@
  * comm_int.h - what the files of the communication layer share (internal to
  * src/mpi; comm.h is its interface):
  *   comm.c       the thread (its loop, start and stop) and the callers' side of messages
+ *   comm_base.c  error sentences, the clock, bounded waits, the node-died check (a leaf)
  *   comm_msg.c   messages on the wire: chunked sends, receives delivered in order per sender
  *   comm_ag.c    the per-step exchange (an allgather the thread drives)
  *   comm_live.c  who is who, heartbeats and declaring a silent node dead
@@ -88,13 +89,13 @@ typedef struct {
     uint8_t *blocked;         /* per node, scratch: an earlier message of it is incomplete */
 } comm_pump;
 
-/* Monotonic seconds. */
+/* comm_base.c. Monotonic seconds. */
 double dh__comm_mono(void);
 /* Writes the sentence into err (may be NULL) and returns code. */
 int dh__comm_fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* comm.c: waits on c->cv until `deadline` (monotonic seconds; 0, or 1 past it); under c->mu,
+/* comm_base.c: waits on c->cv until `deadline` (monotonic seconds; 0, or 1 past it); under c->mu,
  * DH_EPEER with the dead node's sentence, or 0. */
 int dh__comm_wait_until(dh__comm *c, double deadline);
 int dh__comm_dead_locked(dh__comm *c, char *err, size_t errlen);

@@ -10,6 +10,7 @@
  */
 #include "../codec/codec.h"
 #include "../codec/source.h"
+#include "probe.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -137,4 +138,33 @@ int dh_probe_file(const char *path, const dh_limits *limits, dh_probe_result *ou
                   size_t errlen)
 {
     return path ? dh__probe_src(DH__SRC(path), limits, out, err, errlen) : DH_EINVAL;
+}
+
+json_t *dh__media_json(const dh_probe_result *r, const char *path)
+{
+    const dh_media_info *mi = &r->info;
+    json_t *m = json_object();
+    json_object_set_new(m, "type", json_string(dh_media_type_name(mi->type)));
+    json_object_set_new(m, "path", json_string(path));
+    json_object_set_new(m, "codec", json_string(r->codec_name));
+    if (mi->type != DH_MEDIA_AUDIO) {
+        json_object_set_new(m, "width", json_integer(mi->width));
+        json_object_set_new(m, "height", json_integer(mi->height));
+    }
+    if (mi->type == DH_MEDIA_VIDEO) {
+        json_object_set_new(m, "fps", json_real(mi->fps));
+        json_object_set_new(m, "frames", json_integer(mi->frames));
+        json_t *kf = json_array();
+        for (int32_t k = 0; k < mi->keyframe_count; k++)
+            json_array_append_new(kf, json_integer(mi->keyframes[k]));
+        json_object_set_new(m, "keyframes", kf);
+    }
+    if (mi->type != DH_MEDIA_IMAGE)
+        json_object_set_new(m, "duration", json_real(mi->duration_s));
+    if (mi->type == DH_MEDIA_AUDIO) {
+        json_object_set_new(m, "sample_rate", json_integer(mi->sample_rate));
+        json_object_set_new(m, "channels", json_integer(mi->channels));
+    }
+    json_object_set_new(m, "bytes", json_integer(mi->bytes));
+    return m;
 }

@@ -1,4 +1,5 @@
-/* probe.h - manifest line pieces shared by index and gen (internal). */
+/* probe.h - manifest line pieces shared by index and gen (internal); dh__media_json is in
+ * probe.c, the rest in shards.c. */
 #ifndef DH_PROBE_H
 #define DH_PROBE_H
 
