@@ -761,7 +761,8 @@ typedef struct {
 } hub_node;
 
 /* What the hub spoils: 1 node 1's greeting, 2 its record of step 1, 3 node 1's first
- * message becomes a TASK of node 0 claiming 1000 items (0: nothing). */
+ * message becomes a TASK of node 0 claiming 1000 items, 4 node 1's record of step 1 claims
+ * more failed samples than a step has (0: nothing). */
 static int corrupt;
 
 static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, char *err,
@@ -789,6 +790,8 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
         ((dh__wire_greeting *)(h->in + bytes))->version = 99;
     if (corrupt == 2 && me->node == 1 && me->calls == 5) /* its record of step 1: step 7 */
         ((xrec *)(h->in + bytes))->step = 7;
+    if (corrupt == 4 && me->node == 1 && me->calls == 5)
+        ((xrec *)(h->in + bytes))->failed = 1000000;
     int64_t gen = h->gen;
     if (++h->arrived == h->n) {
         h->arrived = 0;
@@ -1541,6 +1544,7 @@ START_TEST(a_node_that_sends_what_cannot_be_read_is_named)
         {1, "node 1 speaks node protocol version 99, this node"},
         {2, "node 1 sent the record of step 7 in the exchange of step 1"},
         {3, "node 0 sent a task claiming 1000 items in"},
+        {4, "node 1 sent a malformed step record (step 1, 1000000 failed samples"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         corrupt = cases[i].what;

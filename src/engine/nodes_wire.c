@@ -138,10 +138,13 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
     r->policy[sizeof r->policy - 1] = 0; /* strings another node wrote: terminated here */
     r->workload[sizeof r->workload - 1] = 0;
     r->msg[sizeof r->msg - 1] = 0;
-    if (r->kind == X_STEP && (r->step < 0 || r->mv_room < 0 || r->mv_ids < 0))
+    if (r->kind == X_STEP &&
+        (r->step < 0 || r->mv_room < 0 || r->mv_ids < 0 || r->failed < 0 ||
+         r->failed > lim->global_batch || r->late_bytes < 0 || r->late_bytes > lim->max_bytes))
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed step record (step "
-                        "%lld)", k, (long long)r->step);
-    (void)lim;
+                        "%lld, %lld failed samples of %lld, a late task of %lld bytes)", k,
+                        (long long)r->step, (long long)r->failed, (long long)lim->global_batch,
+                        (long long)r->late_bytes);
     return 0;
 }
 
