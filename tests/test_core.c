@@ -173,13 +173,13 @@ int main(void)
 {
     Suite *s = suite_create("core");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, error_names_and_texts);
-    tcase_add_test(tc, hash_is_stable_and_sensitive);
-    tcase_add_test(tc, rng_below_is_in_range_and_covers);
-    tcase_add_test(tc, grow_keeps_contents);
-    tcase_add_test(tc, vocabulary_round_trips);
-    tcase_add_test(tc, utf8_check_finds_the_first_bad_byte);
-    tcase_add_test(tc, cgroup_limits_of_v1_and_v2_are_read);
+    ADD_TEST(tc, error_names_and_texts);
+    ADD_TEST(tc, hash_is_stable_and_sensitive);
+    ADD_TEST(tc, rng_below_is_in_range_and_covers);
+    ADD_TEST(tc, grow_keeps_contents);
+    ADD_TEST(tc, vocabulary_round_trips);
+    ADD_TEST(tc, utf8_check_finds_the_first_bad_byte);
+    ADD_TEST(tc, cgroup_limits_of_v1_and_v2_are_read);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

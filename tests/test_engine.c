@@ -1575,13 +1575,6 @@ START_TEST(run_needs_a_manifest)
 }
 END_TEST
 
-/* DH_TEST_ONLY=part runs only the tests whose name contains it (a flaky test, in a loop). */
-#define ADD_TEST(tc, t)                                                                  \
-    do {                                                                                 \
-        const char *only_ = getenv("DH_TEST_ONLY");                                      \
-        if (!only_ || strstr(#t, only_))                                                 \
-            tcase_add_test(tc, t);                                                       \
-    } while (0)
 
 int main(void)
 {

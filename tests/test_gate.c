@@ -144,10 +144,10 @@ int main(void)
 {
     Suite *s = suite_create("gate");
     TCase *tc = tcase_create("gate");
-    tcase_add_test(tc, free_tokens_are_taken_without_waiting);
-    tcase_add_test(tc, a_waiting_rank_first_then_active_then_least_slack_then_oldest);
-    tcase_add_test(tc, urgency_is_read_when_the_token_is_handed_over);
-    tcase_add_test(tc, a_busy_worker_keeps_its_token_unless_a_better_task_waits);
+    ADD_TEST(tc, free_tokens_are_taken_without_waiting);
+    ADD_TEST(tc, a_waiting_rank_first_then_active_then_least_slack_then_oldest);
+    ADD_TEST(tc, urgency_is_read_when_the_token_is_handed_over);
+    ADD_TEST(tc, a_busy_worker_keeps_its_token_unless_a_better_task_waits);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

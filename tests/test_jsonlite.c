@@ -183,10 +183,10 @@ int main(void)
     Suite *s = suite_create("jsonlite");
     TCase *tc = tcase_create("jsonlite");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, grammar_edge_cases);
-    tcase_add_test(tc, numbers_match_strtod_exactly);
-    tcase_add_test(tc, random_mutations_never_accept_more_than_jansson);
-    tcase_add_test(tc, manifest_lines_take_either_path_with_one_meaning);
+    ADD_TEST(tc, grammar_edge_cases);
+    ADD_TEST(tc, numbers_match_strtod_exactly);
+    ADD_TEST(tc, random_mutations_never_accept_more_than_jansson);
+    ADD_TEST(tc, manifest_lines_take_either_path_with_one_meaning);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

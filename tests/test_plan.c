@@ -148,11 +148,11 @@ int main(void)
     Suite *s = suite_create("plan");
     TCase *tc = tcase_create("plan");
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, refinement_fixes_the_classic_lpt_case);
-    tcase_add_test(tc, near_optimal_on_random_small_instances);
-    tcase_add_test(tc, every_sample_placed_once_at_scale);
-    tcase_add_test(tc, caps_are_respected_when_feasible);
-    tcase_add_test(tc, stride_is_distributed_sampler_order);
+    ADD_TEST(tc, refinement_fixes_the_classic_lpt_case);
+    ADD_TEST(tc, near_optimal_on_random_small_instances);
+    ADD_TEST(tc, every_sample_placed_once_at_scale);
+    ADD_TEST(tc, caps_are_respected_when_feasible);
+    ADD_TEST(tc, stride_is_distributed_sampler_order);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

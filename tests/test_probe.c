@@ -362,15 +362,15 @@ int main(void)
     TCase *tc = tcase_create("probe");
     tcase_add_unchecked_fixture(tc, make_media, drop_media);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, h264_with_bframes_matches_ffprobe);
-    tcase_add_test(tc, the_library_leaves_ffmpeg_logging_alone);
-    tcase_add_test(tc, variable_frame_rate_matches_ffprobe);
-    tcase_add_test(tc, matroska_is_scanned_not_decoded);
-    tcase_add_test(tc, images_match_ffprobe);
-    tcase_add_test(tc, audio_matches_ffprobe);
-    tcase_add_test(tc, bad_files_give_clear_errors);
-    tcase_add_test(tc, index_accounts_and_round_trips);
-    tcase_add_test(tc, index_reports_skips_and_refuses_outside_manifest);
+    ADD_TEST(tc, h264_with_bframes_matches_ffprobe);
+    ADD_TEST(tc, the_library_leaves_ffmpeg_logging_alone);
+    ADD_TEST(tc, variable_frame_rate_matches_ffprobe);
+    ADD_TEST(tc, matroska_is_scanned_not_decoded);
+    ADD_TEST(tc, images_match_ffprobe);
+    ADD_TEST(tc, audio_matches_ffprobe);
+    ADD_TEST(tc, bad_files_give_clear_errors);
+    ADD_TEST(tc, index_accounts_and_round_trips);
+    ADD_TEST(tc, index_reports_skips_and_refuses_outside_manifest);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -89,9 +89,9 @@ int main(void)
 {
     Suite *s = suite_create("ring");
     TCase *tc = tcase_create("ring");
-    tcase_add_test(tc, frees_in_any_order_merge_back_into_one_extent);
-    tcase_add_test(tc, a_block_held_for_long_stalls_nothing_behind_it);
-    tcase_add_test(tc, a_full_pool_makes_allocation_wait_and_closing_wakes_it);
+    ADD_TEST(tc, frees_in_any_order_merge_back_into_one_extent);
+    ADD_TEST(tc, a_block_held_for_long_stalls_nothing_behind_it);
+    ADD_TEST(tc, a_full_pool_makes_allocation_wait_and_closing_wakes_it);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -213,13 +213,13 @@ int main(void)
 {
     Suite *s = suite_create("sampler");
     TCase *tc = tcase_create("sampler");
-    tcase_add_test(tc, same_inputs_same_order);
-    tcase_add_test(tc, each_epoch_is_a_permutation);
-    tcase_add_test(tc, drop_last_and_padding);
-    tcase_add_test(tc, resume_reproduces_uninterrupted_run);
-    tcase_add_test(tc, a_shifted_epoch_continues_at_another_global_batch);
-    tcase_add_test(tc, state_from_another_run_is_rejected);
-    tcase_add_test(tc, no_shuffle_and_bad_arguments);
+    ADD_TEST(tc, same_inputs_same_order);
+    ADD_TEST(tc, each_epoch_is_a_permutation);
+    ADD_TEST(tc, drop_last_and_padding);
+    ADD_TEST(tc, resume_reproduces_uninterrupted_run);
+    ADD_TEST(tc, a_shifted_epoch_continues_at_another_global_batch);
+    ADD_TEST(tc, state_from_another_run_is_rejected);
+    ADD_TEST(tc, no_shuffle_and_bad_arguments);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -285,6 +285,61 @@ START_TEST(a_dead_trainer_is_an_error_for_the_others_not_a_hang)
 }
 END_TEST
 
+/* A trainer leaving on an exception was reported as "died or disconnected" (a user could not
+ * tell a crash from a Python error): dh_client_fail tells the agent why, which the agent
+ * prints and passes to the others, its bytes made printable. */
+START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
+{
+    new_socket_name();
+    pid_t p1 = fork();
+    if (!p1) {
+        dh_client_opts o = client_opts(1, 2, 4);
+        dh_client *c;
+        dh_batch b;
+        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
+            _exit(2);
+        dh_client_fail(c, "ValueError: bad\nlabel\x01 in sample 7");
+        _exit(0);
+    }
+    pid_t p0 = fork();
+    if (!p0) {
+        dh_client_opts o = client_opts(0, 2, 4);
+        dh_client *c;
+        char err[640] = "";
+        if (dh_client_connect(&o, &c, err, sizeof err))
+            _exit(2);
+        for (int n = 0; n < 100; n++) {
+            dh_batch b;
+            int rc = dh_client_next(c, 10000, &b, err, sizeof err);
+            if (rc == DH_EPEER) {
+                char want[160];
+                snprintf(want, sizeof want, "rank 1 (pid %d) failed holding step 0, its trainer "
+                         "says: ValueError: bad?label? in sample 7", (int)p1);
+                if (!strstr(err, want))
+                    fprintf(stderr, "rank 0 was told: %s\n", err);
+                _exit(strstr(err, want) ? 0 : 8);
+            }
+            if (rc)
+                _exit(4);
+            dh_client_release(c, &b);
+        }
+        _exit(9);
+    }
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = DH_STEPS_FOREVER;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[640] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p1), 0);
+    ck_assert_int_eq(wait_child(p0), 0);
+    ck_assert_int_eq(rc, DH_EPEER);
+    ck_assert_msg(strstr(err, "its trainer says: ValueError: bad?label? in sample 7"), "%s", err);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+}
+END_TEST
+
 START_TEST(a_dead_agent_is_an_error_for_every_trainer)
 {
     /* The agent (a child) is killed while a trainer waits for its next batch: the trainer's
@@ -1853,36 +1908,37 @@ int main(void)
     TCase *tc = tcase_create("serve");
     tcase_add_unchecked_fixture(tc, make_media, drop_media);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, two_trainers_get_every_sample_of_each_epoch_once);
-    tcase_add_test(tc, mismatched_trainers_are_refused_with_the_reason);
-    tcase_add_test(tc, a_dead_trainer_is_an_error_for_the_others_not_a_hang);
-    tcase_add_test(tc, a_dead_agent_is_an_error_for_every_trainer);
-    tcase_add_test(tc, leases_are_bounded);
-    tcase_add_test(tc, resume_continues_exactly_where_the_run_stopped);
-    tcase_add_test(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);
-    tcase_add_test(tc, stopping_the_agent_tells_every_trainer_why);
-    tcase_add_test(tc, a_batch_kept_for_long_does_not_stall_the_others);
-    tcase_add_test(tc, a_trainer_that_never_detaches_does_not_keep_the_agent);
-    tcase_add_test(tc, a_resumed_job_serves_exactly_its_remaining_steps);
-    tcase_add_test(tc, a_state_from_another_job_is_refused_with_the_reason);
-    tcase_add_test(tc, a_state_resumes_at_another_global_batch_where_the_order_allows);
-    tcase_add_test(tc, ranks_that_attach_late_or_give_up_never_hang_the_agent);
-    tcase_add_test(tc, connections_that_say_nothing_delay_no_attach);
-    tcase_add_test(tc, a_rank_whose_trainer_died_while_attaching_is_free_again);
-    tcase_add_test(tc, a_client_that_reads_nothing_cannot_keep_the_agent);
-    tcase_add_test(tc, a_rank_that_leaves_early_ends_the_run_with_its_name);
-    tcase_add_test(tc, a_served_run_bound_reads_the_trainers_compute);
-    tcase_add_test(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
-    tcase_add_test(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
-    tcase_add_test(tc, a_client_refuses_an_agent_of_another_user);
-    tcase_add_test(tc, a_trainer_cannot_truncate_or_write_the_pool);
-    tcase_add_test(tc, a_forked_child_says_nothing_to_the_agent);
-    tcase_add_test(tc, a_batch_held_past_detach_keeps_its_bytes);
-    tcase_add_test(tc, a_second_thread_taking_batches_is_refused);
-    tcase_add_test(tc, a_rank_lost_while_its_request_waits_is_named);
-    tcase_add_test(tc, one_agent_serves_several_streams);
-    tcase_add_test(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
-    tcase_add_test(tc, unused_streams_end_the_agent_and_a_finite_one_fails);
+    ADD_TEST(tc, two_trainers_get_every_sample_of_each_epoch_once);
+    ADD_TEST(tc, mismatched_trainers_are_refused_with_the_reason);
+    ADD_TEST(tc, a_dead_trainer_is_an_error_for_the_others_not_a_hang);
+    ADD_TEST(tc, a_trainer_that_fails_says_why_to_the_agent_and_the_others);
+    ADD_TEST(tc, a_dead_agent_is_an_error_for_every_trainer);
+    ADD_TEST(tc, leases_are_bounded);
+    ADD_TEST(tc, resume_continues_exactly_where_the_run_stopped);
+    ADD_TEST(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);
+    ADD_TEST(tc, stopping_the_agent_tells_every_trainer_why);
+    ADD_TEST(tc, a_batch_kept_for_long_does_not_stall_the_others);
+    ADD_TEST(tc, a_trainer_that_never_detaches_does_not_keep_the_agent);
+    ADD_TEST(tc, a_resumed_job_serves_exactly_its_remaining_steps);
+    ADD_TEST(tc, a_state_from_another_job_is_refused_with_the_reason);
+    ADD_TEST(tc, a_state_resumes_at_another_global_batch_where_the_order_allows);
+    ADD_TEST(tc, ranks_that_attach_late_or_give_up_never_hang_the_agent);
+    ADD_TEST(tc, connections_that_say_nothing_delay_no_attach);
+    ADD_TEST(tc, a_rank_whose_trainer_died_while_attaching_is_free_again);
+    ADD_TEST(tc, a_client_that_reads_nothing_cannot_keep_the_agent);
+    ADD_TEST(tc, a_rank_that_leaves_early_ends_the_run_with_its_name);
+    ADD_TEST(tc, a_served_run_bound_reads_the_trainers_compute);
+    ADD_TEST(tc, a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was);
+    ADD_TEST(tc, a_client_refuses_batch_descriptions_it_cannot_trust);
+    ADD_TEST(tc, a_client_refuses_an_agent_of_another_user);
+    ADD_TEST(tc, a_trainer_cannot_truncate_or_write_the_pool);
+    ADD_TEST(tc, a_forked_child_says_nothing_to_the_agent);
+    ADD_TEST(tc, a_batch_held_past_detach_keeps_its_bytes);
+    ADD_TEST(tc, a_second_thread_taking_batches_is_refused);
+    ADD_TEST(tc, a_rank_lost_while_its_request_waits_is_named);
+    ADD_TEST(tc, one_agent_serves_several_streams);
+    ADD_TEST(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
+    ADD_TEST(tc, unused_streams_end_the_agent_and_a_finite_one_fails);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

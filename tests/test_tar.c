@@ -607,15 +607,15 @@ int main(void)
     TCase *tc = tcase_create("tar");
     tcase_add_unchecked_fixture(tc, make_dir, drop_dir);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, members_of_every_format_are_found_at_their_offsets);
-    tcase_add_test(tc, gnu_base256_sizes_are_read);
-    tcase_add_test(tc, damaged_archives_are_refused_with_the_offset);
-    tcase_add_test(tc, webdataset_keys_and_suffixes);
-    tcase_add_test(tc, media_are_read_in_place_as_byte_ranges);
-    tcase_add_test(tc, index_makes_one_line_per_sample_of_each_shard);
-    tcase_add_test(tc, a_worker_keeps_a_few_shards_open);
-    tcase_add_test(tc, a_cut_inside_padding_is_named);
-    tcase_add_test(tc, suffix_rules_extend_the_defaults);
+    ADD_TEST(tc, members_of_every_format_are_found_at_their_offsets);
+    ADD_TEST(tc, gnu_base256_sizes_are_read);
+    ADD_TEST(tc, damaged_archives_are_refused_with_the_offset);
+    ADD_TEST(tc, webdataset_keys_and_suffixes);
+    ADD_TEST(tc, media_are_read_in_place_as_byte_ranges);
+    ADD_TEST(tc, index_makes_one_line_per_sample_of_each_shard);
+    ADD_TEST(tc, a_worker_keeps_a_few_shards_open);
+    ADD_TEST(tc, a_cut_inside_padding_is_named);
+    ADD_TEST(tc, suffix_rules_extend_the_defaults);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -3,6 +3,8 @@
 #define DH_TESTUTIL_H
 
 #include <check.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "datahelix.h"
 
@@ -22,5 +24,14 @@ const char *tu_ffprobe(void);
 int64_t tu_min_budget(const dh_run_config *c, int leases);
 /* Runs an SRunner over one suite and returns the process exit status. */
 int tu_run(Suite *s);
+
+/* DH_TEST_ONLY=part runs only the tests whose name contains it (a flaky test, in a loop;
+ * every suite). */
+#define ADD_TEST(tc, t)                                                                  \
+    do {                                                                                 \
+        const char *only_ = getenv("DH_TEST_ONLY");                                      \
+        if (!only_ || strstr(#t, only_))                                                 \
+            tcase_add_test(tc, t);                                                       \
+    } while (0)
 
 #endif

@@ -156,10 +156,13 @@ DH_API int dh_client_state_get(dh_client *c, dh_client_state *st);
  */
 DH_API void dh_client_detach(dh_client *c);
 /*
- * Leaves as a failed rank: closes the connection without detaching, so the agent treats
- * this rank as dead (the run stops, or waits for a restart) rather than as one that
- * finished; for a trainer leaving on an exception. The pools stay mapped. Any thread.
+ * Leaves as a failed rank: the agent treats this rank as dead (the run stops, or waits for
+ * a restart) rather than as one that finished; for a trainer leaving on an exception.
+ * dh_client_fail tells the agent why (printed in its events and in the other ranks'
+ * errors; at most 200 bytes, non-printable bytes shown as '?'); dh_client_abort says
+ * nothing. The pools stay mapped. Any thread.
  */
+DH_API void dh_client_fail(dh_client *c, const char *why);
 DH_API void dh_client_abort(dh_client *c);
 /* Detaches (if not done yet), unmaps and frees: every batch pointer dies. Safe with NULL. */
 DH_API void dh_client_close(dh_client *c);

@@ -240,18 +240,20 @@ class Loader:
     def __enter__(self):
         return self
 
-    def abort(self):
+    def abort(self, why=None):
         """Leaves as a failed rank: the agent treats this rank as dead (it stops the run, or
-        waits for the job to restart with --on-rank-exit wait), not as one that finished.
-        Leaving the `with` block on an exception does this."""
+        waits for the job to restart with --on-rank-exit wait), not as one that finished, and
+        prints `why` (at most 200 characters, ASCII). Leaving the `with` block on an exception
+        does this, with the exception's type and message as why."""
         if self._client is not None:
-            self._client.abort()
+            self._client.abort(why)
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self.close()
         else:
-            self.abort()
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            self.abort(f"{exc_type.__name__}: {text}" if text else exc_type.__name__)
         return False
 
     # -- what the agent runs ---------------------------------------------------

@@ -499,11 +499,13 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
     Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
-static PyObject *client_abort(ClientObject *self, PyObject *unused)
+static PyObject *client_abort(ClientObject *self, PyObject *args)
 {
-    (void)unused;
+    const char *why = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &why))
+        return NULL;
     self->closed = 1;
-    Py_BEGIN_ALLOW_THREADS dh_client_abort(self->c);
+    Py_BEGIN_ALLOW_THREADS dh_client_fail(self->c, why);
     Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
@@ -529,8 +531,9 @@ static PyMethodDef client_methods[] = {
     {"run", (PyCFunction)client_run, METH_NOARGS,
      "What the agent runs: steps, start_epoch, start_step, steps_per_epoch, ..."},
     {"close", (PyCFunction)client_close, METH_NOARGS, "Detach from the agent."},
-    {"abort", (PyCFunction)client_abort, METH_NOARGS,
-     "Leave as a failed rank (the agent treats it as dead, not as finished)."},
+    {"abort", (PyCFunction)client_abort, METH_VARARGS,
+     "abort(why=None): leave as a failed rank (the agent treats it as dead, not as "
+     "finished), telling the agent why."},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot client_slots[] = {

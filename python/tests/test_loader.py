@@ -636,6 +636,21 @@ print(json.dumps(rows))
             loader.close()
             self.assertEqual(agent.wait()[0], 0)
 
+    def test_an_exception_in_the_with_block_is_told_to_the_agent(self):
+        """It was logged as "died or disconnected", like a crash: the agent now prints the
+        exception and passes it on (the other ranks' errors carry it too)."""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--steps", "0") as agent:
+            with self.assertRaises(ValueError):
+                with datahelix.Loader(socket=s, rank=0, world_size=1, endless=True) as loader:
+                    for b in loader:
+                        raise ValueError("bad label in %s\nsecond line" % b["ids"][0])
+            rc, out, err = agent.wait()
+            self.assertEqual(rc, 1, err)
+            self.assertRegex(err, r"rank 0 \(pid \d+\) failed holding step 0, its trainer says: "
+                                  r"ValueError: bad label in i\d\.jpg; the job cannot go on")
+            self.assertNotIn("second line", err)
+
     def test_a_dead_agent_is_an_error_not_a_hang(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0") as agent:

@@ -571,14 +571,23 @@ void dh_client_detach(dh_client *c)
     pthread_mutex_unlock(&c->send_mu);
 }
 
-void dh_client_abort(dh_client *c)
+void dh_client_fail(dh_client *c, const char *why)
 {
     if (!c)
         return;
     pthread_mutex_lock(&c->send_mu);
-    if (c->fd >= 0 && !c->closing)
+    if (c->fd >= 0 && !c->closing) {
+        size_t n = why ? strnlen(why, DH__ABORT_TEXT) : 0;
+        if (!forked(c)) /* a forked child closes its copy of the socket, silently */
+            dh__proto_send(c->fd, DH__MSG_ABORT, why, (uint32_t)n, NULL, 0);
         hang_up(c);
+    }
     pthread_mutex_unlock(&c->send_mu);
+}
+
+void dh_client_abort(dh_client *c)
+{
+    dh_client_fail(c, NULL);
 }
 
 void dh_client_close(dh_client *c)

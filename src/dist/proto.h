@@ -33,8 +33,12 @@ enum {
     DH__MSG_REPORT,     /* client: dh__report (one-way) */
     DH__MSG_DETACH,     /* client: empty (one-way) */
     DH__MSG_ERROR,      /* agent: int32 code + message text */
-    DH__MSG_WAITING     /* agent, while ranks attach: dh__waiting, every second */
+    DH__MSG_WAITING,    /* agent, while ranks attach: dh__waiting, every second */
+    DH__MSG_ABORT       /* client: why, text of at most DH__ABORT_TEXT bytes (one-way): the
+                         * rank leaves as a failed one (an agent before it: a broken peer,
+                         * the same outcome without the reason) */
 };
+#define DH__ABORT_TEXT 200
 
 typedef struct {
     uint32_t magic;

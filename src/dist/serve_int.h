@@ -58,6 +58,8 @@ typedef struct {
     double last_release; /* when it gave one back last (monotonic seconds) */
     lease leases[MAX_LEASES];
     int nleases;
+    int failed;        /* it left as a failed rank (ABORT), saying why */
+    char why[DH__ABORT_TEXT + 1];
 } conn;
 
 struct agent {
@@ -81,7 +83,7 @@ struct agent {
     int end_code;           /* done: what a late attach is told (code, sentence) */
     const char *end_why;
     int fault_code;
-    char fault[400];
+    char fault[640];
     int64_t N;              /* steps of this run; -1: until stopped */
     int64_t left_at;        /* the earliest step a rank that left early will not take */
     int died;               /* a rank died (not a clean detach) */
@@ -162,6 +164,12 @@ int dh__agent_mark_left(agent *a, conn *c);
 void dh__agent_tell_left(agent *a, const conn *c, int early, const char *how);
 void *dh__agent_rank_main(void *arg);
 const char *dh__agent_fault_tail(const agent *a);
+/* Rank c is lost: it died, or left as a failed rank (c->failed, saying c->why). The run
+ * stops for the others naming it (the first cause stays). at: where it was (" holding step
+ * 12", " while it waited for step 12", or ""). Without a.mu. */
+void dh__agent_lost(agent *a, conn *c, const char *at);
+/* An ABORT's text kept as c->why, printable ASCII only (a trainer's words reach the log). */
+void dh__agent_abort_said(conn *c, const void *text, uint32_t len);
 
 /* serve_watch.c: until every rank's thread ended (stopping, spotting the lost and stalled). */
 void dh__agent_watch(agent *a);

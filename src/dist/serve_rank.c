@@ -114,7 +114,7 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
 /* The sentence for a run that cannot go on (another rank died, the agent stopped). */
 static void send_end(agent *a, conn *c, int rc)
 {
-    char msg[480];
+    char msg[sizeof a->fault + 64];
     const char *failed = rc == DH_EFAILED && a->e ? dh__engine_fail_msg(a->e) : NULL;
     const char *peer = rc == DH_EPEER && a->e ? dh__engine_peer_msg(a->e) : NULL;
     pthread_mutex_lock(&a->mu); /* the engine's lock is not taken inside ours */
@@ -227,6 +227,43 @@ const char *dh__agent_fault_tail(const agent *a)
                                                      : "the job cannot go on without it";
 }
 
+void dh__agent_abort_said(conn *c, const void *text, uint32_t len)
+{
+    const unsigned char *t = text;
+    size_t n = DH_MIN((size_t)len, sizeof c->why - 1);
+    for (size_t i = 0; i < n; i++)
+        c->why[i] = t[i] >= 0x20 && t[i] < 0x7f ? (char)t[i] : '?';
+    c->why[n] = 0;
+    c->failed = 1;
+}
+
+void dh__agent_lost(agent *a, conn *c, const char *at)
+{
+    char why[sizeof a->fault];
+    pthread_mutex_lock(&a->mu);
+    int first = !a->died;
+    if (!a->fault_code) { /* a rank that left earlier stays the cause */
+        a->fault_code = DH_EPEER;
+        const char *then = dh__agent_fault_tail(a);
+        if (!c->failed)
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected%s; %s",
+                     c->rank, (int)c->pid, at, then);
+        else if (c->why[0])
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) failed%s, its trainer says: "
+                     "%s; %s", c->rank, (int)c->pid, at, c->why, then);
+        else
+            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) failed%s (its trainer gave "
+                     "no reason); %s", c->rank, (int)c->pid, at, then);
+    }
+    a->died = 1;
+    snprintf(why, sizeof why, "%s", a->fault);
+    pthread_mutex_unlock(&a->mu);
+    if (first) {
+        event(a, "%s", why);
+        dh__engine_abort(a->e, DH_EPEER, why);
+    }
+}
+
 static void on_death(agent *a, conn *c)
 {
     int64_t step = c->nleases ? c->leases[0].b.step : -1;
@@ -237,25 +274,10 @@ static void on_death(agent *a, conn *c)
     pthread_mutex_unlock(&a->mu);
     if (done) /* the run was over for it: going away is its end */
         return;
-    pthread_mutex_lock(&a->mu);
-    int first = !a->died;
-    if (!a->fault_code) { /* a rank that left earlier stays the cause */
-        a->fault_code = DH_EPEER;
-        const char *then = dh__agent_fault_tail(a);
-        if (step >= 0)
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected holding "
-                     "step %lld; %s", c->rank, (int)c->pid, (long long)dh__agent_step(a, step),
-                     then);
-        else
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected; %s",
-                     c->rank, (int)c->pid, then);
-    }
-    a->died = 1;
-    pthread_mutex_unlock(&a->mu);
-    if (first) {
-        event(a, "%s", a->fault);
-        dh__engine_abort(a->e, DH_EPEER, a->fault);
-    }
+    char at[64] = "";
+    if (step >= 0)
+        snprintf(at, sizeof at, " holding step %lld", (long long)dh__agent_step(a, step));
+    dh__agent_lost(a, c, at);
 }
 
 int dh__agent_mark_left(agent *a, conn *c)
@@ -317,6 +339,8 @@ static void gone_after_next(agent *a, conn *c)
             return;
         }
         int detach = h.type == DH__MSG_DETACH;
+        if (h.type == DH__MSG_ABORT)
+            dh__agent_abort_said(c, p, h.len);
         if (h.type == DH__MSG_RELEASE && h.len == sizeof(dh__release)) {
             lease *l = find_lease(c, ((const dh__release *)p)->step);
             if (l)
@@ -352,6 +376,8 @@ static int serve_one(agent *a, conn *c, const dh__msg_head *h, const void *p)
         on_detach(a, c);
         return 1;
     }
+    if (h->type == DH__MSG_ABORT)
+        dh__agent_abort_said(c, p, h->len);
     on_death(a, c); /* a message we do not understand: treat the peer as broken */
     return 1;
 }

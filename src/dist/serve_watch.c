@@ -16,8 +16,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* 1 when the bytes waiting on c's socket hold a DETACH (looked at, not taken). */
-static int detach_waiting(const conn *c)
+/* 1 when the bytes waiting on c's socket hold a DETACH (looked at, not taken); an ABORT's
+ * reason is kept (c->why). */
+static int detach_waiting(conn *c)
 {
     uint8_t buf[4096];
     ssize_t n = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
@@ -28,6 +29,10 @@ static int detach_waiting(const conn *c)
             return 0;
         if (h.type == DH__MSG_DETACH)
             return 1;
+        if (h.type == DH__MSG_ABORT && h.len <= (size_t)n - at - sizeof h) {
+            dh__agent_abort_said(c, buf + at + sizeof h, h.len);
+            return 0;
+        }
         at += sizeof h + h.len;
     }
     return 0;
@@ -56,23 +61,13 @@ static void spot_hangups(agent *a)
             dh__agent_tell_left(a, c, early, " while its request waited");
             continue;
         }
-        char why[sizeof a->fault];
+        char at[64];
         pthread_mutex_lock(&a->mu);
         c->hung_up = 1;
-        int first = !a->died;
-        if (!a->fault_code) {
-            a->fault_code = DH_EPEER;
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected while "
-                     "it waited for step %lld; %s", c->rank, (int)c->pid,
-                     (long long)dh__agent_step(a, c->next_step), dh__agent_fault_tail(a));
-        }
-        a->died = 1;
-        snprintf(why, sizeof why, "%s", a->fault);
+        snprintf(at, sizeof at, " while it waited for step %lld",
+                 (long long)dh__agent_step(a, c->next_step));
         pthread_mutex_unlock(&a->mu);
-        if (first) {
-            event(a, "%s", why);
-            dh__engine_abort(a->e, DH_EPEER, why);
-        }
+        dh__agent_lost(a, c, at);
     }
 }
 
