@@ -5,7 +5,9 @@
 #   build/asan     AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover
 #                  (all but e2e_torch: its time goes to the Python contenders' processes)
 #   build/tsan     ThreadSanitizer, on the threaded parts (index, engine, agent)
-#   build/fuzz     every libFuzzer target for 20 s on its committed corpus (clang)
+#   build/fuzz     every libFuzzer target for 15 s on its committed corpus (clang)
+# Tests of a configuration run two at a time (ctest -j): most of their time is waiting
+# on trainers, agents and nodes, and none asserts a timing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -21,7 +23,7 @@ run_config() { # run_config DIR CTEST-ARGS -- CMAKE-ARGS...
         || { cat "$dir.configure.log"; return 1; }
     cmake --build "$dir" -j "$jobs" > "$dir.build.log" 2>&1 \
         || { cat "$dir.build.log"; return 1; }
-    (cd "$dir" && ctest --output-on-failure "${ctest_args[@]}")
+    (cd "$dir" && ctest -j "$jobs" --output-on-failure "${ctest_args[@]}")
 }
 
 mkdir -p build
@@ -32,6 +34,6 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_config build/asan -E e2e_torch -- -DCMAKE_BUILD_TYPE=Debug -DDH_SANITIZE=ON
 CK_TIMEOUT_MULTIPLIER=10 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
     run_config build/tsan -R "test_probe|test_manifest|test_engine|test_serve|test_sim|test_ring|test_gate" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
-echo "== build/fuzz: each target 20 s (asserting its invariants)"
-bash scripts/fuzz.sh 20
+echo "== build/fuzz: each target 15 s (asserting its invariants)"
+bash scripts/fuzz.sh 15
 echo "== all configurations passed"
