@@ -235,60 +235,12 @@ START_TEST(mismatched_trainers_are_refused_with_the_reason)
 }
 END_TEST
 
-START_TEST(a_dead_trainer_is_an_error_for_the_others_not_a_hang)
-{
-    /* Rank 1 takes one batch and dies holding it (no detach). Rank 0's next requests must
-     * fail with DH_EPEER and a sentence naming rank 1 and its pid; the agent returns. */
-    new_socket_name();
-    pid_t p1 = fork();
-    if (!p1) {
-        dh_client_opts o = client_opts(1, 2, 4);
-        dh_client *c;
-        dh_batch b;
-        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
-            _exit(2);
-        kill(getpid(), SIGKILL);
-    }
-    pid_t p0 = fork();
-    if (!p0) {
-        dh_client_opts o = client_opts(0, 2, 4);
-        dh_client *c;
-        char err[256] = "";
-        if (dh_client_connect(&o, &c, err, sizeof err))
-            _exit(2);
-        for (int n = 0; n < 100; n++) {
-            dh_batch b;
-            int rc = dh_client_next(c, 10000, &b, err, sizeof err);
-            if (rc == DH_EPEER) {
-                char want[64];
-                snprintf(want, sizeof want, "rank 1 (pid %d)", (int)p1);
-                _exit(strstr(err, want) ? 0 : 8);
-            }
-            if (rc)
-                _exit(4);
-            dh_client_release(c, &b);
-        }
-        _exit(9); /* the run should have stopped */
-    }
-    dh_run_config c = agent_config("pool", 2, 4);
-    c.steps = DH_STEPS_FOREVER;
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
-    dh_result r;
-    char err[256] = "";
-    int rc = run_agent(&c, &o, &r, err, sizeof err);
-    ck_assert_int_eq(wait_child(p1), 100 + SIGKILL);
-    ck_assert_int_eq(wait_child(p0), 0);
-    ck_assert_int_eq(rc, DH_EPEER);
-    ck_assert_msg(strstr(err, "rank 1"), "%s", err);
-    ck_assert_int_eq(r.delivered + r.failed, r.samples);
-}
-END_TEST
-
-/* A trainer leaving on an exception was reported as "died or disconnected" (a user could not
- * tell a crash from a Python error): dh_client_fail tells the agent why, which the agent
- * prints and passes to the others, its bytes made printable. */
-START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
+/*
+ * Rank 1 takes one batch and then goes (leave: how; NULL dies by SIGKILL holding it). Rank
+ * 0's next requests must fail with DH_EPEER and a sentence holding `said` (%d: rank 1's
+ * pid), and the agent return that error with `agent_says` in it and every sample counted.
+ */
+static void rank_1_goes(void (*leave)(dh_client *), const char *said, const char *agent_says)
 {
     new_socket_name();
     pid_t p1 = fork();
@@ -298,7 +250,9 @@ START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
         dh_batch b;
         if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
             _exit(2);
-        dh_client_fail(c, "ValueError: bad\nlabel\x01 in sample 7");
+        if (!leave)
+            kill(getpid(), SIGKILL);
+        leave(c);
         _exit(0);
     }
     pid_t p0 = fork();
@@ -312,9 +266,8 @@ START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
             dh_batch b;
             int rc = dh_client_next(c, 10000, &b, err, sizeof err);
             if (rc == DH_EPEER) {
-                char want[160];
-                snprintf(want, sizeof want, "rank 1 (pid %d) failed holding step 0, its trainer "
-                         "says: ValueError: bad?label? in sample 7", (int)p1);
+                char want[256];
+                snprintf(want, sizeof want, said, (int)p1);
                 if (!strstr(err, want))
                     fprintf(stderr, "rank 0 was told: %s\n", err);
                 _exit(strstr(err, want) ? 0 : 8);
@@ -323,7 +276,7 @@ START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
                 _exit(4);
             dh_client_release(c, &b);
         }
-        _exit(9);
+        _exit(9); /* the run should have stopped */
     }
     dh_run_config c = agent_config("pool", 2, 4);
     c.steps = DH_STEPS_FOREVER;
@@ -332,11 +285,33 @@ START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
     dh_result r;
     char err[640] = "";
     int rc = run_agent(&c, &o, &r, err, sizeof err);
-    ck_assert_int_eq(wait_child(p1), 0);
+    ck_assert_int_eq(wait_child(p1), leave ? 0 : 100 + SIGKILL);
     ck_assert_int_eq(wait_child(p0), 0);
     ck_assert_int_eq(rc, DH_EPEER);
-    ck_assert_msg(strstr(err, "its trainer says: ValueError: bad?label? in sample 7"), "%s", err);
+    ck_assert_msg(strstr(err, agent_says), "%s", err);
     ck_assert_int_eq(r.delivered + r.failed, r.samples);
+}
+
+START_TEST(a_dead_trainer_is_an_error_for_the_others_not_a_hang)
+{
+    rank_1_goes(NULL, "rank 1 (pid %d) died or disconnected", "rank 1");
+}
+END_TEST
+
+static void fail_with_a_reason(dh_client *c)
+{
+    dh_client_fail(c, "ValueError: bad\nlabel\x01 in sample 7");
+}
+
+/* A trainer leaving on an exception was reported as "died or disconnected" (a user could not
+ * tell a crash from a Python error): dh_client_fail tells the agent why, which the agent
+ * prints and passes to the others, its bytes made printable. */
+START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
+{
+    rank_1_goes(fail_with_a_reason,
+                "rank 1 (pid %d) failed holding step 0, its trainer says: ValueError: "
+                "bad?label? in sample 7",
+                "its trainer says: ValueError: bad?label? in sample 7");
 }
 END_TEST
 
