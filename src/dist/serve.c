@@ -253,12 +253,12 @@ static void prepare_restart(agent *a, const dh_result *done)
     start_point *p = &a->restart;
     dh__run_position(&a->info, common, &p->epoch, &p->step, &p->shift);
     p->base = dh__agent_step(a, common);
-    event(a, "every rank had given back the batches of the steps before %lld (%lld in this set "
-          "of ranks, %lld samples delivered, %lld failed): waiting %d s for the job to restart "
-          "at step %lld (epoch %lld, step %lld of it), unless its ranks present a saved state",
-          (long long)p->base, (long long)done->steps, (long long)done->delivered,
-          (long long)done->failed, a->o.attach_timeout_ms / 1000, (long long)p->base,
-          (long long)p->epoch, (long long)p->step);
+    event(a, "the job restarts at step %lld (epoch %lld, step %lld of it), the first step "
+          "some rank did not give back, unless its ranks present a saved state: waiting %d s "
+          "for them (the ranks that stopped were handed %lld samples, %lld failed; from step "
+          "%lld on, everything is served again)", (long long)p->base, (long long)p->epoch,
+          (long long)p->step, a->o.attach_timeout_ms / 1000, (long long)done->delivered,
+          (long long)done->failed, (long long)p->base);
     dh_engine_free(a->e);
     a->e = NULL;
     a->attached = 0;
