@@ -1,6 +1,7 @@
 /*
  * _datahelix.c - the CPython extension under the `datahelix` package: a thin
- * binding of the C client (datahelix/client.h). Python owns no tensor
+ * binding of the C client (datahelix/client.h); the module and Client here,
+ * Batch in _batch.c. Python owns no tensor
  * memory: a Batch exposes the batch's bytes in the agent's shared memory
  * through the buffer protocol, so numpy.frombuffer / torch.frombuffer views
  * copy nothing.
@@ -13,43 +14,15 @@
  * the batch, and the last view's release gives it back. The client is kept
  * alive by every Batch it produced.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_datahelix.h"
 
-#include "datahelix.h"
-
-/* The module's state (multi-phase init: each interpreter has its own). */
-typedef struct {
-    PyTypeObject *client_type, *batch_type;
-    PyObject *make_error; /* datahelix._errors.make(code, name, message) */
-    PyObject *type_names[3]; /* interned "video", "image", "audio" */
-} mod_state;
-
-static struct PyModuleDef module;
-
-typedef struct {
-    PyObject_HEAD
-    dh_client *c;
-    int closed; /* detached: no more batches, the mappings stay for live views */
-} ClientObject;
-
-typedef struct {
-    PyObject_HEAD
-    ClientObject *client;
-    dh_batch b;
-    Py_ssize_t exports;
-    int want_release, released;
-} BatchObject;
-
-/* The state of the module that defined obj's type (a subclass's too). */
-static mod_state *state_of(PyObject *obj)
+mod_state *dhpy_state_of(PyObject *obj)
 {
-    PyObject *m = PyType_GetModuleByDef(Py_TYPE(obj), &module);
+    PyObject *m = PyType_GetModuleByDef(Py_TYPE(obj), &dhpy_module);
     return m ? PyModule_GetState(m) : NULL;
 }
 
-/* Raises the DataHelixError (or its subclass) of code with a sentence; NULL. */
-static PyObject *raise_dh(mod_state *st, int code, const char *msg)
+PyObject *dhpy_raise(mod_state *st, int code, const char *msg)
 {
     if (!st)
         return NULL; /* the lookup set the error */
@@ -61,283 +34,6 @@ static PyObject *raise_dh(mod_state *st, int code, const char *msg)
     }
     return NULL;
 }
-
-/* ------------------------------------------------------------------ Batch */
-
-/* Gives the batch back once its owner is done and no view is alive. */
-static void maybe_give_back(BatchObject *self)
-{
-    if (self->released || !self->want_release || self->exports > 0 || !self->client ||
-        !self->client->c)
-        return;
-    self->released = 1; /* from here no view can be made: the GIL may go */
-    dh_client *c = self->client->c;
-    Py_BEGIN_ALLOW_THREADS dh_client_release(c, &self->b);
-    Py_END_ALLOW_THREADS
-}
-
-static int batch_getbuffer(BatchObject *self, Py_buffer *view, int flags)
-{
-    if (self->released) {
-        PyErr_SetString(PyExc_ValueError, "this batch was released: its memory is not ours");
-        return -1;
-    }
-    void *data = (void *)self->b.data;
-    static char empty;
-    /* read-only: the agent maps the pool for this process read-only (a write would be a
-     * SIGSEGV; asking for a writable buffer is a BufferError instead) */
-    if (PyBuffer_FillInfo(view, (PyObject *)self, data ? data : &empty, self->b.bytes, 1, flags))
-        return -1;
-    self->exports++;
-    return 0;
-}
-
-static void batch_releasebuffer(BatchObject *self, Py_buffer *view)
-{
-    (void)view;
-    self->exports--;
-    maybe_give_back(self);
-}
-
-static void batch_dealloc(BatchObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    self->want_release = 1; /* no view can be alive: each holds a reference */
-    maybe_give_back(self);
-    Py_XDECREF(self->client);
-    tp->tp_free((PyObject *)self);
-    Py_DECREF(tp); /* a heap type: its instances hold it */
-}
-
-static PyObject *batch_release(BatchObject *self, PyObject *unused)
-{
-    (void)unused;
-    self->want_release = 1;
-    maybe_give_back(self);
-    return PyBool_FromLong(self->released);
-}
-
-static PyObject *item_dict(const dh_batch_item *it)
-{
-    PyObject *shape = PyTuple_New(it->ndim);
-    for (int d = 0; shape && d < it->ndim; d++)
-        PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(it->shape[d]));
-    if (!shape)
-        return NULL;
-    static const char *const types[] = {"video", "image", "audio"};
-    return Py_BuildValue("{s:L,s:i,s:s,s:N,s:s,s:L,s:L,s:i}", "sample", (long long)it->sample,
-                         "media", it->media,
-                         "type", it->type >= 0 && it->type < 3 ? types[it->type] : "?",
-                         "shape", shape, "dtype", it->elem_bytes == 4 ? "float32" : "uint8",
-                         "offset", (long long)it->offset, "bytes", (long long)it->bytes,
-                         "status", it->status);
-}
-
-/* The batch's sample indices, ids and token counts into three lists of nsamples. */
-static int fill_samples(BatchObject *self, PyObject *samples, PyObject *ids, PyObject *tokens)
-{
-    const dh_batch *b = &self->b;
-    for (int32_t k = 0; k < b->nsamples; k++) {
-        const char *id = dh_client_sample_id(self->client->c, b, k);
-        PyObject *s = PyLong_FromLongLong(b->samples[k]), *t = PyLong_FromLongLong(b->tokens[k]);
-        PyObject *i = PyUnicode_DecodeUTF8(id ? id : "", id ? (Py_ssize_t)strlen(id) : 0,
-                                           "replace");
-        if (!s || !t || !i) {
-            Py_XDECREF(s);
-            Py_XDECREF(t);
-            Py_XDECREF(i);
-            return -1;
-        }
-        PyList_SET_ITEM(samples, k, s);
-        PyList_SET_ITEM(tokens, k, t);
-        PyList_SET_ITEM(ids, k, i);
-    }
-    return 0;
-}
-
-/* A str of UTF-8 bytes, or None for NULL; a new reference (NULL on error). */
-static PyObject *str_or_none(const char *t)
-{
-    if (!t)
-        Py_RETURN_NONE;
-    return PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "strict");
-}
-
-/* (texts, labels, metas): per sample its text (str, or None), label (int, or None) and
- * meta object as JSON text (str, or None). */
-static PyObject *batch_texts(BatchObject *self, PyObject *unused)
-{
-    (void)unused;
-    const dh_batch *b = &self->b;
-    PyObject *texts = PyList_New(b->nsamples), *labels = PyList_New(b->nsamples);
-    PyObject *metas = PyList_New(b->nsamples);
-    if (!texts || !labels || !metas)
-        goto fail;
-    for (int32_t k = 0; k < b->nsamples; k++) {
-        int64_t label = 0;
-        int has = dh_client_sample_label(self->client->c, b, k, &label) == 1;
-        PyObject *tv = str_or_none(dh_client_sample_text(self->client->c, b, k));
-        PyObject *mv = str_or_none(dh_client_sample_meta(self->client->c, b, k));
-        PyObject *lv = has ? PyLong_FromLongLong(label) : (Py_INCREF(Py_None), Py_None);
-        if (!tv || !lv || !mv) {
-            Py_XDECREF(tv);
-            Py_XDECREF(lv);
-            Py_XDECREF(mv);
-            goto fail;
-        }
-        PyList_SET_ITEM(texts, k, tv);
-        PyList_SET_ITEM(labels, k, lv);
-        PyList_SET_ITEM(metas, k, mv);
-    }
-    return Py_BuildValue("(NNN)", texts, labels, metas);
-fail:
-    Py_XDECREF(texts);
-    Py_XDECREF(labels);
-    Py_XDECREF(metas);
-    return NULL;
-}
-
-/* The batch's layout in the cheapest form to turn into views (the Loader's hot path):
- * (step, items, samples, ids, tokens, status, emulated_compute_s, pad); items are
- * (type, offset, bytes, is_float32, shape) tuples; status is per sample (0 or the
- * negative code of its first failed item). describe() is the readable form. */
-static PyObject *batch_layout(BatchObject *self, PyObject *unused)
-{
-    (void)unused;
-    const dh_batch *b = &self->b;
-    PyObject *items = PyTuple_New(b->nitems), *samples = PyList_New(b->nsamples);
-    PyObject *ids = PyList_New(b->nsamples), *tokens = PyList_New(b->nsamples);
-    PyObject *status = PyList_New(b->nsamples), *pad = PyList_New(b->nsamples);
-    int32_t *st = NULL;
-    mod_state *ms = state_of((PyObject *)self);
-    if (!ms || !items || !samples || !ids || !tokens || !status || !pad)
-        goto fail;
-    if (fill_samples(self, samples, ids, tokens))
-        goto fail;
-    st = PyMem_Calloc((size_t)b->nsamples + 1, sizeof *st);
-    if (!st)
-        goto fail;
-    for (int32_t k = 0, j = 0; k < b->nitems; k++) {
-        const dh_batch_item *it = &b->items[k];
-        PyObject *shape = PyTuple_New(it->ndim);
-        for (int d = 0; shape && d < it->ndim; d++)
-            PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(it->shape[d]));
-        PyObject *type = it->type >= 0 && it->type < 3 ? ms->type_names[it->type] : Py_None;
-        /* Items are grouped by sample in the batch's sample order: follow with a cursor
-         * (a manifest sample can occur twice in a small dataset's batch). */
-        while (j < b->nsamples && b->samples[j] != it->sample)
-            j++;
-        if (j == b->nsamples)
-            for (j = 0; j < b->nsamples && b->samples[j] != it->sample; j++)
-                ;
-        PyObject *t = shape ? Py_BuildValue("(OLLiNi)", type, (long long)it->offset,
-                                            (long long)it->bytes, it->elem_bytes == 4, shape, j)
-                            : NULL;
-        if (!t)
-            goto fail;
-        PyTuple_SET_ITEM(items, k, t);
-        if (it->status && j < b->nsamples && !st[j])
-            st[j] = it->status;
-    }
-    for (int32_t k = 0; k < b->nsamples; k++) {
-        PyObject *v = PyLong_FromLong(st[k]);
-        if (!v)
-            goto fail;
-        PyList_SET_ITEM(status, k, v);
-        PyObject *p = PyBool_FromLong(dh_client_sample_pad(self->client->c, b, k) == 1);
-        PyList_SET_ITEM(pad, k, p);
-    }
-    PyMem_Free(st);
-    return Py_BuildValue("(LNNNNNdN)", (long long)b->step, items, samples, ids, tokens, status,
-                         dh_client_emulated_seconds(self->client->c, b), pad);
-fail:
-    Py_XDECREF(pad);
-    PyMem_Free(st);
-    Py_XDECREF(items);
-    Py_XDECREF(samples);
-    Py_XDECREF(ids);
-    Py_XDECREF(tokens);
-    Py_XDECREF(status);
-    return NULL;
-}
-
-/* The batch's description: items, sample indices, ids, tokens, statuses. */
-static PyObject *batch_describe(BatchObject *self, PyObject *unused)
-{
-    (void)unused;
-    const dh_batch *b = &self->b;
-    PyObject *items = PyList_New(b->nitems), *samples = PyList_New(b->nsamples);
-    PyObject *ids = PyList_New(b->nsamples), *tokens = PyList_New(b->nsamples);
-    if (!items || !samples || !ids || !tokens)
-        goto fail;
-    for (int32_t k = 0; k < b->nitems; k++) {
-        PyObject *d = item_dict(&b->items[k]);
-        if (!d)
-            goto fail;
-        PyList_SET_ITEM(items, k, d);
-    }
-    if (fill_samples(self, samples, ids, tokens))
-        goto fail;
-    return Py_BuildValue("{s:L,s:i,s:N,s:N,s:N,s:N,s:i,s:L,s:d}", "step", (long long)b->step,
-                         "rank", b->rank, "items", items, "samples", samples, "ids", ids,
-                         "tokens", tokens, "nfailed", b->nfailed, "bytes", (long long)b->bytes,
-                         "emulated_compute_s",
-                         dh_client_emulated_seconds(self->client->c, b));
-fail:
-    Py_XDECREF(items);
-    Py_XDECREF(samples);
-    Py_XDECREF(ids);
-    Py_XDECREF(tokens);
-    return NULL;
-}
-
-static PyObject *batch_address(BatchObject *self, PyObject *unused)
-{
-    (void)unused;
-    return PyLong_FromVoidPtr((void *)self->b.data);
-}
-
-static PyObject *batch_get_step(BatchObject *self, void *closure)
-{
-    (void)closure;
-    return PyLong_FromLongLong(self->b.step);
-}
-
-static PyObject *batch_get_released(BatchObject *self, void *closure)
-{
-    (void)closure;
-    return PyBool_FromLong(self->released);
-}
-
-static PyMethodDef batch_methods[] = {
-    {"release", (PyCFunction)batch_release, METH_NOARGS,
-     "Give the batch back (deferred while a view of it is alive). Returns True if given back."},
-    {"describe", (PyCFunction)batch_describe, METH_NOARGS, "Items, samples, ids, tokens."},
-    {"texts", (PyCFunction)batch_texts, METH_NOARGS,
-     "(texts, labels, metas): each sample's text (str or None), label (int or None) "
-     "and meta object as JSON text (str or None)."},
-    {"layout", (PyCFunction)batch_layout, METH_NOARGS,
-     "(step, items, samples, ids, tokens, status, emulated_compute_s, pad): the fast form."},
-    {"address", (PyCFunction)batch_address, METH_NOARGS, "Address of the batch's first byte."},
-    {NULL, NULL, 0, NULL}};
-
-static PyGetSetDef batch_getset[] = {
-    {"step", (getter)batch_get_step, NULL, "the global step", NULL},
-    {"released", (getter)batch_get_released, NULL, "given back to the agent", NULL},
-    {NULL, NULL, NULL, NULL, NULL}};
-
-static PyType_Slot batch_slots[] = {
-    {Py_tp_dealloc, batch_dealloc},
-    {Py_bf_getbuffer, batch_getbuffer},
-    {Py_bf_releasebuffer, batch_releasebuffer},
-    {Py_tp_doc, "One batch, viewing the agent's shared memory (buffer protocol)."},
-    {Py_tp_methods, batch_methods},
-    {Py_tp_getset, batch_getset},
-    {0, NULL}};
-
-static PyType_Spec batch_spec = {"datahelix._datahelix.Batch", sizeof(BatchObject), 0,
-                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-                                 batch_slots};
 
 /* ----------------------------------------------------------------- Client */
 
@@ -354,7 +50,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     unsigned long long mh = 0, sh = 0;
     PyObject *seed = Py_None;
     if (self->c)
-        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "this Client is initialised "
+        return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "this Client is initialised "
                         "already: make a new one"), -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLLLz", kwlist, &sock, &o.rank,
                                      &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step,
@@ -383,13 +79,13 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS rc = dh_client_connect(&o, &c, err, sizeof err);
     Py_END_ALLOW_THREADS if (rc)
     {
-        raise_dh(state_of((PyObject *)self), rc, err);
+        dhpy_raise(dhpy_state_of((PyObject *)self), rc, err);
         return -1;
     }
     if (self->c) { /* another thread initialised it meanwhile */
         Py_BEGIN_ALLOW_THREADS dh_client_close(c);
         Py_END_ALLOW_THREADS
-        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "this Client is initialised "
+        return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "this Client is initialised "
                         "already: make a new one"), -1;
     }
     self->c = c;
@@ -401,11 +97,11 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
     int timeout_ms = -1;
     if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
         return NULL;
-    mod_state *st = state_of((PyObject *)self);
+    mod_state *st = dhpy_state_of((PyObject *)self);
     if (!st)
         return NULL;
     if (!self->c || self->closed)
-        return raise_dh(st, DH_EINVAL, "the client is closed");
+        return dhpy_raise(st, DH_EINVAL, "the client is closed");
     BatchObject *b = PyObject_New(BatchObject, st->batch_type);
     if (!b)
         return NULL;
@@ -420,7 +116,7 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
         Py_DECREF(b);
         if (rc == DH_EEMPTY)
             Py_RETURN_NONE; /* the run's end */
-        return raise_dh(st, rc, err);
+        return dhpy_raise(st, rc, err);
     }
     Py_INCREF(self);
     b->client = self;
@@ -435,14 +131,14 @@ static PyObject *client_report_step(ClientObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Ld", &step, &seconds))
         return NULL;
     if (!self->c || self->closed)
-        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "the client is closed");
+        return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "the client is closed");
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = dh_client_report_step(self->c, step, seconds);
-    Py_END_ALLOW_THREADS if (rc == DH_EPEER) return raise_dh(
-        state_of((PyObject *)self), rc,
+    Py_END_ALLOW_THREADS if (rc == DH_EPEER) return dhpy_raise(
+        dhpy_state_of((PyObject *)self), rc,
         "cannot report the step time: the agent died or closed the connection (see the "
         "agent's output)");
-    return rc ? raise_dh(state_of((PyObject *)self), rc, "cannot report the step time")
+    return rc ? dhpy_raise(dhpy_state_of((PyObject *)self), rc, "cannot report the step time")
               : (Py_INCREF(Py_None), Py_None);
 }
 
@@ -454,7 +150,7 @@ static PyObject *client_position(ClientObject *self, PyObject *args)
         return NULL;
     int64_t epoch, epoch_step;
     if (!self->c || dh_client_step_position(self->c, step, &epoch, &epoch_step))
-        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "not a step of this run");
+        return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "not a step of this run");
     return Py_BuildValue("(LL)", (long long)epoch, (long long)epoch_step);
 }
 
@@ -464,7 +160,7 @@ static PyObject *client_run(ClientObject *self, PyObject *unused)
     (void)unused;
     dh_client_run r;
     if (!self->c || dh_client_run_get(self->c, &r))
-        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "the client is closed");
+        return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "the client is closed");
     return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K,s:L,s:i}", "steps",
                          (long long)r.steps, "start_epoch", (long long)r.start_epoch,
                          "start_step", (long long)r.start_step, "steps_per_epoch",
@@ -481,7 +177,7 @@ static PyObject *client_state(ClientObject *self, PyObject *unused)
     (void)unused;
     dh_client_state st;
     if (!self->c || dh_client_state_get(self->c, &st))
-        return raise_dh(state_of((PyObject *)self), DH_EINVAL, "the client is closed");
+        return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "the client is closed");
     return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L,s:L,s:L}", "manifest_hash",
                          (unsigned long long)st.manifest_hash, "spec_hash",
                          (unsigned long long)st.spec_hash, "seed", (unsigned long long)st.seed,
@@ -557,7 +253,7 @@ static PyObject *default_socket(PyObject *mod, PyObject *args)
         return NULL;
     char name[128];
     if (dh_serve_default_socket(job, name, sizeof name))
-        return raise_dh(PyModule_GetState(mod), DH_ERANGE, "job name too long");
+        return dhpy_raise(PyModule_GetState(mod), DH_ERANGE, "job name too long");
     return PyUnicode_FromString(name);
 }
 
@@ -584,7 +280,7 @@ static PyObject *error_code(PyObject *mod, PyObject *args)
 #undef DH_ERR_NAMED
     if (!strcmp(name, "DH_OK"))
         return PyLong_FromLong(0);
-    return raise_dh(PyModule_GetState(mod), DH_EINVAL, "no such error name");
+    return dhpy_raise(PyModule_GetState(mod), DH_EINVAL, "no such error name");
 }
 
 static PyMethodDef module_methods[] = {
@@ -614,7 +310,7 @@ static int module_exec(PyObject *m)
         return -1;
     }
     st->client_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &client_spec, NULL);
-    st->batch_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &batch_spec, NULL);
+    st->batch_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &dhpy_batch_spec, NULL);
     if (!st->client_type || !st->batch_type ||
         PyModule_AddType(m, st->client_type) || PyModule_AddType(m, st->batch_type))
         return -1;
@@ -648,12 +344,12 @@ static void module_free(void *m)
 
 static PyModuleDef_Slot module_slots[] = {{Py_mod_exec, module_exec}, {0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_datahelix",
+struct PyModuleDef dhpy_module = {PyModuleDef_HEAD_INIT, "_datahelix",
                                     "Binding of the datahelix C client.", sizeof(mod_state),
                                     module_methods, module_slots, module_traverse,
                                     module_clear, module_free};
 
 PyMODINIT_FUNC PyInit__datahelix(void)
 {
-    return PyModuleDef_Init(&module);
+    return PyModuleDef_Init(&dhpy_module);
 }
