@@ -15,8 +15,11 @@
  * the arena has no room the plan is refused and counted, never waited on.
  * On several nodes the plan is agreed at the step exchange (nodes.c), not
  * offered here: this node carries out its part (its batches only; samples
- * leaving are packed for their node, samples arriving are counted in their
- * batch's `incoming` and copied in when they land).
+ * arriving are counted in their batch's `incoming` and copied in when they
+ * land; samples leaving are handed to the layer, which packs them once the
+ * lock is dropped: a batch that only gives then keeps its items where they
+ * are, holes included, and is held back while `departing`, and a batch
+ * that also receives leaves its old buffer to the layer to free).
  * Everything here runs under e->mu.
  */
 #include "engine_int.h"
@@ -57,6 +60,21 @@ void dh__slot_count_failed(batch_slot *b)
     b->nfailed = 0;
     for (int32_t k = 0; k < b->nitems; k++)
         b->nfailed += b->items[k].status && (k == 0 || b->items[k - 1].sample != b->items[k].sample);
+}
+
+/* An agreed plan's donor: its items stay where they are (what leaves is read from there
+ * later), so the buffer keeps its old span. */
+static void keep_in_place(batch_slot *to, const batch_slot *from)
+{
+    for (int32_t k = 0; k < to->nitems; k++) {
+        dh_batch_item *it = &to->items[k];
+        const dh_batch_item *old = find_item(from, it->sample, it->media);
+        if (old) { /* an open batch holds every sample it keeps */
+            it->offset = old->offset;
+            it->status = old->status;
+        }
+    }
+    to->bytes = from->bytes;
 }
 
 /* New layouts for every batch the plan changes; receivers get arena buffers. 0 or 1 (no room). */
@@ -144,13 +162,17 @@ int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, dh__departur
         if (!e->changed[r])
             continue;
         batch_slot *b = &slots[r], *f = &e->fresh[r];
-        if (!e->received[r]) { /* a donor keeps its buffer: compact it in place */
+        if (!e->received[r]) { /* a donor keeps its buffer: compacted in place, or as it is */
             f->offset = b->offset;
             f->block = b->block;
             f->allocated = b->allocated;
             f->in_arena = b->in_arena;
-            copy_items(e, f, 0, f->nitems, b);
-        } else if (b->allocated) {
+            f->departing = b->departing;
+            if (agreed)
+                keep_in_place(f, b);
+            else
+                copy_items(e, f, 0, f->nitems, b);
+        } else if (b->allocated && !b->departing) { /* else the layer frees it once packed */
             dh__ring_free(b->in_arena ? &e->arena : &e->ring, b->block);
         }
         dh__slot_count_failed(f);

@@ -127,7 +127,7 @@ void dh_engine_stop(dh_engine *e)
 static int ready(dh_engine *e, int64_t st, int rank, const batch_slot *b)
 {
     return dh__sched_batch_ready(e->sched, st, rank) && !b->agreeing && !b->incoming &&
-           !e->nops->plan_pending(e, st, rank);
+           !b->departing && !e->nops->plan_pending(e, st, rank);
 }
 
 /* Waits until batch (st, rank) is ready or the run stops; 0 or the reason it cannot be had. */

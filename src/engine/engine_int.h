@@ -48,6 +48,7 @@ typedef struct {
     int32_t nitems, nsamples, nfailed;
     int32_t inflight;      /* tasks writing into the buffer now */
     int32_t incoming;      /* samples moved here from another node, still on the wire */
+    int32_t departing;     /* samples leaving for another node, not yet packed: held back */
     uint8_t agreeing;      /* offered to the nodes' agreed plan: not taken until it is made */
     uint8_t laid_out, allocating, allocated;
     uint8_t in_arena;      /* the buffer is in the move arena, not the main ring */
@@ -238,8 +239,9 @@ void dh__eng_test_cost_cap(int64_t n);
 
 /* carry.c */
 /* Samples of step st leaving this node's batches (slots) for other nodes under plan rank_of,
- * called before the donors are compacted; 0 or an error (the run stops). */
-typedef int (*dh__departures)(dh_engine *e, int64_t st, const batch_slot *slots,
+ * called before the batches change (e->received says which get a new buffer): each source
+ * batch's `departing` counts what leaves it. 0 or an error (the run stops). */
+typedef int (*dh__departures)(dh_engine *e, int64_t st, batch_slot *slots,
                               const int32_t *rank_of);
 /* Carries out plan rank_of of step st on the batch buffers. depart NULL: this node's own
  * plan. Else a plan made with the other nodes: only this node's batches change here,

@@ -123,7 +123,7 @@ static void nodes_free(dh_engine *e)
     free(x->mv_known);
     free(x->mv_need);
     for (int k = 0; k < x->nout; k++)
-        free(x->out[k].data);
+        free(x->out[k].items);
     for (int k = 0; k < x->nparked; k++)
         free(x->parked[k].data);
     free(x->out);

@@ -27,6 +27,19 @@ typedef struct {
     size_t len;
 } move_msg;
 
+/* A sample leaving this node under an agreed plan, packed and sent once the lock is dropped:
+ * its bytes stay where its old batch held them until then (nothing is copied under e->mu). */
+typedef struct {
+    int node, from;           /* to node; the rank whose batch it leaves */
+    int64_t st, k, sample;
+    int32_t nitems;
+    dh_batch_item *items;     /* as laid out in the old batch: offsets into base */
+    const uint8_t *base;      /* the old batch's buffer */
+    int held;                 /* the old batch kept its buffer and is held back (departing) */
+    dh__ring *ring;           /* non-NULL: the old buffer was replaced; free `block` once */
+    int64_t block;            /*   this, its batch's last departure, is packed */
+} departure;
+
 struct dh__xchg {
     pthread_t thread;
     int started, done;    /* done: the thread left (no more STEP rounds here) */
@@ -66,7 +79,7 @@ struct dh__xchg {
     uint8_t *mv_frozen;      /* R, scratch */
     float *mv_known;         /* G, scratch: every exchanged exact cost of the step */
     int64_t *mv_need, *mv_n; /* per node, scratch: arena bytes and buffers a plan needs */
-    move_msg *out;           /* packed by a plan, sent once the lock is dropped */
+    departure *out;          /* left by a plan, packed and sent once the lock is dropped */
     int nout, capout;
     move_msg *parked;        /* arrived before this node made the plan they belong to */
     int nparked, capparked;

@@ -78,45 +78,45 @@ void dh__nodes_offer(dh_engine *e, xrec *m, int64_t ns)
         cost[n] = -1;
 }
 
-/* Sample k of step st leaves this node's batch `from` for node `to`: its items are packed
- * for sending once the lock is dropped. 0 or DH_ENOMEM. Under e->mu. */
-static int move_out(dh_engine *e, int64_t st, int64_t k, int to, const batch_slot *from)
+/* Sample k of step st leaves this node's batch `from` (rank r) for node `to`: noted with its
+ * items' layout, packed once the lock is dropped (dh__nodes_send_moves). 0 or DH_ENOMEM. */
+static int move_out(dh_engine *e, int64_t st, int64_t k, int to, int r, batch_slot *from)
 {
     struct dh__xchg *x = e->x;
     const int64_t *order = dh__sched_step_order(e->sched, st);
-    const uint8_t *base = dh__slot_data(e, from);
     int32_t n, first = dh__slot_items_of(from->items, from->nitems, order[k], &n);
-    size_t head = dh__wire_move_header(n), payload = 0;
-    for (int32_t j = 0; j < n; j++)
-        payload += (size_t)dh__ring_aligned(from->items[first + j].bytes);
-    move_msg mm = {to, dh__malloc(head + payload), head + payload};
-    if (!mm.data || !base)
-        return free(mm.data), DH_ENOMEM;
-    m_move h = {M_MOVE, e->node, n, 0, st, k, order[k], (int64_t)payload};
-    memcpy(mm.data, &h, sizeof h);
-    int32_t *status = (int32_t *)((uint8_t *)mm.data + sizeof h);
-    uint8_t *dst = (uint8_t *)mm.data + head;
-    for (int32_t j = 0; j < n; j++) {
-        const dh_batch_item *it = &from->items[first + j];
-        status[j] = it->status;
-        memcpy(dst, base + it->offset, (size_t)it->bytes);
-        dst += dh__ring_aligned(it->bytes);
-    }
-    if (dh__nodes_push((void **)&x->out, &x->nout, &x->capout, sizeof mm, &mm))
-        return free(mm.data), DH_ENOMEM;
+    departure d = {to, r, st, k, order[k], n, dh__malloc((size_t)DH_MAX(n, 1) * sizeof *d.items),
+                   dh__slot_data(e, from), !e->received[r], NULL, -1};
+    if (!d.items || !d.base || dh__nodes_push((void **)&x->out, &x->nout, &x->capout, sizeof d, &d))
+        return free(d.items), DH_ENOMEM;
+    memcpy(d.items, from->items + first, (size_t)n * sizeof *d.items);
+    from->departing++;
     return 0;
 }
 
-/* dh__departures for an agreed plan: the samples leaving this node, packed for their node. */
-static int departures(dh_engine *e, int64_t st, const batch_slot *slots, const int32_t *rank_of)
+/* dh__departures for an agreed plan: the samples leaving this node. A batch that also
+ * receives gets a new buffer: its old one is freed after its last departure is packed. */
+static int departures(dh_engine *e, int64_t st, batch_slot *slots, const int32_t *rank_of)
 {
-    int per = e->rank_hi - e->rank_lo;
+    struct dh__xchg *x = e->x;
+    int per = e->rank_hi - e->rank_lo, start = x->nout;
     for (int64_t k = 0; k < e->G; k++) {
         int from = dh__sched_rank_of(e->sched, st, k);
         if (dh__eng_rank_here(e, from) && !dh__eng_rank_here(e, rank_of[k])) {
-            int rc = move_out(e, st, k, rank_of[k] / per, &slots[from]);
+            int rc = move_out(e, st, k, rank_of[k] / per, from, &slots[from]);
             if (rc)
                 return rc;
+        }
+    }
+    for (int i = start; i < x->nout; i++) {
+        departure *d = &x->out[i];
+        int later = 0; /* another departure from the same batch comes after this one */
+        for (int j = i + 1; j < x->nout && !later; j++)
+            later = x->out[j].from == d->from;
+        const batch_slot *b = &slots[d->from];
+        if (!d->held && !later && b->allocated) {
+            d->ring = b->in_arena ? &e->arena : &e->ring;
+            d->block = b->block;
         }
     }
     return 0;
@@ -239,21 +239,65 @@ void dh__nodes_agree(dh_engine *e, int64_t ns)
         s->b[r].agreeing = 0;
 }
 
-/* Sends what the last plan packed. Without e->mu (the exchange thread's). */
+/* Packs departure d into a MOVE message (its bytes read where its old batch holds them);
+ * NULL when out of memory. Without e->mu: nothing else touches those bytes meanwhile. */
+static uint8_t *pack(dh_engine *e, const departure *d, size_t *len)
+{
+    size_t head = dh__wire_move_header(d->nitems), payload = 0;
+    for (int32_t j = 0; j < d->nitems; j++)
+        payload += (size_t)dh__ring_aligned(d->items[j].bytes);
+    uint8_t *msg = dh__malloc(head + payload);
+    if (!msg)
+        return NULL;
+    m_move h = {M_MOVE, e->node, d->nitems, 0, d->st, d->k, d->sample, (int64_t)payload};
+    memcpy(msg, &h, sizeof h);
+    int32_t *status = (int32_t *)(msg + sizeof h);
+    uint8_t *dst = msg + head;
+    for (int32_t j = 0; j < d->nitems; j++) {
+        const dh_batch_item *it = &d->items[j];
+        status[j] = it->status;
+        memcpy(dst, d->base + it->offset, (size_t)it->bytes);
+        dst += dh__ring_aligned(it->bytes);
+    }
+    *len = head + payload;
+    return msg;
+}
+
+/* A departure was packed (or the run gave up on it): its batch is released from it. Under
+ * e->mu. */
+static void settle(dh_engine *e, const departure *d, double now)
+{
+    if (d->ring)
+        dh__ring_free(d->ring, d->block);
+    eng_step *s = d->held && d->st >= e->lo ? dh__eng_step(e, d->st) : NULL;
+    if (s && s->b[d->from].departing > 0 && --s->b[d->from].departing == 0) {
+        dh__rec_batch *rb = dh__records_batch(&e->rec, d->st, d->from);
+        if (rb && rb->ready > 0)
+            rb->ready = DH_MAX(rb->ready, now); /* held back until now */
+        pthread_cond_broadcast(&e->ready);
+    }
+    free(d->items);
+}
+
+/* Packs and sends what the last plan moved away. Without e->mu (the exchange thread's). */
 int dh__nodes_send_moves(dh_engine *e)
 {
     struct dh__xchg *x = e->x;
     pthread_mutex_lock(&e->mu);
-    move_msg *out = x->out;
+    departure *out = x->out;
     int n = x->nout;
     x->out = NULL;
     x->nout = x->capout = 0;
     pthread_mutex_unlock(&e->mu);
+    double t0 = dh__eng_elapsed(e);
     int rc = 0;
-    for (int k = 0; k < n; k++) {
-        int src = rc ? rc : e->run.cfg.send(e->run.cfg.exchange_user, out[k].node, out[k].data,
-                                            out[k].len);
-        if (src && !rc) {
+    for (int k = 0; k < n && !rc; k++) {
+        size_t len = 0;
+        uint8_t *msg = pack(e, &out[k], &len);
+        int src = msg ? e->run.cfg.send(e->run.cfg.exchange_user, out[k].node, msg, len)
+                      : DH_ENOMEM;
+        free(msg);
+        if (src) {
             rc = src;
             pthread_mutex_lock(&e->mu);
             if (!x->err[0])
@@ -261,8 +305,13 @@ int dh__nodes_send_moves(dh_engine *e)
                         out[k].node, dh_strerror(src));
             pthread_mutex_unlock(&e->mu);
         }
-        free(out[k].data);
     }
+    pthread_mutex_lock(&e->mu);
+    double now = dh__eng_elapsed(e);
+    x->carry_s += now - t0; /* the data plane's: packing is copying */
+    for (int k = 0; k < n; k++)
+        settle(e, &out[k], now);
+    pthread_mutex_unlock(&e->mu);
     free(out);
     return rc;
 }
