@@ -663,6 +663,48 @@ START_TEST(a_state_from_another_job_is_refused_with_the_reason)
 }
 END_TEST
 
+/* User trial 3 of issue 22: ranks restoring different checkpoints were refused with "rank 0
+ * resumes at a saved state, rank 1 at a saved state": the refusal now says where each
+ * starts. Whichever rank attaches second is refused; the other waits for the attach
+ * timeout. */
+START_TEST(ranks_resuming_at_different_states_are_told_where_each_starts)
+{
+    char log[2][4096];
+    new_socket_name();
+    pid_t p[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(log[r], sizeof log[r], "%s/resume%d.log", media, r);
+        p[r] = fork();
+        if (!p[r]) {
+            dh_client_opts o = client_opts(r, 2, 4);
+            o.resume = 1, o.epoch = 0, o.step = 1 + r, o.resume_global_step = 1 + r;
+            dh_client *cl;
+            char err[512] = "";
+            int rc = dh_client_connect(&o, &cl, err, sizeof err);
+            FILE *f = fopen(log[r], "w");
+            fprintf(f, "%s\n", err);
+            fclose(f);
+            _exit(rc == DH_EMISMATCH ? 1 : rc == DH_ETIMEDOUT || rc == DH_EPEER ? 2 : 3);
+        }
+    }
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = 7;
+    dh_serve_opts so;
+    dh_serve_opts_default(&so);
+    so.attach_timeout_ms = 3000;
+    dh_result r;
+    char err[512] = "";
+    ck_assert_int_eq(run_agent(&c, &so, &r, err, sizeof err), DH_ETIMEDOUT);
+    int rc0 = wait_child(p[0]), rc1 = wait_child(p[1]);
+    ck_assert_msg((rc0 == 1) + (rc1 == 1) == 1, "exits %d and %d", rc0, rc1);
+    char *why = tu_capture("cat %s", log[rc0 == 1 ? 0 : 1]);
+    ck_assert_msg(strstr(why, "at epoch 0, step 1 (global step 1)") &&
+                  strstr(why, "at epoch 0, step 2 (global step 2)") &&
+                  strstr(why, "restore the same checkpoint on every rank"), "%s", why);
+    free(why);
+}
+END_TEST
+
 START_TEST(a_state_resumes_at_another_global_batch_where_the_order_allows)
 {
     /* G 4 -> 2: 9 samples, 8 used an epoch either way, so after 3 steps of 4 (12 samples)
@@ -1896,6 +1938,7 @@ int main(void)
     ADD_TEST(tc, a_trainer_that_never_detaches_does_not_keep_the_agent);
     ADD_TEST(tc, a_resumed_job_serves_exactly_its_remaining_steps);
     ADD_TEST(tc, a_state_from_another_job_is_refused_with_the_reason);
+    ADD_TEST(tc, ranks_resuming_at_different_states_are_told_where_each_starts);
     ADD_TEST(tc, a_state_resumes_at_another_global_batch_where_the_order_allows);
     ADD_TEST(tc, ranks_that_attach_late_or_give_up_never_hang_the_agent);
     ADD_TEST(tc, connections_that_say_nothing_delay_no_attach);

@@ -222,11 +222,11 @@ class Loader:
             client = Client(self.socket, self.rank, self.world_size, **kw)
             run = client.run()
             if run["max_leases"] < 2:
-                client.abort()
-                raise _fail("DH_ELIMIT", "the agent lets a rank hold %d batch at once "
-                            "(--max-leases %d), but `for batch in loader` holds its batch "
-                            "while it takes the next: serve with --max-leases 2 or more"
-                            % (run["max_leases"], run["max_leases"]))
+                why = ("the agent lets a rank hold %d batch at once (--max-leases %d), but "
+                       "`for batch in loader` holds its batch while it takes the next: serve "
+                       "with --max-leases 2 or more" % (run["max_leases"], run["max_leases"]))
+                client.abort("DH_ELIMIT: " + why)
+                raise _fail("DH_ELIMIT", why)
             self._client, self._run = client, run
         return self._client
 

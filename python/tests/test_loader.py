@@ -588,7 +588,9 @@ print(json.dumps(rows))
             self.assertIn("--max-leases 2 or more", str(ctx.exception))
             rc, out, err = agent.wait()
             self.assertNotEqual(rc, 0)
+            # the agent says why too (user trial 3: "its trainer gave no reason")
             self.assertIn("rank 0", err)
+            self.assertIn("its trainer says: DH_ELIMIT: the agent lets a rank hold 1 batch", err)
 
     def test_a_second_thread_cannot_iterate_a_loader(self):
         """From the user trial of issue 22: a second thread's loop over a Loader another

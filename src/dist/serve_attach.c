@@ -60,6 +60,18 @@ int dh__agent_resume_point(const agent *a, const dh__attach *q, start_point *p, 
     return 0;
 }
 
+/* Where an attach starts, in words: "the start", or its saved position. */
+static const char *start_of(const dh__attach *q, char *buf, size_t len)
+{
+    if (!q->resume)
+        return "the start";
+    int n = snprintf(buf, len, "epoch %lld, step %lld", (long long)q->epoch, (long long)q->step);
+    if (n > 0 && (size_t)n < len && q->resume_global_step >= 0)
+        snprintf(buf + n, len - (size_t)n, " (global step %lld)",
+                 (long long)q->resume_global_step);
+    return buf;
+}
+
 /* Why this attach cannot be accepted (a sentence in why), or 0. */
 static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
 {
@@ -104,10 +116,14 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
                                           o->req.resume_global_step != q->resume_global_step ||
                                           o->req.resume_global_batch !=
                                               q->resume_global_batch))))
+        {
+            char mine[96], theirs[96];
             return dh__fail(why, len, DH_EMISMATCH, "rank %d resumes at %s, rank %d at %s "
-                            "(restore the same checkpoint on every rank)", o->rank,
-                            o->req.resume ? "a saved state" : "the start", q->rank,
-                            q->resume ? "a saved state" : "the start");
+                            "(restore the same checkpoint on every rank; rank %d waits for a "
+                            "rank %d that starts where it does, until the attach timeout)",
+                            o->rank, start_of(&o->req, theirs, sizeof theirs), q->rank,
+                            start_of(q, mine, sizeof mine), o->rank, q->rank);
+        }
     }
     return 0;
 }
@@ -125,7 +141,7 @@ static void drop_attach(agent *a, conn *c, const char *why)
 /* Validates an attach the acceptor read for this stream; keeps it, or refuses and closes. */
 static void take_attach(agent *a, const pending *in)
 {
-    char why[256] = "";
+    char why[512] = "";
     conn *held = in->req.rank >= a->lo && in->req.rank < a->hi ? &a->conns[in->req.rank] : NULL;
     /* Its rank is held by a process that is gone, though its socket is not closed (a child
      * it forked holds it): the new one takes its place. */
