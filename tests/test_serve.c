@@ -315,6 +315,21 @@ START_TEST(a_trainer_that_fails_says_why_to_the_agent_and_the_others)
 }
 END_TEST
 
+/* User trial 3 of issue 22: a trainer that found no agent within its whole timeout raised
+ * PeerLost (DH_EPEER), though nothing had come in time: it is DH_ETIMEDOUT. */
+START_TEST(no_agent_within_the_timeout_is_a_timeout)
+{
+    new_socket_name();
+    dh_client_opts o = client_opts(0, 1, 4);
+    o.timeout_ms = 300;
+    dh_client *c = NULL;
+    char err[512] = "";
+    ck_assert_int_eq(dh_client_connect(&o, &c, err, sizeof err), DH_ETIMEDOUT);
+    ck_assert_msg(strstr(err, "no agent listened on") && strstr(err, "within 0.3 s"), "%s", err);
+    ck_assert_ptr_null(c);
+}
+END_TEST
+
 START_TEST(a_dead_agent_is_an_error_for_every_trainer)
 {
     /* The agent (a child) is killed while a trainer waits for its next batch: the trainer's
@@ -1930,6 +1945,7 @@ int main(void)
     ADD_TEST(tc, a_dead_trainer_is_an_error_for_the_others_not_a_hang);
     ADD_TEST(tc, a_trainer_that_fails_says_why_to_the_agent_and_the_others);
     ADD_TEST(tc, a_dead_agent_is_an_error_for_every_trainer);
+    ADD_TEST(tc, no_agent_within_the_timeout_is_a_timeout);
     ADD_TEST(tc, leases_are_bounded);
     ADD_TEST(tc, resume_continues_exactly_where_the_run_stopped);
     ADD_TEST(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);

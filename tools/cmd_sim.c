@@ -86,6 +86,7 @@ typedef struct {
 } sim_files;
 
 enum { MODE_SIM, MODE_RUN, MODE_SERVE };
+static const char *const mode_name[] = {"sim", "run", "serve"};
 
 /* serve's own options; 1 consumed, 0 not one, -1 bad value. */
 static int serve_option(int argc, char **argv, int *i, sim_files *f)
@@ -367,7 +368,6 @@ static int run_mode(int mode, one_run *runs, int n, char *err, size_t errlen)
     return dh_serve_streams(ss, n, o, err, errlen);
 }
 
-static const char *const mode_name[] = {"sim", "run", "serve"};
 
 /* Prints why the run failed, and the accounting of what every node completed. */
 static void report_failure(int mode, const cli_node *node, const char *err, int rc,
@@ -503,6 +503,12 @@ static int sim_or_run(int argc, char **argv, int mode)
         rc = cli_out_open(&runs[k].json, lead ? runs[k].f.json : NULL);
     for (int k = 0; k < n && !rc; k++)
         rc = load_inputs(&runs[k].cfg, &runs[k].f, &runs[k].m, &runs[k].spec);
+    for (int k = 0; k < n && !rc && lead && mode != MODE_SIM; k++) /* say what decodes */
+        if (!runs[k].f.spec && !runs[k].cfg.workload)
+            cli_err("%s%s%s: no --spec or --workload: samples are decoded by the default spec "
+                    "(`datahelix inspect --manifest M` shows its output; docs/SPEC.md)",
+                    mode_name[mode], runs[k].name ? ": stream " : "",
+                    runs[k].name ? runs[k].name : "");
     if (!rc && node && f->calibrate) { /* every node plans with the same CPU model */
         rc = cli_node_agree_mean(node, &cfg->cpu_cost_scale);
         if (!rc && lead)

@@ -198,6 +198,7 @@ class Loader:
         self._taken = 0      # batches of the agent's run this rank took
         self._ended = False  # the agent said the run is over
         self._iter = None    # the last epoch iterator handed out
+        self._warned_skip = False  # a loop left early was told of (once)
 
     # -- lifecycle -----------------------------------------------------------
     def _connect(self):
@@ -325,6 +326,7 @@ class Loader:
         DataLoader's new iterator starts a new epoch, the next loop starts at the next one.
         The skipped batches are taken and given straight back (every rank skips alike)."""
         it, self._iter = self._iter, None
+        first = self._taken
         while it is not None and it.unfinished():
             raw = client.next()
             if raw is None:
@@ -332,6 +334,19 @@ class Loader:
                 break
             self._taken = raw.step - self._run["step_base"] + 1
             raw.release()
+        if self._taken > first and self.world_size > 1 and not self._warned_skip:
+            # Every rank must skip alike; one that does alone trains on other steps than
+            # the others (user trial 3 of issue 22: silent, or blamed on another rank).
+            # Told once per Loader: ranks that all leave at the same step do it on purpose.
+            self._warned_skip = True
+            base = self._run["step_base"]
+            epoch = self._position(first)[0]
+            warnings.warn(
+                "datahelix: rank %d left its loop over epoch %d early; the next loop starts "
+                "epoch %d, skipping steps %d..%d (unless every rank leaves its loop at the same "
+                "step, the ranks now train on different steps; said once per Loader)"
+                % (self.rank, epoch, epoch + 1, base + first, base + self._taken - 1),
+                RuntimeWarning, stacklevel=3)
 
     def _check_not_over(self, epoch):
         """Raises when the agent's job has no batch left (for `epoch`)."""

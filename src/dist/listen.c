@@ -141,6 +141,10 @@ int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen)
                 return dh__fail(err, errlen, DH_ETIMEDOUT, "the agent on %s accepted no "
                                 "connection within %d ms (its queue of connections stayed "
                                 "full)", name, timeout_ms);
+            if ((e == ENOENT || e == ECONNREFUSED) && timeout_ms > 0) /* waited for one */
+                return dh__fail(err, errlen, DH_ETIMEDOUT, "no agent listened on %s within "
+                                "%.1f s (%s): start `datahelix serve` first, with the same "
+                                "--socket or DH_JOB", name, timeout_ms / 1e3, strerror(e));
             return dh__fail(err, errlen, e == ENOENT || e == ECONNREFUSED ? DH_EPEER : -e,
                             "no agent listens on %s (%s): start `datahelix serve` first, with "
                             "the same --socket or DH_JOB", name, strerror(e));

@@ -181,8 +181,8 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
     if (!rc) {
         int64_t tail = a->cfg->keep_last ? 0 : a->samples % a->cfg->global_batch;
         if (!a->gen)
-            event(a, "listening on %s for %d ranks (%d..%d)", a->hub->name, a->hi - a->lo,
-                  a->lo, a->hi - 1);
+            event(a, "listening on %s for %d rank%s (%d..%d)", a->hub->name, a->hi - a->lo,
+                  a->hi - a->lo == 1 ? "" : "s", a->lo, a->hi - 1);
         if (!a->gen && a->o.max_leases < 2)
             event(a, "--max-leases %d: a Python Loader refuses it (`for batch in loader` holds "
                   "its batch while it takes the next: it needs 2)", a->o.max_leases);
