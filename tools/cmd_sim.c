@@ -519,7 +519,7 @@ static int sim_or_run(int argc, char **argv, int mode)
         runs[k].cfg.cpu_cost_scale = cfg->cpu_cost_scale;
     double comm0 = cli_node_comm_cpu(node); /* MPI's start-up is not the run's */
     if (!rc) {
-        char err[512] = "";
+        char err[1024] = "";
         rc = run_mode(mode, runs, n, err, sizeof err);
         if (rc)
             report_failure(mode, node, err, rc, n == 1 ? &runs[0].res : &(dh_result){0});

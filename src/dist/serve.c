@@ -224,8 +224,14 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         frc = 0;
     if (!a->died && a->left_at < INT64_MAX) /* ranks left: a finite run was cut short */
         frc = a->N > 0 ? DH_EPEER : 0;
-    const char *peer = frc == DH_EPEER && !a->fault[0] && a->e ? dh__engine_peer_msg(a->e) : NULL;
-    if (!rc && frc == DH_EPEER)
+    /* Several nodes: another node's fault this node heard of first (peer), or one that came
+     * first though this node's own was told before it was heard (earlier). */
+    const char *peer = frc == DH_EPEER && a->e ? dh__engine_peer_msg(a->e) : NULL;
+    const char *earlier = frc == DH_EPEER && a->e ? dh__engine_earlier_msg(a->e) : NULL;
+    if (!rc && frc == DH_EPEER && a->fault[0] && (earlier || peer)) /* this one followed */
+        rc = dh__fail(err, errlen, frc, "%s; then on this node: %s", earlier ? earlier : peer,
+                      a->fault);
+    else if (!rc && frc == DH_EPEER)
         rc = dh__fail(err, errlen, frc, "%s", a->fault[0] ? a->fault
                                              : peer ? peer : dh_strerror(frc));
     else if (!rc && frc && frc != DH_ECANCELED)

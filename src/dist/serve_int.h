@@ -107,7 +107,7 @@ struct agent {
     void *user;
     dh_result *out;
     int rc;
-    char err[512];
+    char err[1024];
 };
 
 /* The agent: one listening socket whose attaches go to the stream they name. */

@@ -137,6 +137,7 @@ const dh__node_ops dh__one_node = {
     .step_closed = one_step_closed,
     .wake = one_none,
     .error = one_error,
+    .earlier = one_error,
     .own_error = one_reason,
     .refuse = one_reason,
     .moving = one_moving,

@@ -47,6 +47,14 @@ void dh__engine_refuse(dh_engine *e, int rc, const char *why)
     pthread_mutex_unlock(&e->mu);
 }
 
+const char *dh__engine_earlier_msg(dh_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    const char *m = e->nops->earlier(e);
+    pthread_mutex_unlock(&e->mu);
+    return m[0] ? m : NULL;
+}
+
 const char *dh__engine_peer_msg(dh_engine *e)
 {
     pthread_mutex_lock(&e->mu);

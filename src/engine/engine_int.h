@@ -199,8 +199,10 @@ typedef struct dh__node_ops {
     void (*step_closed)(dh_engine *e);
     /* Under e->mu: wakes the layer's threads and ranks waiting on it (a release, a stop). */
     void (*wake)(dh_engine *e);
-    /* What stopped the run if another node did ("" if none). */
+    /* What stopped the run if another node did ("" if none); earlier: after finish, another
+     * node's own fault that came before this node's (its first cause), or "". */
     const char *(*error)(const dh_engine *e);
+    const char *(*earlier)(const dh_engine *e);
     /* Under e->mu: this node stops for a reason of its own (a trainer of its died), told to
      * the others in its FINAL record (the first reason wins); refuse: it never began (the
      * reason also travels, as the node's own failure). */

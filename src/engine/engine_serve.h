@@ -36,6 +36,9 @@ void dh__engine_refuse(dh_engine *e, int rc, const char *why);
 void dh__engine_abort(dh_engine *e, int rc, const char *why);
 /* On several nodes: why another node (or the exchange) stopped the run, or NULL. */
 const char *dh__engine_peer_msg(dh_engine *e);
+/* After dh_engine_finish, several nodes: another node's own fault that came before this
+ * node's own (what the job's failure began with), or NULL. */
+const char *dh__engine_earlier_msg(dh_engine *e);
 /* Why the run stopped with DH_EFAILED (too many samples failed), or NULL. */
 const char *dh__engine_fail_msg(dh_engine *e);
 /* dh_engine_next_batch, except that when *wake comes back 1 the idle workers are

@@ -134,7 +134,7 @@ static void nodes_free(dh_engine *e)
 
 static const char *nodes_error(const dh_engine *e)
 {
-    return e->x ? e->x->err : "";
+    return e->x && !e->x->own ? e->x->err : ""; /* its own reason is its caller's */
 }
 
 static void nodes_own_error(dh_engine *e, const char *why)
@@ -144,6 +144,12 @@ static void nodes_own_error(dh_engine *e, const char *why)
         return;
     dh__msg(x->err, sizeof x->err, "%s", why);
     x->own = 1;
+    x->err_at = dh__eng_elapsed(e);
+}
+
+static const char *nodes_earlier(const dh_engine *e)
+{
+    return e->x ? e->x->first : "";
 }
 
 /* A node that never began: the reason travels in its FINAL record, read at the others' HELLO. */
@@ -194,6 +200,7 @@ const dh__node_ops dh__several_nodes = {
     .step_closed = nodes_step_closed,
     .wake = nodes_wake,
     .error = nodes_error,
+    .earlier = nodes_earlier,
     .own_error = nodes_own_error,
     .refuse = nodes_refuse,
     .moving = dh__nodes_moving,

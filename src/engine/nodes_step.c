@@ -218,6 +218,7 @@ static void fill_final(dh_engine *e, xrec *m)
     m->error = e->error == DH_EPEER && x->err[0] && x->began && !x->own ? 0 : e->error;
     if (m->error)
         dh__msg(m->msg, sizeof m->msg, "%s", x->err[0] ? x->err : dh_strerror(e->error));
+    m->err_at = x->own ? x->err_at : 0;
     m->tot = (dh__node_totals){
         .cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
         .makespan = e->rec.makespan > 0 ? e->rec.makespan : dh__eng_elapsed(e),
@@ -230,6 +231,24 @@ static void fill_final(dh_engine *e, xrec *m)
         .lent = reb->lent, .lend_gated = reb->lend_gated, .shipped = reb->bytes_shipped};
     m->closed_steps = e->rec.steps;
     m->closed_failed = e->rec.failed;
+}
+
+/* A fault of this node's own that followed another node's (a trainer of its failing in a
+ * collective after a rank of that node died): the earliest is kept as the run's first cause.
+ * After the FINAL rounds. */
+static void note_earlier(dh_engine *e)
+{
+    struct dh__xchg *x = e->x;
+    int first = -1;
+    for (int k = 0; k < e->nodes; k++) {
+        const xrec *o = rec_of(x, k);
+        if (k != e->node && o->error && o->err_at > 0 && o->err_at < x->err_at &&
+            (first < 0 || o->err_at < rec_of(x, first)->err_at))
+            first = k;
+    }
+    if (first >= 0)
+        dh__msg(x->first, sizeof x->first, "node %d went first (%.2f s before): %s", first,
+                x->err_at - rec_of(x, first)->err_at, rec_of(x, first)->msg);
 }
 
 /* Every node's totals (only this node's if another could not be reached), summed into t. */
@@ -294,6 +313,8 @@ void dh__nodes_finish(dh_engine *e, dh__node_totals *t)
     }
     free(mine);
     x->totals = *t;
+    if (all_final && !rc && x->own)
+        note_earlier(e);
 }
 
 void dh__nodes_result(const dh_engine *e, const dh__node_totals *t, dh_result *full)

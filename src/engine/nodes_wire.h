@@ -23,7 +23,8 @@
 #include "engine_int.h"
 
 #define DH__WIRE_MAGIC 0x57584844u /* "DHXW" */
-#define DH__WIRE_VERSION 2         /* 1: before the greeting; 2: greeting, checked messages */
+#define DH__WIRE_VERSION 3 /* 1: before the greeting; 2: greeting, checked messages; 3: when
+                            * a node's fault happened (FINAL) */
 
 /* The first round of every run; never changes (a later version keeps these 32 bytes). */
 typedef struct {
@@ -45,6 +46,7 @@ typedef struct {
     int64_t step;
     int32_t stop;  /* STEP: stop every node after this step */
     int32_t error; /* FINAL: what stopped this node (0: its run ended or was stopped) */
+    double err_at; /* FINAL: when this node's own fault happened (shared clock; 0: none) */
     /* STEP */
     double first_start; /* the step's first task started here (-1: none) */
     int64_t failed;     /* the step's samples that failed here */
