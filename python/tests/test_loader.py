@@ -551,6 +551,27 @@ print(json.dumps(rows))
                     self.assertTrue(base <= t.data_ptr() < base + b["data"].numel())
                     self.assertEqual(b["status"], [0, 0, 0, 0])
 
+    def test_a_write_into_a_batch_is_named_before_the_crash(self):
+        """User trial 3 of issue 22: writing into a batch's tensor (the pools are mapped
+        read-only) killed the trainer with a bare SIGSEGV and no word of the cause."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("torch is not installed")
+        s = sock()
+        script = ("import datahelix\n"
+                  "with datahelix.Loader(socket=%r, rank=0, world_size=1) as L:\n"
+                  "    for b in L:\n"
+                  "        b['image'][0][0, 0, 0] = 7\n" % s)
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "2") as agent:
+            p = subprocess.run([sys.executable, "-W", "ignore", "-c", script],
+                               capture_output=True, text=True, timeout=60)
+            agent.wait()
+        self.assertEqual(p.returncode, -signal.SIGSEGV, p.stderr)
+        self.assertIn("datahelix: this process wrote into a batch, whose memory trainers map "
+                      "read-only", p.stderr)
+        self.assertIn("x.clone()", p.stderr)
+
     def test_a_wrong_world_size_is_refused_with_the_reason(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--attach-timeout", "2") as agent:

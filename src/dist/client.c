@@ -95,6 +95,8 @@ static int map_pools(dh_client *c, const int *fds, int nfds)
     int rc = nfds == 2 ? 0 : DH_EPARSE;
     for (int k = 0; k < 2 && !rc; k++)
         rc = dh__shm_map(&c->pools[k], fds[k], sizes[k], 0); /* read-only (so is the fd) */
+    for (int k = 0; k < 2 && !rc; k++) /* a write into it is named before the SIGSEGV */
+        dh__segv_hint_add(c->pools[k].base, (size_t)c->pools[k].size);
     for (int k = 0; k < nfds; k++)
         if (rc && (k >= 2 || c->pools[k].fd != fds[k]))
             close(fds[k]);
@@ -598,8 +600,10 @@ void dh_client_close(dh_client *c)
     for (int k = 0; k < c->nleases; k++)
         free(c->leases[k].payload);
     free(c->leases);
-    dh__shm_destroy(&c->pools[0]);
-    dh__shm_destroy(&c->pools[1]);
+    for (int k = 0; k < 2; k++) {
+        dh__segv_hint_remove(c->pools[k].base);
+        dh__shm_destroy(&c->pools[k]);
+    }
     pthread_mutex_destroy(&c->send_mu);
     pthread_mutex_destroy(&c->lease_mu);
     free(c);
