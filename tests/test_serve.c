@@ -1783,6 +1783,56 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
 }
 END_TEST
 
+/* User trial 4 of issue 22: under DDP a rank killed while its request waited in the agent
+ * made its peer fail in the collective (an ABORT) before the agent's watch saw the death, and
+ * the agent named the peer as the cause. Here the watch looks only every 30 s, so only the
+ * look around at the peer's fault can name the dead rank first. */
+START_TEST(a_rank_failing_after_another_died_names_the_dead_one_first)
+{
+    new_socket_name();
+    pid_t r0 = fork();
+    if (!r0) {
+        dh_client_opts o = client_opts(0, 2, 4);
+        dh_client *c;
+        if (dh_client_connect(&o, &c, NULL, 0))
+            _exit(2);
+        pthread_t t;
+        pthread_create(&t, NULL, take_until_stuck, c);
+        sleep(2);
+        _exit(9); /* dies while its request waits in the engine */
+    }
+    pid_t r1 = fork();
+    if (!r1) {
+        dh_client_opts o = client_opts(1, 2, 4);
+        dh_client *c;
+        if (dh_client_connect(&o, &c, NULL, 0))
+            _exit(2);
+        sleep(4); /* its collective with rank 0 fails after rank 0 died */
+        dh_client_fail(c, "RuntimeError: Connection closed by peer");
+        _exit(0);
+    }
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = DH_STEPS_FOREVER;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    o.on_event = keep_event;
+    events[0] = 0;
+    dh__serve_test_watch_ms(30000);
+    dh_result r;
+    char err[512] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    dh__serve_test_watch_ms(20);
+    ck_assert_int_eq(rc, DH_EPEER);
+    ck_assert_msg(strstr(err, "rank 0 (pid") && strstr(err, "died or disconnected"), "%s", err);
+    ck_assert_msg(strstr(events, "then rank 1 (pid") &&
+                  strstr(events, "its trainer says: RuntimeError: Connection closed by peer"),
+                  "%s", events);
+    ck_assert_int_eq(wait_child(r0), 9);
+    ck_assert_int_eq(wait_child(r1), 0);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+}
+END_TEST
+
 /* Defect 6 of issue 22: a batch still viewed when its client detaches keeps its bytes, though
  * the agent, told of the detach, reuses the memory (here a fake agent overwrites the pool the
  * moment the DETACH arrives): the client made the held pages private copies first. */
@@ -1970,6 +2020,7 @@ int main(void)
     ADD_TEST(tc, a_batch_held_past_detach_keeps_its_bytes);
     ADD_TEST(tc, a_second_thread_taking_batches_is_refused);
     ADD_TEST(tc, a_rank_lost_while_its_request_waits_is_named);
+    ADD_TEST(tc, a_rank_failing_after_another_died_names_the_dead_one_first);
     ADD_TEST(tc, one_agent_serves_several_streams);
     ADD_TEST(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     ADD_TEST(tc, unused_streams_end_the_agent_and_a_finite_one_fails);

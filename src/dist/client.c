@@ -96,7 +96,7 @@ static int map_pools(dh_client *c, const int *fds, int nfds)
     for (int k = 0; k < 2 && !rc; k++)
         rc = dh__shm_map(&c->pools[k], fds[k], sizes[k], 0); /* read-only (so is the fd) */
     for (int k = 0; k < 2 && !rc; k++) /* a write into it is named before the SIGSEGV */
-        dh__segv_hint_add(c->pools[k].base, (size_t)c->pools[k].size);
+        dh__segv_hint_add(c->pools[k].base, (size_t)c->pools[k].size, c->rank);
     for (int k = 0; k < nfds; k++)
         if (rc && (k >= 2 || c->pools[k].fd != fds[k]))
             close(fds[k]);

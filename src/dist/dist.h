@@ -16,8 +16,10 @@ int dh__peer_uid(int fd, uint32_t *uid, int32_t *pid);
 
 /* segv_hint.c: a pool a trainer maps read-only, named on stderr when a write into it faults
  * (a handler installed once per process, chained to the one before; DH_SEGV_HINT=0: none). */
-void dh__segv_hint_add(const void *base, size_t len);
+void dh__segv_hint_add(const void *base, size_t len, int rank);
 void dh__segv_hint_remove(const void *base);
+/* Tests only: how often the agent's watch looks at ranks blocked in the engine (20 ms). */
+void dh__serve_test_watch_ms(long ms);
 /* Tests only: the agent reports a rank that waits so many seconds for its batch (10). */
 void dh__serve_test_stall(double seconds);
 

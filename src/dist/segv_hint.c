@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,13 +27,10 @@
 #define HINT_RANGES 64
 
 static _Atomic uintptr_t range_lo[HINT_RANGES], range_hi[HINT_RANGES];
+static char hint[HINT_RANGES][320]; /* each range's line, written before the range is */
+static size_t hint_len[HINT_RANGES];
 static struct sigaction previous;
 static pthread_once_t installed = PTHREAD_ONCE_INIT;
-
-static const char hint[] =
-    "datahelix: this process wrote into a batch, whose memory trainers map read-only (its "
-    "tensors view the agent's shared memory): write into a copy (x.clone(), x.float(), "
-    "np.array(x)); it now dies of SIGSEGV\n";
 
 static void on_segv(int sig, siginfo_t *si, void *ctx)
 {
@@ -42,7 +40,7 @@ static void on_segv(int sig, siginfo_t *si, void *ctx)
     for (int k = 0; k < HINT_RANGES; k++) {
         uintptr_t lo = atomic_load(&range_lo[k]), hi = atomic_load(&range_hi[k]);
         if (lo && a >= lo && a < hi) {
-            ssize_t n = write(STDERR_FILENO, hint, sizeof hint - 1);
+            ssize_t n = write(STDERR_FILENO, hint[k], hint_len[k]);
             (void)n;
             break;
         }
@@ -63,7 +61,7 @@ static void install(void)
     sigaction(SIGSEGV, &sa, &previous);
 }
 
-void dh__segv_hint_add(const void *base, size_t len)
+void dh__segv_hint_add(const void *base, size_t len, int rank)
 {
     if (!base || !len)
         return;
@@ -71,7 +69,13 @@ void dh__segv_hint_add(const void *base, size_t len)
     for (int k = 0; k < HINT_RANGES; k++) {
         uintptr_t none = 0;
         if (atomic_compare_exchange_strong(&range_lo[k], &none, (uintptr_t)base)) {
-            atomic_store(&range_hi[k], (uintptr_t)base + len);
+            int n = snprintf(hint[k], sizeof hint[k],
+                             "datahelix: rank %d (pid %d) wrote into a batch, whose memory "
+                             "trainers map read-only (its tensors view the agent's shared "
+                             "memory): write into a copy (x.clone(), x.float(), np.array(x)); "
+                             "it now dies of SIGSEGV\n", rank, (int)getpid());
+            hint_len[k] = n > 0 ? DH_MIN((size_t)n, sizeof hint[k] - 1) : 0;
+            atomic_store(&range_hi[k], (uintptr_t)base + len); /* the line is there now */
             return;
         }
     }

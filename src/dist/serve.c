@@ -210,6 +210,12 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         a->ran = 1;
         pthread_mutex_unlock(&a->hub->mu);
         int resume = a->gen || a->conns[a->lo].req.resume;
+        if (resume) /* where it goes on, and from what */
+            event(a, "%s at step %lld (epoch %lld, step %lld of it), %s", a->gen ? "the job "
+                  "restarts" : "the job resumes", (long long)a->info.step_base,
+                  (long long)a->info.epoch, (long long)a->info.step,
+                  a->conns[a->lo].req.resume ? "from the saved state its ranks presented"
+                                             : "after the last step every rank gave back");
         if ((rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, a->info.shift,
                                    a->N, err, errlen)))
             refuse_all(a, rc, err && errlen ? err : "the agent could not begin");

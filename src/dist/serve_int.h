@@ -168,6 +168,13 @@ const char *dh__agent_fault_tail(const agent *a);
  * stops for the others naming it (the first cause stays). at: where it was (" holding step
  * 12", " while it waited for step 12", or ""). Without a.mu. */
 void dh__agent_lost(agent *a, conn *c, const char *at);
+/* Before rank c's fault (or early leaving) is taken as the cause: another rank whose socket
+ * is already gone without a DETACH is named first (it died, and c failed because of it, as
+ * under DDP). 1 when one was. Without a.mu. */
+int dh__agent_blame_first(agent *a, const conn *c);
+/* 1 when the bytes waiting on c's socket hold a DETACH (looked at, not taken); an ABORT's
+ * reason is kept (c->why). */
+int dh__agent_detach_waiting(conn *c);
 /* An ABORT's text kept as c->why, printable ASCII only (a trainer's words reach the log). */
 void dh__agent_abort_said(conn *c, const void *text, uint32_t len);
 

@@ -111,8 +111,9 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
     return rc;
 }
 
-/* The sentence for a run that cannot go on (another rank died, the agent stopped). */
-static void send_end(agent *a, conn *c, int rc)
+/* The sentence for a run that cannot go on (another rank died, the agent stopped); 0, or the
+ * peer did not take it (it stopped reading: the caller gives up on it). */
+static int send_end(agent *a, conn *c, int rc)
 {
     char msg[sizeof a->fault + 64];
     const char *failed = rc == DH_EFAILED && a->e ? dh__engine_fail_msg(a->e) : NULL;
@@ -130,7 +131,7 @@ static void send_end(agent *a, conn *c, int rc)
         snprintf(msg, sizeof msg, "the agent's run failed: %s", failed ? failed : dh_strerror(rc));
     pthread_mutex_unlock(&a->mu);
     c->ended = 1; /* after an end, the rank leaving is expected */
-    dh__proto_send_error(c->fd, rc, msg);
+    return dh__proto_send_error(c->fd, rc, msg);
 }
 
 static void release_lease(agent *a, conn *c, lease *l, int reclaimed);
@@ -147,10 +148,8 @@ static int on_next(agent *a, conn *c)
     pthread_mutex_lock(&a->mu);
     int beyond = c->next_step >= a->left_at; /* a rank that left will never take this step */
     pthread_mutex_unlock(&a->mu);
-    if (beyond) {
-        send_end(a, c, DH_EPEER);
-        return 0;
-    }
+    if (beyond)
+        return send_end(a, c, DH_EPEER);
     dh_batch b;
     int wake = 0;
     pthread_mutex_lock(&a->mu);
@@ -162,10 +161,8 @@ static int on_next(agent *a, conn *c)
     pthread_mutex_lock(&a->mu);
     c->waiting = 0;
     pthread_mutex_unlock(&a->mu);
-    if (rc) {
-        send_end(a, c, rc);
-        return 0;
-    }
+    if (rc) /* a client that reads nothing costs one send timeout, not one per request */
+        return send_end(a, c, rc);
     pthread_mutex_lock(&a->mu);
     c->next_step = b.step + 1;
     c->took_at = dh__mono();
@@ -176,8 +173,7 @@ static int on_next(agent *a, conn *c)
         dh_engine_release(a->e, &b, 0);
         if (wake)
             dh__engine_wake(a->e);
-        send_end(a, c, DH_EPEER);
-        return 0;
+        return send_end(a, c, DH_EPEER);
     }
     c->leases[c->nleases++] = (lease){b, dh__mono(), -1.0};
     rc = send_batch(a, c, &b);
@@ -227,6 +223,28 @@ const char *dh__agent_fault_tail(const agent *a)
                                                      : "the job cannot go on without it";
 }
 
+/* 1 when the bytes waiting on c's socket hold a DETACH (looked at, not taken); an ABORT's
+ * reason is kept (c->why). */
+int dh__agent_detach_waiting(conn *c)
+{
+    uint8_t buf[4096];
+    ssize_t n = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    for (size_t at = 0; n > 0 && at + sizeof(dh__msg_head) <= (size_t)n;) {
+        dh__msg_head h;
+        memcpy(&h, buf + at, sizeof h);
+        if (h.magic != DH__PROTO_MAGIC)
+            return 0;
+        if (h.type == DH__MSG_DETACH)
+            return 1;
+        if (h.type == DH__MSG_ABORT && h.len <= (size_t)n - at - sizeof h) {
+            dh__agent_abort_said(c, buf + at + sizeof h, h.len);
+            return 0;
+        }
+        at += sizeof h + h.len;
+    }
+    return 0;
+}
+
 void dh__agent_abort_said(conn *c, const void *text, uint32_t len)
 {
     const unsigned char *t = text;
@@ -237,8 +255,63 @@ void dh__agent_abort_said(conn *c, const void *text, uint32_t len)
     c->failed = 1;
 }
 
+/* Another rank whose socket is gone without a DETACH (it died, or failed: ABORT) when rank c's
+ * own fault comes: under DDP a rank's death makes the others fail in the collective first,
+ * so that one is the cause. Only ranks whose thread is blocked in the engine are looked at:
+ * the others' threads read their sockets and see their own end at once (and a DETACH they
+ * already took would no longer be there to see). */
+static conn *gone_before(agent *a, const conn *c)
+{
+    for (int r = a->lo; r < a->hi; r++) {
+        conn *o = &a->conns[r];
+        if (o == c)
+            continue;
+        pthread_mutex_lock(&a->mu);
+        int look = o->started && !o->finished && o->waiting && !o->hung_up && o->fd >= 0;
+        pthread_mutex_unlock(&a->mu);
+        struct pollfd p = {.fd = o->fd, .events = POLLRDHUP};
+        if (look && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) &&
+            !dh__agent_detach_waiting(o))
+            return o;
+    }
+    return NULL;
+}
+
+static void lost(agent *a, conn *c, const char *at, int look_around);
+
 void dh__agent_lost(agent *a, conn *c, const char *at)
 {
+    lost(a, c, at, 1);
+}
+
+int dh__agent_blame_first(agent *a, const conn *c)
+{
+    pthread_mutex_lock(&a->mu);
+    int first_fault = !a->fault_code;
+    pthread_mutex_unlock(&a->mu);
+    conn *before = first_fault ? gone_before(a, c) : NULL;
+    if (!before)
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    before->hung_up = 1;
+    pthread_mutex_unlock(&a->mu);
+    lost(a, before, "", 0);
+    return 1;
+}
+
+static void lost(agent *a, conn *c, const char *at, int look_around)
+{
+    if (look_around && dh__agent_blame_first(a, c)) { /* this rank's fault follows it */
+        char then[sizeof a->fault];
+        if (!c->failed)
+            snprintf(then, sizeof then, "then rank %d (pid %d) died or disconnected%s", c->rank,
+                     (int)c->pid, at);
+        else
+            snprintf(then, sizeof then, "then rank %d (pid %d) failed%s, its trainer says: %s",
+                     c->rank, (int)c->pid, at, c->why[0] ? c->why : "(no reason)");
+        event(a, "%s", then);
+        return;
+    }
     char why[sizeof a->fault];
     pthread_mutex_lock(&a->mu);
     int first = !a->died;
@@ -316,6 +389,11 @@ void dh__agent_tell_left(agent *a, const conn *c, int early, const char *how)
 /* A clean detach: the end of the run for this rank, or leaving it early (see DESIGN). */
 static void on_detach(agent *a, conn *c)
 {
+    pthread_mutex_lock(&a->mu);
+    int over = c->ended || (a->N > 0 && c->next_step >= a->N);
+    pthread_mutex_unlock(&a->mu);
+    if (!over) /* leaving early, perhaps because another rank died (DDP) */
+        dh__agent_blame_first(a, c);
     c->detached = 1;
     while (c->nleases)
         release_lease(a, c, &c->leases[0], 0);

@@ -16,28 +16,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* 1 when the bytes waiting on c's socket hold a DETACH (looked at, not taken); an ABORT's
- * reason is kept (c->why). */
-static int detach_waiting(conn *c)
-{
-    uint8_t buf[4096];
-    ssize_t n = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-    for (size_t at = 0; n > 0 && at + sizeof(dh__msg_head) <= (size_t)n;) {
-        dh__msg_head h;
-        memcpy(&h, buf + at, sizeof h);
-        if (h.magic != DH__PROTO_MAGIC)
-            return 0;
-        if (h.type == DH__MSG_DETACH)
-            return 1;
-        if (h.type == DH__MSG_ABORT && h.len <= (size_t)n - at - sizeof h) {
-            dh__agent_abort_said(c, buf + at + sizeof h, h.len);
-            return 0;
-        }
-        at += sizeof h + h.len;
-    }
-    return 0;
-}
-
 /* A rank blocked in the engine for its next batch cannot see its socket: a trainer that dies
  * meanwhile is seen here, and the run stops naming it (nothing was said before, until another
  * rank left); one that detached (a close() after its request timed out) is a rank leaving,
@@ -52,8 +30,9 @@ static void spot_hangups(agent *a)
         struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
         if (!look || poll(&p, 1, 0) <= 0 || !(p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
             continue;
-        if (detach_waiting(c)) { /* left cleanly: the others are told now, not once its
+        if (dh__agent_detach_waiting(c)) { /* left cleanly: the others are told now, not once its
                                   * thread is back from the engine */
+            dh__agent_blame_first(a, c);
             pthread_mutex_lock(&a->mu);
             int early = dh__agent_mark_left(a, c);
             c->hung_up = 1;
@@ -111,6 +90,16 @@ static void spot_stalls(agent *a)
     }
 }
 
+/* How often the watch looks (ms): a rank blocked in the engine that dies is seen within this,
+ * usually before its peers' faults (under DDP they follow within tens of ms; when one comes
+ * first, dh__agent_blame_first still names the dead rank). Tests may make it longer. */
+static _Atomic long watch_ms = 20;
+
+void dh__serve_test_watch_ms(long ms)
+{
+    watch_ms = ms;
+}
+
 /* Waits until every rank's thread ended, stopping the engine when should_stop says so. */
 void dh__agent_watch(agent *a)
 {
@@ -123,7 +112,9 @@ void dh__agent_watch(agent *a)
             break;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 200 * 1000000L;
+        long ms = watch_ms;
+        until.tv_sec += ms / 1000;
+        until.tv_nsec += (ms % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L)
             until.tv_sec++, until.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&a->changed, &a->mu, &until);
