@@ -1692,6 +1692,23 @@ static void *take_until_stuck(void *arg)
     return &rc;
 }
 
+/* Forks rank 0 of 2: it takes until its request must wait in the agent (rank 1 takes
+ * nothing), and dies (exit 9) 2 s after attaching, its request still waiting. */
+static pid_t rank_0_dies_waiting(void)
+{
+    pid_t pid = fork();
+    if (pid)
+        return pid;
+    dh_client_opts o = client_opts(0, 2, 4);
+    dh_client *c;
+    if (dh_client_connect(&o, &c, NULL, 0))
+        _exit(2);
+    pthread_t t;
+    pthread_create(&t, NULL, take_until_stuck, c);
+    sleep(2);
+    _exit(9);
+}
+
 /* From the user trial of issue 22: a trainer killed while its request waited in the agent
  * (the other rank not iterating) was never noticed: the agent said nothing, and named the
  * other rank once it left. Its rank thread is blocked in the engine; the agent's watch sees
@@ -1701,17 +1718,7 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
 {
     new_socket_name();
     pid_t r1 = idle_rank(1, 4, "rank 0 (pid ");
-    pid_t r0 = fork();
-    if (!r0) {
-        dh_client_opts o = client_opts(0, 2, 4);
-        dh_client *c;
-        if (dh_client_connect(&o, &c, NULL, 0))
-            _exit(2);
-        pthread_t t;
-        pthread_create(&t, NULL, take_until_stuck, c);
-        sleep(2);
-        _exit(9); /* dies while its request waits */
-    }
+    pid_t r0 = rank_0_dies_waiting();
     dh_run_config c = agent_config("pool", 2, 4);
     c.steps = DH_STEPS_FOREVER;
     dh_serve_opts o;
@@ -1790,17 +1797,7 @@ END_TEST
 START_TEST(a_rank_failing_after_another_died_names_the_dead_one_first)
 {
     new_socket_name();
-    pid_t r0 = fork();
-    if (!r0) {
-        dh_client_opts o = client_opts(0, 2, 4);
-        dh_client *c;
-        if (dh_client_connect(&o, &c, NULL, 0))
-            _exit(2);
-        pthread_t t;
-        pthread_create(&t, NULL, take_until_stuck, c);
-        sleep(2);
-        _exit(9); /* dies while its request waits in the engine */
-    }
+    pid_t r0 = rank_0_dies_waiting();
     pid_t r1 = fork();
     if (!r1) {
         dh_client_opts o = client_opts(1, 2, 4);
