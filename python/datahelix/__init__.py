@@ -87,21 +87,49 @@ class _Metas(collections.abc.Sequence):
         return repr(list(self))
 
 
-def _views(raw, items):
+def _stacked(whole, entries):
+    """One [N, ...] view of a type's N items (entries: (off, nbytes, is_f32, shape)), when
+    they share shape and dtype and lie at equal distances in the batch (each sample's items
+    the same sizes): strided over `whole`, nothing copied. None otherwise."""
+    off0, nbytes, is_f32, shape = entries[0]
+    step = entries[1][0] - off0 if len(entries) > 1 else nbytes
+    size = 4 if is_f32 else 1
+    if step < nbytes or step % size or off0 % size:
+        return None
+    for i, (off, n, f32, shp) in enumerate(entries):
+        if off != off0 + i * step or n != nbytes or f32 != is_f32 or shp != shape:
+            return None
+    span = whole[off0:off0 + (len(entries) - 1) * step + nbytes]
+    if is_f32:
+        span = span.view(np.float32)
+    inner = []
+    acc = size
+    for d in reversed(shape):
+        inner.insert(0, acc)
+        acc *= d
+    return np.lib.stride_tricks.as_strided(span, shape=(len(entries),) + tuple(shape),
+                                           strides=(step,) + tuple(inner), writeable=False)
+
+
+def _views(raw, items, collate_samples=None):
     """Per-item views of the batch buffer `raw` (a Batch: buffer protocol); items as
     Batch.layout() gives them. Returns the whole batch as one uint8 array (tensor) and a dict
     type -> list of arrays (tensors with torch), with "item_sample": type -> the position
-    of each of those tensors' sample in the batch.
+    of each of those tensors' sample in the batch, and "items": type -> that list again.
+    collate_samples (the batch's B, or None): a type whose items are one per sample, of one
+    shape, at equal distances (every sample's items the same sizes) is one [B, ...] view
+    instead of the list.
 
     The batch's memory is mapped read-only in this process (no trainer can write into
     another rank's batch): numpy views say so; torch's cannot, and its warning about that
     is silenced here. A tensor to change in place: t.clone()."""
     whole = np.frombuffer(raw, dtype=np.uint8)  # holds `raw` alive while it lives
-    out, owner = {}, {}
+    out, owner, where = {}, {}, {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         for typ, off, nbytes, is_f32, shape, k in items:
             owner.setdefault(typ, []).append(k)
+            where.setdefault(typ, []).append((off, nbytes, is_f32, tuple(shape)))
             arr = whole[off:off + nbytes]
             if is_f32:
                 arr = arr.view(np.float32)
@@ -109,8 +137,16 @@ def _views(raw, items):
             if torch is not None:
                 arr = torch.from_numpy(arr)  # shares the memory; keeps the array alive
             out.setdefault(typ, []).append(arr)
+        per_item = dict(out)
+        for typ in list(out) if collate_samples else []:
+            if owner[typ] != list(range(collate_samples)):
+                continue  # not one item per sample of the batch: ragged
+            st = _stacked(whole, where[typ])
+            if st is not None:
+                out[typ] = torch.from_numpy(st) if torch is not None else st
         data = torch.from_numpy(whole) if torch is not None else whole
     out["item_sample"] = owner
+    out["items"] = per_item
     return data, out
 
 
@@ -176,11 +212,14 @@ class Loader:
     "val"), and every rank must hold the same ones.
     timeout_ms: how long one batch may take. attach_timeout_ms: how long to wait for every
     rank to attach (default: as long as the agent waits, see its --attach-timeout).
+    collate: batch[type] is one [B, ...] tensor for a type whose items are one per sample of
+    one shape (fixed sizes, crops), viewing the shared memory (strided: nothing copied), and
+    the list of per-item tensors otherwise; batch["items"][type] is always that list.
     """
 
     def __init__(self, socket=None, rank=None, world_size=None, global_batch=0,
                  manifest_hash=0, spec_hash=0, timeout_ms=60000, attach_timeout_ms=0,
-                 endless=False, stream=None):
+                 endless=False, stream=None, collate=False):
         env = os.environ
         self.socket = socket or env.get("DH_SOCKET") or default_socket(env.get("DH_JOB"))
         self.rank = int(rank) if rank is not None else \
@@ -189,6 +228,7 @@ class Loader:
             _env_int(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE", default=1)
         self.endless = bool(endless)
         self.stream = stream
+        self.collate = bool(collate)
         self._opts = dict(global_batch=global_batch, manifest_hash=manifest_hash,
                           spec_hash=spec_hash, timeout_ms=timeout_ms,
                           attach_timeout_ms=attach_timeout_ms, stream=stream)
@@ -364,7 +404,7 @@ class Loader:
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
         texts, labels, metas = raw.texts()
-        whole, batch = _views(raw, items)
+        whole, batch = _views(raw, items, len(samples) if self.collate else None)
         epoch, epoch_step = self._position(step - self._run["step_base"])
         label = np.array([NO_LABEL if v is None else v for v in labels], dtype=np.int64)
         batch.update(step=step, global_step=step, epoch=epoch, epoch_step=epoch_step,

@@ -551,6 +551,43 @@ print(json.dumps(rows))
                     self.assertTrue(base <= t.data_ptr() < base + b["data"].numel())
                     self.assertEqual(b["status"], [0, 0, 0, 0])
 
+    def test_collated_items_are_one_tensor_viewing_the_shared_memory(self):
+        """Issue 23's collated tensors: with collate=True a type whose items are one per
+        sample of one shape is one [B, ...] tensor over the batch's shared memory (strided,
+        nothing copied), equal item by item to the per-item views (batch["items"]), and it
+        keeps the batch's memory alive; without collate the list is as before."""
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch is not installed")
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "8",
+                   "--max-leases", "3"):  # the kept batch, the loop's and the next
+            with datahelix.Loader(socket=s, rank=0, world_size=1, endless=True,
+                                  collate=True) as loader:
+                kept, before = None, None
+                for b in loader:
+                    x, items = b["image"], b["items"]["image"]
+                    self.assertIsInstance(x, torch.Tensor)
+                    self.assertEqual(tuple(x.shape), (4, 224, 224, 3))
+                    self.assertEqual(len(items), 4)
+                    self.assertEqual(x.stride()[0], 224 * 224 * 3)
+                    base = b["data"].data_ptr()
+                    self.assertEqual(x.data_ptr(), items[0].data_ptr())  # zero copy
+                    self.assertTrue(base <= x.data_ptr() < base + b["data"].numel())
+                    for i in range(4):
+                        self.assertEqual(x[i].data_ptr(), items[i].data_ptr())
+                        self.assertTrue(torch.equal(x[i], items[i]))
+                    if kept is None:  # the first batch's tensor outlives its dict
+                        kept, before = x, x.clone()
+                del b, x, items
+                self.assertTrue(torch.equal(kept, before))  # its memory was not reused
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "1"):
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                for b in loader:
+                    self.assertIsInstance(b["image"], list)
+                    self.assertEqual(len(b["items"]["image"]), 4)
+
     def test_a_write_into_a_batch_is_named_before_the_crash(self):
         """User trial 3 of issue 22: writing into a batch's tensor (the pools are mapped
         read-only) killed the trainer with a bare SIGSEGV and no word of the cause."""
