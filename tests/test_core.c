@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 START_TEST(error_names_and_texts)
 {
@@ -41,6 +43,57 @@ START_TEST(hash_is_stable_and_sensitive)
     ck_assert_uint_ne(h, dh__hash_bytes(b, strlen(b), 7));
     /* Trailing zero bytes are not lost in the tail word. */
     ck_assert_uint_ne(dh__hash_bytes("ab\0", 3, 0), dh__hash_bytes("ab", 2, 0));
+}
+END_TEST
+
+/* Issue 23's draws: a pure function of (seed, epoch, sample id, item, n), so a resumed,
+ * re-planned or resized job (another process) redraws the same augmentation. */
+START_TEST(draws_are_pure_functions_of_what_they_are_for)
+{
+    dh__draws d = dh__draws_of(7, 3, "clip-000042", 1);
+    /* pinned: changing the generator changes every augmented run (draw.c) */
+    uint64_t first = dh__draw_u64(&d, 0), second = dh__draw_u64(&d, 1);
+    ck_assert_uint_eq(first, 0x2b4e1963d31f4223ULL);
+    ck_assert_uint_eq(second, 0x7c3fc3f0cbc002d0ULL);
+    dh__draws again = dh__draws_of(7, 3, "clip-000042", 1);
+    ck_assert_uint_eq(dh__draw_u64(&again, 0), first);
+    ck_assert_uint_eq(dh__draw_u64(&again, 1), second);
+    ck_assert_uint_ne(first, second);
+    /* the same in another process */
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t p = fork();
+    if (!p) {
+        dh__draws c = dh__draws_of(7, 3, "clip-000042", 1);
+        uint64_t v = dh__draw_u64(&c, 1);
+        _exit(write(fds[1], &v, sizeof v) == sizeof v ? 0 : 1);
+    }
+    uint64_t child = 0;
+    ck_assert_int_eq(read(fds[0], &child, sizeof child), (ssize_t)sizeof child);
+    waitpid(p, NULL, 0);
+    close(fds[0]);
+    close(fds[1]);
+    ck_assert_uint_eq(child, second);
+    /* every input matters */
+    dh__draws other[4] = {dh__draws_of(8, 3, "clip-000042", 1), dh__draws_of(7, 4, "clip-000042", 1),
+                          dh__draws_of(7, 3, "clip-000043", 1), dh__draws_of(7, 3, "clip-000042", 0)};
+    for (int k = 0; k < 4; k++)
+        ck_assert_uint_ne(dh__draw_u64(&other[k], 0), first);
+    /* ranges, and a fair spread over a fixed set of draws (deterministic: cannot flake) */
+    double sum = 0;
+    int buckets[10] = {0};
+    for (uint32_t n = 0; n < 100000; n++) {
+        double u = dh__draw_unit(&d, n);
+        ck_assert(u >= 0 && u < 1);
+        sum += u;
+        buckets[(int)(u * 10)]++;
+        double r = dh__draw_range(&d, n, 0.08, 1.0);
+        ck_assert(r >= 0.08 && r < 1.0);
+        ck_assert_uint_lt(dh__draw_below(&d, n, 7), 7);
+    }
+    ck_assert(sum / 100000 > 0.49 && sum / 100000 < 0.51);
+    for (int b = 0; b < 10; b++)
+        ck_assert_int_gt(buckets[b], 9500);
 }
 END_TEST
 
@@ -176,6 +229,7 @@ int main(void)
     ADD_TEST(tc, error_names_and_texts);
     ADD_TEST(tc, hash_is_stable_and_sensitive);
     ADD_TEST(tc, rng_below_is_in_range_and_covers);
+    ADD_TEST(tc, draws_are_pure_functions_of_what_they_are_for);
     ADD_TEST(tc, grow_keeps_contents);
     ADD_TEST(tc, vocabulary_round_trips);
     ADD_TEST(tc, utf8_check_finds_the_first_bad_byte);

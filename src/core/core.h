@@ -42,6 +42,20 @@ int64_t dh__cgroup_room(const char *proc_cgroup, const char *mountinfo);
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): for durations and deadlines. */
 double dh__mono(void);
 
+/*
+ * Draws that are pure functions of (seed, epoch, sample id, item) (draw.c): the n-th of them
+ * is the same in every process, at any world size, after any resume or re-plan. unit:
+ * [0, 1); range: [lo, hi); below: [0, bound), bound > 0.
+ */
+typedef struct {
+    uint64_t key;
+} dh__draws;
+dh__draws dh__draws_of(uint64_t seed, int64_t epoch, const char *sample_id, int32_t item);
+uint64_t dh__draw_u64(const dh__draws *d, uint32_t n);
+double dh__draw_unit(const dh__draws *d, uint32_t n);
+double dh__draw_range(const dh__draws *d, uint32_t n, double lo, double hi);
+uint64_t dh__draw_below(const dh__draws *d, uint32_t n, uint64_t bound);
+
 /* splitmix64 generator: tiny, fast, fully determined by its seed. */
 typedef struct {
     uint64_t state;
