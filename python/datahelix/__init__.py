@@ -102,13 +102,9 @@ def _stacked(whole, entries):
     span = whole[off0:off0 + (len(entries) - 1) * step + nbytes]
     if is_f32:
         span = span.view(np.float32)
-    inner = []
-    acc = size
-    for d in reversed(shape):
-        inner.insert(0, acc)
-        acc *= d
+    inner = span[:nbytes // size].reshape(shape).strides  # one item's, as its own view has
     return np.lib.stride_tricks.as_strided(span, shape=(len(entries),) + tuple(shape),
-                                           strides=(step,) + tuple(inner), writeable=False)
+                                           strides=(step,) + inner, writeable=False)
 
 
 def _views(raw, items, collate_samples=None):

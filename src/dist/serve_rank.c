@@ -279,6 +279,20 @@ static conn *gone_before(agent *a, const conn *c)
 
 static void lost(agent *a, conn *c, const char *at, int look_around);
 
+/* How rank c was lost, in words: died, or failed saying why (at: where it was). */
+static const char *how_lost(const conn *c, const char *at, char *buf, size_t len)
+{
+    if (!c->failed)
+        snprintf(buf, len, "rank %d (pid %d) died or disconnected%s", c->rank, (int)c->pid, at);
+    else if (c->why[0])
+        snprintf(buf, len, "rank %d (pid %d) failed%s, its trainer says: %s", c->rank,
+                 (int)c->pid, at, c->why);
+    else
+        snprintf(buf, len, "rank %d (pid %d) failed%s (its trainer gave no reason)", c->rank,
+                 (int)c->pid, at);
+    return buf;
+}
+
 void dh__agent_lost(agent *a, conn *c, const char *at)
 {
     lost(a, c, at, 1);
@@ -302,14 +316,8 @@ int dh__agent_blame_first(agent *a, const conn *c)
 static void lost(agent *a, conn *c, const char *at, int look_around)
 {
     if (look_around && dh__agent_blame_first(a, c)) { /* this rank's fault follows it */
-        char then[sizeof a->fault];
-        if (!c->failed)
-            snprintf(then, sizeof then, "then rank %d (pid %d) died or disconnected%s", c->rank,
-                     (int)c->pid, at);
-        else
-            snprintf(then, sizeof then, "then rank %d (pid %d) failed%s, its trainer says: %s",
-                     c->rank, (int)c->pid, at, c->why[0] ? c->why : "(no reason)");
-        event(a, "%s", then);
+        char how[sizeof a->fault];
+        event(a, "then %s", how_lost(c, at, how, sizeof how));
         return;
     }
     char why[sizeof a->fault];
@@ -317,16 +325,9 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
     int first = !a->died;
     if (!a->fault_code) { /* a rank that left earlier stays the cause */
         a->fault_code = DH_EPEER;
-        const char *then = dh__agent_fault_tail(a);
-        if (!c->failed)
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) died or disconnected%s; %s",
-                     c->rank, (int)c->pid, at, then);
-        else if (c->why[0])
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) failed%s, its trainer says: "
-                     "%s; %s", c->rank, (int)c->pid, at, c->why, then);
-        else
-            snprintf(a->fault, sizeof a->fault, "rank %d (pid %d) failed%s (its trainer gave "
-                     "no reason); %s", c->rank, (int)c->pid, at, then);
+        char how[sizeof a->fault];
+        snprintf(a->fault, sizeof a->fault, "%s; %s", how_lost(c, at, how, sizeof how),
+                 dh__agent_fault_tail(a));
     }
     a->died = 1;
     snprintf(why, sizeof why, "%s", a->fault);
