@@ -59,7 +59,9 @@ static int start_ranks(agent *a, char *err, size_t errlen)
             dh_engine_stop(a->e); /* the ranks that started must not wait for this one */
             return dh__fail(err, errlen, rc, "cannot start the thread of rank %d", r);
         }
+        pthread_mutex_lock(&a->mu); /* the started ranks' threads read it (blame_first) */
         a->conns[r].started = 1;
+        pthread_mutex_unlock(&a->mu);
     }
     return 0;
 }

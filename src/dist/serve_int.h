@@ -58,7 +58,7 @@ typedef struct {
     double last_release; /* when it gave one back last (monotonic seconds) */
     lease leases[MAX_LEASES];
     int nleases;
-    int failed;        /* it left as a failed rank (ABORT), saying why */
+    int failed;        /* under a.mu: it left as a failed rank (ABORT), saying why */
     char why[DH__ABORT_TEXT + 1];
 } conn;
 

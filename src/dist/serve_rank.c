@@ -249,10 +249,12 @@ void dh__agent_abort_said(conn *c, const void *text, uint32_t len)
 {
     const unsigned char *t = text;
     size_t n = DH_MIN((size_t)len, sizeof c->why - 1);
+    pthread_mutex_lock(&c->a->mu); /* the watch may read it from the socket as well */
     for (size_t i = 0; i < n; i++)
         c->why[i] = t[i] >= 0x20 && t[i] < 0x7f ? (char)t[i] : '?';
     c->why[n] = 0;
     c->failed = 1;
+    pthread_mutex_unlock(&c->a->mu);
 }
 
 /* Another rank whose socket is gone without a DETACH (it died, or failed: ABORT) when rank c's
@@ -317,7 +319,10 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
 {
     if (look_around && dh__agent_blame_first(a, c)) { /* this rank's fault follows it */
         char how[sizeof a->fault];
-        event(a, "then %s", how_lost(c, at, how, sizeof how));
+        pthread_mutex_lock(&a->mu);
+        how_lost(c, at, how, sizeof how);
+        pthread_mutex_unlock(&a->mu);
+        event(a, "then %s", how);
         return;
     }
     char why[sizeof a->fault];
