@@ -75,30 +75,9 @@ static int64_t shown_at(const char *name, double t)
 /* The reference frame from the ffmpeg tool: same crop and bilinear scale, RGB24. */
 static uint8_t *reference(const char *name, int64_t index, dh__rect r, int ow, int oh)
 {
-    char *cmd = NULL;
-    if (asprintf(&cmd,
-                 "%s -v error -nostdin -i '%s/%s' -vf \"select=eq(n\\,%lld),crop=%d:%d:%d:%d,"
-                 "scale=%d:%d:flags=bilinear,format=rgb24\" -sws_flags bilinear -frames:v 1 "
-                 "-f rawvideo -",
-                 tu_ffmpeg(), media, name, (long long)index, r.w, r.h, r.x, r.y, ow, oh) < 0)
-        return NULL;
-    FILE *p = popen(cmd, "r");
-    free(cmd);
-    size_t n = (size_t)ow * oh * 3;
-    uint8_t *buf = malloc(n);
-    size_t got = p ? fread(buf, 1, n, p) : 0;
-    if (p)
-        pclose(p);
-    ck_assert_uint_eq(got, n);
-    return buf;
-}
-
-static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
-{
-    double se = 0;
-    for (size_t i = 0; i < n; i++)
-        se += (double)(a[i] - b[i]) * (a[i] - b[i]);
-    return se == 0 ? INFINITY : 10.0 * log10(255.0 * 255.0 / (se / n));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", media, name);
+    return tu_ffmpeg_rgb(path, index, r.x, r.y, r.w, r.h, ow, oh, 0);
 }
 
 /* Decodes `name` under spec and compares every sampled frame with the tool's. */
@@ -124,7 +103,7 @@ static void compare_with_ffmpeg(const char *name, const char *spec_text, int cro
     for (int64_t k = 0; k < n; k++) {
         int64_t shown = shown_at(name, (idx[k] + 0.5) / pr.info.fps);
         uint8_t *ref = reference(name, shown, r, md.out_width, md.out_height);
-        double q = psnr(out + k * fb, ref, fb);
+        double q = tu_psnr(out + k * fb, ref, fb);
         ck_assert_msg(q >= 40.0, "%s frame %lld (display index %lld): PSNR %.1f dB", name,
                       (long long)idx[k], (long long)shown, q);
         free(ref);
@@ -201,8 +180,8 @@ START_TEST(split_parts_decode_disjoint_keyframe_segments)
     uint8_t *whole = calloc(1, n), *parts = calloc(1, n);
     dh__decode_stats sw, s0, s1;
     ck_assert_int_eq(dh__decode_video(DH__SRC(path), s, &pr.info, whole, n, &sw, err, sizeof err), 0);
-    ck_assert_int_eq(dh__decode_video_part(DH__SRC(path), s, &pr.info, 0, 2, parts, n, &s0, err, sizeof err), 0);
-    ck_assert_int_eq(dh__decode_video_part(DH__SRC(path), s, &pr.info, 1, 2, parts, n, &s1, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video_part(DH__SRC(path), s, &pr.info, NULL, 0, 2, parts, n, &s0, err, sizeof err), 0);
+    ck_assert_int_eq(dh__decode_video_part(DH__SRC(path), s, &pr.info, NULL, 1, 2, parts, n, &s1, err, sizeof err), 0);
     ck_assert_mem_eq(whole, parts, n);
     ck_assert_int_gt(s0.bytes_written, 0);
     ck_assert_int_gt(s1.bytes_written, 0);
@@ -381,7 +360,7 @@ static void image_case(const char *name, int size, double min_db)
     /* The same region in full-resolution pixels, for the tool's full decode. */
     r = (dh__rect){r.x * 8 / m, r.y * 8 / m, r.w * 8 / m, r.h * 8 / m};
     uint8_t *ref = image_reference(name, r, size, size);
-    double q = psnr(out, ref, (size_t)md.out_bytes);
+    double q = tu_psnr(out, ref, (size_t)md.out_bytes);
     ck_assert_msg(q >= min_db, "%s at %d px (DCT scale %d/8): PSNR %.1f dB", name, size, m, q);
     free(ref);
     free(out);
@@ -411,7 +390,7 @@ START_TEST(jpeg_decodes_at_the_dct_scale_derivation_counts)
     dh__rect r = dh__cover_crop(512, 384, 224, 224);
     dh__rect full = {r.x * 4, r.y * 4, r.w * 4, r.h * 4};
     uint8_t *ref = image_reference("big.jpg", full, 224, 224);
-    double q = psnr(out, ref, (size_t)md.out_bytes);
+    double q = tu_psnr(out, ref, (size_t)md.out_bytes);
     ck_assert_msg(q >= 25.0, "PSNR %.1f dB", q);
     free(ref);
     free(out);
@@ -427,9 +406,9 @@ START_TEST(anyres_tiles_are_base_then_grid)
     ck_assert_int_eq(md.shape[0], 5);
     size_t tile = 336 * 336 * 3;
     uint8_t *base = image_reference("wide.png", (dh__rect){0, 0, 1000, 700}, 336, 336);
-    ck_assert_double_ge(psnr(out, base, tile), 40.0);
+    ck_assert_double_ge(tu_psnr(out, base, tile), 40.0);
     uint8_t *last = image_reference("wide.png", (dh__rect){500, 350, 500, 350}, 336, 336);
-    ck_assert_double_ge(psnr(out + 4 * tile, last, tile), 40.0);
+    ck_assert_double_ge(tu_psnr(out + 4 * tile, last, tile), 40.0);
     free(base);
     free(last);
     free(out);

@@ -25,12 +25,14 @@ typedef struct {
 } world;
 
 /* The order source: step s is order[s * G, (s + 1) * G), wrapping round the table. */
-static int world_order(void *ctx, int64_t *out)
+static int world_order(void *ctx, int64_t *out, float *cpu)
 {
     world *w = ctx;
     int64_t G = w->cfg.global_batch;
-    for (int64_t k = 0; k < G; k++)
+    for (int64_t k = 0; k < G; k++) {
         out[k] = w->order[(w->drawn * G + k) % MAXS];
+        cpu[k] = w->cfg.pred.cpu_pred[out[k]];
+    }
     w->drawn++;
     return 0;
 }
@@ -163,10 +165,11 @@ START_TEST(the_window_not_the_run_sizes_the_scheduler)
 }
 END_TEST
 
-static int failing_order(void *ctx, int64_t *out)
+static int failing_order(void *ctx, int64_t *out, float *cpu)
 {
     (void)ctx;
     (void)out;
+    (void)cpu;
     return DH_ENOMEM;
 }
 

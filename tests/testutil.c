@@ -3,6 +3,7 @@
 
 #include "run/run.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,4 +105,33 @@ int64_t tu_min_budget(const dh_run_config *c, int leases)
     int64_t need = dh__run_min_budget(&run, leases);
     dh__run_free(&run);
     return need;
+}
+
+uint8_t *tu_ffmpeg_rgb(const char *path, int64_t index, int x, int y, int w, int h, int ow,
+                       int oh, int hflip)
+{
+    char *cmd = NULL;
+    if (asprintf(&cmd,
+                 "%s -v error -nostdin -i '%s' -vf \"select=eq(n\\,%lld),crop=%d:%d:%d:%d,"
+                 "scale=%d:%d:flags=bilinear,%sformat=rgb24\" -sws_flags bilinear -frames:v 1 "
+                 "-f rawvideo -",
+                 tu_ffmpeg(), path, (long long)index, w, h, x, y, ow, oh, hflip ? "hflip," : "") < 0)
+        return NULL;
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    size_t n = (size_t)ow * oh * 3;
+    uint8_t *buf = malloc(n);
+    size_t got = p ? fread(buf, 1, n, p) : 0;
+    if (p)
+        pclose(p);
+    ck_assert_uint_eq(got, n);
+    return buf;
+}
+
+double tu_psnr(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    double se = 0;
+    for (size_t i = 0; i < n; i++)
+        se += (double)(a[i] - b[i]) * (a[i] - b[i]);
+    return se == 0 ? INFINITY : 10.0 * log10(255.0 * 255.0 / (se / (double)n));
 }

@@ -19,6 +19,15 @@ char *tu_capture(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ffmpeg / ffprobe executables (from the build's configuration or PATH). */
 const char *tu_ffmpeg(void);
 const char *tu_ffprobe(void);
+/*
+ * The ffmpeg tool's rendering of frame `index` (display order) of `path`: the w x h
+ * rectangle at (x, y), bilinear-scaled to ow x oh, mirrored left to right when hflip, RGB24
+ * (malloc'd, ow * oh * 3 bytes; the test fails when the tool gives less).
+ */
+uint8_t *tu_ffmpeg_rgb(const char *path, int64_t index, int x, int y, int w, int h, int ow,
+                       int oh, int hflip);
+/* Peak signal-to-noise ratio of two byte images (INFINITY when equal). */
+double tu_psnr(const uint8_t *a, const uint8_t *b, size_t n);
 /* The smallest memory budget a run of c accepts (the one budget of src/run/run.h), with
  * `leases` batches per rank that trainers may keep (serving; 0 otherwise). */
 int64_t tu_min_budget(const dh_run_config *c, int leases);

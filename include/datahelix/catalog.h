@@ -168,6 +168,43 @@ DH_API int dh_derive_sample(const dh_spec *spec, const dh_manifest *m, int64_t i
 DH_API int64_t dh_video_sample_frames(const dh_spec *spec, const dh_media_info *media,
                                       int64_t *frames, int64_t cap);
 
+/* ---------------------------------------------------- random augmentation */
+
+/*
+ * What a spec's random keys chose for one media item (docs/SPEC.md, "Random augmentation"):
+ * a pure function of (seed, epoch, sample id, item index), drawn when the sample is planned,
+ * so a resumed, re-planned or rebalanced run, or one at another world size, draws the same.
+ * Every item has one: without random keys (or for the plain draw) each choice takes its
+ * central value (clip centred, the resize mode's own crop, no flip), which is also what the
+ * output shapes are derived from (a draw never changes a shape).
+ */
+typedef struct {
+    int64_t first_frame, frame_span; /* video: sampled frames spread over [first, first+span) */
+    double start_s;                  /* video: first_frame / fps; audio: the window's start */
+    double span_s;                   /* video: frame_span / fps; audio: the window's length */
+    int32_t crop_x, crop_y, crop_w, crop_h; /* video, image: the source pixels scaled to the
+                                               output (the whole image for tiles) */
+    int32_t flip;                    /* 1: the output is mirrored left to right */
+} dh_media_draw;
+
+/* 1 when the spec has a random key (a random clip start, frame-rate jitter, a random crop, a
+ * flip, a random audio offset); 0 otherwise, and for NULL. */
+DH_API int dh_spec_is_random(const dh_spec *spec);
+/* The draw of item `item` of the sample with this id in this epoch of a job seeded `seed`. */
+DH_API int dh_media_draw_of(const dh_spec *spec, const dh_media_info *media, uint64_t seed,
+                            int64_t epoch, const char *sample_id, int32_t item,
+                            dh_media_draw *out);
+/* The plain draw: every random choice at its central value. */
+DH_API int dh_media_draw_plain(const dh_spec *spec, const dh_media_info *media,
+                               dh_media_draw *out);
+/* dh_derive_media for one draw (NULL: the plain draw): the decode work follows the draw (a
+ * clip behind a later keyframe seeks; a small crop lets JPEG decode at a smaller scale). */
+DH_API int dh_derive_media_drawn(const dh_spec *spec, const dh_media_info *media,
+                                 const dh_media_draw *draw, dh_media_derived *out);
+/* dh_video_sample_frames for one draw (NULL: the plain draw). */
+DH_API int64_t dh_video_frames_drawn(const dh_spec *spec, const dh_media_info *media,
+                                     const dh_media_draw *draw, int64_t *frames, int64_t cap);
+
 /*
  * How a media item is prepared under the spec, for loaders outside the library that must
  * do the same work (the bench's PyTorch contender): the resize mode ("native", "fixed",

@@ -77,7 +77,9 @@ typedef enum {
     DH_RESIZE_FIXED,      /* stretch to width x height */
     DH_RESIZE_CROP,       /* scale to cover width x height, centre crop */
     DH_RESIZE_LONG_SIDE,  /* cap the long side, round both sides to a multiple */
-    DH_RESIZE_BUCKET      /* nearest-aspect bucket, then cover + crop */
+    DH_RESIZE_BUCKET,     /* nearest-aspect bucket, then cover + crop */
+    DH_RESIZE_RANDOM_RESIZED_CROP, /* a random area and aspect, scaled to width x height */
+    DH_RESIZE_RANDOM_CROP /* short side scaled to a random length, then a random crop */
 } dh__resize_mode;
 
 #define DH_MAX_BUCKETS 16
@@ -91,6 +93,13 @@ typedef struct {
     int32_t buckets[DH_MAX_BUCKETS][2];
 } dh__resize;
 
+/* The random keys of a visual section (docs/SPEC.md, "Random augmentation"). */
+typedef struct {
+    double scale[2], ratio[2]; /* random_resized_crop: area fraction, aspect (w / h) ranges */
+    int32_t short_side[2];     /* random_crop: the short side drawn in [lo, hi] px (0: cover) */
+    double flip;               /* probability of a horizontal flip */
+} dh__augment;
+
 typedef enum { DH_SAMPLE_UNIFORM = 0, DH_SAMPLE_FPS, DH_SAMPLE_CONSECUTIVE } dh__sampling;
 
 struct dh_spec {
@@ -103,17 +112,24 @@ struct dh_spec {
         dh__resize resize;
         int32_t patch, temporal_patch, pool;
         int32_t vae_temporal, vae_spatial; /* > 0: VAE latents instead of patches */
+        double clip_s;        /* > 0: frames come from a clip this long within the range */
+        int32_t random_start; /* the clip (or consecutive run) starts at a random frame */
+        double fps_jitter;    /* the clip's span scaled by a factor in [1 - j, 1 + j] */
+        dh__augment aug;
     } video;
     struct {
         dh__resize resize;
         int32_t patch, pool;
         int32_t tile_size, max_tiles, base_tile; /* tile_size > 0: any-res tiling */
+        dh__augment aug;
     } image;
     struct {
         int32_t sample_rate;
         int32_t mel_bins;  /* 0: raw PCM output */
         int32_t mel_fps;
         double tokens_per_s;
+        double clip_s;         /* > 0: a window this long (the whole item when shorter) */
+        int32_t random_offset; /* the window starts at a random time */
     } audio;
     struct {
         int64_t max_tokens; /* 0: no cap */
@@ -123,12 +139,30 @@ struct dh_spec {
     } text;
 };
 
+/* A source rectangle (pixels). */
+typedef struct {
+    int x, y, w, h;
+} dh__rect;
+
+/* The crop of a w x h source for an output of ow x oh covering it (centre, even offsets). */
+dh__rect dh__cover_crop(int w, int h, int ow, int oh);
+
+/* The draw numbers of each random choice (draw.c's n): fixed, since they are part of what a
+ * job means. */
+enum { DH__DRAW_START = 0, DH__DRAW_JITTER = 1, DH__DRAW_FLIP = 2, DH__DRAW_SHORT = 3,
+       DH__DRAW_CROP_X = 4, DH__DRAW_CROP_Y = 5, DH__DRAW_RRC = 8 /* 4 per attempt, 10 tries */ };
+
 /* Tokens of a text by the spec's text section (a manifest without "text_tokens"); 0: NULL. */
 int64_t dh__text_tokens(const dh_spec *spec, const char *text);
 /* Any-res tiling of a w x h image: the grid (cols x rows) before the base tile. */
 void dh__image_grid(const dh_spec *s, int64_t w, int64_t h, int64_t *cols, int64_t *rows);
-/* JPEG DCT-domain scale M (of M/8) the decoder uses for a w x h source. */
-int dh__jpeg_scale_m(const dh_spec *s, int64_t w, int64_t h);
+/* JPEG DCT-domain scale M (of M/8) the decoder uses for a w x h source (draw: a random
+ * crop's rectangle; NULL: the plain one). */
+int dh__jpeg_scale_m(const dh_spec *s, int64_t w, int64_t h, const dh_media_draw *draw);
+/* Output size (ow x oh) of a resize of a w x h source, and the intermediate (iw x ih) it is
+ * scaled to before a crop. */
+void dh__resize_dims(const dh__resize *r, int64_t w, int64_t h, int64_t *ow, int64_t *oh,
+                     int64_t *iw, int64_t *ih);
 
 /* What went wrong on one line; callers choose how to phrase the prefix. */
 typedef struct {

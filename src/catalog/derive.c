@@ -31,8 +31,8 @@ static int64_t ceil_div(int64_t a, int64_t b)
  * Output size of a resize policy, and the intermediate size the source is
  * scaled to before any crop (what a DCT-domain downscale must still cover).
  */
-static void resize_dims(const dh__resize *r, int64_t w, int64_t h, int64_t *ow, int64_t *oh,
-                        int64_t *iw, int64_t *ih)
+void dh__resize_dims(const dh__resize *r, int64_t w, int64_t h, int64_t *ow, int64_t *oh,
+                     int64_t *iw, int64_t *ih)
 {
     double scale;
     switch (r->mode) {
@@ -63,6 +63,8 @@ static void resize_dims(const dh__resize *r, int64_t w, int64_t h, int64_t *ow, 
         break;
     }
     case DH_RESIZE_CROP:
+    case DH_RESIZE_RANDOM_RESIZED_CROP: /* the crop's intermediate: see image_need */
+    case DH_RESIZE_RANDOM_CROP:
         *ow = r->width;
         *oh = r->height;
         break;
@@ -95,39 +97,6 @@ static int64_t grid_tokens(int64_t w, int64_t h, int32_t patch, int32_t pool)
     return ceil_div(DH_MAX(1, h / patch), pool) * ceil_div(DH_MAX(1, w / patch), pool);
 }
 
-int64_t dh_video_sample_frames(const dh_spec *spec, const dh_media_info *v, int64_t *out,
-                               int64_t cap)
-{
-    if (!spec || !v || v->type != DH_MEDIA_VIDEO || v->frames <= 0 || v->fps <= 0)
-        return DH_EINVAL;
-    int64_t n = v->frames;
-    int64_t a = (int64_t)floor(spec->video.start_s * v->fps);
-    int64_t b = spec->video.end_s > 0 ? (int64_t)ceil(spec->video.end_s * v->fps) : n;
-    /* The range is clipped to the video; an empty remainder keeps the last frame. */
-    a = DH_MIN(DH_MAX(a, 0), n - 1);
-    b = DH_MAX(DH_MIN(b, n), a + 1);
-    int64_t span = b - a, count;
-    switch (spec->video.sampling) {
-    case DH_SAMPLE_FPS:
-        count = (int64_t)floor((double)span / v->fps * spec->video.fps + 1e-9);
-        count = DH_MIN(DH_MAX(count, 1), spec->video.max_frames);
-        break;
-    case DH_SAMPLE_CONSECUTIVE:
-    case DH_SAMPLE_UNIFORM:
-    default:
-        count = spec->video.frames;
-        break;
-    }
-    count = DH_MIN(count, span);
-    for (int64_t k = 0; k < count && k < cap; k++) {
-        if (spec->video.sampling == DH_SAMPLE_CONSECUTIVE)
-            out[k] = a + (span - count) / 2 + k;
-        else /* centre of each of count equal segments: distinct since count <= span */
-            out[k] = a + (2 * k + 1) * span / (2 * count);
-    }
-    return count;
-}
-
 /* Last keyframe at or before t (binary search); 0 when none is known. */
 static int64_t keyframe_before(const dh_media_info *v, int64_t t)
 {
@@ -145,17 +114,18 @@ static int64_t keyframe_before(const dh_media_info *v, int64_t t)
     return best;
 }
 
-static int derive_video(const dh_spec *s, const dh_media_info *v, dh_media_derived *d)
+static int derive_video(const dh_spec *s, const dh_media_info *v, const dh_media_draw *dr,
+                        dh_media_derived *d)
 {
     int64_t buf[512], *idx = buf;
-    int64_t count = dh_video_sample_frames(s, v, buf, 512);
+    int64_t count = dh_video_frames_drawn(s, v, dr, buf, 512);
     if (count < 0)
         return (int)count;
     if (count > 512) {
         idx = malloc((size_t)count * sizeof *idx);
         if (!idx)
             return DH_ENOMEM;
-        dh_video_sample_frames(s, v, idx, count);
+        dh_video_frames_drawn(s, v, dr, idx, count);
     }
     int64_t cur = -1, decoded = 0;
     int32_t seeks = 0;
@@ -172,7 +142,7 @@ static int derive_video(const dh_spec *s, const dh_media_info *v, dh_media_deriv
     if (idx != buf)
         free(idx);
     int64_t ow, oh, iw, ih;
-    resize_dims(&s->video.resize, v->width, v->height, &ow, &oh, &iw, &ih);
+    dh__resize_dims(&s->video.resize, v->width, v->height, &ow, &oh, &iw, &ih);
     d->ndim = 4;
     d->shape[0] = count;
     d->shape[1] = oh;
@@ -215,8 +185,10 @@ static int64_t image_tiles(const dh_spec *s, int64_t w, int64_t h)
     return cols * rows + (s->image.base_tile ? 1 : 0);
 }
 
-/* Size the decoded image must still cover: the resize intermediate, or all of it for tiles. */
-static void image_need(const dh_spec *s, int64_t w, int64_t h, int64_t *nw, int64_t *nh)
+/* Size the decoded image must still cover: the resize intermediate, or all of it for tiles;
+ * for a random crop, the size at which its rectangle still covers the output. */
+static void image_need(const dh_spec *s, int64_t w, int64_t h, const dh_media_draw *dr,
+                       int64_t *nw, int64_t *nh)
 {
     int64_t ow, oh;
     if (s->image.tile_size > 0) {
@@ -224,19 +196,25 @@ static void image_need(const dh_spec *s, int64_t w, int64_t h, int64_t *nw, int6
         *nh = h;
         return;
     }
-    resize_dims(&s->image.resize, w, h, &ow, &oh, nw, nh);
+    dh__resize_dims(&s->image.resize, w, h, &ow, &oh, nw, nh);
+    if (s->image.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP && dr && dr->crop_w > 0 &&
+        dr->crop_h > 0) {
+        *nw = ceil_div(w * ow, dr->crop_w);
+        *nh = ceil_div(h * oh, dr->crop_h);
+    }
     *nw = DH_MIN(*nw, w);
     *nh = DH_MIN(*nh, h);
 }
 
-int dh__jpeg_scale_m(const dh_spec *s, int64_t w, int64_t h)
+int dh__jpeg_scale_m(const dh_spec *s, int64_t w, int64_t h, const dh_media_draw *dr)
 {
     int64_t nw, nh;
-    image_need(s, w, h, &nw, &nh);
+    image_need(s, w, h, dr, &nw, &nh);
     return jpeg_scale_for(w, h, nw, nh);
 }
 
-static void derive_image(const dh_spec *s, const dh_media_info *v, dh_media_derived *d)
+static void derive_image(const dh_spec *s, const dh_media_info *v, const dh_media_draw *dr,
+                         dh_media_derived *d)
 {
     int64_t ow, oh, iw, ih;
     if (s->image.tile_size > 0) {
@@ -247,7 +225,7 @@ static void derive_image(const dh_spec *s, const dh_media_info *v, dh_media_deri
         d->latents = tiles * grid_tokens(ow, oh, s->image.patch, s->image.pool);
         d->resize_pixels = tiles * ow * oh;
     } else {
-        resize_dims(&s->image.resize, v->width, v->height, &ow, &oh, &iw, &ih);
+        dh__resize_dims(&s->image.resize, v->width, v->height, &ow, &oh, &iw, &ih);
         d->ndim = 3;
         d->latents = grid_tokens(ow, oh, s->image.patch, s->image.pool);
         d->resize_pixels = ow * oh;
@@ -260,7 +238,7 @@ static void derive_image(const dh_spec *s, const dh_media_info *v, dh_media_deri
     d->sampled_frames = 1;
     d->decoded_frames = 1;
     /* JPEG decodes at the DCT scale that still covers the resize (whole image for tiles). */
-    int m = v->codec == DH_CODEC_JPEG ? dh__jpeg_scale_m(s, v->width, v->height) : 8;
+    int m = v->codec == DH_CODEC_JPEG ? dh__jpeg_scale_m(s, v->width, v->height, dr) : 8;
     d->decode_pixels = ceil_div((int64_t)v->width * m, 8) * ceil_div((int64_t)v->height * m, 8);
     d->out_width = (int32_t)ow;
     d->out_height = (int32_t)oh;
@@ -268,7 +246,7 @@ static void derive_image(const dh_spec *s, const dh_media_info *v, dh_media_deri
 
 static void derive_audio(const dh_spec *s, const dh_media_info *v, dh_media_derived *d)
 {
-    double dur = v->duration_s;
+    double dur = s->audio.clip_s > 0 ? DH_MIN(s->audio.clip_s, v->duration_s) : v->duration_s;
     d->elem_bytes = 4;
     if (s->audio.mel_bins > 0) {
         d->ndim = 2;
@@ -283,12 +261,21 @@ static void derive_audio(const dh_spec *s, const dh_media_info *v, dh_media_deri
 
 int dh_derive_media(const dh_spec *spec, const dh_media_info *media, dh_media_derived *d)
 {
+    return dh_derive_media_drawn(spec, media, NULL, d);
+}
+
+int dh_derive_media_drawn(const dh_spec *spec, const dh_media_info *media,
+                          const dh_media_draw *draw, dh_media_derived *d)
+{
     if (!spec || !media || !d)
         return DH_EINVAL;
     memset(d, 0, sizeof *d);
+    dh_media_draw plain;
+    if (!draw && media->type == DH_MEDIA_IMAGE && dh_media_draw_plain(spec, media, &plain) == 0)
+        draw = &plain; /* a random crop's plain rectangle decides the JPEG scale */
     switch (media->type) {
     case DH_MEDIA_VIDEO: {
-        int rc = derive_video(spec, media, d);
+        int rc = derive_video(spec, media, draw, d);
         if (rc)
             return rc;
         break;
@@ -296,7 +283,7 @@ int dh_derive_media(const dh_spec *spec, const dh_media_info *media, dh_media_de
     case DH_MEDIA_IMAGE:
         if (media->width <= 0 || media->height <= 0)
             return DH_EINVAL;
-        derive_image(spec, media, d);
+        derive_image(spec, media, draw, d);
         break;
     case DH_MEDIA_AUDIO:
         derive_audio(spec, media, d);
@@ -365,12 +352,13 @@ int dh_media_recipe_of(const dh_spec *spec, const dh_media_info *media, dh_media
 {
     if (!spec || !media || !out)
         return DH_EINVAL;
-    static const char *const names[] = {"native", "fixed", "crop", "long_side", "bucket"};
+    static const char *const names[] = {"native", "fixed", "crop", "long_side", "bucket",
+                                        "random_resized_crop", "random_crop"};
     memset(out, 0, sizeof *out);
     const dh__resize *rz = media->type == DH_MEDIA_VIDEO   ? &spec->video.resize
                            : media->type == DH_MEDIA_IMAGE ? &spec->image.resize
                                                            : NULL;
-    out->resize = rz && rz->mode >= 0 && rz->mode <= DH_RESIZE_BUCKET ? names[rz->mode] : "native";
+    out->resize = rz && rz->mode >= 0 && rz->mode <= DH_RESIZE_RANDOM_CROP ? names[rz->mode] : "native";
     if (media->type == DH_MEDIA_IMAGE && spec->image.tile_size > 0) {
         dh__image_grid(spec, media->width, media->height, &out->tile_cols, &out->tile_rows);
         out->base_tile = spec->image.base_tile != 0;

@@ -121,10 +121,59 @@ static int parse_buckets(spec_ctx *c, const json_t *arr, const char *where, dh__
     return 0;
 }
 
-static int parse_resize(spec_ctx *c, const json_t *sec, const char *where, dh__resize *r)
+/* A [lo, hi] pair of numbers within [min, max] with lo <= hi (lo > min when open). */
+static int spec_pair(spec_ctx *c, const json_t *obj, const char *where, const char *key,
+                     double min, double max, int open, double out[2])
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v)
+        return 0;
+    const json_t *a = json_array_get(v, 0), *b = json_array_get(v, 1);
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(a) || !json_is_number(b))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s.%s: expected [low, high]", where, key);
+    double lo = json_number_value(a), hi = json_number_value(b);
+    if (!(lo >= min && hi <= max && lo <= hi) || (open && lo <= min))
+        return spec_fail(c, DH_ERANGE, "spec: %s.%s: [%g, %g] is not a range within %s%g, %g]",
+                         where, key, lo, hi, open ? "(" : "[", min, max);
+    out[0] = lo;
+    out[1] = hi;
+    return 0;
+}
+
+/* The random crops' own keys: only their mode may have them. */
+static int parse_random_crop(spec_ctx *c, const json_t *o, const char *w, const char *mode,
+                             dh__resize *r, dh__augment *aug)
+{
+    int rrc = r->mode == DH_RESIZE_RANDOM_RESIZED_CROP, rc_ = r->mode == DH_RESIZE_RANDOM_CROP;
+    static const char *const own[] = {"scale", "ratio", "short_side"};
+    for (int i = 0; i < 3; i++)
+        if (json_object_get(o, own[i]) && !(i < 2 ? rrc : rc_))
+            return spec_fail(c, DH_ESCHEMA, "spec: %s.%s: only mode %s takes it (mode is %s)", w,
+                             own[i], i < 2 ? "random_resized_crop" : "random_crop", mode);
+    aug->scale[0] = 0.08; /* torchvision's RandomResizedCrop defaults */
+    aug->scale[1] = 1.0;
+    aug->ratio[0] = 3.0 / 4.0;
+    aug->ratio[1] = 4.0 / 3.0;
+    double side[2] = {0, 0};
+    int rc;
+    if ((rc = spec_pair(c, o, w, "scale", 0, 1, 1, aug->scale)) ||
+        (rc = spec_pair(c, o, w, "ratio", 0, 1e3, 1, aug->ratio)) ||
+        (rc = spec_pair(c, o, w, "short_side", 1, 65536, 0, side)))
+        return rc;
+    if (side[0] != floor(side[0]) || side[1] != floor(side[1]))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s.short_side: expected whole pixels", w);
+    aug->short_side[0] = (int32_t)side[0];
+    aug->short_side[1] = (int32_t)side[1];
+    if (!rrc) /* the ranges mean nothing to other modes: zero keeps their hash as it was */
+        aug->scale[0] = aug->scale[1] = aug->ratio[0] = aug->ratio[1] = 0;
+    return 0;
+}
+
+static int parse_resize(spec_ctx *c, const json_t *sec, const char *where, dh__resize *r,
+                        dh__augment *aug)
 {
     static const char *const keys[] = {"mode", "width", "height", "size", "max", "multiple",
-                                       "buckets", NULL};
+                                       "buckets", "scale", "ratio", "short_side", NULL};
     const json_t *o = json_object_get(sec, "resize");
     if (!o)
         return 0;
@@ -136,14 +185,15 @@ static int parse_resize(spec_ctx *c, const json_t *sec, const char *where, dh__r
     if (rc)
         return rc;
     const char *mode = json_string_value(json_object_get(o, "mode"));
-    static const char *const modes[] = {"native", "fixed", "crop", "long_side", "bucket"};
+    static const char *const modes[] = {"native", "fixed", "crop", "long_side", "bucket",
+                                        "random_resized_crop", "random_crop"};
     int found = -1;
-    for (int i = 0; mode && i < 5; i++)
+    for (int i = 0; mode && i < 7; i++)
         if (!strcmp(mode, modes[i]))
             found = i;
     if (found < 0)
-        return spec_fail(c, DH_ESCHEMA,
-                         "spec: %s.mode: expected native, fixed, crop, long_side or bucket", w);
+        return spec_fail(c, DH_ESCHEMA, "spec: %s.mode: expected native, fixed, crop, long_side, "
+                         "bucket, random_resized_crop or random_crop", w);
     memset(r, 0, sizeof *r);
     r->mode = (dh__resize_mode)found;
     int32_t size = 0;
@@ -156,9 +206,13 @@ static int parse_resize(spec_ctx *c, const json_t *sec, const char *where, dh__r
         (rc = spec_i32(c, o, w, "max", 1, 65536, &r->max_side)) ||
         (rc = spec_i32(c, o, w, "multiple", 1, 4096, &r->multiple)))
         return rc;
-    if ((r->mode == DH_RESIZE_FIXED || r->mode == DH_RESIZE_CROP) && (!r->width || !r->height))
+    int sized = r->mode == DH_RESIZE_FIXED || r->mode == DH_RESIZE_CROP ||
+                r->mode == DH_RESIZE_RANDOM_RESIZED_CROP || r->mode == DH_RESIZE_RANDOM_CROP;
+    if (sized && (!r->width || !r->height))
         return spec_fail(c, DH_ESCHEMA, "spec: %s: %s needs \"size\" or \"width\" and \"height\"",
                          w, mode);
+    if ((rc = parse_random_crop(c, o, w, mode, r, aug)))
+        return rc;
     if (r->mode == DH_RESIZE_LONG_SIDE && !r->max_side)
         return spec_fail(c, DH_ESCHEMA, "spec: %s: long_side needs \"max\"", w);
     if (r->mode == DH_RESIZE_BUCKET)
@@ -166,11 +220,43 @@ static int parse_resize(spec_ctx *c, const json_t *sec, const char *where, dh__r
     return 0;
 }
 
+static int spec_bool(spec_ctx *c, const json_t *obj, const char *where, const char *key,
+                     int32_t *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (v && !json_is_boolean(v))
+        return spec_fail(c, DH_ESCHEMA, "spec: %s.%s: expected true or false", where, key);
+    if (v)
+        *out = json_is_true(v);
+    return 0;
+}
+
+/* The video section's temporal random keys and its flip. */
+static int parse_video_random(spec_ctx *c, const json_t *v, dh_spec *s)
+{
+    int rc;
+    if ((rc = spec_num(c, v, "video", "clip_s", 0, 1e9, &s->video.clip_s)) ||
+        (rc = spec_bool(c, v, "video", "random_start", &s->video.random_start)) ||
+        (rc = spec_num(c, v, "video", "fps_jitter", 0, 0.9, &s->video.fps_jitter)) ||
+        (rc = spec_num(c, v, "video", "flip", 0, 1, &s->video.aug.flip)))
+        return rc;
+    int consecutive = s->video.sampling == DH_SAMPLE_CONSECUTIVE;
+    if (consecutive && (s->video.clip_s > 0 || s->video.fps_jitter > 0))
+        return spec_fail(c, DH_ESCHEMA, "spec: video: consecutive sampling takes no clip_s or "
+                         "fps_jitter (its clip is its frames; random_start moves it)");
+    if (!consecutive && s->video.clip_s <= 0 && (s->video.random_start || s->video.fps_jitter > 0))
+        return spec_fail(c, DH_ESCHEMA, "spec: video: %s needs clip_s (the length of the clip "
+                         "taken from the range)", s->video.random_start ? "random_start"
+                                                                         : "fps_jitter");
+    return 0;
+}
+
 static int parse_video(spec_ctx *c, const json_t *root, dh_spec *s)
 {
     static const char *const keys[] = {"sampling", "frames", "fps", "max_frames", "start_s",
                                        "end_s", "resize", "patch", "temporal_patch", "pool",
-                                       "vae", NULL};
+                                       "vae", "clip_s", "random_start", "fps_jitter", "flip",
+                                       NULL};
     const json_t *v;
     int rc = section(c, root, "video", keys, &v);
     if (rc || !v)
@@ -196,7 +282,8 @@ static int parse_video(spec_ctx *c, const json_t *root, dh_spec *s)
         (rc = spec_i32(c, v, "video", "patch", 1, 4096, &s->video.patch)) ||
         (rc = spec_i32(c, v, "video", "temporal_patch", 1, 1024, &s->video.temporal_patch)) ||
         (rc = spec_i32(c, v, "video", "pool", 1, 64, &s->video.pool)) ||
-        (rc = parse_resize(c, v, "video", &s->video.resize)))
+        (rc = parse_resize(c, v, "video", &s->video.resize, &s->video.aug)) ||
+        (rc = parse_video_random(c, v, s)))
         return rc;
     if (s->video.end_s > 0 && s->video.end_s <= s->video.start_s)
         return spec_fail(c, DH_ERANGE, "spec: video.end_s must be after video.start_s");
@@ -217,14 +304,15 @@ static int parse_video(spec_ctx *c, const json_t *root, dh_spec *s)
 
 static int parse_image(spec_ctx *c, const json_t *root, dh_spec *s)
 {
-    static const char *const keys[] = {"resize", "patch", "pool", "tiles", NULL};
+    static const char *const keys[] = {"resize", "patch", "pool", "tiles", "flip", NULL};
     const json_t *v;
     int rc = section(c, root, "image", keys, &v);
     if (rc || !v)
         return rc;
     if ((rc = spec_i32(c, v, "image", "patch", 1, 4096, &s->image.patch)) ||
         (rc = spec_i32(c, v, "image", "pool", 1, 64, &s->image.pool)) ||
-        (rc = parse_resize(c, v, "image", &s->image.resize)))
+        (rc = parse_resize(c, v, "image", &s->image.resize, &s->image.aug)) ||
+        (rc = spec_num(c, v, "image", "flip", 0, 1, &s->image.aug.flip)))
         return rc;
     const json_t *t = json_object_get(v, "tiles");
     if (t) {
@@ -243,22 +331,31 @@ static int parse_image(spec_ctx *c, const json_t *root, dh_spec *s)
             return spec_fail(c, DH_ESCHEMA, "spec: image.tiles.base: expected true or false");
         if (base)
             s->image.base_tile = json_is_true(base);
+        if (s->image.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP)
+            return spec_fail(c, DH_ESCHEMA, "spec: image: tiles cover the whole image; a random "
+                             "crop cannot go with them (flip can)");
     }
     return 0;
 }
 
 static int parse_audio_text(spec_ctx *c, const json_t *root, dh_spec *s)
 {
-    static const char *const akeys[] = {"sample_rate", "mel_bins", "mel_fps", "tokens_per_s", NULL};
+    static const char *const akeys[] = {"sample_rate", "mel_bins", "mel_fps", "tokens_per_s",
+                                        "clip_s", "random_offset", NULL};
     static const char *const tkeys[] = {"max_tokens", "bytes_per_token", "tokens_per_word", NULL};
-    const json_t *a, *t;
+    const json_t *a, *t = NULL;
     int rc = section(c, root, "audio", akeys, &a);
     if (!rc && a &&
         ((rc = spec_i32(c, a, "audio", "sample_rate", 1000, 384000, &s->audio.sample_rate)) ||
          (rc = spec_i32(c, a, "audio", "mel_bins", 0, 1024, &s->audio.mel_bins)) ||
          (rc = spec_i32(c, a, "audio", "mel_fps", 1, 10000, &s->audio.mel_fps)) ||
-         (rc = spec_num(c, a, "audio", "tokens_per_s", 0, 100000, &s->audio.tokens_per_s))))
+         (rc = spec_num(c, a, "audio", "tokens_per_s", 0, 100000, &s->audio.tokens_per_s)) ||
+         (rc = spec_num(c, a, "audio", "clip_s", 0, 1e9, &s->audio.clip_s)) ||
+         (rc = spec_bool(c, a, "audio", "random_offset", &s->audio.random_offset))))
         return rc;
+    if (s->audio.random_offset && s->audio.clip_s <= 0)
+        return spec_fail(c, DH_ESCHEMA, "spec: audio: random_offset needs clip_s (the length "
+                         "of the window it moves)");
     if (!rc)
         rc = section(c, root, "text", tkeys, &t);
     if (!rc && t &&
@@ -400,5 +497,12 @@ uint64_t dh_spec_hash(const dh_spec *s)
     h = mix_in(h, (uint64_t)s->text.max_tokens);
     if (s->text.bytes_per_token != 4.0 || s->text.tokens_per_word > 0) /* the defaults keep */
         h = mix_num(mix_num(h, s->text.bytes_per_token), s->text.tokens_per_word); /* old hashes */
+    if (s->video.clip_s > 0 || s->audio.clip_s > 0 || dh_spec_is_random(s)) { /* so do specs */
+        h = mix_num(mix_num(h, s->video.clip_s), s->video.fps_jitter); /* without these keys */
+        h = mix_in(mix_in(h, (uint64_t)s->video.random_start), (uint64_t)s->audio.random_offset);
+        h = mix_num(h, s->audio.clip_s);
+        h = mix_in(h, dh__hash_bytes(&s->video.aug, sizeof s->video.aug, 3));
+        h = mix_in(h, dh__hash_bytes(&s->image.aug, sizeof s->image.aug, 4));
+    }
     return h;
 }

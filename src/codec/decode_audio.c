@@ -4,7 +4,9 @@
  * when the spec asks for mel bins, its log-mel spectrogram (mel_bins x
  * frames, float32).
  *
- * The slot holds ceil(duration * rate) samples as dh_derive_media() says. A
+ * The slot holds ceil(duration * rate) samples as dh_derive_media() says (of
+ * the window's duration when the spec cuts one: the whole item is decoded and
+ * the drawn window taken from it). A
  * stream a little shorter than its descriptor (container rounding) is padded
  * with silence; one more than 2% + 50 ms shorter contradicts its manifest
  * entry and is an error. Log-mel: 25 ms Hann windows centred every
@@ -226,13 +228,20 @@ static int log_mel(const float *pcm, int64_t n, int rate, int bins, int fps, int
 int dh__decode_audio(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi, uint8_t *dst,
                      size_t cap, dh__decode_stats *st, char *err, size_t errlen)
 {
+    return dh__decode_item(src, spec, mi, NULL, 0, 1, dst, cap, st, err, errlen);
+}
+
+int dh__decode_audio_drawn(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
+                           const dh_media_draw *dr, uint8_t *dst, size_t cap,
+                           dh__decode_stats *st, char *err, size_t errlen)
+{
     dh__decode_stats local;
     st = st ? st : &local;
     memset(st, 0, sizeof *st);
     adec a = {.src.fd = -1, .err = err, .errlen = errlen};
     dh__codec_init();
     dh_media_derived md;
-    int rc = dh_derive_media(spec, mi, &md);
+    int rc = dh_derive_media_drawn(spec, mi, dr, &md);
     if (rc)
         return afail(&a, rc, "cannot derive the output shape");
     if ((size_t)md.out_bytes > cap)
@@ -240,8 +249,12 @@ int dh__decode_audio(const dh__media_src *src, const dh_spec *spec, const dh_med
                      (long long)md.out_bytes);
     int rate = spec->audio.sample_rate;
     int64_t want = (int64_t)ceil(mi->duration_s * rate - 1e-9), got = 0;
-    int mel = spec->audio.mel_bins > 0;
-    float *pcm = mel ? malloc((size_t)DH_MAX(want, 1) * sizeof *pcm) : (float *)dst;
+    /* The window (the whole item unless the spec cuts one): its samples start at off. */
+    int64_t wlen = (int64_t)ceil(dr->span_s * rate - 1e-9);
+    int64_t off = DH_MIN(DH_MAX(0, llround(dr->start_s * rate)), DH_MAX(0, want - wlen));
+    wlen = DH_MIN(wlen, want);
+    int mel = spec->audio.mel_bins > 0, whole = wlen == want;
+    float *pcm = mel || !whole ? malloc((size_t)DH_MAX(want, 1) * sizeof *pcm) : (float *)dst;
     if (!pcm)
         return DH_ENOMEM;
     if (!(rc = adec_open(&a, src, mi, rate)))
@@ -253,12 +266,14 @@ int dh__decode_audio(const dh__media_src *src, const dh_spec *spec, const dh_med
     if (!rc) {
         memset(pcm + got, 0, (size_t)(want - got) * sizeof *pcm); /* container rounding */
         st->frames_decoded = got;
-        rc = mel ? log_mel(pcm, want, rate, spec->audio.mel_bins, spec->audio.mel_fps,
-                           md.shape[1], (float *)dst)
-                 : 0;
+        if (mel)
+            rc = log_mel(pcm + off, wlen, rate, spec->audio.mel_bins, spec->audio.mel_fps,
+                         md.shape[1], (float *)dst);
+        else if (!whole)
+            memcpy(dst, pcm + off, (size_t)wlen * sizeof *pcm);
         st->bytes_written = rc ? 0 : md.out_bytes;
     }
-    if (mel)
+    if (pcm != (float *)dst)
         free(pcm);
     adec_close(&a);
     return rc;

@@ -41,7 +41,7 @@ static int check_size(int w, int h, const dh_media_info *mi, char *err, size_t e
 }
 
 static int decode_jpeg(const uint8_t *buf, size_t len, const dh_spec *spec, const dh_media_info *mi,
-                       picture *p, char *err, size_t errlen)
+                       const dh_media_draw *dr, picture *p, char *err, size_t errlen)
 {
     tjhandle tj = tjInitDecompress();
     if (!tj)
@@ -50,7 +50,7 @@ static int decode_jpeg(const uint8_t *buf, size_t len, const dh_spec *spec, cons
     if (tjDecompressHeader3(tj, buf, (unsigned long)len, &w, &h, &sub, &cs) != 0) {
         rc = dh__fail(err, errlen, DH_ECORRUPT, "JPEG header: %s", tjGetErrorStr2(tj));
     } else if (!(rc = check_size(w, h, mi, err, errlen))) {
-        tjscalingfactor sf = {dh__jpeg_scale_m(spec, w, h), 8};
+        tjscalingfactor sf = {dh__jpeg_scale_m(spec, w, h, dr), 8};
         p->w = TJSCALED(w, sf);
         p->h = TJSCALED(h, sf);
         p->rgb = malloc((size_t)p->w * p->h * 3 + DH_SCALE_PAD);
@@ -172,14 +172,31 @@ static int write_tiles(struct SwsContext **sws, const dh_spec *spec, const dh_me
     return rc;
 }
 
+/* The drawn rectangle of a random crop, in the decoded (maybe DCT-scaled) picture's pixels. */
+static dh__rect drawn_rect(const dh_media_draw *dr, const dh_media_info *mi, const picture *p)
+{
+    int x = (int)((int64_t)dr->crop_x * p->w / mi->width);
+    int y = (int)((int64_t)dr->crop_y * p->h / mi->height);
+    int w = (int)(((int64_t)dr->crop_w * p->w + mi->width / 2) / mi->width);
+    int h = (int)(((int64_t)dr->crop_h * p->h + mi->height / 2) / mi->height);
+    return (dh__rect){x, y, DH_MAX(1, DH_MIN(w, p->w - x)), DH_MAX(1, DH_MIN(h, p->h - y))};
+}
+
 int dh__decode_image(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi, uint8_t *dst,
                      size_t cap, dh__decode_stats *st, char *err, size_t errlen)
+{
+    return dh__decode_item(src, spec, mi, NULL, 0, 1, dst, cap, st, err, errlen);
+}
+
+int dh__decode_image_drawn(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
+                           const dh_media_draw *dr, uint8_t *dst, size_t cap,
+                           dh__decode_stats *st, char *err, size_t errlen)
 {
     dh__decode_stats local;
     st = st ? st : &local;
     memset(st, 0, sizeof *st);
     dh_media_derived md;
-    int rc = dh_derive_media(spec, mi, &md);
+    int rc = dh_derive_media_drawn(spec, mi, dr, &md);
     if (rc)
         return dh__fail(err, errlen, rc, "cannot derive the output shape");
     if ((size_t)md.out_bytes > cap)
@@ -197,7 +214,7 @@ int dh__decode_image(const dh__media_src *src, const dh_spec *spec, const dh_med
     if (rc)
         goto done;
     if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF)
-        rc = decode_jpeg(buf, len, spec, mi, &p, err, errlen);
+        rc = decode_jpeg(buf, len, spec, mi, dr, &p, err, errlen);
     else if (len >= 8 && !memcmp(buf, "\x89PNG\r\n\x1a\n", 8))
         rc = decode_png(buf, len, mi, &p, err, errlen);
     else
@@ -207,12 +224,18 @@ int dh__decode_image(const dh__media_src *src, const dh_spec *spec, const dh_med
         goto done;
     st->frames_decoded = 1;
     if (spec->image.tile_size > 0) {
+        if (dr->flip) /* the image mirrored, then tiled: the grid's columns swap too */
+            dh__flip_rgb(p.rgb, p.w, p.h);
         rc = write_tiles(&sws, spec, mi, &p, dst);
     } else {
         dh__rect r = {0, 0, p.w, p.h};
         if (spec->image.resize.mode == DH_RESIZE_CROP || spec->image.resize.mode == DH_RESIZE_BUCKET)
             r = dh__cover_crop(p.w, p.h, md.out_width, md.out_height);
+        else if (spec->image.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP)
+            r = drawn_rect(dr, mi, &p);
         rc = scale_into(&sws, &p, r, md.out_width, md.out_height, dst);
+        if (!rc && dr->flip)
+            dh__flip_rgb(dst, md.out_width, md.out_height);
     }
     if (rc)
         rc = dh__fail(err, errlen, rc, "resize failed");

@@ -12,9 +12,11 @@
  * lies after the frame the decoder already holds; otherwise decode forward.
  *
  * Resize: crop modes cut the centred source rectangle that covers the output
- * aspect (dh__cover_crop) and scale it; other modes scale the whole frame.
- * libswscale converts to RGB24 in the same call (bilinear), writing directly
- * into the slot.
+ * aspect (dh__cover_crop) and scale it; random crops cut their drawn rectangle
+ * (dh_media_draw, which also chose the clip the frames come from); other modes
+ * scale the whole frame. libswscale converts to RGB24 in the same call
+ * (bilinear), writing directly into the slot; a drawn flip then mirrors the
+ * output frame's rows.
  */
 #include "scale.h"
 
@@ -44,17 +46,6 @@ typedef struct {
     char *err;
     size_t errlen;
 } vdec;
-
-dh__rect dh__cover_crop(int w, int h, int ow, int oh)
-{
-    double scale = fmax((double)ow / w, (double)oh / h);
-    int cw = (int)lround(ow / scale), ch = (int)lround(oh / scale);
-    cw = DH_MAX(2, DH_MIN(cw, w)) & ~1;
-    ch = DH_MAX(2, DH_MIN(ch, h)) & ~1;
-    dh__rect r = {((w - cw) / 2) & ~1, ((h - ch) / 2) & ~1, cw, ch};
-    return r;
-}
-
 
 static int averr(vdec *v, int e, const char *what)
 {
@@ -205,8 +196,9 @@ static int reach(vdec *v, double t, double frame_s)
     return 0;
 }
 
-/* Crop + scale + RGB conversion of v->cur into one output frame. */
-static int convert(vdec *v, const dh_spec *spec, int ow, int oh, uint8_t *out)
+/* Crop + scale + RGB conversion of v->cur into one output frame, mirrored when drawn so. */
+static int convert(vdec *v, const dh_spec *spec, const dh_media_draw *dr, int ow, int oh,
+                   uint8_t *out)
 {
     AVFrame *f = v->cur;
     if (f->width != v->st->codecpar->width || f->height != v->st->codecpar->height)
@@ -214,10 +206,14 @@ static int convert(vdec *v, const dh_spec *spec, int ow, int oh, uint8_t *out)
     dh__rect r = {0, 0, f->width, f->height};
     if (spec->video.resize.mode == DH_RESIZE_CROP || spec->video.resize.mode == DH_RESIZE_BUCKET)
         r = dh__cover_crop(f->width, f->height, ow, oh);
+    else if (spec->video.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP)
+        r = (dh__rect){dr->crop_x, dr->crop_y, dr->crop_w, dr->crop_h};
     if (dh__scale_rgb(&v->sws, (const uint8_t *const *)f->data, f->linesize, f->format, r, ow, oh,
                       out))
         return vfail(v, DH_EUNSUPPORTED, "cannot convert pixel format %s",
                      av_get_pix_fmt_name(f->format));
+    if (dr->flip)
+        dh__flip_rgb(out, ow, oh);
     return 0;
 }
 
@@ -230,8 +226,8 @@ static double keyframe_time(const dh_media_info *mi, int64_t idx)
 }
 
 static int decode_targets(vdec *v, const dh_spec *spec, const dh_media_info *mi,
-                          const dh_media_derived *md, const int64_t *idx, int64_t first,
-                          int64_t end, uint8_t *dst)
+                          const dh_media_draw *dr, const dh_media_derived *md, const int64_t *idx,
+                          int64_t first, int64_t end, uint8_t *dst)
 {
     int ow = md->out_width, oh = md->out_height;
     size_t frame_bytes = (size_t)ow * oh * 3;
@@ -246,7 +242,7 @@ static int decode_targets(vdec *v, const dh_spec *spec, const dh_media_info *mi,
         }
         int rc = reach(v, t, frame_s);
         if (!rc)
-            rc = convert(v, spec, ow, oh, dst + k * frame_bytes);
+            rc = convert(v, spec, dr, ow, oh, dst + k * frame_bytes);
         if (rc)
             return rc;
     }
@@ -257,34 +253,39 @@ static int decode_targets(vdec *v, const dh_spec *spec, const dh_media_info *mi,
 int dh__decode_video(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
                      uint8_t *dst, size_t cap, dh__decode_stats *st, char *err, size_t errlen)
 {
-    return dh__decode_video_range(src, spec, mi, 0, -1, dst, cap, st, err, errlen);
+    return dh__decode_video_range(src, spec, mi, NULL, 0, -1, dst, cap, st, err, errlen);
 }
 
 int dh__decode_video_range(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
-                           int64_t first, int64_t end, uint8_t *dst, size_t cap,
-                           dh__decode_stats *st, char *err, size_t errlen)
+                           const dh_media_draw *draw, int64_t first, int64_t end, uint8_t *dst,
+                           size_t cap, dh__decode_stats *st, char *err, size_t errlen)
 {
     dh__decode_stats local;
     memset(st ? st : &local, 0, sizeof local);
     vdec v = {.src.fd = -1, .stats = st ? st : &local, .err = err, .errlen = errlen};
     dh__codec_init();
     dh_media_derived md;
-    int rc = dh_derive_media(spec, mi, &md);
+    dh_media_draw plain;
+    int rc = draw ? 0 : dh_media_draw_plain(spec, mi, &plain);
+    draw = draw ? draw : &plain;
+    if (!rc)
+        rc = dh_derive_media_drawn(spec, mi, draw, &md);
     if (rc)
-        return vfail(&v, rc, "cannot derive the output shape");
+        return vfail(&v, rc, "cannot derive the output shape%s",
+                     rc == DH_EINVAL ? " (or the drawn clip is not one of this video)" : "");
     if ((size_t)md.out_bytes > cap)
         return vfail(&v, DH_ERANGE, "slot holds %zu bytes, the video needs %lld", cap,
                      (long long)md.out_bytes);
     int64_t *idx = malloc((size_t)md.sampled_frames * sizeof *idx);
     if (!idx)
         return DH_ENOMEM;
-    dh_video_sample_frames(spec, mi, idx, md.sampled_frames);
+    dh_video_frames_drawn(spec, mi, draw, idx, md.sampled_frames);
     if (end < 0 || end > md.sampled_frames)
         end = md.sampled_frames;
     first = DH_MAX(0, DH_MIN(first, end));
     rc = vdec_open(&v, src, mi);
     if (!rc)
-        rc = decode_targets(&v, spec, mi, &md, idx, first, end, dst);
+        rc = decode_targets(&v, spec, mi, draw, &md, idx, first, end, dst);
     vdec_close(&v);
     free(idx);
     return rc;
@@ -295,11 +296,11 @@ int dh__decode_video_range(const dh__media_src *src, const dh_spec *spec, const 
  * derivation's rule (derive.c) cut the targets into keyframe segments, and
  * each part takes a contiguous share of whole segments.
  */
-static int part_range(const dh_spec *spec, const dh_media_info *mi, int part, int nparts,
-                      int64_t *first, int64_t *end)
+static int part_range(const dh_spec *spec, const dh_media_info *mi, const dh_media_draw *draw,
+                      int part, int nparts, int64_t *first, int64_t *end)
 {
     dh_media_derived md;
-    int rc = dh_derive_media(spec, mi, &md);
+    int rc = dh_derive_media_drawn(spec, mi, draw, &md);
     if (rc)
         return rc;
     int64_t n = md.sampled_frames, *idx = malloc((size_t)DH_MAX(n, 1) * sizeof *idx);
@@ -309,7 +310,7 @@ static int part_range(const dh_spec *spec, const dh_media_info *mi, int part, in
         free(seek_at);
         return DH_ENOMEM;
     }
-    dh_video_sample_frames(spec, mi, idx, n);
+    dh_video_frames_drawn(spec, mi, draw, idx, n);
     for (int64_t k = 0; k < n; k++) {
         int64_t key = 0;
         for (int32_t j = 0; j < mi->keyframe_count && mi->keyframes[j] <= idx[k]; j++)
@@ -326,14 +327,14 @@ static int part_range(const dh_spec *spec, const dh_media_info *mi, int part, in
     return 0;
 }
 
-int dh__video_part_bytes(const dh_spec *spec, const dh_media_info *mi, int part, int nparts,
-                         int64_t *off, int64_t *len)
+int dh__video_part_bytes(const dh_spec *spec, const dh_media_info *mi, const dh_media_draw *draw,
+                         int part, int nparts, int64_t *off, int64_t *len)
 {
     dh_media_derived md;
     int64_t first = 0, end = 0;
-    int rc = dh_derive_media(spec, mi, &md);
+    int rc = dh_derive_media_drawn(spec, mi, draw, &md);
     if (!rc)
-        rc = part_range(spec, mi, part, nparts, &first, &end);
+        rc = part_range(spec, mi, draw, part, nparts, &first, &end);
     if (rc)
         return rc;
     int64_t fb = md.sampled_frames > 0 ? md.out_bytes / md.sampled_frames : 0;
@@ -343,12 +344,12 @@ int dh__video_part_bytes(const dh_spec *spec, const dh_media_info *mi, int part,
 }
 
 int dh__decode_video_part(const dh__media_src *src, const dh_spec *spec, const dh_media_info *mi,
-                          int part, int nparts, uint8_t *dst, size_t cap, dh__decode_stats *st,
-                          char *err, size_t errlen)
+                          const dh_media_draw *draw, int part, int nparts, uint8_t *dst,
+                          size_t cap, dh__decode_stats *st, char *err, size_t errlen)
 {
     int64_t first = 0, end = -1;
     if (nparts > 1) {
-        int rc = part_range(spec, mi, part, nparts, &first, &end);
+        int rc = part_range(spec, mi, draw, part, nparts, &first, &end);
         if (rc)
             return rc;
         if (first >= end) { /* more parts than segments: nothing for this one */
@@ -357,5 +358,5 @@ int dh__decode_video_part(const dh__media_src *src, const dh_spec *spec, const d
             return 0;
         }
     }
-    return dh__decode_video_range(src, spec, mi, first, end, dst, cap, st, err, errlen);
+    return dh__decode_video_range(src, spec, mi, draw, first, end, dst, cap, st, err, errlen);
 }

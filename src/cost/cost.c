@@ -174,6 +174,25 @@ int dh_sample_cpu_cost(const dh_spec *spec, const dh_manifest *m, int64_t i, dou
     return 0;
 }
 
+int dh__cpu_drawn_cost(const dh__cpu_model *cpu, const dh_spec *spec, const dh_manifest *m,
+                       int64_t i, uint64_t seed, int64_t epoch, double *seconds)
+{
+    dh_sample_info si;
+    int rc = dh_manifest_sample(m, i, &si);
+    double total = 0;
+    for (int32_t j = 0; !rc && j < si.media_count; j++) {
+        dh_media_info mi;
+        dh_media_draw dr;
+        dh_media_derived md;
+        dh_manifest_media(m, i, j, &mi);
+        if (!(rc = dh_media_draw_of(spec, &mi, seed, epoch, si.id, j, &dr)) &&
+            !(rc = dh_derive_media_drawn(spec, &mi, &dr, &md)))
+            total += dh__cpu_media_cost(cpu, &mi, &md);
+    }
+    *seconds = total;
+    return rc;
+}
+
 void dh__samples_free(dh__samples *s)
 {
     free(s->cpu_pred);

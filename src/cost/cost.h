@@ -60,6 +60,11 @@ typedef struct {
 int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_model *cpu,
                       dh__samples *out, char *err, size_t errlen);
 void dh__samples_free(dh__samples *s);
+/* Sample i's predicted CPU seconds as random augmentation drew it in this epoch (a clip
+ * behind a later keyframe seeks, a small crop decodes a JPEG at a smaller scale); without
+ * random keys, the table's prediction. */
+int dh__cpu_drawn_cost(const dh__cpu_model *cpu, const dh_spec *spec, const dh_manifest *m,
+                       int64_t i, uint64_t seed, int64_t epoch, double *seconds);
 
 /*
  * Scales a GPU model's shape so that the load factor

@@ -73,6 +73,8 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int6
         int rc = dh_sampler_set_state(e->run.sampler, &st);
         if (!rc && shift)
             rc = dh__sampler_shift(e->run.sampler, shift);
+        if (!rc)
+            dh__run_begin_at(&e->run, epoch, step);
         if (!rc && e->N != DH__STEPS_UNBOUNDED && steps <= 0)
             rc = DH_ERANGE;
         if (rc)

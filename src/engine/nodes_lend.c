@@ -192,9 +192,14 @@ static int part_bytes(dh_engine *e, const dh__task *t, const dh_batch_item *it, 
                       int64_t *n)
 {
     dh_media_info mi;
+    dh_media_draw dr;
     dh_manifest_media(e->run.m, t->sample, it->media, &mi);
+    int rc = mi.type == DH_MEDIA_VIDEO ? dh__run_draw(&e->run, t->step, t->sample, it->media, &dr)
+                                       : 0;
+    if (rc)
+        return rc;
     if (mi.type == DH_MEDIA_VIDEO)
-        return dh__video_part_bytes(e->spec, &mi, t->part, t->nparts, from, n);
+        return dh__video_part_bytes(e->spec, &mi, &dr, t->part, t->nparts, from, n);
     *from = 0;
     *n = t->part == 0 ? it->bytes : 0;
     return 0;

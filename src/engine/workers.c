@@ -63,18 +63,13 @@ int dh__eng_run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items
         src.cache = shards;
         src.limit_s = limit;
         src.started = started;
-        uint8_t *dst = base + it->offset;
-        int rc;
-        if (mi.type == DH_MEDIA_VIDEO) {
-            rc = dh__decode_video_part(&src, e->spec, &mi, t->part, t->nparts, dst,
-                                       (size_t)it->bytes, NULL, err, errlen);
-        } else if (t->part > 0) {
-            rc = 0; /* only videos split; other items belong to part 0 */
-        } else if (mi.type == DH_MEDIA_IMAGE) {
-            rc = dh__decode_image(&src, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
-        } else {
-            rc = dh__decode_audio(&src, e->spec, &mi, dst, (size_t)it->bytes, NULL, err, errlen);
-        }
+        /* What random augmentation drew for this item in this step's epoch (the plain draw
+         * without random keys): the same draw the cost model planned with. */
+        dh_media_draw dr;
+        int rc = dh__run_draw(&e->run, t->step, t->sample, j, &dr);
+        if (!rc)
+            rc = dh__decode_item(&src, e->spec, &mi, &dr, t->part, t->nparts, base + it->offset,
+                                 (size_t)it->bytes, NULL, err, errlen);
         if (rc)
             return rc;
     }

@@ -88,7 +88,9 @@ static int build_sampler(dh__run *run, char *err, size_t errlen)
                 (long long)dh_manifest_count(run->m), (long long)c->global_batch, dh_strerror(rc));
         return rc;
     }
+    run->random = dh_spec_is_random(run->use_spec);
     if (c->resume) {
+        dh__run_begin_at(run, c->start_epoch, c->start_step);
         dh_sampler_state st = {dh_manifest_hash(run->m), c->seed, c->start_epoch, c->start_step};
         if ((rc = dh_sampler_set_state(run->sampler, &st)))
             return dh__fail(err, errlen, rc, "cannot resume at epoch %lld step %lld: %s (an "
@@ -389,10 +391,15 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
  * step's true costs go to the engine's records (the bound's inputs), summed
  * in draw order.
  */
-static int draw_step(void *ctx, int64_t *out)
+static int draw_step(void *ctx, int64_t *out, float *cpu)
 {
     dh__run *run = ctx;
     int rc = dh_sampler_next(run->sampler, out, run->cfg.global_batch);
+    for (int64_t k = 0; !rc && k < run->cfg.global_batch; k++) {
+        if (out[k] < 0 || out[k] >= run->samples.n)
+            return DH_ERANGE;
+        cpu[k] = (float)dh__run_drawn_cpu(run, run->drawn, out[k]);
+    }
     if (rc || !run->rec) {
         run->drawn += !rc;
         return rc;
@@ -407,8 +414,9 @@ static int draw_step(void *ctx, int64_t *out)
         double g = run->truth.gpu[i];
         sp->gpu_sum += g;
         sp->gpu_max = DH_MAX(sp->gpu_max, g);
-        sp->cpu_sum += run->truth.cpu[i];
-        run->rec->cpu_true_sum += run->truth.cpu[i];
+        double c = dh__run_true_cpu(run, run->drawn, i);
+        sp->cpu_sum += c;
+        run->rec->cpu_true_sum += c;
     }
     run->drawn++;
     return 0;

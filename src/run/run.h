@@ -23,12 +23,27 @@ typedef struct {
     dh__gpu_model gpu;        /* scaled to rho: the truth model and the policy's start */
     dh_sampler *sampler;      /* the global order, drawn step by step */
     int64_t drawn;            /* steps drawn from the sampler so far */
+    int64_t epoch0, step0;    /* where the sampler began (step 0 of the run) */
+    int random;               /* the spec has random keys: costs follow each step's draws */
     dh__records *rec;         /* where drawn steps' truth goes (set by the engine) */
     dh__policy policy;
     char workload[64];
 } dh__run;
 
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen);
+
+/*
+ * Random augmentation (src/run/augment.c). The epoch of the run's step `step` (0: the
+ * first the sampler gave); dh__run_begin_at records where the sampler begins. The draw of
+ * item j of sample i in that step; sample i's raw predicted CPU seconds as drawn there
+ * (scaled to this machine like the table); and its true CPU seconds (the truth of the
+ * plain sample scaled by the drawn prediction over the plain one: simulated).
+ */
+void dh__run_begin_at(dh__run *run, int64_t epoch, int64_t step);
+int64_t dh__run_epoch_of(const dh__run *run, int64_t step);
+int dh__run_draw(const dh__run *run, int64_t step, int64_t i, int32_t j, dh_media_draw *out);
+double dh__run_drawn_cpu(const dh__run *run, int64_t step, int64_t i);
+double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i);
 void dh__run_free(dh__run *run);
 /* Every result field both engines fill alike (metrics, calibration, counters); out is whole. */
 void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,

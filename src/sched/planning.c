@@ -60,13 +60,13 @@ void dh__sched_regroup(dh__sched *s, int64_t st)
         s->members[base + b[rank_of[k]].first + fill[rank_of[k]]++] = st * G + k;
 }
 
-static int place_balanced(dh__sched *s, const int64_t *idx, int32_t *rank_of)
+static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, int32_t *rank_of)
 {
     double *gpu = s->plan_gpu, *cpu = s->plan_cpu;
     for (int64_t k = 0; k < s->G; k++) {
         gpu[k] = sample_gpu(s, idx[k]);
         cpu[k] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib,
-                               s->cfg.pred.cls[idx[k]], s->cfg.pred.cpu_pred[idx[k]]);
+                               s->cfg.pred.cls[idx[k]], pred[k]);
         s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
         s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
     }
@@ -88,14 +88,15 @@ static int plan_step(dh__sched *s, int64_t st)
         return rc;
     int64_t G = s->G, base = step_slot(s, st) * G;
     int64_t *idx = s->order + base;
-    if ((rc = s->cfg.next_order(s->cfg.order_ctx, idx)))
+    float *pred = s->task_pred + base;
+    if ((rc = s->cfg.next_order(s->cfg.order_ctx, idx, pred)))
         return rc;
     for (int64_t k = 0; k < G; k++)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
     int32_t *rank_of = s->rank_of + base;
     if (s->caps->placement == DH_PLACE_BALANCED)
-        rc = place_balanced(s, idx, rank_of);
+        rc = place_balanced(s, idx, pred, rank_of);
     else
         dh__partition_stride((int)G, s->R, rank_of);
     if (rc)
@@ -104,7 +105,6 @@ static int plan_step(dh__sched *s, int64_t st)
     batch_rec *b = batch_of(s, st, 0);
     memset(b, 0, (size_t)s->R * sizeof *b);
     for (int64_t k = 0; k < G; k++) {
-        s->task_pred[base + k] = s->cfg.pred.cpu_pred[idx[k]];
         s->parts_left[base + k] = 0;
         s->revealed[base + k] = -1.0f;
         s->done[base + k] = 0;

@@ -101,7 +101,9 @@ typedef struct {
      * (called once per step, in step order, when the step is planned);
      * returns 0 or a negative error, which stops the run.
      */
-    int (*next_order)(void *ctx, int64_t *out);
+    /* The next step's G sample indices (out) and each one's raw predicted CPU seconds (cpu):
+     * the table's, or what the sample's random augmentation drew in that step. */
+    int (*next_order)(void *ctx, int64_t *out, float *cpu);
     void *order_ctx;
 } dh__sched_config;
 

@@ -87,7 +87,7 @@ static event pop(sim *s)
 /* A task's true duration: its sample's, or an equal share plus the part overhead. */
 static double true_cost(const sim *s, const dh__task *t)
 {
-    double c = s->run->truth.cpu[t->sample];
+    double c = dh__run_true_cpu(s->run, t->step, t->sample);
     return t->nparts > 1 ? c / t->nparts + DH_SPLIT_PART_OVERHEAD_S : c;
 }
 

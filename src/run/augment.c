@@ -1,0 +1,58 @@
+/*
+ * augment.c - random augmentation seen from the run: which epoch a step belongs to, and so
+ * what each of its samples drew (catalog's dh_media_draw_of), what that costs to prepare
+ * (the prediction the scheduler plans with) and, in the simulator, what it truly costs.
+ *
+ * DESIGN: the epoch of step k is a pure function of where the sampler began (epoch0, step0)
+ * and the epoch's length, since the sampler rolls over every steps-per-epoch steps; so a
+ * worker, a lent task on another node and the cost model all name the same draw without a
+ * table shared between threads. Without random keys every function returns the table's
+ * figures, so such runs plan exactly as before.
+ */
+#include "run.h"
+
+void dh__run_begin_at(dh__run *run, int64_t epoch, int64_t step)
+{
+    run->epoch0 = epoch;
+    run->step0 = step;
+}
+
+int64_t dh__run_epoch_of(const dh__run *run, int64_t step)
+{
+    int64_t per = dh_sampler_steps_per_epoch(run->sampler);
+    return run->epoch0 + (run->step0 + step) / (per > 0 ? per : 1);
+}
+
+int dh__run_draw(const dh__run *run, int64_t step, int64_t i, int32_t j, dh_media_draw *out)
+{
+    dh_sample_info si;
+    dh_media_info mi;
+    int rc = dh_manifest_sample(run->m, i, &si);
+    if (!rc)
+        rc = dh_manifest_media(run->m, i, j, &mi);
+    if (!rc)
+        rc = dh_media_draw_of(run->use_spec, &mi, run->cfg.seed, dh__run_epoch_of(run, step),
+                              si.id, j, out);
+    return rc;
+}
+
+double dh__run_drawn_cpu(const dh__run *run, int64_t step, int64_t i)
+{
+    if (!run->random)
+        return run->samples.cpu_pred[i];
+    dh__cpu_model cpu;
+    dh__cpu_model_default(&cpu);
+    double c;
+    if (dh__cpu_drawn_cost(&cpu, run->use_spec, run->m, i, run->cfg.seed,
+                           dh__run_epoch_of(run, step), &c))
+        return run->samples.cpu_pred[i]; /* the table derived it: a draw cannot fail */
+    return run->cfg.cpu_cost_scale > 0 ? (double)(float)(c * run->cfg.cpu_cost_scale) : c;
+}
+
+double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i)
+{
+    double truth = run->truth.cpu[i], plain = run->samples.cpu_pred[i];
+    if (!run->random || plain <= 0)
+        return truth;
+    return truth * dh__run_drawn_cpu(run, step, i) / plain;
+}
