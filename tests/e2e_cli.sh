@@ -129,6 +129,25 @@ check "bench --run-seconds picks the steps from the simulator" contains "$WORK/b
 check "bench --repeats prints medians, ranges and a verdict" contains "$WORK/brep.out" \
     "median .* range .*\(best\|within noise\|beyond the noise\)"
 check "every repeat is a row" test "$(grep -c '^speech-asr  *\(pool\|helix\)' "$WORK/brep.out")" -eq 4
+# Random augmentation (issue 23): a spec's random keys on the real corpus, --augment in the
+# simulator, and a mistaken key named.
+cat > "$WORK/aug.json" <<'JSON'
+{"base": "kinetics-clips", "video": {"clip_s": 0.5, "random_start": true, "fps_jitter": 0.2,
+ "flip": 0.5, "resize": {"mode": "random_resized_crop", "size": 64}},
+ "image": {"flip": 0.5, "resize": {"mode": "random_crop", "size": 32, "short_side": [40, 60]}}}
+JSON
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --spec "$WORK/aug.json" --policy helix \
+    --ranks 2 --workers 2 --batch 2 --epochs 2 --json "$WORK/aug.run.json" > "$WORK/aug.out" 2>&1
+check "an augmented real run exits 0" test $? -eq 0
+check "an augmented real run accounts for every sample" contains "$WORK/aug.out" \
+    "delivered 12 + failed 0 = 12"
+"$DH" sim --workload kinetics-clips --policy helix --steps 20 --augment > "$WORK/saug.out" 2>&1
+check "sim --augment runs" contains "$WORK/saug.out" "delivered 1280 + failed 0 = 1280"
+echo '{"video": {"random_start": true}}' > "$WORK/badaug.json"
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --spec "$WORK/badaug.json" --ranks 2 \
+    --workers 2 --batch 2 > /dev/null 2> "$WORK/badaug.err"
+check "a random key without its clip is refused, named" contains "$WORK/badaug.err" \
+    "video: random_start needs clip_s"
 # Several processes under mpirun: tests/mpi_run.sh (a real launcher; faking its variables
 # would leave MPI_Init waiting for a launcher that is not there).
 "$DH" bench --mode fast > /dev/null 2> "$WORK/mode.err"

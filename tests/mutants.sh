@@ -68,6 +68,24 @@ named=$(grep -c '^datahelix: sample "m[0-9]*\.' "$WORK/run.err" || true)
 shown=$(( ${failed:-0} < 20 ? ${failed:-0} : 20 ))
 check "each failure shown names its sample ($named of the first $shown)" test "$named" -eq "$shown"
 check "no sanitizer report" test -z "$(grep -l 'Sanitizer' "$WORK"/*.err 2>/dev/null)"
+# The same mutants under random augmentation (a drawn clip, crop, flip and audio window):
+# the drawn paths meet broken files too, and the accounting stays exact.
+cat > "$WORK/aug.json" <<'JSON'
+{"video": {"frames": 3, "clip_s": 0.5, "random_start": true, "fps_jitter": 0.3, "flip": 0.5,
+           "resize": {"mode": "random_resized_crop", "size": 24}},
+ "image": {"flip": 0.5, "resize": {"mode": "random_crop", "size": 16, "short_side": [20, 40]}},
+ "audio": {"clip_s": 0.25, "random_offset": true}}
+JSON
+timeout 1200 "$DH" run --manifest "$WORK/m/all.jsonl" --policy helix --ranks 2 --workers 2 \
+    --max-failed 1 --spec "$WORK/aug.json" \
+    --batch 10 --epochs 1 --sample-timeout 30 --json "$WORK/aug.json.out" \
+    > "$WORK/aug.out" 2> "$WORK/aug.err"
+rc=$?
+check "the augmented run over every mutant exits 0 (rc $rc)" test $rc -eq 0
+adel=$(sed -n 's/.*"delivered":\([0-9]*\).*/\1/p' "$WORK/aug.json.out")
+afail=$(sed -n 's/.*"failed":\([0-9]*\).*/\1/p' "$WORK/aug.json.out")
+check "augmented: delivered ${adel:-?} + failed ${afail:-?} = scheduled $scheduled" \
+    test "$(( ${adel:-0} + ${afail:-0} ))" -eq "$scheduled"
 # The longest any one sample held a worker (the trace's longest "prepare" span, in us).
 worst=$(grep -o '"name":"prepare[^"]*","ts":[0-9.]*,"dur":[0-9.]*' "$WORK/trace.json" |
         sed 's/.*"dur"://' | sort -g | tail -n 1)

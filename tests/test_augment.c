@@ -118,6 +118,49 @@ START_TEST(random_keys_parse_and_mistakes_are_named)
 }
 END_TEST
 
+START_TEST(a_spec_starts_from_a_base_and_augment_adds_the_standard_keys)
+{
+    /* "base" starts from a built-in spec; the keys given change only themselves */
+    dh_spec *k = NULL, *b = spec_json("{\"base\":\"kinetics-clips\"}");
+    ck_assert_int_eq(dh_spec_builtin("kinetics-clips", &k), 0);
+    ck_assert_uint_eq(dh_spec_hash(b), dh_spec_hash(k));
+    dh_spec *f = spec_json("{\"base\":\"kinetics-clips\",\"video\":{\"flip\":0.5}}");
+    dh_media_info v = video(640, 360, 30, 900, NULL, 0);
+    dh_media_derived a, c;
+    ck_assert_int_eq(dh_derive_media(k, &v, &a), 0);
+    ck_assert_int_eq(dh_derive_media(f, &v, &c), 0);
+    ck_assert_int_eq(c.sampled_frames, 16); /* kinetics' frames, not the default's 8 */
+    ck_assert_mem_eq(&a, &c, sizeof a);
+    ck_assert_int_eq(dh_spec_is_random(f), 1);
+    refused("{\"base\":\"kinetics\"}", "base: expected the name of a built-in spec");
+    refused("{\"base\":3}", "base: expected the name");
+
+    /* --augment: flips, a crop becomes a random resized crop of its size, a uniform clip of
+     * 4 s at a random start; shapes and tokens stay; fps sampling keeps its frames */
+    ck_assert_int_eq(dh_spec_augment(k), 0);
+    ck_assert_int_eq(dh_spec_is_random(k), 1);
+    ck_assert_uint_ne(dh_spec_hash(k), dh_spec_hash(b));
+    dh_media_draw d;
+    ck_assert_int_eq(dh_media_draw_of(k, &v, 1, 0, "x", 0, &d), 0);
+    ck_assert_int_ge(d.frame_span, 96); /* 4 s at 30 fps, jitter 0.2 */
+    ck_assert_int_le(d.frame_span, 144);
+    ck_assert_int_eq(dh_derive_media_drawn(k, &v, &d, &c), 0);
+    ck_assert_mem_eq(c.shape, a.shape, sizeof a.shape);
+    ck_assert_int_eq(c.tokens, a.tokens);
+    dh_spec *llava = NULL;
+    ck_assert_int_eq(dh_spec_builtin("llava-video-sft", &llava), 0);
+    ck_assert_int_eq(dh_derive_media(llava, &v, &a), 0);
+    ck_assert_int_eq(dh_spec_augment(llava), 0);
+    ck_assert_int_eq(dh_derive_media(llava, &v, &c), 0);
+    ck_assert_int_eq(c.sampled_frames, a.sampled_frames); /* 30 s at 1 fps: 30 frames */
+    ck_assert_int_eq(dh_spec_augment(NULL), DH_EINVAL);
+    dh_spec_free(llava);
+    dh_spec_free(k);
+    dh_spec_free(b);
+    dh_spec_free(f);
+}
+END_TEST
+
 START_TEST(without_random_keys_every_draw_is_the_plain_one)
 {
     /* A spec without random keys draws nothing: any seed, epoch or id gives the plain draw,
@@ -495,6 +538,7 @@ int main(void)
     TCase *tc = tcase_create("augment");
     tcase_add_unchecked_fixture(tc, make_media, drop_media);
     ADD_TEST(tc, random_keys_parse_and_mistakes_are_named);
+    ADD_TEST(tc, a_spec_starts_from_a_base_and_augment_adds_the_standard_keys);
     ADD_TEST(tc, without_random_keys_every_draw_is_the_plain_one);
     ADD_TEST(tc, draws_are_pure_functions_within_their_ranges);
     ADD_TEST(tc, a_draw_is_pinned);

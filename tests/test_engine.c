@@ -104,18 +104,38 @@ static void on_error(const dh_sample_error *e, void *user)
                 x->last);
 }
 
-/* Decodes item it of the batch directly and compares it byte for byte. */
-static void check_item(const dh_manifest *m, const dh_spec *spec, const dh_batch *b,
+/* The spec run c decodes with: c's (or the default), with --augment's keys when c asks. */
+static dh_spec *spec_of(const dh_run_config *c)
+{
+    dh_spec *s = NULL;
+    ck_assert_int_eq(dh_spec_builtin("default", &s), 0);
+    ck_assert_ptr_null(c->spec); /* the tests' runs use the default spec */
+    if (c->augment)
+        dh_spec_augment(s);
+    return s;
+}
+
+/* Item it of the batch of run c: its draw is the one (seed, epoch, sample id, item) gives,
+ * and it equals, byte for byte, a direct decode of that draw. */
+static void check_item(const dh_run_config *c, const dh_spec *spec, const dh_batch *b,
                        const dh_batch_item *it)
 {
+    const dh_manifest *m = c->manifest;
     dh_media_info mi;
+    dh_sample_info si;
     dh_manifest_media(m, it->sample, it->media, &mi);
+    dh_manifest_sample(m, it->sample, &si);
+    int64_t per_epoch = dh_manifest_count(m) / c->global_batch; /* drop_last, no resume */
+    dh_media_draw want;
+    ck_assert_int_eq(dh_media_draw_of(spec, &mi, c->seed, b->step / per_epoch, si.id, it->media,
+                                      &want), 0);
+    ck_assert_ptr_nonnull(b->draws);
+    ck_assert_mem_eq(&b->draws[it - b->items], &want, sizeof want);
     char path[4096], err[256];
     snprintf(path, sizeof path, "%s/%s", dh_manifest_dir(m), mi.path);
     uint8_t *ref = malloc((size_t)it->bytes);
-    int rc = mi.type == DH_MEDIA_VIDEO   ? dh__decode_video(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
-             : mi.type == DH_MEDIA_IMAGE ? dh__decode_image(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err)
-                                         : dh__decode_audio(DH__SRC(path), spec, &mi, ref, (size_t)it->bytes, NULL, err, sizeof err);
+    int rc = dh__decode_item(DH__SRC(path), spec, &mi, &want, 0, 1, ref, (size_t)it->bytes, NULL,
+                             err, sizeof err);
     ck_assert_msg(rc == 0, "%s: %s", path, err);
     ck_assert_msg(memcmp(ref, b->data + it->offset, (size_t)it->bytes) == 0,
                   "%s: batch slot differs from a direct decode", path);
@@ -125,10 +145,12 @@ static void check_item(const dh_manifest *m, const dh_spec *spec, const dh_batch
 
 START_TEST(batches_hold_exactly_what_the_decoders_produce)
 {
+    /* Plain, and with --augment's random crops, clips and flips (each item's draw checked). */
     dh_manifest *m = manifest_with(NULL);
-    dh_spec *spec;
-    ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
     dh_run_config c = config(m, "helix");
+    c.augment = _i;
+    dh_spec *spec = spec_of(&c);
+    ck_assert_int_eq(dh_spec_is_random(spec), _i);
     dh_engine *e;
     char err[256];
     ck_assert_int_eq(dh_engine_start(&c, NULL, NULL, &e, err, sizeof err), 0);
@@ -140,7 +162,7 @@ START_TEST(batches_hold_exactly_what_the_decoders_produce)
             ck_assert_int_eq(b.step, st);
             ck_assert_int_eq(b.nfailed, 0);
             for (int32_t k = 0; k < b.nitems; k++)
-                check_item(m, spec, &b, &b.items[k]);
+                check_item(&c, spec, &b, &b.items[k]);
             seen += b.nsamples;
             dh_engine_release(e, &b, 0.001);
         }
@@ -358,8 +380,7 @@ static void reveal_error(const dh_sample_error *e, void *user)
  */
 static int run_heavy_step(const dh_manifest *m, dh_run_config *c, reveal_ctx *x, dh_result *res)
 {
-    dh_spec *spec;
-    ck_assert_int_eq(dh_spec_builtin("default", &spec), 0);
+    dh_spec *spec = spec_of(c);
     c->sample_gpu_cost = reveal_cost;
     c->sample_gpu_cost_user = x;
     dh_engine *e;
@@ -398,7 +419,7 @@ static int run_heavy_step(const dh_manifest *m, dh_run_config *c, reveal_ctx *x,
                     for (int64_t q = 0; q < it->bytes; q++)
                         ck_assert_int_eq(b[r].data[it->offset + q], 0);
                 } else {
-                    check_item(m, spec, &b[r], it);
+                    check_item(c, spec, &b[r], it);
                 }
                 off = (off + it->bytes + 63) / 64 * 64;
             }
@@ -927,7 +948,7 @@ static void *consume_rank(void *p)
             break;
         for (int32_t k = 0; k < b.nitems; k++)
             if (b.items[k].status == 0)
-                check_item(c->n->cfg.manifest, c->n->spec, &b, &b.items[k]);
+                check_item(&c->n->cfg, c->n->spec, &b, &b.items[k]);
         pthread_mutex_lock(&c->n->h->mu);
         for (int32_t k = 0; k < b.nsamples; k++)
             c->n->seen[c->n->seen_n++] = b.step * 1000000 + b.samples[k];
@@ -1031,7 +1052,7 @@ static void run_nodes(const dh_run_config *base, int nodes, int consume, int die
             tweak(k, &out[k].cfg);
         if (consume)
             out[k].seen = calloc((size_t)(base->steps * base->global_batch), sizeof *out[k].seen);
-        ck_assert_int_eq(dh_spec_builtin("default", (dh_spec **)&out[k].spec), 0);
+        out[k].spec = spec_of(base);
         pthread_create(&t[k], NULL, run_node, &out[k]);
     }
     for (int k = 0; k < nodes; k++)
@@ -1066,12 +1087,15 @@ START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
 {
     /* Each node decodes only its own ranks' batches; together they deliver exactly what one
      * node delivers (the same samples in every step), each once, each byte-equal to a
-     * direct decode; every node reports the same whole-run accounting. */
+     * direct decode; every node reports the same whole-run accounting. With --augment
+     * (_i 1) every item carries the draw of its (seed, epoch, id, item), wherever it was
+     * decoded, lent or moved. */
     dh_manifest *m = manifest_with(NULL);
     const char *pols[] = {"helix", "pool", "local"};
     for (int p = 0; p < 3; p++) {
         for (int nodes = 2; nodes <= 4; nodes += 2) {
             dh_run_config c = config_of(m, pols[p], 4, 4, 8, 5);
+            c.augment = _i;
             hub_node one[1], n[4];
             run_nodes(&c, 1, 1, -1, 0, one, NULL); /* nodes = 1: the plain engine */
             ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
@@ -1582,7 +1606,7 @@ int main(void)
     TCase *tc = tcase_create("engine");
     tcase_add_unchecked_fixture(tc, make_media, drop_media);
     tcase_set_timeout(tc, 120);
-    ADD_TEST(tc, batches_hold_exactly_what_the_decoders_produce);
+    ADD_LOOP_TEST(tc, batches_hold_exactly_what_the_decoders_produce, 0, 2);
     ADD_TEST(tc, failed_samples_are_delivered_reported_and_counted);
     ADD_TEST(tc, failed_items_are_zeroed_and_marked);
     ADD_TEST(tc, every_policy_completes_within_the_pool);
@@ -1596,7 +1620,7 @@ int main(void)
     ADD_TEST(tc, a_waiting_request_survives_the_records_regrowing);
     ADD_TEST(tc, stop_wakes_a_blocked_consumer_and_streams_without_a_length);
     ADD_TEST(tc, should_stop_ends_an_endless_run_with_its_accounting);
-    ADD_TEST(tc, several_nodes_deliver_every_sample_once_byte_equal);
+    ADD_LOOP_TEST(tc, several_nodes_deliver_every_sample_once_byte_equal, 0, 2);
     ADD_TEST(tc, several_nodes_run_every_policy_with_failures_counted_once);
     ADD_TEST(tc, idle_nodes_prepare_late_samples_of_other_nodes);
     ADD_TEST(tc, a_node_that_dies_holding_a_loan_stops_its_owner);

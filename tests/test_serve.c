@@ -1338,8 +1338,8 @@ START_TEST(a_job_restarted_after_a_rank_died_goes_on_where_every_rank_was)
 }
 END_TEST
 
-/* One BATCH of a fake agent: a head, then per sample an index and a token count, the items,
- * the ids (ids_len bytes), a flag byte per sample (flags: the first's), an int64 label per
+/* One BATCH of a fake agent: a head, then per sample an index and a token count, the items
+ * and their (zero) draws, the ids (ids_len bytes), a flag byte per sample (flags: the first's), an int64 label per
  * sample (42), the texts (text_len bytes) and the metas (meta_len bytes). */
 static void fake_batch_meta(int fd, int64_t off, int64_t bytes, int32_t ns,
                             const dh_batch_item *it, int32_t ni, const char *ids,
@@ -1349,11 +1349,12 @@ static void fake_batch_meta(int fd, int64_t off, int64_t bytes, int32_t ns,
     dh__batch_head bh = {.step = 0, .rank = 0, .pool = 0, .offset = off, .bytes = bytes,
                          .nsamples = ns, .nitems = ni, .ids_bytes = ids_len,
                          .text_bytes = text_len, .meta_bytes = meta_len};
-    size_t head = 16 * (size_t)ns + (size_t)ni * sizeof *it + ids_len;
+    size_t items = (size_t)ni * (sizeof *it + sizeof(dh_media_draw));
+    size_t head = 16 * (size_t)ns + items + ids_len;
     size_t len = head + 9 * (size_t)ns + text_len + meta_len;
     uint8_t *body = calloc(1, len + 1);
     memcpy(body + 16 * (size_t)ns, it, (size_t)ni * sizeof *it);
-    memcpy(body + 16 * (size_t)ns + (size_t)ni * sizeof *it, ids, ids_len);
+    memcpy(body + 16 * (size_t)ns + items, ids, ids_len);
     body[head] = flags;
     int64_t label = 42;
     memcpy(body + head + ns, &label, sizeof label);

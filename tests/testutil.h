@@ -43,4 +43,12 @@ int tu_run(Suite *s);
             tcase_add_test(tc, t);                                                       \
     } while (0)
 
+/* The same for a loop test (its body sees _i in [lo, hi)). */
+#define ADD_LOOP_TEST(tc, t, lo, hi)                                                     \
+    do {                                                                                 \
+        const char *only_ = getenv("DH_TEST_ONLY");                                      \
+        if (!only_ || strstr(#t, only_))                                                 \
+            tcase_add_loop_test(tc, t, lo, hi);                                          \
+    } while (0)
+
 #endif

@@ -231,6 +231,8 @@ const char cli_run_help[] =
     "  --keep-last             keep an epoch's incomplete last batch, filled up with samples\n"
     "                          from the epoch's start, marked as padding in served batches\n"
     "                          (default: dropped)\n"
+    "  --augment               add the standard training augmentation to the spec: flips,\n"
+    "                          random resized crops, random 4 s clips (docs/SPEC.md)\n"
     "  --rho X                 load factor to scale GPU costs to (default: the workload's)\n"
     "  --memory-budget BYTES   all the batch memory a run holds: admitted batches, the pool's\n"
     "                          slack and helix's move arena (default: what the DataLoader\n"
@@ -307,6 +309,9 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
                             DH_STRESS_MAX_FACTOR), -1);
     } else if (!strcmp(opt, "--no-shuffle") || !strcmp(opt, "--keep-last")) {
         *(opt[2] == 'n' ? &cfg->no_shuffle : &cfg->keep_last) = 1;
+        return 1;
+    } else if (!strcmp(opt, "--augment")) {
+        cfg->augment = 1;
         return 1;
     } else if (!strcmp(opt, "--understate-told")) {
         stress->understate_told = 1;

@@ -187,6 +187,15 @@ typedef struct {
     int32_t flip;                    /* 1: the output is mirrored left to right */
 } dh_media_draw;
 
+/*
+ * Adds the standard training augmentation to a spec in place (`--augment`; docs/SPEC.md):
+ * a horizontal flip with probability 0.5 for video and images; a crop resize becomes a
+ * random_resized_crop of the same output size (torchvision's ranges); uniform video
+ * sampling takes its frames from a 4 s clip at a random start with 20% frame-rate jitter,
+ * consecutive sampling starts its run at a random frame; fps sampling, other resize modes,
+ * tiles' grid and audio stay as they are. Output shapes stay fixed per item.
+ */
+DH_API int dh_spec_augment(dh_spec *spec);
 /* 1 when the spec has a random key (a random clip start, frame-rate jitter, a random crop, a
  * flip, a random audio offset); 0 otherwise, and for NULL. */
 DH_API int dh_spec_is_random(const dh_spec *spec);

@@ -43,6 +43,9 @@ typedef struct {
     const dh_batch_item *items;   /* nitems, grouped by sample */
     const uint8_t *data;
     int64_t bytes;
+    /* nitems: what the spec's random augmentation drew for each item (the plain draw
+     * without random keys): the clip, crop rectangle, flip, audio window (catalog.h) */
+    const dh_media_draw *draws;
 } dh_batch;
 
 /* A per-sample failure: which sample and file, and why. Strings valid during the callback. */

@@ -145,6 +145,9 @@ typedef struct {
      * run in which no sample with media was read fails at its end. 0: the default, 0.5; 1:
      * never stop. */
     double max_failed_frac;
+    /* Added in 0.2. 1: the run's spec (spec, or the workload's) with the standard training
+     * augmentation added (dh_spec_augment, `--augment`); the caller's spec is not changed. */
+    int augment;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

@@ -19,7 +19,10 @@ sentence), "text" (each sample's text, a str, or None: the
 manifest's "text", a shard's .txt member), "label" (an int64 tensor of each
 sample's label, datahelix.NO_LABEL where it has none: "label", a shard's .cls),
 "meta" (each sample's meta object as a dict, or None: the manifest's "meta", a
-shard's .json member; parsed when first read), "item_sample" (per modality, the
+shard's .json member; parsed when first read), "draws" (per modality, per item in
+batch["items"][type]'s order, what the spec's random augmentation drew: the crop
+rectangle, the flip, the clip's or audio window's start and length, a video's sampled
+frame indices; _Draws below), "item_sample" (per modality, the
 position in the batch of each of its tensors' sample: batch["video"][j] belongs
 to the sample batch["ids"][k], batch["text"][k], k = batch["item_sample"]
 ["video"][j]; a sample without video, or with two, makes the lists differ), "pad" (True for a duplicate that
@@ -85,6 +88,55 @@ class _Metas(collections.abc.Sequence):
 
     def __repr__(self):
         return repr(list(self))
+
+
+class _Draws(collections.abc.Mapping):
+    """batch["draws"]: type -> per item (in batch["items"][type]'s order) what the spec's
+    random augmentation drew for it, as a dict built when first read: "crop" (x, y, w, h in
+    source pixels: the rectangle scaled to the output), "flip" (mirrored left to right),
+    "start_s" and "span_s" (video: the clip the frames come from; audio: the window), and
+    for video "first_frame", "frame_span" and "frames" (the source frame indices sampled).
+    Without random keys each is the plain draw (centred clip, the resize's own crop, no
+    flip). docs/SPEC.md, "Random augmentation"."""
+
+    __slots__ = ("_items", "_raw", "_built")
+
+    def __init__(self, items, raw):
+        self._items, self._raw, self._built = items, raw, {}
+
+    def _build(self, typ):
+        out = []
+        for (t, _off, _n, _f32, shape, _k), d in zip(self._items, self._raw):
+            if t != typ:
+                continue
+            first, span, start, length, crop, flip = d
+            entry = {"crop": crop, "flip": flip, "start_s": start, "span_s": length}
+            if typ == "video":
+                count = shape[0]  # frame k is the centre of the k-th of count equal parts
+                entry.update(first_frame=first, frame_span=span,
+                             frames=[first + (2 * k + 1) * span // (2 * count)
+                                     for k in range(count)])
+            out.append(entry)
+        return out
+
+    def __getitem__(self, typ):
+        if typ not in self._built:
+            if typ not in self:
+                raise KeyError(typ)
+            self._built[typ] = self._build(typ)
+        return self._built[typ]
+
+    def __iter__(self):
+        return iter(dict.fromkeys(t for t, *_ in self._items))
+
+    def __len__(self):
+        return len(list(iter(self)))
+
+    def __contains__(self, typ):
+        return any(t == typ for t, *_ in self._items)
+
+    def __repr__(self):
+        return repr(dict(self))
 
 
 def _stacked(whole, entries):
@@ -400,13 +452,14 @@ class Loader:
     def _as_dict(self, raw):
         step, items, samples, ids, tokens, status, emulated, pad = raw.layout()
         texts, labels, metas = raw.texts()
+        draws = _Draws(items, raw.draws())
         whole, batch = _views(raw, items, len(samples) if self.collate else None)
         epoch, epoch_step = self._position(step - self._run["step_base"])
         label = np.array([NO_LABEL if v is None else v for v in labels], dtype=np.int64)
         batch.update(step=step, global_step=step, epoch=epoch, epoch_step=epoch_step,
                      ids=ids, samples=samples, tokens=tokens, status=status, pad=pad,
                      text=texts, label=torch.from_numpy(label) if torch is not None else label,
-                     meta=_Metas(metas),
+                     meta=_Metas(metas), draws=draws,
                      emulated_compute_s=emulated,
                      data=whole,
                      release=raw.release)

@@ -207,6 +207,31 @@ fail:
     return NULL;
 }
 
+/* What random augmentation drew for each item: (first_frame, frame_span, start_s, span_s,
+ * (crop_x, crop_y, crop_w, crop_h), flip) tuples, in the items' order. */
+static PyObject *batch_draws(BatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    const dh_batch *b = &self->b;
+    if (self->released) {
+        PyErr_SetString(PyExc_ValueError, "this batch was released: its draws went with it");
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(b->nitems);
+    for (int32_t k = 0; out && k < b->nitems; k++) {
+        const dh_media_draw *d = &b->draws[k];
+        PyObject *t = Py_BuildValue("(LLdd(iiii)O)", (long long)d->first_frame,
+                                    (long long)d->frame_span, d->start_s, d->span_s, d->crop_x,
+                                    d->crop_y, d->crop_w, d->crop_h,
+                                    d->flip ? Py_True : Py_False);
+        if (!t)
+            Py_CLEAR(out);
+        else
+            PyTuple_SET_ITEM(out, k, t);
+    }
+    return out;
+}
+
 /* The batch's description: items, sample indices, ids, tokens, statuses. */
 static PyObject *batch_describe(BatchObject *self, PyObject *unused)
 {
@@ -265,6 +290,9 @@ static PyMethodDef batch_methods[] = {
     {"layout", (PyCFunction)batch_layout, METH_NOARGS,
      "(step, items, samples, ids, tokens, status, emulated_compute_s, pad): the fast form."},
     {"address", (PyCFunction)batch_address, METH_NOARGS, "Address of the batch's first byte."},
+    {"draws", (PyCFunction)batch_draws, METH_NOARGS,
+     "Per item, what random augmentation drew: (first_frame, frame_span, start_s, span_s, "
+     "(crop_x, crop_y, crop_w, crop_h), flip)."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef batch_getset[] = {

@@ -588,6 +588,80 @@ print(json.dumps(rows))
                     self.assertIsInstance(b["image"], list)
                     self.assertEqual(len(b["items"]["image"]), 4)
 
+    # argv socket rank world epochs [state.json [stop_after]]: per item of each batch
+    # [epoch, id, draw (crop, flip), sha1 of its bytes], then the loader's state.
+    AUG_SCRIPT = r"""
+import hashlib, json, sys, datahelix
+sock, rank, world, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+state = json.load(open(sys.argv[5])) if len(sys.argv) > 5 and sys.argv[5] != "-" else None
+stop_after = int(sys.argv[6]) if len(sys.argv) > 6 else -1
+seen, steps = [], 0
+with datahelix.Loader(socket=sock, rank=rank, world_size=world) as loader:
+    if state:
+        loader.load_state_dict(state)
+    for epoch in range(loader.epoch, epochs):
+        loader.set_epoch(epoch)
+        for b in loader:
+            for j, (x, d) in enumerate(zip(b["items"]["image"], b["draws"]["image"])):
+                k = b["item_sample"]["image"][j]
+                seen.append([b["epoch"], b["ids"][k], list(d["crop"]), d["flip"],
+                             hashlib.sha1(bytes(x.numpy())).hexdigest()])
+            steps += 1
+            if steps == stop_after:
+                break
+        if steps == stop_after:
+            break
+    print(json.dumps(seen))
+    print(json.dumps(loader.state_dict()))
+"""
+
+    def aug_job(self, world, state=None, stop_after=-1):
+        spec = os.path.join(self.tmp, "aug.json")
+        with open(spec, "w") as f:
+            json.dump({"image": {"flip": 0.5, "resize": {"mode": "random_resized_crop",
+                                                          "size": 32}}}, f)
+        s = sock()
+        path = os.path.join(self.tmp, "aug-state.json")
+        if state is not None:
+            with open(path, "w") as f:
+                json.dump(state, f)
+        with Agent(self.tmp, s, "--ranks", str(world), "--batch", "4", "--steps", "0",
+                   "--epochs", "3", "--spec", spec, "--seed", "5"):
+            procs = [subprocess.Popen([sys.executable, "-c", self.AUG_SCRIPT, s, str(r),
+                                       str(world), "3", path if state is not None else "-",
+                                       str(stop_after)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True) for r in range(world)]
+            seen, states = [], []
+            for p in procs:
+                out, err = p.communicate(timeout=120)
+                self.assertEqual(p.returncode, 0, err)
+                a, b = out.strip().split("\n")
+                seen += json.loads(a)
+                states.append(json.loads(b))
+        return {(e, i): (crop, flip, h) for e, i, crop, flip, h in seen}, states[0]
+
+    def test_augmentation_draws_reproduce_across_world_sizes_and_resumes(self):
+        """Issue 23: each draw is a function of (seed, epoch, sample id, item), so one rank,
+        two ranks, and a job stopped after a step and resumed on another world size see the
+        same crops and flips and the same decoded bytes for every (epoch, sample); draws
+        differ from epoch to epoch, and batch["draws"] says what was drawn."""
+        one, _ = self.aug_job(1)
+        self.assertEqual(len(one), 3 * 8)
+        two, _ = self.aug_job(2)
+        self.assertEqual(two, one)
+        part, st = self.aug_job(2, stop_after=1)
+        rest, _ = self.aug_job(1, state=st)
+        self.assertEqual(len(part) + len(rest), 3 * 8)
+        self.assertEqual({**part, **rest}, one)
+        moved = sum(one[(0, i)][0] != one[(1, i)][0] for e, i in one if e == 0)
+        self.assertGreaterEqual(moved, 6)  # 8 samples, a random area and aspect each epoch
+        flips = [f for _, f, _ in one.values()]
+        self.assertTrue(any(flips) and not all(flips))
+        for crop, _, _ in one.values():  # inside the 96..208 x 72 sources
+            x, y, w, h = crop
+            self.assertTrue(x >= 0 and y >= 0 and w > 0 and 0 < h <= 72 and y + h <= 72)
+
     def test_a_write_into_a_batch_is_named_before_the_crash(self):
         """User trial 3 of issue 22: writing into a batch's tensor (the pools are mapped
         read-only) killed the trainer with a bare SIGSEGV and no word of the cause."""

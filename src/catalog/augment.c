@@ -24,6 +24,35 @@ int dh_spec_is_random(const dh_spec *s)
            s->image.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP || s->audio.random_offset;
 }
 
+/* A crop resize becomes a random resized crop of its size, with torchvision's ranges. */
+static void augment_visual(dh__resize *r, dh__augment *a, int tiles)
+{
+    a->flip = 0.5;
+    if (r->mode != DH_RESIZE_CROP || tiles)
+        return;
+    r->mode = DH_RESIZE_RANDOM_RESIZED_CROP;
+    a->scale[0] = 0.08;
+    a->scale[1] = 1.0;
+    a->ratio[0] = 3.0 / 4.0;
+    a->ratio[1] = 4.0 / 3.0;
+}
+
+int dh_spec_augment(dh_spec *s)
+{
+    if (!s)
+        return DH_EINVAL;
+    augment_visual(&s->video.resize, &s->video.aug, 0);
+    augment_visual(&s->image.resize, &s->image.aug, s->image.tile_size > 0);
+    if (s->video.sampling == DH_SAMPLE_CONSECUTIVE) {
+        s->video.random_start = 1;
+    } else if (s->video.sampling == DH_SAMPLE_UNIFORM) {
+        s->video.clip_s = s->video.clip_s > 0 ? s->video.clip_s : 4.0;
+        s->video.random_start = 1;
+        s->video.fps_jitter = 0.2;
+    }
+    return 0;
+}
+
 dh__rect dh__cover_crop(int w, int h, int ow, int oh)
 {
     double scale = fmax((double)ow / w, (double)oh / h);
@@ -106,8 +135,9 @@ static void draw_clip(const dh_spec *s, const dh_media_info *v, const dh__draws 
         len = DH_MIN(DH_MAX(llround((double)len * f), c.count), span);
     }
     d->frame_span = len;
+    uint64_t room = (uint64_t)(span - len + 1);
     d->first_frame = c.a + (r && s->video.random_start
-                                ? (int64_t)dh__draw_below(r, DH__DRAW_START, (uint64_t)(span - len + 1))
+                                ? (int64_t)dh__draw_below(r, DH__DRAW_START, room)
                                 : (span - len) / 2);
     d->start_s = (double)d->first_frame / v->fps;
     d->span_s = (double)len / v->fps;

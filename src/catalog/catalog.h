@@ -152,6 +152,9 @@ dh__rect dh__cover_crop(int w, int h, int ow, int oh);
 enum { DH__DRAW_START = 0, DH__DRAW_JITTER = 1, DH__DRAW_FLIP = 2, DH__DRAW_SHORT = 3,
        DH__DRAW_CROP_X = 4, DH__DRAW_CROP_Y = 5, DH__DRAW_RRC = 8 /* 4 per attempt, 10 tries */ };
 
+/* A copy of a spec (free with dh_spec_free), or NULL when out of memory. */
+dh_spec *dh__spec_dup(const dh_spec *s);
+
 /* Tokens of a text by the spec's text section (a manifest without "text_tokens"); 0: NULL. */
 int64_t dh__text_tokens(const dh_spec *spec, const char *text);
 /* Any-res tiling of a w x h image: the grid (cols x rows) before the base tile. */

@@ -391,6 +391,21 @@ static void spec_defaults(dh_spec *s)
     s->text.bytes_per_token = 4.0;
 }
 
+/* "base": a built-in spec the others keys change (its own JSON has no base). */
+static int spec_base(spec_ctx *c, const json_t *root, dh_spec *s)
+{
+    const json_t *b = json_object_get(root, "base");
+    if (!b)
+        return 0;
+    dh_spec *from = NULL;
+    if (!json_is_string(b) || dh_spec_builtin(json_string_value(b), &from))
+        return spec_fail(c, DH_ESCHEMA, "spec: base: expected the name of a built-in spec "
+                         "(`datahelix sim --list` lists the workloads)");
+    *s = *from;
+    dh_spec_free(from);
+    return 0;
+}
+
 int dh_spec_parse(const char *json, size_t len, dh_spec **out, char *errbuf, size_t errlen)
 {
     spec_ctx c = {errbuf, errlen};
@@ -402,14 +417,15 @@ int dh_spec_parse(const char *json, size_t len, dh_spec **out, char *errbuf, siz
     if (!root)
         return spec_fail(&c, DH_EPARSE, "spec: malformed JSON at line %d column %d: %s", jerr.line,
                          jerr.column, jerr.text);
-    static const char *const top[] = {"video", "image", "audio", "text", "name", NULL};
+    static const char *const top[] = {"video", "image", "audio", "text", "name", "base", NULL};
     dh_spec *s = calloc(1, sizeof *s);
     int rc = s ? 0 : DH_ENOMEM;
     if (!rc && !json_is_object(root))
         rc = spec_fail(&c, DH_ESCHEMA, "spec: expected a JSON object");
     if (!rc) {
         spec_defaults(s);
-        if (!(rc = only_keys(&c, root, "spec", top)) && !(rc = parse_video(&c, root, s)) &&
+        if (!(rc = only_keys(&c, root, "spec", top)) && !(rc = spec_base(&c, root, s)) &&
+            !(rc = parse_video(&c, root, s)) &&
             !(rc = parse_image(&c, root, s)))
             rc = parse_audio_text(&c, root, s);
     }
@@ -447,6 +463,14 @@ int dh_spec_load(const char *path, dh_spec **out, char *errbuf, size_t errlen)
         rc = dh_spec_parse(buf, n, out, errbuf, errlen);
     free(buf);
     return rc;
+}
+
+dh_spec *dh__spec_dup(const dh_spec *s)
+{
+    dh_spec *d = s ? dh__malloc(sizeof *d) : NULL;
+    if (d)
+        *d = *s;
+    return d;
 }
 
 void dh_spec_free(dh_spec *s)

@@ -268,7 +268,7 @@ static int read_batch(dh_client *c, const uint8_t *p, uint32_t len, dh_batch *ou
     const dh__shm *pool = bh->pool >= 0 ? &c->pools[bh->pool] : NULL;
     *out = (dh_batch){.step = c->base + bh->step, .rank = bh->rank, .nsamples = bh->nsamples,
                       .nitems = bh->nitems, .nfailed = bh->nfailed, .samples = parts->samples,
-                      .tokens = parts->tokens, .items = parts->items,
+                      .tokens = parts->tokens, .items = parts->items, .draws = parts->draws,
                       .data = pool ? pool->base + bh->offset : NULL,
                       .bytes = pool ? bh->bytes : 0};
     return 0;
@@ -427,7 +427,8 @@ const char *dh_client_sample_id(const dh_client *c, const dh_batch *b, int32_t k
     (void)c;
     if (!b || k < 0 || k >= b->nsamples)
         return NULL;
-    const char *s = (const char *)(b->items + b->nitems);
+    const char *s = (const char *)(b->items + b->nitems) +
+                    (size_t)b->nitems * sizeof(dh_media_draw); /* the ids follow the draws */
     while (k-- > 0)
         s += strlen(s) + 1;
     return s;

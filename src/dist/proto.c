@@ -230,8 +230,8 @@ int dh__proto_batch_parts(const uint8_t *p, uint32_t len, const int64_t pool_siz
         return DH_EPARSE;
     memcpy(&bh, p, sizeof bh);
     uint64_t ns = (uint64_t)(uint32_t)bh.nsamples, ni = (uint64_t)(uint32_t)bh.nitems;
-    uint64_t need = sizeof bh + 16 * ns + ni * sizeof(dh_batch_item) + bh.ids_bytes + ns +
-                    8 * ns + (uint64_t)bh.text_bytes + bh.meta_bytes;
+    uint64_t need = sizeof bh + 16 * ns + ni * (sizeof(dh_batch_item) + sizeof(dh_media_draw)) +
+                    bh.ids_bytes + ns + 8 * ns + (uint64_t)bh.text_bytes + bh.meta_bytes;
     if (bh.nsamples < 0 || bh.nitems < 0 || need != len || bh.pool < -1 || bh.pool > 1 ||
         bh.nfailed < 0 || bh.nfailed > bh.nsamples)
         return DH_EPARSE;
@@ -246,7 +246,8 @@ int dh__proto_batch_parts(const uint8_t *p, uint32_t len, const int64_t pool_siz
     for (uint64_t k = 0; k < ni; k++)
         if (!item_ok(&items[k], bh.bytes))
             return DH_EPARSE;
-    const uint8_t *ids = (const uint8_t *)(items + ni);
+    const dh_media_draw *draws = (const void *)(items + ni);
+    const uint8_t *ids = (const uint8_t *)(draws + ni);
     const uint8_t *flags = ids + bh.ids_bytes, *labels = flags + ns;
     const uint8_t *texts = labels + 8 * ns, *metas = texts + bh.text_bytes;
     if (!strings_ok(ids, bh.ids_bytes, ns) || !strings_ok(texts, bh.text_bytes, ns) ||
@@ -255,7 +256,7 @@ int dh__proto_batch_parts(const uint8_t *p, uint32_t len, const int64_t pool_siz
         dh__utf8_check((const char *)metas, bh.meta_bytes) != bh.meta_bytes)
         return DH_EPARSE; /* each id, text and meta NUL-terminated, texts and metas UTF-8 */
     *out = (dh__batch_parts){bh, (const int64_t *)q, (const int64_t *)(q + 8 * ns), items,
-                             (const char *)ids, flags, labels, (const char *)texts,
+                             draws, (const char *)ids, flags, labels, (const char *)texts,
                              (const char *)metas};
     return 0;
 }

@@ -18,7 +18,8 @@
 #include "../core/core.h"
 
 #define DH__PROTO_MAGIC 0x584c4844u /* "DHLX" */
-#define DH__PROTO_VERSION 4 /* 2: resume checks, WAITING, global steps; 3: streams; 4: meta */
+#define DH__PROTO_VERSION 5 /* 2: resume checks, WAITING, global steps; 3: streams; 4: meta;
+                            * 5: each item's draw */
 #define DH__STREAM_NAME 32 /* a stream's name, NUL included */
 #define DH__PROTO_MAX (64u << 20)
 #define DH__SEND_MS 5000 /* a peer that takes no byte of a message for so long is stuck */
@@ -27,8 +28,8 @@ enum {
     DH__MSG_ATTACH = 1, /* client: dh__attach */
     DH__MSG_ATTACHED,   /* agent: dh__attached + 2 fds (ring, arena) */
     DH__MSG_NEXT,       /* client: int32 timeout_ms */
-    DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, ids, flags,
-                         * labels, texts, metas */
+    DH__MSG_BATCH,      /* agent: dh__batch_head + samples, tokens, items, draws, ids,
+                         * flags, labels, texts, metas */
     DH__MSG_RELEASE,    /* client: dh__release (one-way) */
     DH__MSG_REPORT,     /* client: dh__report (one-way) */
     DH__MSG_DETACH,     /* client: empty (one-way) */
@@ -87,7 +88,8 @@ typedef struct {
     int32_t rank, pool;                /* pool 0: the ring, 1: the move arena */
     int64_t offset, bytes;             /* of the batch in its pool */
     int32_t nsamples, nitems, nfailed;
-    uint32_t ids_bytes;                /* NUL-separated sample ids after the items, then
+    uint32_t ids_bytes;                /* NUL-separated sample ids after the items and their
+                                        * draws (a dh_media_draw each), then
                                         * one byte of DH__SAMPLE_* flags per sample, then an
                                         * int64 label per sample, then text_bytes of texts,
                                         * then meta_bytes of metas */
@@ -118,6 +120,7 @@ typedef struct {
     dh__batch_head head;
     const int64_t *samples, *tokens;
     const dh_batch_item *items;
+    const dh_media_draw *draws; /* nitems */
     const char *ids;      /* nsamples NUL-terminated ids */
     const uint8_t *flags; /* per sample: DH__SAMPLE_* */
     const uint8_t *labels; /* per sample: an int64 (unaligned) */

@@ -108,11 +108,15 @@ static int agent_init(agent *a, hub *h, const dh_serve_stream *st, const dh_serv
     if (!cfg->manifest || cfg->ranks < 1 || cfg->global_batch < cfg->ranks)
         return dh__fail(err, errlen, DH_EINVAL, "serve needs a manifest, ranks >= 1 and a "
                                                 "global batch of at least one sample per rank");
-    dh_spec *builtin = NULL;
-    if (!cfg->spec && dh_spec_builtin(cfg->workload ? cfg->workload : "default", &builtin))
+    dh_spec *own = NULL; /* the run's spec when it is not cfg->spec: the workload's, augmented */
+    if (!cfg->spec && dh_spec_builtin(cfg->workload ? cfg->workload : "default", &own))
         return dh__fail(err, errlen, DH_ENOENT, "unknown workload \"%s\"", cfg->workload);
-    a->spec_hash = dh_spec_hash(cfg->spec ? cfg->spec : builtin);
-    dh_spec_free(builtin);
+    if (cfg->spec && cfg->augment && !(own = dh__spec_dup(cfg->spec)))
+        return DH_ENOMEM;
+    if (cfg->augment)
+        dh_spec_augment(own);
+    a->spec_hash = dh_spec_hash(own ? own : cfg->spec);
+    dh_spec_free(own);
     a->manifest_hash = dh_manifest_hash(cfg->manifest);
     a->samples = dh_manifest_count(cfg->manifest);
     int64_t G = cfg->global_batch;

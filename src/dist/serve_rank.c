@@ -67,8 +67,10 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
         texts += (si.text ? strlen(si.text) : 0) + 1;
         metas += (si.meta ? strlen(si.meta) : 0) + 1;
     }
-    size_t len = 2 * ns * sizeof(int64_t) + ni * sizeof(dh_batch_item) + ids + ns +
-                 ns * sizeof(int64_t) + texts + metas;
+    size_t len = 2 * ns * sizeof(int64_t) + ni * (sizeof(dh_batch_item) + sizeof(dh_media_draw)) +
+                 ids + ns + ns * sizeof(int64_t) + texts + metas;
+    if (ni && !b->draws)
+        return DH_ENOMEM; /* the engine could not make them */
     if (len > DH__PROTO_MAX - sizeof bh)
         return DH_ELIMIT;
     bh.text_bytes = (uint32_t)texts;
@@ -80,6 +82,7 @@ static int send_batch(agent *a, conn *c, const dh_batch *b)
     memcpy(w, b->samples, ns * sizeof(int64_t)), w += ns * sizeof(int64_t);
     memcpy(w, b->tokens, ns * sizeof(int64_t)), w += ns * sizeof(int64_t);
     memcpy(w, b->items, ni * sizeof(dh_batch_item)), w += ni * sizeof(dh_batch_item);
+    memcpy(w, b->draws, ni * sizeof(dh_media_draw)), w += ni * sizeof(dh_media_draw);
     for (size_t k = 0; k < ns; k++) {
         dh_sample_info si;
         dh_manifest_sample(a->cfg->manifest, b->samples[k], &si);

@@ -195,9 +195,14 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
         e->take_gap = 0.8 * e->take_gap + 0.2 * (b->taken - e->last_take);
     e->last_take = b->taken;
     e->next_step[rank]++;
+    if (!b->draws && b->nitems) /* what each item drew: the same draws its workers made */
+        b->draws = dh__calloc((size_t)b->nitems, sizeof *b->draws);
+    for (int32_t k = 0; b->draws && k < b->nitems; k++)
+        dh__run_draw(&e->run, st, b->items[k].sample, b->items[k].media, &b->draws[k]);
     *out = (dh_batch){.step = st, .rank = rank, .nsamples = b->nsamples, .nitems = b->nitems,
                       .nfailed = b->nfailed, .samples = b->samples, .tokens = b->tokens,
-                      .items = b->items, .bytes = b->bytes, .data = dh__slot_data(e, b)};
+                      .items = b->items, .bytes = b->bytes, .data = dh__slot_data(e, b),
+                      .draws = b->draws};
     /* local: the prefetch window moved. Only idle workers need the news, and they get it
      * after the lock is dropped: the consumer's request is the latency users see. */
     int idle = e->idle_workers > 0;

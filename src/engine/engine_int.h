@@ -44,6 +44,7 @@ typedef struct {
     int64_t offset, block; /* in the ring; block < 0: no buffer */
     int64_t bytes;
     dh_batch_item *items;
+    dh_media_draw *draws;  /* nitems, made when the batch is first taken */
     int64_t *samples, *tokens;
     int32_t nitems, nsamples, nfailed;
     int32_t inflight;      /* tasks writing into the buffer now */

@@ -120,9 +120,11 @@ uint8_t *dh__slot_data(dh_engine *e, const batch_slot *b)
 void dh__slot_clear_layout(batch_slot *b)
 {
     free(b->items);
+    free(b->draws);
     free(b->samples);
     free(b->tokens);
     b->items = NULL;
+    b->draws = NULL;
     b->samples = b->tokens = NULL;
     b->nitems = b->nsamples = b->nfailed = 0;
     b->laid_out = 0;

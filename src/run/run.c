@@ -14,6 +14,7 @@
  */
 #include "run.h"
 
+#include "../catalog/catalog.h"
 #include "../metrics/metrics.h"
 #include "../workloads/workloads.h"
 
@@ -222,9 +223,39 @@ static dh__stress stress_of(const dh_run_config *c)
 }
 
 /*
+ * Scales the GPU model to rho over the CPU work of the spec without --augment, so that
+ * augmentation changes what preparing a sample costs, not what computing it does (the
+ * same GPU truth with and without it; tokens and shapes do not depend on a draw).
+ */
+static int scale_gpu(dh__run *run, const dh__workload *wl, const dh__cpu_model *cpu,
+                     char *err, size_t errlen)
+{
+    dh_run_config *c = &run->cfg;
+    dh__samples plain, *base = &run->samples;
+    if (c->augment) {
+        dh_spec *builtin = NULL;
+        const dh_spec *s = c->spec;
+        int rc = s ? 0 : dh_spec_builtin(wl ? wl->name : "default", &builtin);
+        if (!rc)
+            rc = dh__samples_build(run->m, s ? s : builtin, cpu, &plain, err, errlen);
+        dh_spec_free(builtin);
+        if (rc)
+            return rc;
+        for (int64_t i = 0; c->cpu_cost_scale > 0 && i < plain.n; i++)
+            plain.cpu_pred[i] *= (float)c->cpu_cost_scale;
+        base = &plain;
+    }
+    dh__gpu_scale_for_rho(&run->gpu, base, c->ranks, c->workers, c->global_batch, c->rho);
+    if (base == &plain)
+        dh__samples_free(&plain);
+    return 0;
+}
+
+/*
  * Predictions and truth, in this order: truth from the raw CPU model (or the
  * manifest), then both moved to this machine by cpu_cost_scale, the CPU
- * stress, the GPU model scaled to rho, GPU truth and the GPU stress.
+ * stress, the GPU model scaled to rho (over the un-augmented spec's work), GPU
+ * truth and the GPU stress.
  */
 static int build_costs(dh__run *run, const dh__workload *wl, char *err, size_t errlen)
 {
@@ -247,7 +278,8 @@ static int build_costs(dh__run *run, const dh__workload *wl, char *err, size_t e
     run->gpu = wl ? wl->gpu : (dh__gpu_model){1.0, 1.0 / 8000, 1.0, 0, 0};
     if (!c->rho)
         c->rho = wl ? wl->rho : 1.0;
-    dh__gpu_scale_for_rho(&run->gpu, &run->samples, c->ranks, c->workers, c->global_batch, c->rho);
+    if ((rc = scale_gpu(run, wl, &cpu, err, errlen)))
+        return rc;
     dh__truth_gpu(&run->truth, run->m, run->samples.feat, &run->gpu, c->seed);
     if (st.understate_frac > 0)
         dh__truth_understate(&run->truth, run->m, run->samples.feat, &run->gpu, c->seed, &st);
@@ -338,8 +370,14 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
                 c->ranks, c->workers);
         rc = DH_EINVAL;
     }
+    if (!rc && c->augment && cfg->spec) { /* augment a copy: the caller's spec is theirs */
+        run->spec = dh__spec_dup(cfg->spec);
+        rc = run->spec ? 0 : DH_ENOMEM;
+    }
     if (!rc) {
-        run->use_spec = cfg->spec ? cfg->spec : run->spec;
+        run->use_spec = c->augment ? run->spec : cfg->spec ? cfg->spec : run->spec;
+        if (c->augment)
+            dh_spec_augment(run->spec);
         rc = build_costs(run, wl, err, errlen);
     }
     if (!rc)
