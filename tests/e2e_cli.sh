@@ -143,6 +143,12 @@ check "an augmented real run accounts for every sample" contains "$WORK/aug.out"
     "delivered 12 + failed 0 = 12"
 "$DH" sim --workload kinetics-clips --policy helix --steps 20 --augment > "$WORK/saug.out" 2>&1
 check "sim --augment runs" contains "$WORK/saug.out" "delivered 1280 + failed 0 = 1280"
+"$DH" inspect "$WORK/data/manifest.jsonl" --spec "$WORK/aug.json" > "$WORK/iaug.out" 2>&1
+check "inspect says which random augmentation is on" contains "$WORK/iaug.out" \
+    "random augmentation: video: a 0.5 s clip at a random start, fps jitter 0.2, random_resized_crop 64x64"
+"$DH" inspect "$WORK/data/manifest.jsonl" --augment > "$WORK/iaug2.out" 2>&1
+check "inspect --augment shows the standard augmentation" contains "$WORK/iaug2.out" \
+    "spec: default + --augment"
 echo '{"video": {"random_start": true}}' > "$WORK/badaug.json"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --spec "$WORK/badaug.json" --ranks 2 \
     --workers 2 --batch 2 > /dev/null 2> "$WORK/badaug.err"

@@ -132,8 +132,36 @@ START_TEST(a_spec_starts_from_a_base_and_augment_adds_the_standard_keys)
     ck_assert_int_eq(c.sampled_frames, 16); /* kinetics' frames, not the default's 8 */
     ck_assert_mem_eq(&a, &c, sizeof a);
     ck_assert_int_eq(dh_spec_is_random(f), 1);
-    refused("{\"base\":\"kinetics\"}", "base: expected the name of a built-in spec");
-    refused("{\"base\":3}", "base: expected the name");
+    refused("{\"base\":\"kinetics\"}", "base: \"kinetics\" is not a built-in spec");
+    refused("{\"base\":3}", "base: a non-string is not a built-in spec");
+    /* the rules between keys hold after the base is merged (a user trial found a random crop
+     * accepted, then ignored, with the tiles of anyres-images); "tiles": null removes them */
+    refused("{\"base\":\"anyres-images\",\"image\":{\"resize\":{\"mode\":"
+            "\"random_resized_crop\",\"size\":336}}}", "tiles cover the whole image");
+    dh_spec *untiled = spec_json("{\"base\":\"anyres-images\",\"image\":{\"tiles\":null,"
+                                 "\"resize\":{\"mode\":\"random_resized_crop\",\"size\":336}}}");
+    dh_media_info im = image(640, 480);
+    dh_media_derived ud;
+    ck_assert_int_eq(dh_derive_media(untiled, &im, &ud), 0);
+    ck_assert_int_eq(ud.ndim, 3);
+    dh_spec_free(untiled);
+    /* a short side that cannot cover the output is refused, not clamped without a word */
+    refused("{\"image\":{\"resize\":{\"mode\":\"random_crop\",\"size\":64,"
+            "\"short_side\":[16,32]}}}", "cannot cover it");
+
+    /* --augment changes no key the spec's own JSON gives: "flip": 0 stays off, an explicit
+     * crop stays a centre crop (a user trial lost a deliberate flip 0 to it) */
+    dh_spec *own = spec_json("{\"base\":\"kinetics-clips\",\"video\":{\"flip\":0,"
+                             "\"resize\":{\"mode\":\"crop\",\"size\":224}}}");
+    ck_assert_int_eq(dh_spec_augment(own), 0);
+    dh_media_draw od;
+    for (int e = 0; e < 20; e++) {
+        ck_assert_int_eq(dh_media_draw_of(own, &v, 1, e, "x", 0, &od), 0);
+        ck_assert_int_eq(od.flip, 0);
+        ck_assert_int_eq(od.crop_w, 360); /* the centred 360x360 cover crop */
+    }
+    ck_assert_int_ge(od.frame_span, 96); /* the clip it did not give is augmented */
+    dh_spec_free(own);
 
     /* --augment: flips, a crop becomes a random resized crop of its size, a uniform clip of
      * 4 s at a random start; shapes and tokens stay; fps sampling keeps its frames */

@@ -205,8 +205,9 @@ START_TEST(failed_samples_are_delivered_reported_and_counted)
     ck_assert_int_eq(res.delivered + res.failed, res.samples);
     ck_assert_int_eq(x.n, 3);
     /* Failures end in microseconds; they must not teach the CPU model that decoding is
-     * free (the MAPE read 850% with 4 missing files out of 64). */
-    ck_assert_double_lt(res.cpu_mape, 1.0);
+     * free (the MAPE read 850% with 4 missing files out of 64). The bound is loose: under
+     * TSan on a loaded machine 9 honest samples' MAPE read 105%. */
+    ck_assert_double_lt(res.cpu_mape, 5.0);
     ck_assert_msg(strstr(x.last, "|") != NULL, "%s", x.last);
     dh_manifest_free(m);
 }

@@ -39,6 +39,8 @@ static const char help[] =
     "DataLoader worker, each tar streamed with Python's tarfile, a shuffle buffer of 1000,\n"
     "batches made in the workers, PyAV decoding the same frames and sizes\n"
     "(bench/torch_contender.py says exactly what it does).\n"
+    "--augment: every policy's spec with the standard training augmentation (docs/SPEC.md);\n"
+    "the torch and wds contenders do not augment, so real mode then leaves them out.\n"
     "--repeats N (real default 3, sim 1) runs every policy N times per workload, interleaved\n"
     "(A B C A B C ...),\n"
     "with one calibration per workload (sim: seeds S, S+1, ..., as the simulator repeats\n"
@@ -414,7 +416,8 @@ int cli_bench(int argc, char **argv)
                       : "all");
     const char *wl[MAX_ITEMS], *pol[MAX_ITEMS];
     static const char *const default_pol[] = {"local", "pool", "helix", NULL};
-    if (real && !o.pol_given)
+    if (real && !o.pol_given && !o.cfg.augment) /* the contenders decode plainly: with
+                                                 * --augment they would not be like for like */
         snprintf(o.pol_buf, sizeof o.pol_buf, "local,pool,helix,%s", o.wds ? "wds" : "torch");
     int nw = split(o.wl_buf, wl, dh_workload_names()), np = split(o.pol_buf, pol, default_pol);
     if (o.wds && !real) {
@@ -431,6 +434,11 @@ int cli_bench(int argc, char **argv)
         if (t >= 0 && !real) {
             cli_err("bench: the %s contender runs real decoding; use it with --mode real",
                     contenders[k]);
+            return CLI_USAGE;
+        }
+        if (t >= 0 && o.cfg.augment) {
+            cli_err("bench: the %s contender decodes without augmentation: against --augment "
+                    "it would not be like for like (leave it out, or --augment)", contenders[k]);
             return CLI_USAGE;
         }
         char why[512];

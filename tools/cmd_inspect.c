@@ -14,6 +14,7 @@ static const char help[] =
     "\n"
     "  --spec FILE             preprocessing spec (JSON, see docs/SPEC.md)\n"
     "  --workload NAME         use a built-in workload's spec instead (default: \"default\")\n"
+    "  --augment               add the standard training augmentation to the spec\n"
     "  --on-error skip|fail    skip bad lines (default) or stop at the first\n"
     "  --check-files           every media path must exist and be readable\n"
     "  --json FILE             also write the summary as JSON\n";
@@ -45,6 +46,7 @@ typedef struct {
 
 typedef struct {
     const char *manifest, *spec_file, *workload, *json;
+    int augment;
     dh_load_opts load;
 } inspect_args;
 
@@ -83,6 +85,8 @@ static int parse_args(int argc, char **argv, inspect_args *a)
             }
         } else if (!strcmp(o, "--check-files")) {
             a->load.check_files = 1;
+        } else if (!strcmp(o, "--augment")) {
+            a->augment = 1;
         } else if (o[0] == '-' || a->manifest) {
             cli_err("inspect: unexpected argument \"%s\" (see datahelix inspect --help)", o);
             return CLI_USAGE;
@@ -278,9 +282,14 @@ int cli_inspect(int argc, char **argv)
         dh_spec_free(spec);
         return 1;
     }
-    printf("descriptor table: %.1f bytes/sample, spec: %s\n",
+    char random[400];
+    if (a.augment)
+        dh_spec_augment(spec);
+    dh_spec_random_text(spec, random, sizeof random);
+    printf("descriptor table: %.1f bytes/sample, spec: %s%s\nrandom augmentation: %s\n",
            ls.loaded ? (double)dh_manifest_memory(m) / (double)ls.loaded : 0.0,
-           a.spec_file ? a.spec_file : a.workload ? a.workload : "default");
+           a.spec_file ? a.spec_file : a.workload ? a.workload : "default",
+           a.augment ? " + --augment" : "", random);
     summary s = {0};
     int out = 0;
     if (collect(m, spec, &s)) {

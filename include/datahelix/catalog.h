@@ -193,9 +193,13 @@ typedef struct {
  * random_resized_crop of the same output size (torchvision's ranges); uniform video
  * sampling takes its frames from a 4 s clip at a random start with 20% frame-rate jitter,
  * consecutive sampling starts its run at a random frame; fps sampling, other resize modes,
- * tiles' grid and audio stay as they are. Output shapes stay fixed per item.
+ * tiles' grid and audio stay as they are. A key the spec's own JSON gives (not its base's)
+ * is never changed: "flip": 0 stays off. Output shapes stay as the spec derives them.
  */
 DH_API int dh_spec_augment(dh_spec *spec);
+/* What a spec's random keys do, in one line for people ("off" without any), written to buf
+ * (truncated to len): what `serve` and `inspect` print. */
+DH_API void dh_spec_random_text(const dh_spec *spec, char *buf, size_t len);
 /* 1 when the spec has a random key (a random clip start, frame-rate jitter, a random crop, a
  * flip, a random audio offset); 0 otherwise, and for NULL. */
 DH_API int dh_spec_is_random(const dh_spec *spec);

@@ -92,10 +92,11 @@ class _Metas(collections.abc.Sequence):
 
 class _Draws(collections.abc.Mapping):
     """batch["draws"]: type -> per item (in batch["items"][type]'s order) what the spec's
-    random augmentation drew for it, as a dict built when first read: "crop" (x, y, w, h in
-    source pixels: the rectangle scaled to the output), "flip" (mirrored left to right),
-    "start_s" and "span_s" (video: the clip the frames come from; audio: the window), and
-    for video "first_frame", "frame_span" and "frames" (the source frame indices sampled).
+    random augmentation drew for it, as a dict built when first read. Video and image:
+    "crop" (x, y, w, h in source pixels: the rectangle scaled to the output) and "flip"
+    (mirrored left to right); video also "start_s" and "span_s" (the clip the frames come
+    from, seconds), "first_frame", "frame_span" and "frames" (the source frame indices
+    sampled); audio: "start_s" and "span_s" (the window).
     Without random keys each is the plain draw (centred clip, the resize's own crop, no
     flip). docs/SPEC.md, "Random augmentation"."""
 
@@ -110,10 +111,13 @@ class _Draws(collections.abc.Mapping):
             if t != typ:
                 continue
             first, span, start, length, crop, flip = d
-            entry = {"crop": crop, "flip": flip, "start_s": start, "span_s": length}
+            if typ == "audio":
+                entry = {"start_s": start, "span_s": length}
+            else:
+                entry = {"crop": crop, "flip": flip}
             if typ == "video":
                 count = shape[0]  # frame k is the centre of the k-th of count equal parts
-                entry.update(first_frame=first, frame_span=span,
+                entry.update(start_s=start, span_s=length, first_frame=first, frame_span=span,
                              frames=[first + (2 * k + 1) * span // (2 * count)
                                      for k in range(count)])
             out.append(entry)
@@ -263,6 +267,9 @@ class Loader:
     collate: batch[type] is one [B, ...] tensor for a type whose items are one per sample of
     one shape (fixed sizes, crops), viewing the shared memory (strided: nothing copied), and
     the list of per-item tensors otherwise; batch["items"][type] is always that list.
+    collate="strict": the same, but a type that cannot be one tensor raises ValueError naming
+    its shapes, instead of coming back as a list (fps sampling, a video shorter than its clip,
+    audio durations, two items in one sample make ragged batches).
     """
 
     def __init__(self, socket=None, rank=None, world_size=None, global_batch=0,
@@ -276,7 +283,9 @@ class Loader:
             _env_int(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE", default=1)
         self.endless = bool(endless)
         self.stream = stream
-        self.collate = bool(collate)
+        if collate not in (False, True, "strict"):
+            raise ValueError("collate: expected False, True or \"strict\", got %r" % (collate,))
+        self.collate = collate
         self._opts = dict(global_batch=global_batch, manifest_hash=manifest_hash,
                           spec_hash=spec_hash, timeout_ms=timeout_ms,
                           attach_timeout_ms=attach_timeout_ms, stream=stream)
@@ -454,6 +463,16 @@ class Loader:
         texts, labels, metas = raw.texts()
         draws = _Draws(items, raw.draws())
         whole, batch = _views(raw, items, len(samples) if self.collate else None)
+        if self.collate == "strict":
+            for typ, tensors in batch["items"].items():
+                if batch[typ] is tensors:  # still the list: not one per sample of one shape
+                    shapes = sorted({tuple(t.shape) for t in tensors})
+                    raise ValueError(
+                        "collate=\"strict\": batch %d's %s cannot be one tensor: %d items for "
+                        "%d samples, shapes %s (fps sampling, a video shorter than its clip, "
+                        "audio lengths or several items per sample make them ragged; "
+                        "batch[\"items\"] has them one by one with collate=True)"
+                        % (step, typ, len(tensors), len(samples), shapes[:4]))
         epoch, epoch_step = self._position(step - self._run["step_base"])
         label = np.array([NO_LABEL if v is None else v for v in labels], dtype=np.int64)
         batch.update(step=step, global_step=step, epoch=epoch, epoch_step=epoch_step,

@@ -587,6 +587,19 @@ print(json.dumps(rows))
                 for b in loader:
                     self.assertIsInstance(b["image"], list)
                     self.assertEqual(len(b["items"]["image"]), 4)
+                    self.assertEqual(set(b["draws"]["image"][0]), {"crop", "flip"})
+        # collate="strict" names a type that cannot be one tensor instead of a list
+        native = os.path.join(self.tmp, "native.json")
+        with open(native, "w") as f:
+            json.dump({"image": {"resize": {"mode": "native"}}}, f)
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "1", "--spec",
+                   native):
+            with datahelix.Loader(socket=s, rank=0, world_size=1, collate="strict") as loader:
+                with self.assertRaisesRegex(ValueError, "image cannot be one tensor: 4 items "
+                                            "for 4 samples, shapes"):
+                    next(iter(loader))
+        with self.assertRaisesRegex(ValueError, "collate: expected False, True or"):
+            datahelix.Loader(socket=s, collate="yes")
 
     # argv socket rank world epochs [state.json [stop_after]]: per item of each batch
     # [epoch, id, draw (crop, flip), sha1 of its bytes], then the loader's state.

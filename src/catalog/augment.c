@@ -13,6 +13,8 @@
 #include "catalog.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 int dh_spec_is_random(const dh_spec *s)
@@ -24,11 +26,14 @@ int dh_spec_is_random(const dh_spec *s)
            s->image.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP || s->audio.random_offset;
 }
 
-/* A crop resize becomes a random resized crop of its size, with torchvision's ranges. */
-static void augment_visual(dh__resize *r, dh__augment *a, int tiles)
+/* Flips, and a crop resize becomes a random resized crop of its size with torchvision's
+ * ranges, unless the spec's own JSON gave the flip or the resize. */
+static void augment_visual(dh__resize *r, dh__augment *a, int tiles, int flip_given,
+                           int resize_given)
 {
-    a->flip = 0.5;
-    if (r->mode != DH_RESIZE_CROP || tiles)
+    if (!flip_given)
+        a->flip = 0.5;
+    if (r->mode != DH_RESIZE_CROP || tiles || resize_given)
         return;
     r->mode = DH_RESIZE_RANDOM_RESIZED_CROP;
     a->scale[0] = 0.08;
@@ -41,16 +46,71 @@ int dh_spec_augment(dh_spec *s)
 {
     if (!s)
         return DH_EINVAL;
-    augment_visual(&s->video.resize, &s->video.aug, 0);
-    augment_visual(&s->image.resize, &s->image.aug, s->image.tile_size > 0);
+    uint32_t g = s->given;
+    augment_visual(&s->video.resize, &s->video.aug, 0, g & DH__GIVEN_VFLIP,
+                   g & DH__GIVEN_VRESIZE);
+    augment_visual(&s->image.resize, &s->image.aug, s->image.tile_size > 0, g & DH__GIVEN_IFLIP,
+                   g & DH__GIVEN_IRESIZE);
     if (s->video.sampling == DH_SAMPLE_CONSECUTIVE) {
-        s->video.random_start = 1;
+        s->video.random_start |= !(g & DH__GIVEN_START);
     } else if (s->video.sampling == DH_SAMPLE_UNIFORM) {
-        s->video.clip_s = s->video.clip_s > 0 ? s->video.clip_s : 4.0;
-        s->video.random_start = 1;
-        s->video.fps_jitter = 0.2;
+        if (!(g & DH__GIVEN_CLIP))
+            s->video.clip_s = 4.0;
+        if (s->video.clip_s > 0 && !(g & DH__GIVEN_START))
+            s->video.random_start = 1;
+        if (s->video.clip_s > 0 && !(g & DH__GIVEN_JITTER))
+            s->video.fps_jitter = 0.2;
     }
     return 0;
+}
+
+/* Appends to the text in buf (len bytes in all), ", " first unless it is empty. */
+static void add(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void add(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t at = strlen(buf);
+    if (at && at + 2 < len)
+        memcpy(buf + at, ", ", 3), at += 2;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + at, len - at, fmt, ap);
+    va_end(ap);
+}
+
+/* One visual section's random resize and flip. */
+static void visual_text(char *buf, size_t len, const dh__resize *r, const dh__augment *a)
+{
+    if (r->mode == DH_RESIZE_RANDOM_RESIZED_CROP)
+        add(buf, len, "random_resized_crop %dx%d (scale %g-%g, ratio %.3g-%.3g)", r->width,
+            r->height, a->scale[0], a->scale[1], a->ratio[0], a->ratio[1]);
+    else if (r->mode == DH_RESIZE_RANDOM_CROP)
+        add(buf, len, "random_crop %dx%d (short side %d-%d)", r->width, r->height,
+            a->short_side[0], a->short_side[1]);
+    if (a->flip > 0)
+        add(buf, len, "flip %g", a->flip);
+}
+
+void dh_spec_random_text(const dh_spec *s, char *buf, size_t len)
+{
+    if (!buf || !len)
+        return;
+    char v[256] = "", im[256] = "", au[128] = "";
+    if (s && s->video.sampling == DH_SAMPLE_CONSECUTIVE && s->video.random_start)
+        add(v, sizeof v, "its %lld frames at a random start", (long long)s->video.frames);
+    else if (s && (s->video.random_start || s->video.fps_jitter > 0))
+        add(v, sizeof v, "a %g s clip at a %s start, fps jitter %g", s->video.clip_s,
+            s->video.random_start ? "random" : "centred", s->video.fps_jitter);
+    if (s) {
+        visual_text(v, sizeof v, &s->video.resize, &s->video.aug);
+        visual_text(im, sizeof im, &s->image.resize, &s->image.aug);
+    }
+    if (s && s->audio.random_offset)
+        add(au, sizeof au, "a %g s window at a random offset", s->audio.clip_s);
+    snprintf(buf, len, "%s%s%s%s%s%s%s%s%s", v[0] ? "video: " : "", v,
+             v[0] && (im[0] || au[0]) ? "; " : "", im[0] ? "image: " : "", im,
+             im[0] && au[0] ? "; " : "", au[0] ? "audio: " : "", au,
+             v[0] || im[0] || au[0] ? "" : "off");
 }
 
 dh__rect dh__cover_crop(int w, int h, int ow, int oh)

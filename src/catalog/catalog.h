@@ -102,7 +102,12 @@ typedef struct {
 
 typedef enum { DH_SAMPLE_UNIFORM = 0, DH_SAMPLE_FPS, DH_SAMPLE_CONSECUTIVE } dh__sampling;
 
+/* Keys a spec's own JSON gave (not its base's): --augment never overrides them. */
+enum { DH__GIVEN_VRESIZE = 1, DH__GIVEN_VFLIP = 2, DH__GIVEN_CLIP = 4, DH__GIVEN_START = 8,
+       DH__GIVEN_JITTER = 16, DH__GIVEN_IRESIZE = 32, DH__GIVEN_IFLIP = 64 };
+
 struct dh_spec {
+    uint32_t given; /* DH__GIVEN_*: not part of what the spec means (not hashed) */
     struct {
         dh__sampling sampling;
         int64_t frames;     /* UNIFORM, CONSECUTIVE: count */

@@ -232,14 +232,36 @@ static int spec_bool(spec_ctx *c, const json_t *obj, const char *where, const ch
 }
 
 /* The video section's temporal random keys and its flip. */
+/* Marks the keys of section v among names[k] as given (bits[k]). */
+static void mark_given(dh_spec *s, const json_t *v, const char *const *names, const uint32_t *bits,
+                       int n)
+{
+    for (int k = 0; k < n; k++)
+        if (json_object_get(v, names[k]))
+            s->given |= bits[k];
+}
+
 static int parse_video_random(spec_ctx *c, const json_t *v, dh_spec *s)
 {
+    static const char *const names[] = {"resize", "flip", "clip_s", "random_start", "fps_jitter"};
+    static const uint32_t bits[] = {DH__GIVEN_VRESIZE, DH__GIVEN_VFLIP, DH__GIVEN_CLIP,
+                                    DH__GIVEN_START, DH__GIVEN_JITTER};
+    mark_given(s, v, names, bits, 5);
     int rc;
     if ((rc = spec_num(c, v, "video", "clip_s", 0, 1e9, &s->video.clip_s)) ||
         (rc = spec_bool(c, v, "video", "random_start", &s->video.random_start)) ||
         (rc = spec_num(c, v, "video", "fps_jitter", 0, 0.9, &s->video.fps_jitter)) ||
         (rc = spec_num(c, v, "video", "flip", 0, 1, &s->video.aug.flip)))
         return rc;
+    return 0;
+}
+
+/*
+ * The rules between keys, checked once the whole spec is known (a base's keys included):
+ * each names the keys that clash.
+ */
+static int spec_check(spec_ctx *c, const dh_spec *s)
+{
     int consecutive = s->video.sampling == DH_SAMPLE_CONSECUTIVE;
     if (consecutive && (s->video.clip_s > 0 || s->video.fps_jitter > 0))
         return spec_fail(c, DH_ESCHEMA, "spec: video: consecutive sampling takes no clip_s or "
@@ -248,6 +270,24 @@ static int parse_video_random(spec_ctx *c, const json_t *v, dh_spec *s)
         return spec_fail(c, DH_ESCHEMA, "spec: video: %s needs clip_s (the length of the clip "
                          "taken from the range)", s->video.random_start ? "random_start"
                                                                          : "fps_jitter");
+    if (s->image.tile_size > 0 && s->image.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP)
+        return spec_fail(c, DH_ESCHEMA, "spec: image: tiles cover the whole image; a random "
+                         "crop cannot go with them (flip can; \"tiles\": null removes a "
+                         "base's tiles)");
+    if (s->audio.random_offset && s->audio.clip_s <= 0)
+        return spec_fail(c, DH_ESCHEMA, "spec: audio: random_offset needs clip_s (the length "
+                         "of the window it moves)");
+    const dh__resize *rz[2] = {&s->video.resize, &s->image.resize};
+    const dh__augment *au[2] = {&s->video.aug, &s->image.aug};
+    for (int k = 0; k < 2; k++) {
+        int32_t side = DH_MAX(rz[k]->width, rz[k]->height);
+        if (rz[k]->mode == DH_RESIZE_RANDOM_CROP && au[k]->short_side[0] &&
+            au[k]->short_side[0] < side)
+            return spec_fail(c, DH_ERANGE, "spec: %s.resize.short_side: [%d, %d] starts below "
+                             "the %dx%d output it is cropped to: a short side under %d px "
+                             "cannot cover it", k ? "image" : "video", au[k]->short_side[0],
+                             au[k]->short_side[1], rz[k]->width, rz[k]->height, side);
+    }
     return 0;
 }
 
@@ -309,16 +349,22 @@ static int parse_image(spec_ctx *c, const json_t *root, dh_spec *s)
     int rc = section(c, root, "image", keys, &v);
     if (rc || !v)
         return rc;
+    static const char *const names[] = {"resize", "flip"};
+    static const uint32_t bits[] = {DH__GIVEN_IRESIZE, DH__GIVEN_IFLIP};
+    mark_given(s, v, names, bits, 2);
     if ((rc = spec_i32(c, v, "image", "patch", 1, 4096, &s->image.patch)) ||
         (rc = spec_i32(c, v, "image", "pool", 1, 64, &s->image.pool)) ||
         (rc = parse_resize(c, v, "image", &s->image.resize, &s->image.aug)) ||
         (rc = spec_num(c, v, "image", "flip", 0, 1, &s->image.aug.flip)))
         return rc;
     const json_t *t = json_object_get(v, "tiles");
-    if (t) {
+    if (json_is_null(t)) /* no tiles (a base's removed) */
+        s->image.tile_size = s->image.max_tiles = s->image.base_tile = 0;
+    else if (t) {
         static const char *const tkeys[] = {"size", "max", "base", NULL};
         if (!json_is_object(t))
-            return spec_fail(c, DH_ESCHEMA, "spec: image.tiles: expected an object");
+            return spec_fail(c, DH_ESCHEMA, "spec: image.tiles: expected an object (or null: "
+                             "no tiles)");
         s->image.tile_size = 336;
         s->image.max_tiles = 4;
         s->image.base_tile = 1;
@@ -331,9 +377,6 @@ static int parse_image(spec_ctx *c, const json_t *root, dh_spec *s)
             return spec_fail(c, DH_ESCHEMA, "spec: image.tiles.base: expected true or false");
         if (base)
             s->image.base_tile = json_is_true(base);
-        if (s->image.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP)
-            return spec_fail(c, DH_ESCHEMA, "spec: image: tiles cover the whole image; a random "
-                             "crop cannot go with them (flip can)");
     }
     return 0;
 }
@@ -353,9 +396,6 @@ static int parse_audio_text(spec_ctx *c, const json_t *root, dh_spec *s)
          (rc = spec_num(c, a, "audio", "clip_s", 0, 1e9, &s->audio.clip_s)) ||
          (rc = spec_bool(c, a, "audio", "random_offset", &s->audio.random_offset))))
         return rc;
-    if (s->audio.random_offset && s->audio.clip_s <= 0)
-        return spec_fail(c, DH_ESCHEMA, "spec: audio: random_offset needs clip_s (the length "
-                         "of the window it moves)");
     if (!rc)
         rc = section(c, root, "text", tkeys, &t);
     if (!rc && t &&
@@ -399,9 +439,12 @@ static int spec_base(spec_ctx *c, const json_t *root, dh_spec *s)
         return 0;
     dh_spec *from = NULL;
     if (!json_is_string(b) || dh_spec_builtin(json_string_value(b), &from))
-        return spec_fail(c, DH_ESCHEMA, "spec: base: expected the name of a built-in spec "
-                         "(`datahelix sim --list` lists the workloads)");
+        return spec_fail(c, DH_ESCHEMA, "spec: base: %s%s%s is not a built-in spec (default "
+                         "or a workload: `datahelix sim --list`)", json_is_string(b) ? "\"" : "",
+                         json_is_string(b) ? json_string_value(b) : "a non-string",
+                         json_is_string(b) ? "\"" : "");
     *s = *from;
+    s->given = 0; /* what the base gave is not this spec's word: --augment may change it */
     dh_spec_free(from);
     return 0;
 }
@@ -426,8 +469,8 @@ int dh_spec_parse(const char *json, size_t len, dh_spec **out, char *errbuf, siz
         spec_defaults(s);
         if (!(rc = only_keys(&c, root, "spec", top)) && !(rc = spec_base(&c, root, s)) &&
             !(rc = parse_video(&c, root, s)) &&
-            !(rc = parse_image(&c, root, s)))
-            rc = parse_audio_text(&c, root, s);
+            !(rc = parse_image(&c, root, s)) && !(rc = parse_audio_text(&c, root, s)))
+            rc = spec_check(&c, s);
     }
     json_decref(root);
     if (rc) {

@@ -65,8 +65,12 @@ int dh_spec_builtin(const char *name, dh_spec **out)
     if (!name || !out)
         return DH_EINVAL;
     for (size_t i = 0; i < NBUILTIN; i++)
-        if (!strcmp(name, builtin_names[i]))
-            return dh_spec_parse(builtin_json[i], strlen(builtin_json[i]), out, NULL, 0);
+        if (!strcmp(name, builtin_names[i])) {
+            int rc = dh_spec_parse(builtin_json[i], strlen(builtin_json[i]), out, NULL, 0);
+            if (!rc)
+                (*out)->given = 0; /* a workload's choices, which --augment may change */
+            return rc;
+        }
     *out = NULL;
     return DH_ENOENT;
 }

@@ -116,6 +116,7 @@ static int agent_init(agent *a, hub *h, const dh_serve_stream *st, const dh_serv
     if (cfg->augment)
         dh_spec_augment(own);
     a->spec_hash = dh_spec_hash(own ? own : cfg->spec);
+    dh_spec_random_text(own ? own : cfg->spec, a->augment_text, sizeof a->augment_text);
     dh_spec_free(own);
     a->manifest_hash = dh_manifest_hash(cfg->manifest);
     a->samples = dh_manifest_count(cfg->manifest);
@@ -189,6 +190,9 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         if (!a->gen)
             event(a, "listening on %s for %d rank%s (%d..%d)", a->hub->name, a->hi - a->lo,
                   a->hi - a->lo == 1 ? "" : "s", a->lo, a->hi - 1);
+        if (!a->gen)
+            event(a, "random augmentation: %s%s", a->augment_text,
+                  a->cfg->augment ? " (--augment)" : "");
         if (!a->gen && a->o.max_leases < 2)
             event(a, "--max-leases %d: a Python Loader refuses it (`for batch in loader` holds "
                   "its batch while it takes the next: it needs 2)", a->o.max_leases);

@@ -99,7 +99,7 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
     if (q->spec_hash && q->spec_hash != a->spec_hash)
         return dh__fail(why, len, DH_EMISMATCH, "the agent's preprocessing spec differs from "
                         "the one the trainer expects (its saved state's, or the one it names: "
-                        "--spec or --workload changed since?)");
+                        "--spec, --workload or --augment changed since?)");
     if (q->resume && q->check_seed && q->resume_seed != a->cfg->seed)
         return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with seed %llu, "
                         "this agent runs seed %llu (--seed)", (unsigned long long)q->resume_seed,

@@ -75,6 +75,7 @@ struct agent {
     struct pollfd *pf;      /* the listening socket and each held attach */
     int attached;
     uint64_t manifest_hash, spec_hash;
+    char augment_text[400];     /* what the spec's random keys do (dh_spec_random_text) */
     int64_t steps_per_epoch, samples;
     dh__attached info;
     pthread_mutex_t mu;
