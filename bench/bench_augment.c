@@ -4,8 +4,10 @@
  * `epochs` times (each epoch its own draws), CPU time per sample measured; beside it the
  * model's prediction of the same draws (derive.c's work with the default constants).
  *   usage: bench_augment MANIFEST EPOCHS SPEC...
- * Prints per spec: measured CPU ms per sample, predicted ms, and the measured/predicted
- * ratio's spread (the model's error once one scale factor is fitted, as calibration does).
+ * Each sample is decoded under every spec back to back (in a rotating order), so the
+ * machine's drift and the first decode's colder caches hit them alike. Prints per spec: measured CPU ms per sample and its change against the first
+ * spec, the same predicted, and the measured/predicted ratio's spread (the model's error
+ * once one scale factor is fitted, as calibration does).
  */
 #include "codec/decode.h"
 #include "cost/cost.h"
@@ -59,43 +61,52 @@ static double decode_sample(const dh_manifest *m, const dh_spec *spec, int64_t i
     return spent;
 }
 
+#define MAX_SPECS 8
+
 int main(int argc, char **argv)
 {
     dh_manifest *m = NULL;
-    if (argc < 4 || dh_manifest_load(argv[1], NULL, &m, NULL)) {
-        fprintf(stderr, "usage: bench_augment MANIFEST EPOCHS SPEC...\n");
+    if (argc < 4 || argc - 3 > MAX_SPECS || dh_manifest_load(argv[1], NULL, &m, NULL)) {
+        fprintf(stderr, "usage: bench_augment MANIFEST EPOCHS SPEC... (at most %d)\n", MAX_SPECS);
         return 2;
     }
     int64_t epochs = atoll(argv[2]), n = dh_manifest_count(m);
+    int ns = argc - 3;
+    dh_spec *spec[MAX_SPECS];
+    for (int a = 0; a < ns; a++) {
+        char err[512];
+        if (dh_spec_load(argv[3 + a], &spec[a], err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return 2;
+        }
+    }
     dh__cpu_model cpu;
     dh__cpu_model_default(&cpu);
     uint8_t *buf = NULL;
     size_t cap = 0;
-    for (int a = 3; a < argc; a++) {
-        dh_spec *spec;
-        char err[512];
-        if (dh_spec_load(argv[a], &spec, err, sizeof err)) {
-            fprintf(stderr, "%s\n", err);
-            return 2;
-        }
-        double meas = 0, pred = 0, lr = 0, lr2 = 0;
-        int64_t k = 0;
-        for (int64_t e = 0; e < epochs; e++)
-            for (int64_t i = 0; i < n; i++, k++) {
-                double p, c = decode_sample(m, spec, i, e, &buf, &cap);
-                if (c < 0 || dh__cpu_drawn_cost(&cpu, spec, m, i, 1, e, &p))
+    double meas[MAX_SPECS] = {0}, pred[MAX_SPECS] = {0}, lr[MAX_SPECS] = {0}, lr2[MAX_SPECS] = {0};
+    /* Each sample under every spec back to back: the machine's drift hits them alike. */
+    for (int64_t e = 0; e < epochs; e++)
+        for (int64_t i = 0; i < n; i++)
+            for (int j = 0; j < ns; j++) {
+                int a = (int)((i + e + j) % ns); /* each spec first as often as the others */
+                double p, c = decode_sample(m, spec[a], i, e, &buf, &cap);
+                if (c < 0 || dh__cpu_drawn_cost(&cpu, spec[a], m, i, 1, e, &p))
                     return 1;
-                meas += c;
-                pred += p;
-                lr += log(c / p);
-                lr2 += log(c / p) * log(c / p);
+                meas[a] += c;
+                pred[a] += p;
+                lr[a] += log(c / p);
+                lr2[a] += log(c / p) * log(c / p);
             }
-        double mean = lr / (double)k, sd = sqrt(fmax(0, lr2 / (double)k - mean * mean));
-        printf("%s: %lld samples x %lld epochs: measured %.3f ms/sample, predicted %.3f "
-               "ms/sample, log(measured/predicted) sd %.3f\n",
-               argv[a], (long long)n, (long long)epochs, 1e3 * meas / (double)k,
-               1e3 * pred / (double)k, sd);
-        dh_spec_free(spec);
+    double k = (double)(n * epochs);
+    for (int a = 0; a < ns; a++) {
+        double mean = lr[a] / k, sd = sqrt(fmax(0, lr2[a] / k - mean * mean));
+        printf("%s: %lld samples x %lld epochs: measured %.3f ms/sample (%+.1f%% vs the first), "
+               "predicted %.3f ms/sample (%+.1f%%), log(measured/predicted) sd %.3f\n",
+               argv[3 + a], (long long)n, (long long)epochs, 1e3 * meas[a] / k,
+               100 * (meas[a] / meas[0] - 1), 1e3 * pred[a] / k, 100 * (pred[a] / pred[0] - 1),
+               sd);
+        dh_spec_free(spec[a]);
     }
     free(buf);
     dh_manifest_free(m);

@@ -11,7 +11,10 @@
  *     inside the frame count);
  *   - what the probe describes derives under the spec;
  *   - a decoder returns 0 or one of the library's negative codes, with a
- *     message when it fails, and writes nothing past its slot.
+ *     message when it fails, and writes nothing past its slot;
+ *   - the same under random augmentation (every other input by its size):
+ *     a drawn clip, random resized crop, flip and audio window derive and
+ *     decode alike.
  * The time limit on the source bounds a slow input like a real worker's.
  */
 #include "codec/decode.h"
@@ -32,15 +35,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                          \
     } while (0)
 
-static dh_spec *small_spec(void)
+static dh_spec *spec_of(const char *json)
 {
-    static const char json[] =
-        "{\"video\":{\"frames\":3,\"resize\":{\"mode\":\"fixed\",\"size\":32}},"
-        "\"image\":{\"resize\":{\"mode\":\"fixed\",\"size\":32}},"
-        "\"audio\":{\"sample_rate\":8000,\"mel_bins\":8,\"mel_fps\":50}}";
     dh_spec *s = NULL;
     char err[256];
-    CHECK(dh_spec_parse(json, sizeof json - 1, &s, err, sizeof err) == 0, "spec: %s", err);
+    CHECK(dh_spec_parse(json, strlen(json), &s, err, sizeof err) == 0, "spec: %s", err);
     return s;
 }
 
@@ -52,10 +51,18 @@ static int known_code(int rc)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static dh_spec *spec;
-    if (!spec) {
+    static dh_spec *plain, *aug;
+    if (!plain) {
         dh_quiet_ffmpeg_logs();
-        spec = small_spec();
+        plain = spec_of("{\"video\":{\"frames\":3,\"resize\":{\"mode\":\"fixed\",\"size\":32}},"
+                        "\"image\":{\"resize\":{\"mode\":\"fixed\",\"size\":32}},"
+                        "\"audio\":{\"sample_rate\":8000,\"mel_bins\":8,\"mel_fps\":50}}");
+        aug = spec_of("{\"video\":{\"frames\":3,\"clip_s\":0.5,\"random_start\":true,"
+                      "\"fps_jitter\":0.5,\"flip\":0.5,\"resize\":{\"mode\":"
+                      "\"random_resized_crop\",\"size\":32}},\"image\":{\"flip\":0.5,"
+                      "\"resize\":{\"mode\":\"random_crop\",\"size\":32}},\"audio\":{"
+                      "\"sample_rate\":8000,\"mel_bins\":8,\"mel_fps\":50,\"clip_s\":0.3,"
+                      "\"random_offset\":true}}");
     }
     dh_limits lim;
     dh_limits_default(&lim);
@@ -89,18 +96,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (mi->type == DH_MEDIA_AUDIO)
         CHECK(mi->duration_s > 0 && mi->duration_s <= lim.max_duration_s,
               "probe accepted %g s of audio", mi->duration_s);
+    const dh_spec *spec = size & 1 ? aug : plain;
+    dh_media_draw d;
+    rc = dh_media_draw_of(spec, mi, size, (int64_t)(size >> 1), "fuzz", 0, &d);
+    CHECK(rc == 0, "an accepted probe draws nothing: %d", rc);
     dh_media_derived md;
-    rc = dh_derive_media(spec, mi, &md);
+    rc = dh_derive_media_drawn(spec, mi, &d, &md);
     CHECK(rc == 0 || rc == DH_ELIMIT, "an accepted probe does not derive: %d", rc);
     if (rc == 0 && md.out_bytes <= (64 << 20)) {
         uint8_t *slot = malloc((size_t)md.out_bytes ? (size_t)md.out_bytes : 1);
         size_t cap = (size_t)md.out_bytes; /* exactly: ASan sees any write past it */
         err[0] = 0;
-        rc = mi->type == DH_MEDIA_VIDEO
-                 ? dh__decode_video(&src, spec, mi, slot, cap, NULL, err, sizeof err)
-             : mi->type == DH_MEDIA_IMAGE
-                 ? dh__decode_image(&src, spec, mi, slot, cap, NULL, err, sizeof err)
-                 : dh__decode_audio(&src, spec, mi, slot, cap, NULL, err, sizeof err);
+        rc = dh__decode_item(&src, spec, mi, &d, 0, 1, slot, cap, NULL, err, sizeof err);
         CHECK(rc == 0 || (known_code(rc) && err[0]), "decode returned %d with \"%s\"", rc, err);
         free(slot);
     }
