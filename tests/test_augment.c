@@ -32,9 +32,7 @@ static void make_media(void)
 
 static void drop_media(void)
 {
-    tu_sh("rm -rf %s", media);
-    free(media);
-    media = NULL;
+    tu_rmdir(&media);
 }
 
 static dh_spec *spec_json(const char *json)
@@ -54,13 +52,6 @@ static void refused(const char *json, const char *says)
     ck_assert_int_ne(dh_spec_parse(json, strlen(json), &s, err, sizeof err), 0);
     ck_assert_ptr_null(s);
     ck_assert_msg(strstr(err, says), "spec %s: error \"%s\" does not say \"%s\"", json, err, says);
-}
-
-static dh_media_info video(int w, int h, double fps, int64_t frames, const int32_t *kf, int nkf)
-{
-    return (dh_media_info){.type = DH_MEDIA_VIDEO, .codec = DH_CODEC_H264, .width = w,
-                           .height = h, .fps = fps, .frames = frames,
-                           .duration_s = frames / fps, .keyframes = kf, .keyframe_count = nkf};
 }
 
 static dh_media_info image(int w, int h)
@@ -125,7 +116,7 @@ START_TEST(a_spec_starts_from_a_base_and_augment_adds_the_standard_keys)
     ck_assert_int_eq(dh_spec_builtin("kinetics-clips", &k), 0);
     ck_assert_uint_eq(dh_spec_hash(b), dh_spec_hash(k));
     dh_spec *f = spec_json("{\"base\":\"kinetics-clips\",\"video\":{\"flip\":0.5}}");
-    dh_media_info v = video(640, 360, 30, 900, NULL, 0);
+    dh_media_info v = tu_video(640, 360, 30, 900, NULL, 0);
     dh_media_derived a, c;
     ck_assert_int_eq(dh_derive_media(k, &v, &a), 0);
     ck_assert_int_eq(dh_derive_media(f, &v, &c), 0);
@@ -195,7 +186,7 @@ START_TEST(without_random_keys_every_draw_is_the_plain_one)
      * and derivation with it is derivation as it always was. */
     dh_spec *s = spec_json("{\"video\":{\"frames\":16}}");
     int32_t kf[] = {0, 250};
-    dh_media_info v = video(1280, 720, 30, 300, kf, 2);
+    dh_media_info v = tu_video(1280, 720, 30, 300, kf, 2);
     dh_media_draw plain, d;
     ck_assert_int_eq(dh_media_draw_plain(s, &v, &plain), 0);
     ck_assert_int_eq(dh_media_draw_of(s, &v, 99, 7, "x", 0, &d), 0);
@@ -220,7 +211,7 @@ START_TEST(draws_are_pure_functions_within_their_ranges)
     dh_spec *s = spec_json(
         "{\"video\":{\"frames\":8,\"clip_s\":2,\"random_start\":true,\"fps_jitter\":0.25,"
         "\"flip\":0.5,\"resize\":{\"mode\":\"random_resized_crop\",\"size\":112}}}");
-    dh_media_info v = video(640, 360, 30, 900, NULL, 0); /* 30 s; the clip is 60 frames */
+    dh_media_info v = tu_video(640, 360, 30, 900, NULL, 0); /* 30 s; the clip is 60 frames */
     dh_media_derived plain;
     ck_assert_int_eq(dh_derive_media(s, &v, &plain), 0);
     int flips = 0, moved = 0, fallbacks = 0;
@@ -286,7 +277,7 @@ START_TEST(a_draw_is_pinned)
     dh_spec *s = spec_json(
         "{\"video\":{\"frames\":8,\"clip_s\":2,\"random_start\":true,\"fps_jitter\":0.25,"
         "\"flip\":0.5,\"resize\":{\"mode\":\"random_resized_crop\",\"size\":112}}}");
-    dh_media_info v = video(640, 360, 30, 900, NULL, 0);
+    dh_media_info v = tu_video(640, 360, 30, 900, NULL, 0);
     dh_media_draw d;
     ck_assert_int_eq(dh_media_draw_of(s, &v, 7, 3, "clip-42", 1, &d), 0);
     ck_assert_int_eq(d.first_frame, 747);
@@ -310,7 +301,7 @@ START_TEST(the_cost_model_follows_the_draw)
      * A clip drawn at 0: frames 3, 11, 18, 26 from keyframe 0: 27 frames. */
     dh_spec *s = spec_json("{\"video\":{\"frames\":4,\"clip_s\":1,\"random_start\":true}}");
     int32_t kf[] = {0, 50, 100, 150, 200, 250};
-    dh_media_info v = video(320, 240, 30, 300, kf, 6);
+    dh_media_info v = tu_video(320, 240, 30, 300, kf, 6);
     dh_media_draw d;
     ck_assert_int_eq(dh_media_draw_plain(s, &v, &d), 0);
     ck_assert_int_eq(d.first_frame, 135);

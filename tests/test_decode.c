@@ -35,9 +35,7 @@ static void make_media(void)
 
 static void drop_media(void)
 {
-    tu_sh("rm -rf %s", media);
-    free(media);
-    media = NULL;
+    tu_rmdir(&media);
 }
 
 static dh_probe_result probe(const char *name)

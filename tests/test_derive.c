@@ -23,14 +23,6 @@ static dh_spec *builtin(const char *name)
     return s;
 }
 
-static dh_media_info video(int w, int h, double fps, int64_t frames, const int32_t *kf, int nkf)
-{
-    dh_media_info v = {.type = DH_MEDIA_VIDEO, .codec = DH_CODEC_H264, .width = w, .height = h,
-                       .fps = fps, .frames = frames, .duration_s = frames / fps,
-                       .keyframes = kf, .keyframe_count = nkf};
-    return v;
-}
-
 static dh_media_derived derive(const dh_spec *s, const dh_media_info *mi)
 {
     dh_media_derived d;
@@ -47,7 +39,7 @@ START_TEST(uniform_sampling_decodes_straight_through)
      * Total 276 frames, 2 seeks. */
     dh_spec *s = spec_json("{\"video\":{\"frames\":16}}");
     int32_t kf[] = {0, 250};
-    dh_media_info v = video(1280, 720, 30, 300, kf, 2);
+    dh_media_info v = tu_video(1280, 720, 30, 300, kf, 2);
     int64_t idx[16];
     ck_assert_int_eq(dh_video_sample_frames(s, &v, idx, 16), 16);
     ck_assert_int_eq(idx[0], 9);
@@ -59,7 +51,7 @@ START_TEST(uniform_sampling_decodes_straight_through)
     ck_assert_int_eq(d.seeks, 2);
     ck_assert_int_eq(d.decode_pixels, 276LL * 1280 * 720);
     /* Without the keyframe at 250 it is one pass 0..290. */
-    dh_media_info one = video(1280, 720, 30, 300, kf, 1);
+    dh_media_info one = tu_video(1280, 720, 30, 300, kf, 1);
     d = derive(s, &one);
     ck_assert_int_eq(d.decoded_frames, 291);
     ck_assert_int_eq(d.seeks, 1);
@@ -75,11 +67,11 @@ START_TEST(sparse_sampling_seeks)
     int32_t kf[10];
     for (int i = 0; i < 10; i++)
         kf[i] = i * 100;
-    dh_media_info v = video(640, 360, 25, 1000, kf, 10);
+    dh_media_info v = tu_video(640, 360, 25, 1000, kf, 10);
     dh_media_derived d = derive(s, &v);
     ck_assert_int_eq(d.decoded_frames, 102);
     ck_assert_int_eq(d.seeks, 2);
-    dh_media_info nokf = video(640, 360, 25, 1000, NULL, 0);
+    dh_media_info nokf = tu_video(640, 360, 25, 1000, NULL, 0);
     d = derive(s, &nokf);
     ck_assert_int_eq(d.decoded_frames, 751);
     ck_assert_int_eq(d.seeks, 1);
@@ -95,7 +87,7 @@ START_TEST(dense_sampling_across_keyframes)
     int32_t kf[10];
     for (int i = 0; i < 10; i++)
         kf[i] = i * 10;
-    dh_media_info v = video(64, 64, 10, 100, kf, 10);
+    dh_media_info v = tu_video(64, 64, 10, 100, kf, 10);
     dh_media_derived d = derive(s, &v);
     ck_assert_int_eq(d.decoded_frames, 100);
     ck_assert_int_eq(d.seeks, 10);
@@ -113,13 +105,13 @@ START_TEST(temporal_range)
 {
     /* 2 s..4 s of a 30 fps video: frames [60, 120); 6 uniform: 60 + (2k+1)*60/12 = 65, 75, ... */
     dh_spec *s = spec_json("{\"video\":{\"frames\":6,\"start_s\":2,\"end_s\":4}}");
-    dh_media_info v = video(64, 64, 30, 300, NULL, 0);
+    dh_media_info v = tu_video(64, 64, 30, 300, NULL, 0);
     int64_t idx[6];
     ck_assert_int_eq(dh_video_sample_frames(s, &v, idx, 6), 6);
     ck_assert_int_eq(idx[0], 65);
     ck_assert_int_eq(idx[5], 115);
     /* A range past the end of a short video keeps its last frame. */
-    dh_media_info shortv = video(64, 64, 30, 30, NULL, 0);
+    dh_media_info shortv = tu_video(64, 64, 30, 30, NULL, 0);
     ck_assert_int_eq(dh_video_sample_frames(s, &shortv, idx, 6), 1);
     ck_assert_int_eq(idx[0], 29);
     dh_spec_free(s);
@@ -130,7 +122,7 @@ START_TEST(kinetics_shapes_and_tokens)
 {
     /* 16 frames at 224x224, patch 14 (16x16 grid), temporal patch 2: 8 * 256 = 2048 tokens. */
     dh_spec *s = builtin("kinetics-clips");
-    dh_media_info v = video(340, 256, 25, 250, NULL, 0);
+    dh_media_info v = tu_video(340, 256, 25, 250, NULL, 0);
     dh_media_derived d = derive(s, &v);
     ck_assert_int_eq(d.ndim, 4);
     ck_assert_int_eq(d.shape[0], 16);
@@ -150,12 +142,12 @@ START_TEST(llava_fps_sampling_and_pooling)
     /* 1 fps: 40 s -> 40 frames; 3 min -> capped at 64. 384/14 = 27, pooled 2x2 rounding
      * up = 14x14 = 196 tokens per frame (docs/WORKLOADS.md). */
     dh_spec *s = builtin("llava-video-sft");
-    dh_media_info v = video(1280, 720, 30, 1200, NULL, 0);
+    dh_media_info v = tu_video(1280, 720, 30, 1200, NULL, 0);
     dh_media_derived d = derive(s, &v);
     ck_assert_int_eq(d.sampled_frames, 40);
     ck_assert_int_eq(d.tokens, 40 * 196);
     ck_assert_int_eq(d.shape[1], 384);
-    dh_media_info longv = video(1280, 720, 30, 5400, NULL, 0);
+    dh_media_info longv = tu_video(1280, 720, 30, 5400, NULL, 0);
     d = derive(s, &longv);
     ck_assert_int_eq(d.sampled_frames, 64);
     ck_assert_int_eq(d.tokens, 64 * 196);
@@ -169,17 +161,17 @@ START_TEST(native_resolution_long_side)
      * Latents: ceil(40/2) * 18 * 32 = 11520. Portrait 1080x1920 swaps the grid. A small
      * 320x240 stays at native size rounded to multiples of 14: 322x238. */
     dh_spec *s = builtin("native-res-video");
-    dh_media_info v = video(1920, 1080, 30, 600, NULL, 0);
+    dh_media_info v = tu_video(1920, 1080, 30, 600, NULL, 0);
     dh_media_derived d = derive(s, &v);
     ck_assert_int_eq(d.sampled_frames, 40);
     ck_assert_int_eq(d.out_width, 448);
     ck_assert_int_eq(d.out_height, 252);
     ck_assert_int_eq(d.latents, 20 * 18 * 32);
-    dh_media_info p = video(1080, 1920, 30, 600, NULL, 0);
+    dh_media_info p = tu_video(1080, 1920, 30, 600, NULL, 0);
     d = derive(s, &p);
     ck_assert_int_eq(d.out_width, 252);
     ck_assert_int_eq(d.out_height, 448);
-    dh_media_info small = video(320, 240, 30, 600, NULL, 0);
+    dh_media_info small = tu_video(320, 240, 30, 600, NULL, 0);
     d = derive(s, &small);
     ck_assert_int_eq(d.out_width, 322);
     ck_assert_int_eq(d.out_height, 238);
@@ -193,7 +185,7 @@ START_TEST(t2v_buckets_and_vae_latents)
      * latents (1 + 48/4) * 720/16 * 1280/16 = 13*45*80. A 4:3 640x480 clip is nearer the
      * 480x848 bucket in log-aspect (|ln(1.767/1.333)| < |ln(1.778/1.333)|): 13*30*53. */
     dh_spec *s = builtin("t2v-diffusion");
-    dh_media_info v = video(1280, 720, 24, 240, NULL, 0);
+    dh_media_info v = tu_video(1280, 720, 24, 240, NULL, 0);
     int64_t idx[49];
     ck_assert_int_eq(dh_video_sample_frames(s, &v, idx, 49), 49);
     ck_assert_int_eq(idx[0], 95);
@@ -203,7 +195,7 @@ START_TEST(t2v_buckets_and_vae_latents)
     ck_assert_int_eq(d.shape[2], 1280);
     ck_assert_int_eq(d.latents, 13 * 45 * 80);
     ck_assert_int_eq(d.decoded_frames, 144); /* one pass 0..143, no keyframe list */
-    dh_media_info sd = video(640, 480, 24, 240, NULL, 0);
+    dh_media_info sd = tu_video(640, 480, 24, 240, NULL, 0);
     d = derive(s, &sd);
     ck_assert_int_eq(d.shape[1], 480);
     ck_assert_int_eq(d.shape[2], 848);
@@ -248,7 +240,7 @@ START_TEST(anyres_tiles)
     ck_assert_str_eq(rc.resize, "native");
     dh_spec_free(s);
     s = builtin("kinetics-clips");
-    dh_media_info v = video(640, 360, 25, 100, NULL, 0);
+    dh_media_info v = tu_video(640, 360, 25, 100, NULL, 0);
     ck_assert_int_eq(dh_media_recipe_of(s, &v, &rc), 0);
     ck_assert_str_eq(rc.resize, "crop");
     dh_spec_free(s);
@@ -383,7 +375,7 @@ START_TEST(outputs_over_the_item_limit_are_refused)
 {
     dh_spec *s = spec_json("{\"video\":{\"frames\":100000,\"resize\":{\"mode\":\"fixed\","
                            "\"width\":65536,\"height\":65536}}}");
-    dh_media_info mi = video(640, 360, 30, 200000, NULL, 0);
+    dh_media_info mi = tu_video(640, 360, 30, 200000, NULL, 0);
     dh_media_derived d;
     ck_assert_int_eq(dh_derive_media(s, &mi, &d), DH_ELIMIT);
     dh_spec_free(s);
@@ -450,7 +442,7 @@ START_TEST(spec_from_file)
     char *path = tu_write(dir, "spec.json", "{\"name\":\"x\",\"video\":{\"frames\":4}}", -1);
     dh_spec *s = NULL;
     ck_assert_int_eq(dh_spec_load(path, &s, NULL, 0), 0);
-    dh_media_info v = video(64, 64, 10, 100, NULL, 0);
+    dh_media_info v = tu_video(64, 64, 10, 100, NULL, 0);
     ck_assert_int_eq(derive(s, &v).sampled_frames, 4);
     dh_spec_free(s);
     tu_sh("rm -rf %s", dir);

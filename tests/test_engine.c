@@ -37,9 +37,7 @@ static void make_media(void)
 
 static void drop_media(void)
 {
-    tu_sh("rm -rf %s", media);
-    free(media);
-    media = NULL;
+    tu_rmdir(&media);
 }
 
 /* A manifest of the good files (indexed), plus extra lines appended verbatim. */

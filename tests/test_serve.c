@@ -54,8 +54,7 @@ static void drop_media(void)
 {
     dh_manifest_free(manifest);
     dh_spec_free(spec);
-    tu_sh("rm -rf %s", media);
-    free(media);
+    tu_rmdir(&media);
 }
 
 static char sock[128];

@@ -135,3 +135,18 @@ double tu_psnr(const uint8_t *a, const uint8_t *b, size_t n)
         se += (double)(a[i] - b[i]) * (a[i] - b[i]);
     return se == 0 ? INFINITY : 10.0 * log10(255.0 * 255.0 / (se / (double)n));
 }
+
+void tu_rmdir(char **dir)
+{
+    if (*dir)
+        tu_sh("rm -rf %s", *dir);
+    free(*dir);
+    *dir = NULL;
+}
+
+dh_media_info tu_video(int w, int h, double fps, int64_t frames, const int32_t *kf, int nkf)
+{
+    return (dh_media_info){.type = DH_MEDIA_VIDEO, .codec = DH_CODEC_H264, .width = w,
+                           .height = h, .fps = fps, .frames = frames,
+                           .duration_s = frames / fps, .keyframes = kf, .keyframe_count = nkf};
+}

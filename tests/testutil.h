@@ -10,6 +10,10 @@
 
 /* A fresh directory under $TMPDIR (or /tmp); the returned string is static per call site. */
 char *tu_mkdtemp(void);
+/* Removes a directory tu_mkdtemp made, with all it holds, and frees and clears *dir. */
+void tu_rmdir(char **dir);
+/* A video's descriptor (H.264, no path) with keyframes kf[0..nkf) (may be NULL, 0). */
+dh_media_info tu_video(int w, int h, double fps, int64_t frames, const int32_t *kf, int nkf);
 /* Writes len bytes (or strlen when len < 0) to dir/name; returns the full path (malloc'd). */
 char *tu_write(const char *dir, const char *name, const char *data, long len);
 /* Runs a shell command, returns its exit status (-1 if it could not run). */

@@ -56,11 +56,14 @@ class Agent:
 
 # A rank's ordinary PyTorch loop: argv socket rank world epochs [state.json [stop_after]].
 # Prints [[epoch, epoch_step, step, ids], ...], then len(loader), then its state.
-RANK_SCRIPT = r"""
-import json, sys, datahelix
+# The arguments both rank scripts take: socket rank world epochs [state.json [stop_after]].
+SCRIPT_ARGS = r"""
+import hashlib, json, sys, datahelix
 sock, rank, world, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 state = json.load(open(sys.argv[5])) if len(sys.argv) > 5 and sys.argv[5] != "-" else None
 stop_after = int(sys.argv[6]) if len(sys.argv) > 6 else -1
+"""
+RANK_SCRIPT = SCRIPT_ARGS + r"""
 seen = []
 with datahelix.Loader(socket=sock, rank=rank, world_size=world) as loader:
     if state:
@@ -603,11 +606,7 @@ print(json.dumps(rows))
 
     # argv socket rank world epochs [state.json [stop_after]]: per item of each batch
     # [epoch, id, draw (crop, flip), sha1 of its bytes], then the loader's state.
-    AUG_SCRIPT = r"""
-import hashlib, json, sys, datahelix
-sock, rank, world, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-state = json.load(open(sys.argv[5])) if len(sys.argv) > 5 and sys.argv[5] != "-" else None
-stop_after = int(sys.argv[6]) if len(sys.argv) > 6 else -1
+    AUG_SCRIPT = SCRIPT_ARGS + r"""
 seen, steps = [], 0
 with datahelix.Loader(socket=sock, rank=rank, world_size=world) as loader:
     if state:
