@@ -1,7 +1,7 @@
 /*
  * mpi_nodes.c - the real engine on several nodes under mpirun (tests/mpi_run.sh),
  * through the public API and the agent's MPI layer only.
- *   mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy]
+ *   mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy] [augment]
  * Started by mpirun, each process is one node: it runs the engine with its
  * own ranks' consumers (as trainers attached to `serve` would) and writes one
  * line per delivered sample to LOG.nodeK: "step sample status crc", crc over
@@ -13,6 +13,8 @@
  * "heavy": sample 0 costs 100 s of GPU time once prepared, every other 1 s,
  * and each consumer holds its batch 300 ms (the next step is prepared
  * meanwhile), so rebalancing moves samples off sample 0's rank, across nodes.
+ * "augment": the spec with --augment's random crops, clips and flips; the crc then also
+ * covers each item's draw, which must not depend on the node that decoded it.
  */
 #include "mpi/comm.h"
 
@@ -63,6 +65,7 @@ static void *consume(void *p)
             for (int32_t j = 0; j < b.nitems; j++)
                 if (b.items[j].sample == b.samples[k]) {
                     crc = crc32(b.data + b.items[j].offset, (size_t)b.items[j].bytes, crc);
+                    crc = crc32((const uint8_t *)&b.draws[j], sizeof b.draws[j], crc);
                     status = status ? status : b.items[j].status;
                 }
             pthread_mutex_lock(c->mu);
@@ -98,11 +101,16 @@ static int recv_msg(void *user, int *from, void **data, size_t *len, double time
 
 int main(int argc, char **argv)
 {
-    if (argc != 8 && !(argc == 9 && !strcmp(argv[8], "heavy"))) {
-        fprintf(stderr, "usage: mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy]\n");
+    int augment = 0;
+    for (int k = 8; k < argc; k++) {
+        heavy |= !strcmp(argv[k], "heavy");
+        augment |= !strcmp(argv[k], "augment");
+    }
+    if (argc < 8 || argc - 8 != heavy + augment) {
+        fprintf(stderr, "usage: mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy] "
+                "[augment]\n");
         return 2;
     }
-    heavy = argc == 9;
     dh__comm *comm = NULL;
     char err[512] = "";
     const char *np = getenv("OMPI_COMM_WORLD_SIZE");
@@ -125,6 +133,7 @@ int main(int argc, char **argv)
     c.steps = atoi(argv[6]);
     if (heavy)
         c.sample_gpu_cost = heavy_cost;
+    c.augment = augment;
     int node = 0;
     if (comm) {
         c.nodes = dh__comm_size(comm);

@@ -45,6 +45,18 @@ for pol in helix pool local; do
     done
 done
 check "the cut clip failed and was delivered marked" grep -q ' -[0-9]* ' "$WORK/one.helix.sorted"
+# Random augmentation (--augment's crops, clips, flips): every sample's bytes and draw on 2
+# nodes are the one-node run's, whichever node decoded it.
+"$NODES" "$M" helix 4 4 8 6 "$WORK/aug1" augment > /dev/null 2> "$WORK/aug1.err"
+check "augment: one node runs" test $? -eq 0
+sort "$WORK/aug1" > "$WORK/aug1.sorted"
+check "augment: the draws change the bytes" bash -c "! cmp -s '$WORK/aug1.sorted' '$WORK/one.helix.sorted'"
+timeout 120 "${MPIRUN[@]}" -np 2 "$NODES" "$M" helix 4 4 8 6 "$WORK/aug2" augment \
+    > "$WORK/aug2.out" 2> "$WORK/aug2.err"
+check "augment on 2 nodes: exit 0" test $? -eq 0
+cat "$WORK/aug2".node* | sort > "$WORK/aug2.sorted"
+check "augment on 2 nodes: each sample once, the same bytes and draws as on one node" \
+    cmp -s "$WORK/aug2.sorted" "$WORK/aug1.sorted"
 grep -h "lent" "$WORK"/n*.helix.out | sed 's/^/  helix lending (by timing): /'
 
 # Rebalancing moves over the wire: sample 0 costs 100 s once prepared (every other 1 s) and
@@ -68,6 +80,19 @@ for np in 2 4; do
             "$WORK/hv$np.out")" -eq $np
     [[ $fail -eq 0 ]] || { cat "$WORK/hv$np.out" "$WORK/hv$np.err"; }
 done
+# The same with random augmentation: samples moved across nodes keep their draws.
+"$NODES" "$MI" helix 4 4 8 5 "$WORK/hva1" heavy augment > /dev/null 2> "$WORK/hva1.err"
+check "heavy augment: one node runs" test $? -eq 0
+sort "$WORK/hva1" > "$WORK/hva1.sorted"
+timeout 120 "${MPIRUN[@]}" -np 2 "$NODES" "$MI" helix 2 4 8 5 "$WORK/hva2" heavy augment \
+    > "$WORK/hva2.out" 2> "$WORK/hva2.err"
+check "heavy augment on 2 nodes: exit 0" test $? -eq 0
+cat "$WORK/hva2".node* | sort > "$WORK/hva2.sorted"
+check "heavy augment on 2 nodes: moved samples keep their bytes and draws" \
+    cmp -s "$WORK/hva2.sorted" "$WORK/hva1.sorted"
+check "heavy augment on 2 nodes: some samples moved across nodes" \
+    test "$(grep -Ec "delivered 40 failed 0 nodes 2 rc 0 .* moved ([0-9]+) remote [1-9]" \
+        "$WORK/hva2.out")" -eq 2
 grep -h "moved" "$WORK"/hv*.out | sed -n 's/^node 0: .*\(moved .*\)/  heavy: \1/p'
 
 # Lending over the wire: the run accounts for loans in the lend keys; a prohibitive network
