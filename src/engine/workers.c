@@ -67,9 +67,11 @@ int dh__eng_run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items
          * without random keys): the same draw the cost model planned with. */
         dh_media_draw dr;
         int rc = dh__run_draw(&e->run, t->step, t->sample, j, &dr);
-        if (!rc)
-            rc = dh__decode_item(&src, e->spec, &mi, &dr, t->part, t->nparts, base + it->offset,
-                                 (size_t)it->bytes, NULL, err, errlen);
+        if (rc)
+            return dh__fail(err, errlen, rc, "cannot draw its random augmentation from its "
+                            "descriptor");
+        rc = dh__decode_item(&src, e->spec, &mi, &dr, t->part, t->nparts, base + it->offset,
+                             (size_t)it->bytes, NULL, err, errlen);
         if (rc)
             return rc;
     }
