@@ -149,6 +149,13 @@ check "inspect says which random augmentation is on" contains "$WORK/iaug.out" \
 "$DH" inspect "$WORK/data/manifest.jsonl" --augment > "$WORK/iaug2.out" 2>&1
 check "inspect --augment shows the standard augmentation" contains "$WORK/iaug2.out" \
     "spec: default + --augment"
+echo '{"video": {"clip_s": 1, "random_start": true}}' > "$WORK/start.json"
+"$DH" inspect "$WORK/data/manifest.jsonl" --spec "$WORK/start.json" > "$WORK/iaug3.out" 2>&1
+check "inspect names only the random keys a spec has" contains "$WORK/iaug3.out" \
+    "random augmentation: video: a 1 s clip at a random start$"
+"$DH" gen --workload laion-images --out "$WORK/g" --augment > /dev/null 2> "$WORK/gen.err"
+check "gen names an unknown option as unknown" contains "$WORK/gen.err" \
+    'gen: unexpected argument "--augment"'
 echo '{"video": {"random_start": true}}' > "$WORK/badaug.json"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --spec "$WORK/badaug.json" --ranks 2 \
     --workers 2 --batch 2 > /dev/null 2> "$WORK/badaug.err"

@@ -317,6 +317,10 @@ START_TEST(the_cost_model_follows_the_draw)
     ck_assert_int_eq(dh_video_frames_drawn(s, &v, &d, idx, 4), 4);
     ck_assert_int_eq(idx[0], 258);
     ck_assert_int_eq(idx[3], 281);
+    int64_t from_draw[4]; /* what a client gets from the draw and the shape alone */
+    ck_assert_int_eq(dh_draw_frames(&d, 4, from_draw, 4), 4);
+    ck_assert_mem_eq(from_draw, idx, sizeof idx);
+    ck_assert_int_eq(dh_draw_frames(&d, 31, from_draw, 4), DH_EINVAL); /* span 30 < 31 */
     d.first_frame = 0;
     ck_assert_int_eq(dh_derive_media_drawn(s, &v, &d, &md), 0);
     ck_assert_int_eq(md.decoded_frames, 27);

@@ -40,6 +40,15 @@ int cli_gen(int argc, char **argv)
             fputs(help, stdout);
             return 0;
         }
+        static const char *const known[] = {"--workload", "--out", "--scale", "--format",
+                                            "--per-shard", "--samples", "--seed"};
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+            ok |= !strcmp(o, known[k]);
+        if (!ok) { /* an unknown option is named as such, with or without a value after it */
+            cli_err("gen: unexpected argument \"%s\" (see datahelix gen --help)", o);
+            return CLI_USAGE;
+        }
         if (!val) {
             cli_err("gen: %s needs a value (see datahelix gen --help)", o);
             return CLI_USAGE;

@@ -214,6 +214,15 @@ DH_API int dh_media_draw_plain(const dh_spec *spec, const dh_media_info *media,
  * clip behind a later keyframe seeks; a small crop lets JPEG decode at a smaller scale). */
 DH_API int dh_derive_media_drawn(const dh_spec *spec, const dh_media_info *media,
                                  const dh_media_draw *draw, dh_media_derived *out);
+/*
+ * The source frame indices a video item's draw sampled, from the draw and the item's frame
+ * count alone (its shape[0]): frame k is first_frame + floor((2k + 1) * frame_span /
+ * (2 * count)), which is also consecutive sampling's first_frame + k. For a client that
+ * has a batch's draws but not the spec or manifest. Returns count (at most cap written),
+ * or DH_EINVAL.
+ */
+DH_API int64_t dh_draw_frames(const dh_media_draw *draw, int64_t count, int64_t *frames,
+                              int64_t cap);
 /* dh_video_sample_frames for one draw (NULL: the plain draw). */
 DH_API int64_t dh_video_frames_drawn(const dh_spec *spec, const dh_media_info *media,
                                      const dh_media_draw *draw, int64_t *frames, int64_t cap);

@@ -40,7 +40,7 @@ typedef struct {
     int32_t nsamples, nitems, nfailed;
     const int64_t *samples;       /* manifest indices, nsamples */
     const int64_t *tokens;        /* tokens per sample (text + media), nsamples */
-    const dh_batch_item *items;   /* nitems, grouped by sample */
+    const dh_batch_item *items;   /* nitems, grouped by sample (their memory: by type) */
     const uint8_t *data;
     int64_t bytes;
     /* nitems: what the spec's random augmentation drew for each item (the plain draw

@@ -168,9 +168,9 @@ def _views(raw, items, collate_samples=None):
     Batch.layout() gives them. Returns the whole batch as one uint8 array (tensor) and a dict
     type -> list of arrays (tensors with torch), with "item_sample": type -> the position
     of each of those tensors' sample in the batch, and "items": type -> that list again.
-    collate_samples (the batch's B, or None): a type whose items are one per sample, of one
-    shape, at equal distances (every sample's items the same sizes) is one [B, ...] view
-    instead of the list.
+    collate_samples (the batch's B, or None: no collation): a type whose N items have one
+    shape and dtype (the agent lays a type's items out together, so they then lie at equal
+    distances) is one [N, ...] view instead of the list; item_sample says whose each is.
 
     The batch's memory is mapped read-only in this process (no trainer can write into
     another rank's batch): numpy views say so; torch's cannot, and its warning about that
@@ -191,9 +191,7 @@ def _views(raw, items, collate_samples=None):
             out.setdefault(typ, []).append(arr)
         per_item = dict(out)
         for typ in list(out) if collate_samples else []:
-            if owner[typ] != list(range(collate_samples)):
-                continue  # not one item per sample of the batch: ragged
-            st = _stacked(whole, where[typ])
+            st = _stacked(whole, where[typ])  # None when ragged (shapes differ)
             if st is not None:
                 out[typ] = torch.from_numpy(st) if torch is not None else st
         data = torch.from_numpy(whole) if torch is not None else whole
@@ -264,12 +262,14 @@ class Loader:
     "val"), and every rank must hold the same ones.
     timeout_ms: how long one batch may take. attach_timeout_ms: how long to wait for every
     rank to attach (default: as long as the agent waits, see its --attach-timeout).
-    collate: batch[type] is one [B, ...] tensor for a type whose items are one per sample of
-    one shape (fixed sizes, crops), viewing the shared memory (strided: nothing copied), and
-    the list of per-item tensors otherwise; batch["items"][type] is always that list.
-    collate="strict": the same, but a type that cannot be one tensor raises ValueError naming
-    its shapes, instead of coming back as a list (fps sampling, a video shorter than its clip,
-    audio durations, two items in one sample make ragged batches).
+    collate: batch[type] is one [N, ...] tensor of a type's N items when they have one shape
+    (fixed sizes, crops), viewing the shared memory (strided: nothing copied); N is the
+    batch's B when every sample has one such item, and batch["item_sample"][type][j] is the
+    sample of item j either way (a mixed dataset: samples without an image, or with two). A
+    type whose shapes differ stays the list of per-item tensors; batch["items"][type] is
+    always that list. collate="strict": the same, but a type whose shapes differ raises
+    ValueError naming them instead of coming back as a list (fps sampling, a video shorter
+    than its clip, audio lengths).
     """
 
     def __init__(self, socket=None, rank=None, world_size=None, global_batch=0,
@@ -465,14 +465,15 @@ class Loader:
         whole, batch = _views(raw, items, len(samples) if self.collate else None)
         if self.collate == "strict":
             for typ, tensors in batch["items"].items():
-                if batch[typ] is tensors:  # still the list: not one per sample of one shape
-                    shapes = sorted({tuple(t.shape) for t in tensors})
-                    raise ValueError(
-                        "collate=\"strict\": batch %d's %s cannot be one tensor: %d items for "
-                        "%d samples, shapes %s (fps sampling, a video shorter than its clip, "
-                        "audio lengths or several items per sample make them ragged; "
-                        "batch[\"items\"] has them one by one with collate=True)"
-                        % (step, typ, len(tensors), len(samples), shapes[:4]))
+                if batch[typ] is tensors:  # still the list
+                    shapes = sorted({(tuple(t.shape), str(t.dtype)) for t in tensors})
+                    why = ("differ in shape: %s%s" % ([s for s, _ in shapes[:3]],
+                                                      " ..." if len(shapes) > 3 else "")
+                           if len(shapes) > 1 else
+                           "are not evenly spaced in the batch's memory (samples it gave to "
+                           "another node left holes)")
+                    raise ValueError("collate=\"strict\": batch %d's %s items %s"
+                                     % (step, typ, why))
         epoch, epoch_step = self._position(step - self._run["step_base"])
         label = np.array([NO_LABEL if v is None else v for v in labels], dtype=np.int64)
         batch.update(step=step, global_step=step, epoch=epoch, epoch_step=epoch_step,

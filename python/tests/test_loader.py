@@ -591,6 +591,38 @@ print(json.dumps(rows))
                     self.assertIsInstance(b["image"], list)
                     self.assertEqual(len(b["items"]["image"]), 4)
                     self.assertEqual(set(b["draws"]["image"][0]), {"crop", "flip"})
+        # A mixed dataset (a user trial's omni-mix): samples with two images, none, or an
+        # image and a sound collate too (the agent lays each type's items out together), N
+        # items in one tensor, item_sample saying whose each is.
+        d = os.path.join(self.tmp, "snd")
+        os.makedirs(d, exist_ok=True)
+        subprocess.run([FFMPEG, "-v", "error", "-y", "-nostdin", "-f", "lavfi", "-i",
+                        "sine=sample_rate=16000", "-t", "0.5", os.path.join(d, "a.wav")],
+                       check=True)
+        subprocess.run([CLI, "index", d, "-o", os.path.join(d, "m.jsonl"), "-q"], check=True,
+                       stdout=subprocess.DEVNULL)
+        with open(os.path.join(d, "m.jsonl")) as f:
+            sound = json.loads(f.readline())["media"][0]
+        sound["path"] = "snd/" + sound["path"]
+        with open(os.path.join(self.tmp, "m.jsonl")) as f:
+            lines = [json.loads(x) for x in f]
+        mixed = [dict(lines[0], media=lines[0]["media"] + [sound]),
+                 dict(lines[1], id="pair", media=lines[1]["media"] + lines[2]["media"]),
+                 {"id": "words", "text": "no media at all", "media": []}] + lines[3:8]
+        with open(os.path.join(self.tmp, "mixed.jsonl"), "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in mixed))
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "2", "--no-shuffle",
+                   manifest="mixed.jsonl"):
+            with datahelix.Loader(socket=s, rank=0, world_size=1, collate="strict") as loader:
+                counts = []
+                for b in loader:
+                    x, items, owner = b["image"], b["items"]["image"], b["item_sample"]["image"]
+                    self.assertIsInstance(x, torch.Tensor)
+                    self.assertEqual(tuple(x.shape), (len(items), 224, 224, 3))
+                    for i in range(len(items)):
+                        self.assertEqual(x[i].data_ptr(), items[i].data_ptr())
+                    counts.append((len(items), owner))
+                self.assertEqual(counts, [(4, [0, 1, 1, 3]), (4, [0, 1, 2, 3])])
         # collate="strict" names a type that cannot be one tensor instead of a list
         native = os.path.join(self.tmp, "native.json")
         with open(native, "w") as f:
@@ -598,8 +630,8 @@ print(json.dumps(rows))
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "1", "--spec",
                    native):
             with datahelix.Loader(socket=s, rank=0, world_size=1, collate="strict") as loader:
-                with self.assertRaisesRegex(ValueError, "image cannot be one tensor: 4 items "
-                                            "for 4 samples, shapes"):
+                with self.assertRaisesRegex(ValueError, "batch 0's image items differ in shape: "
+                                            r"\[\(72, 96, 3\)"):
                     next(iter(loader))
         with self.assertRaisesRegex(ValueError, "collate: expected False, True or"):
             datahelix.Loader(socket=s, collate="yes")
@@ -829,6 +861,16 @@ with datahelix.Loader(socket=sock, rank=rank, world_size=world) as loader:
             self.assertRegex(err, r"rank 0 \(pid \d+\) failed holding step 0, its trainer says: "
                                   r"ValueError: bad label in i\d\.jpg; the job cannot go on")
             self.assertNotIn("second line", err)
+        # A reason over the message's 200 bytes is cut with " ...", not mid-sentence (a user
+        # trial saw "(... several items per sample ; the job cannot go on")
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--steps", "0") as agent:
+            with self.assertRaises(ValueError):
+                with datahelix.Loader(socket=s, rank=0, world_size=1, endless=True) as loader:
+                    for b in loader:
+                        raise ValueError("a long reason " * 30)
+            rc, out, err = agent.wait()
+            self.assertRegex(err, r"its trainer says: ValueError: (a long reason )+a +\.\.\.; "
+                                  r"the job cannot go on")
 
     def test_a_dead_agent_is_an_error_not_a_hang(self):
         s = sock()

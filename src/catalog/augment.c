@@ -99,8 +99,10 @@ void dh_spec_random_text(const dh_spec *s, char *buf, size_t len)
     if (s && s->video.sampling == DH_SAMPLE_CONSECUTIVE && s->video.random_start)
         add(v, sizeof v, "its %lld frames at a random start", (long long)s->video.frames);
     else if (s && (s->video.random_start || s->video.fps_jitter > 0))
-        add(v, sizeof v, "a %g s clip at a %s start, fps jitter %g", s->video.clip_s,
-            s->video.random_start ? "random" : "centred", s->video.fps_jitter);
+        add(v, sizeof v, "a %g s clip at a %s start", s->video.clip_s,
+            s->video.random_start ? "random" : "centred");
+    if (s && s->video.fps_jitter > 0)
+        add(v, sizeof v, "fps jitter %g", s->video.fps_jitter);
     if (s) {
         visual_text(v, sizeof v, &s->video.resize, &s->video.aug);
         visual_text(im, sizeof im, &s->image.resize, &s->image.aug);
@@ -168,13 +170,20 @@ int64_t dh_video_frames_drawn(const dh_spec *s, const dh_media_info *v, const dh
     int64_t first = d->first_frame, span = d->frame_span;
     if (first < c.a || span < c.count || first + span > c.b)
         return DH_EINVAL; /* not a draw of this video under this spec */
-    for (int64_t k = 0; k < c.count && k < cap; k++) {
-        if (s->video.sampling == DH_SAMPLE_CONSECUTIVE)
-            out[k] = first + k;
-        else /* centre of each of count equal segments: distinct since count <= span */
-            out[k] = first + (2 * k + 1) * span / (2 * c.count);
-    }
-    return c.count;
+    if (s->video.sampling == DH_SAMPLE_CONSECUTIVE && span != c.count)
+        return DH_EINVAL;
+    /* the centre of each of count equal segments: distinct since count <= span (consecutive:
+     * span is count, so frame k is first + k) */
+    return dh_draw_frames(d, c.count, out, cap);
+}
+
+int64_t dh_draw_frames(const dh_media_draw *d, int64_t count, int64_t *out, int64_t cap)
+{
+    if (!d || count < 1 || d->frame_span < count || (cap > 0 && !out))
+        return DH_EINVAL;
+    for (int64_t k = 0; k < count && k < cap; k++)
+        out[k] = d->first_frame + (2 * k + 1) * d->frame_span / (2 * count);
+    return count;
 }
 
 int64_t dh_video_sample_frames(const dh_spec *s, const dh_media_info *v, int64_t *out, int64_t cap)

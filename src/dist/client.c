@@ -580,9 +580,14 @@ void dh_client_fail(dh_client *c, const char *why)
         return;
     pthread_mutex_lock(&c->send_mu);
     if (c->fd >= 0 && !c->closing) {
-        size_t n = why ? strnlen(why, DH__ABORT_TEXT) : 0;
+        char text[DH__ABORT_TEXT];
+        size_t full = why ? strnlen(why, DH__ABORT_TEXT + 1) : 0;
+        size_t n = DH_MIN(full, DH__ABORT_TEXT);
+        memcpy(text, why ? why : "", n);
+        if (full > n) /* cut: said so, not left mid-sentence */
+            memcpy(text + n - 4, " ...", 4);
         if (!forked(c)) /* a forked child closes its copy of the socket, silently */
-            dh__proto_send(c->fd, DH__MSG_ABORT, why, (uint32_t)n, NULL, 0);
+            dh__proto_send(c->fd, DH__MSG_ABORT, text, (uint32_t)n, NULL, 0);
         hang_up(c);
     }
     pthread_mutex_unlock(&c->send_mu);

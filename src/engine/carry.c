@@ -37,14 +37,18 @@ static const dh_batch_item *find_item(const batch_slot *b, int64_t sample, int32
 
 /*
  * Copies (or, in place, moves down) items [first, end) of `to` from where
- * `from` holds them, with their status.
+ * `from` holds them, with their status. In place, items go in the order of their offsets
+ * (type by type: slots.c's place_by_type), so none lands on one not yet moved.
  */
 static void copy_items(dh_engine *e, batch_slot *to, int32_t first, int32_t end,
                        const batch_slot *from)
 {
     uint8_t *dst = dh__slot_data(e, to);
     const uint8_t *src = dh__slot_data(e, from);
-    for (int32_t k = first; dst && src && k < end; k++) {
+    for (int32_t n = 0; dst && src && n < (DH_MEDIA_AUDIO + 1) * (end - first); n++) {
+        int32_t k = first + n % (end - first);
+        if (to->items[k].type != n / (end - first))
+            continue;
         dh_batch_item *it = &to->items[k];
         const dh_batch_item *old = find_item(from, it->sample, it->media);
         if (!old)

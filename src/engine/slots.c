@@ -130,7 +130,24 @@ void dh__slot_clear_layout(batch_slot *b)
     b->laid_out = 0;
 }
 
-/* Lays b out for samples[0..n) (b takes the array): one packed, aligned slot per media item. */
+/* Gives b's items their offsets: one packed, aligned slot each, all of a type's items
+ * together (video, image, audio) in batch order, so that a type's items of one size lie at
+ * equal distances and Python views them as one [N, ...] tensor, whatever else a sample has.
+ * Items of one type keep their order, so a donor compacted in place only moves down. */
+static int64_t place_by_type(dh_batch_item *items, int32_t n)
+{
+    int64_t off = 0;
+    for (int32_t t = DH_MEDIA_VIDEO; t <= DH_MEDIA_AUDIO; t++)
+        for (int32_t k = 0; k < n; k++)
+            if (items[k].type == t) {
+                items[k].offset = off;
+                off = align_up(off + items[k].bytes);
+            }
+    return off;
+}
+
+/* Lays b out for samples[0..n) (b takes the array): the items grouped by sample, their
+ * memory by type (place_by_type). */
 int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n)
 {
     const dh_manifest *m = e->run.m;
@@ -146,7 +163,6 @@ int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n
     b->items = dh__calloc((size_t)DH_MAX(nitems, 1), sizeof *b->items);
     if (!b->tokens || !b->items)
         return DH_ENOMEM;
-    int64_t off = 0;
     for (int32_t k = 0; k < n; k++) {
         dh_sample_info si;
         dh_manifest_sample(m, samples[k], &si);
@@ -161,12 +177,11 @@ int dh__lay_out_samples(dh_engine *e, batch_slot *b, int64_t *samples, int32_t n
             dh_batch_item *it = &b->items[b->nitems++];
             *it = (dh_batch_item){.sample = samples[k], .media = j, .type = mi.type,
                                   .ndim = md.ndim, .elem_bytes = md.elem_bytes,
-                                  .offset = off, .bytes = md.out_bytes};
+                                  .bytes = md.out_bytes};
             memcpy(it->shape, md.shape, sizeof it->shape);
-            off = align_up(off + md.out_bytes);
         }
     }
-    b->bytes = off;
+    b->bytes = place_by_type(b->items, b->nitems);
     b->laid_out = 1;
     return 0;
 }
