@@ -145,8 +145,8 @@ class _Draws(collections.abc.Mapping):
 
 def _stacked(whole, entries):
     """One [N, ...] view of a type's N items (entries: (off, nbytes, is_f32, shape)), when
-    they share shape and dtype and lie at equal distances in the batch (each sample's items
-    the same sizes): strided over `whole`, nothing copied. None otherwise."""
+    they share shape and dtype and lie at equal distances in the batch (the agent lays a
+    type's items out together): strided over `whole`, nothing copied. None otherwise."""
     off0, nbytes, is_f32, shape = entries[0]
     step = entries[1][0] - off0 if len(entries) > 1 else nbytes
     size = 4 if is_f32 else 1
