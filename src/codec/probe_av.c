@@ -202,13 +202,16 @@ static int probe_video(AVFormatContext *fmt, AVStream *st, dh_probe_result *r,
      * frame, no rate and no duration: index wrote a line its own loader refused). A rate
      * that contradicts the frame count and duration yields to them (the decoder samples by
      * presentation time; the count and the duration are measured). */
+    if (mi->fps > 0 && mi->duration_s > 0 &&
+        fabs((double)mi->frames / mi->fps - mi->duration_s) > 0.25 * mi->duration_s + 1.0)
+        mi->fps = (double)mi->frames / mi->duration_s;
+    /* checked after that: a fuzzed file's 4 frames over a 26214 s duration made the rate
+     * 0.00015 fps, which the loader refuses */
     if (!(mi->fps >= 0.001) || !(mi->duration_s > 0)) {
         dh__msg(err, errlen, "video has %lld frames but no usable frame rate or duration",
                 (long long)mi->frames);
         return DH_ECORRUPT;
     }
-    if (fabs((double)mi->frames / mi->fps - mi->duration_s) > 0.25 * mi->duration_s + 1.0)
-        mi->fps = (double)mi->frames / mi->duration_s;
     return 0;
 }
 
