@@ -63,37 +63,30 @@ grep -h "lent" "$WORK"/n*.helix.out | sed 's/^/  helix lending (by timing): /'
 # consumers hold each batch 300 ms, so the plan agreed at each exchange moves samples off
 # its rank, across nodes (one rank per node; small images: every next step is prepared well
 # within the hold). The one-node run (4 ranks) delivers the same samples in every step.
+# With random augmentation ("augment", 2 nodes) samples moved across nodes keep their draws.
 "$DH" gen --workload laion-images --out "$WORK/img" --samples 16 > /dev/null 2>&1
 MI="$WORK/img/manifest.jsonl"
-"$NODES" "$MI" helix 4 4 8 5 "$WORK/hv1" heavy > /dev/null 2> "$WORK/hv1.err"
-check "heavy: one node runs" test $? -eq 0
-sort "$WORK/hv1" > "$WORK/hv1.sorted"
-for np in 2 4; do
-    timeout 120 "${MPIRUN[@]}" -np $np "$NODES" "$MI" helix $np 4 8 5 "$WORK/hv$np" heavy \
-        > "$WORK/hv$np.out" 2> "$WORK/hv$np.err"
-    check "heavy on $np nodes: exit 0" test $? -eq 0
-    cat "$WORK/hv$np".node* | sort > "$WORK/hv$np.sorted"
-    check "heavy on $np nodes: each sample once, the same bytes as on one node" \
-        cmp -s "$WORK/hv$np.sorted" "$WORK/hv1.sorted"
-    check "heavy on $np nodes: every node counts the same moves, some across nodes" \
-        test "$(grep -Ec "delivered 40 failed 0 nodes $np rc 0 .* moved ([0-9]+) remote [1-9]" \
-            "$WORK/hv$np.out")" -eq $np
-    [[ $fail -eq 0 ]] || { cat "$WORK/hv$np.out" "$WORK/hv$np.err"; }
+for mode in heavy augment; do
+    extra=(heavy); nps=(2 4)
+    [[ $mode == augment ]] && extra=(heavy augment) && nps=(2)
+    "$NODES" "$MI" helix 4 4 8 5 "$WORK/$mode.1" "${extra[@]}" > /dev/null 2> "$WORK/$mode.1.err"
+    check "$mode: one node runs" test $? -eq 0
+    sort "$WORK/$mode.1" > "$WORK/$mode.1.sorted"
+    for np in "${nps[@]}"; do
+        t="$WORK/$mode.$np"
+        timeout 120 "${MPIRUN[@]}" -np $np "$NODES" "$MI" helix $np 4 8 5 "$t" "${extra[@]}" \
+            > "$t.out" 2> "$t.err"
+        check "$mode on $np nodes: exit 0" test $? -eq 0
+        cat "$t".node* | sort > "$t.sorted"
+        check "$mode on $np nodes: each sample once, the same bytes (and draws) as on one node" \
+            cmp -s "$t.sorted" "$WORK/$mode.1.sorted"
+        check "$mode on $np nodes: every node counts the same moves, some across nodes" \
+            test "$(grep -Ec "delivered 40 failed 0 nodes $np rc 0 .* moved ([0-9]+) remote [1-9]" \
+                "$t.out")" -eq $np
+        [[ $fail -eq 0 ]] || { cat "$t.out" "$t.err"; }
+    done
 done
-# The same with random augmentation: samples moved across nodes keep their draws.
-"$NODES" "$MI" helix 4 4 8 5 "$WORK/hva1" heavy augment > /dev/null 2> "$WORK/hva1.err"
-check "heavy augment: one node runs" test $? -eq 0
-sort "$WORK/hva1" > "$WORK/hva1.sorted"
-timeout 120 "${MPIRUN[@]}" -np 2 "$NODES" "$MI" helix 2 4 8 5 "$WORK/hva2" heavy augment \
-    > "$WORK/hva2.out" 2> "$WORK/hva2.err"
-check "heavy augment on 2 nodes: exit 0" test $? -eq 0
-cat "$WORK/hva2".node* | sort > "$WORK/hva2.sorted"
-check "heavy augment on 2 nodes: moved samples keep their bytes and draws" \
-    cmp -s "$WORK/hva2.sorted" "$WORK/hva1.sorted"
-check "heavy augment on 2 nodes: some samples moved across nodes" \
-    test "$(grep -Ec "delivered 40 failed 0 nodes 2 rc 0 .* moved ([0-9]+) remote [1-9]" \
-        "$WORK/hva2.out")" -eq 2
-grep -h "moved" "$WORK"/hv*.out | sed -n 's/^node 0: .*\(moved .*\)/  heavy: \1/p'
+grep -h "moved" "$WORK"/heavy.[24].out | sed -n 's/^node 0: .*\(moved .*\)/  heavy: \1/p'
 
 # Lending over the wire: the run accounts for loans in the lend keys; a prohibitive network
 # (1000 s per transfer) lends nothing and counts every loan considered as gated.

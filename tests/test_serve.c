@@ -1693,8 +1693,10 @@ static void *take_until_stuck(void *arg)
 }
 
 /* Forks rank 0 of 2: it takes until its request must wait in the agent (rank 1 takes
- * nothing), and dies (exit 9) 2 s after attaching, its request still waiting. */
-static pid_t rank_0_dies_waiting(void)
+ * nothing). die: it dies (exit 9) 2 s after attaching, its request still waiting; else
+ * another thread detaches 1 s after attaching, and it exits 0 once its request ends
+ * DH_ECANCELED (5 otherwise). */
+static pid_t rank_0_stuck(int die)
 {
     pid_t pid = fork();
     if (pid)
@@ -1705,8 +1707,13 @@ static pid_t rank_0_dies_waiting(void)
         _exit(2);
     pthread_t t;
     pthread_create(&t, NULL, take_until_stuck, c);
-    sleep(2);
-    _exit(9);
+    sleep(die ? 2 : 1);
+    if (die)
+        _exit(9);
+    dh_client_detach(c);
+    void *res;
+    pthread_join(t, &res);
+    _exit(*(int *)res == DH_ECANCELED ? 0 : 5);
 }
 
 /* From the user trial of issue 22: a trainer killed while its request waited in the agent
@@ -1718,7 +1725,7 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
 {
     new_socket_name();
     pid_t r1 = idle_rank(1, 4, "rank 0 (pid ");
-    pid_t r0 = rank_0_dies_waiting();
+    pid_t r0 = rank_0_stuck(1);
     dh_run_config c = agent_config("pool", 2, 4);
     c.steps = DH_STEPS_FOREVER;
     dh_serve_opts o;
@@ -1742,20 +1749,7 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
     /* close() from another thread: rank 0 left, named so to rank 1 */
     new_socket_name();
     r1 = idle_rank(1, 3, ") left after step");
-    r0 = fork();
-    if (!r0) {
-        dh_client_opts o0 = client_opts(0, 2, 4);
-        dh_client *cl;
-        if (dh_client_connect(&o0, &cl, NULL, 0))
-            _exit(2);
-        pthread_t t;
-        pthread_create(&t, NULL, take_until_stuck, cl);
-        sleep(1);
-        dh_client_detach(cl);
-        void *res;
-        pthread_join(t, &res);
-        _exit(*(int *)res == DH_ECANCELED ? 0 : 5);
-    }
+    r0 = rank_0_stuck(0);
     int rc = run_agent(&c, &o, &r, err, sizeof err);
     ck_assert_msg(rc == 0 || rc == DH_EPEER, "%d %s", rc, err); /* endless: leaving ends it */
     ck_assert_int_eq(wait_child(r0), 0);
@@ -1797,7 +1791,7 @@ END_TEST
 START_TEST(a_rank_failing_after_another_died_names_the_dead_one_first)
 {
     new_socket_name();
-    pid_t r0 = rank_0_dies_waiting();
+    pid_t r0 = rank_0_stuck(1);
     pid_t r1 = fork();
     if (!r1) {
         dh_client_opts o = client_opts(1, 2, 4);

@@ -192,11 +192,10 @@ int64_t dh_video_sample_frames(const dh_spec *s, const dh_media_info *v, int64_t
 }
 
 /* The clip: its first frame and span (plain: centred, the spec's length). */
-static void draw_clip(const dh_spec *s, const dh_media_info *v, const dh__draws *r,
-                      dh_media_draw *d)
+static void draw_clip(const dh_spec *s, const dh_media_info *v, const vclip *cl,
+                      const dh__draws *r, dh_media_draw *d)
 {
-    vclip c;
-    video_clip(s, v, &c);
+    vclip c = *cl;
     int64_t span = c.b - c.a, len = c.len;
     if (r && s->video.fps_jitter > 0) {
         double f = dh__draw_range(r, DH__DRAW_JITTER, 1 - s->video.fps_jitter,
@@ -286,7 +285,7 @@ static int draw_item(const dh_spec *s, const dh_media_info *v, const dh__draws *
         int rc = video_clip(s, v, &c);
         if (rc)
             return rc;
-        draw_clip(s, v, r, d);
+        draw_clip(s, v, &c, r, d);
         rz = &s->video.resize;
         a = &s->video.aug;
     } else if (v->type == DH_MEDIA_IMAGE) {

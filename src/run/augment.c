@@ -49,10 +49,14 @@ double dh__run_drawn_cpu(const dh__run *run, int64_t step, int64_t i)
     return run->cfg.cpu_cost_scale > 0 ? (double)(float)(c * run->cfg.cpu_cost_scale) : c;
 }
 
-double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i)
+double dh__run_true_of(const dh__run *run, int64_t i, double drawn)
 {
     double truth = run->truth.cpu[i], plain = run->samples.cpu_pred[i];
-    if (!run->random || plain <= 0)
-        return truth;
-    return truth * dh__run_drawn_cpu(run, step, i) / plain;
+    return !run->random || plain <= 0 ? truth : truth * drawn / plain;
+}
+
+double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i)
+{
+    return run->random ? dh__run_true_of(run, i, dh__run_drawn_cpu(run, step, i))
+                       : run->truth.cpu[i];
 }

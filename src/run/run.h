@@ -44,6 +44,8 @@ int64_t dh__run_epoch_of(const dh__run *run, int64_t step);
 int dh__run_draw(const dh__run *run, int64_t step, int64_t i, int32_t j, dh_media_draw *out);
 double dh__run_drawn_cpu(const dh__run *run, int64_t step, int64_t i);
 double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i);
+/* The same for a drawn prediction already made (the order source's). */
+double dh__run_true_of(const dh__run *run, int64_t i, double drawn);
 void dh__run_free(dh__run *run);
 /* Every result field both engines fill alike (metrics, calibration, counters); out is whole. */
 void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,
