@@ -15,6 +15,9 @@
 # in libclang-rt-14-dev, only a recommendation of clang, so it is named here (this script
 # installs without recommendations). OpenMPI (openmpi-bin, libopenmpi-dev) is the
 # distributed runtime the multi-node agent is built on (linked into the agent only).
+# libcurl reads media on object storage (HTTP(S) range reads, S3's SigV4 signing); nginx
+# and s3rver (from the npm registry, run by nodejs) are the stores the storage tests start
+# on 127.0.0.1; s3rver goes to ~/.cache/datahelix/s3rver (DH_S3RVER_DIR elsewhere).
 set -euo pipefail
 
 PACKAGES=(
@@ -28,7 +31,11 @@ PACKAGES=(
     python3-venv python3-pip python3-setuptools python3-wheel
     clang libclang-rt-14-dev
     openmpi-bin libopenmpi-dev
+    libcurl4-openssl-dev nginx-light curl
 )
+# node and npm may come from elsewhere (NodeSource): only asked for when missing
+command -v node > /dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm > /dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -36,16 +43,22 @@ for p in "${PACKAGES[@]}"; do
     [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
-    exit 0
+if [[ ${#missing[@]} -gt 0 ]]; then
+    cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "datahelix: missing system packages: ${missing[*]}" >&2
+        echo "run as root:  $cmd" >&2
+        exit 1
+    fi
+    echo "datahelix: installing ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
-if [[ $(id -u) -ne 0 ]]; then
-    echo "datahelix: missing system packages: ${missing[*]}" >&2
-    echo "run as root:  $cmd" >&2
-    exit 1
+# s3rver, once (the npm registry is a package registry CI reaches); a user's npm install
+s3dir=${DH_S3RVER_DIR:-${HOME:-/root}/.cache/datahelix/s3rver}
+if [[ ! -x $s3dir/node_modules/.bin/s3rver ]]; then
+    echo "datahelix: installing s3rver 3.7.1 into $s3dir (npm)" >&2
+    mkdir -p "$s3dir"
+    npm install --prefix "$s3dir" --no-audit --no-fund --loglevel=error s3rver@3.7.1 >&2
 fi
-echo "datahelix: installing ${missing[*]}" >&2
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -24,6 +24,10 @@ static const char help[] =
     "as WebDataset writes them ('data/{00000..00099}.tar', 'a/{x,y}.tar'), or list files\n"
     "(.txt, .list, .lst: one path per line, relative to the list's directory; blanks\n"
     "around a path, blank lines and # comments ignored).\n"
+    "Shards and files on object storage are read by range, where they are: URLs\n"
+    "http://..., https://... and s3://BUCKET/KEY (docs/STORAGE.md: endpoint, region and\n"
+    "credentials from the AWS_* environment); the manifest names them by URL and pins\n"
+    "each object's ETag.\n"
     "\n"
     "  -o, --output MANIFEST   where to write the manifest (required)\n"
     "  -j, --threads N         probing threads (default: one per CPU)\n"
@@ -156,7 +160,9 @@ static int read_list(const char *list, strs *out)
         const char *p = line + strspn(line, " \t");
         if (!*p || *p == '#')
             continue;
-        snprintf(path, sizeof path, "%.*s%s", *p == '/' ? 0 : dirlen, list, p);
+        /* an object's URL as it is; a path relative to the list's directory */
+        snprintf(path, sizeof path, "%.*s%s", *p == '/' || strstr(p, "://") ? 0 : dirlen, list,
+                 p);
         rc = push(out, path, strlen(path));
     }
     fclose(f);
@@ -253,7 +259,8 @@ int cli_index(int argc, char **argv)
                 } else {
                     rc = list ? read_list(one.v[j], &paths) : push(&paths, one.v[j], l);
                 }
-                if (!list && strpbrk(one.v[j], "*?[") && access(one.v[j], F_OK) != 0)
+                if (!list && strpbrk(one.v[j], "*?[") && !strstr(one.v[j], "://") &&
+                    access(one.v[j], F_OK) != 0)
                     cli_err("index: %s: no such file; a wildcard is the shell's to expand "
                             "(leave it unquoted); index itself expands brace patterns only",
                             one.v[j]);

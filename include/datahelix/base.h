@@ -57,7 +57,8 @@ extern "C" {
     XX(EMISMATCH, -10009, "mismatch: the two sides disagree (a state, a job, a world)")            \
     XX(EEMPTY, -10010, "nothing to do: empty input")                                              \
     XX(EPEER, -10011, "the process at the other end died or disconnected")                        \
-    XX(EFAILED, -10012, "too many samples failed (--max-failed)")
+    XX(EFAILED, -10012, "too many samples failed (--max-failed)")                             \
+    XX(EREMOTE, -10013, "remote storage failed (HTTP or S3)")
 
 typedef enum {
 #define DH_ERR_ENUM(name, value, text) DH_##name = (value),
@@ -142,6 +143,9 @@ typedef struct {
     int64_t offset;
     const char *member;
     int64_t file_bytes; /* with offset: the whole file's size when indexed (0: not pinned) */
+    /* Added in 0.2 (object storage): an object's ETag when it was indexed (path http://, https:// or s3://):
+     * reads ask for that version and fail, named, if the object changed; NULL: not pinned. */
+    const char *etag;
 } dh_media_info;
 
 /* --------------------------------------------------------------- limits */

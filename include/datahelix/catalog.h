@@ -306,6 +306,7 @@ typedef struct {
     char format[32];     /* container or image format name */
     char codec_name[32]; /* the decoder's codec name, also for codecs not in dh_codec */
     int64_t bytes_read;  /* added in 0.2: bytes the probe read from the file */
+    char etag[128];      /* added in 0.2: an object's ETag (path http://, https://, s3://) */
 } dh_probe_result;
 
 DH_API int dh_probe_file(const char *path, const dh_limits *limits, dh_probe_result *out,

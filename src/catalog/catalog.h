@@ -54,6 +54,7 @@ struct dh_manifest {
     uint32_t *m_kf_off, *m_kf_count;
     int64_t *m_offset;       /* > 0: a byte range of the file (a tar member) */
     uint32_t *m_member_off;  /* DH__NO_STR: none */
+    uint32_t *m_etag_off;    /* an object's ETag pinned at index; DH__NO_STR: none */
     int64_t *m_file_bytes;   /* a range's whole file size when indexed (0: not pinned) */
 
     /* pools */

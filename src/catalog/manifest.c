@@ -10,6 +10,7 @@
  */
 #include "manifest_int.h"
 #include "jsonlite.h"
+#include "../store/store.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -125,11 +126,29 @@ static int path_is_contained(const char *p)
     return depth > 0;
 }
 
+/* An object's path: a host (or bucket) and something after it, no control bytes (what a
+ * store is asked for is checked by the store). */
+static int remote_path_ok(const char *p)
+{
+    const char *host = strstr(p, "://") + 3;
+    size_t hlen = strcspn(host, "/");
+    if (!hlen || !host[hlen] || !host[hlen + 1])
+        return 0;
+    for (const unsigned char *q = (const unsigned char *)p; *q; q++)
+        if (*q < ' ' || *q == 0x7f || (*q == ' ' && strncmp(p, "s3://", 5)))
+            return 0; /* an s3 key is escaped when asked for; a URL is given escaped */
+    return 1;
+}
+
 static int check_path(const dh_manifest *m, const char *path, const char *where, line_error *e)
 {
     size_t len = strlen(path);
     if (len == 0 || len > PATH_MAX_BYTES)
         return fail(e, DH_ESCHEMA, "%spath: must be 1..%d bytes", where, PATH_MAX_BYTES);
+    if (dh__is_remote(path)) /* an object: its store says whether it is there, when read */
+        return remote_path_ok(path) ? 0
+             : fail(e, DH_ESCHEMA, "%spath \"%s\": expected http://HOST/..., https://HOST/... "
+                    "or s3://BUCKET/KEY", where, path);
     if (!path_is_contained(path))
         return fail(e, DH_EPATH, "%spath \"%s\" escapes the manifest directory", where, path);
     if (!m->check_files)
@@ -261,6 +280,7 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *s
         (rc = get_num(d, obj, "duration", where, l->max_duration_s, &sm->duration, e)) ||
         (rc = get_int(d, obj, "offset", where, 0, INT64_MAX / 2, DH_ERANGE, &sm->offset, e)) ||
         (rc = get_str(d, obj, "member", where, 0, &sm->member, e)) ||
+        (rc = get_str(d, obj, "etag", where, 0, &sm->etag, e)) ||
         (rc = get_int(d, obj, "file_bytes", where, 0, INT64_MAX / 2, DH_ERANGE,
                       &sm->file_bytes, e)))
         return rc;
@@ -272,6 +292,8 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *s
         return fail(e, DH_ESCHEMA, "%soffset: a byte range needs its size in \"bytes\"", where);
     if (sm->member && (!sm->member[0] || strlen(sm->member) > PATH_MAX_BYTES))
         return fail(e, DH_ESCHEMA, "%smember: must be 1..%d bytes", where, PATH_MAX_BYTES);
+    if (sm->etag && (!sm->etag[0] || strlen(sm->etag) > 127 || strpbrk(sm->etag, "\r\n")))
+        return fail(e, DH_ESCHEMA, "%setag: must be 1..127 bytes on one line", where);
     if (sm->type != DH_MEDIA_AUDIO && (sm->width <= 0 || sm->height <= 0))
         return fail(e, DH_ESCHEMA, "%s%s needs positive \"width\" and \"height\"", where, type);
     if (sm->type == DH_MEDIA_VIDEO && (rc = complete_timing(sm, where, e)))

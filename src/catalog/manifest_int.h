@@ -17,6 +17,7 @@ typedef struct {
     size_t kf_first, kf_count; /* into the manifest's kf pool, past nkf (staged) */
     int64_t offset;            /* > 0: a byte range of path (a tar member) */
     const char *member;        /* its name in the shard; NULL: none */
+    const char *etag;          /* the object's ETag when indexed; NULL: none */
     int64_t file_bytes;        /* with offset: the shard's size when indexed (0: not pinned) */
 } dh__staged_media;
 

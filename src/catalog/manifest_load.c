@@ -252,7 +252,7 @@ size_t dh_manifest_memory(const dh_manifest *m)
     size_t per_sample = 4 + 4 + 4 + 4 + 2 + 4 + 4 + (m->text_off ? 4 : 0) + (m->meta_off ? 4 : 0) +
                         (m->label ? 8 : 0);
     size_t per_media = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 4 + (m->m_offset ? 8 : 0) +
-                       (m->m_member_off ? 4 : 0) + (m->m_file_bytes ? 8 : 0);
+                       (m->m_member_off ? 4 : 0) + (m->m_file_bytes ? 8 : 0) + (m->m_etag_off ? 4 : 0);
     return sizeof *m + strlen(m->dir) + 1 + m->cap * per_sample + m->mcap * per_media +
            m->kfcap * sizeof(int32_t) + m->strcap + m->idx_cap * sizeof(uint32_t);
 }
@@ -297,5 +297,7 @@ int dh_manifest_media(const dh_manifest *m, int64_t i, int32_t j, dh_media_info 
     out->member = !m->m_member_off || m->m_member_off[k] == DH__NO_STR
                       ? NULL
                       : dh__str(m, m->m_member_off[k]);
+    out->etag = !m->m_etag_off || m->m_etag_off[k] == DH__NO_STR ? NULL
+                                                                 : dh__str(m, m->m_etag_off[k]);
     return 0;
 }

@@ -96,10 +96,10 @@ static int optional_column(void **col, size_t elem, size_t from, size_t to, cons
 /* Makes the optional columns sample s needs, rows so far marked absent. 0 or DH_ENOMEM. */
 static int need_optional(dh_manifest *m, const dh__staged_sample *s)
 {
-    int range = 0, member = 0, pinned = 0, rc = 0;
+    int range = 0, member = 0, pinned = 0, etag = 0, rc = 0;
     for (int j = 0; j < s->media_count; j++)
         range |= s->media[j].offset > 0, member |= s->media[j].member != NULL,
-            pinned |= s->media[j].file_bytes > 0;
+            pinned |= s->media[j].file_bytes > 0, etag |= s->media[j].etag != NULL;
     if (s->text && !m->text_off)
         rc |= optional_column((void **)&m->text_off, 4, 0, m->cap, &(uint32_t){DH__NO_STR});
     if (s->meta && !m->meta_off)
@@ -112,6 +112,8 @@ static int need_optional(dh_manifest *m, const dh__staged_sample *s)
         rc |= optional_column((void **)&m->m_member_off, 4, 0, m->mcap, &(uint32_t){DH__NO_STR});
     if (pinned && !m->m_file_bytes)
         rc |= optional_column((void **)&m->m_file_bytes, 8, 0, m->mcap, &(int64_t){0});
+    if (etag && !m->m_etag_off)
+        rc |= optional_column((void **)&m->m_etag_off, 4, 0, m->mcap, &(uint32_t){DH__NO_STR});
     return rc ? DH_ENOMEM : 0;
 }
 
@@ -150,6 +152,8 @@ static int reserve_rows(dh_manifest *m, size_t nsamples, size_t nmedia)
                               &(uint32_t){DH__NO_STR});
     if (m->m_file_bytes)
         rc |= optional_column((void **)&m->m_file_bytes, 8, mcap, m->mcap, &(int64_t){0});
+    if (m->m_etag_off)
+        rc |= optional_column((void **)&m->m_etag_off, 4, mcap, m->mcap, &(uint32_t){DH__NO_STR});
     return rc ? DH_ENOMEM : 0;
 }
 
@@ -195,15 +199,17 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     int64_t id_off = str_push(m, s->id);
     if (id_off < 0)
         return (int)id_off;
-    int64_t path_off[256], member_off[256], text_off = s->text ? str_push(m, s->text) : DH__NO_STR;
+    int64_t path_off[256], member_off[256], etag_off[256], text_off = s->text ? str_push(m, s->text) : DH__NO_STR;
     int64_t meta_off = s->meta && text_off >= 0 ? str_push(m, s->meta) : DH__NO_STR;
     if (meta_off < 0)
         text_off = meta_off;
     for (int j = 0; j < s->media_count && text_off >= 0; j++) {
         path_off[j] = str_push(m, s->media[j].path);
         member_off[j] = s->media[j].member ? str_push(m, s->media[j].member) : DH__NO_STR;
-        if (path_off[j] < 0 || member_off[j] < 0)
-            text_off = path_off[j] < 0 ? path_off[j] : member_off[j];
+        etag_off[j] = s->media[j].etag ? str_push(m, s->media[j].etag) : DH__NO_STR;
+        if (path_off[j] < 0 || member_off[j] < 0 || etag_off[j] < 0)
+            text_off = path_off[j] < 0 ? path_off[j] : member_off[j] < 0 ? member_off[j]
+                                                                         : etag_off[j];
     }
     if (text_off < 0) {
         m->nstr = nstr_before;
@@ -245,6 +251,8 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
             m->m_member_off[k] = (uint32_t)member_off[j];
         if (m->m_file_bytes)
             m->m_file_bytes[k] = sm->file_bytes;
+        if (m->m_etag_off)
+            m->m_etag_off[k] = (uint32_t)etag_off[j];
     }
     m->nkf += kf_staged;
     m->n++;
@@ -292,7 +300,8 @@ void dh_manifest_free(dh_manifest *m)
                     m->m_channels, m->m_path_off, m->m_width,    m->m_height,    m->m_fps,
                     m->m_frames,   m->m_duration, m->m_rate,     m->m_bytes,     m->m_kf_off,
                     m->m_kf_count, m->kf,         m->str,        m->idx,         m->text_off,
-                    m->meta_off,   m->label,      m->m_offset,   m->m_member_off, m->m_file_bytes};
+                    m->meta_off,   m->label,      m->m_offset,   m->m_member_off, m->m_file_bytes,
+                    m->m_etag_off};
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++)
         free(arrs[i]);
     if (m->doc) {

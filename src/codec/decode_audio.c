@@ -48,6 +48,9 @@ static int aaverr(adec *a, int e, const char *what)
 {
     if (dh__source_expired(&a->src))
         return dh__source_timeout(&a->src, a->err, a->errlen);
+    int fault = dh__source_fault(&a->src, a->err, a->errlen);
+    if (fault)
+        return fault;
     char text[AV_ERROR_MAX_STRING_SIZE];
     av_strerror(e, text, sizeof text);
     return afail(a, e == AVERROR(ENOENT) ? DH_ENOENT : DH_EDECODE, "%s: %s", what, text);

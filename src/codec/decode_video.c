@@ -51,6 +51,9 @@ static int averr(vdec *v, int e, const char *what)
 {
     if (dh__source_expired(&v->src))
         return dh__source_timeout(&v->src, v->err, v->errlen);
+    int fault = dh__source_fault(&v->src, v->err, v->errlen);
+    if (fault)
+        return fault;
     char text[AV_ERROR_MAX_STRING_SIZE];
     av_strerror(e, text, sizeof text);
     return vfail(v, e == AVERROR(ENOENT) ? DH_ENOENT : e == AVERROR(ENOMEM) ? DH_ENOMEM : DH_EDECODE,

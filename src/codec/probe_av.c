@@ -304,5 +304,7 @@ int dh__probe_av(dh__source *src, const dh_limits *lim, dh_probe_result *r, char
                   : probe_audio(fmt, st, r, lim, err, errlen);
 done:
     dh__source_avclose(&fmt);
+    if (rc && dh__source_fault(src, NULL, 0)) /* the store failed: say what it said */
+        rc = dh__source_fault(src, err, errlen);
     return rc;
 }

@@ -14,6 +14,7 @@
 #include "source.h"
 
 #include "../core/tarhdr.h"
+#include "../store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -112,8 +113,9 @@ static int apply_range(dh__source *s, const dh__media_src *src, char *err, size_
                         (long long)s->size);
     unsigned char h[DH__TAR_BLOCK];
     char why[200] = "its header cannot be read";
-    if (src->member && s->fd >= 0 && src->range_off >= DH__TAR_BLOCK &&
-        (pread(s->fd, h, sizeof h, (off_t)(src->range_off - DH__TAR_BLOCK)) != (ssize_t)sizeof h ||
+    if (src->member && (s->fd >= 0 || (s->remote && !s->etag[0])) &&
+        src->range_off >= DH__TAR_BLOCK &&
+        (dh__source_read_at(s, h, sizeof h, src->range_off - DH__TAR_BLOCK) != (ssize_t)sizeof h ||
          !dh__tar_header_is(h, src->member, src->range_len, why, sizeof why)))
         return dh__fail(err, errlen, DH_ECORRUPT, "member %s: %s: the shard changed since it "
                         "was indexed (index it again)", src->member, why);
@@ -123,6 +125,7 @@ static int apply_range(dh__source *s, const dh__media_src *src, char *err, size_
 }
 
 struct dh__fd_cache {
+    dh__remote *remote; /* the worker's connection to object stores, made on first use */
     int n, cap;
     uint64_t tick;
     struct {
@@ -143,8 +146,17 @@ dh__fd_cache *dh__fd_cache_new(int capacity)
     return c;
 }
 
+dh__remote *dh__fd_cache_remote(dh__fd_cache *c, char *err, size_t errlen)
+{
+    if (c && !c->remote)
+        c->remote = dh__remote_new(NULL, err, errlen);
+    return c ? c->remote : NULL;
+}
+
 void dh__fd_cache_free(dh__fd_cache *c)
 {
+    if (c)
+        dh__remote_free(c->remote);
     for (int k = 0; c && k < c->n; k++) {
         close(c->e[k].fd);
         free(c->e[k].path);
@@ -222,6 +234,32 @@ static int open_cached(dh__fd_cache *c, const char *root, const char *path, int 
     return 0;
 }
 
+/* An object: the worker's connection (or one of its own), its size as indexed or asked. */
+static int open_remote(dh__source *s, const dh__media_src *src, char *err, size_t errlen)
+{
+    s->remote = src->cache ? dh__fd_cache_remote(src->cache, err, errlen)
+                           : dh__remote_new(NULL, err, errlen);
+    s->owns_remote = !src->cache;
+    if (!s->remote)
+        return DH_EINVAL; /* the environment's configuration, named in err */
+    if (!(s->object = strdup(src->path)))
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    snprintf(s->etag, sizeof s->etag, "%s", src->etag ? src->etag : "");
+    if (src->object_bytes > 0) {
+        s->size = src->object_bytes;
+    } else {
+        dh__object o;
+        int rc = dh__remote_stat(s->remote, src->path, s->deadline, &o, err, errlen);
+        if (rc)
+            return rc;
+        s->size = o.size;
+        if (!s->etag[0])
+            snprintf(s->etag, sizeof s->etag, "%s", o.etag);
+    }
+    s->object_size = s->size;
+    return 0;
+}
+
 int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -238,6 +276,13 @@ int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t e
     }
     if (!src->path || !src->path[0])
         return dh__fail(err, errlen, DH_EINVAL, "no path");
+    if (dh__is_remote(src->path)) {
+        int rc = open_remote(s, src, err, errlen);
+        rc = rc ? rc : apply_range(s, src, err, errlen);
+        if (rc)
+            dh__source_close(s);
+        return rc;
+    }
     int fd = -1;
     int64_t size = 0;
     int shard = src->cache && (src->range_off || src->range_len);
@@ -256,9 +301,24 @@ int dh__source_open(dh__source *s, const dh__media_src *src, char *err, size_t e
 
 void dh__source_close(dh__source *s)
 {
+    if (s->owns_remote)
+        dh__remote_free(s->remote);
+    s->remote = NULL;
+    s->owns_remote = 0;
+    free(s->object);
+    s->object = NULL;
     if (s->fd >= 0 && !s->borrowed)
         close(s->fd);
     s->fd = -1;
+}
+
+int dh__source_fault(const dh__source *s, char *err, size_t errlen)
+{
+    if (!s->err_code)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", s->err);
+    return s->err_code;
 }
 
 int dh__source_expired(const dh__source *s)
@@ -281,6 +341,15 @@ ssize_t dh__source_read_at(dh__source *s, void *buf, size_t n, int64_t off)
     if (s->mem) {
         memcpy(buf, s->mem + s->base + off, n);
         return (ssize_t)n;
+    }
+    if (s->remote) {
+        dh__object_ref o = {s->object, s->etag, s->object_size, s->base, s->base + s->size};
+        ssize_t got = dh__remote_read(s->remote, &o, buf, n, s->base + off, s->deadline, s->err,
+                                      sizeof s->err);
+        if (got < 0)
+            s->err_code = (int)got;
+        s->read_bytes += got > 0 ? got : 0;
+        return got;
     }
     for (;;) {
         ssize_t got = pread(s->fd, buf, n, s->base + off);
@@ -320,7 +389,8 @@ int dh__source_read_all(dh__source *s, int64_t max, uint8_t **buf, size_t *len, 
         ssize_t n = source_read(s, b + got, (size_t)s->size - got);
         if (n <= 0) {
             free(b);
-            return n < 0 ? dh__fail(err, errlen, (int)n, "read failed: %s", strerror((int)-n))
+            return n < 0 && s->err_code ? dh__source_fault(s, err, errlen)
+                 : n < 0 ? dh__fail(err, errlen, (int)n, "read failed: %s", strerror((int)-n))
                          : dh__fail(err, errlen, DH_EIO, "the file shrank while read");
         }
         got += (size_t)n;

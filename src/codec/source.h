@@ -44,13 +44,20 @@ typedef struct dh__media_src {
      * range_off + range_len) and nothing outside them is read; range_len 0: the whole file. */
     int64_t range_off, range_len;
     int64_t file_bytes;  /* > 0: the file must still be this size (a shard pinned at index) */
+    int64_t object_bytes; /* an object's size as indexed (> 0: no request asks it again) */
     const char *member;  /* with a range: the tar member it is; its header, just before the
                           * range, must still name it (a shard rewritten to the same size) */
-    dh__fd_cache *cache; /* a byte range's file kept open here (NULL: opened and closed) */
+    dh__fd_cache *cache; /* a byte range's file kept open here (NULL: opened and closed); an
+                          * object's connection kept here too */
+    const char *etag;    /* an object's ETag pinned at index (NULL: not pinned) */
 } dh__media_src;
 
 /* CLOCK_MONOTONIC seconds, the clock of dh__media_src.started. */
 double dh__source_now(void);
+
+/* A worker's connection to the object stores, made on first use (NULL with err when the
+ * environment's configuration is wrong); its fetch counters. */
+struct dh__remote *dh__fd_cache_remote(dh__fd_cache *c, char *err, size_t errlen);
 
 /* A path as given, no root, no time limit (tests, tools). */
 #define DH__SRC(p) (&(dh__media_src){.path = (p)})
@@ -60,7 +67,8 @@ double dh__source_now(void);
     ((dh__media_src){.root = (rt), .path = (p), .range_off = (mi)->offset > 0 ? (mi)->offset : 0, \
                      .range_len = (mi)->offset > 0 ? (mi)->bytes : 0,                           \
                      .file_bytes = (mi)->offset > 0 ? (mi)->file_bytes : 0,             \
-                     .member = (mi)->offset > 0 ? (mi)->member : NULL})
+                     .member = (mi)->offset > 0 ? (mi)->member : NULL, .etag = (mi)->etag, \
+                     .object_bytes = (mi)->offset > 0 ? (mi)->file_bytes : (mi)->bytes})
 
 typedef struct dh__source {
     int fd;             /* -1 for memory */
@@ -73,11 +81,20 @@ typedef struct dh__source {
     int avio_buf;       /* FFmpeg's read size through it (0: 64 KiB, for decoding); probing
                          * reads headers only, in smaller steps */
     int borrowed;       /* fd belongs to a dh__fd_cache: not closed with the source */
+    /* An object (path http://, https://, s3://): read through remote by range. */
+    struct dh__remote *remote;
+    int owns_remote;    /* made for this source alone (no cache): freed with it */
+    char *object;       /* its path, and its ETag ("" when not pinned) */
+    char etag[128];
+    int64_t object_size; /* the whole object's size */
+    int err_code;       /* the last remote read's failure (AVIO passes only a code): its */
+    char err[480];      /* code and sentence, which a decoder's error repeats */
 } dh__source;
 
 /*
  * Opens src: confined beneath src->root by the kernel, a regular file only,
- * never blocking in open. Errors: DH_EPATH (outside the root, through a
+ * never blocking in open; an object (a URL) through the worker's connection, its size
+ * from the manifest or asked from the store. Errors: DH_EPATH (outside the root, through a
  * symlink that leaves it), DH_ENOTMEDIA (not a regular file: names what it
  * is), -errno (missing, permission), each with a sentence in err.
  */
@@ -90,6 +107,10 @@ int dh__source_read_all(dh__source *s, int64_t max, uint8_t **buf, size_t *len, 
 
 /* Up to n bytes at offset off (no position change); 0 at the end, -errno on error. */
 ssize_t dh__source_read_at(dh__source *s, void *buf, size_t n, int64_t off);
+
+/* When a read of the source failed remotely: its sentence into err and its code (the
+ * decoders' errors say what the store said, not what FFmpeg made of it); 0 otherwise. */
+int dh__source_fault(const dh__source *s, char *err, size_t errlen);
 
 /* 1 once the source's deadline has passed. */
 int dh__source_expired(const dh__source *s);

@@ -13,6 +13,7 @@
 #include "engine_int.h"
 
 #include "../codec/decode.h"
+#include "../store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +56,12 @@ int dh__eng_run_task(dh_engine *e, const dh__task *t, const dh_batch_item *items
         dh_manifest_media(m, t->sample, j, &mi);
         const dh_batch_item *it = &items[first + j];
         const char *dir = dh_manifest_dir(m);
-        snprintf(path, pathlen, "%s%s%s%s%s", dir, dir[0] ? "/" : "", mi.path,
-                 mi.offset > 0 ? ":" : "", mi.offset > 0 ? (mi.member ? mi.member : "?") : "");
+        if (dh__is_remote(mi.path)) /* an object: without a query string or credentials */
+            dh__store_display(mi.path, path, pathlen);
+        else
+            snprintf(path, pathlen, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
+        snprintf(path + strlen(path), pathlen - strlen(path), "%s%s", mi.offset > 0 ? ":" : "",
+                 mi.offset > 0 ? (mi.member ? mi.member : "?") : "");
         /* Opened beneath the manifest's directory by the kernel, within the task's limit; a
          * shard's member is read in place. */
         dh__media_src src = DH__ITEM_SRC(dir, mi.path, &mi);

@@ -13,6 +13,7 @@
 #include "probe.h"
 
 #include "../codec/source.h"
+#include "../store/store.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -123,6 +124,15 @@ static int walk(index_job *j, const char *rel)
     return rc;
 }
 
+/* How input i is named in messages: its path, or an object's URL without credentials. */
+static void full_name(const index_job *j, size_t i, char *out, size_t len)
+{
+    if (dh__is_remote(j->rel[i]))
+        dh__store_display(j->rel[i], out, len);
+    else
+        snprintf(out, len, "%s/%s", j->root, j->rel[i]);
+}
+
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -136,7 +146,7 @@ static void *probe_worker(void *arg)
         size_t i = atomic_fetch_add(&j->next, 1);
         if (i >= j->n)
             break;
-        snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
+        full_name(j, i, full, sizeof full);
         err[0] = 0;
         file_result *fr = &j->results[i];
         if (dh_index_shard_name(j->rel[i])) { /* a WebDataset shard (a compressed one is named) */
@@ -216,7 +226,7 @@ static int write_shard(index_job *j, FILE *f, size_t i, dh_index_stats *st)
 {
     const dh__shard_result *r = &j->results[i].sr;
     char full[PATH_MAX];
-    snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
+    full_name(j, i, full, sizeof full);
     for (size_t k = 0; j->opts->diag && k < r->ndiags; k++) {
         dh_diag d = {.file = full, .code = r->diags[k].code, .message = r->diags[k].message};
         j->opts->diag(&d, j->opts->diag_user);
@@ -255,14 +265,14 @@ static int write_manifest(index_job *j, FILE *f, const char *prefix, dh_index_st
             st->skipped++;
             if (j->opts->diag) {
                 char msg[PATH_MAX + 600];
-                snprintf(full, sizeof full, "%s/%s", j->root, j->rel[i]);
+                full_name(j, i, full, sizeof full);
                 snprintf(msg, sizeof msg, "%s: skipped: %s", full, fr->err ? fr->err : "?");
                 dh_diag d = {.file = full, .code = fr->rc, .message = msg};
                 j->opts->diag(&d, j->opts->diag_user);
             }
             continue;
         }
-        snprintf(path, sizeof path, "%s%s", prefix, j->rel[i]);
+        snprintf(path, sizeof path, "%s%s", dh__is_remote(j->rel[i]) ? "" : prefix, j->rel[i]);
         int rc = write_line(f, j->rel[i], &fr->res, path);
         if (rc)
             return rc;
@@ -420,6 +430,10 @@ int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
         char canon[PATH_MAX];
         const char *why = NULL;
         int code = 0;
+        if (dh__is_remote(paths[k])) { /* an object: read from its store, named as given */
+            rc = add_path(&j, paths[k]);
+            continue;
+        }
         if (!realpath(paths[k], canon))
             code = -errno, why = strerror(errno);
         else if (strncmp(canon, j.root, rootlen) || (canon[rootlen] != '/' && rootlen > 1))

@@ -70,7 +70,8 @@ static int probe_source(const char *path, dh__source *src, const dh_limits *lim,
     unsigned char magic[8];
     ssize_t got = read_prefix(src, magic, sizeof magic);
     if (got < 0) {
-        dh__msg(err, errlen, "read failed: %s", dh_strerror((int)got));
+        if (!dh__source_fault(src, err, errlen))
+            dh__msg(err, errlen, "read failed: %s", dh_strerror((int)got));
         return (int)got;
     }
     int jpeg = got >= 3 && magic[0] == 0xFF && magic[1] == 0xD8 && magic[2] == 0xFF;
@@ -120,7 +121,11 @@ int dh__probe_src(const dh__media_src *msrc, const dh_limits *limits, dh_probe_r
     } else {
         rc = probe_source(msrc->path, &src, limits, out, err, errlen);
     }
+    if (rc && dh__source_fault(&src, NULL, 0)) /* the store failed: what it said */
+        rc = dh__source_fault(&src, err, errlen);
     int64_t bytes = src.size, read = src.read_bytes;
+    if (src.remote)
+        snprintf(out->etag, sizeof out->etag, "%s", src.etag);
     dh__source_close(&src);
     if (rc == 0) {
         out->info.bytes = bytes;
@@ -166,5 +171,7 @@ json_t *dh__media_json(const dh_probe_result *r, const char *path)
         json_object_set_new(m, "channels", json_integer(mi->channels));
     }
     json_object_set_new(m, "bytes", json_integer(mi->bytes));
+    if (r->etag[0])
+        json_object_set_new(m, "etag", json_string(r->etag));
     return m;
 }

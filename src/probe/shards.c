@@ -17,6 +17,7 @@
 
 #include "../catalog/catalog.h"
 #include "../codec/source.h"
+#include "../store/store.h"
 #include "tar.h"
 
 #include <stdarg.h>
@@ -202,10 +203,12 @@ static int read_member(dh__source *s, const member *m, int64_t max, char **out, 
 }
 
 typedef struct {
-    const char *root, *rel, *prefix; /* DIR, the shard below it, DIR as the manifest sees it */
+    const char *root, *rel, *shown, *prefix; /* DIR, the shard below it (and as messages name
+                                               * it), DIR as the manifest sees it */
     const dh_limits *limits;
     const char *suffixes;            /* the user's suffix rules, or NULL */
     dh__source *src;                 /* the shard, opened (for text and label members) */
+    dh__fd_cache *cache;             /* the shard kept open (an object: one connection) */
     dh__shard_result *r;
 } shard_job;
 
@@ -271,19 +274,22 @@ static int label_member(shard_job *j, const member *m, sample_parts *sp, char *w
 static int media_member(shard_job *j, const member *m, sample_parts *sp, char *why, size_t len)
 {
     dh__media_src ms = {.root = j->root, .path = j->rel, .range_off = m->offset,
-                        .range_len = m->size};
+                        .range_len = m->size, .cache = j->cache, .object_bytes = j->src->size,
+                        .etag = j->src->etag[0] ? j->src->etag : NULL};
     dh_probe_result pr;
     char perr[500] = "";
     int rc = m->size > 0 ? dh__probe_src(&ms, j->limits, &pr, perr, sizeof perr) : DH_ENOTMEDIA;
     if (rc)
         return dh__fail(why, len, rc, "%s", perr[0] ? perr : "an empty member");
     char path[4200];
-    snprintf(path, sizeof path, "%s%s", j->prefix, j->rel);
+    snprintf(path, sizeof path, "%s%s", dh__is_remote(j->rel) ? "" : j->prefix, j->rel);
     json_t *item = dh__media_json(&pr, path);
     json_object_set_new(item, "bytes", json_integer(m->size));
     json_object_set_new(item, "offset", json_integer(m->offset));
     json_object_set_new(item, "member", json_string(m->name));
     json_object_set_new(item, "file_bytes", json_integer(j->src->size));
+    if (j->src->etag[0])
+        json_object_set_new(item, "etag", json_string(j->src->etag));
     json_array_append_new(sp->media, item);
     j->r->bytes_read += pr.bytes_read;
     j->r->media_bytes += m->size;
@@ -340,7 +346,7 @@ static int one_sample(shard_job *j, const member *g, size_t n, size_t key_len, c
         rc = dh__fail(why, sizeof why, DH_ENOTMEDIA, "no media or text member"), bad = g[0].name;
     if (rc) {
         j->r->skipped++;
-        add_diag(j->r, rc, "%s: sample \"%.*s\": member %s: %s", j->rel, (int)key_len, g[0].name,
+        add_diag(j->r, rc, "%s: sample \"%.*s\": member %s: %s", j->shown, (int)key_len, g[0].name,
                  bad ? bad : "?", why);
     } else {
         json_object_set_new(line, "id", json_string(id));
@@ -381,6 +387,11 @@ static const char *compressed_kind(dh__source *s)
     return NULL;
 }
 
+static ssize_t shard_read(void *src, void *buf, size_t n, int64_t off)
+{
+    return dh__source_read_at(src, buf, n, off);
+}
+
 void dh__shard_result_clear(dh__shard_result *r)
 {
     for (size_t k = 0; k < r->nlines; k++)
@@ -398,10 +409,16 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
     memset(r, 0, sizeof *r);
     dh__source s;
     char err[600] = "";
-    dh__media_src ms = {.root = root, .path = rel};
+    char shown[4200]; /* an object's URL without a query or credentials */
+    dh__store_display(rel, shown, sizeof shown);
+    dh__fd_cache *cache = dh__fd_cache_new(1);
+    if (!cache)
+        return DH_ENOMEM;
+    dh__media_src ms = {.root = root, .path = rel, .cache = cache};
     int rc = dh__source_open(&s, &ms, err, sizeof err);
     if (rc) {
-        add_diag(r, rc, "%s: shard skipped: %s", rel, err);
+        dh__fd_cache_free(cache);
+        add_diag(r, rc, "%s: shard skipped: %s", shown, err);
         r->failed = 1;
         return 0;
     }
@@ -412,10 +429,14 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
         rc = dh__fail(err, sizeof err, DH_ENOTMEDIA, "a %s-compressed file: shards are read in "
                       "place, uncompressed (WebDataset's plain .tar; decompress it first)", z);
     } else {
-        rc = dh__tar_walk_at(s.fd, s.size, collect, &l, broken, sizeof broken, err, sizeof err);
+        dh__tar_reader rd = {shard_read, &s};
+        rc = dh__tar_walk_at(&rd, s.size, collect, &l, broken, sizeof broken, err, sizeof err);
+        if (rc && dh__source_fault(&s, NULL, 0)) /* the store failed: what it said */
+            rc = dh__source_fault(&s, err, sizeof err);
     }
     if (rc == DH_ENOMEM) {
         dh__source_close(&s);
+        dh__fd_cache_free(cache);
         for (size_t k = 0; k < l.n; k++)
             free(l.m[k].name);
         free(l.m);
@@ -431,7 +452,7 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
         while (cut && usable > 0 && same_key(&l.m[usable - 1], last))
             usable--;
     }
-    shard_job j = {root, rel, prefix, limits, suffixes, &s, r};
+    shard_job j = {root, rel, shown, prefix, limits, suffixes, &s, cache, r};
     for (size_t k = 0; k < l.n; k++) /* the headers read: a block each, pax data included */
         r->bytes_read += l.m[k].offset - l.m[k].header;
     int frc = 0;
@@ -446,7 +467,8 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
         for (size_t p = 0; p < a; p++)
             seen += (p == 0 || !same_key(&l.m[p - 1], &l.m[p])) && same_key(&l.m[p], &l.m[a]);
         char id[8400]; /* the shard as the manifest names it: the same whichever way indexed */
-        snprintf(id, sizeof id, "%s%s:%.*s", prefix, rel, (int)key, l.m[a].name);
+        snprintf(id, sizeof id, "%s%s:%.*s", dh__is_remote(rel) ? "" : prefix, rel, (int)key,
+                 l.m[a].name);
         if (seen > 1)
             snprintf(id + strlen(id), sizeof id - strlen(id), "#%d", seen);
         frc = one_sample(&j, &l.m[a], b - a, key, id);
@@ -454,7 +476,7 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
     }
     if (rc) {
         r->failed = !usable;
-        add_diag(r, rc, "%s: %s%s: %s%s", rel, usable ? "damaged after member " : "shard skipped",
+        add_diag(r, rc, "%s: %s%s: %s%s", shown, usable ? "damaged after member " : "shard skipped",
                  usable ? l.m[usable - 1].name : "", err,
                  usable < l.n ? "; the sample it cut is left out" : "");
         r->skipped += usable < l.n || broken[0]; /* the sample the damage cut */
@@ -464,5 +486,6 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
     free(l.m);
     r->bytes_read += s.read_bytes; /* texts, labels, the format check */
     dh__source_close(&s);
+    dh__fd_cache_free(cache);
     return frc;
 }

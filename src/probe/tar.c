@@ -21,16 +21,25 @@
 
 #define BLOCK DH__TAR_BLOCK
 
-/* Reads exactly len bytes at off; 0, DH_ECORRUPT (the file ends first) or -errno. */
-static int read_at(int fd, void *buf, size_t len, int64_t off)
+/* A descriptor's pread as a reader. */
+static ssize_t fd_read(void *ctx, void *buf, size_t n, int64_t off)
+{
+    for (;;) {
+        ssize_t got = pread(*(int *)ctx, buf, n, (off_t)off);
+        if (got >= 0 || errno != EINTR)
+            return got < 0 ? -errno : got;
+    }
+}
+
+/* Reads exactly len bytes at off; 0, DH_ECORRUPT (the file ends first) or the reader's
+ * error. */
+static int read_at(const dh__tar_reader *fd, void *buf, size_t len, int64_t off)
 {
     size_t got = 0;
     while (got < len) {
-        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + (int64_t)got));
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = fd->read(fd->ctx, (char *)buf + got, len - got, off + (int64_t)got);
         if (n < 0)
-            return -errno;
+            return (int)n;
         if (n == 0)
             return DH_ECORRUPT;
         got += (size_t)n;
@@ -98,7 +107,7 @@ static int pax_records(const char *buf, size_t len, pending *p, int64_t at, char
 }
 
 /* The data of a pax or GNU header (bounded by max), NUL-terminated into a new buffer. */
-static int read_meta(int fd, int64_t off, int64_t size, int64_t max, char **out)
+static int read_meta(const dh__tar_reader *fd, int64_t off, int64_t size, int64_t max, char **out)
 {
     if (size > max)
         return DH_ELIMIT;
@@ -133,7 +142,7 @@ static void header_name(const unsigned char *h, const pending *p, char *name, si
 }
 
 /* One header block at off: a member (reported), a pax/GNU header (kept in p) or the end. */
-static int one_header(int fd, int64_t file_size, int64_t *off, pending *p, int64_t *first,
+static int one_header(const dh__tar_reader *fd, int64_t file_size, int64_t *off, pending *p, int64_t *first,
                       int (*each)(const dh__tar_member *, void *), void *user, int *done,
                       char *broken, size_t blen, char *err, size_t errlen)
 {
@@ -197,10 +206,11 @@ static int one_header(int fd, int64_t file_size, int64_t *off, pending *p, int64
 int dh__tar_walk(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
                  void *user, char *err, size_t errlen)
 {
-    return dh__tar_walk_at(fd, file_size, each, user, NULL, 0, err, errlen);
+    dh__tar_reader rd = {fd_read, &fd};
+    return dh__tar_walk_at(&rd, file_size, each, user, NULL, 0, err, errlen);
 }
 
-int dh__tar_walk_at(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
+int dh__tar_walk_at(const dh__tar_reader *fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
                     void *user, char *broken, size_t blen, char *err, size_t errlen)
 {
     if (broken && blen)

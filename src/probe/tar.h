@@ -15,6 +15,7 @@
 #include "../core/core.h"
 
 #include <stdio.h>
+#include <sys/types.h>
 
 /* Longest member name accepted (a pax path or GNU long name over it is an error). */
 #define DH__TAR_NAME_MAX 4096
@@ -40,9 +41,16 @@ typedef struct {
 int dh__tar_walk(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
                  void *user, char *err, size_t errlen);
 
-/* dh__tar_walk; when the archive breaks inside a member whose header was read (its data
- * runs past the end of the file), broken gets its name (else ""). */
-int dh__tar_walk_at(int fd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
+/* Where an archive is read from: read(ctx, buf, n, off) gives up to n bytes at off, 0 at
+ * the end, or a negative error (a file's pread, an object's ranged reads). */
+typedef struct {
+    ssize_t (*read)(void *ctx, void *buf, size_t n, int64_t off);
+    void *ctx;
+} dh__tar_reader;
+
+/* dh__tar_walk over a reader; when the archive breaks inside a member whose header was read
+ * (its data runs past the end of the file), broken gets its name (else ""). */
+int dh__tar_walk_at(const dh__tar_reader *rd, int64_t file_size, int (*each)(const dh__tar_member *m, void *user),
                     void *user, char *broken, size_t blen, char *err, size_t errlen);
 
 /*

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# e2e_store.sh - media on object storage, end to end against real servers that this
+# test starts on 127.0.0.1: nginx (HTTP, Range, ETag) serving generated WebDataset shards
+# and loose clips, s3rver (an S3 store from the npm registry, under nodejs) holding the
+# same shards, and tests/store_proxy.py in front of both: it checks every S3 request's
+# SigV4 signature and injects the faults (503 with Retry-After, connections cut
+# mid-body, a store that ignores Range, a store that is down, latency). Each case is a
+# command and what its output must show; the bytes delivered from a store are compared
+# with the bytes delivered from the local copy.
+#   usage: e2e_store.sh PATH/TO/datahelix PATH/TO/mpi_nodes
+set -u
+KEEP=${DH_KEEP_WORK:-}
+DH=${1:?usage: e2e_store.sh PATH/TO/datahelix PATH/TO/mpi_nodes}
+MN=${2:?usage: e2e_store.sh PATH/TO/datahelix PATH/TO/mpi_nodes}
+HERE=$(cd "$(dirname "$0")" && pwd)
+S3RVER=${DH_S3RVER:-${DH_S3RVER_DIR:-${HOME:-/root}/.cache/datahelix/s3rver}/node_modules/.bin/s3rver}
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
+for need in nginx node "$S3RVER" curl; do
+    command -v "$need" > /dev/null 2>&1 || { echo "e2e_store: $need is missing (bash scripts/deps.sh installs it)"; exit 1; }
+done
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhstore.XXXXXX")
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null; done; wait 2> /dev/null; [[ -n $KEEP ]] || rm -rf "$WORK"; }
+trap cleanup EXIT
+pass=0 fail=0
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+contains() { grep -q -- "$2" "$1"; }
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_file() { for _ in $(seq 100); do [[ -s $1 ]] && return 0; sleep 0.1; done; return 1; }
+wait_http() { for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; return 1; }
+ctl() { curl -s -X POST -d "$2" "http://127.0.0.1:$1/__control" > /dev/null; }
+run() { # run MANIFEST OUT [more run options]: a real run of the clips workload, 2 ranks
+    local m=$1 out=$2; shift 2
+    timeout 300 "$DH" run --manifest "$m" --workload kinetics-clips --ranks 2 --workers 2 \
+        --batch 4 "$@" > "$out" 2>&1
+}
+same_bytes() { # same_bytes MANIFEST-A MANIFEST-B: what each delivers, sample by sample
+    timeout 300 "$MN" "$1" helix 2 2 4 3 "$WORK/a.log" > /dev/null 2>&1 &&
+    timeout 300 "$MN" "$2" helix 2 2 4 3 "$WORK/b.log" > /dev/null 2>&1 &&
+    cut -d' ' -f2- "$WORK/a.log" | sort > "$WORK/a.sorted" &&
+    cut -d' ' -f2- "$WORK/b.log" | sort > "$WORK/b.sorted" &&
+    test "$(wc -l < "$WORK/a.sorted")" -eq 12 && cmp -s "$WORK/a.sorted" "$WORK/b.sorted"
+}
+
+# ---- data: 12 clips in 3 shards, and 4 loose clips ----
+"$DH" gen --workload kinetics-clips --out "$WORK/www/wds" --samples 12 --format wds \
+    --per-shard 5 > /dev/null 2>&1
+"$DH" gen --workload kinetics-clips --out "$WORK/www/loose" --samples 4 > /dev/null 2>&1
+check "gen wrote the shards" test -f "$WORK/www/wds/shards/00002.tar"
+
+# ---- nginx, and the proxy in front of it ----
+NPORT=$(free_port)
+mkdir -p "$WORK/nginx"
+cat > "$WORK/nginx/nginx.conf" << EOF
+daemon off;
+master_process off;
+error_log $WORK/nginx/error.log;
+pid $WORK/nginx/nginx.pid;
+events {}
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/b; proxy_temp_path $WORK/nginx/p;
+  fastcgi_temp_path $WORK/nginx/f; uwsgi_temp_path $WORK/nginx/u; scgi_temp_path $WORK/nginx/s;
+  server { listen 127.0.0.1:$NPORT; root $WORK/www; }
+}
+EOF
+nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" > "$WORK/nginx/out" 2>&1 &
+PIDS+=($!)
+$PY "$HERE/store_proxy.py" --upstream "http://127.0.0.1:$NPORT" --port-file "$WORK/hp.port" &
+PIDS+=($!)
+wait_file "$WORK/hp.port"
+HP=$(cat "$WORK/hp.port")
+check "nginx is up" wait_http "http://127.0.0.1:$NPORT/wds/manifest.jsonl"
+H=http://127.0.0.1:$HP
+
+# ---- HTTP: index shards by range, run, the same bytes as the local copy ----
+"$DH" index "$H/wds/shards/{00000..00002}.tar" -o "$WORK/http.jsonl" > "$WORK/hidx.out" 2>&1
+check "http index: 3 shards, 12 samples" contains "$WORK/hidx.out" "3 tar shards: 12 samples + 0 skipped"
+check "http index: paths are the URLs, objects pinned by ETag" contains "$WORK/http.jsonl" \
+    "\"path\":\"$H/wds/shards/00000.tar\".*\"etag\":\"[^\"]*\".*\"offset\":512,\"member\":\"00000000.mp4\""
+# the same lines as the local index, but for the URL and the ETag
+sed -e "s#$H/wds/##g" -e 's/,"etag":"[^,]*"//' "$WORK/http.jsonl" > "$WORK/http.local.jsonl"
+check "http index: every descriptor as the local index has it" \
+    cmp -s "$WORK/http.local.jsonl" "$WORK/www/wds/manifest.jsonl"
+run "$WORK/http.jsonl" "$WORK/hrun.out"
+check "http run: every sample delivered" contains "$WORK/hrun.out" "delivered 12 + failed 0 = 12"
+check "http run: the same bytes as from the local shards" same_bytes "$WORK/www/wds/manifest.jsonl" "$WORK/http.jsonl"
+curl -s "$H/__stats" > "$WORK/hstats.json"
+check "http: every GET asked a range and got 206" $PY -c "
+import json,sys; s=json.load(open('$WORK/hstats.json'))
+sys.exit(not (s['status'] == {'206': s['requests']} and all(r.startswith('bytes=') for r in s['ranges'])))"
+
+# loose files, listed in a file of URLs
+for f in "$WORK"/www/loose/video/*.mp4; do echo "$H/loose/video/$(basename "$f")"; done > "$WORK/urls.txt"
+"$DH" index "$WORK/urls.txt" -o "$WORK/loose.jsonl" > "$WORK/lidx.out" 2>&1
+check "http index of loose files from a list" contains "$WORK/lidx.out" "4 files: 4 probed + 0 skipped"
+run "$WORK/loose.jsonl" "$WORK/lrun.out" --batch 2
+check "http run of loose files" contains "$WORK/lrun.out" "delivered 4 + failed 0 = 4"
+
+# ---- faults through the proxy ----
+ctl "$HP" '{"fail": {"status": 503, "count": 4, "retry_after": 0.3}}'
+run "$WORK/http.jsonl" "$WORK/f503.out"
+check "503 with Retry-After: retried, every sample delivered" contains "$WORK/f503.out" "delivered 12 + failed 0 = 12"
+ctl "$HP" '{"drop": 3}'
+run "$WORK/http.jsonl" "$WORK/fdrop.out"
+check "connections cut mid-body: retried, every sample delivered" contains "$WORK/fdrop.out" "delivered 12 + failed 0 = 12"
+ctl "$HP" '{"delay_ms": 50, "throttle_bps": 4000000}'
+run "$WORK/http.jsonl" "$WORK/fslow.out"
+check "50 ms per request, 4 MB/s: every sample delivered" contains "$WORK/fslow.out" "delivered 12 + failed 0 = 12"
+ctl "$HP" '{"delay_ms": 0, "throttle_bps": 0, "ignore_range": true}'
+run "$WORK/http.jsonl" "$WORK/frange.out" --max-failed 1
+check "a store ignoring Range: every sample failed, accounted" contains "$WORK/frange.out" "delivered 0 + failed 12 = 12"
+check "a store ignoring Range: named" contains "$WORK/frange.out" \
+    "shards/0000[0-2].tar:0000000[0-9].mp4: GET $H/wds/shards/0000[0-2].tar: the store ignored the Range header"
+ctl "$HP" '{"ignore_range": false, "down": true}'
+run "$WORK/http.jsonl" "$WORK/fdown.out" --max-failed 1 --sample-timeout 2
+check "a store that is down: the run ends, every sample failed, accounted" contains "$WORK/fdown.out" "delivered 0 + failed 12 = 12"
+check "a store that is down: named, with the attempts" contains "$WORK/fdown.out" \
+    "GET $H/wds/shards/0000[0-2].tar bytes [0-9]*-[0-9]*: .*gave up after [0-9]* attempts"
+ctl "$HP" '{"down": false}'
+# an object gone, and an object changed since it was indexed
+mv "$WORK/www/wds/shards/00001.tar" "$WORK/gone.tar"
+run "$WORK/http.jsonl" "$WORK/f404.out" --max-failed 1
+check "a shard gone: its samples failed, the rest delivered" contains "$WORK/f404.out" "delivered 7 + failed 5 = 12"
+check "a shard gone: named with the status" contains "$WORK/f404.out" \
+    "GET $H/wds/shards/00001.tar bytes [0-9]*-[0-9]*: HTTP 404 (no such object)"
+mv "$WORK/gone.tar" "$WORK/www/wds/shards/00001.tar"
+touch -d '2001-01-01' "$WORK/www/wds/shards/00002.tar" # nginx's ETag is mtime and size
+run "$WORK/http.jsonl" "$WORK/fchg.out" --max-failed 1
+check "a shard changed: its samples failed, the rest delivered" contains "$WORK/fchg.out" "delivered 10 + failed 2 = 12"
+check "a shard changed: named" contains "$WORK/fchg.out" "HTTP 412: the object changed since it was indexed"
+"$DH" index "$H/wds/nothere.tar" "$H/wds/shards/00000.tar" -o "$WORK/miss.jsonl" > "$WORK/miss.out" 2>&1
+check "index: a missing object is named, the rest indexed" contains "$WORK/miss.out" \
+    "$H/wds/nothere.tar: shard skipped: GET $H/wds/nothere.tar bytes 0-0: HTTP 404"
+"$DH" index "$H/wds/shards/00000.tar?X-Amz-Signature=SECRETSIG" "$H/x?sig=SECRETSIG" \
+    -o "$WORK/q.jsonl" > "$WORK/q.out" 2>&1
+check "a query string (a presigned URL's signature) never reaches a message" \
+    bash -c "! grep -q SECRETSIG '$WORK/q.out'"
+
+# ---- S3: s3rver behind the signature-checking front ----
+SPORT=$(free_port)
+mkdir -p "$WORK/s3data"
+"$S3RVER" -d "$WORK/s3data" -a 127.0.0.1 -p "$SPORT" --configure-bucket bkt --silent > "$WORK/s3rver.out" 2>&1 &
+PIDS+=($!)
+$PY "$HERE/store_proxy.py" --upstream "http://127.0.0.1:$SPORT" --port-file "$WORK/sp.port" \
+    --sigv4 S3RVER:S3RVER &
+PIDS+=($!)
+wait_file "$WORK/sp.port"
+SP=$(cat "$WORK/sp.port")
+wait_http "http://127.0.0.1:$SPORT/"
+put() { curl -s -f -o /dev/null --aws-sigv4 aws:amz:us-east-1:s3 --user S3RVER:S3RVER \
+        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$1" "http://127.0.0.1:$SPORT/bkt/$2"; }
+for k in 00000 00001 00002; do put "$WORK/www/wds/shards/$k.tar" "shards/$k.tar"; done
+put "$WORK/www/wds/shards/00000.tar" "odd%20key%2Bplus/s%C3%A9.tar" # "odd key+plus/sé.tar"
+export AWS_ENDPOINT_URL=http://127.0.0.1:$SP AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+"$DH" index 's3://bkt/shards/{00000..00002}.tar' -o "$WORK/s3.jsonl" > "$WORK/sidx.out" 2>&1
+check "s3 index: 3 shards, 12 samples" contains "$WORK/sidx.out" "3 tar shards: 12 samples + 0 skipped"
+sed -e "s#s3://bkt/##g" -e 's/,"etag":"[^,]*"//' "$WORK/s3.jsonl" > "$WORK/s3.local.jsonl"
+check "s3 index: every descriptor as the local index has it" \
+    cmp -s "$WORK/s3.local.jsonl" "$WORK/www/wds/manifest.jsonl"
+run "$WORK/s3.jsonl" "$WORK/srun.out"
+check "s3 run: every sample delivered" contains "$WORK/srun.out" "delivered 12 + failed 0 = 12"
+check "s3 run: the same bytes as from the local shards" same_bytes "$WORK/www/wds/manifest.jsonl" "$WORK/s3.jsonl"
+"$DH" index 's3://bkt/odd key+plus/sé.tar' -o "$WORK/odd.jsonl" > "$WORK/odd.out" 2>&1
+check "s3: a key with a space, a plus and UTF-8 is escaped and signed right" contains "$WORK/odd.out" "1 tar shards: 5 samples + 0 skipped"
+AWS_SECRET_ACCESS_KEY=wrong "$DH" index 's3://bkt/shards/00000.tar' -o "$WORK/bad.jsonl" > "$WORK/bad.out" 2>&1
+check "s3: a wrong secret is refused by the store, named" contains "$WORK/bad.out" \
+    "s3://bkt/shards/00000.tar: shard skipped: GET s3://bkt/shards/00000.tar bytes 0-0: HTTP 403 SignatureDoesNotMatch"
+AWS_SECRET_ACCESS_KEY=wrong run "$WORK/s3.jsonl" "$WORK/sbad.out" --max-failed 1
+check "s3: a wrong secret in a run fails every sample, accounted" contains "$WORK/sbad.out" "delivered 0 + failed 12 = 12"
+"$DH" index 's3://bkt/shards/nothere.tar' -o "$WORK/snf.jsonl" > "$WORK/snf.out" 2>&1
+check "s3: a missing key is named with S3's code" contains "$WORK/snf.out" "HTTP 404 NoSuchKey"
+check "no credential in any output" bash -c "! grep -l 'S3RVER\|wrong' '$WORK'/*.out"
+AWS_ACCESS_KEY_ID= "$DH" index 's3://bkt/shards/00000.tar' -o "$WORK/half.jsonl" > "$WORK/half.out" 2>&1
+check "s3: a secret without its key id is named" contains "$WORK/half.out" \
+    "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not"
+
+echo "e2e_store: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,476 @@
+/*
+ * test_store.c - object storage reads (src/store): URLs, the environment, and ranged
+ * reads against a small HTTP server this test runs on 127.0.0.1 in a thread. The server
+ * holds one object and a script of faults, and records every request it answers, so the
+ * tests assert which ranges were asked, how often, and with which headers.
+ */
+#include "testutil.h"
+
+#include "store/store.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------ the test's server */
+
+#define OBJ_BYTES (1 << 20)
+#define MAX_REQS 256
+
+static struct {
+    int fd, port;
+    pthread_t tid;
+    pthread_mutex_t mu;
+    uint8_t *obj;
+    char etag[64];
+    /* faults: the next n_fail requests get fail_status (with Retry-After 0 when set) */
+    int n_fail, fail_status, retry_after, ignore_range, always_fail;
+    /* what was asked */
+    int nreq;
+    int64_t lo[MAX_REQS], hi[MAX_REQS];
+    char if_match[MAX_REQS][64];
+    int has_sha[MAX_REQS];
+    char auth[MAX_REQS][300];
+} S;
+
+static void answer(int c, int status, const char *extra, const uint8_t *body, size_t len)
+{
+    char h[512];
+    int n = snprintf(h, sizeof h, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nETag: %s\r\n%s\r\n",
+                     status, len, S.etag, extra);
+    if (send(c, h, (size_t)n, MSG_NOSIGNAL) != n)
+        return;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = send(c, body + off, len - off, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        off += (size_t)w;
+    }
+}
+
+/* One connection's requests (keep-alive) until the client closes it. */
+static void *serve_conn(void *arg)
+{
+    int c = (int)(intptr_t)arg;
+    char buf[8192];
+    size_t have = 0;
+    for (;;) {
+        char *end = NULL;
+        while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
+            ssize_t r = read(c, buf + have, sizeof buf - 1 - have);
+            if (r <= 0) {
+                close(c);
+                return NULL;
+            }
+            have += (size_t)r;
+        }
+        *end = 0;
+        long long a = -1, b = -1;
+        const char *rg = strcasestr(buf, "\r\nRange: bytes=");
+        if (rg)
+            sscanf(rg + 15, "%lld-%lld", &a, &b);
+        const char *im = strcasestr(buf, "\r\nIf-Match: ");
+        const char *au = strcasestr(buf, "\r\nAuthorization: ");
+        pthread_mutex_lock(&S.mu);
+        int k = S.nreq < MAX_REQS ? S.nreq++ : MAX_REQS - 1;
+        S.lo[k] = a, S.hi[k] = b + 1;
+        snprintf(S.if_match[k], sizeof S.if_match[k], "%.*s", im ? (int)strcspn(im + 12, "\r") : 0,
+                 im ? im + 12 : "");
+        snprintf(S.auth[k], sizeof S.auth[k], "%.*s", au ? (int)strcspn(au + 17, "\r") : 0,
+                 au ? au + 17 : "");
+        S.has_sha[k] = strcasestr(buf, "\r\nx-amz-content-sha256: ") != NULL;
+        int fail = S.always_fail ? S.fail_status : S.n_fail > 0 ? (S.n_fail--, S.fail_status) : 0;
+        int ignore = S.ignore_range;
+        int changed = im && strncmp(im + 12, S.etag, strlen(S.etag));
+        pthread_mutex_unlock(&S.mu);
+        size_t used = (size_t)(end + 4 - buf);
+        memmove(buf, buf + used, have - used);
+        have -= used;
+        char extra[200] = "";
+        if (fail) {
+            answer(c, fail, S.retry_after ? "Retry-After: 0\r\n" : "",
+                   (const uint8_t *)"<Error><Code>SlowDown</Code></Error>", 36);
+        } else if (changed) {
+            answer(c, 412, "", (const uint8_t *)"<Error><Code>PreconditionFailed</Code></Error>", 46);
+        } else if (ignore || a < 0) {
+            answer(c, 200, "", S.obj, OBJ_BYTES);
+        } else if (a >= OBJ_BYTES) {
+            answer(c, 416, "Content-Range: bytes */1048576\r\n", NULL, 0);
+        } else {
+            b = b >= OBJ_BYTES ? OBJ_BYTES - 1 : b;
+            snprintf(extra, sizeof extra, "Content-Range: bytes %lld-%lld/%d\r\n", a, b,
+                     OBJ_BYTES);
+            answer(c, 206, extra, S.obj + a, (size_t)(b - a + 1));
+        }
+    }
+}
+
+static void *accept_loop(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int c = accept(S.fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        pthread_t t;
+        if (pthread_create(&t, NULL, serve_conn, (void *)(intptr_t)c) == 0)
+            pthread_detach(t);
+        else
+            close(c);
+    }
+}
+
+static void server_start(void)
+{
+    memset(&S, 0, sizeof S);
+    pthread_mutex_init(&S.mu, NULL);
+    S.obj = malloc(OBJ_BYTES);
+    for (int k = 0; k < OBJ_BYTES; k++)
+        S.obj[k] = (uint8_t)(k * 7 + (k >> 9));
+    strcpy(S.etag, "\"v1\"");
+    S.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(S.fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    getsockname(S.fd, (struct sockaddr *)&sa, &sl);
+    S.port = ntohs(sa.sin_port);
+    ck_assert_int_eq(listen(S.fd, 16), 0);
+    ck_assert_int_eq(pthread_create(&S.tid, NULL, accept_loop, NULL), 0);
+}
+
+static void server_stop(void)
+{
+    shutdown(S.fd, SHUT_RDWR);
+    close(S.fd);
+    pthread_join(S.tid, NULL);
+    free(S.obj);
+}
+
+static dh__store_conf conf_of(int64_t block, int readahead)
+{
+    dh__store_conf c;
+    char err[200];
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    ck_assert_int_eq(dh__store_conf_env(&c, err, sizeof err), 0);
+    c.block_bytes = block;
+    c.readahead = readahead;
+    c.retry_budget_s = 5;
+    return c;
+}
+
+static void url_of(char *url, size_t len)
+{
+    snprintf(url, len, "http://127.0.0.1:%d/bucket/obj.tar", S.port);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+START_TEST(urls_map_s3_to_its_endpoint_and_escape_keys)
+{
+    dh__store_conf c;
+    char url[1024], err[200];
+    memset(&c, 0, sizeof c);
+    strcpy(c.region, "eu-west-1");
+    ck_assert_int_eq(dh__store_url(&c, "s3://my-bkt/a/b c+d/\xc3\xa9.tar", url, sizeof url, err,
+                                   sizeof err), 0);
+    ck_assert_str_eq(url, "https://my-bkt.s3.eu-west-1.amazonaws.com/a/b%20c%2Bd/%C3%A9.tar");
+    c.path_style = 1;
+    ck_assert_int_eq(dh__store_url(&c, "s3://my-bkt/k", url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "https://s3.eu-west-1.amazonaws.com/my-bkt/k");
+    strcpy(c.endpoint, "http://127.0.0.1:9000");
+    ck_assert_int_eq(dh__store_url(&c, "s3://my-bkt/k", url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "http://127.0.0.1:9000/my-bkt/k");
+    c.path_style = 0;
+    ck_assert_int_eq(dh__store_url(&c, "s3://my-bkt/k", url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "http://my-bkt.127.0.0.1:9000/k");
+    ck_assert_int_eq(dh__store_url(&c, "s3://Bad_Bucket/k", url, sizeof url, err, sizeof err),
+                     DH_EINVAL);
+    ck_assert_msg(strstr(err, "is not a bucket name"), "%s", err);
+    ck_assert_int_eq(dh__store_url(&c, "s3://bkt", url, sizeof url, err, sizeof err), DH_EINVAL);
+    ck_assert_int_eq(dh__store_url(&c, "s3://bkt/", url, sizeof url, err, sizeof err), DH_EINVAL);
+    ck_assert_int_eq(dh__store_url(&c, "https://h/x?y=1", url, sizeof url, err, sizeof err), 0);
+    ck_assert_str_eq(url, "https://h/x?y=1"); /* a URL is the user's, as given */
+    char shown[200];
+    dh__store_display("https://user:pw@h:8/a/b.tar?X-Amz-Signature=abc#f", shown, sizeof shown);
+    ck_assert_str_eq(shown, "https://h:8/a/b.tar");
+    dh__store_display("s3://b/k.tar", shown, sizeof shown);
+    ck_assert_str_eq(shown, "s3://b/k.tar");
+    ck_assert_int_eq(dh__is_remote("S3://b/k"), 1);
+    ck_assert_int_eq(dh__is_remote("shards/http://x"), 0);
+}
+END_TEST
+
+START_TEST(the_environment_is_read_and_its_mistakes_named)
+{
+    dh__store_conf c;
+    char err[300];
+    setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000/", 1);
+    setenv("AWS_DEFAULT_REGION", "ap-south-2", 1);
+    unsetenv("AWS_REGION");
+    unsetenv("DH_S3_ADDRESSING");
+    setenv("AWS_ACCESS_KEY_ID", "AKID", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "SECRET", 1);
+    ck_assert_int_eq(dh__store_conf_env(&c, err, sizeof err), 0);
+    ck_assert_str_eq(c.endpoint, "http://127.0.0.1:9000");
+    ck_assert_str_eq(c.region, "ap-south-2");
+    ck_assert_int_eq(c.path_style, 1); /* an endpoint: path-style unless told */
+    ck_assert_int_eq(c.block_bytes, 256 * 1024);
+    setenv("AWS_ENDPOINT_URL_S3", "https://s3.example.com", 1);
+    setenv("DH_S3_ADDRESSING", "virtual", 1);
+    ck_assert_int_eq(dh__store_conf_env(&c, err, sizeof err), 0);
+    ck_assert_str_eq(c.endpoint, "https://s3.example.com");
+    ck_assert_int_eq(c.path_style, 0);
+    setenv("DH_S3_ADDRESSING", "sideways", 1);
+    ck_assert_int_eq(dh__store_conf_env(&c, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "DH_S3_ADDRESSING=\"sideways\""), "%s", err);
+    unsetenv("DH_S3_ADDRESSING");
+    setenv("DH_FETCH_BLOCK_KIB", "1", 1);
+    ck_assert_int_eq(dh__store_conf_env(&c, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "DH_FETCH_BLOCK_KIB"), "%s", err);
+    unsetenv("DH_FETCH_BLOCK_KIB");
+    unsetenv("AWS_ACCESS_KEY_ID");
+    ck_assert_int_eq(dh__store_conf_env(&c, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not"), "%s",
+                  err);
+    ck_assert_msg(!strstr(err, "SECRET\""), "a secret in a message: %s", err);
+    setenv("AWS_ENDPOINT_URL_S3", "ftp://x", 1);
+    setenv("AWS_ACCESS_KEY_ID", "AKID", 1);
+    ck_assert_int_eq(dh__store_conf_env(&c, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "expected http:// or https://"), "%s", err);
+    unsetenv("AWS_ENDPOINT_URL_S3");
+    unsetenv("AWS_ENDPOINT_URL");
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+}
+END_TEST
+
+/* Reads [lo, hi) of the object in chunk-byte steps through r; the bytes must be the object's. */
+static void read_range(dh__remote *r, const char *url, const char *etag, int64_t lo, int64_t hi,
+                       size_t chunk)
+{
+    dh__object_ref o = {url, etag, OBJ_BYTES, lo, hi};
+    uint8_t *buf = malloc(chunk);
+    char err[400] = "";
+    for (int64_t at = lo; at < hi;) {
+        ssize_t n = dh__remote_read(r, &o, buf, chunk, at, 0, err, sizeof err);
+        ck_assert_msg(n > 0, "read at %lld: %zd %s", (long long)at, n, err);
+        ck_assert_int_eq(memcmp(buf, S.obj + at, (size_t)n), 0);
+        at += n;
+    }
+    ck_assert_int_eq(dh__remote_read(r, &o, buf, chunk, hi, 0, err, sizeof err), 0);
+    free(buf);
+}
+
+START_TEST(a_range_is_fetched_in_blocks_with_read_ahead_never_outside_it)
+{
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 1);
+    char url[200], err[300];
+    url_of(url, sizeof url);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    ck_assert_ptr_nonnull(r);
+    read_range(r, url, S.etag, 1000, 200000, 8192);
+    /* the first block from the range's start, then two blocks (read-ahead) while reads run
+     * forward, then the rest: never a byte before 1000 or from 200000 on */
+    ck_assert_int_eq(S.nreq, 3);
+    ck_assert_int_eq(S.lo[0], 1000);
+    ck_assert_int_eq(S.hi[0], 65536);
+    ck_assert_int_eq(S.lo[1], 65536);
+    ck_assert_int_eq(S.hi[1], 196608);
+    ck_assert_int_eq(S.lo[2], 196608);
+    ck_assert_int_eq(S.hi[2], 200000);
+    for (int k = 0; k < S.nreq; k++) {
+        ck_assert_str_eq(S.if_match[k], "\"v1\""); /* pinned: asked for that version */
+        ck_assert_int_eq(S.has_sha[k], 1);
+        ck_assert_str_eq(S.auth[k], ""); /* no credentials: anonymous */
+    }
+    /* back inside fetched extents: no request */
+    read_range(r, url, S.etag, 150000, 200000, 4096);
+    ck_assert_int_eq(S.nreq, 3);
+    dh__fetch_stats st = dh__remote_stats(r);
+    ck_assert_int_eq(st.requests, 3);
+    ck_assert_int_eq(st.bytes, 200000 - 1000);
+    ck_assert_int_eq(st.retries, 0);
+    dh__object ob;
+    ck_assert_int_eq(dh__remote_stat(r, url, 0, &ob, err, sizeof err), 0);
+    ck_assert_int_eq(ob.size, OBJ_BYTES);
+    ck_assert_str_eq(ob.etag, "\"v1\"");
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
+START_TEST(transient_failures_are_retried_and_counted)
+{
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    char url[200], err[300];
+    url_of(url, sizeof url);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    static const int codes[] = {503, 500, 429, 408, 502, 504};
+    for (int k = 0; k < 6; k++) {
+        S.n_fail = 2, S.fail_status = codes[k], S.retry_after = 1;
+        read_range(r, url, NULL, (int64_t)k * 70000, (int64_t)k * 70000 + 1000, 1000);
+    }
+    dh__fetch_stats st = dh__remote_stats(r);
+    ck_assert_int_eq(st.retries, 12);
+    ck_assert_int_eq(st.requests, 18);
+    ck_assert_int_eq(st.failures, 0);
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
+START_TEST(a_refusal_fails_at_once_with_the_status_and_the_object)
+{
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    char url[200], err[400];
+    url_of(url, sizeof url);
+    strcat(url, "?X-Amz-Signature=TOPSECRET");
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    uint8_t buf[100];
+    dh__object_ref o = {url, NULL, OBJ_BYTES, 0, OBJ_BYTES};
+    static const struct {
+        int status, code;
+        const char *says;
+    } cases[] = {{404, DH_ENOENT, "HTTP 404 SlowDown (no such object)"},
+                 {403, DH_EACCES, "HTTP 403 SlowDown (access denied"},
+                 {400, DH_EREMOTE, "HTTP 400 SlowDown"}};
+    for (int k = 0; k < 3; k++) {
+        S.nreq = 0;
+        S.n_fail = 5, S.fail_status = cases[k].status, S.retry_after = 0;
+        ck_assert_int_eq(dh__remote_read(r, &o, buf, sizeof buf, 0, 0, err, sizeof err),
+                         cases[k].code);
+        ck_assert_int_eq(S.nreq, 1); /* not retried */
+        ck_assert_msg(strstr(err, cases[k].says), "%s", err);
+        ck_assert_msg(strstr(err, "GET http://127.0.0.1:") && strstr(err, "/bucket/obj.tar bytes 0-65535"),
+                      "%s", err);
+        ck_assert_msg(!strstr(err, "TOPSECRET"), "a query string in a message: %s", err);
+    }
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
+START_TEST(a_store_that_ignores_range_costs_one_block_then_is_refused)
+{
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    char url[200], err[400];
+    url_of(url, sizeof url);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    S.ignore_range = 1;
+    uint8_t buf[100];
+    dh__object_ref o = {url, NULL, OBJ_BYTES, 4096, OBJ_BYTES};
+    ck_assert_int_eq(dh__remote_read(r, &o, buf, sizeof buf, 4096, 0, err, sizeof err),
+                     DH_EREMOTE);
+    ck_assert_msg(strstr(err, "the store ignored the Range header"), "%s", err);
+    ck_assert_int_le(dh__remote_stats(r).bytes, 64 * 1024); /* not the megabyte */
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
+START_TEST(an_object_changed_since_indexing_is_named)
+{
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    char url[200], err[400];
+    url_of(url, sizeof url);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    uint8_t buf[100];
+    dh__object_ref o = {url, "\"v0\"", OBJ_BYTES, 0, OBJ_BYTES};
+    ck_assert_int_eq(dh__remote_read(r, &o, buf, sizeof buf, 0, 0, err, sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "HTTP 412 PreconditionFailed: the object changed since it was indexed"),
+                  "%s", err);
+    /* another size than indexed: named too */
+    dh__object_ref o2 = {url, NULL, OBJ_BYTES + 10, 0, OBJ_BYTES + 10};
+    ck_assert_int_eq(dh__remote_read(r, &o2, buf, sizeof buf, 0, 0, err, sizeof err), DH_ECORRUPT);
+    ck_assert_msg(strstr(err, "the object is 1048576 bytes, 1048586 when it was indexed"), "%s",
+                  err);
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
+START_TEST(a_store_that_keeps_failing_gives_up_within_the_deadline)
+{
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    char url[200], err[400];
+    url_of(url, sizeof url);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    S.always_fail = 1, S.fail_status = 503;
+    uint8_t buf[100];
+    dh__object_ref o = {url, NULL, OBJ_BYTES, 0, OBJ_BYTES};
+    double deadline = now_s() + 1.0;
+    int rc = (int)dh__remote_read(r, &o, buf, sizeof buf, 0, deadline, err, sizeof err);
+    ck_assert_int_eq(rc, DH_EREMOTE);
+    ck_assert_msg(strstr(err, "HTTP 503 SlowDown; gave up after") &&
+                  strstr(err, "the next would pass the sample's time limit"), "%s", err);
+    ck_assert_int_ge(S.nreq, 2);
+    ck_assert_int_eq(dh__remote_stats(r).failures, 1);
+    /* a store that is not there: connection refused, retried, named */
+    S.always_fail = 0;
+    snprintf(url, sizeof url, "http://127.0.0.1:1/x.tar");
+    dh__object_ref o3 = {url, NULL, OBJ_BYTES, 0, OBJ_BYTES};
+    rc = (int)dh__remote_read(r, &o3, buf, sizeof buf, 0, now_s() + 0.5, err, sizeof err);
+    ck_assert_msg(rc == DH_EREMOTE || rc == DH_ETIMEDOUT, "%d %s", rc, err);
+    ck_assert_msg(strstr(err, "GET http://127.0.0.1:1/x.tar bytes 0-65535: "), "%s", err);
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
+START_TEST(signed_requests_carry_sigv4_and_never_the_secret)
+{
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    strcpy(c.key, "AKIDEXAMPLE");
+    strcpy(c.secret, "wJalrXUtnFEMI");
+    strcpy(c.region, "eu-central-1");
+    char url[200], err[400];
+    url_of(url, sizeof url);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    read_range(r, url, NULL, 0, 100, 100);
+    ck_assert_msg(!strncmp(S.auth[0], "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/", 40) &&
+                  strstr(S.auth[0], "/eu-central-1/s3/aws4_request") &&
+                  strstr(S.auth[0], "x-amz-content-sha256") && strstr(S.auth[0], "Signature="),
+                  "%s", S.auth[0]);
+    ck_assert_msg(!strstr(S.auth[0], "wJalrXUtnFEMI"), "%s", S.auth[0]);
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc = tcase_create("store");
+    tcase_set_timeout(tc, 60);
+    ADD_TEST(tc, urls_map_s3_to_its_endpoint_and_escape_keys);
+    ADD_TEST(tc, the_environment_is_read_and_its_mistakes_named);
+    ADD_TEST(tc, a_range_is_fetched_in_blocks_with_read_ahead_never_outside_it);
+    ADD_TEST(tc, transient_failures_are_retried_and_counted);
+    ADD_TEST(tc, a_refusal_fails_at_once_with_the_status_and_the_object);
+    ADD_TEST(tc, a_store_that_ignores_range_costs_one_block_then_is_refused);
+    ADD_TEST(tc, an_object_changed_since_indexing_is_named);
+    ADD_TEST(tc, a_store_that_keeps_failing_gives_up_within_the_deadline);
+    ADD_TEST(tc, signed_requests_carry_sigv4_and_never_the_secret);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
