@@ -86,8 +86,12 @@ check "http index: paths are the URLs, objects pinned by ETag" contains "$WORK/h
 sed -e "s#$H/wds/##g" -e 's/,"etag":"[^,]*"//' "$WORK/http.jsonl" > "$WORK/http.local.jsonl"
 check "http index: every descriptor as the local index has it" \
     cmp -s "$WORK/http.local.jsonl" "$WORK/www/wds/manifest.jsonl"
-run "$WORK/http.jsonl" "$WORK/hrun.out"
+run "$WORK/http.jsonl" "$WORK/hrun.out" --json "$WORK/hrun.json"
+check "http run: the result file holds the fetch figures" contains "$WORK/hrun.json" \
+    '"fetch_bytes":[1-9][0-9]*,"fetch_requests":[1-9][0-9]*,"fetch_retries":0,"fetch_failures":0,"fetch_wait_s":'
 check "http run: every sample delivered" contains "$WORK/hrun.out" "delivered 12 + failed 0 = 12"
+check "http run: what was fetched is reported" contains "$WORK/hrun.out" \
+    "storage: [0-9.]* MiB fetched in [0-9]* requests, 0 retried, 0 reads failed"
 check "http run: the same bytes as from the local shards" same_bytes "$WORK/www/wds/manifest.jsonl" "$WORK/http.jsonl"
 curl -s "$H/__stats" > "$WORK/hstats.json"
 check "http: every GET asked a range and got 206" $PY -c "
@@ -105,6 +109,8 @@ check "http run of loose files" contains "$WORK/lrun.out" "delivered 4 + failed 
 ctl "$HP" '{"fail": {"status": 503, "count": 4, "retry_after": 0.3}}'
 run "$WORK/http.jsonl" "$WORK/f503.out"
 check "503 with Retry-After: retried, every sample delivered" contains "$WORK/f503.out" "delivered 12 + failed 0 = 12"
+check "503 with Retry-After: the retries are reported" contains "$WORK/f503.out" \
+    "storage: [0-9.]* MiB fetched in [0-9]* requests, 4 retried, 0 reads failed; workers waited [0-9.]* s on the network"
 ctl "$HP" '{"drop": 3}'
 run "$WORK/http.jsonl" "$WORK/fdrop.out"
 check "connections cut mid-body: retried, every sample delivered" contains "$WORK/fdrop.out" "delivered 12 + failed 0 = 12"

@@ -229,6 +229,11 @@ void cli_print_result(const dh_result *r)
     if (r->reb_move_s > 0)
         printf("  moving decoded data took %.3f s; transfer cost calibrated to %.2f x the model\n",
                r->reb_move_s, r->reb_move_factor);
+    if (r->fetch_requests > 0)
+        printf("  storage: %.2f MiB fetched in %lld requests, %lld retried, %lld reads failed; "
+               "workers waited %.3f s on the network\n", r->fetch_bytes / 1048576.0,
+               (long long)r->fetch_requests, (long long)r->fetch_retries,
+               (long long)r->fetch_failures, r->fetch_wait_s);
     if (r->lend_considered)
         printf("  across nodes: %lld late remote samples considered, %lld prepared by an idle node, "
                "%lld refused by the gate, %.1f MiB shipped\n",

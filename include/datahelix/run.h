@@ -209,6 +209,12 @@ typedef struct {
     /* between nodes, the gates' network model scaled by what transfers measured (moves and
      * lent samples; the largest of the nodes'; 1 in the simulator) */
     double net_factor;
+    /* Objects read from HTTP(S)/S3 stores by the workers (docs/STORAGE.md; 0 for local
+     * files and in the simulator): body bytes, requests, retries of transient failures,
+     * reads that failed after them, and seconds workers spent waiting on those requests
+     * (backoff included), summed over workers and nodes. */
+    int64_t fetch_bytes, fetch_requests, fetch_retries, fetch_failures;
+    double fetch_wait_s;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

@@ -153,6 +153,11 @@ dh__remote *dh__fd_cache_remote(dh__fd_cache *c, char *err, size_t errlen)
     return c ? c->remote : NULL;
 }
 
+dh__fetch_stats dh__fd_cache_fetched(const dh__fd_cache *c)
+{
+    return dh__remote_stats(c ? c->remote : NULL);
+}
+
 void dh__fd_cache_free(dh__fd_cache *c)
 {
     if (c)

@@ -17,6 +17,7 @@
 #define DH_SOURCE_H
 
 #include "codec.h"
+#include "../store/store.h"
 
 #include <libavformat/avformat.h>
 #include <sys/types.h>
@@ -58,6 +59,7 @@ double dh__source_now(void);
 /* A worker's connection to the object stores, made on first use (NULL with err when the
  * environment's configuration is wrong); its fetch counters. */
 struct dh__remote *dh__fd_cache_remote(dh__fd_cache *c, char *err, size_t errlen);
+dh__fetch_stats dh__fd_cache_fetched(const dh__fd_cache *c);
 
 /* A path as given, no root, no time limit (tests, tools). */
 #define DH__SRC(p) (&(dh__media_src){.path = (p)})

@@ -418,7 +418,8 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
      * failed start included: it joins the layer's threads, and the other nodes wait for
      * this one's FINAL. */
     dh__node_totals t = {.cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
-                         .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak};
+                         .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak,
+                         DH__FETCH_TOTALS(e->fetched)};
     e->nops->finish(e, &t);
     if (!out)
         return e->error ? e->error : trc;
@@ -438,6 +439,11 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     full.framework_overhead = t.worker_cpu > 0 ? 1.0 - t.cpu_sum / t.worker_cpu : 0;
     full.wall_s = dh__eng_elapsed(e);
     e->nops->result(e, &t, &full);
+    full.fetch_bytes = t.fetch_bytes; /* every node's */
+    full.fetch_requests = t.fetch_requests;
+    full.fetch_retries = t.fetch_retries;
+    full.fetch_failures = t.fetch_failures;
+    full.fetch_wait_s = t.fetch_wait;
     dh__result_give(out, &full);
     return e->error ? e->error : trc;
 }

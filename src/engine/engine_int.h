@@ -29,6 +29,7 @@
 
 #include "../metrics/metrics.h"
 #include "../run/run.h"
+#include "../store/store.h"
 #include "engine_serve.h"
 #include "gate.h"
 #include "ring.h"
@@ -92,6 +93,7 @@ struct dh_engine {
     void *user;
     double cpu_sum;          /* CPU time inside decoding, all tasks */
     double worker_cpu;       /* CPU time of the worker threads, all of it */
+    dh__fetch_stats fetched; /* what workers read from object stores (under mu, at exit) */
     int idle_workers;        /* workers waiting on `work` (a wake-up costs tens of us on a VM) */
     const dh_spec *spec;
     /* several nodes (nodes.c): this process runs ranks [rank_lo, rank_hi) and its workers */
@@ -170,7 +172,13 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
     X(int64_t, xn, SUM) X(int64_t, peak, SUM) X(int64_t, considered, SUM) X(int64_t, moved, SUM) \
     X(int64_t, gated, SUM) X(int64_t, refused, SUM) X(int64_t, moved_bytes, SUM)                  \
     X(int64_t, remote, SUM) X(int64_t, remote_bytes, SUM) X(int64_t, lend_considered, SUM)       \
-    X(int64_t, lent, SUM) X(int64_t, lend_gated, SUM) X(int64_t, shipped, SUM)
+    X(int64_t, lent, SUM) X(int64_t, lend_gated, SUM) X(int64_t, shipped, SUM)                   \
+    X(double, fetch_wait, SUM) X(int64_t, fetch_bytes, SUM) X(int64_t, fetch_requests, SUM)      \
+    X(int64_t, fetch_retries, SUM) X(int64_t, fetch_failures, SUM)
+/* A node's fetch counters as totals' initialisers. */
+#define DH__FETCH_TOTALS(f)                                                                       \
+    .fetch_wait = (f).wait_s, .fetch_bytes = (f).bytes, .fetch_requests = (f).requests,          \
+    .fetch_retries = (f).retries, .fetch_failures = (f).failures
 typedef struct {
 #define DH__TOTAL_FIELD(type, name, how) type name;
     DH__NODE_TOTALS(DH__TOTAL_FIELD)

@@ -228,7 +228,8 @@ static void fill_final(dh_engine *e, xrec *m)
         .considered = reb->considered, .moved = reb->moved, .gated = reb->gated,
         .refused = reb->refused, .moved_bytes = reb->bytes_moved, .remote = reb->moved_remote,
         .remote_bytes = reb->remote_bytes, .lend_considered = reb->lend_considered,
-        .lent = reb->lent, .lend_gated = reb->lend_gated, .shipped = reb->bytes_shipped};
+        .lent = reb->lent, .lend_gated = reb->lend_gated, .shipped = reb->bytes_shipped,
+        DH__FETCH_TOTALS(e->fetched)};
     m->closed_steps = e->rec.steps;
     m->closed_failed = e->rec.failed;
 }

@@ -262,6 +262,10 @@ static void *worker_main(void *arg)
     if (x && x->held)
         dh__gate_leave(e->gate);
     e->worker_cpu += dh__thread_cpu(); /* under e->mu: the whole thread, scheduling included */
+    dh__fetch_stats fs = dh__fd_cache_fetched(x ? x->shards : NULL);
+    e->fetched.bytes += fs.bytes, e->fetched.requests += fs.requests;
+    e->fetched.retries += fs.retries, e->fetched.failures += fs.failures;
+    e->fetched.wait_s += fs.wait_s;
     pthread_mutex_unlock(&e->mu);
     if (x)
         dh__fd_cache_free(x->shards);

@@ -297,7 +297,9 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"wait_single_frac\":%.6f,\"stall_mean_ms\":%.6g,\"stall_p95_ms\":%.6g,"
             "\"stall_p99_ms\":%.6g,\"late_step_frac\":%.6f,\"nodes\":%d,"
             "\"exchange_mean_s\":%.6g,\"exchange_max_s\":%.6g,\"control_mean_s\":%.6g,"
-            "\"reb_remote\":%lld,\"reb_remote_bytes\":%lld,\"net_factor\":%.6g}",
+            "\"reb_remote\":%lld,\"reb_remote_bytes\":%lld,\"net_factor\":%.6g,"
+            "\"fetch_bytes\":%lld,\"fetch_requests\":%lld,\"fetch_retries\":%lld,"
+            "\"fetch_failures\":%lld,\"fetch_wait_s\":%.6g}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -312,7 +314,9 @@ int dh_result_write_json(const dh_result *r, void *file)
             r->wait_single_frac, r->stall_mean_ms, r->stall_p95_ms, r->stall_p99_ms,
             r->late_step_frac, r->nodes > 0 ? r->nodes : 1, r->exchange_mean_s,
             r->exchange_max_s, r->control_mean_s, (long long)r->reb_remote,
-            (long long)r->reb_remote_bytes, r->net_factor > 0 ? r->net_factor : 1.0);
+            (long long)r->reb_remote_bytes, r->net_factor > 0 ? r->net_factor : 1.0,
+            (long long)r->fetch_bytes, (long long)r->fetch_requests, (long long)r->fetch_retries,
+            (long long)r->fetch_failures, r->fetch_wait_s);
     return ferror(f) ? DH_EIO : 0;
 }
 
