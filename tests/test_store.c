@@ -27,12 +27,13 @@ static double now_s(void)
 
 #define OBJ_BYTES (1 << 20)
 #define MAX_REQS 256
+static uint8_t OBJ[OBJ_BYTES];
 
 static struct {
     int fd, port;
     pthread_t tid;
     pthread_mutex_t mu;
-    uint8_t *obj;
+    uint8_t *obj;        /* OBJ: never freed, a connection's thread may still be sending */
     char etag[64];
     /* faults: the next n_fail requests get fail_status (with Retry-After 0 when set) */
     int n_fail, fail_status, retry_after, ignore_range, always_fail;
@@ -136,7 +137,7 @@ static void server_start(void)
 {
     memset(&S, 0, sizeof S);
     pthread_mutex_init(&S.mu, NULL);
-    S.obj = malloc(OBJ_BYTES);
+    S.obj = OBJ; /* each test runs in its own process (Check forks) */
     for (int k = 0; k < OBJ_BYTES; k++)
         S.obj[k] = (uint8_t)(k * 7 + (k >> 9));
     strcpy(S.etag, "\"v1\"");
@@ -155,7 +156,6 @@ static void server_stop(void)
     shutdown(S.fd, SHUT_RDWR);
     close(S.fd);
     pthread_join(S.tid, NULL);
-    free(S.obj);
 }
 
 static dh__store_conf conf_of(int64_t block, int readahead)
@@ -457,6 +457,109 @@ START_TEST(signed_requests_carry_sigv4_and_never_the_secret)
 }
 END_TEST
 
+/* The fetchers' work: 8 ranges of 100 KiB, range k for step k, in order. */
+static struct {
+    pthread_mutex_t mu;
+    int next, n;
+    char url[200];
+} J = {PTHREAD_MUTEX_INITIALIZER, 0, 8, ""};
+
+static int next_job(void *user, dh__fetch_job *job)
+{
+    (void)user;
+    pthread_mutex_lock(&J.mu);
+    int k = J.next < J.n ? J.next++ : -1;
+    pthread_mutex_unlock(&J.mu);
+    if (k < 0)
+        return 0;
+    snprintf(job->path, sizeof job->path, "%s", J.url);
+    job->etag[0] = 0;
+    job->size = OBJ_BYTES;
+    job->lo = (int64_t)k * 102400;
+    job->hi = job->lo + 102400;
+    job->step = k;
+    return 1;
+}
+
+static int requests(void)
+{
+    pthread_mutex_lock(&S.mu);
+    int n = S.nreq;
+    pthread_mutex_unlock(&S.mu);
+    return n;
+}
+
+/* Waits (at most 30 s: a condition, not a timing) until the server answered n requests. */
+static void await_requests(int n)
+{
+    for (int k = 0; k < 3000 && requests() < n; k++)
+        usleep(10000);
+    ck_assert_int_ge(requests(), n);
+}
+
+START_TEST(fetchers_bring_the_next_ranges_in_order_within_their_budget)
+{
+    server_start();
+    url_of(J.url, sizeof J.url);
+    J.next = 0;
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    dh__prefetch *p = NULL;
+    char err[300];
+    /* 250 KiB: two ranges held are under it, the third fills it */
+    ck_assert_int_eq(dh__prefetch_new(2, 250 * 1024, next_job, NULL, &p, err, sizeof err), 0);
+    await_requests(3);
+    usleep(200000); /* room for a wrong fourth request to show */
+    ck_assert_int_eq(requests(), 3);
+    for (int k = 0; k < 3; k++) /* the first three ranges, whichever fetcher asked first */
+        ck_assert_msg(S.lo[k] % 102400 == 0 && S.lo[k] / 102400 < 3 && S.hi[k] == S.lo[k] + 102400,
+                      "request %d: %lld-%lld", k, (long long)S.lo[k], (long long)S.hi[k]);
+    /* a worker reading range 0 takes it: no request of its own */
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    dh__remote *w = dh__remote_new(&c, err, sizeof err);
+    dh__remote_use_prefetch(w, p);
+    read_range(w, J.url, NULL, 0, 102400, 8192);
+    ck_assert_int_eq(dh__remote_stats(w).requests, 0);
+    await_requests(4); /* its budget freed: the fourth range, and no more */
+    /* ranges of steps before 6 nobody took are dropped; a worker then fetches itself */
+    dh__prefetch_retire(p, 6);
+    read_range(w, J.url, NULL, 102400, 204800, 102400);
+    ck_assert_int_ge(dh__remote_stats(w).requests, 1);
+    dh__prefetch_stats st;
+    dh__remote_free(w);
+    dh__prefetch_free(p, &st);
+    ck_assert_int_eq(st.taken_ready + st.taken_waited, 1);
+    ck_assert_int_ge(st.dropped, 2);
+    ck_assert_int_ge(st.missed, 1);
+    ck_assert_int_ge(st.fetched.requests, 4);
+    server_stop();
+}
+END_TEST
+
+START_TEST(a_failed_fetch_ahead_leaves_the_worker_to_fetch_and_name_it)
+{
+    server_start();
+    url_of(J.url, sizeof J.url);
+    J.next = 0;
+    S.always_fail = 1, S.fail_status = 404;
+    dh__prefetch *p = NULL;
+    char err[300];
+    ck_assert_int_eq(dh__prefetch_new(1, 1 << 20, next_job, NULL, &p, err, sizeof err), 0);
+    await_requests(1);
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    dh__remote *w = dh__remote_new(&c, err, sizeof err);
+    dh__remote_use_prefetch(w, p);
+    uint8_t buf[100];
+    dh__object_ref o = {J.url, NULL, OBJ_BYTES, 0, 102400};
+    ck_assert_int_eq(dh__remote_read(w, &o, buf, sizeof buf, 0, now_s() + 10, err, sizeof err),
+                     DH_ENOENT);
+    ck_assert_msg(strstr(err, "HTTP 404"), "%s", err);
+    dh__remote_free(w);
+    dh__prefetch_free(p, NULL);
+    server_stop();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("store");
@@ -471,6 +574,8 @@ int main(void)
     ADD_TEST(tc, an_object_changed_since_indexing_is_named);
     ADD_TEST(tc, a_store_that_keeps_failing_gives_up_within_the_deadline);
     ADD_TEST(tc, signed_requests_carry_sigv4_and_never_the_secret);
+    ADD_TEST(tc, fetchers_bring_the_next_ranges_in_order_within_their_budget);
+    ADD_TEST(tc, a_failed_fetch_ahead_leaves_the_worker_to_fetch_and_name_it);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

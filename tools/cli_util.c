@@ -256,7 +256,11 @@ const char cli_run_help[] =
     "  --max-failed F          real engine: stop the run once at least 16 samples failed and\n"
     "                          they are over the share F (0.001 to 1) of those with media\n"
     "                          finished (default 0.5; 1: never); a run in which no sample\n"
-    "                          with media was read fails at its end\n";
+    "                          with media was read fails at its end\n"
+    "  --fetchers N            real engine, media on object stores: threads that fetch the\n"
+    "                          samples the schedule says come next while workers decode\n"
+    "                          (default 8; 0: a worker fetches a sample when it starts it)\n"
+    "  --fetch-ahead-mib N     bytes fetched ahead and not yet decoded, at most (default 256)\n";
 
 int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)
 {
@@ -334,6 +338,14 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         rc = cli_num(opt, val, 0, 86400, &cfg->sample_timeout_s);
         if (!rc && cfg->sample_timeout_s == 0)
             cfg->sample_timeout_s = -1; /* no limit */
+    } else if (!strcmp(opt, "--fetchers")) {
+        int64_t n = 0;
+        rc = cli_int(opt, val, 0, 256, &n);
+        cfg->fetchers = n ? (int)n : -1; /* 0: none */
+    } else if (!strcmp(opt, "--fetch-ahead-mib")) {
+        int64_t n = 0;
+        rc = cli_int(opt, val, 1, 1 << 20, &n);
+        cfg->fetch_ahead_bytes = n << 20;
     } else if (!strcmp(opt, "--max-failed")) {
         rc = cli_num(opt, val, 0.001, 1, &cfg->max_failed_frac);
     } else if (!strcmp(opt, "--rank-byte-cap")) {

@@ -234,6 +234,11 @@ void cli_print_result(const dh_result *r)
                "workers waited %.3f s on the network\n", r->fetch_bytes / 1048576.0,
                (long long)r->fetch_requests, (long long)r->fetch_retries,
                (long long)r->fetch_failures, r->fetch_wait_s);
+    if (r->fetch_ahead_ready + r->fetch_ahead_waited + r->fetch_ahead_missed > 0)
+        printf("  fetched ahead: %lld ranges ready when a worker wanted them, %lld still in "
+               "flight (waited for), %lld not fetched ahead (the worker fetched), %lld dropped "
+               "unused\n", (long long)r->fetch_ahead_ready, (long long)r->fetch_ahead_waited,
+               (long long)r->fetch_ahead_missed, (long long)r->fetch_ahead_dropped);
     if (r->lend_considered)
         printf("  across nodes: %lld late remote samples considered, %lld prepared by an idle node, "
                "%lld refused by the gate, %.1f MiB shipped\n",

@@ -148,6 +148,12 @@ typedef struct {
     /* Added in 0.2. 1: the run's spec (spec, or the workload's) with the standard training
      * augmentation added (dh_spec_augment, `--augment`); the caller's spec is not changed. */
     int augment;
+    /* Added in 0.2 (docs/STORAGE.md). Real engine, media on object stores: threads per
+     * node that fetch the samples the schedule says come next while workers decode others
+     * (0: the default, 8; -1: none, a worker fetches a sample's bytes when it starts it),
+     * and the bytes fetched ahead and not yet decoded, at most (0: the default, 256 MiB). */
+    int fetchers;
+    int64_t fetch_ahead_bytes;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */
@@ -215,6 +221,9 @@ typedef struct {
      * (backoff included), summed over workers and nodes. */
     int64_t fetch_bytes, fetch_requests, fetch_retries, fetch_failures;
     double fetch_wait_s;
+    /* Of those, the fetchers' (fetching ahead): ranges a worker found ready, found in
+     * flight and waited for, found nowhere (fetched itself), and dropped unused. */
+    int64_t fetch_ahead_ready, fetch_ahead_waited, fetch_ahead_missed, fetch_ahead_dropped;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

@@ -406,6 +406,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     for (int w = 0; w < e->nthreads; w++)
         pthread_join(e->threads[w], NULL);
     e->nthreads = 0;
+    dh__eng_stop_fetchers(e); /* after the workers, who may wait on a range in flight */
     if (!e->error && e->nfail > 0 && e->nok == 0) { /* not one sample could be read */
         snprintf(e->fail_msg, sizeof e->fail_msg, "every sample with media failed (%lld)",
                  (long long)e->nfail);
@@ -444,6 +445,10 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     full.fetch_retries = t.fetch_retries;
     full.fetch_failures = t.fetch_failures;
     full.fetch_wait_s = t.fetch_wait;
+    full.fetch_ahead_ready = e->pf_stats.taken_ready; /* this node's */
+    full.fetch_ahead_waited = e->pf_stats.taken_waited;
+    full.fetch_ahead_missed = e->pf_stats.missed;
+    full.fetch_ahead_dropped = e->pf_stats.dropped;
     dh__result_give(out, &full);
     return e->error ? e->error : trc;
 }
@@ -458,6 +463,7 @@ void dh_engine_free(dh_engine *e)
 {
     if (!e)
         return;
+    dh__eng_stop_fetchers(e);
     dh__eng_slots_free(e);
     free(e->frozen);
     free(e->fresh);

@@ -94,6 +94,12 @@ struct dh_engine {
     double cpu_sum;          /* CPU time inside decoding, all tasks */
     double worker_cpu;       /* CPU time of the worker threads, all of it */
     dh__fetch_stats fetched; /* what workers read from object stores (under mu, at exit) */
+    /* Fetching ahead (objects only): the node's fetchers, and where the next range they
+     * ask for is (step, sample of its global batch, item); under mu. */
+    dh__prefetch *pf;
+    dh__prefetch_stats pf_stats; /* the fetchers' figures, kept when they stop */
+    int64_t pf_step, pf_k;
+    int pf_j;
     int idle_workers;        /* workers waiting on `work` (a wake-up costs tens of us on a VM) */
     const dh_spec *spec;
     /* several nodes (nodes.c): this process runs ranks [rank_lo, rank_hi) and its workers */
@@ -143,7 +149,10 @@ int64_t dh__eng_ring_size(const dh_engine *e);
 int64_t dh__eng_arena_size(const dh_engine *e);
 
 /* workers.c */
+/* Starts the node's fetchers (when the run reads objects and wants them), then the
+ * workers; dh__eng_stop_fetchers (after the workers are joined) keeps their figures. */
 int dh__eng_start_workers(dh_engine *e);
+void dh__eng_stop_fetchers(dh_engine *e);
 /* What a worker keeps between tasks: its message buffers, its open shards and its CPU token. */
 typedef struct {
     char path[4096], err[512];

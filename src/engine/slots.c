@@ -80,6 +80,7 @@ void dh__eng_step_released(dh_engine *e, int64_t step)
         free_step(e->steps[e->lo & (e->cap - 1)], e->R);
         e->steps[e->lo & (e->cap - 1)] = NULL;
         e->lo++;
+        dh__prefetch_retire(e->pf, e->lo); /* what no worker took of a step over */
     }
 }
 

@@ -13,6 +13,7 @@
 #include "engine_int.h"
 
 #include "../codec/decode.h"
+#include "../codec/source.h"
 #include "../store/store.h"
 
 #include <stdio.h>
@@ -248,6 +249,8 @@ static void *worker_main(void *arg)
     dh__worker_ctx *x = dh__calloc(1, sizeof *x); /* 5 KB: off the thread's stack */
     if (x)
         x->shards = dh__fd_cache_new(8);
+    if (x && x->shards)
+        dh__fd_cache_use_prefetch(x->shards, e->pf);
     pthread_mutex_lock(&e->mu);
     if (!x)
         dh__eng_fail(e, DH_ENOMEM);
@@ -273,8 +276,99 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/*
+ * The next range the fetchers should bring (dh__prefetch's next): each item on an object
+ * of this node's ranks' samples, step by step in the schedule's order, as far as the
+ * scheduler has planned; 0 while the next step is not planned, -1 once stopped.
+ */
+static int next_fetch(void *user, dh__fetch_job *job)
+{
+    dh_engine *e = user;
+    const dh_manifest *m = e->run.m;
+    pthread_mutex_lock(&e->mu);
+    int got = 0;
+    while (!got && !e->stop) {
+        if (e->pf_step < e->lo) /* behind the window: what is left starts at its head */
+            e->pf_step = e->lo, e->pf_k = 0, e->pf_j = 0;
+        const int64_t *order = e->pf_step < e->N ? dh__sched_step_order(e->sched, e->pf_step)
+                                                 : NULL;
+        if (!order)
+            break; /* not planned yet (or the run's end) */
+        if (e->pf_k >= e->G) {
+            e->pf_step++, e->pf_k = 0, e->pf_j = 0;
+            continue;
+        }
+        int64_t sample = order[e->pf_k];
+        dh_sample_info si;
+        if (sample < 0 || !dh__eng_rank_here(e, dh__sched_rank_of(e->sched, e->pf_step, e->pf_k)) ||
+            dh_manifest_sample(m, sample, &si) || e->pf_j >= si.media_count) {
+            e->pf_k++, e->pf_j = 0;
+            continue;
+        }
+        dh_media_info mi;
+        dh_manifest_media(m, sample, e->pf_j++, &mi);
+        if (!dh__is_remote(mi.path) || mi.bytes <= 0)
+            continue;
+        snprintf(job->path, sizeof job->path, "%s", mi.path);
+        snprintf(job->etag, sizeof job->etag, "%s", mi.etag ? mi.etag : "");
+        job->size = mi.offset > 0 ? mi.file_bytes : mi.bytes;
+        job->lo = mi.offset > 0 ? mi.offset : 0;
+        job->hi = job->lo + DH_MIN(mi.bytes, DH__FETCH_AHEAD_ITEM_MAX); /* a huge file: its head */
+        job->step = e->pf_step;
+        got = 1;
+    }
+    got = e->stop ? -1 : got;
+    pthread_mutex_unlock(&e->mu);
+    return got;
+}
+
+/* 1 when the run's manifest names an object (a sample's media on a store). */
+static int has_objects(const dh_manifest *m)
+{
+    for (int64_t i = 0, n = dh_manifest_count(m); i < n; i++) {
+        dh_sample_info si;
+        dh_manifest_sample(m, i, &si);
+        for (int j = 0; j < si.media_count; j++) {
+            dh_media_info mi;
+            dh_manifest_media(m, i, j, &mi);
+            if (dh__is_remote(mi.path))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* The node's fetchers, when the run reads objects and wants them. */
+static int start_fetchers(dh_engine *e)
+{
+    const dh_run_config *c = &e->run.cfg;
+    if (e->pf || c->fetchers < 0 || !e->run.m || !has_objects(e->run.m))
+        return 0;
+    char err[300];
+    int rc = dh__prefetch_new(c->fetchers > 0 ? c->fetchers : 8,
+                              c->fetch_ahead_bytes > 0 ? c->fetch_ahead_bytes : 256 << 20,
+                              next_fetch, e, &e->pf, err, sizeof err);
+    if (rc) /* the workers fetch for themselves, and name what is wrong per sample */
+        e->pf = NULL;
+    return 0;
+}
+
+void dh__eng_stop_fetchers(dh_engine *e)
+{
+    if (!e->pf)
+        return;
+    dh__prefetch_free(e->pf, &e->pf_stats); /* joined first: every fetcher's figures */
+    e->pf = NULL;
+    /* the run's bytes and requests include theirs; its wait is the workers' alone (what
+     * they waited for a range in flight is theirs already) */
+    const dh__fetch_stats *f = &e->pf_stats.fetched;
+    e->fetched.bytes += f->bytes, e->fetched.requests += f->requests;
+    e->fetched.retries += f->retries, e->fetched.failures += f->failures;
+}
+
 int dh__eng_start_workers(dh_engine *e)
 {
+    start_fetchers(e);
     int first = 0, n = dh__sched_node_workers(e->sched, e->node, &first); /* one node: all */
     e->threads = dh__calloc((size_t)n, sizeof *e->threads);
     if (!e->threads)

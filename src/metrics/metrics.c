@@ -299,7 +299,9 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"exchange_mean_s\":%.6g,\"exchange_max_s\":%.6g,\"control_mean_s\":%.6g,"
             "\"reb_remote\":%lld,\"reb_remote_bytes\":%lld,\"net_factor\":%.6g,"
             "\"fetch_bytes\":%lld,\"fetch_requests\":%lld,\"fetch_retries\":%lld,"
-            "\"fetch_failures\":%lld,\"fetch_wait_s\":%.6g}",
+            "\"fetch_failures\":%lld,\"fetch_wait_s\":%.6g,\"fetch_ahead_ready\":%lld,"
+            "\"fetch_ahead_waited\":%lld,\"fetch_ahead_missed\":%lld,"
+            "\"fetch_ahead_dropped\":%lld}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -316,7 +318,9 @@ int dh_result_write_json(const dh_result *r, void *file)
             r->exchange_max_s, r->control_mean_s, (long long)r->reb_remote,
             (long long)r->reb_remote_bytes, r->net_factor > 0 ? r->net_factor : 1.0,
             (long long)r->fetch_bytes, (long long)r->fetch_requests, (long long)r->fetch_retries,
-            (long long)r->fetch_failures, r->fetch_wait_s);
+            (long long)r->fetch_failures, r->fetch_wait_s, (long long)r->fetch_ahead_ready,
+            (long long)r->fetch_ahead_waited, (long long)r->fetch_ahead_missed,
+            (long long)r->fetch_ahead_dropped);
     return ferror(f) ? DH_EIO : 0;
 }
 

@@ -194,6 +194,10 @@ static int check_numbers(const dh_run_config *c, char *err, size_t errlen)
     CHECK(isfinite(c->sample_timeout_s) && c->sample_timeout_s <= 86400,
           "sample timeout %g s: expected at most 86400 (0: derived, < 0: none)",
           c->sample_timeout_s);
+    CHECK(c->fetchers >= -1 && c->fetchers <= 256, "fetchers %d: expected -1 (none), 0 (the "
+          "default) or 1 to 256", c->fetchers);
+    CHECK(c->fetch_ahead_bytes >= 0, "fetch-ahead budget %lld bytes: expected 0 (the default) "
+          "or more", (long long)c->fetch_ahead_bytes);
     const dh_stress *x = c->stress;
     if (x) {
         CHECK(in_range(x->understate_fraction, 0, 1, 1) && in_range(x->cpu_heavy_fraction, 0, 1, 1),

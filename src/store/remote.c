@@ -208,7 +208,27 @@ struct dh__remote {
     uint64_t last_obj;   /* the object and end of the last fetch: read-ahead while forward */
     int64_t last_end;
     dh__fetch_stats st;
+    dh__take_fn take;    /* ranges the node's fetchers brought (prefetch.c), or NULL */
+    void *take_ctx;
+    const int *abort;    /* atomic; set: requests and retries end at once (or NULL) */
 };
+
+static int aborted(const dh__remote *r)
+{
+    return r->abort && __atomic_load_n(r->abort, __ATOMIC_ACQUIRE);
+}
+
+/* libcurl's progress hook: a non-zero answer ends the transfer. */
+static int on_progress(void *user, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+    (void)a, (void)b, (void)c, (void)d;
+    return aborted(user);
+}
+
+void dh__remote_set_abort(dh__remote *r, const int *flag)
+{
+    r->abort = flag;
+}
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc = CURLE_FAILED_INIT;
@@ -409,6 +429,11 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     curl_easy_setopt(h, CURLOPT_HEADERDATA, a);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, a);
+    if (r->abort) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
     if (r->conf.key[0] && !strncasecmp(url, "http", 4) && r->conf.secret[0]) {
         char sig[128];
         snprintf(sig, sizeof sig, "aws:amz:%s:s3", r->conf.region);
@@ -512,7 +537,7 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
             r->st.wait_s += now_s() - t0;
             return 0;
         }
-        if (what == FATAL)
+        if (what == FATAL || aborted(r))
             break;
         /* backoff: 100 ms doubling to 8 s, half of it random; Retry-After when longer */
         double d = 0.1 * (double)(1u << (attempt < 7 ? attempt : 7));
@@ -565,14 +590,52 @@ static uint64_t obj_hash(const dh__object_ref *o)
     return o->etag ? dh__hash_bytes(o->etag, strlen(o->etag), h) : h;
 }
 
-/* Fetches [start, end) of o into a free (or the least recently used) extent. */
-static extent *fetch(dh__remote *r, const dh__object_ref *o, uint64_t obj, int64_t start,
-                     int64_t end, double deadline, char *err, size_t errlen, int *rc)
+/* Fetches exactly [start, end) of o into buf, the answer checked against what was asked
+ * and what was indexed. */
+int dh__remote_fetch(dh__remote *r, const dh__object_ref *o, int64_t start, int64_t end,
+                     uint8_t *buf, double deadline, char *err, size_t errlen)
+{
+    answer a = {.buf = buf, .cap = (size_t)(end - start)};
+    int rc = get(r, o->path, o->etag, start, end, deadline, &a, err, errlen);
+    if (rc)
+        return rc;
+    char shown[1024];
+    dh__store_display(o->path, shown, sizeof shown);
+    int whole = a.status == 200 && start == 0 && (int64_t)a.len == o->size && end == o->size;
+    if (a.status == 200 && !whole)
+        return dh__fail(err, errlen, DH_EREMOTE, "GET %s: the store ignored the Range header "
+                        "(HTTP 200 with the whole object): refused, objects are read by range",
+                        shown);
+    int changed = !whole && a.cr_total >= 0 && o->size > 0 && a.cr_total != o->size;
+    if (changed ||
+        (!whole && (a.cr_start != start || a.cr_end != end - 1 || (int64_t)a.len != end - start)))
+        return dh__fail(err, errlen, changed ? DH_ECORRUPT : DH_EREMOTE, changed ?
+                        "GET %s: the object is %lld bytes, %lld when it was indexed: it changed "
+                        "since (index it again)" : "GET %s: asked bytes %lld-%lld, got %s",
+                        shown, changed ? (long long)a.cr_total : (long long)start,
+                        changed ? (long long)o->size : (long long)end - 1,
+                        a.cr_start < 0 ? "no Content-Range" : "another range or length");
+    if (o->etag && o->etag[0] && a.etag[0] && strcmp(a.etag, o->etag))
+        return dh__fail(err, errlen, DH_ECORRUPT, "GET %s: the object changed since it was "
+                        "indexed (ETag %s, %s pinned): index it again", shown, a.etag, o->etag);
+    return 0;
+}
+
+/* The extent to fill next: a free one, or the least recently used. */
+static extent *victim(dh__remote *r)
 {
     extent *e = &r->ext[0];
     for (int k = 1; k < EXTENTS && e->used; k++)
         if (!r->ext[k].used || r->ext[k].used < e->used)
             e = &r->ext[k];
+    return e;
+}
+
+/* Fetches [start, end) of o into an extent. */
+static extent *fetch(dh__remote *r, const dh__object_ref *o, uint64_t obj, int64_t start,
+                     int64_t end, double deadline, char *err, size_t errlen, int *rc)
+{
+    extent *e = victim(r);
     size_t want = (size_t)(end - start);
     uint8_t *data = realloc(e->data, want ? want : 1);
     if (!data) {
@@ -581,35 +644,9 @@ static extent *fetch(dh__remote *r, const dh__object_ref *o, uint64_t obj, int64
     }
     e->data = data;
     e->used = 0;
-    answer a = {.buf = data, .cap = want};
-    *rc = get(r, o->path, o->etag, start, end, deadline, &a, err, errlen);
+    *rc = dh__remote_fetch(r, o, start, end, data, deadline, err, errlen);
     if (*rc)
         return NULL;
-    char shown[1024];
-    dh__store_display(o->path, shown, sizeof shown);
-    int whole = a.status == 200 && start == 0 && (int64_t)a.len == o->size && end == o->size;
-    if (a.status == 200 && !whole) {
-        *rc = dh__fail(err, errlen, DH_EREMOTE, "GET %s: the store ignored the Range header "
-                       "(HTTP 200 with the whole object): refused, objects are read by range",
-                       shown);
-        return NULL;
-    }
-    int changed = !whole && a.cr_total >= 0 && o->size > 0 && a.cr_total != o->size;
-    if (changed ||
-        (!whole && (a.cr_start != start || a.cr_end != end - 1 || (int64_t)a.len != end - start))) {
-        *rc = dh__fail(err, errlen, changed ? DH_ECORRUPT : DH_EREMOTE, changed ?
-                       "GET %s: the object is %lld bytes, %lld when it was indexed: it changed "
-                       "since (index it again)" : "GET %s: asked bytes %lld-%lld, got %s",
-                       shown, changed ? (long long)a.cr_total : (long long)start,
-                       changed ? (long long)o->size : (long long)end - 1,
-                       a.cr_start < 0 ? "no Content-Range" : "another range or length");
-        return NULL;
-    }
-    if (o->etag && o->etag[0] && a.etag[0] && strcmp(a.etag, o->etag)) {
-        *rc = dh__fail(err, errlen, DH_ECORRUPT, "GET %s: the object changed since it was "
-                       "indexed (ETag %s, %s pinned): index it again", shown, a.etag, o->etag);
-        return NULL;
-    }
     e->obj = obj;
     e->off = start;
     e->len = end - start;
@@ -617,6 +654,31 @@ static extent *fetch(dh__remote *r, const dh__object_ref *o, uint64_t obj, int64
     r->last_obj = obj;
     r->last_end = end;
     return e;
+}
+
+/* A range the fetchers brought (its buffer now ours) as an extent, or NULL. */
+static extent *taken(dh__remote *r, const dh__object_ref *o, uint64_t obj, int64_t at,
+                     double deadline)
+{
+    uint8_t *data = NULL;
+    int64_t off = 0, len = 0;
+    double t0 = now_s();
+    int got = r->take && r->take(r->take_ctx, o, at, deadline, &data, &off, &len);
+    r->st.wait_s += r->take ? now_s() - t0 : 0; /* a range in flight: waited for */
+    if (!got)
+        return NULL;
+    extent *e = victim(r);
+    free(e->data);
+    *e = (extent){.obj = obj, .off = off, .len = len, .data = data, .used = ++r->tick};
+    r->last_obj = obj;
+    r->last_end = off + len;
+    return e;
+}
+
+void dh__remote_set_take(dh__remote *r, dh__take_fn fn, void *ctx)
+{
+    r->take = fn;
+    r->take_ctx = ctx;
 }
 
 ssize_t dh__remote_read(dh__remote *r, const dh__object_ref *o, void *buf, size_t n,
@@ -642,7 +704,9 @@ ssize_t dh__remote_read(dh__remote *r, const dh__object_ref *o, void *buf, size_
             int forward = r->last_obj == obj && r->last_end == start;
             int64_t end = DH_MIN(o->hi, (start / b + 1 + (forward ? r->conf.readahead : 0)) * b);
             int rc = 0;
-            e = fetch(r, o, obj, start, end, deadline, err, errlen, &rc);
+            e = taken(r, o, obj, at, deadline);
+            if (!e)
+                e = fetch(r, o, obj, start, end, deadline, err, errlen, &rc);
             if (!e)
                 return got ? (ssize_t)got : rc;
         }

@@ -99,4 +99,62 @@ typedef struct {
 ssize_t dh__remote_read(dh__remote *r, const dh__object_ref *o, void *buf, size_t n,
                         int64_t off, double deadline, char *err, size_t errlen);
 
+/*
+ * Fetching ahead (prefetch.c): a node's fetcher threads, each with its own connection,
+ * fetch the byte ranges of the samples the schedule says come next, in that order, while
+ * the workers decode others; a worker whose read misses its own extents takes a fetched
+ * range (the buffer itself, no copy), waits for one in flight (until its deadline), or
+ * fetches it itself when no fetcher has it (or a fetcher's fetch failed: the worker's own
+ * attempt then names the failure). Bytes fetched and not yet taken stay under a budget.
+ */
+typedef struct dh__prefetch dh__prefetch;
+
+/* An item larger than this is fetched ahead by its head only (the worker reads the rest). */
+#define DH__FETCH_AHEAD_ITEM_MAX ((int64_t)64 << 20)
+
+/* One range to fetch: bytes [lo, hi) of object path (of size bytes, etag or NULL), for
+ * step `step` (what is left of a retired step is dropped). */
+typedef struct {
+    char path[4096];
+    char etag[128];
+    int64_t size, lo, hi, step;
+} dh__fetch_job;
+
+/*
+ * next(user, job): 1 with the next range to fetch in job, 0 when none is known yet (asked
+ * again after a short wait or dh__prefetch_poke), -1 when no more will come. Called on a
+ * fetcher thread, never under the prefetcher's lock. fetchers: threads (>= 1); budget:
+ * bytes fetched and not yet taken, at most.
+ */
+int dh__prefetch_new(int fetchers, int64_t budget, int (*next)(void *user, dh__fetch_job *job),
+                     void *user, dh__prefetch **out, char *err, size_t errlen);
+/* New work may be known (a step was planned). */
+void dh__prefetch_poke(dh__prefetch *p);
+/* Drops ranges of steps before `step` that no worker took. */
+void dh__prefetch_retire(dh__prefetch *p, int64_t step);
+/* The fetchers' counters (their requests are not the workers'), and ranges workers took
+ * ready / after waiting, found nowhere, and ranges dropped unused. */
+typedef struct {
+    dh__fetch_stats fetched;
+    int64_t taken_ready, taken_waited, missed, dropped;
+} dh__prefetch_stats;
+dh__prefetch_stats dh__prefetch_stats_of(dh__prefetch *p);
+/* Stops the fetchers (a fetch in progress ends by its own timeout), gives their final
+ * figures (stats may be NULL) and frees it. */
+void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats);
+
+/* A worker's connection takes ranges from p before fetching itself (NULL: never). */
+void dh__remote_use_prefetch(dh__remote *r, dh__prefetch *p);
+
+/* What prefetch.c uses of remote.c (calls go that way only): exactly [start, end) of o
+ * into buf, checked as any read's; and the hook a worker's misses ask first: 1 with a
+ * range [*off, *off + *len) holding `at` whose buffer *data the caller now owns. */
+int dh__remote_fetch(dh__remote *r, const dh__object_ref *o, int64_t start, int64_t end,
+                     uint8_t *buf, double deadline, char *err, size_t errlen);
+typedef int (*dh__take_fn)(void *ctx, const dh__object_ref *o, int64_t at, double deadline,
+                           uint8_t **data, int64_t *off, int64_t *len);
+void dh__remote_set_take(dh__remote *r, dh__take_fn fn, void *ctx);
+/* *flag (read atomically) set ends r's request in progress and its retries at once. */
+void dh__remote_set_abort(dh__remote *r, const int *flag);
+
 #endif

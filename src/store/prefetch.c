@@ -1,0 +1,274 @@
+/*
+ * prefetch.c - a node's fetcher threads: the byte ranges of the samples the schedule says
+ * come next, fetched in that order while workers decode others (see store.h).
+ *
+ * DESIGN: the fetchers pull their work (next()), so the order is the schedule's and the
+ * depth is what the budget allows: a fetcher asks for the next range only while the bytes
+ * fetched and not yet taken are under the budget. A range is an entry (pending or ready;
+ * a failed fetch leaves none) in one short list under the prefetcher's lock; a worker that misses its own
+ * extents looks there, takes a ready range's buffer (no copy), waits for a pending one
+ * until its own deadline, and otherwise fetches itself, so every failure is named by the
+ * worker's own attempt, within its sample's limit, as without fetchers. Waiting on the
+ * network happens on fetcher threads; workers keep decoding.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { PENDING, READY };
+
+typedef struct entry {
+    struct entry *next;
+    dh__fetch_job job;
+    uint8_t *data;
+    int state, dropped;   /* PENDING or READY; dropped: its step retired while fetched */
+} entry;
+
+struct dh__prefetch {
+    pthread_mutex_t mu;
+    pthread_cond_t changed; /* an entry changed state, budget freed, poked, stopping */
+    entry *list;
+    int64_t held, budget;
+    int stop;             /* atomic: fetches in progress read it */
+    int nthreads, done_threads;
+    pthread_t *threads;
+    int (*next)(void *user, dh__fetch_job *job);
+    void *user;
+    dh__store_conf conf;
+    dh__prefetch_stats st;
+};
+
+static int stopping(const dh__prefetch *p)
+{
+    return __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE);
+}
+
+static void timed_wait(dh__prefetch *p, double seconds)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    long ns = t.tv_nsec + (long)(seconds * 1e9);
+    t.tv_sec += ns / 1000000000L;
+    t.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&p->changed, &p->mu, &t);
+}
+
+static double mono_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void unlink_entry(dh__prefetch *p, entry *e)
+{
+    for (entry **q = &p->list; *q; q = &(*q)->next)
+        if (*q == e) {
+            *q = e->next;
+            break;
+        }
+    p->held -= e->job.hi - e->job.lo;
+}
+
+static void *fetcher(void *arg)
+{
+    dh__prefetch *p = arg;
+    char err[400];
+    dh__remote *r = dh__remote_new(&p->conf, err, sizeof err);
+    if (r) /* stopping ends a fetch in progress, its retries too */
+        dh__remote_set_abort(r, &p->stop);
+    pthread_mutex_lock(&p->mu);
+    while (r && !stopping(p)) {
+        if (p->held >= p->budget) { /* the budget is full: until a worker takes a range */
+            timed_wait(p, 0.05);
+            continue;
+        }
+        entry *e = calloc(1, sizeof *e);
+        pthread_mutex_unlock(&p->mu);
+        int got = e ? p->next(p->user, &e->job) : 0;
+        pthread_mutex_lock(&p->mu);
+        if (got <= 0 || stopping(p)) {
+            free(e);
+            if (got < 0)
+                break;
+            if (!stopping(p))
+                timed_wait(p, 0.02); /* nothing planned yet */
+            continue;
+        }
+        int64_t len = e->job.hi - e->job.lo;
+        e->data = malloc(len > 0 ? (size_t)len : 1);
+        if (!e->data) {
+            free(e);
+            continue;
+        }
+        e->state = PENDING;
+        e->next = p->list;
+        p->list = e;
+        p->held += len;
+        pthread_mutex_unlock(&p->mu);
+        dh__object_ref o = {e->job.path, e->job.etag[0] ? e->job.etag : NULL, e->job.size,
+                            e->job.lo, e->job.hi};
+        int rc = dh__remote_fetch(r, &o, e->job.lo, e->job.hi, e->data,
+                                  mono_now() + p->conf.request_timeout_s, err, sizeof err);
+        pthread_mutex_lock(&p->mu);
+        e->state = READY;
+        if (e->dropped || rc) { /* retired meanwhile, or failed: a worker fetches itself */
+            unlink_entry(p, e);
+            free(e->data);
+            free(e);
+        }
+        pthread_cond_broadcast(&p->changed);
+    }
+    dh__fetch_stats fs = dh__remote_stats(r);
+    p->st.fetched.bytes += fs.bytes, p->st.fetched.requests += fs.requests;
+    p->st.fetched.retries += fs.retries, p->st.fetched.failures += fs.failures;
+    p->st.fetched.wait_s += fs.wait_s;
+    p->done_threads++;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->mu);
+    dh__remote_free(r);
+    return NULL;
+}
+
+int dh__prefetch_new(int fetchers, int64_t budget, int (*next)(void *user, dh__fetch_job *job),
+                     void *user, dh__prefetch **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    dh__prefetch *p = dh__calloc(1, sizeof *p);
+    if (!p)
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
+    int rc = dh__store_conf_env(&p->conf, err, errlen);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->changed, NULL);
+    p->budget = budget > 0 ? budget : 1;
+    p->next = next;
+    p->user = user;
+    p->threads = dh__calloc((size_t)DH_MAX(fetchers, 1), sizeof *p->threads);
+    for (int k = 0; p->threads && k < fetchers; k++)
+        if (dh__thread_create(&p->threads[p->nthreads], fetcher, p) == 0)
+            p->nthreads++;
+    if (!p->nthreads) {
+        dh__prefetch_free(p, NULL);
+        return dh__fail(err, errlen, DH_ENOMEM, "cannot start a fetcher thread");
+    }
+    *out = p;
+    return 0;
+}
+
+void dh__prefetch_poke(dh__prefetch *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dh__prefetch_retire(dh__prefetch *p, int64_t step)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    for (entry *e = p->list, *nx; e; e = nx) {
+        nx = e->next;
+        if (e->job.step >= step)
+            continue;
+        if (e->state == PENDING) {
+            e->dropped = 1; /* its fetcher frees it */
+            continue;
+        }
+        unlink_entry(p, e);
+        p->st.dropped++;
+        free(e->data);
+        free(e);
+    }
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 0; k < p->nthreads; k++)
+        pthread_join(p->threads[k], NULL);
+    if (stats)
+        *stats = p->st;
+    for (entry *e = p->list, *nx; e; e = nx) {
+        nx = e->next;
+        free(e->data);
+        free(e);
+    }
+    free(p->threads);
+    pthread_cond_destroy(&p->changed);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+dh__prefetch_stats dh__prefetch_stats_of(dh__prefetch *p)
+{
+    dh__prefetch_stats s = {0};
+    if (!p)
+        return s;
+    pthread_mutex_lock(&p->mu);
+    s = p->st;
+    pthread_mutex_unlock(&p->mu);
+    return s;
+}
+
+/* The entry of o holding byte at, or NULL. */
+static entry *find(dh__prefetch *p, const dh__object_ref *o, int64_t at)
+{
+    for (entry *e = p->list; e; e = e->next)
+        if (!e->dropped && e->job.lo <= at && at < e->job.hi && !strcmp(e->job.path, o->path) &&
+            !strcmp(e->job.etag, o->etag ? o->etag : ""))
+            return e;
+    return NULL;
+}
+
+/* dh__remote's take hook: 1 with a fetched range's buffer (ours to keep), else 0. */
+static int take(void *ctx, const dh__object_ref *o, int64_t at, double deadline,
+                uint8_t **data, int64_t *off, int64_t *len)
+{
+    dh__prefetch *p = ctx;
+    pthread_mutex_lock(&p->mu);
+    entry *e = find(p, o, at);
+    int waited = 0;
+    while (e && e->state == PENDING && !stopping(p) && (deadline <= 0 || mono_now() < deadline)) {
+        waited = 1;
+        timed_wait(p, 0.01);
+        e = find(p, o, at);
+    }
+    int got = e && e->state == READY;
+    if (got) {
+        unlink_entry(p, e);
+        *data = e->data, *off = e->job.lo, *len = e->job.hi - e->job.lo;
+        free(e);
+        if (waited)
+            p->st.taken_waited++;
+        else
+            p->st.taken_ready++;
+        pthread_cond_broadcast(&p->changed); /* budget freed */
+    } else {
+        p->st.missed++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return got;
+}
+
+void dh__remote_use_prefetch(dh__remote *r, dh__prefetch *p)
+{
+    dh__remote_set_take(r, p ? take : NULL, p);
+}
