@@ -20,8 +20,8 @@ for need in nginx node "$S3RVER" curl; do
     command -v "$need" > /dev/null 2>&1 || { echo "e2e_store: $need is missing (bash scripts/deps.sh installs it)"; exit 1; }
 done
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhstore.XXXXXX")
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null; done; wait 2> /dev/null; [[ -n $KEEP ]] || rm -rf "$WORK"; }
+source "$HERE/store_servers.sh"
+cleanup() { store_stop; [[ -n $KEEP ]] || rm -rf "$WORK"; }
 trap cleanup EXIT
 pass=0 fail=0
 check() { # check NAME CONDITION-COMMAND...
@@ -29,10 +29,7 @@ check() { # check NAME CONDITION-COMMAND...
     if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
 }
 contains() { grep -q -- "$2" "$1"; }
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_file() { for _ in $(seq 100); do [[ -s $1 ]] && return 0; sleep 0.1; done; return 1; }
-wait_http() { for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; return 1; }
-ctl() { curl -s -X POST -d "$2" "http://127.0.0.1:$1/__control" > /dev/null; }
+ctl() { store_ctl "$@"; }
 run() { # run MANIFEST OUT [more run options]: a real run of the clips workload, 2 ranks
     local m=$1 out=$2; shift 2
     timeout 300 "$DH" run --manifest "$m" --workload kinetics-clips --ranks 2 --workers 2 \
@@ -53,28 +50,10 @@ same_bytes() { # same_bytes MANIFEST-A MANIFEST-B: what each delivers, sample by
 check "gen wrote the shards" test -f "$WORK/www/wds/shards/00002.tar"
 
 # ---- nginx, and the proxy in front of it ----
-NPORT=$(free_port)
-mkdir -p "$WORK/nginx"
-cat > "$WORK/nginx/nginx.conf" << EOF
-daemon off;
-master_process off;
-error_log $WORK/nginx/error.log;
-pid $WORK/nginx/nginx.pid;
-events {}
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/b; proxy_temp_path $WORK/nginx/p;
-  fastcgi_temp_path $WORK/nginx/f; uwsgi_temp_path $WORK/nginx/u; scgi_temp_path $WORK/nginx/s;
-  server { listen 127.0.0.1:$NPORT; root $WORK/www; }
-}
-EOF
-nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" > "$WORK/nginx/out" 2>&1 &
-PIDS+=($!)
-$PY "$HERE/store_proxy.py" --upstream "http://127.0.0.1:$NPORT" --port-file "$WORK/hp.port" &
-PIDS+=($!)
-wait_file "$WORK/hp.port"
-HP=$(cat "$WORK/hp.port")
-check "nginx is up" wait_http "http://127.0.0.1:$NPORT/wds/manifest.jsonl"
+store_nginx "$WORK/www"
+check "nginx is up" curl -s -f -o /dev/null "http://127.0.0.1:$NGINX_PORT/wds/manifest.jsonl"
+store_proxy "http://127.0.0.1:$NGINX_PORT"
+HP=$PROXY_PORT
 H=http://127.0.0.1:$HP
 
 # ---- HTTP: index shards by range, run, the same bytes as the local copy ----
@@ -148,16 +127,11 @@ check "a query string (a presigned URL's signature) never reaches a message" \
     bash -c "! grep -q SECRETSIG '$WORK/q.out'"
 
 # ---- S3: s3rver behind the signature-checking front ----
-SPORT=$(free_port)
 mkdir -p "$WORK/s3data"
-"$S3RVER" -d "$WORK/s3data" -a 127.0.0.1 -p "$SPORT" --configure-bucket bkt --silent > "$WORK/s3rver.out" 2>&1 &
-PIDS+=($!)
-$PY "$HERE/store_proxy.py" --upstream "http://127.0.0.1:$SPORT" --port-file "$WORK/sp.port" \
-    --sigv4 S3RVER:S3RVER &
-PIDS+=($!)
-wait_file "$WORK/sp.port"
-SP=$(cat "$WORK/sp.port")
-wait_http "http://127.0.0.1:$SPORT/"
+store_s3rver "$WORK/s3data" bkt
+SPORT=$S3RVER_PORT
+store_proxy "http://127.0.0.1:$SPORT" --sigv4 S3RVER:S3RVER
+SP=$PROXY_PORT
 put() { curl -s -f -o /dev/null --aws-sigv4 aws:amz:us-east-1:s3 --user S3RVER:S3RVER \
         -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$1" "http://127.0.0.1:$SPORT/bkt/$2"; }
 for k in 00000 00001 00002; do put "$WORK/www/wds/shards/$k.tar" "shards/$k.tar"; done

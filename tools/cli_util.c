@@ -259,7 +259,7 @@ const char cli_run_help[] =
     "                          with media was read fails at its end\n"
     "  --fetchers N            real engine, media on object stores: threads that fetch the\n"
     "                          samples the schedule says come next while workers decode\n"
-    "                          (default 8; 0: a worker fetches a sample when it starts it)\n"
+    "                          (default 16; 0: a worker fetches a sample when it starts it)\n"
     "  --fetch-ahead-mib N     bytes fetched ahead and not yet decoded, at most (default 256)\n";
 
 int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)

@@ -150,7 +150,7 @@ typedef struct {
     int augment;
     /* Added in 0.2 (docs/STORAGE.md). Real engine, media on object stores: threads per
      * node that fetch the samples the schedule says come next while workers decode others
-     * (0: the default, 8; -1: none, a worker fetches a sample's bytes when it starts it),
+     * (0: the default, 16; -1: none, a worker fetches a sample's bytes when it starts it),
      * and the bytes fetched ahead and not yet decoded, at most (0: the default, 256 MiB). */
     int fetchers;
     int64_t fetch_ahead_bytes;

@@ -345,7 +345,7 @@ static int start_fetchers(dh_engine *e)
     if (e->pf || c->fetchers < 0 || !e->run.m || !has_objects(e->run.m))
         return 0;
     char err[300];
-    int rc = dh__prefetch_new(c->fetchers > 0 ? c->fetchers : 8,
+    int rc = dh__prefetch_new(c->fetchers > 0 ? c->fetchers : 16,
                               c->fetch_ahead_bytes > 0 ? c->fetch_ahead_bytes : 256 << 20,
                               next_fetch, e, &e->pf, err, sizeof err);
     if (rc) /* the workers fetch for themselves, and name what is wrong per sample */

@@ -1,0 +1,57 @@
+# store_servers.sh - sourced by tests/e2e_store.sh and bench/run_store.sh: start the
+# stores they read from, on 127.0.0.1, as children of the calling shell (their pids in
+# STORE_PIDS; store_stop kills them). Needs WORK (a scratch directory) and PY (python3).
+STORE_PIDS=()
+STORE_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+store_free_port() {
+    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+store_wait_file() { for _ in $(seq 300); do [[ -s $1 ]] && return 0; sleep 0.1; done; return 1; }
+store_wait_http() { for _ in $(seq 300); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; return 1; }
+
+# store_nginx ROOT: nginx serving ROOT (Range, ETag from mtime and size); sets NGINX_PORT.
+store_nginx() {
+    NGINX_PORT=$(store_free_port)
+    local d=$WORK/nginx.$NGINX_PORT
+    mkdir -p "$d"
+    cat > "$d/nginx.conf" << CONF
+daemon off;
+master_process off;
+error_log $d/error.log;
+pid $d/nginx.pid;
+events {}
+http {
+  access_log off;
+  client_body_temp_path $d/b; proxy_temp_path $d/p;
+  fastcgi_temp_path $d/f; uwsgi_temp_path $d/u; scgi_temp_path $d/s;
+  server { listen 127.0.0.1:$NGINX_PORT; root $1; }
+}
+CONF
+    nginx -c "$d/nginx.conf" -p "$d" > "$d/out" 2>&1 &
+    STORE_PIDS+=($!)
+    store_wait_http "http://127.0.0.1:$NGINX_PORT/"
+}
+
+# store_proxy UPSTREAM-URL [--sigv4 KEY:SECRET]: tests/store_proxy.py in front of it; sets
+# PROXY_PORT. store_ctl PORT JSON sets its faults.
+store_proxy() {
+    local pf=$WORK/proxy.$RANDOM.port
+    $PY "$STORE_HERE/store_proxy.py" --upstream "$1" --port-file "$pf" "${@:2}" &
+    STORE_PIDS+=($!)
+    store_wait_file "$pf" || return 1
+    PROXY_PORT=$(cat "$pf")
+}
+store_ctl() { curl -s -X POST -d "$2" "http://127.0.0.1:$1/__control" > /dev/null; }
+
+# store_s3rver DIR BUCKET: s3rver holding DIR, with BUCKET; sets S3RVER_PORT.
+store_s3rver() {
+    S3RVER_PORT=$(store_free_port)
+    "$S3RVER" -d "$1" -a 127.0.0.1 -p "$S3RVER_PORT" --configure-bucket "$2" --silent \
+        > "$WORK/s3rver.$S3RVER_PORT.out" 2>&1 &
+    STORE_PIDS+=($!)
+    store_wait_http "http://127.0.0.1:$S3RVER_PORT/"
+}
+
+store_stop() { for p in "${STORE_PIDS[@]}"; do kill "$p" 2> /dev/null; done; wait 2> /dev/null; }
