@@ -68,6 +68,12 @@ check "http index: every descriptor as the local index has it" \
 run "$WORK/http.jsonl" "$WORK/hrun.out" --json "$WORK/hrun.json"
 check "http run: the result file holds the fetch figures" contains "$WORK/hrun.json" \
     '"fetch_bytes":[1-9][0-9]*,"fetch_requests":[1-9][0-9]*,"fetch_retries":0,"fetch_failures":0,"fetch_wait_s":'
+check "http run: the fetch model calibrated from its requests" contains "$WORK/hrun.out" \
+    "fetch model (calibrated from the run's requests): [0-9.]* ms per request"
+"$DH" sim --workload kinetics-clips --ranks 2 --workers 2 --steps 20 --fetch-latency-ms 50 \
+    --fetch-gbps 1 > "$WORK/simf.out" 2>&1
+check "sim models a store (simulated figures, named so)" contains "$WORK/simf.out" \
+    "storage (simulated): [0-9.]* MiB fetched in [0-9]* requests"
 check "http run: every sample delivered" contains "$WORK/hrun.out" "delivered 12 + failed 0 = 12"
 check "http run: what was fetched is reported" contains "$WORK/hrun.out" \
     "storage: [0-9.]* MiB fetched in [0-9]* requests, 0 retried, 0 reads failed"

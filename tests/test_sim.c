@@ -650,6 +650,60 @@ START_TEST(idle_nodes_prepare_late_samples_when_the_network_is_cheap)
 }
 END_TEST
 
+/* The fetch model (issue 24): media on an object store. */
+static dh_result fetch_run(const char *policy, double latency_ms, int fetchers, int nodes)
+{
+    dh_run_config c;
+    dh_run_config_default(&c);
+    c.workload = "kinetics-clips";
+    c.policy = policy;
+    c.ranks = 4;
+    c.workers = 4;
+    c.nodes = nodes;
+    c.global_batch = 32;
+    c.steps = 40;
+    c.fetch_latency_s = latency_ms / 1e3;
+    c.fetch_bandwidth = latency_ms > 0 ? 1.25e8 : 0; /* 1 Gb/s */
+    c.fetchers = fetchers;
+    dh_result r;
+    dh_result_init(&r);
+    char err[256] = "";
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    return r;
+}
+
+START_TEST(the_fetch_model_hides_latency_by_fetching_ahead)
+{
+    static const char *const pol[] = {"helix", "local", "pool"};
+    for (int p = 0; p < 3; p++) {
+        dh_result plain = fetch_run(pol[p], 0, 0, 1);
+        ck_assert_int_eq(plain.fetch_bytes, 0);
+        ck_assert_int_eq(plain.fetch_requests, 0);
+        dh_result late = fetch_run(pol[p], 50, -1, 1), ahead = fetch_run(pol[p], 50, 0, 1);
+        /* every sample's bytes fetched once either way (no split sample fetches twice) */
+        ck_assert_int_gt(late.fetch_bytes, 0);
+        ck_assert_int_eq(late.fetch_bytes, ahead.fetch_bytes);
+        ck_assert_int_eq(late.fetch_requests, ahead.fetch_requests);
+        ck_assert_int_eq(late.delivered + late.failed, plain.delivered + plain.failed);
+        /* fetching when a worker starts a sample holds the worker; fetching ahead does not */
+        ck_assert_msg(late.fetch_wait_s > 3 * ahead.fetch_wait_s, "%s: %g vs %g", pol[p],
+                      late.fetch_wait_s, ahead.fetch_wait_s);
+        ck_assert_msg(late.makespan_s > ahead.makespan_s, "%s", pol[p]);
+        /* helix and pool plan steps ahead of their deadlines, so their fetches are early;
+         * local plans only its prefetch window, and hides less */
+        ck_assert_msg(p == 1 || ahead.makespan_s <= plain.makespan_s * 1.05, "%s: %g vs %g",
+                      pol[p], ahead.makespan_s, plain.makespan_s);
+        ck_assert_int_eq(late.fetch_ahead_ready + late.fetch_ahead_waited, 0);
+        ck_assert_int_gt(ahead.fetch_ahead_ready, ahead.fetch_ahead_missed);
+        dh_result again = fetch_run(pol[p], 50, 0, 1); /* deterministic */
+        ck_assert(again.makespan_s == ahead.makespan_s && again.fetch_wait_s == ahead.fetch_wait_s);
+    }
+    /* two nodes: each node's fetchers fetch its own ranks' samples, each once */
+    dh_result one = fetch_run("helix", 50, 0, 1), two = fetch_run("helix", 50, 0, 2);
+    ck_assert_int_eq(one.fetch_bytes, two.fetch_bytes);
+}
+END_TEST
+
 START_TEST(nodes_must_divide_ranks_and_workers)
 {
     dh_run_config c;
@@ -777,6 +831,7 @@ int main(void)
     ADD_TEST(tc, every_policy_runs_every_shape);
     ADD_TEST(tc, idle_nodes_prepare_late_samples_when_the_network_is_cheap);
     ADD_TEST(tc, nodes_must_divide_ranks_and_workers);
+    ADD_TEST(tc, the_fetch_model_hides_latency_by_fetching_ahead);
     ADD_TEST(tc, bad_run_configs_are_refused_clearly);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -560,6 +560,44 @@ START_TEST(a_failed_fetch_ahead_leaves_the_worker_to_fetch_and_name_it)
 }
 END_TEST
 
+START_TEST(the_fetch_model_is_fitted_from_answered_requests)
+{
+    dh__fetch_stats s = {0};
+    double lat, bw;
+    ck_assert_int_eq(dh__fetch_fit(&s, &lat, &bw), 0); /* nothing yet */
+    /* requests of 0.1 to 2 MB taking 30 ms + MB / 100 MB/s exactly */
+    for (int k = 0; k < 20; k++) {
+        double mb = 0.1 + 0.1 * k, t = 0.03 + mb / 100;
+        dh__fetch_stats one = {.fit_n = 1, .fit_t = t, .fit_b = mb, .fit_bb = mb * mb,
+                               .fit_bt = mb * t};
+        dh__fetch_add(&s, &one); /* sums add: workers', fetchers', nodes' */
+    }
+    ck_assert_int_eq(dh__fetch_fit(&s, &lat, &bw), 1);
+    ck_assert_double_eq_tol(lat, 0.03, 1e-9);
+    ck_assert_double_eq_tol(bw, 100e6, 1e-3);
+    /* sizes all alike: the latency is their mean time, the bandwidth unknown */
+    dh__fetch_stats same = {.fit_n = 10, .fit_t = 0.5, .fit_b = 1, .fit_bb = 0.1, .fit_bt = 0.05};
+    ck_assert_int_eq(dh__fetch_fit(&same, &lat, &bw), 1);
+    ck_assert_double_eq_tol(lat, 0.05, 1e-12);
+    ck_assert(bw == 0);
+    /* the counters of a real exchange feed it */
+    server_start();
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    char url[200], err[300];
+    url_of(url, sizeof url);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    for (int k = 0; k < 9; k++)
+        read_range(r, url, NULL, (int64_t)k * 70000, (int64_t)k * 70000 + 1000 * (k + 1), 100000);
+    dh__fetch_stats got = dh__remote_stats(r);
+    ck_assert(got.fit_n == 9);
+    ck_assert_double_eq_tol(got.fit_b, 45000 / 1e6, 1e-12);
+    ck_assert_int_eq(dh__fetch_fit(&got, &lat, &bw), 1);
+    ck_assert(lat > 0);
+    dh__remote_free(r);
+    server_stop();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("store");
@@ -576,6 +614,7 @@ int main(void)
     ADD_TEST(tc, signed_requests_carry_sigv4_and_never_the_secret);
     ADD_TEST(tc, fetchers_bring_the_next_ranges_in_order_within_their_budget);
     ADD_TEST(tc, a_failed_fetch_ahead_leaves_the_worker_to_fetch_and_name_it);
+    ADD_TEST(tc, the_fetch_model_is_fitted_from_answered_requests);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -260,7 +260,9 @@ const char cli_run_help[] =
     "  --fetchers N            real engine, media on object stores: threads that fetch the\n"
     "                          samples the schedule says come next while workers decode\n"
     "                          (default 16; 0: a worker fetches a sample when it starts it)\n"
-    "  --fetch-ahead-mib N     bytes fetched ahead and not yet decoded, at most (default 256)\n";
+    "  --fetch-ahead-mib N     bytes fetched ahead and not yet decoded, at most (default 256)\n"
+    "  --fetch-latency-ms X    simulator: the media are on an object store, X ms per request\n"
+    "  --fetch-gbps X          simulator: the store's link per node in Gbit/s (default 10)\n";
 
 int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)
 {
@@ -342,6 +344,12 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         int64_t n = 0;
         rc = cli_int(opt, val, 0, 256, &n);
         cfg->fetchers = n ? (int)n : -1; /* 0: none */
+    } else if (!strcmp(opt, "--fetch-latency-ms")) {
+        rc = cli_num(opt, val, 0, 60000, &cfg->fetch_latency_s);
+        cfg->fetch_latency_s /= 1e3;
+    } else if (!strcmp(opt, "--fetch-gbps")) {
+        rc = cli_num(opt, val, 1e-6, 1e6, &cfg->fetch_bandwidth);
+        cfg->fetch_bandwidth *= 1e9 / 8;
     } else if (!strcmp(opt, "--fetch-ahead-mib")) {
         int64_t n = 0;
         rc = cli_int(opt, val, 1, 1 << 20, &n);

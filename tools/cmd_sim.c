@@ -230,10 +230,19 @@ void cli_print_result(const dh_result *r)
         printf("  moving decoded data took %.3f s; transfer cost calibrated to %.2f x the model\n",
                r->reb_move_s, r->reb_move_factor);
     if (r->fetch_requests > 0)
-        printf("  storage: %.2f MiB fetched in %lld requests, %lld retried, %lld reads failed; "
-               "workers waited %.3f s on the network\n", r->fetch_bytes / 1048576.0,
+        printf("  %s: %.2f MiB fetched in %lld requests, %lld retried, %lld reads failed; "
+               "workers waited %.3f s on the network\n",
+               strcmp(r->engine, "sim") ? "storage" : "storage (simulated)", r->fetch_bytes / 1048576.0,
                (long long)r->fetch_requests, (long long)r->fetch_retries,
                (long long)r->fetch_failures, r->fetch_wait_s);
+    if (r->fetch_latency_s > 0 && r->fetch_bandwidth > 0 && strcmp(r->engine, "sim"))
+        printf("  fetch model (calibrated from the run's requests): %.1f ms per request + "
+               "bytes at %.1f MB/s; sim --fetch-latency-ms %.1f --fetch-gbps %.3g replays it\n",
+               r->fetch_latency_s * 1e3, r->fetch_bandwidth / 1e6, r->fetch_latency_s * 1e3,
+               r->fetch_bandwidth * 8 / 1e9);
+    else if (r->fetch_latency_s > 0 && strcmp(r->engine, "sim"))
+        printf("  fetch model (calibrated from the run's requests): %.1f ms per request (their "
+               "sizes too alike to tell the bandwidth)\n", r->fetch_latency_s * 1e3);
     if (r->fetch_ahead_ready + r->fetch_ahead_waited + r->fetch_ahead_missed > 0)
         printf("  fetched ahead: %lld ranges ready when a worker wanted them, %lld still in "
                "flight (waited for), %lld not fetched ahead (the worker fetched), %lld dropped "

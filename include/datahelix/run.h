@@ -154,6 +154,12 @@ typedef struct {
      * and the bytes fetched ahead and not yet decoded, at most (0: the default, 256 MiB). */
     int fetchers;
     int64_t fetch_ahead_bytes;
+    /* Added in 0.2. Simulator: every sample's media are on an object store, fetched over a
+     * link of fetch_bandwidth bytes/s per node (0: 10 Gb/s) with fetch_latency_s per request
+     * (blocks of 256 KiB), by the fetchers ahead of the schedule or by the worker that starts
+     * the sample (fetchers -1); both 0: local media, nothing fetched. A sample's stored size
+     * is its media's "bytes", else an estimate from its descriptor (docs/STORAGE.md). */
+    double fetch_latency_s, fetch_bandwidth;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */
@@ -224,6 +230,11 @@ typedef struct {
     /* Of those, the fetchers' (fetching ahead): ranges a worker found ready, found in
      * flight and waited for, found nowhere (fetched itself), and dropped unused. */
     int64_t fetch_ahead_ready, fetch_ahead_waited, fetch_ahead_missed, fetch_ahead_dropped;
+    /* The fetch cost model calibrated from the run's answered requests: seconds per request
+     * and bytes/s (t = latency + bytes / bandwidth, least squares; 0: too few requests, or
+     * bandwidth 0 when their sizes did not vary enough). What sim --fetch-latency-ms and
+     * --fetch-gbps take to replay this store. */
+    double fetch_latency_s, fetch_bandwidth;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

@@ -188,6 +188,11 @@ typedef struct {
  */
 int dh__sampler_shift(dh_sampler *s, int64_t shift);
 
+/* A media item's size as stored: its "bytes", else an estimate from its descriptor (the
+ * simulator's fetch model): video at 0.1 bit per pixel per frame (H.264 at common rates),
+ * JPEG at 2 bits per pixel and PNG at 12, audio at 10 bits per sample (FLAC). */
+int64_t dh__stored_bytes(const dh_media_info *mi);
+
 /* dh_manifest_parse_line with the error kept structured. */
 int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
                             dh__line_error *e);

@@ -370,3 +370,20 @@ int dh_media_recipe_of(const dh_spec *spec, const dh_media_info *media, dh_media
     }
     return 0;
 }
+
+int64_t dh__stored_bytes(const dh_media_info *mi)
+{
+    if (mi->bytes > 0)
+        return mi->bytes;
+    double px = (double)mi->width * (double)mi->height, b;
+    if (mi->type == DH_MEDIA_VIDEO) {
+        double frames = mi->frames > 0 ? (double)mi->frames : mi->duration_s * mi->fps;
+        b = px * frames * 0.1 / 8;
+    } else if (mi->type == DH_MEDIA_IMAGE) {
+        b = px * (mi->codec == DH_CODEC_PNG ? 12.0 : 2.0) / 8;
+    } else {
+        b = mi->duration_s * (mi->sample_rate > 0 ? mi->sample_rate : 16000) *
+            (mi->channels > 0 ? mi->channels : 1) * 10.0 / 8;
+    }
+    return b >= 1 ? (int64_t)b : 1;
+}

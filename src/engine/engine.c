@@ -445,6 +445,9 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     full.fetch_retries = t.fetch_retries;
     full.fetch_failures = t.fetch_failures;
     full.fetch_wait_s = t.fetch_wait;
+    dh__fetch_stats fit = {.fit_n = t.fit_n, .fit_t = t.fit_t, .fit_b = t.fit_b,
+                           .fit_bb = t.fit_bb, .fit_bt = t.fit_bt}; /* every node's requests */
+    dh__fetch_fit(&fit, &full.fetch_latency_s, &full.fetch_bandwidth);
     full.fetch_ahead_ready = e->pf_stats.taken_ready; /* this node's */
     full.fetch_ahead_waited = e->pf_stats.taken_waited;
     full.fetch_ahead_missed = e->pf_stats.missed;

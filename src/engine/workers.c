@@ -266,9 +266,7 @@ static void *worker_main(void *arg)
         dh__gate_leave(e->gate);
     e->worker_cpu += dh__thread_cpu(); /* under e->mu: the whole thread, scheduling included */
     dh__fetch_stats fs = dh__fd_cache_fetched(x ? x->shards : NULL);
-    e->fetched.bytes += fs.bytes, e->fetched.requests += fs.requests;
-    e->fetched.retries += fs.retries, e->fetched.failures += fs.failures;
-    e->fetched.wait_s += fs.wait_s;
+    dh__fetch_add(&e->fetched, &fs);
     pthread_mutex_unlock(&e->mu);
     if (x)
         dh__fd_cache_free(x->shards);
@@ -361,9 +359,9 @@ void dh__eng_stop_fetchers(dh_engine *e)
     e->pf = NULL;
     /* the run's bytes and requests include theirs; its wait is the workers' alone (what
      * they waited for a range in flight is theirs already) */
-    const dh__fetch_stats *f = &e->pf_stats.fetched;
-    e->fetched.bytes += f->bytes, e->fetched.requests += f->requests;
-    e->fetched.retries += f->retries, e->fetched.failures += f->failures;
+    dh__fetch_stats f = e->pf_stats.fetched;
+    f.wait_s = 0;
+    dh__fetch_add(&e->fetched, &f);
 }
 
 int dh__eng_start_workers(dh_engine *e)

@@ -196,6 +196,9 @@ static int check_numbers(const dh_run_config *c, char *err, size_t errlen)
           c->sample_timeout_s);
     CHECK(c->fetchers >= -1 && c->fetchers <= 256, "fetchers %d: expected -1 (none), 0 (the "
           "default) or 1 to 256", c->fetchers);
+    CHECK(in_range(c->fetch_latency_s, 0, 60, 1) && in_range(c->fetch_bandwidth, 0, 1e15, 1),
+          "fetch model: latency %g s (0 to 60) and bandwidth %g B/s (0 to 1e15)",
+          c->fetch_latency_s, c->fetch_bandwidth);
     CHECK(c->fetch_ahead_bytes >= 0, "fetch-ahead budget %lld bytes: expected 0 (the default) "
           "or more", (long long)c->fetch_ahead_bytes);
     const dh_stress *x = c->stress;

@@ -20,9 +20,19 @@
  * completion events are re-issued whenever B changes (a version per worker
  * marks the stale ones); with B <= W nothing changes and every task lasts
  * exactly its true cost.
+ *
+ * Object storage (cfg.fetch_latency_s / fetch_bandwidth set): a sample's media must be
+ * fetched before it is decoded. Each node's fetchers (cfg.fetchers, default 16) take the
+ * positions of planned steps in the schedule's order, as the real engine's do, while the
+ * bytes fetched and not yet taken stay under the budget; one fetch lasts its requests
+ * (256 KiB blocks) x the latency plus its bytes over the fetcher's share of the node's
+ * link. A worker starting a sample whose fetch is in flight waits for it; one the
+ * fetchers did not reach (or every sample, with fetchers -1) it fetches itself, over a
+ * worker's share of the link. Waiting holds the worker, as a blocked thread does.
  */
 #include "../run/run.h"
 
+#include "../catalog/catalog.h"
 #include "../core/heap.h"
 #include "../metrics/metrics.h"
 
@@ -31,7 +41,31 @@
 #include <string.h>
 #include <time.h>
 
-enum { EV_TASK_DONE, EV_COMPUTE_DONE, EV_BARRIER };
+enum { EV_TASK_DONE, EV_COMPUTE_DONE, EV_BARRIER, EV_FETCH_DONE };
+
+#define FETCH_BLOCK (256 * 1024)
+
+/* A position's fetch: pos = step * G + k (-1: a free entry of the ring). */
+typedef struct {
+    int64_t pos, bytes;
+    double ready;   /* when its bytes are here */
+    int taken;      /* a worker has started it (the fetchers skip it) */
+    int node;       /* whose fetchers brought it */
+} fetch_pos;
+
+/* The fetch model (objects), as the file's comment says. */
+typedef struct {
+    int on, slots, nodes;
+    double latency, slot_bw, worker_bw;
+    int64_t budget;
+    int *active;            /* per node: fetches in flight */
+    int64_t *held;          /* per node: bytes fetched ahead, not yet taken */
+    int64_t *step, *k;      /* per node: the next position its fetchers consider */
+    fetch_pos *ring;        /* by pos & (cap - 1); grows when two live positions collide */
+    int64_t cap, low;       /* low: positions below it are over */
+    int64_t bytes, requests, ready_n, waited_n, missed_n, dropped;
+    double wait_s;
+} fetch_model;
 
 typedef struct {
     double t;
@@ -64,6 +98,7 @@ typedef struct {
     double shared_at;  /* when rem was last brought up to date */
     int done;
     int error;         /* the first failure (scheduler, records); ends the run */
+    fetch_model fx;
 } sim;
 
 static int event_before(const event *x, const event *y)
@@ -103,6 +138,183 @@ static double share(const sim *s, int busy)
     return busy > s->cores ? (double)s->cores / busy : 1.0;
 }
 
+/* ---------------------------------------------------------- the fetch model */
+
+/* A sample's stored bytes and requests (a block of 256 KiB at most per request). */
+static int64_t sample_fetch(const sim *s, int64_t sample, int64_t *requests)
+{
+    const dh_manifest *m = s->run->m;
+    dh_sample_info si;
+    int64_t bytes = 0;
+    *requests = 0;
+    if (dh_manifest_sample(m, sample, &si))
+        return 0;
+    for (int j = 0; j < si.media_count; j++) {
+        dh_media_info mi;
+        dh_manifest_media(m, sample, j, &mi);
+        int64_t b = dh__stored_bytes(&mi);
+        bytes += b;
+        *requests += (b + FETCH_BLOCK - 1) / FETCH_BLOCK;
+    }
+    return bytes;
+}
+
+static double fetch_time(const fetch_model *f, int64_t bytes, int64_t requests, double bw)
+{
+    return (double)requests * f->latency + (double)bytes / bw;
+}
+
+static fetch_pos *fetch_find(fetch_model *f, int64_t pos)
+{
+    fetch_pos *e = &f->ring[pos & (f->cap - 1)];
+    return e->pos == pos ? e : NULL;
+}
+
+/* A new entry for pos (the ring doubled while another live position holds its place). */
+static fetch_pos *fetch_add(sim *s, int64_t pos)
+{
+    fetch_model *f = &s->fx;
+    while (f->ring[pos & (f->cap - 1)].pos >= 0) {
+        int64_t cap = f->cap * 2;
+        fetch_pos *r = dh__malloc((size_t)cap * sizeof *r);
+        if (!r) {
+            fail(s, DH_ENOMEM);
+            return NULL;
+        }
+        for (int64_t k = 0; k < cap; k++)
+            r[k].pos = -1;
+        for (int64_t k = 0; k < f->cap; k++)
+            if (f->ring[k].pos >= 0)
+                r[f->ring[k].pos & (cap - 1)] = f->ring[k];
+        free(f->ring);
+        f->ring = r;
+        f->cap = cap;
+    }
+    fetch_pos *e = &f->ring[pos & (f->cap - 1)];
+    *e = (fetch_pos){.pos = pos};
+    return e;
+}
+
+static int node_of_rank(const sim *s, int rank)
+{
+    return s->fx.nodes > 1 ? rank / (s->run->cfg.ranks / s->fx.nodes) : 0;
+}
+
+/* Each node's fetchers take the next planned positions of their node's ranks. */
+static void fetch_fill(sim *s, double now)
+{
+    fetch_model *f = &s->fx;
+    int64_t G = s->run->cfg.global_batch;
+    for (int n = 0; n < f->nodes && !s->error; n++) {
+        if (f->step[n] * G < f->low)
+            f->step[n] = f->low / G, f->k[n] = 0;
+        while (f->active[n] < f->slots && f->held[n] < f->budget && f->step[n] < s->N) {
+            const int64_t *order = dh__sched_step_order(s->sched, f->step[n]);
+            if (!order)
+                break; /* not planned yet */
+            if (f->k[n] >= G) {
+                f->step[n]++, f->k[n] = 0;
+                continue;
+            }
+            int64_t k = f->k[n]++, pos = f->step[n] * G + k;
+            int rank = dh__sched_rank_of(s->sched, f->step[n], k);
+            if (order[k] < 0 || rank < 0 || node_of_rank(s, rank) != n || fetch_find(f, pos))
+                continue; /* another node's, or a worker started it already */
+            int64_t req, bytes = sample_fetch(s, order[k], &req);
+            fetch_pos *e = fetch_add(s, pos);
+            if (!e)
+                return;
+            e->bytes = bytes;
+            e->node = n;
+            e->ready = now + fetch_time(f, bytes, req, f->slot_bw);
+            f->active[n]++;
+            f->held[n] += bytes;
+            f->bytes += bytes, f->requests += req;
+            if (push(s, e->ready, EV_FETCH_DONE, n, pos))
+                fail(s, DH_ENOMEM);
+        }
+    }
+}
+
+/* Seconds worker-side before task t can be decoded: waiting for its fetch, or fetching it. */
+static double fetch_wait(sim *s, const dh__task *t, double now)
+{
+    fetch_model *f = &s->fx;
+    fetch_pos *e = fetch_find(f, t->pos);
+    double wait = 0;
+    if (e && e->taken)
+        return 0; /* another part of a split sample fetched it */
+    if (e) {
+        wait = DH_MAX(0.0, e->ready - now);
+        f->held[e->node] -= e->bytes;
+        *(wait > 0 ? &f->waited_n : &f->ready_n) += 1;
+    } else {
+        int64_t req, bytes = sample_fetch(s, t->sample, &req);
+        if (!(e = fetch_add(s, t->pos)))
+            return 0;
+        wait = fetch_time(f, bytes, req, f->worker_bw);
+        f->bytes += bytes, f->requests += req;
+        f->missed_n += f->slots > 0;
+    }
+    e->taken = 1;
+    e->bytes = 0;
+    f->wait_s += wait;
+    return wait;
+}
+
+/* Steps before `step` are over: what the fetchers brought for them and no worker took. */
+static void fetch_retire(sim *s, int64_t step)
+{
+    fetch_model *f = &s->fx;
+    f->low = step * s->run->cfg.global_batch;
+    for (int64_t k = 0; k < f->cap; k++) {
+        fetch_pos *e = &f->ring[k];
+        if (e->pos < 0 || e->pos >= f->low)
+            continue;
+        if (!e->taken) {
+            f->held[e->node] -= e->bytes;
+            f->dropped++;
+        }
+        e->pos = -1;
+    }
+}
+
+static int fetch_init(sim *s)
+{
+    fetch_model *f = &s->fx;
+    const dh_run_config *c = &s->run->cfg;
+    f->on = c->fetch_latency_s > 0 || c->fetch_bandwidth > 0;
+    if (!f->on)
+        return 0;
+    f->nodes = c->nodes > 1 ? c->nodes : 1;
+    f->slots = c->fetchers < 0 ? 0 : c->fetchers > 0 ? c->fetchers : 16;
+    f->latency = c->fetch_latency_s;
+    double bw = c->fetch_bandwidth > 0 ? c->fetch_bandwidth : 1.25e9;
+    f->slot_bw = bw / DH_MAX(f->slots, 1);
+    f->worker_bw = bw / DH_MAX(s->nworkers / f->nodes, 1);
+    f->budget = c->fetch_ahead_bytes > 0 ? c->fetch_ahead_bytes : (int64_t)256 << 20;
+    f->cap = 1024;
+    f->active = dh__calloc((size_t)f->nodes, sizeof *f->active);
+    f->held = dh__calloc((size_t)f->nodes, sizeof *f->held);
+    f->step = dh__calloc((size_t)f->nodes, sizeof *f->step);
+    f->k = dh__calloc((size_t)f->nodes, sizeof *f->k);
+    f->ring = dh__malloc((size_t)f->cap * sizeof *f->ring);
+    if (!f->active || !f->held || !f->step || !f->k || !f->ring)
+        return DH_ENOMEM;
+    for (int64_t k = 0; k < f->cap; k++)
+        f->ring[k].pos = -1;
+    return 0;
+}
+
+static void fetch_free(fetch_model *f)
+{
+    free(f->active);
+    free(f->held);
+    free(f->step);
+    free(f->k);
+    free(f->ring);
+}
+
 /* Brings every running task's remaining work up to `now` at the current speed. */
 static void contention_advance(sim *s, double now)
 {
@@ -138,8 +350,11 @@ static int dispatch(sim *s, int w, double now)
     contention_advance(s, now);
     s->idle[w] = 0;
     s->task_start[w] = now;
-    /* A sample prepared on another node arrives after its network transfer. */
+    /* A sample prepared on another node arrives after its network transfer; one on an
+     * object store is decoded once its bytes are here. */
     s->rem[w] = true_cost(s, t) + t->ship_s;
+    if (s->fx.on && !t->ship_s)
+        s->rem[w] += fetch_wait(s, t, now);
     if (share(s, ++s->busy) < 1.0 || share(s, s->busy - 1) < 1.0)
         rc = contention_reissue(s, now);
     else
@@ -254,6 +469,8 @@ static void on_barrier(sim *s, const event *e)
 {
     int64_t next = e->b + 1;
     dh__records_close(&s->rec, e->b);
+    if (s->fx.on)
+        fetch_retire(s, next);
     if (next >= s->N || dh__run_should_stop(s->run)) {
         s->rec.makespan = e->t;
         s->done = 1;
@@ -262,6 +479,12 @@ static void on_barrier(sim *s, const event *e)
     dh__sched_rebalance(s->sched, next, e->t, NULL, NULL, NULL); /* before any rank takes its batch */
     for (int r = 0; r < s->rec.R; r++)
         request(s, r, next, e->t);
+}
+
+static void on_fetch_done(sim *s, const event *e)
+{
+    s->fx.active[e->a]--;
+    fetch_fill(s, e->t);
 }
 
 static int sim_alloc(sim *s)
@@ -295,6 +518,7 @@ static void sim_free(sim *s)
     free(s->batch_buf);
     dh__records_free(&s->rec);
     dh__sched_free(s->sched);
+    fetch_free(&s->fx);
 }
 
 static int simulate(sim *s)
@@ -308,8 +532,12 @@ static int simulate(sim *s)
             on_task_done(s, &e);
         else if (e.type == EV_COMPUTE_DONE)
             on_compute_done(s, &e);
+        else if (e.type == EV_FETCH_DONE)
+            on_fetch_done(s, &e);
         else
             on_barrier(s, &e);
+        if (s->fx.on) /* planning may have moved: the fetchers' next positions */
+            fetch_fill(s, e.t);
     }
     if (!s->error && s->rec.error)
         s->error = s->rec.error; /* the records could not keep up (a fold failed) */
@@ -332,6 +560,8 @@ static int sim_start(sim *s, dh__run *run, const dh_run_config *cfg, char *err, 
         rc = dh__sched_new(&sc, &s->sched);
     if (!rc)
         rc = sim_alloc(s);
+    if (!rc)
+        rc = fetch_init(s);
     if (!rc && (rc = dh__trace_open(&s->trace, cfg->trace_path, s->nworkers, run->cfg.ranks)))
         dh__msg(err, errlen, "cannot write the trace %s: %s", cfg->trace_path, dh_strerror(rc));
     else if (rc)
@@ -370,8 +600,16 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
         else if (trc)
             dh__msg(err, errlen, "writing the trace %s failed", cfg->trace_path);
         rc = rc ? rc : trc;
-        if (!rc)
+        if (!rc) {
             dh__run_fill_result(&run, s.sched, &s.rec, "sim", &full);
+            full.fetch_bytes = s.fx.bytes; /* simulated */
+            full.fetch_requests = s.fx.requests;
+            full.fetch_wait_s = s.fx.wait_s;
+            full.fetch_ahead_ready = s.fx.ready_n;
+            full.fetch_ahead_waited = s.fx.waited_n;
+            full.fetch_ahead_missed = s.fx.missed_n;
+            full.fetch_ahead_dropped = s.fx.dropped;
+        }
     }
     sim_free(&s);
     dh__run_free(&run);

@@ -124,9 +124,7 @@ static void *fetcher(void *arg)
         pthread_cond_broadcast(&p->changed);
     }
     dh__fetch_stats fs = dh__remote_stats(r);
-    p->st.fetched.bytes += fs.bytes, p->st.fetched.requests += fs.requests;
-    p->st.fetched.retries += fs.retries, p->st.fetched.failures += fs.failures;
-    p->st.fetched.wait_s += fs.wait_s;
+    dh__fetch_add(&p->st.fetched, &fs);
     p->done_threads++;
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->mu);

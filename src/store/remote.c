@@ -292,6 +292,31 @@ void dh__remote_free(dh__remote *r)
     free(r);
 }
 
+int dh__fetch_fit(const dh__fetch_stats *s, double *latency_s, double *bandwidth)
+{
+    *latency_s = *bandwidth = 0;
+    if (s->fit_n < 8)
+        return 0;
+    double n = s->fit_n, mb = s->fit_b / n, mt = s->fit_t / n;
+    double vb = s->fit_bb / n - mb * mb, cbt = s->fit_bt / n - mb * mt;
+    double slope = vb > 1e-12 ? cbt / vb : 0; /* seconds per MB */
+    if (slope <= 0 || mt - slope * mb < 0) { /* sizes alike, or noise: the mean time */
+        *latency_s = mt;
+        return 1;
+    }
+    *latency_s = mt - slope * mb;
+    *bandwidth = 1e6 / slope;
+    return 1;
+}
+
+void dh__fetch_add(dh__fetch_stats *a, const dh__fetch_stats *b)
+{
+    a->bytes += b->bytes, a->requests += b->requests, a->retries += b->retries;
+    a->failures += b->failures, a->wait_s += b->wait_s;
+    a->fit_n += b->fit_n, a->fit_t += b->fit_t, a->fit_b += b->fit_b;
+    a->fit_bb += b->fit_bb, a->fit_bt += b->fit_bt;
+}
+
 dh__fetch_stats dh__remote_stats(const dh__remote *r)
 {
     return r ? r->st : (dh__fetch_stats){0};
@@ -531,9 +556,13 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
             rc = DH_ETIMEDOUT;
             break;
         }
+        double t1 = now_s();
         int what = get_once(r, url, etag, start, end,
                             DH_MIN(left, r->conf.request_timeout_s), a, &rc, why, sizeof why);
         if (what == OK) {
+            double t = now_s() - t1, mb = (double)a->len / 1e6; /* the cost model's input */
+            r->st.fit_n += 1, r->st.fit_t += t, r->st.fit_b += mb;
+            r->st.fit_bb += mb * mb, r->st.fit_bt += mb * t;
             r->st.wait_s += now_s() - t0;
             return 0;
         }

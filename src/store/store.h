@@ -61,7 +61,17 @@ void dh__store_display(const char *path, char *out, size_t len);
 typedef struct {
     int64_t bytes, requests, retries, failures;
     double wait_s;   /* time spent in requests and backoff */
+    /* the fetch cost model's inputs: sums over answered requests of 1, seconds t, MB b,
+     * b^2 and b t (a least-squares fit of t = latency + b / bandwidth; sums add up) */
+    double fit_n, fit_t, fit_b, fit_bb, fit_bt;
 } dh__fetch_stats;
+
+/* The fetch cost model fitted to s: seconds per request and bytes/s; 0 when there are too
+ * few requests (8) or their sizes do not vary enough to tell the two apart (then latency
+ * is their mean time and bandwidth 0: unknown). */
+int dh__fetch_fit(const dh__fetch_stats *s, double *latency_s, double *bandwidth);
+/* a += b, every field. */
+void dh__fetch_add(dh__fetch_stats *a, const dh__fetch_stats *b);
 
 typedef struct dh__remote dh__remote;
 
