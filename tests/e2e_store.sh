@@ -83,6 +83,17 @@ check "http: every GET asked a range and got 206" $PY -c "
 import json,sys; s=json.load(open('$WORK/hstats.json'))
 sys.exit(not (s['status'] == {'206': s['requests']} and all(r.startswith('bytes=') for r in s['ranges'])))"
 
+# the local cache: a second run reads what the first fetched from it
+DH_FETCH_CACHE=$WORK/cache run "$WORK/http.jsonl" "$WORK/c1.out"
+DH_FETCH_CACHE=$WORK/cache run "$WORK/http.jsonl" "$WORK/c2.out" --json "$WORK/c2.json"
+check "fetch cache: the second run delivers every sample" contains "$WORK/c2.out" "delivered 12 + failed 0 = 12"
+check "fetch cache: the second run reads from it, asks the store nothing" contains "$WORK/c2.json" \
+    '"fetch_bytes":0,"fetch_requests":0,.*"fetch_cache_hits":[1-9]'
+DH_FETCH_CACHE=/proc/no/such/dir run "$WORK/http.jsonl" "$WORK/c3.out"
+check "fetch cache that cannot be made: a warning, the run goes on" contains "$WORK/c3.out" \
+    "datahelix: fetch cache /proc/no/such/dir: cannot be made: No such file or directory: going on without it"
+check "fetch cache that cannot be made: every sample delivered" contains "$WORK/c3.out" "delivered 12 + failed 0 = 12"
+
 # loose files, listed in a file of URLs
 for f in "$WORK"/www/loose/video/*.mp4; do echo "$H/loose/video/$(basename "$f")"; done > "$WORK/urls.txt"
 "$DH" index "$WORK/urls.txt" -o "$WORK/loose.jsonl" > "$WORK/lidx.out" 2>&1

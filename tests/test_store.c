@@ -598,6 +598,94 @@ START_TEST(the_fetch_model_is_fitted_from_answered_requests)
 }
 END_TEST
 
+/* Files in dir and their total size. */
+static int64_t dir_bytes(const char *dir, int *files)
+{
+    char *out = tu_capture("du -cb %s/*.dhr 2>/dev/null | tail -1 | cut -f1; ls %s | grep -c dhr",
+                           dir, dir);
+    long long b = 0;
+    *files = 0;
+    if (out)
+        sscanf(out, "%lld %d", &b, files);
+    free(out);
+    return b;
+}
+
+START_TEST(the_local_cache_saves_fetches_within_its_budget)
+{
+    server_start();
+    char *dir = tu_mkdtemp();
+    char cdir[600];
+    snprintf(cdir, sizeof cdir, "%s/cache", dir);
+    setenv("DH_FETCH_CACHE", cdir, 1);
+    setenv("DH_FETCH_CACHE_MIB", "1", 1);
+    dh__store_conf c = conf_of(300 * 1000, 0);
+    char url[200], err[300];
+    url_of(url, sizeof url);
+    dh__remote *a = dh__remote_new(&c, err, sizeof err), *b = dh__remote_new(&c, err, sizeof err);
+    for (int k = 0; k < 3; k++) /* 3 ranges of 300 kB, pinned: fetched and kept */
+        read_range(a, url, S.etag, k * 300000, (k + 1) * 300000, 300000);
+    ck_assert_int_eq(S.nreq, 3);
+    for (int k = 0; k < 3; k++) /* another worker: from the cache, the same bytes */
+        read_range(b, url, S.etag, k * 300000, (k + 1) * 300000, 300000);
+    ck_assert_int_eq(S.nreq, 3);
+    ck_assert_int_eq(dh__remote_stats(b).cache_hits, 3);
+    ck_assert_int_eq(dh__remote_stats(b).requests, 0);
+    int files;
+    ck_assert_int_eq(dir_bytes(cdir, &files), 900000);
+    /* a fourth range fills the 1 MiB budget exactly; a fifth is over it: the least recently
+     * used range (the first) goes, and is fetched again when asked */
+    read_range(a, url, S.etag, 900000, OBJ_BYTES, 300000);
+    ck_assert_int_eq(dir_bytes(cdir, &files), 1 << 20);
+    ck_assert_int_eq(files, 4);
+    dh__remote *fresh = dh__remote_new(&c, err, sizeof err); /* no extents of its own */
+    read_range(fresh, url, S.etag, 0, 200000, 200000);
+    ck_assert_int_le(dir_bytes(cdir, &files), 1 << 20);
+    ck_assert_int_eq(files, 4);
+    dh__remote_free(fresh);
+    fresh = dh__remote_new(&c, err, sizeof err);
+    int before = S.nreq;
+    read_range(fresh, url, S.etag, 300000, 600000, 300000); /* still there */
+    ck_assert_int_eq(S.nreq, before);
+    read_range(fresh, url, S.etag, 0, 300000, 300000); /* evicted */
+    ck_assert_int_eq(S.nreq, before + 1);
+    dh__remote_free(fresh);
+    /* not pinned (no ETag): never kept, as nothing would say it changed */
+    dh__remote *d = dh__remote_new(&c, err, sizeof err);
+    read_range(d, url, NULL, 0, 1000, 1000);
+    read_range(b, url, NULL, 0, 1000, 1000);
+    ck_assert_int_eq(dh__remote_stats(b).cache_hits, 3);
+    dh__remote_free(a);
+    dh__remote_free(b);
+    dh__remote_free(d);
+    unsetenv("DH_FETCH_CACHE");
+    unsetenv("DH_FETCH_CACHE_MIB");
+    tu_rmdir(&dir);
+    server_stop();
+}
+END_TEST
+
+START_TEST(a_cache_that_cannot_be_written_is_a_warning_not_a_failure)
+{
+    server_start();
+    char *dir = tu_mkdtemp();
+    char cdir[600];
+    snprintf(cdir, sizeof cdir, "%s/file", dir);
+    free(tu_write(dir, "file", "not a directory", -1)); /* the cache's path is a file */
+    setenv("DH_FETCH_CACHE", cdir, 1);
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    char url[200], err[300];
+    url_of(url, sizeof url);
+    dh__remote *a = dh__remote_new(&c, err, sizeof err);
+    read_range(a, url, S.etag, 0, 100000, 100000); /* read all the same */
+    ck_assert_int_eq(dh__remote_stats(a).cache_hits, 0);
+    dh__remote_free(a);
+    unsetenv("DH_FETCH_CACHE");
+    tu_rmdir(&dir);
+    server_stop();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("store");
@@ -615,6 +703,8 @@ int main(void)
     ADD_TEST(tc, fetchers_bring_the_next_ranges_in_order_within_their_budget);
     ADD_TEST(tc, a_failed_fetch_ahead_leaves_the_worker_to_fetch_and_name_it);
     ADD_TEST(tc, the_fetch_model_is_fitted_from_answered_requests);
+    ADD_TEST(tc, the_local_cache_saves_fetches_within_its_budget);
+    ADD_TEST(tc, a_cache_that_cannot_be_written_is_a_warning_not_a_failure);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

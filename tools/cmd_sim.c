@@ -229,6 +229,9 @@ void cli_print_result(const dh_result *r)
     if (r->reb_move_s > 0)
         printf("  moving decoded data took %.3f s; transfer cost calibrated to %.2f x the model\n",
                r->reb_move_s, r->reb_move_factor);
+    if (r->fetch_cache_hits > 0)
+        printf("  fetch cache: %lld ranges (%.2f MiB) read from the local cache, not fetched\n",
+               (long long)r->fetch_cache_hits, r->fetch_cache_bytes / 1048576.0);
     if (r->fetch_requests > 0)
         printf("  %s: %.2f MiB fetched in %lld requests, %lld retried, %lld reads failed; "
                "workers waited %.3f s on the network\n",

@@ -235,6 +235,8 @@ typedef struct {
      * bandwidth 0 when their sizes did not vary enough). What sim --fetch-latency-ms and
      * --fetch-gbps take to replay this store. */
     double fetch_latency_s, fetch_bandwidth;
+    /* ranges read from the local fetch cache (DH_FETCH_CACHE) instead of the store */
+    int64_t fetch_cache_hits, fetch_cache_bytes;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

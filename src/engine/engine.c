@@ -448,6 +448,8 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     dh__fetch_stats fit = {.fit_n = t.fit_n, .fit_t = t.fit_t, .fit_b = t.fit_b,
                            .fit_bb = t.fit_bb, .fit_bt = t.fit_bt}; /* every node's requests */
     dh__fetch_fit(&fit, &full.fetch_latency_s, &full.fetch_bandwidth);
+    full.fetch_cache_hits = t.cache_hits;
+    full.fetch_cache_bytes = t.cache_bytes;
     full.fetch_ahead_ready = e->pf_stats.taken_ready; /* this node's */
     full.fetch_ahead_waited = e->pf_stats.taken_waited;
     full.fetch_ahead_missed = e->pf_stats.missed;

@@ -184,12 +184,14 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
     X(int64_t, lent, SUM) X(int64_t, lend_gated, SUM) X(int64_t, shipped, SUM)                   \
     X(double, fetch_wait, SUM) X(int64_t, fetch_bytes, SUM) X(int64_t, fetch_requests, SUM)      \
     X(int64_t, fetch_retries, SUM) X(int64_t, fetch_failures, SUM) X(double, fit_n, SUM)         \
-    X(double, fit_t, SUM) X(double, fit_b, SUM) X(double, fit_bb, SUM) X(double, fit_bt, SUM)
+    X(double, fit_t, SUM) X(double, fit_b, SUM) X(double, fit_bb, SUM) X(double, fit_bt, SUM)    \
+    X(int64_t, cache_hits, SUM) X(int64_t, cache_bytes, SUM)
 /* A node's fetch counters as totals' initialisers. */
 #define DH__FETCH_TOTALS(f)                                                                       \
     .fetch_wait = (f).wait_s, .fetch_bytes = (f).bytes, .fetch_requests = (f).requests,          \
     .fetch_retries = (f).retries, .fetch_failures = (f).failures, .fit_n = (f).fit_n,            \
-    .fit_t = (f).fit_t, .fit_b = (f).fit_b, .fit_bb = (f).fit_bb, .fit_bt = (f).fit_bt
+    .fit_t = (f).fit_t, .fit_b = (f).fit_b, .fit_bb = (f).fit_bb, .fit_bt = (f).fit_bt,          \
+    .cache_hits = (f).cache_hits, .cache_bytes = (f).cache_bytes
 typedef struct {
 #define DH__TOTAL_FIELD(type, name, how) type name;
     DH__NODE_TOTALS(DH__TOTAL_FIELD)

@@ -244,11 +244,18 @@ static int take(void *ctx, const dh__object_ref *o, int64_t at, double deadline,
     pthread_mutex_lock(&p->mu);
     entry *e = find(p, o, at);
     int waited = 0;
-    while (e && e->state == PENDING && !stopping(p) && (deadline <= 0 || mono_now() < deadline)) {
+    /* A range in flight is waited for half the time the sample has left: a store that
+     * is slow or down then leaves the worker the other half to try itself, and to name
+     * what the store does (a fetcher's failure has no sample to name). */
+    double now = mono_now(), until = deadline > 0 ? now + (deadline - now) / 2
+                                                  : now + p->conf.request_timeout_s;
+    while (e && e->state == PENDING && !stopping(p) && mono_now() < until) {
         waited = 1;
         timed_wait(p, 0.01);
         e = find(p, o, at);
     }
+    if (e && e->state == PENDING)
+        e->dropped = 1; /* given up on: its fetcher frees it */
     int got = e && e->state == READY;
     if (got) {
         unlink_entry(p, e);

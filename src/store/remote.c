@@ -315,6 +315,7 @@ void dh__fetch_add(dh__fetch_stats *a, const dh__fetch_stats *b)
     a->failures += b->failures, a->wait_s += b->wait_s;
     a->fit_n += b->fit_n, a->fit_t += b->fit_t, a->fit_b += b->fit_b;
     a->fit_bb += b->fit_bb, a->fit_bt += b->fit_bt;
+    a->cache_hits += b->cache_hits, a->cache_bytes += b->cache_bytes;
 }
 
 dh__fetch_stats dh__remote_stats(const dh__remote *r)
@@ -624,6 +625,12 @@ static uint64_t obj_hash(const dh__object_ref *o)
 int dh__remote_fetch(dh__remote *r, const dh__object_ref *o, int64_t start, int64_t end,
                      uint8_t *buf, double deadline, char *err, size_t errlen)
 {
+    const char *etag = o->etag && o->etag[0] ? o->etag : NULL;
+    uint64_t key = etag ? dh__cache_key(o->path, etag, start, end) : 0;
+    if (etag && dh__cache_get(etag, key, buf, end - start)) {
+        r->st.cache_hits++, r->st.cache_bytes += end - start;
+        return 0;
+    }
     answer a = {.buf = buf, .cap = (size_t)(end - start)};
     int rc = get(r, o->path, o->etag, start, end, deadline, &a, err, errlen);
     if (rc)
@@ -647,6 +654,8 @@ int dh__remote_fetch(dh__remote *r, const dh__object_ref *o, int64_t start, int6
     if (o->etag && o->etag[0] && a.etag[0] && strcmp(a.etag, o->etag))
         return dh__fail(err, errlen, DH_ECORRUPT, "GET %s: the object changed since it was "
                         "indexed (ETag %s, %s pinned): index it again", shown, a.etag, o->etag);
+    if (etag)
+        dh__cache_put(etag, key, buf, end - start);
     return 0;
 }
 

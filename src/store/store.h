@@ -64,6 +64,7 @@ typedef struct {
     /* the fetch cost model's inputs: sums over answered requests of 1, seconds t, MB b,
      * b^2 and b t (a least-squares fit of t = latency + b / bandwidth; sums add up) */
     double fit_n, fit_t, fit_b, fit_bb, fit_bt;
+    int64_t cache_hits, cache_bytes; /* ranges read from the local cache instead */
 } dh__fetch_stats;
 
 /* The fetch cost model fitted to s: seconds per request and bytes/s; 0 when there are too
@@ -166,5 +167,16 @@ typedef int (*dh__take_fn)(void *ctx, const dh__object_ref *o, int64_t at, doubl
 void dh__remote_set_take(dh__remote *r, dh__take_fn fn, void *ctx);
 /* *flag (read atomically) set ends r's request in progress and its retries at once. */
 void dh__remote_set_abort(dh__remote *r, const int *flag);
+
+/*
+ * The optional local cache of fetched ranges (cache.c): DH_FETCH_CACHE=DIR turns it on,
+ * DH_FETCH_CACHE_MIB its budget (default 10240), least recently used out first. Only
+ * ranges of objects with an ETag are kept (the key holds it, so a changed object is
+ * fetched again). get: 1 with exactly len bytes in buf; put keeps a range. Thread-safe; a
+ * cache that cannot be written is one warning on stderr, then off.
+ */
+uint64_t dh__cache_key(const char *path, const char *etag, int64_t start, int64_t end);
+int dh__cache_get(const char *etag, uint64_t key, uint8_t *buf, int64_t len);
+void dh__cache_put(const char *etag, uint64_t key, const uint8_t *buf, int64_t len);
 
 #endif
