@@ -94,6 +94,19 @@ check "fetch cache that cannot be made: a warning, the run goes on" contains "$W
     "datahelix: fetch cache /proc/no/such/dir: cannot be made: No such file or directory: going on without it"
 check "fetch cache that cannot be made: every sample delivered" contains "$WORK/c3.out" "delivered 12 + failed 0 = 12"
 
+# https with a private CA: refused until AWS_CA_BUNDLE names it
+store_nginx_tls "$WORK/www"
+HS=https://127.0.0.1:$NGINX_TLS_PORT
+"$DH" index "$HS/wds/shards/00000.tar" -o "$WORK/tls0.jsonl" > "$WORK/tls0.out" 2>&1
+check "https with an unknown CA: refused, named, the fix said" contains "$WORK/tls0.out" \
+    "GET $HS/wds/shards/00000.tar bytes 0-0: SSL peer certificate or SSH remote key was not OK (a store with a private CA: set AWS_CA_BUNDLE to its PEM file)"
+AWS_CA_BUNDLE=$WORK/tls/ca.pem "$DH" index "$HS/wds/shards/{00000..00002}.tar" -o "$WORK/tls.jsonl" > "$WORK/tls.out" 2>&1
+check "https with AWS_CA_BUNDLE: indexed" contains "$WORK/tls.out" "3 tar shards: 12 samples + 0 skipped"
+AWS_CA_BUNDLE=$WORK/tls/ca.pem run "$WORK/tls.jsonl" "$WORK/tlsrun.out"
+check "https with AWS_CA_BUNDLE: every sample delivered" contains "$WORK/tlsrun.out" "delivered 12 + failed 0 = 12"
+AWS_CA_BUNDLE=$WORK/nothere.pem "$DH" index "$HS/wds/shards/00000.tar" -o "$WORK/tls2.jsonl" > "$WORK/tls2.out" 2>&1
+check "AWS_CA_BUNDLE naming no file: named" contains "$WORK/tls2.out" "AWS_CA_BUNDLE=\"$WORK/nothere.pem\": No such file or directory"
+
 # loose files, listed in a file of URLs
 for f in "$WORK"/www/loose/video/*.mp4; do echo "$H/loose/video/$(basename "$f")"; done > "$WORK/urls.txt"
 "$DH" index "$WORK/urls.txt" -o "$WORK/loose.jsonl" > "$WORK/lidx.out" 2>&1

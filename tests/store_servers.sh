@@ -9,7 +9,7 @@ store_free_port() {
 }
 
 store_wait_file() { for _ in $(seq 300); do [[ -s $1 ]] && return 0; sleep 0.1; done; return 1; }
-store_wait_http() { for _ in $(seq 300); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; return 1; }
+store_wait_http() { for _ in $(seq 300); do curl -s -o /dev/null "$@" && return 0; sleep 0.1; done; return 1; }
 
 # store_nginx ROOT: nginx serving ROOT (Range, ETag from mtime and size); sets NGINX_PORT.
 store_nginx() {
@@ -32,6 +32,33 @@ CONF
     nginx -c "$d/nginx.conf" -p "$d" > "$d/out" 2>&1 &
     STORE_PIDS+=($!)
     store_wait_http "http://127.0.0.1:$NGINX_PORT/"
+}
+
+# store_nginx_tls ROOT: nginx serving ROOT over https with a certificate for 127.0.0.1 made
+# here (its CA: $WORK/tls/ca.pem); sets NGINX_TLS_PORT.
+store_nginx_tls() {
+    NGINX_TLS_PORT=$(store_free_port)
+    local d=$WORK/tls
+    mkdir -p "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 \
+        -addext subjectAltName=IP:127.0.0.1 -keyout "$d/key.pem" -out "$d/ca.pem" 2> /dev/null
+    cat > "$d/nginx.conf" << CONF
+daemon off;
+master_process off;
+error_log $d/error.log;
+pid $d/nginx.pid;
+events {}
+http {
+  access_log off;
+  client_body_temp_path $d/b; proxy_temp_path $d/p;
+  fastcgi_temp_path $d/f; uwsgi_temp_path $d/u; scgi_temp_path $d/s;
+  server { listen 127.0.0.1:$NGINX_TLS_PORT ssl; root $1;
+           ssl_certificate $d/ca.pem; ssl_certificate_key $d/key.pem; }
+}
+CONF
+    nginx -c "$d/nginx.conf" -p "$d" > "$d/out" 2>&1 &
+    STORE_PIDS+=($!)
+    store_wait_http "https://127.0.0.1:$NGINX_TLS_PORT/" --cacert "$d/ca.pem"
 }
 
 # store_proxy UPSTREAM-URL [--sigv4 KEY:SECRET]: tests/store_proxy.py in front of it; sets

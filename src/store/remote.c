@@ -23,6 +23,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXTENTS 8          /* fetched extents a thread keeps */
 #define BODY_ERR_MAX 512   /* bytes of an error answer kept (its S3 code) */
@@ -97,6 +98,8 @@ int dh__store_conf_env(dh__store_conf *c, char *err, size_t errlen)
                             "AWS_SECRET_ACCESS_KEY", err, errlen);
     rc = rc ? rc : env_copy(c->token, sizeof c->token, env("AWS_SESSION_TOKEN", NULL),
                             "AWS_SESSION_TOKEN", err, errlen);
+    rc = rc ? rc : env_copy(c->ca_bundle, sizeof c->ca_bundle, env("AWS_CA_BUNDLE", NULL),
+                            "AWS_CA_BUNDLE", err, errlen);
     if (rc)
         return rc;
     if (!c->region[0])
@@ -105,6 +108,9 @@ int dh__store_conf_env(dh__store_conf *c, char *err, size_t errlen)
         if (!((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-'))
             return dh__fail(err, errlen, DH_EINVAL, "AWS_REGION=\"%s\": not a region name",
                             c->region);
+    if (c->ca_bundle[0] && access(c->ca_bundle, R_OK) != 0)
+        return dh__fail(err, errlen, DH_EINVAL, "AWS_CA_BUNDLE=\"%s\": %s", c->ca_bundle,
+                        strerror(errno));
     if (!!c->key[0] != !!c->secret[0])
         return dh__fail(err, errlen, DH_EINVAL, "%s is set but %s is not: set both (signed "
                         "requests) or neither (anonymous)", c->key[0] ? "AWS_ACCESS_KEY_ID"
@@ -451,6 +457,8 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     long ms = (long)(timeout * 1000) > 1 ? (long)(timeout * 1000) : 1;
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms < 5000 ? ms : 5000L);
+    if (r->conf.ca_bundle[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, r->conf.ca_bundle);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, a);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
@@ -486,7 +494,8 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     r->st.bytes += (int64_t)a->len;
     if (c != CURLE_OK && !(c == CURLE_WRITE_ERROR && a->over)) {
         *rc = dh__fail(why, wlen, c == CURLE_OPERATION_TIMEDOUT ? DH_ETIMEDOUT : DH_EREMOTE,
-                       "%s", curl_easy_strerror(c));
+                       "%s%s", curl_easy_strerror(c), c == CURLE_PEER_FAILED_VERIFICATION ?
+                       " (a store with a private CA: set AWS_CA_BUNDLE to its PEM file)" : "");
         switch (c) {
         case CURLE_COULDNT_RESOLVE_PROXY: case CURLE_COULDNT_RESOLVE_HOST:
         case CURLE_COULDNT_CONNECT: case CURLE_OPERATION_TIMEDOUT: case CURLE_SEND_ERROR:

@@ -37,6 +37,8 @@ typedef struct {
     char region[64];       /* AWS_REGION or AWS_DEFAULT_REGION; default us-east-1 */
     char key[256], secret[256]; /* AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; "": unsigned */
     char token[4096];      /* AWS_SESSION_TOKEN */
+    char ca_bundle[1024];  /* AWS_CA_BUNDLE: a PEM file of CAs to trust for https ("": the
+                            * system's) */
     int path_style;        /* bucket in the path (endpoint/bucket/key), not the host name:
                             * DH_S3_ADDRESSING=path|virtual; default path with an endpoint */
     int64_t block_bytes;   /* one fetch's size: DH_FETCH_BLOCK_KIB (default 256 KiB) */
