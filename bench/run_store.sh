@@ -9,7 +9,11 @@
 #     and with --fetchers 0 (a worker fetches a sample's bytes when it starts it);
 #  3. against a whole-shard download-then-read pipeline (what WebDataset and Streaming do):
 #     every shard downloaded whole through the same proxy (curl, one after another), then
-#     read locally: time to first batch, bytes fetched, samples per second overall.
+#     read locally: time to first batch, bytes fetched, samples per second overall;
+#  4. the simulator's answer to "how many fetchers does this bucket's latency need"
+#     (simulated figures: webvid-caption, helix, 8 ranks, 8 workers, a 10 Gb/s link).
+# The store (nginx and the Python proxy) runs on the same 2 cores as the workers: their
+# CPU is printed beside each run's, as it is taken from decoding.
 #   usage: bench/run_store.sh [BUILD_DIR] [WORKDIR] [SAMPLES] [REPEATS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,27 +65,35 @@ done
 media_bytes() { $PY -c "
 import json,sys; print(sum(m['bytes'] for l in open(sys.argv[1]) for m in json.loads(l)['media']))" "$1"; }
 field() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-run() { # run MANIFEST JSON [options]
+EPOCHS=${DH_BENCH_EPOCHS:-4}
+ticks() { # CPU ticks of the store's processes (nginx and the proxy) so far
+    local t=0
+    for p in "${STORE_PIDS[@]}"; do t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat 2> /dev/null || echo 0))); done
+    echo $t
+}
+run() { # run MANIFEST JSON [options]: the run's figures, its CPU and the store's in JSON.cpu
     local m=$1 j=$2; shift 2
-    "$DH" run --manifest "$m" --workload kinetics-clips --ranks 2 --workers 2 --batch 8 \
-        --epochs 2 --json "$j" "$@" > "$j.out" 2>&1
+    local t0; t0=$(ticks)
+    /usr/bin/time -f "%U %S" -o "$j.time" "$DH" run --manifest "$m" --workload kinetics-clips \
+        --ranks 2 --workers 2 --batch 8 --epochs "$EPOCHS" --json "$j" "$@" > "$j.out" 2>&1
+    echo "$(awk '{print $1 + $2}' "$j.time") $(( $(ticks) - t0 ))" > "$j.cpu"
 }
 
-echo "== 1. bytes fetched per sample / bytes decoding needs (2 epochs, no added latency)"
+echo "== 1. bytes fetched per sample / bytes decoding needs ($EPOCHS epochs, no added latency)"
 for v in end front; do
     need=$(media_bytes "$WORK/data/$v/local.jsonl")
     for f in 8 0; do
         run "$WORK/$v.remote.jsonl" "$WORK/bytes.$v.$f.json" --fetchers "$f"
         got=$(field "$WORK/bytes.$v.$f.json" fetch_bytes)
         req=$(field "$WORK/bytes.$v.$f.json" fetch_requests)
-        printf '  moov at the %-5s fetchers %d: %d bytes fetched for %d needed x 2 epochs: %.3fx, %d requests (%.1f per sample)\n' \
-            "$v" "$f" "$got" "$need" "$($PY -c "print($got / (2 * $need))")" "$req" \
-            "$($PY -c "print($req / (2 * $N))")"
+        printf '  moov at the %-5s fetchers %2d: %d bytes fetched for %d needed x %d epochs: %.3fx, %d requests (%.2f per sample)\n' \
+            "$v" "$f" "$got" "$need" "$EPOCHS" "$($PY -c "print($got / ($EPOCHS * $need))")" "$req" \
+            "$($PY -c "print($req / ($EPOCHS * $N))")"
     done
 done
 
 echo "== 2. throughput (samples/s, median of $REP, interleaved), moov at the front"
-declare -A T
+declare -A T C
 for d in 0 20 50; do
     store_ctl "$P" "{\"delay_ms\": $d}"
     for r in $(seq "$REP"); do
@@ -93,14 +105,16 @@ for d in 0 20 50; do
                 noahead) run "$WORK/front.remote.jsonl" "$j" --fetchers 0 ;;
             esac
             T[$d.$mode]="${T[$d.$mode]:-} $(field "$j" throughput_sps)"
+            C[$d.$mode]="$(cat "$j.cpu")"
         done
     done
 done
 med() { $PY -c "import statistics,sys; v=[float(x) for x in sys.argv[1:]]; print('%.1f (%.1f-%.1f)' % (statistics.median(v), min(v), max(v)))" $1; }
-printf '  local shards:                      %s\n' "$(med "${T[0.local]}")"
+cpu() { set -- $1; printf 'CPU: datahelix %.2f s, store %.2f s' "$1" "$($PY -c "print($2 / 100)")"; }
+printf '  local shards:                       %-22s (last run %s)\n' "$(med "${T[0.local]}")" "$(cpu "${C[0.local]}")"
 for d in 0 20 50; do
-    printf '  nginx +%2d ms, fetching ahead:     %s\n' "$d" "$(med "${T[$d.ahead]}")"
-    printf '  nginx +%2d ms, fetch at task start: %s\n' "$d" "$(med "${T[$d.noahead]}")"
+    printf '  nginx +%2d ms, fetching ahead:      %-22s (last run %s)\n' "$d" "$(med "${T[$d.ahead]}")" "$(cpu "${C[$d.ahead]}")"
+    printf '  nginx +%2d ms, fetch at task start: %-22s (last run %s)\n' "$d" "$(med "${T[$d.noahead]}")" "$(cpu "${C[$d.noahead]}")"
 done
 
 echo "== 3. against downloading whole shards, then reading (moov at the front, +50 ms)"
@@ -130,3 +144,19 @@ print("  download then read: first shard after %.2f s, first batch after %.2f s;
 print("  DataHelix by range:  first batch after %.2f s; %d bytes fetched; %.1f samples/s" %
       (rr["fill_wait_ms"] / 1000, rr["fetch_bytes"], n / rr["makespan_s"]))
 EOF
+
+echo "== 4. simulated: webvid-caption, helix, 8 ranks x 8 workers, 10 Gb/s, 200 steps (samples/s, efficiency)"
+printf '  %-10s' latency
+for f in 0 4 16 64; do printf ' %18s' "fetchers $f"; done
+echo
+for lat in 0 20 50 100; do
+    printf '  %-10s' "${lat} ms"
+    for f in 0 4 16 64; do
+        a=(--fetch-latency-ms "$lat" --fetchers "$f")
+        [[ $lat == 0 ]] && a=()
+        "$DH" sim --workload webvid-caption --policy helix --ranks 8 --workers 8 --steps 200 \
+            "${a[@]}" --json "$WORK/s.json" > /dev/null
+        printf ' %18s' "$($PY -c "import json; d=json.load(open('$WORK/s.json')); print('%.0f  %.3f' % (d['throughput_sps'], d['efficiency']))")"
+    done
+    echo
+done
