@@ -82,7 +82,7 @@ run() { # run MANIFEST JSON [options]: the run's figures, its CPU and the store'
 echo "== 1. bytes fetched per sample / bytes decoding needs ($EPOCHS epochs, no added latency)"
 for v in end front; do
     need=$(media_bytes "$WORK/data/$v/local.jsonl")
-    for f in 8 0; do
+    for f in 16 0; do
         run "$WORK/$v.remote.jsonl" "$WORK/bytes.$v.$f.json" --fetchers "$f"
         got=$(field "$WORK/bytes.$v.$f.json" fetch_bytes)
         req=$(field "$WORK/bytes.$v.$f.json" fetch_requests)

@@ -11,10 +11,11 @@ store_free_port() {
 store_wait_file() { for _ in $(seq 300); do [[ -s $1 ]] && return 0; sleep 0.1; done; return 1; }
 store_wait_http() { for _ in $(seq 300); do curl -s -o /dev/null "$@" && return 0; sleep 0.1; done; return 1; }
 
-# store_nginx ROOT: nginx serving ROOT (Range, ETag from mtime and size); sets NGINX_PORT.
-store_nginx() {
-    NGINX_PORT=$(store_free_port)
-    local d=$WORK/nginx.$NGINX_PORT
+# nginx_start DIR PORT ROOT [TLS]: nginx (one process, logs in DIR) serving ROOT on
+# 127.0.0.1:PORT, over https with DIR/ca.pem and DIR/key.pem when TLS is given.
+nginx_start() {
+    local d=$1 port=$2 root=$3 tls=""
+    [[ -n ${4:-} ]] && tls="ssl_certificate $d/ca.pem; ssl_certificate_key $d/key.pem;"
     mkdir -p "$d"
     cat > "$d/nginx.conf" << CONF
 daemon off;
@@ -26,11 +27,17 @@ http {
   access_log off;
   client_body_temp_path $d/b; proxy_temp_path $d/p;
   fastcgi_temp_path $d/f; uwsgi_temp_path $d/u; scgi_temp_path $d/s;
-  server { listen 127.0.0.1:$NGINX_PORT; root $1; }
+  server { listen 127.0.0.1:$port${4:+ ssl}; root $root; $tls }
 }
 CONF
     nginx -c "$d/nginx.conf" -p "$d" > "$d/out" 2>&1 &
     STORE_PIDS+=($!)
+}
+
+# store_nginx ROOT: nginx serving ROOT (Range, ETag from mtime and size); sets NGINX_PORT.
+store_nginx() {
+    NGINX_PORT=$(store_free_port)
+    nginx_start "$WORK/nginx.$NGINX_PORT" "$NGINX_PORT" "$1"
     store_wait_http "http://127.0.0.1:$NGINX_PORT/"
 }
 
@@ -38,27 +45,12 @@ CONF
 # here (its CA: $WORK/tls/ca.pem); sets NGINX_TLS_PORT.
 store_nginx_tls() {
     NGINX_TLS_PORT=$(store_free_port)
-    local d=$WORK/tls
-    mkdir -p "$d"
+    mkdir -p "$WORK/tls"
     openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 \
-        -addext subjectAltName=IP:127.0.0.1 -keyout "$d/key.pem" -out "$d/ca.pem" 2> /dev/null
-    cat > "$d/nginx.conf" << CONF
-daemon off;
-master_process off;
-error_log $d/error.log;
-pid $d/nginx.pid;
-events {}
-http {
-  access_log off;
-  client_body_temp_path $d/b; proxy_temp_path $d/p;
-  fastcgi_temp_path $d/f; uwsgi_temp_path $d/u; scgi_temp_path $d/s;
-  server { listen 127.0.0.1:$NGINX_TLS_PORT ssl; root $1;
-           ssl_certificate $d/ca.pem; ssl_certificate_key $d/key.pem; }
-}
-CONF
-    nginx -c "$d/nginx.conf" -p "$d" > "$d/out" 2>&1 &
-    STORE_PIDS+=($!)
-    store_wait_http "https://127.0.0.1:$NGINX_TLS_PORT/" --cacert "$d/ca.pem"
+        -addext subjectAltName=IP:127.0.0.1 -keyout "$WORK/tls/key.pem" \
+        -out "$WORK/tls/ca.pem" 2> /dev/null
+    nginx_start "$WORK/tls" "$NGINX_TLS_PORT" "$1" tls
+    store_wait_http "https://127.0.0.1:$NGINX_TLS_PORT/" --cacert "$WORK/tls/ca.pem"
 }
 
 # store_proxy UPSTREAM-URL [--sigv4 KEY:SECRET]: tests/store_proxy.py in front of it; sets

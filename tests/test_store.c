@@ -176,6 +176,24 @@ static void url_of(char *url, size_t len)
     snprintf(url, len, "http://127.0.0.1:%d/bucket/obj.tar", S.port);
 }
 
+/* The server started and a connection to it (url: the object's URL); finish frees both. */
+static dh__remote *started(int64_t block, int readahead, char *url, size_t len)
+{
+    server_start();
+    dh__store_conf c = conf_of(block, readahead);
+    char err[300];
+    url_of(url, len);
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    return r;
+}
+
+static void finish(dh__remote *r)
+{
+    dh__remote_free(r);
+    server_stop();
+}
+
 /* ------------------------------------------------------------------ tests */
 
 START_TEST(urls_map_s3_to_its_endpoint_and_escape_keys)
@@ -276,11 +294,8 @@ static void read_range(dh__remote *r, const char *url, const char *etag, int64_t
 
 START_TEST(a_range_is_fetched_in_blocks_with_read_ahead_never_outside_it)
 {
-    server_start();
-    dh__store_conf c = conf_of(64 * 1024, 1);
     char url[200], err[300];
-    url_of(url, sizeof url);
-    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    dh__remote *r = started(64 * 1024, 1, url, sizeof url);
     ck_assert_ptr_nonnull(r);
     read_range(r, url, S.etag, 1000, 200000, 8192);
     /* the first block from the range's start, then two blocks (read-ahead) while reads run
@@ -308,18 +323,14 @@ START_TEST(a_range_is_fetched_in_blocks_with_read_ahead_never_outside_it)
     ck_assert_int_eq(dh__remote_stat(r, url, 0, &ob, err, sizeof err), 0);
     ck_assert_int_eq(ob.size, OBJ_BYTES);
     ck_assert_str_eq(ob.etag, "\"v1\"");
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 
 START_TEST(transient_failures_are_retried_and_counted)
 {
-    server_start();
-    dh__store_conf c = conf_of(64 * 1024, 0);
-    char url[200], err[300];
-    url_of(url, sizeof url);
-    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    char url[200];
+    dh__remote *r = started(64 * 1024, 0, url, sizeof url);
     static const int codes[] = {503, 500, 429, 408, 502, 504};
     for (int k = 0; k < 6; k++) {
         S.n_fail = 2, S.fail_status = codes[k], S.retry_after = 1;
@@ -329,8 +340,7 @@ START_TEST(transient_failures_are_retried_and_counted)
     ck_assert_int_eq(st.retries, 12);
     ck_assert_int_eq(st.requests, 18);
     ck_assert_int_eq(st.failures, 0);
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 
@@ -361,18 +371,14 @@ START_TEST(a_refusal_fails_at_once_with_the_status_and_the_object)
                       "%s", err);
         ck_assert_msg(!strstr(err, "TOPSECRET"), "a query string in a message: %s", err);
     }
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 
 START_TEST(a_store_that_ignores_range_costs_one_block_then_is_refused)
 {
-    server_start();
-    dh__store_conf c = conf_of(64 * 1024, 0);
     char url[200], err[400];
-    url_of(url, sizeof url);
-    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    dh__remote *r = started(64 * 1024, 0, url, sizeof url);
     S.ignore_range = 1;
     uint8_t buf[100];
     dh__object_ref o = {url, NULL, OBJ_BYTES, 4096, OBJ_BYTES};
@@ -380,18 +386,14 @@ START_TEST(a_store_that_ignores_range_costs_one_block_then_is_refused)
                      DH_EREMOTE);
     ck_assert_msg(strstr(err, "the store ignored the Range header"), "%s", err);
     ck_assert_int_le(dh__remote_stats(r).bytes, 64 * 1024); /* not the megabyte */
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 
 START_TEST(an_object_changed_since_indexing_is_named)
 {
-    server_start();
-    dh__store_conf c = conf_of(64 * 1024, 0);
     char url[200], err[400];
-    url_of(url, sizeof url);
-    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    dh__remote *r = started(64 * 1024, 0, url, sizeof url);
     uint8_t buf[100];
     dh__object_ref o = {url, "\"v0\"", OBJ_BYTES, 0, OBJ_BYTES};
     ck_assert_int_eq(dh__remote_read(r, &o, buf, sizeof buf, 0, 0, err, sizeof err), DH_ECORRUPT);
@@ -402,18 +404,14 @@ START_TEST(an_object_changed_since_indexing_is_named)
     ck_assert_int_eq(dh__remote_read(r, &o2, buf, sizeof buf, 0, 0, err, sizeof err), DH_ECORRUPT);
     ck_assert_msg(strstr(err, "the object is 1048576 bytes, 1048586 when it was indexed"), "%s",
                   err);
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 
 START_TEST(a_store_that_keeps_failing_gives_up_within_the_deadline)
 {
-    server_start();
-    dh__store_conf c = conf_of(64 * 1024, 0);
     char url[200], err[400];
-    url_of(url, sizeof url);
-    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    dh__remote *r = started(64 * 1024, 0, url, sizeof url);
     S.always_fail = 1, S.fail_status = 503;
     uint8_t buf[100];
     dh__object_ref o = {url, NULL, OBJ_BYTES, 0, OBJ_BYTES};
@@ -431,8 +429,7 @@ START_TEST(a_store_that_keeps_failing_gives_up_within_the_deadline)
     rc = (int)dh__remote_read(r, &o3, buf, sizeof buf, 0, now_s() + 0.5, err, sizeof err);
     ck_assert_msg(rc == DH_EREMOTE || rc == DH_ETIMEDOUT, "%d %s", rc, err);
     ck_assert_msg(strstr(err, "GET http://127.0.0.1:1/x.tar bytes 0-65535: "), "%s", err);
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 
@@ -452,8 +449,7 @@ START_TEST(signed_requests_carry_sigv4_and_never_the_secret)
                   strstr(S.auth[0], "x-amz-content-sha256") && strstr(S.auth[0], "Signature="),
                   "%s", S.auth[0]);
     ck_assert_msg(!strstr(S.auth[0], "wJalrXUtnFEMI"), "%s", S.auth[0]);
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 
@@ -581,11 +577,8 @@ START_TEST(the_fetch_model_is_fitted_from_answered_requests)
     ck_assert_double_eq_tol(lat, 0.05, 1e-12);
     ck_assert(bw == 0);
     /* the counters of a real exchange feed it */
-    server_start();
-    dh__store_conf c = conf_of(64 * 1024, 0);
-    char url[200], err[300];
-    url_of(url, sizeof url);
-    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    char url[200];
+    dh__remote *r = started(64 * 1024, 0, url, sizeof url);
     for (int k = 0; k < 9; k++)
         read_range(r, url, NULL, (int64_t)k * 70000, (int64_t)k * 70000 + 1000 * (k + 1), 100000);
     dh__fetch_stats got = dh__remote_stats(r);
@@ -593,8 +586,7 @@ START_TEST(the_fetch_model_is_fitted_from_answered_requests)
     ck_assert_double_eq_tol(got.fit_b, 45000 / 1e6, 1e-12);
     ck_assert_int_eq(dh__fetch_fit(&got, &lat, &bw), 1);
     ck_assert(lat > 0);
-    dh__remote_free(r);
-    server_stop();
+    finish(r);
 }
 END_TEST
 

@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,14 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
+    /* A data plane allocates and frees decoded frames and fetched ranges all day on many
+     * threads: glibc's default gives freed memory back to the kernel at 128 KiB of slack
+     * per arena and faults it in again on the next sample, which cost a run from an object
+     * store (16 fetcher threads, each an arena) 25% of its throughput on 2 cores
+     * (bench/RESULTS.md). Kept up to 64 MiB of slack per arena, unless the environment
+     * says otherwise. */
+    if (!getenv("MALLOC_TRIM_THRESHOLD_"))
+        mallopt(M_TRIM_THRESHOLD, 64 << 20);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         fputs(usage, argc < 2 ? stderr : stdout);

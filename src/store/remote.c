@@ -703,20 +703,21 @@ static extent *fetch(dh__remote *r, const dh__object_ref *o, uint64_t obj, int64
     return e;
 }
 
-/* A range the fetchers brought (its buffer now ours) as an extent, or NULL. */
+/* A range the fetchers brought, copied into an extent, or NULL. */
 static extent *taken(dh__remote *r, const dh__object_ref *o, uint64_t obj, int64_t at,
                      double deadline)
 {
-    uint8_t *data = NULL;
-    int64_t off = 0, len = 0;
-    double t0 = now_s();
-    int got = r->take && r->take(r->take_ctx, o, at, deadline, &data, &off, &len);
-    r->st.wait_s += r->take ? now_s() - t0 : 0; /* a range in flight: waited for */
-    if (!got)
+    if (!r->take)
         return NULL;
     extent *e = victim(r);
-    free(e->data);
-    *e = (extent){.obj = obj, .off = off, .len = len, .data = data, .used = ++r->tick};
+    int64_t off = 0, len = 0;
+    double t0 = now_s();
+    e->used = 0; /* its bytes are replaced, whatever comes */
+    int got = r->take(r->take_ctx, o, at, deadline, &e->data, &off, &len);
+    r->st.wait_s += now_s() - t0; /* a range in flight: waited for */
+    if (!got)
+        return NULL;
+    *e = (extent){.obj = obj, .off = off, .len = len, .data = e->data, .used = ++r->tick};
     r->last_obj = obj;
     r->last_end = off + len;
     return e;

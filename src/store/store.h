@@ -116,7 +116,7 @@ ssize_t dh__remote_read(dh__remote *r, const dh__object_ref *o, void *buf, size_
  * Fetching ahead (prefetch.c): a node's fetcher threads, each with its own connection,
  * fetch the byte ranges of the samples the schedule says come next, in that order, while
  * the workers decode others; a worker whose read misses its own extents takes a fetched
- * range (the buffer itself, no copy), waits for one in flight (until its deadline), or
+ * range (copied into its own buffer), waits for one in flight (for a while), or
  * fetches it itself when no fetcher has it (or a fetcher's fetch failed: the worker's own
  * attempt then names the failure). Bytes fetched and not yet taken stay under a budget.
  */
@@ -161,7 +161,8 @@ void dh__remote_use_prefetch(dh__remote *r, dh__prefetch *p);
 
 /* What prefetch.c uses of remote.c (calls go that way only): exactly [start, end) of o
  * into buf, checked as any read's; and the hook a worker's misses ask first: 1 with a
- * range [*off, *off + *len) holding `at` whose buffer *data the caller now owns. */
+ * range [*off, *off + *len) holding `at` copied into *data (the caller's buffer, which the
+ * hook grows with realloc). */
 int dh__remote_fetch(dh__remote *r, const dh__object_ref *o, int64_t start, int64_t end,
                      uint8_t *buf, double deadline, char *err, size_t errlen);
 typedef int (*dh__take_fn)(void *ctx, const dh__object_ref *o, int64_t at, double deadline,
