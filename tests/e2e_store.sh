@@ -97,9 +97,9 @@ check "fetch cache that cannot be made: every sample delivered" contains "$WORK/
 # https with a private CA: refused until AWS_CA_BUNDLE names it
 store_nginx_tls "$WORK/www"
 HS=https://127.0.0.1:$NGINX_TLS_PORT
-"$DH" index "$HS/wds/shards/00000.tar" -o "$WORK/tls0.jsonl" > "$WORK/tls0.out" 2>&1
+env -u AWS_CA_BUNDLE "$DH" index "$HS/wds/shards/00000.tar" -o "$WORK/tls0.jsonl" > "$WORK/tls0.out" 2>&1
 check "https with an unknown CA: refused, named, the fix said" contains "$WORK/tls0.out" \
-    "GET $HS/wds/shards/00000.tar bytes 0-0: SSL peer certificate or SSH remote key was not OK (a store with a private CA: set AWS_CA_BUNDLE to its PEM file)"
+    "GET $HS/wds/shards/00000.tar bytes 0-0: SSL peer certificate or SSH remote key was not OK: SSL certificate problem: self-signed certificate (a store with a private CA: set AWS_CA_BUNDLE to its PEM file)"
 AWS_CA_BUNDLE=$WORK/tls/ca.pem "$DH" index "$HS/wds/shards/{00000..00002}.tar" -o "$WORK/tls.jsonl" > "$WORK/tls.out" 2>&1
 check "https with AWS_CA_BUNDLE: indexed" contains "$WORK/tls.out" "3 tar shards: 12 samples + 0 skipped"
 AWS_CA_BUNDLE=$WORK/tls/ca.pem run "$WORK/tls.jsonl" "$WORK/tlsrun.out"
@@ -136,7 +136,31 @@ run "$WORK/http.jsonl" "$WORK/fdown.out" --max-failed 1 --sample-timeout 2
 check "a store that is down: the run ends, every sample failed, accounted" contains "$WORK/fdown.out" "delivered 0 + failed 12 = 12"
 check "a store that is down: named, with the attempts" contains "$WORK/fdown.out" \
     "GET $H/wds/shards/0000[0-2].tar bytes [0-9]*-[0-9]*: .*gave up after [0-9]* attempts"
+# a long run whose store goes down stops once the store failed 32 samples in a row, naming
+# it (the share of failures over the whole run would take as many failures as deliveries)
+# (12 samples delivered from local shards, then 48 whose store is not there, in order)
+$PY - "$WORK/www/wds/manifest.jsonl" "$WORK/http.jsonl" "$WORK/mixed/m.jsonl" << 'EOF'
+import json, os, sys, shutil
+local, remote, out = sys.argv[1:4]
+os.makedirs(os.path.dirname(out))
+shutil.copytree(os.path.join(os.path.dirname(local), "shards"), os.path.join(os.path.dirname(out), "shards"))
+lines = open(local).read().splitlines()
+for k in range(4):
+    for l in open(remote).read().splitlines():
+        d = json.loads(l)
+        d["id"] = "gone%d:%s" % (k, d["id"])
+        for m in d["media"]:
+            m["path"] = m["path"].replace(m["path"].split("/")[2], "127.0.0.1:1")
+        lines.append(json.dumps(d))
+open(out, "w").write("\n".join(lines) + "\n")
+EOF
 ctl "$HP" '{"down": false}'
+run "$WORK/mixed/m.jsonl" "$WORK/fdown2.out" --no-shuffle --sample-timeout 1 --max-failed 0.9
+check "a store gone after deliveries: the run stops after 32 in a row, named" contains \
+    "$WORK/fdown2.out" "the object store failed the last 32 samples in a row: it looks unreachable or refuses us"
+"$DH" index "http://127.0.0.1:1/x.tar" -o "$WORK/port.jsonl" > "$WORK/port.out" 2>&1
+check "index of a store at a wrong address gives up after a few attempts" contains "$WORK/port.out" \
+    "gave up after 3 attempts (is the address right?)"
 # an object gone, and an object changed since it was indexed
 mv "$WORK/www/wds/shards/00001.tar" "$WORK/gone.tar"
 run "$WORK/http.jsonl" "$WORK/f404.out" --max-failed 1
@@ -155,6 +179,10 @@ check "index: a missing object is named, the rest indexed" contains "$WORK/miss.
     -o "$WORK/q.jsonl" > "$WORK/q.out" 2>&1
 check "a query string (a presigned URL's signature) never reaches a message" \
     bash -c "! grep -q SECRETSIG '$WORK/q.out'"
+check "a presigned shard URL is a shard, its query string not in the sample ids" $PY -c "
+import json, sys
+ids = [json.loads(l)['id'] for l in open('$WORK/q.jsonl')]
+sys.exit(not (len(ids) == 5 and all('SECRETSIG' not in i and i.startswith('$H/wds/shards/00000.tar:') for i in ids)))"
 
 # ---- S3: s3rver behind the signature-checking front ----
 mkdir -p "$WORK/s3data"
@@ -179,7 +207,7 @@ check "s3 run: the same bytes as from the local shards" same_bytes "$WORK/www/wd
 check "s3: a key with a space, a plus and UTF-8 is escaped and signed right" contains "$WORK/odd.out" "1 tar shards: 5 samples + 0 skipped"
 AWS_SECRET_ACCESS_KEY=wrong "$DH" index 's3://bkt/shards/00000.tar' -o "$WORK/bad.jsonl" > "$WORK/bad.out" 2>&1
 check "s3: a wrong secret is refused by the store, named" contains "$WORK/bad.out" \
-    "s3://bkt/shards/00000.tar: shard skipped: GET s3://bkt/shards/00000.tar bytes 0-0: HTTP 403 SignatureDoesNotMatch"
+    "s3://bkt/shards/00000.tar: shard skipped: GET s3://bkt/shards/00000.tar bytes 0-0 (at http://127.0.0.1:$SP, from AWS_ENDPOINT_URL): HTTP 403 SignatureDoesNotMatch"
 AWS_SECRET_ACCESS_KEY=wrong run "$WORK/s3.jsonl" "$WORK/sbad.out" --max-failed 1
 check "s3: a wrong secret in a run fails every sample, accounted" contains "$WORK/sbad.out" "delivered 0 + failed 12 = 12"
 "$DH" index 's3://bkt/shards/nothere.tar' -o "$WORK/snf.jsonl" > "$WORK/snf.out" 2>&1

@@ -18,6 +18,7 @@ or s3rver, started by the test) and, between the two:
     {"drop": 1}                          the next N answers are cut mid-body
     {"ignore_range": true}               Range removed: the store answers 200
     {"down": true}                       every connection closed at once
+    {"down_after": 30}                   down once 30 more requests were answered
   GET /__stats gives {"requests", "bytes", "status": {code: n}, "ranges": [...]}.
 
 usage: store_proxy.py --upstream URL --port-file FILE [--sigv4 KEY:SECRET]
@@ -37,7 +38,7 @@ import urllib.parse
 
 LOCK = threading.Lock()
 FAULTS = {"delay_ms": 0, "throttle_bps": 0, "fail": None, "drop": 0, "ignore_range": False,
-          "down": False}
+          "down": False, "down_after": 0}
 STATS = {"requests": 0, "bytes": 0, "status": {}, "ranges": []}
 
 
@@ -130,6 +131,9 @@ class Front(http.server.BaseHTTPRequestHandler):
             drop = f["drop"] > 0
             if drop:
                 FAULTS["drop"] -= 1
+            if f["down_after"] > 0:
+                FAULTS["down_after"] -= 1
+                FAULTS["down"] = FAULTS["down_after"] == 0
         if f["down"]:
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)

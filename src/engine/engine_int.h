@@ -97,6 +97,7 @@ struct dh_engine {
     /* Fetching ahead (objects only): the node's fetchers, and where the next range they
      * ask for is (step, sample of its global batch, item); under mu. */
     dh__prefetch *pf;
+    int store_streak;        /* samples in a row the object store failed (under mu) */
     dh__prefetch_stats pf_stats; /* the fetchers' figures, kept when they stop */
     int64_t pf_step, pf_k;
     int pf_j;
@@ -149,10 +150,14 @@ int64_t dh__eng_ring_size(const dh_engine *e);
 int64_t dh__eng_arena_size(const dh_engine *e);
 
 /* workers.c */
+/* Samples in a row an object store may fail before the run stops (docs/STORAGE.md). */
+#define DH__STORE_STREAK 32
 /* Starts the node's fetchers (when the run reads objects and wants them), then the
  * workers; dh__eng_stop_fetchers (after the workers are joined) keeps their figures. */
 int dh__eng_start_workers(dh_engine *e);
 void dh__eng_stop_fetchers(dh_engine *e);
+/* 1 when manifest m names an object (a sample's media on a store). */
+int dh__eng_has_objects(const dh_manifest *m);
 /* What a worker keeps between tasks: its message buffers, its open shards and its CPU token. */
 typedef struct {
     char path[4096], err[512];

@@ -133,18 +133,36 @@ static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b,
                                       e->run.cfg.sample_gpu_cost_user);
 }
 
+/* 1 when sample i's failure rc came from an object store (its media are objects, and the
+ * store refused, failed or did not answer in time). */
+static int store_failure(const dh_engine *e, int64_t i, int rc)
+{
+    dh_media_info mi;
+    return (rc == DH_EREMOTE || rc == DH_ETIMEDOUT || rc == DH_ENOENT || rc == DH_EACCES) &&
+           !dh_manifest_media(e->run.m, i, 0, &mi) && dh__is_remote(mi.path);
+}
+
 /* Stops the run (DH_EFAILED) when failures pass dh_run_config.max_failed_frac: at least 16,
- * and more than that fraction of the samples finished so far. */
-static void too_many_failed(dh_engine *e, const dh__task *t, const char *why)
+ * and more than that fraction of the samples finished so far; or when the object store
+ * failed the last DH__STORE_STREAK samples in a row (a store that went down in a long run
+ * would otherwise need as many failures as the samples delivered before it). */
+static void too_many_failed(dh_engine *e, const dh__task *t, int rc, const char *why)
 {
     double frac = e->run.cfg.max_failed_frac > 0 ? e->run.cfg.max_failed_frac : 0.5;
-    if (frac >= 1 || e->nfail < 16 || (double)e->nfail <= frac * (double)(e->nfail + e->nok))
+    e->store_streak = store_failure(e, t->sample, rc) ? e->store_streak + 1 : 0;
+    int share = e->nfail >= 16 && (double)e->nfail > frac * (double)(e->nfail + e->nok);
+    if (frac >= 1 || (!share && e->store_streak < DH__STORE_STREAK))
         return;
     dh_sample_info si;
     dh_manifest_sample(e->run.m, t->sample, &si);
-    snprintf(e->fail_msg, sizeof e->fail_msg, "%lld of the %lld samples finished failed, over "
-             "the --max-failed share %.2f (the last, \"%s\": %s)", (long long)e->nfail,
-             (long long)(e->nfail + e->nok), frac, si.id, why);
+    if (share)
+        snprintf(e->fail_msg, sizeof e->fail_msg, "%lld of the %lld samples finished failed, "
+                 "over the --max-failed share %.2f (the last, \"%s\": %s)",
+                 (long long)e->nfail, (long long)(e->nfail + e->nok), frac, si.id, why);
+    else
+        snprintf(e->fail_msg, sizeof e->fail_msg, "the object store failed the last %d "
+                 "samples in a row: it looks unreachable or refuses us (the last, \"%s\": %s; "
+                 "--max-failed 1 goes on regardless)", e->store_streak, si.id, why);
     dh__eng_fail(e, DH_EFAILED);
 }
 
@@ -160,12 +178,13 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
         if (!sample_failed(b, t->sample)) { /* a split sample's other parts fail it once */
             report(e, t, path, rc, err[0] ? err : dh_strerror(rc));
             e->nfail++;
-            too_many_failed(e, t, err[0] ? err : dh_strerror(rc));
+            too_many_failed(e, t, rc, err[0] ? err : dh_strerror(rc));
         }
         fail_sample(e, t, b, rc);
     } else if (dh__sched_last_part(e->sched, t) &&
                dh__slot_items_of(b->items, b->nitems, t->sample, NULL) < b->nitems) {
         e->nok++; /* a sample with media read (a text alone proves nothing about the files) */
+        e->store_streak = 0;
     }
     if (!remote)
         e->cpu_sum += cpu;
@@ -320,8 +339,7 @@ static int next_fetch(void *user, dh__fetch_job *job)
     return got;
 }
 
-/* 1 when the run's manifest names an object (a sample's media on a store). */
-static int has_objects(const dh_manifest *m)
+int dh__eng_has_objects(const dh_manifest *m)
 {
     for (int64_t i = 0, n = dh_manifest_count(m); i < n; i++) {
         dh_sample_info si;
@@ -340,7 +358,7 @@ static int has_objects(const dh_manifest *m)
 static int start_fetchers(dh_engine *e)
 {
     const dh_run_config *c = &e->run.cfg;
-    if (e->pf || c->fetchers < 0 || !e->run.m || !has_objects(e->run.m))
+    if (e->pf || c->fetchers < 0 || !e->run.m || !dh__eng_has_objects(e->run.m))
         return 0;
     char err[300];
     int rc = dh__prefetch_new(c->fetchers > 0 ? c->fetchers : 16,

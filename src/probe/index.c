@@ -59,12 +59,13 @@ void dh_index_opts_default(dh_index_opts *opts)
 
 int dh_index_shard_name(const char *name)
 {
-    size_t len = strlen(name);
+    /* an object's URL: its path decides, not a query string (a presigned URL's) */
+    size_t len = strstr(name, "://") ? strcspn(name, "?#") : strlen(name);
     static const char *const ends[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd",
                                        ".tar.bz2", ".tar.xz"};
     for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
         size_t n = strlen(ends[k]);
-        if (len > n && !strcasecmp(name + len - n, ends[k]))
+        if (len > n && !strncasecmp(name + len - n, ends[k], n))
             return 1;
     }
     return 0;
@@ -273,7 +274,9 @@ static int write_manifest(index_job *j, FILE *f, const char *prefix, dh_index_st
             continue;
         }
         snprintf(path, sizeof path, "%s%s", dh__is_remote(j->rel[i]) ? "" : prefix, j->rel[i]);
-        int rc = write_line(f, j->rel[i], &fr->res, path);
+        char id[PATH_MAX]; /* an object's: its URL without a query string or credentials */
+        full_name(j, i, id, sizeof id);
+        int rc = write_line(f, dh__is_remote(j->rel[i]) ? id : j->rel[i], &fr->res, path);
         if (rc)
             return rc;
         st->probed++;
@@ -426,11 +429,22 @@ int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
     if (!(j.root = realpath(outdir, NULL)))
         return -errno;
     size_t rootlen = strlen(j.root);
+    int conf_checked = 0;
     for (size_t k = 0; k < n && !rc; k++) {
         char canon[PATH_MAX];
         const char *why = NULL;
         int code = 0;
         if (dh__is_remote(paths[k])) { /* an object: read from its store, named as given */
+            dh__store_conf conf; /* the store's settings checked once, not per object */
+            char bad[400];
+            if (!conf_checked && (rc = dh__store_conf_env(&conf, bad, sizeof bad))) {
+                if (opts->diag) {
+                    dh_diag d = {.file = "", .code = rc, .message = bad};
+                    opts->diag(&d, opts->diag_user);
+                }
+                break;
+            }
+            conf_checked = 1;
             rc = add_path(&j, paths[k]);
             continue;
         }

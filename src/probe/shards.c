@@ -467,8 +467,8 @@ int dh__index_shard(const char *root, const char *rel, const char *prefix,
         for (size_t p = 0; p < a; p++)
             seen += (p == 0 || !same_key(&l.m[p - 1], &l.m[p])) && same_key(&l.m[p], &l.m[a]);
         char id[8400]; /* the shard as the manifest names it: the same whichever way indexed */
-        snprintf(id, sizeof id, "%s%s:%.*s", dh__is_remote(rel) ? "" : prefix, rel, (int)key,
-                 l.m[a].name);
+        snprintf(id, sizeof id, "%s%s:%.*s", dh__is_remote(rel) ? "" : prefix,
+                 dh__is_remote(rel) ? shown : rel, (int)key, l.m[a].name); /* no query string */
         if (seen > 1)
             snprintf(id + strlen(id), sizeof id - strlen(id), "#%d", seen);
         frc = one_sample(&j, &l.m[a], b - a, key, id);

@@ -89,6 +89,8 @@ int dh__store_conf_env(dh__store_conf *c, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
     const char *ep = env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
+    snprintf(c->endpoint_from, sizeof c->endpoint_from, "%s",
+             env("AWS_ENDPOINT_URL_S3", NULL) ? "AWS_ENDPOINT_URL_S3" : "AWS_ENDPOINT_URL");
     int rc = env_copy(c->endpoint, sizeof c->endpoint, ep, "AWS_ENDPOINT_URL", err, errlen);
     rc = rc ? rc : env_copy(c->region, sizeof c->region, env("AWS_REGION", "AWS_DEFAULT_REGION"),
                             "AWS_REGION", err, errlen);
@@ -413,7 +415,10 @@ static void s3_code(const answer *a, char *out, size_t len)
         out[0] = 0;
 }
 
-enum { OK, RETRY, FATAL };
+/* UNREACHABLE: no connection (refused, no such host): retried within a sample's limit (a
+ * store restarting), but a few attempts only without one (index: a wrong port or host
+ * must not cost a minute per shard). */
+enum { OK, RETRY, FATAL, UNREACHABLE };
 
 static double now_s(void)
 {
@@ -463,6 +468,8 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     curl_easy_setopt(h, CURLOPT_HEADERDATA, a);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, a);
+    char detail[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, detail);
     if (r->abort) {
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
@@ -492,17 +499,24 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a->status);
     r->st.bytes += (int64_t)a->len;
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
     if (c != CURLE_OK && !(c == CURLE_WRITE_ERROR && a->over)) {
+        int ca = c == CURLE_PEER_FAILED_VERIFICATION;
         *rc = dh__fail(why, wlen, c == CURLE_OPERATION_TIMEDOUT ? DH_ETIMEDOUT : DH_EREMOTE,
-                       "%s%s", curl_easy_strerror(c), c == CURLE_PEER_FAILED_VERIFICATION ?
-                       " (a store with a private CA: set AWS_CA_BUNDLE to its PEM file)" : "");
+                       "%s%s%s%s%s%s", curl_easy_strerror(c), detail[0] ? ": " : "", detail,
+                       !ca ? "" : r->conf.ca_bundle[0] ? " (AWS_CA_BUNDLE names "
+                       : " (a store with a private CA: set AWS_CA_BUNDLE to its PEM file)",
+                       ca && r->conf.ca_bundle[0] ? r->conf.ca_bundle : "",
+                       ca && r->conf.ca_bundle[0] ? ": does it hold this store's CA?)" : "");
         switch (c) {
         case CURLE_COULDNT_RESOLVE_PROXY: case CURLE_COULDNT_RESOLVE_HOST:
-        case CURLE_COULDNT_CONNECT: case CURLE_OPERATION_TIMEDOUT: case CURLE_SEND_ERROR:
-        case CURLE_RECV_ERROR: case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE:
-        case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_SSL_CONNECT_ERROR:
+        case CURLE_COULDNT_CONNECT:
+            return UNREACHABLE;
+        case CURLE_OPERATION_TIMEDOUT: case CURLE_SEND_ERROR: case CURLE_RECV_ERROR:
+        case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE: case CURLE_HTTP2:
+        case CURLE_HTTP2_STREAM:
             return RETRY;
-        default:
+        default: /* TLS, a malformed URL, ...: another attempt would fail alike */
             return FATAL;
         }
     }
@@ -513,7 +527,7 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
         return OK;
     if (s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504) {
         *rc = dh__fail(why, wlen, DH_EREMOTE, "HTTP %ld%s", s, code);
-        return RETRY;
+        return RETRY; /* UNREACHABLE and RETRY are retried alike otherwise */
     }
     if (s == 412 || s == 416) {
         *rc = dh__fail(why, wlen, DH_ECORRUPT, "HTTP %ld%s: the object changed since it was "
@@ -524,7 +538,8 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     *rc = dh__fail(why, wlen, s == 404 ? DH_ENOENT : s == 403 || s == 401 ? DH_EACCES
                                                                           : DH_EREMOTE,
                    "HTTP %ld%s%s", s, code, s == 403 ? " (access denied: check the "
-                   "credentials and the region)" : s == 404 ? " (no such object)" : "");
+                   "credentials and the region)" : s != 404 ? "" : strstr(code, "Bucket")
+                   ? " (no such bucket)" : " (no such object)");
     return FATAL;
 }
 
@@ -558,6 +573,7 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
     if (rc)
         return dh__fail(err, errlen, rc, "%s: %s", shown, why);
     double t0 = now_s();
+    int caller_deadline = deadline > 0;
     if (deadline <= 0)
         deadline = t0 + r->conf.retry_budget_s;
     for (int attempt = 0;; attempt++) {
@@ -578,6 +594,11 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
         }
         if (what == FATAL || aborted(r))
             break;
+        if (what == UNREACHABLE && !caller_deadline && attempt >= 2) {
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; gave up after %d attempts "
+                     "(is the address right?)", attempt + 1);
+            break;
+        }
         /* backoff: 100 ms doubling to 8 s, half of it random; Retry-After when longer */
         double d = 0.1 * (double)(1u << (attempt < 7 ? attempt : 7));
         d = d / 2 + d / 2 * (double)(rng_next(r) >> 11) / 9007199254740992.0;
@@ -595,8 +616,15 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
     }
     r->st.wait_s += now_s() - t0;
     r->st.failures++;
-    return dh__fail(err, errlen, rc, "GET %s bytes %lld-%lld: %s", shown, (long long)start,
-                    (long long)end - 1, why[0] ? why : "over the time limit");
+    char at[700] = ""; /* an s3:// object: the store asked, and what chose it */
+    if (!strncasecmp(path, "s3://", 5)) {
+        const char *host = strstr(url, "://");
+        int n = host ? (int)(host + 3 - url) + (int)strcspn(host + 3, "/") : 0;
+        snprintf(at, sizeof at, " (at %.*s%s%s)", n, url, r->conf.endpoint[0] ? ", from " : "",
+                 r->conf.endpoint[0] ? r->conf.endpoint_from : "");
+    }
+    return dh__fail(err, errlen, rc, "GET %s bytes %lld-%lld%s: %s", shown, (long long)start,
+                    (long long)end - 1, at, why[0] ? why : "over the time limit");
 }
 
 int dh__remote_stat(dh__remote *r, const char *path, double deadline, dh__object *out,

@@ -34,6 +34,7 @@ int dh__is_remote(const char *path);
 /* Where S3 objects are and who asks (from the environment: docs/STORAGE.md). */
 typedef struct {
     char endpoint[512];    /* AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL; "": AWS itself */
+    char endpoint_from[32]; /* which of the two set it (named in errors) */
     char region[64];       /* AWS_REGION or AWS_DEFAULT_REGION; default us-east-1 */
     char key[256], secret[256]; /* AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; "": unsigned */
     char token[4096];      /* AWS_SESSION_TOKEN */
