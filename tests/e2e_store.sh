@@ -138,7 +138,8 @@ check "a store that is down: named, with the attempts" contains "$WORK/fdown.out
     "GET $H/wds/shards/0000[0-2].tar bytes [0-9]*-[0-9]*: .*gave up after [0-9]* attempts"
 # a long run whose store goes down stops once the store failed 32 samples in a row, naming
 # it (the share of failures over the whole run would take as many failures as deliveries)
-# (12 samples delivered from local shards, then 48 whose store is not there, in order)
+# (12 samples delivered from local shards, then 48 whose objects the store no longer has,
+# in order: each fails at once with a 404, however slow decoding is under a sanitizer)
 $PY - "$WORK/www/wds/manifest.jsonl" "$WORK/http.jsonl" "$WORK/mixed/m.jsonl" << 'EOF'
 import json, os, sys, shutil
 local, remote, out = sys.argv[1:4]
@@ -150,14 +151,14 @@ for k in range(4):
         d = json.loads(l)
         d["id"] = "gone%d:%s" % (k, d["id"])
         for m in d["media"]:
-            m["path"] = m["path"].replace(m["path"].split("/")[2], "127.0.0.1:1")
+            m["path"] = m["path"].replace("/wds/shards/", "/gone/shards/")
         lines.append(json.dumps(d))
 open(out, "w").write("\n".join(lines) + "\n")
 EOF
 ctl "$HP" '{"down": false}'
-run "$WORK/mixed/m.jsonl" "$WORK/fdown2.out" --no-shuffle --sample-timeout 1 --max-failed 0.9
+run "$WORK/mixed/m.jsonl" "$WORK/fdown2.out" --no-shuffle --max-failed 0.9
 check "a store gone after deliveries: the run stops after 32 in a row, named" contains \
-    "$WORK/fdown2.out" "the object store failed the last 32 samples in a row: it looks unreachable or refuses us"
+    "$WORK/fdown2.out" "the object store failed the last 3[2-9] samples in a row: it looks unreachable or refuses us"
 "$DH" index "http://127.0.0.1:1/x.tar" -o "$WORK/port.jsonl" > "$WORK/port.out" 2>&1
 check "index of a store at a wrong address gives up after a few attempts" contains "$WORK/port.out" \
     "gave up after 3 attempts (is the address right?)"
