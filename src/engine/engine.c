@@ -378,7 +378,8 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     e->rank_hi = e->R; /* one node: every rank; several: this node's share (init) */
     rc = e->nops->init(e, &sc);
     dh__store_conf store;
-    if (!rc && e->run.m && dh__eng_has_objects(e->run.m) && /* the store's settings, once */
+    e->objects = e->run.m && dh__eng_has_objects(e->run.m);
+    if (!rc && e->objects && /* the store's settings, once */
         (rc = dh__store_conf_env(&store, why, sizeof why)))
         snprintf(why + strlen(why), sizeof why - strlen(why), " (the manifest's media are on an "
                  "object store: docs/STORAGE.md)");

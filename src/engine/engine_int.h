@@ -98,6 +98,7 @@ struct dh_engine {
      * ask for is (step, sample of its global batch, item); under mu. */
     dh__prefetch *pf;
     int store_streak;        /* samples in a row the object store failed (under mu) */
+    int objects;             /* the manifest names objects (found once, at start) */
     dh__prefetch_stats pf_stats; /* the fetchers' figures, kept when they stop */
     int64_t pf_step, pf_k;
     int pf_j;

@@ -358,7 +358,7 @@ int dh__eng_has_objects(const dh_manifest *m)
 static int start_fetchers(dh_engine *e)
 {
     const dh_run_config *c = &e->run.cfg;
-    if (e->pf || c->fetchers < 0 || !e->run.m || !dh__eng_has_objects(e->run.m))
+    if (e->pf || c->fetchers < 0 || !e->objects)
         return 0;
     char err[300];
     int rc = dh__prefetch_new(c->fetchers > 0 ? c->fetchers : 16,

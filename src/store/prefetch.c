@@ -33,11 +33,11 @@ typedef struct entry {
 
 struct dh__prefetch {
     pthread_mutex_t mu;
-    pthread_cond_t changed; /* an entry changed state, budget freed, poked, stopping */
+    pthread_cond_t changed; /* an entry changed state, budget freed, stopping */
     entry *list;
     int64_t held, budget;
     int stop;             /* atomic: fetches in progress read it */
-    int nthreads, done_threads;
+    int nthreads;
     pthread_t *threads;
     int (*next)(void *user, dh__fetch_job *job);
     void *user;
@@ -176,7 +176,6 @@ static void *fetcher(void *arg)
     }
     dh__fetch_stats fs = dh__remote_stats(r);
     dh__fetch_add(&p->st.fetched, &fs);
-    p->done_threads++;
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->mu);
     dh__remote_free(r);
@@ -210,15 +209,6 @@ int dh__prefetch_new(int fetchers, int64_t budget, int (*next)(void *user, dh__f
     }
     *out = p;
     return 0;
-}
-
-void dh__prefetch_poke(dh__prefetch *p)
-{
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->mu);
-    pthread_cond_broadcast(&p->changed);
-    pthread_mutex_unlock(&p->mu);
 }
 
 void dh__prefetch_retire(dh__prefetch *p, int64_t step)
@@ -266,17 +256,6 @@ void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
     pthread_cond_destroy(&p->changed);
     pthread_mutex_destroy(&p->mu);
     free(p);
-}
-
-dh__prefetch_stats dh__prefetch_stats_of(dh__prefetch *p)
-{
-    dh__prefetch_stats s = {0};
-    if (!p)
-        return s;
-    pthread_mutex_lock(&p->mu);
-    s = p->st;
-    pthread_mutex_unlock(&p->mu);
-    return s;
 }
 
 /* The entry of o holding byte at, or NULL. */

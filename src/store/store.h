@@ -136,14 +136,12 @@ typedef struct {
 
 /*
  * next(user, job): 1 with the next range to fetch in job, 0 when none is known yet (asked
- * again after a short wait or dh__prefetch_poke), -1 when no more will come. Called on a
+ * again after a short wait), -1 when no more will come. Called on a
  * fetcher thread, never under the prefetcher's lock. fetchers: threads (>= 1); budget:
  * bytes fetched and not yet taken, at most.
  */
 int dh__prefetch_new(int fetchers, int64_t budget, int (*next)(void *user, dh__fetch_job *job),
                      void *user, dh__prefetch **out, char *err, size_t errlen);
-/* New work may be known (a step was planned). */
-void dh__prefetch_poke(dh__prefetch *p);
 /* Drops ranges of steps before `step` that no worker took. */
 void dh__prefetch_retire(dh__prefetch *p, int64_t step);
 /* The fetchers' counters (their requests are not the workers'), and ranges workers took
@@ -152,7 +150,6 @@ typedef struct {
     dh__fetch_stats fetched;
     int64_t taken_ready, taken_waited, missed, dropped;
 } dh__prefetch_stats;
-dh__prefetch_stats dh__prefetch_stats_of(dh__prefetch *p);
 /* Stops the fetchers (a fetch in progress ends by its own timeout), gives their final
  * figures (stats may be NULL) and frees it. */
 void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats);
