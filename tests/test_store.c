@@ -453,12 +453,14 @@ START_TEST(signed_requests_carry_sigv4_and_never_the_secret)
 }
 END_TEST
 
-/* The fetchers' work: 8 ranges of 100 KiB, range k for step k, in order. */
+/* The fetchers' work: 8 ranges of 100 KiB, range k for step k, in order; or, with
+ * J.steps set, J.n jobs, job k the range J.range[k] for step J.steps[k]. */
 static struct {
     pthread_mutex_t mu;
     int next, n;
     char url[200];
-} J = {PTHREAD_MUTEX_INITIALIZER, 0, 8, ""};
+    const int *range, *steps;
+} J = {PTHREAD_MUTEX_INITIALIZER, 0, 8, "", NULL, NULL};
 
 static int next_job(void *user, dh__fetch_job *job)
 {
@@ -471,9 +473,9 @@ static int next_job(void *user, dh__fetch_job *job)
     snprintf(job->path, sizeof job->path, "%s", J.url);
     job->etag[0] = 0;
     job->size = OBJ_BYTES;
-    job->lo = (int64_t)k * 102400;
+    job->lo = (int64_t)(J.steps ? J.range[k] : k) * 102400;
     job->hi = job->lo + 102400;
-    job->step = k;
+    job->step = J.steps ? J.steps[k] : k;
     return 1;
 }
 
@@ -516,6 +518,9 @@ START_TEST(fetchers_bring_the_next_ranges_in_order_within_their_budget)
     dh__remote_use_prefetch(w, p);
     read_range(w, J.url, NULL, 0, 102400, 8192);
     ck_assert_int_eq(dh__remote_stats(w).requests, 0);
+    usleep(200000); /* a range taken holds its budget until its step retires */
+    ck_assert_int_eq(requests(), 3);
+    dh__prefetch_retire(p, 1);
     await_requests(4); /* its budget freed: the fourth range, and no more */
     /* ranges of steps before 6 nobody took are dropped; a worker then fetches itself */
     dh__prefetch_retire(p, 6);
@@ -528,6 +533,47 @@ START_TEST(fetchers_bring_the_next_ranges_in_order_within_their_budget)
     ck_assert_int_ge(st.dropped, 2);
     ck_assert_int_ge(st.missed, 1);
     ck_assert_int_ge(st.fetched.requests, 4);
+    server_stop();
+}
+END_TEST
+
+/* The same sample in two planned steps (two epochs in the window) is fetched for each: a
+ * worker takes the earlier step's copy, and a split sample's other part, on another worker,
+ * reads that copy again; the later step's copy waits for its own step. */
+START_TEST(a_range_goes_to_its_earliest_step_and_serves_every_part_until_retired)
+{
+    static const int range[] = {0, 0}, steps[] = {1, 5};
+    server_start();
+    url_of(J.url, sizeof J.url);
+    J.next = 0, J.n = 2, J.range = range, J.steps = steps;
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    dh__prefetch *p = NULL;
+    char err[300];
+    ck_assert_int_eq(dh__prefetch_new(1, 1 << 20, next_job, NULL, &p, err, sizeof err), 0);
+    await_requests(2);
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    dh__remote *w[3];
+    for (int k = 0; k < 3; k++) {
+        w[k] = dh__remote_new(&c, err, sizeof err);
+        ck_assert_ptr_nonnull(w[k]);
+        dh__remote_use_prefetch(w[k], p);
+    }
+    read_range(w[0], J.url, NULL, 0, 102400, 8192); /* step 1's sample, part 1 */
+    read_range(w[1], J.url, NULL, 0, 102400, 8192); /* part 2, on another worker */
+    dh__prefetch_retire(p, 2);                       /* step 1 is over */
+    read_range(w[2], J.url, NULL, 0, 102400, 8192); /* step 5's sample */
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(dh__remote_stats(w[k]).requests, 0);
+        dh__remote_free(w[k]);
+    }
+    dh__prefetch_stats st;
+    dh__prefetch_free(p, &st);
+    ck_assert_int_eq(st.taken_ready + st.taken_waited, 2); /* a range counted once */
+    ck_assert_int_eq(st.dropped, 0);
+    ck_assert_int_eq(st.missed, 0);
+    ck_assert_int_eq(st.fetched.requests, 2);
+    J.n = 8, J.range = NULL, J.steps = NULL;
     server_stop();
 }
 END_TEST
@@ -693,6 +739,7 @@ int main(void)
     ADD_TEST(tc, a_store_that_keeps_failing_gives_up_within_the_deadline);
     ADD_TEST(tc, signed_requests_carry_sigv4_and_never_the_secret);
     ADD_TEST(tc, fetchers_bring_the_next_ranges_in_order_within_their_budget);
+    ADD_TEST(tc, a_range_goes_to_its_earliest_step_and_serves_every_part_until_retired);
     ADD_TEST(tc, a_failed_fetch_ahead_leaves_the_worker_to_fetch_and_name_it);
     ADD_TEST(tc, the_fetch_model_is_fitted_from_answered_requests);
     ADD_TEST(tc, the_local_cache_saves_fetches_within_its_budget);

@@ -26,7 +26,9 @@ typedef struct entry {
     dh__fetch_job job;
     uint8_t *data;
     size_t cap;           /* data's size (a reused buffer may be larger than the range) */
-    int state, dropped;   /* PENDING or READY; dropped: its step retired while fetched */
+    int state;            /* PENDING or READY */
+    int dropped;          /* its step retired while fetched or read: freed by the last user */
+    int taken, readers;   /* copies made; workers copying it now, without the lock */
 } entry;
 
 #define SPARES 64 /* buffers kept for reuse */
@@ -83,6 +85,12 @@ static uint8_t *buffer(dh__prefetch *p, size_t len, size_t *cap)
     *cap = len;
     return malloc(len);
 }
+
+/* Under p->mu: b back for reuse (freed when there are enough). */
+static void give_back(dh__prefetch *p, uint8_t *b, size_t cap);
+
+/* Under p->mu: e out of the list, its buffer back for reuse. */
+static void free_entry(dh__prefetch *p, entry *e);
 
 /* Under p->mu: b back for reuse (freed when there are enough). */
 static void give_back(dh__prefetch *p, uint8_t *b, size_t cap)
@@ -167,11 +175,8 @@ static void *fetcher(void *arg)
                                   mono_now() + p->conf.request_timeout_s, err, sizeof err);
         pthread_mutex_lock(&p->mu);
         e->state = READY;
-        if (e->dropped || rc) { /* retired meanwhile, or failed: a worker fetches itself */
-            unlink_entry(p, e);
-            give_back(p, e->data, e->cap);
-            free(e);
-        }
+        if (e->dropped || rc) /* retired meanwhile, or failed: a worker fetches itself */
+            free_entry(p, e);
         pthread_cond_broadcast(&p->changed);
     }
     dh__fetch_stats fs = dh__remote_stats(r);
@@ -218,16 +223,14 @@ void dh__prefetch_retire(dh__prefetch *p, int64_t step)
     pthread_mutex_lock(&p->mu);
     for (entry *e = p->list, *nx; e; e = nx) {
         nx = e->next;
-        if (e->job.step >= step)
+        if (e->job.step >= step || e->dropped)
             continue;
-        if (e->state == PENDING) {
-            e->dropped = 1; /* its fetcher frees it */
-            continue;
-        }
-        unlink_entry(p, e);
-        p->st.dropped++;
-        give_back(p, e->data, e->cap);
-        free(e);
+        if (e->state == READY && !e->taken)
+            p->st.dropped++; /* fetched for nothing */
+        if (e->state == PENDING || e->readers)
+            e->dropped = 1; /* its fetcher, or its last reader, frees it */
+        else
+            free_entry(p, e);
     }
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->mu);
@@ -258,18 +261,28 @@ void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
     free(p);
 }
 
-/* The entry of o holding byte at, or NULL. */
+static void free_entry(dh__prefetch *p, entry *e)
+{
+    unlink_entry(p, e);
+    give_back(p, e->data, e->cap);
+    free(e);
+}
+
+/* The entry of o holding byte at, or NULL: of the earliest step, when the same range is
+ * fetched for several (the sample again in a later epoch, fetched ahead already). */
 static entry *find(dh__prefetch *p, const dh__object_ref *o, int64_t at)
 {
+    entry *best = NULL;
     for (entry *e = p->list; e; e = e->next)
         if (!e->dropped && e->job.lo <= at && at < e->job.hi && !strcmp(e->job.path, o->path) &&
-            !strcmp(e->job.etag, o->etag ? o->etag : ""))
-            return e;
-    return NULL;
+            !strcmp(e->job.etag, o->etag ? o->etag : "") && (!best || e->job.step < best->job.step))
+            best = e;
+    return best;
 }
 
 /* dh__remote's take hook: 1 with a fetched range copied into *data (the caller's buffer,
- * grown to fit), else 0. */
+ * grown to fit), else 0. A range taken stays until its step retires (counted in the
+ * budget): a split sample's other parts read the same bytes. */
 static int take(void *ctx, const dh__object_ref *o, int64_t at, double deadline,
                 uint8_t **data, int64_t *off, int64_t *len)
 {
@@ -291,8 +304,8 @@ static int take(void *ctx, const dh__object_ref *o, int64_t at, double deadline,
         e->dropped = 1; /* given up on: its fetcher frees it */
     int got = e && e->state == READY;
     uint8_t *into = NULL;
-    if (got) { /* out of the list, so copied without the lock */
-        unlink_entry(p, e);
+    if (got) { /* copied without the lock: a reader keeps it in the list */
+        e->readers++;
         pthread_mutex_unlock(&p->mu);
         size_t n = (size_t)(e->job.hi - e->job.lo);
         into = realloc(*data, n ? n : 1);
@@ -301,14 +314,18 @@ static int take(void *ctx, const dh__object_ref *o, int64_t at, double deadline,
             *data = into, *off = e->job.lo, *len = (int64_t)n;
         }
         pthread_mutex_lock(&p->mu);
-        give_back(p, e->data, e->cap);
-        free(e);
+        e->readers--;
         got = into != NULL;
-        if (waited)
-            p->st.taken_waited++;
-        else
-            p->st.taken_ready++;
-        pthread_cond_broadcast(&p->changed); /* budget freed */
+        if (got && !e->taken++) { /* counted once: a split sample's later parts are not */
+            if (waited)
+                p->st.taken_waited++;
+            else
+                p->st.taken_ready++;
+        }
+        if (e->dropped && !e->readers) { /* retired while copied */
+            free_entry(p, e);
+            pthread_cond_broadcast(&p->changed); /* budget freed */
+        }
     } else {
         p->st.missed++;
     }
