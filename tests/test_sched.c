@@ -255,6 +255,52 @@ START_TEST(window_is_bounded_by_memory)
 }
 END_TEST
 
+/* Fetching ahead of admission (objects): a step is planned early only within the horizon
+ * and the step cap, is the step admission would have planned, and is admitted later as any. */
+START_TEST(steps_are_planned_ahead_of_admission_for_the_fetchers)
+{
+    world w, w2;
+    world_init(&w, DH_POL_HELIX, 2, 2, 4, 200);
+    w.cfg.memory_budget = 45; /* batches of 20 bytes: one step admitted */
+    w2 = w;
+    w2.cfg.order_ctx = &w2;
+    dh__sched *s = make(&w), *late = make(&w2);
+    dh__task t;
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
+    ck_assert_int_eq(t.step, 0);
+    ck_assert_int_eq(dh__sched_window_steps(s), 2); /* admission looked at step 1 */
+    ck_assert_int_eq(dh__sched_plan_ahead(s, 1, -1e6, DH__FETCH_HORIZON_S), 1); /* planned */
+    ck_assert_int_eq(dh__sched_plan_ahead(s, 2, -1e6, DH__FETCH_HORIZON_S), 0); /* too far */
+    ck_assert_int_eq(dh__sched_window_steps(s), 2);
+    for (int64_t st = 2; st < DH__PLAN_AHEAD_STEPS; st++)
+        ck_assert_int_eq(dh__sched_plan_ahead(s, st, 1e6, DH__FETCH_HORIZON_S), 1);
+    ck_assert_int_eq(dh__sched_plan_ahead(s, DH__PLAN_AHEAD_STEPS, 1e6, 1.0), 0); /* the cap */
+    ck_assert_int_eq(dh__sched_window_steps(s), DH__PLAN_AHEAD_STEPS);
+    /* the same steps as planned at admission, by a scheduler that never planned ahead */
+    for (int64_t st = 0; st < 3; st++)
+        for (int64_t k = 0; k < 4; k++) {
+            ck_assert_int_eq(dh__sched_rank_of(late, st, k), dh__sched_rank_of(s, st, k));
+            ck_assert_int_eq(dh__sched_step_order(late, st)[k], dh__sched_step_order(s, st)[k]);
+        }
+    /* admission still admits step 1 once step 0 is consumed */
+    for (int n = 0; n < 3; n++) {
+        ck_assert_int_eq(dh__sched_task_done(s, &t, 0.1, 0.1, -1) >= 0, 1);
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.1, &t), 0);
+        ck_assert_int_eq(t.step, 0);
+    }
+    ck_assert_int_eq(dh__sched_task_done(s, &t, 0.1, 0.1, -1) >= 0, 1);
+    for (int r = 0; r < 2; r++) {
+        ck_assert(dh__sched_batch_ready(s, 0, r));
+        dh__sched_batch_taken(s, r, 0, 0.2);
+        dh__sched_step_done(s, r, 0, 1.2, 1.0);
+    }
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 1.2, &t), 0);
+    ck_assert_int_eq(t.step, 1);
+    dh__sched_free(s);
+    dh__sched_free(late);
+}
+END_TEST
+
 START_TEST(heavy_late_sample_is_split_into_keyframe_parts)
 {
     /* Step 0's sample costs 4 s with 8 keyframe segments, its deadline is 0: it is split
@@ -724,6 +770,7 @@ int main(void)
     ADD_TEST(tc, local_with_more_ranks_than_workers_stays_in_bounds);
     ADD_TEST(tc, least_slack_starts_a_heavy_sample_three_steps_ahead_first);
     ADD_TEST(tc, window_is_bounded_by_memory);
+    ADD_TEST(tc, steps_are_planned_ahead_of_admission_for_the_fetchers);
     ADD_TEST(tc, heavy_late_sample_is_split_into_keyframe_parts);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);

@@ -295,8 +295,9 @@ static void *worker_main(void *arg)
 
 /*
  * The next range the fetchers should bring (dh__prefetch's next): each item on an object
- * of this node's ranks' samples, step by step in the schedule's order, as far as the
- * scheduler has planned; 0 while the next step is not planned, -1 once stopped.
+ * of this node's ranks' samples, step by step in the schedule's order, over the steps
+ * predicted to start within DH__FETCH_HORIZON_S (planned ahead of admission if need be);
+ * 0 while the next step is beyond that, -1 once stopped.
  */
 static int next_fetch(void *user, dh__fetch_job *job)
 {
@@ -307,10 +308,17 @@ static int next_fetch(void *user, dh__fetch_job *job)
     while (!got && !e->stop) {
         if (e->pf_step < e->lo) /* behind the window: what is left starts at its head */
             e->pf_step = e->lo, e->pf_k = 0, e->pf_j = 0;
-        const int64_t *order = e->pf_step < e->N ? dh__sched_step_order(e->sched, e->pf_step)
-                                                 : NULL;
+        int planned = e->pf_step < e->N ? dh__sched_plan_ahead(e->sched, e->pf_step,
+                                                               dh__eng_elapsed(e),
+                                                               DH__FETCH_HORIZON_S)
+                                        : 0;
+        if (planned < 0) { /* the scheduler failed: the run stops with it */
+            dh__eng_fail(e, planned);
+            break;
+        }
+        const int64_t *order = planned ? dh__sched_step_order(e->sched, e->pf_step) : NULL;
         if (!order)
-            break; /* not planned yet (or the run's end) */
+            break; /* beyond the horizon (or the run's end) */
         if (e->pf_k >= e->G) {
             e->pf_step++, e->pf_k = 0, e->pf_j = 0;
             continue;

@@ -279,6 +279,17 @@ const int64_t *dh__sched_step_order(const dh__sched *s, int64_t step)
     return step >= s->lo && step < s->planned ? s->order + step_slot(s, step) * s->G : NULL;
 }
 
+int dh__sched_plan_ahead(dh__sched *s, int64_t step, double now, double horizon_s)
+{
+    if (step < s->planned)
+        return step >= s->lo;
+    if (step >= s->N || step - s->lo >= DH__PLAN_AHEAD_STEPS || s->error ||
+        D(s, s->planned) > now + horizon_s)
+        return 0;
+    int rc = dh__sched_ensure_planned(s, step);
+    return rc ? rc : 1;
+}
+
 int64_t dh__sched_window_steps(const dh__sched *s)
 {
     return s->planned - s->lo;

@@ -23,7 +23,8 @@
  *
  * Object storage (cfg.fetch_latency_s / fetch_bandwidth set): a sample's media must be
  * fetched before it is decoded. Each node's fetchers (cfg.fetchers, default 16) take the
- * positions of planned steps in the schedule's order, as the real engine's do, while the
+ * positions of the steps predicted to start within DH__FETCH_HORIZON_S (planned ahead of
+ * admission if need be) in the schedule's order, as the real engine's do, while the
  * bytes fetched and not yet taken stay under the budget; one fetch lasts its requests
  * (256 KiB blocks) x the latency plus its bytes over the fetcher's share of the node's
  * link. A worker starting a sample whose fetch is in flight waits for it; one the
@@ -200,7 +201,8 @@ static int node_of_rank(const sim *s, int rank)
     return s->fx.nodes > 1 ? rank / (s->run->cfg.ranks / s->fx.nodes) : 0;
 }
 
-/* Each node's fetchers take the next planned positions of their node's ranks. */
+/* Each node's fetchers take the next positions of their node's ranks, as far as the steps
+ * predicted to start within DH__FETCH_HORIZON_S (planned ahead of admission if need be). */
 static void fetch_fill(sim *s, double now)
 {
     fetch_model *f = &s->fx;
@@ -209,9 +211,14 @@ static void fetch_fill(sim *s, double now)
         if (f->step[n] * G < f->low)
             f->step[n] = f->low / G, f->k[n] = 0;
         while (f->active[n] < f->slots && f->held[n] < f->budget && f->step[n] < s->N) {
-            const int64_t *order = dh__sched_step_order(s->sched, f->step[n]);
+            int planned = dh__sched_plan_ahead(s->sched, f->step[n], now, DH__FETCH_HORIZON_S);
+            if (planned < 0) {
+                fail(s, planned);
+                return;
+            }
+            const int64_t *order = planned ? dh__sched_step_order(s->sched, f->step[n]) : NULL;
             if (!order)
-                break; /* not planned yet */
+                break; /* beyond the horizon (or the run's end) */
             if (f->k[n] >= G) {
                 f->step[n]++, f->k[n] = 0;
                 continue;
