@@ -71,11 +71,13 @@ ticks() { # CPU ticks of the store's processes (nginx and the proxy) so far
     for p in "${STORE_PIDS[@]}"; do t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat 2> /dev/null || echo 0))); done
     echo $t
 }
+PIN=() WORKERS=2
 run() { # run MANIFEST JSON [options]: the run's figures, its CPU and the store's in JSON.cpu
     local m=$1 j=$2; shift 2
     local t0; t0=$(ticks)
-    /usr/bin/time -f "%U %S" -o "$j.time" "$DH" run --manifest "$m" --workload kinetics-clips \
-        --ranks 2 --workers 2 --batch 8 --epochs "$EPOCHS" --json "$j" "$@" > "$j.out" 2>&1
+    /usr/bin/time -f "%U %S" -o "$j.time" "${PIN[@]}" "$DH" run --manifest "$m" \
+        --workload kinetics-clips --ranks 2 --workers "$WORKERS" --batch 8 --epochs "$EPOCHS" \
+        --json "$j" "$@" > "$j.out" 2>&1
     echo "$(awk '{print $1 + $2}' "$j.time") $(( $(ticks) - t0 ))" > "$j.cpu"
 }
 
@@ -93,7 +95,7 @@ for v in end front; do
 done
 
 echo "== 2. throughput (samples/s, median of $REP, interleaved), moov at the front"
-declare -A T C
+declare -A T C W
 for d in 0 20 50; do
     store_ctl "$P" "{\"delay_ms\": $d}"
     for r in $(seq "$REP"); do
@@ -116,6 +118,34 @@ for d in 0 20 50; do
     printf '  nginx +%2d ms, fetching ahead:      %-22s (last run %s)\n' "$d" "$(med "${T[$d.ahead]}")" "$(cpu "${C[$d.ahead]}")"
     printf '  nginx +%2d ms, fetch at task start: %-22s (last run %s)\n' "$d" "$(med "${T[$d.noahead]}")" "$(cpu "${C[$d.noahead]}")"
 done
+
+echo "== 2b. the store on a core of its own (as a remote store is): nginx and the proxy on CPU 1;"
+echo "   DataHelix on CPU 0 with 1 worker (its fetchers on the same core); $((2 * EPOCHS)) epochs"
+if [[ $(nproc) -ge 2 ]] && command -v taskset > /dev/null; then
+    for p in "${STORE_PIDS[@]}"; do taskset -pc 1 "$p" > /dev/null; done
+    PIN=(taskset -c 0) WORKERS=1 EPOCHS=$((2 * EPOCHS))
+    for d in 0 50; do
+        store_ctl "$P" "{\"delay_ms\": $d}"
+        for r in $(seq "$REP"); do
+            for mode in local ahead; do
+                [[ $mode == local && $d != 0 ]] && continue
+                j=$WORK/pin.$d.$mode.$r.json
+                if [[ $mode == local ]]; then run "$WORK/data/front/local.jsonl" "$j"; else run "$WORK/front.remote.jsonl" "$j"; fi
+                T[pin.$d.$mode]="${T[pin.$d.$mode]:-} $(field "$j" throughput_sps)"
+                W[pin.$d.$mode]="${W[pin.$d.$mode]:-} $(field "$j" fetch_ahead_waited)/$(field "$j" fetch_ahead_missed)"
+            done
+        done
+    done
+    printf '  local shards:                  %s\n' "$(med "${T[pin.0.local]}")"
+    for d in 0 50; do
+        printf '  nginx +%2d ms, fetching ahead: %-22s (ranges waited for/not fetched ahead, per run:%s)\n' \
+            "$d" "$(med "${T[pin.$d.ahead]}")" "${W[pin.$d.ahead]}"
+    done
+    for p in "${STORE_PIDS[@]}"; do taskset -pc 0-$(($(nproc) - 1)) "$p" > /dev/null; done
+    PIN=() WORKERS=2 EPOCHS=$((EPOCHS / 2))
+else
+    echo "  skipped: needs 2 cores and taskset"
+fi
 
 echo "== 3. against downloading whole shards, then reading (moov at the front, +50 ms)"
 store_ctl "$P" '{"delay_ms": 50}'

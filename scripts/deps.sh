@@ -15,7 +15,8 @@
 # in libclang-rt-14-dev, only a recommendation of clang, so it is named here (this script
 # installs without recommendations). OpenMPI (openmpi-bin, libopenmpi-dev) is the
 # distributed runtime the multi-node agent is built on (linked into the agent only).
-# libcurl reads media on object storage (HTTP(S) range reads, S3's SigV4 signing); nginx
+# libcurl reads media on object storage (HTTP(S) range reads, S3's SigV4 signing), and
+# expat (libexpat1-dev) the XML of an S3 listing (index s3://BUCKET/PREFIX/); nginx
 # and s3rver (from the npm registry, run by nodejs) are the stores the storage tests start
 # on 127.0.0.1; s3rver goes to ~/.cache/datahelix/s3rver (DH_S3RVER_DIR elsewhere).
 set -euo pipefail
@@ -31,7 +32,7 @@ PACKAGES=(
     python3-venv python3-pip python3-setuptools python3-wheel
     clang libclang-rt-14-dev
     openmpi-bin libopenmpi-dev
-    libcurl4-openssl-dev nginx-light curl
+    libcurl4-openssl-dev libexpat1-dev nginx-light curl
 )
 # node and npm may come from elsewhere (NodeSource): only asked for when missing
 command -v node > /dev/null 2>&1 || PACKAGES+=(nodejs)

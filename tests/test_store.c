@@ -43,6 +43,10 @@ static struct {
     char if_match[MAX_REQS][64];
     int has_sha[MAX_REQS];
     char auth[MAX_REQS][300];
+    char line[MAX_REQS][300]; /* the request line's target */
+    /* listings (a request with list-type=2): page k answers "continuation-token=tk..." */
+    const char *const *pages;
+    int npages;
 } S;
 
 static void answer(int c, int status, const char *extra, const uint8_t *body, size_t len)
@@ -92,6 +96,12 @@ static void *serve_conn(void *arg)
         snprintf(S.auth[k], sizeof S.auth[k], "%.*s", au ? (int)strcspn(au + 17, "\r") : 0,
                  au ? au + 17 : "");
         S.has_sha[k] = strcasestr(buf, "\r\nx-amz-content-sha256: ") != NULL;
+        const char *target = strchr(buf, ' ');
+        snprintf(S.line[k], sizeof S.line[k], "%.*s", target ? (int)strcspn(target + 1, " ") : 0,
+                 target ? target + 1 : "");
+        const char *tok = strstr(S.line[k], "continuation-token=t");
+        int page = !strstr(S.line[k], "list-type=2") ? -1 : tok ? atoi(tok + 20) : 0;
+        const char *listing = page >= 0 && page < S.npages ? S.pages[page] : NULL;
         int fail = S.always_fail ? S.fail_status : S.n_fail > 0 ? (S.n_fail--, S.fail_status) : 0;
         int ignore = S.ignore_range;
         int changed = im && strncmp(im + 12, S.etag, strlen(S.etag));
@@ -103,6 +113,10 @@ static void *serve_conn(void *arg)
         if (fail) {
             answer(c, fail, S.retry_after ? "Retry-After: 0\r\n" : "",
                    (const uint8_t *)"<Error><Code>SlowDown</Code></Error>", 36);
+        } else if (page >= 0 && !listing) {
+            answer(c, 404, "", (const uint8_t *)"<Error><Code>NoSuchBucket</Code></Error>", 41);
+        } else if (listing) {
+            answer(c, 200, "", (const uint8_t *)listing, strlen(listing));
         } else if (changed) {
             answer(c, 412, "", (const uint8_t *)"<Error><Code>PreconditionFailed</Code></Error>", 46);
         } else if (ignore || a < 0) {
@@ -433,6 +447,40 @@ START_TEST(a_store_that_keeps_failing_gives_up_within_the_deadline)
 }
 END_TEST
 
+static int stop_flag;
+
+static void *stop_later(void *arg)
+{
+    (void)arg;
+    usleep(300000);
+    __atomic_store_n(&stop_flag, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A run stopping (Ctrl-C, a failure elsewhere) ends a read that retries a failing store
+ * at once: DH_ECANCELED, not the store's failure, not counted; without the flag the read
+ * would retry until its deadline, 60 s away. */
+START_TEST(stopping_ends_a_retrying_read_at_once_and_counts_no_failure)
+{
+    char url[200], err[400];
+    dh__remote *r = started(64 * 1024, 0, url, sizeof url);
+    S.always_fail = 1, S.fail_status = 503;
+    stop_flag = 0;
+    dh__remote_set_abort(r, &stop_flag);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, stop_later, NULL), 0);
+    uint8_t buf[100];
+    dh__object_ref o = {url, NULL, OBJ_BYTES, 0, OBJ_BYTES};
+    int rc = (int)dh__remote_read(r, &o, buf, sizeof buf, 0, now_s() + 60, err, sizeof err);
+    pthread_join(th, NULL);
+    ck_assert_msg(rc == DH_ECANCELED && strstr(err, "stopped"), "%d %s", rc, err);
+    ck_assert_int_eq(dh__remote_stats(r).failures, 0);
+    ck_assert_int_ge(dh__remote_stats(r).retries, 1);
+    S.always_fail = 0;
+    finish(r);
+}
+END_TEST
+
 START_TEST(signed_requests_carry_sigv4_and_never_the_secret)
 {
     server_start();
@@ -450,6 +498,66 @@ START_TEST(signed_requests_carry_sigv4_and_never_the_secret)
                   "%s", S.auth[0]);
     ck_assert_msg(!strstr(S.auth[0], "wJalrXUtnFEMI"), "%s", S.auth[0]);
     finish(r);
+}
+END_TEST
+
+/* An S3 prefix is listed page after page (the continuation token escaped as the signature
+ * wants it), "folders" left out, keys in the store's order; a bucket that is not there, an
+ * answer that is not a listing and a malformed page size are named. */
+START_TEST(an_s3_prefix_is_listed_page_after_page)
+{
+    static const char *const pages[] = {
+        "<?xml version=\"1.0\"?><ListBucketResult><Name>bkt</Name><Prefix>p/</Prefix>"
+        "<Contents><Key>p/a.tar</Key><Size>10</Size></Contents>"
+        "<Contents><Key>p/dir/</Key><Size>0</Size></Contents>"
+        "<Contents><Key>p/b &amp; c.tar</Key><Size>10</Size></Contents>"
+        "<IsTruncated>true</IsTruncated><NextContinuationToken>t1 +/=</NextContinuationToken>"
+        "</ListBucketResult>",
+        "<ListBucketResult><Contents><Key>p/sub/d\xc3\xa9.tar</Key></Contents>"
+        "<IsTruncated>false</IsTruncated></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>p/x.tar</Key></Content></ListBucketResult>",
+    };
+    server_start();
+    S.pages = pages, S.npages = 2;
+    char ep[64], err[600];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", S.port);
+    setenv("AWS_ENDPOINT_URL", ep, 1);
+    setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI", 1);
+    char **urls = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dh_store_list("s3://bkt/p/", &urls, &n, err, sizeof err), 0);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(urls[0], "s3://bkt/p/a.tar");
+    ck_assert_str_eq(urls[1], "s3://bkt/p/b & c.tar");
+    ck_assert_str_eq(urls[2], "s3://bkt/p/sub/d\xc3\xa9.tar");
+    dh_store_list_free(urls, n);
+    ck_assert_int_eq(S.nreq, 2);
+    ck_assert_str_eq(S.line[0], "/bkt/?list-type=2&prefix=p%2F");
+    ck_assert_str_eq(S.line[1], "/bkt/?continuation-token=t1%20%2B%2F%3D&list-type=2&prefix=p%2F");
+    ck_assert_msg(strstr(S.auth[1], "Signature="), "%s", S.auth[1]);
+    /* a whole bucket */
+    ck_assert_int_eq(dh_store_list("s3://bkt", &urls, &n, err, sizeof err), 0);
+    ck_assert_int_eq(n, 3);
+    dh_store_list_free(urls, n);
+    ck_assert_str_eq(S.line[2], "/bkt/?list-type=2&prefix=");
+    /* not a listing */
+    S.pages = pages + 2, S.npages = 1;
+    ck_assert_int_eq(dh_store_list("s3://bkt/p/", &urls, &n, err, sizeof err), DH_EREMOTE);
+    ck_assert_msg(strstr(err, "listing s3://bkt/p/: the store's answer is not a listing"), "%s",
+                  err);
+    ck_assert_ptr_null(urls);
+    /* no such bucket */
+    S.npages = 0;
+    ck_assert_int_eq(dh_store_list("s3://nobkt/", &urls, &n, err, sizeof err), DH_ENOENT);
+    ck_assert_msg(strstr(err, "GET s3://nobkt/ (at http://127.0.0.1:") &&
+                  strstr(err, "HTTP 404 NoSuchBucket (no such bucket)"), "%s", err);
+    ck_assert_int_eq(dh_store_list("s3://Bad_Bucket/", &urls, &n, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "is not a bucket name"), "%s", err);
+    unsetenv("AWS_ENDPOINT_URL");
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    server_stop();
 }
 END_TEST
 
@@ -737,7 +845,9 @@ int main(void)
     ADD_TEST(tc, a_store_that_ignores_range_costs_one_block_then_is_refused);
     ADD_TEST(tc, an_object_changed_since_indexing_is_named);
     ADD_TEST(tc, a_store_that_keeps_failing_gives_up_within_the_deadline);
+    ADD_TEST(tc, stopping_ends_a_retrying_read_at_once_and_counts_no_failure);
     ADD_TEST(tc, signed_requests_carry_sigv4_and_never_the_secret);
+    ADD_TEST(tc, an_s3_prefix_is_listed_page_after_page);
     ADD_TEST(tc, fetchers_bring_the_next_ranges_in_order_within_their_budget);
     ADD_TEST(tc, a_range_goes_to_its_earliest_step_and_serves_every_part_until_retired);
     ADD_TEST(tc, a_failed_fetch_ahead_leaves_the_worker_to_fetch_and_name_it);

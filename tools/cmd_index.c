@@ -27,7 +27,8 @@ static const char help[] =
     "Shards and files on object storage are read by range, where they are: URLs\n"
     "http://..., https://... and s3://BUCKET/KEY (docs/STORAGE.md: endpoint, region and\n"
     "credentials from the AWS_* environment); the manifest names them by URL and pins\n"
-    "each object's ETag.\n"
+    "each object's ETag. An S3 prefix ending in '/' (s3://BUCKET/PREFIX/, or s3://BUCKET)\n"
+    "is listed: every object under it, at any depth, in key order.\n"
     "\n"
     "  -o, --output MANIFEST   where to write the manifest (required)\n"
     "  -j, --threads N         probing threads (default: one per CPU)\n"
@@ -169,6 +170,29 @@ static int read_list(const char *list, strs *out)
     return rc;
 }
 
+/* The objects under an S3 prefix, appended to paths; 0 or -1 (said). */
+static int list_prefix(const char *prefix, int quiet, strs *paths)
+{
+    char **urls = NULL, err[1024] = "";
+    size_t n = 0;
+    int rc = dh_store_list(prefix, &urls, &n, err, sizeof err);
+    if (rc) {
+        cli_err("index: cannot list %s: %s", prefix, err[0] ? err : dh_strerror(rc));
+        return -1;
+    }
+    for (size_t k = 0; !rc && k < n; k++)
+        rc = push(paths, urls[k], strlen(urls[k]));
+    dh_store_list_free(urls, n);
+    if (!rc && !n) {
+        cli_err("index: %s: no objects under this prefix (keys start with it exactly: is it "
+                "spelled as the bucket holds it?)", prefix);
+        return -1;
+    }
+    if (!rc && !quiet)
+        fprintf(stderr, "index: %s: %zu objects listed\n", prefix, n);
+    return rc ? -1 : 0;
+}
+
 int cli_index(int argc, char **argv)
 {
     dh_index_opts opts;
@@ -252,7 +276,17 @@ int cli_index(int argc, char **argv)
                                       !strcasecmp(one.v[j] + l - 4, ".lst"))) ||
                            (l > 5 && !strcasecmp(one.v[j] + l - 5, ".list"));
                 struct stat fst;
-                if (!list && stat(one.v[j], &fst) == 0 && S_ISDIR(fst.st_mode)) {
+                int folder = l > 0 && one.v[j][l - 1] == '/';
+                if (!strncasecmp(one.v[j], "s3://", 5) &&
+                    (folder || !strchr(one.v[j] + 5, '/'))) {
+                    rc = list_prefix(one.v[j], quiet, &paths);
+                } else if (folder && strstr(one.v[j], "://")) {
+                    cli_err("index: %s: an HTTP directory cannot be listed: name its shards "
+                            "(a brace pattern such as '%s{00000..00099}.tar') or give a list "
+                            "file of URLs; an S3 prefix (s3://BUCKET/PREFIX/) is listed",
+                            one.v[j], one.v[j]);
+                    rc = -1;
+                } else if (!list && stat(one.v[j], &fst) == 0 && S_ISDIR(fst.st_mode)) {
                     cli_err("index: %s is a directory: give one directory alone, or shards",
                             one.v[j]);
                     rc = -1;

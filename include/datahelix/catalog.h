@@ -368,6 +368,18 @@ DH_API int dh_index_dir(const char *dir, const char *out_path, const dh_index_op
  */
 DH_API int dh_index_paths(const char *const *paths, size_t n, const char *out_path,
                           const dh_index_opts *opts, dh_index_stats *stats);
+/*
+ * Added in 0.2: the objects under an S3 prefix, to index. prefix: s3://BUCKET/ or
+ * s3://BUCKET/PREFIX (every key that starts with PREFIX, at any depth, but keys ending in
+ * '/'), listed with ListObjectsV2 page after page (store, region and credentials from the
+ * environment: docs/STORAGE.md). *urls: s3:// URLs in the store's key order (*n of them;
+ * none is not an error), freed with dh_store_list_free. 0, or an error code (DH_EINVAL:
+ * the settings or the prefix; DH_EACCES, DH_ENOENT: refused, no such bucket; DH_EREMOTE)
+ * with its sentence in err.
+ */
+DH_API int dh_store_list(const char *prefix, char ***urls, size_t *n, char *err,
+                         size_t errlen);
+DH_API void dh_store_list_free(char **urls, size_t n);
 
 #ifdef __cplusplus
 }

@@ -130,8 +130,9 @@ DH_API double dh_engine_batch_gpu_seconds(const dh_engine *e, const dh_batch *b)
  * workload's model, or sim.gpu_ms) and meet at a barrier per step. cfg must
  * carry a manifest of real media. Per-sample failures go to on_error (may
  * be NULL) and are counted: delivered + failed = samples. Blocks the calling
- * thread for the run; should_stop (polled once per completed step) ends it
- * early with the accounting of the completed steps.
+ * thread for the run; should_stop (polled once per completed step, and on
+ * one node every 0.2 s on the calling thread, so a step that does not end
+ * does not hold it) ends it early with the accounting of the completed steps.
  */
 DH_API int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
                          dh_result *out, char *errbuf, size_t errlen);

@@ -127,6 +127,7 @@ static int apply_range(dh__source *s, const dh__media_src *src, char *err, size_
 struct dh__fd_cache {
     dh__remote *remote; /* the worker's connection to object stores, made on first use */
     dh__prefetch *pf;   /* the node's fetchers it takes ranges from (NULL: none) */
+    const int *stop;    /* atomic: set, the connection's requests end at once (or NULL) */
     int n, cap;
     uint64_t tick;
     struct {
@@ -149,16 +150,21 @@ dh__fd_cache *dh__fd_cache_new(int capacity)
 
 dh__remote *dh__fd_cache_remote(dh__fd_cache *c, char *err, size_t errlen)
 {
-    if (c && !c->remote && (c->remote = dh__remote_new(NULL, err, errlen)))
+    if (c && !c->remote && (c->remote = dh__remote_new(NULL, err, errlen))) {
         dh__remote_use_prefetch(c->remote, c->pf);
+        dh__remote_set_abort(c->remote, c->stop);
+    }
     return c ? c->remote : NULL;
 }
 
-void dh__fd_cache_use_prefetch(dh__fd_cache *c, dh__prefetch *p)
+void dh__fd_cache_use_prefetch(dh__fd_cache *c, dh__prefetch *p, const int *stop)
 {
     c->pf = p;
-    if (c->remote)
+    c->stop = stop;
+    if (c->remote) {
         dh__remote_use_prefetch(c->remote, p);
+        dh__remote_set_abort(c->remote, stop);
+    }
 }
 
 dh__fetch_stats dh__fd_cache_fetched(const dh__fd_cache *c)

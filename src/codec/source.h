@@ -60,8 +60,9 @@ double dh__source_now(void);
  * environment's configuration is wrong); its fetch counters. */
 struct dh__remote *dh__fd_cache_remote(dh__fd_cache *c, char *err, size_t errlen);
 dh__fetch_stats dh__fd_cache_fetched(const dh__fd_cache *c);
-/* The worker's connection takes what the node's fetchers brought (p may be NULL). */
-void dh__fd_cache_use_prefetch(dh__fd_cache *c, dh__prefetch *p);
+/* The worker's connection takes what the node's fetchers brought (p may be NULL), and ends
+ * its requests and retries at once (DH_ECANCELED) once *stop (atomic; may be NULL) is set. */
+void dh__fd_cache_use_prefetch(dh__fd_cache *c, dh__prefetch *p, const int *stop);
 
 /* A path as given, no root, no time limit (tests, tools). */
 #define DH__SRC(p) (&(dh__media_src){.path = (p)})

@@ -99,6 +99,9 @@ int64_t dh__alloc_fail_at(int64_t n, int sticky);
  * (0: off), to check that every caller unwinds a partial start.
  */
 int dh__thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+/* pthread_cond_timedwait for at most `seconds` (a condition made with default attributes,
+ * on CLOCK_REALTIME); the caller holds mu and checks its predicate again. */
+void dh__cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds);
 
 /*
  * Output files appear complete or not at all: dh__out_open creates a file under a temporary

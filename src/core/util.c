@@ -165,6 +165,16 @@ int dh__thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
     return rc ? -rc : 0;
 }
 
+void dh__cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    long ns = t.tv_nsec + (long)((seconds > 0 ? seconds : 0) * 1e9);
+    t.tv_sec += ns / 1000000000L;
+    t.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(cv, mu, &t);
+}
+
 void dh__thread_fail_at(int64_t n)
 {
     thread_count = 0;

@@ -24,6 +24,8 @@ double dh__thread_cpu(void)
 void dh__eng_stop_locked(dh_engine *e)
 {
     e->stop = 1;
+    __atomic_store_n(&e->io_stop, 1, __ATOMIC_RELEASE);
+    dh__prefetch_stop(e->pf); /* lock order: e->mu, then the prefetcher's */
     e->nops->wake(e);
     pthread_cond_broadcast(&e->work);
     pthread_cond_broadcast(&e->ready);

@@ -76,6 +76,7 @@ struct dh_engine {
     pthread_cond_t work, ready, room;
     pthread_t *threads;
     int nthreads, stop;
+    int io_stop; /* atomic, set with stop: the workers' requests to object stores end at once */
     int shared;             /* > 0: pools in memfds trainers map, room for this many leases each */
     int error;              /* what stopped the run, if it failed (0: not failed) */
     int64_t nok, nfail;     /* samples finished fine and failed (dh_run_config.max_failed_frac) */

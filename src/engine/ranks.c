@@ -18,6 +18,8 @@ typedef struct {
     pthread_cond_t cv;
     int n, waiting, broken;
     int64_t generation;
+    int live;              /* rank threads not yet ended */
+    pthread_cond_t ended;  /* one ended */
 } rank_barrier;
 
 /* 1 for the last rank to arrive (it reports progress), 0 for the others, -1 if broken. */
@@ -90,6 +92,10 @@ static void *rank_main(void *p)
         sleep_for(e->run.gpu.c0);
     }
     barrier_break(a->barrier); /* whoever leaves first lets the others go */
+    pthread_mutex_lock(&a->barrier->mu);
+    a->barrier->live--;
+    pthread_cond_broadcast(&a->barrier->ended);
+    pthread_mutex_unlock(&a->barrier->mu);
     pthread_mutex_lock(&e->mu);
     if (e->rec.makespan < dh__eng_elapsed(e))
         e->rec.makespan = dh__eng_elapsed(e);
@@ -97,13 +103,36 @@ static void *rank_main(void *p)
     return NULL;
 }
 
+/*
+ * Until every rank thread ended, the calling thread asks should_stop every 0.2 s (one node:
+ * several agree on stopping at their step exchange): a step that does not end (a store
+ * that is down, each sample retried until its limit) must not hold a Ctrl-C for minutes.
+ * The run then stops as dh_engine_stop does: the accounting is of the completed steps.
+ */
+static void watch_ranks(dh_engine *e, rank_barrier *b)
+{
+    int asked = 0;
+    pthread_mutex_lock(&b->mu);
+    while (b->live > 0) {
+        dh__cond_wait_s(&b->ended, &b->mu, 0.2);
+        if (b->live > 0 && !asked && e->nodes <= 1 && dh__run_should_stop(&e->run)) {
+            asked = 1;
+            pthread_mutex_unlock(&b->mu);
+            dh_engine_stop(e);
+            pthread_mutex_lock(&b->mu);
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
 /* Starts and joins this node's rank threads; 0, or the first rank's error. */
 static int run_ranks(dh_engine *e, char *err, size_t errlen)
 {
     int n = e->rank_hi - e->rank_lo;
-    rank_barrier barrier = {.n = n};
+    rank_barrier barrier = {.n = n, .live = n};
     pthread_mutex_init(&barrier.mu, NULL);
     pthread_cond_init(&barrier.cv, NULL);
+    pthread_cond_init(&barrier.ended, NULL);
     rank_arg *args = dh__calloc((size_t)n, sizeof *args);
     pthread_t *tids = dh__calloc((size_t)n, sizeof *tids);
     int started = 0, rc = 0;
@@ -118,12 +147,17 @@ static int run_ranks(dh_engine *e, char *err, size_t errlen)
         dh_engine_stop(e);
         barrier_break(&barrier);
     }
+    pthread_mutex_lock(&barrier.mu);
+    barrier.live -= n - started; /* the threads that never started never end */
+    pthread_mutex_unlock(&barrier.mu);
+    watch_ranks(e, &barrier);
     for (int r = 0; r < started; r++)
         pthread_join(tids[r], NULL);
     for (int r = 0; r < started && !rc; r++)
         rc = args[r].rc == DH_ECANCELED ? 0 : args[r].rc;
     pthread_mutex_destroy(&barrier.mu);
     pthread_cond_destroy(&barrier.cv);
+    pthread_cond_destroy(&barrier.ended);
     free(args);
     free(tids);
     return rc;

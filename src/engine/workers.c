@@ -269,7 +269,7 @@ static void *worker_main(void *arg)
     if (x)
         x->shards = dh__fd_cache_new(8);
     if (x && x->shards)
-        dh__fd_cache_use_prefetch(x->shards, e->pf);
+        dh__fd_cache_use_prefetch(x->shards, e->pf, &e->io_stop);
     pthread_mutex_lock(&e->mu);
     if (!x)
         dh__eng_fail(e, DH_ENOMEM);

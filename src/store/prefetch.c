@@ -108,12 +108,7 @@ static int stopping(const dh__prefetch *p)
 
 static void timed_wait(dh__prefetch *p, double seconds)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    long ns = t.tv_nsec + (long)(seconds * 1e9);
-    t.tv_sec += ns / 1000000000L;
-    t.tv_nsec = ns % 1000000000L;
-    pthread_cond_timedwait(&p->changed, &p->mu, &t);
+    dh__cond_wait_s(&p->changed, &p->mu, seconds);
 }
 
 static double mono_now(void)
@@ -236,7 +231,7 @@ void dh__prefetch_retire(dh__prefetch *p, int64_t step)
     pthread_mutex_unlock(&p->mu);
 }
 
-void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
+void dh__prefetch_stop(dh__prefetch *p)
 {
     if (!p)
         return;
@@ -244,6 +239,13 @@ void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->mu);
+}
+
+void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
+{
+    if (!p)
+        return;
+    dh__prefetch_stop(p);
     for (int k = 0; k < p->nthreads; k++)
         pthread_join(p->threads[k], NULL);
     if (stats)

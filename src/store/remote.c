@@ -198,6 +198,22 @@ int dh__store_url(const dh__store_conf *c, const char *path, char *url, size_t l
     return 0;
 }
 
+int dh__store_bucket_url(const dh__store_conf *c, const char *path, char *url, size_t len,
+                         char *err, size_t errlen)
+{
+    if (strncasecmp(path, "s3://", 5))
+        return dh__fail(err, errlen, DH_EINVAL, "expected s3://BUCKET/PREFIX");
+    char one[600];
+    size_t blen = strcspn(path + 5, "/");
+    if (blen > 63)
+        blen = 64; /* refused as a bucket name below */
+    snprintf(one, sizeof one, "s3://%.*s/x", (int)blen, path + 5);
+    int rc = dh__store_url(c, one, url, len, err, errlen);
+    if (!rc)
+        url[strlen(url) - 1] = 0; /* the bucket's root: ".../BUCKET/" or "BUCKET.host/" */
+    return rc;
+}
+
 /* ------------------------------------------------------------ the handle */
 
 typedef struct {
@@ -337,6 +353,7 @@ typedef struct {
     CURL *h;
     uint8_t *buf;          /* the body of a 2xx answer goes here, at most cap bytes */
     size_t cap, len;
+    int grow;              /* buf is malloc'ed and grows (up to cap): an answer of any size */
     int over;              /* more came than was asked for */
     long status;
     int64_t cr_start, cr_end, cr_total; /* Content-Range; -1 when absent */
@@ -400,6 +417,12 @@ static size_t on_body(char *data, size_t size, size_t n, void *user)
         a->over = 1;
         return 0;
     }
+    if (a->grow) {
+        uint8_t *b = realloc(a->buf, a->len + len);
+        if (!b)
+            return 0;
+        a->buf = b;
+    }
     memcpy(a->buf + a->len, data, len);
     a->len += len;
     return len;
@@ -429,8 +452,8 @@ static double now_s(void)
 
 /*
  * One ranged GET of [start, end) of url into a->buf (cap end - start; stat asks one byte
- * and keeps it). Returns OK, RETRY (worth another attempt) or FATAL, with the sentence and
- * its code in *rc and why.
+ * and keeps it), or of the whole answer when start < 0 (a listing). Returns OK, RETRY
+ * (worth another attempt) or FATAL, with the sentence and its code in *rc and why.
  */
 static int get_once(dh__remote *r, const char *url, const char *etag, int64_t start,
                     int64_t end, double timeout, answer *a, int *rc, char *why, size_t wlen)
@@ -452,7 +475,7 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     snprintf(range, sizeof range, "%lld-%lld", (long long)start, (long long)end - 1);
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_RANGE, range);
+    curl_easy_setopt(h, CURLOPT_RANGE, start >= 0 ? range : NULL);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
@@ -551,27 +574,34 @@ static uint64_t rng_next(dh__remote *r)
     return r->rng;
 }
 
-static void sleep_s(double s)
+/* Sleeps s seconds, in slices of 50 ms at most while r's abort flag stays clear. */
+static void sleep_s(const dh__remote *r, double s)
 {
-    if (s <= 0)
-        return;
-    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    for (double end = now_s() + s, left = s; left > 0 && !aborted(r); left = end - now_s()) {
+        double d = left < 0.05 ? left : 0.05;
+        struct timespec t = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+        }
     }
 }
 
 /*
- * GET [start, end) of path with retries until the deadline (0: the retry budget). On
- * success a holds the answer; else the error, its sentence in err naming the object.
+ * GET [start, end) of path (start < 0: all of it, at url_given) with retries until the
+ * deadline (0: the retry budget). On success a holds the answer; else the error, its
+ * sentence in err naming the object.
  */
-static int get(dh__remote *r, const char *path, const char *etag, int64_t start, int64_t end,
-               double deadline, answer *a, char *err, size_t errlen)
+static int get(dh__remote *r, const char *path, const char *url_given, const char *etag,
+               int64_t start, int64_t end, double deadline, answer *a, char *err, size_t errlen)
 {
-    char url[8192], shown[1024], why[400] = "";
+    char url[8192], shown[1024], why[400] = "", bytes[64] = "";
     dh__store_display(path, shown, sizeof shown);
-    int rc = dh__store_url(&r->conf, path, url, sizeof url, why, sizeof why);
+    int rc = url_given ? (snprintf(url, sizeof url, "%s", url_given) >= (int)sizeof url
+                          ? dh__fail(why, sizeof why, DH_EINVAL, "a URL over 8 KiB") : 0)
+                       : dh__store_url(&r->conf, path, url, sizeof url, why, sizeof why);
     if (rc)
         return dh__fail(err, errlen, rc, "%s: %s", shown, why);
+    if (start >= 0)
+        snprintf(bytes, sizeof bytes, " bytes %lld-%lld", (long long)start, (long long)end - 1);
     double t0 = now_s();
     int caller_deadline = deadline > 0;
     if (deadline <= 0)
@@ -592,7 +622,11 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
             r->st.wait_s += now_s() - t0;
             return 0;
         }
-        if (what == FATAL || aborted(r))
+        if (aborted(r)) { /* the run is stopping: not the object's fault, not counted */
+            r->st.wait_s += now_s() - t0;
+            return dh__fail(err, errlen, DH_ECANCELED, "GET %s: stopped", shown);
+        }
+        if (what == FATAL)
             break;
         if (what == UNREACHABLE && !caller_deadline && attempt >= 2) {
             snprintf(why + strlen(why), sizeof why - strlen(why), "; gave up after %d attempts "
@@ -612,7 +646,7 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
             break;
         }
         r->st.retries++;
-        sleep_s(d);
+        sleep_s(r, d);
     }
     r->st.wait_s += now_s() - t0;
     r->st.failures++;
@@ -623,8 +657,23 @@ static int get(dh__remote *r, const char *path, const char *etag, int64_t start,
         snprintf(at, sizeof at, " (at %.*s%s%s)", n, url, r->conf.endpoint[0] ? ", from " : "",
                  r->conf.endpoint[0] ? r->conf.endpoint_from : "");
     }
-    return dh__fail(err, errlen, rc, "GET %s bytes %lld-%lld%s: %s", shown, (long long)start,
-                    (long long)end - 1, at, why[0] ? why : "over the time limit");
+    return dh__fail(err, errlen, rc, "GET %s%s%s: %s", shown, bytes, at,
+                    why[0] ? why : "over the time limit");
+}
+
+int dh__remote_get_all(dh__remote *r, const char *path, const char *url, size_t max,
+                       uint8_t **body, size_t *len, char *err, size_t errlen)
+{
+    answer a = {.cap = max, .grow = 1};
+    int rc = get(r, path, url, NULL, -1, 0, 0, &a, err, errlen);
+    if (!rc && a.over)
+        rc = dh__fail(err, errlen, DH_ELIMIT, "GET %s: an answer over %zu bytes", url, max);
+    if (rc) {
+        free(a.buf);
+        return rc;
+    }
+    *body = a.buf, *len = a.len;
+    return 0;
 }
 
 int dh__remote_stat(dh__remote *r, const char *path, double deadline, dh__object *out,
@@ -633,7 +682,7 @@ int dh__remote_stat(dh__remote *r, const char *path, double deadline, dh__object
     uint8_t one;
     answer a = {.buf = &one, .cap = 1};
     memset(out, 0, sizeof *out);
-    int rc = get(r, path, NULL, 0, 1, deadline, &a, err, errlen);
+    int rc = get(r, path, NULL, NULL, 0, 1, deadline, &a, err, errlen);
     if (rc == DH_ECORRUPT && a.status == 416 && a.cr_total == 0) /* an empty object */
         return 0;
     if (rc)
@@ -669,7 +718,7 @@ int dh__remote_fetch(dh__remote *r, const dh__object_ref *o, int64_t start, int6
         return 0;
     }
     answer a = {.buf = buf, .cap = (size_t)(end - start)};
-    int rc = get(r, o->path, o->etag, start, end, deadline, &a, err, errlen);
+    int rc = get(r, o->path, NULL, o->etag, start, end, deadline, &a, err, errlen);
     if (rc)
         return rc;
     char shown[1024];

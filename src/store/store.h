@@ -57,6 +57,11 @@ int dh__store_conf_env(dh__store_conf *c, char *err, size_t errlen);
 int dh__store_url(const dh__store_conf *c, const char *path, char *url, size_t len, char *err,
                   size_t errlen);
 
+/* The HTTP URL of the root of an s3:// path's bucket (".../BUCKET/" path-style, else
+ * "https://BUCKET.host/"), which a listing queries; 0 or DH_EINVAL with the reason. */
+int dh__store_bucket_url(const dh__store_conf *c, const char *path, char *url, size_t len,
+                         char *err, size_t errlen);
+
 /* path as errors show it: without userinfo, query string or fragment. */
 void dh__store_display(const char *path, char *out, size_t len);
 
@@ -85,6 +90,11 @@ dh__remote *dh__remote_new(const dh__store_conf *conf, char *err, size_t errlen)
 void dh__remote_free(dh__remote *r);
 /* Its counters since it was made. */
 dh__fetch_stats dh__remote_stats(const dh__remote *r);
+
+/* A whole answer of url (a listing; path names it in errors), at most max bytes, retried
+ * as reads are: *body malloc'ed (the caller frees it), *len its bytes. */
+int dh__remote_get_all(dh__remote *r, const char *path, const char *url, size_t max,
+                       uint8_t **body, size_t *len, char *err, size_t errlen);
 
 /* An object's size and ETag (a 1-byte ranged GET: servers answer HEAD unevenly). */
 typedef struct {
@@ -144,6 +154,9 @@ int dh__prefetch_new(int fetchers, int64_t budget, int (*next)(void *user, dh__f
                      void *user, dh__prefetch **out, char *err, size_t errlen);
 /* Drops ranges of steps before `step` that no worker took. */
 void dh__prefetch_retire(dh__prefetch *p, int64_t step);
+/* The run is stopping: fetches in progress and their retries end at once, a worker waiting
+ * for a range stops waiting (the threads are joined by dh__prefetch_free). */
+void dh__prefetch_stop(dh__prefetch *p);
 /* The fetchers' counters (their requests are not the workers'), and ranges workers took
  * ready / after waiting, found nowhere, and ranges dropped unused. */
 typedef struct {
