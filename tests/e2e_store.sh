@@ -175,13 +175,24 @@ check "a store gone after deliveries: the run stops after 32 in a row, named" co
 check "index of a store at a wrong address gives up after a few attempts" contains "$WORK/port.out" \
     "gave up after 3 attempts (is the address right?)"
 # an object gone, and an object changed since it was indexed
+"$DH" inspect "$WORK/http.jsonl" --check-files > "$WORK/ichk.out" 2>&1
+check "inspect --check-files: every object asked once, all there" test $? -eq 0
+check "inspect --check-files: the count said" contains "$WORK/ichk.out" \
+    "objects: 3 asked of their stores: 3 there and as indexed, 0 missing, unreadable or changed"
 mv "$WORK/www/wds/shards/00001.tar" "$WORK/gone.tar"
+"$DH" inspect "$WORK/http.jsonl" --check-files > "$WORK/igone.out" 2>&1
+check "inspect --check-files: an object gone fails the check" test $? -eq 1
+check "inspect --check-files: the object gone named with its first sample" contains \
+    "$WORK/igone.out" "inspect: $WORK/http.jsonl:[0-9]*: sample \"$H/wds/shards/00001.tar:[0-9]*\": GET $H/wds/shards/00001.tar bytes 0-0: HTTP 404 (no such object) \[DH_ENOENT\]"
 run "$WORK/http.jsonl" "$WORK/f404.out" --max-failed 1
 check "a shard gone: its samples failed, the rest delivered" contains "$WORK/f404.out" "delivered 7 + failed 5 = 12"
 check "a shard gone: named with the status" contains "$WORK/f404.out" \
     "GET $H/wds/shards/00001.tar bytes [0-9]*-[0-9]*: HTTP 404 (no such object)"
 mv "$WORK/gone.tar" "$WORK/www/wds/shards/00001.tar"
 touch -d '2001-01-01' "$WORK/www/wds/shards/00002.tar" # nginx's ETag is mtime and size
+"$DH" inspect "$WORK/http.jsonl" --check-files > "$WORK/ichg.out" 2>&1
+check "inspect --check-files: an object changed is named" contains "$WORK/ichg.out" \
+    "shards/00002.tar:[0-9]*\": changed since it was indexed: ETag .* now, .* indexed (index it again) \[DH_ECORRUPT\]"
 run "$WORK/http.jsonl" "$WORK/fchg.out" --max-failed 1
 check "a shard changed: its samples failed, the rest delivered" contains "$WORK/fchg.out" "delivered 10 + failed 2 = 12"
 check "a shard changed: named" contains "$WORK/fchg.out" "HTTP 412: the object changed since it was indexed"

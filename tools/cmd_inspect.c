@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char help[] =
     "usage: datahelix inspect MANIFEST [options]\n"
@@ -16,7 +17,9 @@ static const char help[] =
     "  --workload NAME         use a built-in workload's spec instead (default: \"default\")\n"
     "  --augment               add the standard training augmentation to the spec\n"
     "  --on-error skip|fail    skip bad lines (default) or stop at the first\n"
-    "  --check-files           every media path must exist and be readable\n"
+    "  --check-files           every media path must exist and be readable; every object\n"
+    "                          (http(s)://, s3://) is asked of its store, once, and must be\n"
+    "                          as indexed (size, ETag); exits 1 when one is not\n"
     "  --json FILE             also write the summary as JSON\n";
 
 enum { D_VDUR, D_VPIX, D_VDEC, D_VSAMP, D_IPIX, D_ADUR, D_TEXT, D_TOK, D_BYTES, D_CPU, D_COUNT };
@@ -251,6 +254,40 @@ static int write_json(const char *path, const inspect_args *a, const dh_load_sta
     return fclose(f) == 0 ? 0 : 1;
 }
 
+static void object_progress(int64_t done, int64_t total, void *user)
+{
+    (void)user;
+    fprintf(stderr, "\rinspect: %lld/%lld objects asked", (long long)done, (long long)total);
+    if (done == total)
+        fputc('\n', stderr);
+}
+
+static void object_problem(const dh_object_problem *p, void *user)
+{
+    cli_err("inspect: %s:%lld: sample \"%s\": %s [%s]", (const char *)user, (long long)p->line,
+            p->sample_id, p->reason, dh_err_name(p->code));
+}
+
+/* --check-files on a manifest of objects: each asked of its store; 1 when one failed. */
+static int check_objects(const dh_manifest *m, const char *manifest)
+{
+    char err[600] = "";
+    int64_t checked = 0;
+    int64_t bad = dh_manifest_check_objects(m, object_problem, (void *)manifest,
+                                            isatty(STDERR_FILENO) ? object_progress : NULL,
+                                            NULL, &checked, err, sizeof err);
+    if (bad < 0) {
+        cli_err("inspect: cannot ask the object store: %s [%s]", err[0] ? err : "",
+                dh_err_name((int)bad));
+        return 1;
+    }
+    if (checked)
+        printf("objects: %lld asked of their stores: %lld there and as indexed, %lld missing, "
+               "unreadable or changed\n", (long long)checked, (long long)(checked - bad),
+               (long long)bad);
+    return bad > 0;
+}
+
 int cli_inspect(int argc, char **argv)
 {
     inspect_args a = {0};
@@ -299,6 +336,8 @@ int cli_inspect(int argc, char **argv)
         if (a.json)
             out = write_json(a.json, &a, &ls, m, &s);
     }
+    if (!out && a.load.check_files && check_objects(m, a.manifest))
+        out = 1;
     if (!out && ls.skipped && !ls.loaded) { /* every line refused: nothing here is usable */
         cli_err("inspect: %s: no sample loaded (every line skipped, each named above)",
                 a.manifest);

@@ -381,6 +381,32 @@ DH_API int dh_store_list(const char *prefix, char ***urls, size_t *n, char *err,
                          size_t errlen);
 DH_API void dh_store_list_free(char **urls, size_t n);
 
+/* An object of a manifest that is not there, not readable, or not as indexed. */
+typedef struct {
+    const char *object;    /* its URL, without a query string or credentials */
+    int64_t line;          /* the manifest line of the first sample that names it */
+    const char *sample_id; /* that sample's id */
+    int code;              /* DH_ENOENT, DH_EACCES, DH_ECORRUPT (changed), DH_EREMOTE, ... */
+    const char *reason;    /* the sentence ("GET ...: HTTP 404 (no such object)") */
+} dh_object_problem;
+/*
+ * Added in 0.2: asks the stores whether each object m names (http(s)://, s3://) is there,
+ * readable and as indexed (its size; its ETag when pinned): one request per distinct
+ * object (a shard's samples share it), 16 at a time, retried as reads are. Each object
+ * that fails goes to on_bad (may be NULL) after all were asked, in manifest order;
+ * progress (may be NULL) is called as objects are answered, one call at a time. Returns
+ * the number of objects that failed (>= 0; *checked: the distinct objects asked), or a
+ * negative code with its sentence in err when the store settings are wrong.
+ */
+DH_API int64_t dh_manifest_check_objects(const dh_manifest *m,
+                                         void (*on_bad)(const dh_object_problem *p,
+                                                        void *user),
+                                         void *user,
+                                         void (*progress)(int64_t done, int64_t total,
+                                                          void *user),
+                                         void *progress_user, int64_t *checked, char *err,
+                                         size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
