@@ -78,6 +78,17 @@ check "http run: every sample delivered" contains "$WORK/hrun.out" "delivered 12
 check "http run: what was fetched is reported" contains "$WORK/hrun.out" \
     "storage: [0-9.]* MiB fetched in [0-9]* requests, 0 retried, 0 reads failed"
 check "http run: the same bytes as from the local shards" same_bytes "$WORK/www/wds/manifest.jsonl" "$WORK/http.jsonl"
+# every policy, with ranks above and below workers (2 epochs: the same samples again within
+# the fetchers' reach)
+for pol in local pool helix helix-fifo; do
+    for rw in "4 1" "1 3"; do
+        set -- $rw
+        timeout 300 "$DH" run --manifest "$WORK/http.jsonl" --workload kinetics-clips --ranks "$1" \
+            --workers "$2" --batch 4 --epochs 2 --policy "$pol" > "$WORK/pol.$pol.$1.$2.out" 2>&1
+        check "http run, $pol, $1 ranks x $2 workers: every sample delivered" contains \
+            "$WORK/pol.$pol.$1.$2.out" "delivered 24 + failed 0 = 24"
+    done
+done
 curl -s "$H/__stats" > "$WORK/hstats.json"
 check "http: every GET asked a range and got 206" $PY -c "
 import json,sys; s=json.load(open('$WORK/hstats.json'))
@@ -115,7 +126,8 @@ run "$WORK/loose.jsonl" "$WORK/lrun.out" --batch 2
 check "http run of loose files" contains "$WORK/lrun.out" "delivered 4 + failed 0 = 4"
 
 # ---- faults through the proxy ----
-ctl "$HP" '{"fail": {"status": 503, "count": 4, "retry_after": 0.3}}'
+# (5 failures: the run's check that the store answers, before it starts, takes the first)
+ctl "$HP" '{"fail": {"status": 503, "count": 5, "retry_after": 0.3}}'
 run "$WORK/http.jsonl" "$WORK/f503.out"
 check "503 with Retry-After: retried, every sample delivered" contains "$WORK/f503.out" "delivered 12 + failed 0 = 12"
 check "503 with Retry-After: the retries are reported" contains "$WORK/f503.out" \
@@ -132,12 +144,17 @@ check "a store ignoring Range: every sample failed, accounted" contains "$WORK/f
 check "a store ignoring Range: named" contains "$WORK/frange.out" \
     "shards/0000[0-2].tar:0000000[0-9].mp4: GET $H/wds/shards/0000[0-2].tar: the store ignored the Range header"
 ctl "$HP" '{"ignore_range": false, "down": true}'
+run "$WORK/http.jsonl" "$WORK/fdown0.out"
+check "a store that is down when the run starts: refused (within 10 s), named" contains \
+    "$WORK/fdown0.out" "cannot start the engine: the object store does not answer as it should: GET $H/wds/shards/00000.tar bytes 0-0: .*gave up after [0-9]* attempts: the next would pass the time allowed"
+ctl "$HP" '{"down": false, "down_after": 1}' # down after the run's first answer
 run "$WORK/http.jsonl" "$WORK/fdown.out" --max-failed 1 --sample-timeout 2
 check "a store that is down: the run ends, every sample failed, accounted" contains "$WORK/fdown.out" "delivered 0 + failed 12 = 12"
 check "a store that is down: named, with the attempts" contains "$WORK/fdown.out" \
     "GET $H/wds/shards/0000[0-2].tar bytes [0-9]*-[0-9]*: .*gave up after [0-9]* attempts"
 # Ctrl-C while the workers retry a store that is down (each sample may take 120 s): the run
 # ends at once, its requests and retries stopped, with the accounting of what was complete
+ctl "$HP" '{"down": false, "down_after": 1}'
 timeout 60 "$DH" run --manifest "$WORK/http.jsonl" --workload kinetics-clips --ranks 2 \
     --workers 2 --batch 4 --max-failed 1 --sample-timeout 120 > "$WORK/fint.out" 2>&1 &
 pid=$!
@@ -243,6 +260,18 @@ check "s3 index of an empty prefix: named" contains "$WORK/snone.out" \
 "$DH" index 's3://nobkt/' -o "$WORK/snob.jsonl" > "$WORK/snob.out" 2>&1
 check "s3 listing of a bucket that is not there: named with S3's code" contains "$WORK/snob.out" \
     "index: cannot list s3://nobkt/: GET s3://nobkt/ (at http://127.0.0.1:$SP, from AWS_ENDPOINT_URL): HTTP 404 NoSuchBucket (no such bucket)"
+check "s3 listing of a bucket that is not there: exit 1, not a usage error" test "$(
+    "$DH" index 's3://nobkt/' -o "$WORK/snob.jsonl" > /dev/null 2>&1; echo $?)" -eq 1
+"$DH" index 's3://bkt/shards' -o "$WORK/snoslash.jsonl" > "$WORK/snoslash.out" 2>&1
+check "s3: a prefix without its '/': the way to list it said" contains "$WORK/snoslash.out" \
+    "index: s3://bkt/shards: a prefix to list ends in '/' (s3://bkt/shards/)"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$DH" index 's3://bkt/shards/00000.tar' \
+    -o "$WORK/sanon.jsonl" > "$WORK/sanon.out" 2>&1
+check "s3 without credentials: refused, and said that nothing was signed" contains "$WORK/sanon.out" \
+    "HTTP 403 AccessDenied (access denied: the request was not signed, as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set"
+AWS_ENDPOINT_URL=http://127.0.0.1:1 run "$WORK/s3.jsonl" "$WORK/sport.out" --sample-timeout 60
+check "a run at a wrong endpoint refuses to start, named (not 60 s a sample)" contains \
+    "$WORK/sport.out" "cannot start the engine: the object store does not answer as it should: GET s3://bkt/shards/00000.tar bytes 0-0 (at http://127.0.0.1:1, from AWS_ENDPOINT_URL): .*gave up after 3 attempts (is the address right?)"
 AWS_SECRET_ACCESS_KEY=wrong "$DH" index 's3://bkt/shards/' -o "$WORK/slbad.jsonl" > "$WORK/slbad.out" 2>&1
 check "s3 listing with a wrong secret: refused, named" contains "$WORK/slbad.out" \
     "index: cannot list s3://bkt/shards/: .*HTTP 403 SignatureDoesNotMatch"
@@ -255,7 +284,8 @@ AWS_SECRET_ACCESS_KEY=wrong "$DH" index 's3://bkt/shards/00000.tar' -o "$WORK/ba
 check "s3: a wrong secret is refused by the store, named" contains "$WORK/bad.out" \
     "s3://bkt/shards/00000.tar: shard skipped: GET s3://bkt/shards/00000.tar bytes 0-0 (at http://127.0.0.1:$SP, from AWS_ENDPOINT_URL): HTTP 403 SignatureDoesNotMatch"
 AWS_SECRET_ACCESS_KEY=wrong run "$WORK/s3.jsonl" "$WORK/sbad.out" --max-failed 1
-check "s3: a wrong secret in a run fails every sample, accounted" contains "$WORK/sbad.out" "delivered 0 + failed 12 = 12"
+check "s3: a run with a wrong secret refuses to start, named" contains "$WORK/sbad.out" \
+    "cannot start the engine: the object store does not answer as it should: GET s3://bkt/shards/00000.tar bytes 0-0 (at http://127.0.0.1:$SP, from AWS_ENDPOINT_URL): HTTP 403 SignatureDoesNotMatch"
 "$DH" index 's3://bkt/shards/nothere.tar' -o "$WORK/snf.jsonl" > "$WORK/snf.out" 2>&1
 check "s3: a missing key is named with S3's code" contains "$WORK/snf.out" "HTTP 404 NoSuchKey"
 check "no credential in any output" bash -c "! grep -l 'S3RVER\|wrong' '$WORK'/*.out"

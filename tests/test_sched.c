@@ -269,12 +269,12 @@ START_TEST(steps_are_planned_ahead_of_admission_for_the_fetchers)
     ck_assert_int_eq(dh__sched_next_task(s, 0, 0, &t), 0);
     ck_assert_int_eq(t.step, 0);
     ck_assert_int_eq(dh__sched_window_steps(s), 2); /* admission looked at step 1 */
-    ck_assert_int_eq(dh__sched_plan_ahead(s, 1, -1e6, DH__FETCH_HORIZON_S), 1); /* planned */
-    ck_assert_int_eq(dh__sched_plan_ahead(s, 2, -1e6, DH__FETCH_HORIZON_S), 0); /* too far */
+    ck_assert_int_eq(dh__sched_plan_ahead(s, 1, 0), 1); /* planned */
+    ck_assert_int_eq(dh__sched_plan_ahead(s, 2, 0.5), 0); /* predicted past the horizon */
     ck_assert_int_eq(dh__sched_window_steps(s), 2);
     for (int64_t st = 2; st < DH__PLAN_AHEAD_STEPS; st++)
-        ck_assert_int_eq(dh__sched_plan_ahead(s, st, 1e6, DH__FETCH_HORIZON_S), 1);
-    ck_assert_int_eq(dh__sched_plan_ahead(s, DH__PLAN_AHEAD_STEPS, 1e6, 1.0), 0); /* the cap */
+        ck_assert_int_eq(dh__sched_plan_ahead(s, st, 1e6), 1);
+    ck_assert_int_eq(dh__sched_plan_ahead(s, DH__PLAN_AHEAD_STEPS, 1e6), 0); /* the cap */
     ck_assert_int_eq(dh__sched_window_steps(s), DH__PLAN_AHEAD_STEPS);
     /* the same steps as planned at admission, by a scheduler that never planned ahead */
     for (int64_t st = 0; st < 3; st++)

@@ -170,15 +170,17 @@ static int read_list(const char *list, strs *out)
     return rc;
 }
 
-/* The objects under an S3 prefix, appended to paths; 0 or -1 (said). */
+/* The objects under an S3 prefix, appended to paths; 0, or -2 (said: the store's answer,
+ * not a usage mistake). */
 static int list_prefix(const char *prefix, int quiet, strs *paths)
 {
     char **urls = NULL, err[1024] = "";
     size_t n = 0;
     int rc = dh_store_list(prefix, &urls, &n, err, sizeof err);
     if (rc) {
-        cli_err("index: cannot list %s: %s", prefix, err[0] ? err : dh_strerror(rc));
-        return -1;
+        cli_err("index: cannot list %s: %s [%s]", prefix, err[0] ? err : dh_strerror(rc),
+                dh_err_name(rc));
+        return -2;
     }
     for (size_t k = 0; !rc && k < n; k++)
         rc = push(paths, urls[k], strlen(urls[k]));
@@ -186,11 +188,11 @@ static int list_prefix(const char *prefix, int quiet, strs *paths)
     if (!rc && !n) {
         cli_err("index: %s: no objects under this prefix (keys start with it exactly: is it "
                 "spelled as the bucket holds it?)", prefix);
-        return -1;
+        return -2;
     }
     if (!rc && !quiet)
         fprintf(stderr, "index: %s: %zu objects listed\n", prefix, n);
-    return rc ? -1 : 0;
+    return rc ? -2 : 0;
 }
 
 int cli_index(int argc, char **argv)
@@ -303,7 +305,7 @@ int cli_index(int argc, char **argv)
                 free(one.v[j]);
             free(one.v);
             if (rc)
-                return drop(&args, &paths, CLI_USAGE);
+                return drop(&args, &paths, rc == -2 ? 1 : CLI_USAGE);
         }
     }
     for (size_t k = 0; k < args.n + paths.n; k++) { /* never write over what is read */
@@ -313,6 +315,12 @@ int cli_index(int argc, char **argv)
                     "to another file", out, in);
             return drop(&args, &paths, CLI_USAGE);
         }
+    }
+    char prefix_hint[512] = ""; /* an s3:// input like a prefix without its '/' */
+    for (size_t k = 0; k < args.n && !prefix_hint[0]; k++) {
+        const char *a = args.v[k], *last = strrchr(a, '/');
+        if (!strncasecmp(a, "s3://", 5) && last && last[1] && !strchr(last, '.'))
+            snprintf(prefix_hint, sizeof prefix_hint, "%s", a);
     }
     int64_t reported = 0;
     opts.diag = cli_print_diag;
@@ -359,6 +367,8 @@ int cli_index(int argc, char **argv)
         unlink(out); /* an empty manifest would only fail later, further from the cause */
         cli_err("index: nothing indexed: every input was skipped (see the reasons above); %s "
                 "not written", out);
+        if (prefix_hint[0]) /* s3://b/train meant as a prefix? */
+            cli_err("index: %s: a prefix to list ends in '/' (%s/)", prefix_hint, prefix_hint);
         return 1;
     }
     if (fail_on_error && (st.skipped || st.shard_skipped || st.shards_unread)) {

@@ -403,8 +403,9 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
                 cli_node_name(node), (long long)res->steps);
         cli_print_result(res);
     } else if (res->engine[0]) { /* a run cut short still accounts for what it completed */
-        cli_err("%s: the accounting of the %lld completed steps:", mode_name[mode],
-                (long long)res->steps);
+        cli_err("%s: the accounting of the %lld completed steps (a sample of a step left "
+                "unfinished is in none of its counts; each that failed is named above):",
+                mode_name[mode], (long long)res->steps);
         cli_print_result(res);
     }
 }
@@ -541,7 +542,7 @@ static int sim_or_run(int argc, char **argv, int mode)
         runs[k].cfg.cpu_cost_scale = cfg->cpu_cost_scale;
     double comm0 = cli_node_comm_cpu(node); /* MPI's start-up is not the run's */
     if (!rc) {
-        char err[1024] = "";
+        char err[2048] = "";
         rc = run_mode(mode, runs, n, err, sizeof err);
         if (rc)
             report_failure(mode, node, err, rc, n == 1 ? &runs[0].res : &(dh_result){0});

@@ -372,15 +372,17 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     e->spec = e->run.use_spec;
     dh__sched_config sc;
     dh__run_sched_config(&e->run, shared, &sc);
-    char why[256] = "";
+    char why[1200] = "";
     e->nops = cfg->exchange && cfg->nodes > 1 ? &dh__several_nodes : &dh__one_node;
     e->nodes = 1;
     e->rank_hi = e->R; /* one node: every rank; several: this node's share (init) */
     rc = e->nops->init(e, &sc);
     dh__store_conf store;
-    e->objects = e->run.m && dh__eng_has_objects(e->run.m);
-    if (!rc && e->objects && /* the store's settings, once */
-        (rc = dh__store_conf_env(&store, why, sizeof why)))
+    const char *object = e->run.m ? dh__eng_first_object(e->run.m) : NULL;
+    e->objects = object != NULL;
+    if (!rc && e->objects && /* the store's settings, and that it answers, once */
+        ((rc = dh__store_conf_env(&store, why, sizeof why)) ||
+         (rc = dh__store_reachable(&store, object, why, sizeof why))))
         snprintf(why + strlen(why), sizeof why - strlen(why), " (the manifest's media are on an "
                  "object store: docs/STORAGE.md)");
     if (!rc && !(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&

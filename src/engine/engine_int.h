@@ -80,7 +80,7 @@ struct dh_engine {
     int shared;             /* > 0: pools in memfds trainers map, room for this many leases each */
     int error;              /* what stopped the run, if it failed (0: not failed) */
     int64_t nok, nfail;     /* samples finished fine and failed (dh_run_config.max_failed_frac) */
-    char fail_msg[400];     /* why too many samples failed (DH_EFAILED): the last one's error */
+    char fail_msg[1200];    /* why too many samples failed (DH_EFAILED): the last one's error */
     int64_t N, G;           /* N: steps of the run (DH__STEPS_UNBOUNDED: until stopped) */
     int R;
     eng_step **steps;       /* ring of live steps, slot = step & (cap - 1) */
@@ -158,8 +158,8 @@ int64_t dh__eng_arena_size(const dh_engine *e);
  * workers; dh__eng_stop_fetchers (after the workers are joined) keeps their figures. */
 int dh__eng_start_workers(dh_engine *e);
 void dh__eng_stop_fetchers(dh_engine *e);
-/* 1 when manifest m names an object (a sample's media on a store). */
-int dh__eng_has_objects(const dh_manifest *m);
+/* The first object manifest m names (a sample's media on a store; borrowed), or NULL. */
+const char *dh__eng_first_object(const dh_manifest *m);
 /* What a worker keeps between tasks: its message buffers, its open shards and its CPU token. */
 typedef struct {
     char path[4096], err[512];

@@ -296,8 +296,8 @@ static void *worker_main(void *arg)
 /*
  * The next range the fetchers should bring (dh__prefetch's next): each item on an object
  * of this node's ranks' samples, step by step in the schedule's order, over the steps
- * predicted to start within DH__FETCH_HORIZON_S (planned ahead of admission if need be);
- * 0 while the next step is beyond that, -1 once stopped.
+ * predicted to start within DH__FETCH_HORIZON_S of the oldest one in flight (planned ahead
+ * of admission if need be); 0 while the next step is beyond that, -1 once stopped.
  */
 static int next_fetch(void *user, dh__fetch_job *job)
 {
@@ -308,10 +308,9 @@ static int next_fetch(void *user, dh__fetch_job *job)
     while (!got && !e->stop) {
         if (e->pf_step < e->lo) /* behind the window: what is left starts at its head */
             e->pf_step = e->lo, e->pf_k = 0, e->pf_j = 0;
-        int planned = e->pf_step < e->N ? dh__sched_plan_ahead(e->sched, e->pf_step,
-                                                               dh__eng_elapsed(e),
-                                                               DH__FETCH_HORIZON_S)
-                                        : 0;
+        int planned = e->pf_step < e->N
+                          ? dh__sched_plan_ahead(e->sched, e->pf_step, DH__FETCH_HORIZON_S)
+                          : 0;
         if (planned < 0) { /* the scheduler failed: the run stops with it */
             dh__eng_fail(e, planned);
             break;
@@ -347,7 +346,7 @@ static int next_fetch(void *user, dh__fetch_job *job)
     return got;
 }
 
-int dh__eng_has_objects(const dh_manifest *m)
+const char *dh__eng_first_object(const dh_manifest *m)
 {
     for (int64_t i = 0, n = dh_manifest_count(m); i < n; i++) {
         dh_sample_info si;
@@ -356,10 +355,10 @@ int dh__eng_has_objects(const dh_manifest *m)
             dh_media_info mi;
             dh_manifest_media(m, i, j, &mi);
             if (dh__is_remote(mi.path))
-                return 1;
+                return mi.path;
         }
     }
-    return 0;
+    return NULL;
 }
 
 /* The node's fetchers, when the run reads objects and wants them. */

@@ -279,12 +279,12 @@ const int64_t *dh__sched_step_order(const dh__sched *s, int64_t step)
     return step >= s->lo && step < s->planned ? s->order + step_slot(s, step) * s->G : NULL;
 }
 
-int dh__sched_plan_ahead(dh__sched *s, int64_t step, double now, double horizon_s)
+int dh__sched_plan_ahead(dh__sched *s, int64_t step, double horizon_s)
 {
     if (step < s->planned)
         return step >= s->lo;
     if (step >= s->N || step - s->lo >= DH__PLAN_AHEAD_STEPS || s->error ||
-        D(s, s->planned) > now + horizon_s)
+        D(s, s->planned) - D(s, s->lo) > horizon_s)
         return 0;
     int rc = dh__sched_ensure_planned(s, step);
     return rc ? rc : 1;

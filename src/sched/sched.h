@@ -268,19 +268,20 @@ int dh__sched_rank_of(dh__sched *s, int64_t step, int64_t k);
 const int64_t *dh__sched_step_order(const dh__sched *s, int64_t step);
 /*
  * For fetching ahead of admission (media on an object store): plans `step` if it is
- * predicted to start within horizon_s of now and lies fewer than DH__PLAN_AHEAD_STEPS past
- * the window's head. 1 when the step is planned (now or before), 0 when it is not to be
- * planned yet (or is the run's end, or has left the window), < 0 on a failure. Planning is
- * deterministic from the order and the placement's calibration, so a step planned early is
- * the step planned late (on a replica of several nodes exactly; on one node with the
- * calibration of that moment).
+ * predicted to start within horizon_s of the window's head (the oldest step not yet over:
+ * anchored to consumption, so a stream nobody reads does not run ahead) and lies fewer
+ * than DH__PLAN_AHEAD_STEPS past it. 1 when the step is planned (now or before), 0 when it
+ * is not to be planned yet (or is the run's end, or has left the window), < 0 on a
+ * failure. Planning is deterministic from the order and the placement's calibration, so a
+ * step planned early is the step planned late (on a replica of several nodes exactly; on
+ * one node with the calibration of that moment).
  */
 #define DH__PLAN_AHEAD_STEPS 64
+int dh__sched_plan_ahead(dh__sched *s, int64_t step, double horizon_s);
 /* The fetchers (the engine's, the simulator's model) reach the steps predicted to start
- * within this many seconds: the admitted window alone may be a step or two, less than a
- * store's latency and queue. */
-#define DH__FETCH_HORIZON_S 2.0
-int dh__sched_plan_ahead(dh__sched *s, int64_t step, double now, double horizon_s);
+ * within this many seconds of the oldest step in flight: the admitted window alone may be
+ * a step or two, less than a store's latency and queue. */
+#define DH__FETCH_HORIZON_S 1.0
 /* Steps the window holds now (planned, not yet retired), and the most it held. */
 int64_t dh__sched_window_steps(const dh__sched *s);
 /* The first internal failure (0 if none). */

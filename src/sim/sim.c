@@ -23,8 +23,9 @@
  *
  * Object storage (cfg.fetch_latency_s / fetch_bandwidth set): a sample's media must be
  * fetched before it is decoded. Each node's fetchers (cfg.fetchers, default 16) take the
- * positions of the steps predicted to start within DH__FETCH_HORIZON_S (planned ahead of
- * admission if need be) in the schedule's order, as the real engine's do, while the
+ * positions of the steps predicted to start within DH__FETCH_HORIZON_S of the oldest step
+ * in flight (planned ahead of admission if need be) in the schedule's order, as the real
+ * engine's do, while the
  * bytes fetched and not yet taken stay under the budget; one fetch lasts its requests
  * (256 KiB blocks) x the latency plus its bytes over the fetcher's share of the node's
  * link. A worker starting a sample whose fetch is in flight waits for it; one the
@@ -202,7 +203,8 @@ static int node_of_rank(const sim *s, int rank)
 }
 
 /* Each node's fetchers take the next positions of their node's ranks, as far as the steps
- * predicted to start within DH__FETCH_HORIZON_S (planned ahead of admission if need be). */
+ * predicted to start within DH__FETCH_HORIZON_S of the oldest step in flight (planned
+ * ahead of admission if need be). */
 static void fetch_fill(sim *s, double now)
 {
     fetch_model *f = &s->fx;
@@ -211,7 +213,7 @@ static void fetch_fill(sim *s, double now)
         if (f->step[n] * G < f->low)
             f->step[n] = f->low / G, f->k[n] = 0;
         while (f->active[n] < f->slots && f->held[n] < f->budget && f->step[n] < s->N) {
-            int planned = dh__sched_plan_ahead(s->sched, f->step[n], now, DH__FETCH_HORIZON_S);
+            int planned = dh__sched_plan_ahead(s->sched, f->step[n], DH__FETCH_HORIZON_S);
             if (planned < 0) {
                 fail(s, planned);
                 return;

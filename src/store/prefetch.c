@@ -170,6 +170,8 @@ static void *fetcher(void *arg)
                                   mono_now() + p->conf.request_timeout_s, err, sizeof err);
         pthread_mutex_lock(&p->mu);
         e->state = READY;
+        if (e->dropped && !rc)
+            p->st.dropped++; /* fetched for nothing: its step retired, or given up on */
         if (e->dropped || rc) /* retired meanwhile, or failed: a worker fetches itself */
             free_entry(p, e);
         pthread_cond_broadcast(&p->changed);
@@ -220,8 +222,8 @@ void dh__prefetch_retire(dh__prefetch *p, int64_t step)
         nx = e->next;
         if (e->job.step >= step || e->dropped)
             continue;
-        if (e->state == READY && !e->taken)
-            p->st.dropped++; /* fetched for nothing */
+        if (e->state == READY && !e->taken && !e->readers)
+            p->st.dropped++; /* fetched for nothing (one in flight counts when it lands) */
         if (e->state == PENDING || e->readers)
             e->dropped = 1; /* its fetcher, or its last reader, frees it */
         else
@@ -248,6 +250,8 @@ void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
     dh__prefetch_stop(p);
     for (int k = 0; k < p->nthreads; k++)
         pthread_join(p->threads[k], NULL);
+    for (entry *e = p->list; e; e = e->next)
+        p->st.dropped += e->state == READY && !e->taken && !e->dropped; /* the run ended first */
     if (stats)
         *stats = p->st;
     for (entry *e = p->list, *nx; e; e = nx) {

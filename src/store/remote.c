@@ -235,6 +235,8 @@ struct dh__remote {
     dh__take_fn take;    /* ranges the node's fetchers brought (prefetch.c), or NULL */
     void *take_ctx;
     const int *abort;    /* atomic; set: requests and retries end at once (or NULL) */
+    int probe;           /* dh__store_reachable: an HTTP answer ends the retries... */
+    int answered;        /* ...and sets this: the store is there */
 };
 
 static int aborted(const dh__remote *r)
@@ -558,11 +560,17 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
                        s == 412 ? "its ETag is no longer the one pinned" : "it is shorter");
         return FATAL;
     }
+    const char *hint = s == 403 && !r->conf.key[0]
+                           ? " (access denied: the request was not signed, as AWS_ACCESS_KEY_ID "
+                             "and AWS_SECRET_ACCESS_KEY are not set; profiles, ~/.aws files and "
+                             "instance roles are not read)"
+                       : s == 403 ? " (access denied: check the credentials and the region)"
+                       : s != 404 ? ""
+                       : strstr(code, "Bucket") ? " (no such bucket)"
+                                                : " (no such object)";
     *rc = dh__fail(why, wlen, s == 404 ? DH_ENOENT : s == 403 || s == 401 ? DH_EACCES
                                                                           : DH_EREMOTE,
-                   "HTTP %ld%s%s", s, code, s == 403 ? " (access denied: check the "
-                   "credentials and the region)" : s != 404 ? "" : strstr(code, "Bucket")
-                   ? " (no such bucket)" : " (no such object)");
+                   "HTTP %ld%s%s", s, code, hint);
     return FATAL;
 }
 
@@ -628,6 +636,10 @@ static int get(dh__remote *r, const char *path, const char *url_given, const cha
         }
         if (what == FATAL)
             break;
+        if (r->probe && a->status >= 400) { /* a 503 or 429 answer: the store is there */
+            r->answered = 1;
+            break;
+        }
         if (what == UNREACHABLE && !caller_deadline && attempt >= 2) {
             snprintf(why + strlen(why), sizeof why - strlen(why), "; gave up after %d attempts "
                      "(is the address right?)", attempt + 1);
@@ -640,8 +652,8 @@ static int get(dh__remote *r, const char *path, const char *url_given, const cha
             d = a->retry_after;
         if (now_s() + d >= deadline) {
             snprintf(why + strlen(why), sizeof why - strlen(why), "; gave up after %d "
-                     "attempt%s: the next would pass the sample's time limit", attempt + 1,
-                     attempt ? "s" : "");
+                     "attempt%s: the next would pass %s", attempt + 1, attempt ? "s" : "",
+                     caller_deadline ? "the sample's time limit" : "the time allowed");
             rc = rc == DH_ETIMEDOUT ? rc : DH_EREMOTE;
             break;
         }
@@ -661,13 +673,36 @@ static int get(dh__remote *r, const char *path, const char *url_given, const cha
                     why[0] ? why : "over the time limit");
 }
 
+int dh__store_reachable(const dh__store_conf *c, const char *path, char *err, size_t errlen)
+{
+    dh__store_conf q = *c;
+    q.retry_budget_s = DH_MIN(q.retry_budget_s, 10.0); /* a store that answers does at once */
+    dh__remote *r = dh__remote_new(&q, err, errlen);
+    if (!r)
+        return DH_ENOMEM;
+    r->probe = 1;
+    dh__object o;
+    char why[1200];
+    int rc = dh__remote_stat(r, path, 0, &o, why, sizeof why);
+    /* this object's own trouble (its samples say), or a store busy for now: it answers */
+    if (rc == DH_ENOENT || rc == DH_ECORRUPT || r->answered)
+        rc = 0;
+    dh__remote_free(r);
+    return rc ? dh__fail(err, errlen, rc, "the object store does not answer as it should: %s",
+                         why)
+              : 0;
+}
+
 int dh__remote_get_all(dh__remote *r, const char *path, const char *url, size_t max,
                        uint8_t **body, size_t *len, char *err, size_t errlen)
 {
     answer a = {.cap = max, .grow = 1};
     int rc = get(r, path, url, NULL, -1, 0, 0, &a, err, errlen);
-    if (!rc && a.over)
-        rc = dh__fail(err, errlen, DH_ELIMIT, "GET %s: an answer over %zu bytes", url, max);
+    if (!rc && a.over) {
+        char shown[1024];
+        dh__store_display(path, shown, sizeof shown);
+        rc = dh__fail(err, errlen, DH_ELIMIT, "GET %s: an answer over %zu bytes", shown, max);
+    }
     if (rc) {
         free(a.buf);
         return rc;
