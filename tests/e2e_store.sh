@@ -167,14 +167,15 @@ check "Ctrl-C while retrying a store that is down: no sample failed for it" \
     contains "$WORK/fint.out" "delivered 0 + failed 0 = 0"
 # a long run whose store goes down stops once the store failed 32 samples in a row, naming
 # it (the share of failures over the whole run would take as many failures as deliveries)
-# (12 samples delivered from local shards, then 48 whose objects the store no longer has,
-# in order: each fails at once with a 404, however slow decoding is under a sanitizer)
+# (12 samples delivered from the store, then 48 whose objects it no longer has, in order:
+# each fails at once with a 404, however slow decoding is under a sanitizer; the first
+# objects are there, so the run starts)
 $PY - "$WORK/www/wds/manifest.jsonl" "$WORK/http.jsonl" "$WORK/mixed/m.jsonl" << 'EOF'
 import json, os, sys, shutil
 local, remote, out = sys.argv[1:4]
 os.makedirs(os.path.dirname(out))
 shutil.copytree(os.path.join(os.path.dirname(local), "shards"), os.path.join(os.path.dirname(out), "shards"))
-lines = open(local).read().splitlines()
+lines = open(remote).read().splitlines()
 for k in range(4):
     for l in open(remote).read().splitlines():
         d = json.loads(l)
@@ -270,6 +271,14 @@ env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$DH" index 's3://bkt/shards/0
 check "s3 without credentials: refused, and said that nothing was signed" contains "$WORK/sanon.out" \
     "HTTP 403 AccessDenied (access denied: the request was not signed, as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set"
 AWS_ENDPOINT_URL=http://127.0.0.1:1 run "$WORK/s3.jsonl" "$WORK/sport.out" --sample-timeout 60
+AWS_ENDPOINT_URL=http://127.0.0.1:$NGINX_PORT run "$WORK/s3.jsonl" "$WORK/swrong.out"
+check "a run at an endpoint that answers but is not the store refuses to start, named" contains \
+    "$WORK/swrong.out" "cannot start the engine: none of the first 3 objects is there: is the store's address (or the bucket) the one they were indexed from?"
+(unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+ AWS_ENDPOINT_URL=http://127.0.0.1:$SPORT run "$WORK/s3.jsonl" "$WORK/sanonrun.out")
+check "a run without credentials at a store that allows it: said once, every sample delivered" \
+    bash -c "grep -c 'requests to S3 are unsigned (anonymous' '$WORK/sanonrun.out' | grep -qx 1 &&
+             grep -q 'delivered 12 + failed 0 = 12' '$WORK/sanonrun.out'"
 check "a run at a wrong endpoint refuses to start, named (not 60 s a sample)" contains \
     "$WORK/sport.out" "cannot start the engine: the object store does not answer as it should: GET s3://bkt/shards/00000.tar bytes 0-0 (at http://127.0.0.1:1, from AWS_ENDPOINT_URL): .*gave up after 3 attempts (is the address right?)"
 AWS_SECRET_ACCESS_KEY=wrong "$DH" index 's3://bkt/shards/' -o "$WORK/slbad.jsonl" > "$WORK/slbad.out" 2>&1

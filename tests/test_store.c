@@ -481,6 +481,29 @@ START_TEST(stopping_ends_a_retrying_read_at_once_and_counts_no_failure)
 }
 END_TEST
 
+/* A store that refuses connections for longer than a request's time limit is not retried
+ * until each sample's deadline: a run whose store died names it in seconds, not minutes. */
+START_TEST(a_store_refusing_connections_for_long_is_not_retried_to_the_deadline)
+{
+    dh__store_conf c = conf_of(64 * 1024, 0);
+    c.request_timeout_s = 0.3;
+    char err[400];
+    dh__remote *r = dh__remote_new(&c, err, sizeof err);
+    ck_assert_ptr_nonnull(r);
+    uint8_t buf[100];
+    const char *url = "http://127.0.0.1:1/x.tar"; /* nothing listens there */
+    dh__object_ref o = {url, NULL, OBJ_BYTES, 0, OBJ_BYTES};
+    int rc = (int)dh__remote_read(r, &o, buf, sizeof buf, 0, now_s() + 60, err, sizeof err);
+    ck_assert_msg(rc == DH_EREMOTE && strstr(err, "not retried: no connection to a store for") &&
+                  strstr(err, "(is it down?)"), "%d %s", rc, err);
+    /* the next read gives up at its first refusal */
+    rc = (int)dh__remote_read(r, &o, buf, sizeof buf, 0, now_s() + 60, err, sizeof err);
+    ck_assert_int_eq(rc, DH_EREMOTE);
+    ck_assert_int_eq(dh__remote_stats(r).failures, 2);
+    dh__remote_free(r);
+}
+END_TEST
+
 START_TEST(signed_requests_carry_sigv4_and_never_the_secret)
 {
     server_start();
@@ -848,6 +871,7 @@ int main(void)
     ADD_TEST(tc, an_object_changed_since_indexing_is_named);
     ADD_TEST(tc, a_store_that_keeps_failing_gives_up_within_the_deadline);
     ADD_TEST(tc, stopping_ends_a_retrying_read_at_once_and_counts_no_failure);
+    ADD_TEST(tc, a_store_refusing_connections_for_long_is_not_retried_to_the_deadline);
     ADD_TEST(tc, signed_requests_carry_sigv4_and_never_the_secret);
     ADD_TEST(tc, an_s3_prefix_is_listed_page_after_page);
     ADD_TEST(tc, fetchers_bring_the_next_ranges_in_order_within_their_budget);

@@ -378,11 +378,12 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     e->rank_hi = e->R; /* one node: every rank; several: this node's share (init) */
     rc = e->nops->init(e, &sc);
     dh__store_conf store;
-    const char *object = e->run.m ? dh__eng_first_object(e->run.m) : NULL;
-    e->objects = object != NULL;
+    const char *objects[3];
+    int nobj = e->run.m ? dh__eng_first_objects(e->run.m, objects, 3) : 0;
+    e->objects = nobj > 0;
     if (!rc && e->objects && /* the store's settings, and that it answers, once */
         ((rc = dh__store_conf_env(&store, why, sizeof why)) ||
-         (rc = dh__store_reachable(&store, object, why, sizeof why))))
+         (rc = dh__store_reachable(&store, objects, nobj, why, sizeof why))))
         snprintf(why + strlen(why), sizeof why - strlen(why), " (the manifest's media are on an "
                  "object store: docs/STORAGE.md)");
     if (!rc && !(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&

@@ -158,8 +158,9 @@ int64_t dh__eng_arena_size(const dh_engine *e);
  * workers; dh__eng_stop_fetchers (after the workers are joined) keeps their figures. */
 int dh__eng_start_workers(dh_engine *e);
 void dh__eng_stop_fetchers(dh_engine *e);
-/* The first object manifest m names (a sample's media on a store; borrowed), or NULL. */
-const char *dh__eng_first_object(const dh_manifest *m);
+/* The first (up to max) distinct objects manifest m names (samples' media on a store;
+ * borrowed) into out; how many. */
+int dh__eng_first_objects(const dh_manifest *m, const char **out, int max);
 /* What a worker keeps between tasks: its message buffers, its open shards and its CPU token. */
 typedef struct {
     char path[4096], err[512];

@@ -346,19 +346,23 @@ static int next_fetch(void *user, dh__fetch_job *job)
     return got;
 }
 
-const char *dh__eng_first_object(const dh_manifest *m)
+int dh__eng_first_objects(const dh_manifest *m, const char **out, int max)
 {
-    for (int64_t i = 0, n = dh_manifest_count(m); i < n; i++) {
+    int n = 0;
+    for (int64_t i = 0, ns = dh_manifest_count(m); i < ns && n < max; i++) {
         dh_sample_info si;
         dh_manifest_sample(m, i, &si);
-        for (int j = 0; j < si.media_count; j++) {
+        for (int j = 0; j < si.media_count && n < max; j++) {
             dh_media_info mi;
             dh_manifest_media(m, i, j, &mi);
-            if (dh__is_remote(mi.path))
-                return mi.path;
+            int seen = 0;
+            for (int k = 0; k < n && !seen; k++)
+                seen = !strcmp(out[k], mi.path);
+            if (dh__is_remote(mi.path) && !seen)
+                out[n++] = mi.path;
         }
     }
-    return NULL;
+    return n;
 }
 
 /* The node's fetchers, when the run reads objects and wants them. */

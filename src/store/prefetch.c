@@ -87,12 +87,6 @@ static uint8_t *buffer(dh__prefetch *p, size_t len, size_t *cap)
 }
 
 /* Under p->mu: b back for reuse (freed when there are enough). */
-static void give_back(dh__prefetch *p, uint8_t *b, size_t cap);
-
-/* Under p->mu: e out of the list, its buffer back for reuse. */
-static void free_entry(dh__prefetch *p, entry *e);
-
-/* Under p->mu: b back for reuse (freed when there are enough). */
 static void give_back(dh__prefetch *p, uint8_t *b, size_t cap)
 {
     if (b && p->nspare < SPARES)
@@ -126,6 +120,14 @@ static void unlink_entry(dh__prefetch *p, entry *e)
             break;
         }
     p->held -= e->job.hi - e->job.lo;
+}
+
+/* Under p->mu: e out of the list, its buffer back for reuse. */
+static void free_entry(dh__prefetch *p, entry *e)
+{
+    unlink_entry(p, e);
+    give_back(p, e->data, e->cap);
+    free(e);
 }
 
 static void *fetcher(void *arg)
@@ -265,13 +267,6 @@ void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats)
     pthread_cond_destroy(&p->changed);
     pthread_mutex_destroy(&p->mu);
     free(p);
-}
-
-static void free_entry(dh__prefetch *p, entry *e)
-{
-    unlink_entry(p, e);
-    give_back(p, e->data, e->cap);
-    free(e);
 }
 
 /* The entry of o holding byte at, or NULL: of the earliest step, when the same range is

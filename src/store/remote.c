@@ -18,6 +18,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -574,6 +575,16 @@ static int get_once(dh__remote *r, const char *url, const char *etag, int64_t st
     return FATAL;
 }
 
+/*
+ * Since when (CLOCK_MONOTONIC seconds) the stores have refused connections (killed, or
+ * moved); 0 while they answer. Shared by every connection of the process: once no
+ * connection could be made for longer than a request's time limit (5 s at most), a refused
+ * connection is not retried, so a run whose store died names it in its samples within
+ * seconds (and stops after 32 in a row) instead of after each sample's whole limit; any
+ * answer from a store clears it.
+ */
+static _Atomic double refused_since;
+
 static uint64_t rng_next(dh__remote *r)
 {
     r->rng ^= r->rng << 13;
@@ -623,6 +634,8 @@ static int get(dh__remote *r, const char *path, const char *url_given, const cha
         double t1 = now_s();
         int what = get_once(r, url, etag, start, end,
                             DH_MIN(left, r->conf.request_timeout_s), a, &rc, why, sizeof why);
+        if (a->status > 0 && atomic_load(&refused_since) != 0.0)
+            atomic_store(&refused_since, 0.0); /* an answer: a store is there */
         if (what == OK) {
             double t = now_s() - t1, mb = (double)a->len / 1e6; /* the cost model's input */
             r->st.fit_n += 1, r->st.fit_t += t, r->st.fit_b += mb;
@@ -636,6 +649,16 @@ static int get(dh__remote *r, const char *path, const char *url_given, const cha
         }
         if (what == FATAL)
             break;
+        if (what == UNREACHABLE) {
+            double zero = 0.0, since = atomic_load(&refused_since), t = now_s();
+            if (since == 0.0)
+                atomic_compare_exchange_strong(&refused_since, &zero, t);
+            else if (t - since > DH_MIN(5.0, r->conf.request_timeout_s)) {
+                snprintf(why + strlen(why), sizeof why - strlen(why), "; not retried: no "
+                         "connection to a store for %.1f s (is it down?)", t - since);
+                break;
+            }
+        }
         if (r->probe && a->status >= 400) { /* a 503 or 429 answer: the store is there */
             r->answered = 1;
             break;
@@ -673,7 +696,8 @@ static int get(dh__remote *r, const char *path, const char *url_given, const cha
                     why[0] ? why : "over the time limit");
 }
 
-int dh__store_reachable(const dh__store_conf *c, const char *path, char *err, size_t errlen)
+int dh__store_reachable(const dh__store_conf *c, const char *const *paths, int n, char *err,
+                        size_t errlen)
 {
     dh__store_conf q = *c;
     q.retry_budget_s = DH_MIN(q.retry_budget_s, 10.0); /* a store that answers does at once */
@@ -681,13 +705,24 @@ int dh__store_reachable(const dh__store_conf *c, const char *path, char *err, si
     if (!r)
         return DH_ENOMEM;
     r->probe = 1;
-    dh__object o;
-    char why[1200];
-    int rc = dh__remote_stat(r, path, 0, &o, why, sizeof why);
-    /* this object's own trouble (its samples say), or a store busy for now: it answers */
-    if (rc == DH_ENOENT || rc == DH_ECORRUPT || r->answered)
-        rc = 0;
+    char why[1200] = "";
+    int rc = 0, missing = 0;
+    for (int k = 0; k < n && !rc && missing == k; k++) {
+        dh__object o;
+        rc = dh__remote_stat(r, paths[k], 0, &o, why, sizeof why);
+        missing += rc == DH_ENOENT;
+        /* one object's own trouble (its samples say), or a store busy for now: it answers */
+        if (rc == DH_ENOENT || rc == DH_ECORRUPT || r->answered)
+            rc = 0;
+    }
     dh__remote_free(r);
+    if (!rc && n > 1 && missing == n) /* an HTTP server, but not the store that holds them */
+        return dh__fail(err, errlen, DH_ENOENT, "none of the first %d objects is there: is the "
+                        "store's address (or the bucket) the one they were indexed from? (the "
+                        "last: %s)", n, why);
+    if (!rc && !strncasecmp(paths[0], "s3://", 5) && !c->key[0])
+        fprintf(stderr, "datahelix: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set: "
+                "requests to S3 are unsigned (anonymous; a public bucket)\n");
     return rc ? dh__fail(err, errlen, rc, "the object store does not answer as it should: %s",
                          why)
               : 0;

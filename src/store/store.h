@@ -91,11 +91,14 @@ void dh__remote_free(dh__remote *r);
 /* Its counters since it was made. */
 dh__fetch_stats dh__remote_stats(const dh__remote *r);
 
-/* Asks path's store for path (retried within 10 s; a store that cannot be reached: 3
- * attempts): 0 when it answers (a 404, a 503 too: that object's samples
- * name it, or it is busy), else the failure (a wrong address, TLS, refused credentials, a
- * store down). A run whose manifest names objects checks this before it starts. */
-int dh__store_reachable(const dh__store_conf *c, const char *path, char *err, size_t errlen);
+/* Asks the stores for paths[0..n) (distinct objects; each retried within 10 s, 3 attempts
+ * when nothing answers at the address) until one is there: 0 when a store answers (a 404
+ * for one object or a 503 too: its samples name it, or it is busy), else the failure (a
+ * wrong address, TLS, refused credentials, a store down, or n > 1 objects all missing: a
+ * server that is not the store they were indexed from). A run whose manifest names
+ * objects checks this before it starts; unsigned S3 requests are said once on stderr. */
+int dh__store_reachable(const dh__store_conf *c, const char *const *paths, int n, char *err,
+                        size_t errlen);
 
 /* A whole answer of url (a listing; path names it in errors), at most max bytes, retried
  * as reads are: *body malloc'ed (the caller frees it), *len its bytes. */
