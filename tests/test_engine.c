@@ -591,6 +591,20 @@ START_TEST(stop_wakes_a_blocked_consumer_and_streams_without_a_length)
 }
 END_TEST
 
+/* should_stop once 3 steps completed (it is asked per step and, on one node, every 0.2 s
+ * while the ranks run: a count of calls is not a count of steps). */
+static void count_steps(int64_t done, int64_t steps, void *user)
+{
+    (void)steps;
+    __atomic_store_n((int64_t *)user, done, __ATOMIC_RELEASE);
+}
+
+static int stop_after_3_steps(void *user)
+{
+    return __atomic_load_n((int64_t *)user, __ATOMIC_ACQUIRE) >= 3;
+}
+
+/* should_stop at its third call (several nodes: only the exchange thread asks, per step) */
 static int stop_after_3(void *user)
 {
     int *calls = user;
@@ -606,9 +620,11 @@ START_TEST(should_stop_ends_an_endless_run_with_its_accounting)
                                    "\"nope.png\",\"codec\":\"png\",\"width\":8,\"height\":8}]}\n");
     dh_run_config c = config(m, "helix");
     c.steps = DH_STEPS_FOREVER;
-    int calls = 0;
-    c.should_stop = stop_after_3;
-    c.should_stop_user = &calls;
+    int64_t done = 0;
+    c.progress = count_steps;
+    c.progress_user = &done;
+    c.should_stop = stop_after_3_steps;
+    c.should_stop_user = &done;
     dh_result r = DH_RESULT_INIT;
     char err[256] = "";
     ck_assert_msg(dh_engine_run(&c, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
