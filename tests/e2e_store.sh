@@ -261,6 +261,14 @@ check "s3 index of an empty prefix: named" contains "$WORK/snone.out" \
 "$DH" index 's3://nobkt/' -o "$WORK/snob.jsonl" > "$WORK/snob.out" 2>&1
 check "s3 listing of a bucket that is not there: named with S3's code" contains "$WORK/snob.out" \
     "index: cannot list s3://nobkt/: GET s3://nobkt/ (at http://127.0.0.1:$SP, from AWS_ENDPOINT_URL): HTTP 404 NoSuchBucket (no such bucket)"
+# a bucket of no media: listed, every object skipped, and no hint to add a '/' (it is a bucket)
+curl -s -f -o /dev/null --aws-sigv4 aws:amz:us-east-1:s3 --user S3RVER:S3RVER \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X PUT "http://127.0.0.1:$SPORT/junk"
+curl -s -f -o /dev/null --aws-sigv4 aws:amz:us-east-1:s3 --user S3RVER:S3RVER \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$WORK/urls.txt" "http://127.0.0.1:$SPORT/junk/notes"
+"$DH" index 's3://junk' -o "$WORK/sjunk.jsonl" > "$WORK/sjunk.out" 2>&1
+check "s3 index of a bucket of no media: nothing indexed, said, without a wrong hint" bash -c \
+    "grep -q 'index: nothing indexed' '$WORK/sjunk.out' && ! grep -q 'a prefix to list' '$WORK/sjunk.out'"
 check "s3 listing of a bucket that is not there: exit 1, not a usage error" test "$(
     "$DH" index 's3://nobkt/' -o "$WORK/snob.jsonl" > /dev/null 2>&1; echo $?)" -eq 1
 "$DH" index 's3://bkt/shards' -o "$WORK/snoslash.jsonl" > "$WORK/snoslash.out" 2>&1

@@ -319,7 +319,7 @@ int cli_index(int argc, char **argv)
     char prefix_hint[512] = ""; /* an s3:// input like a prefix without its '/' */
     for (size_t k = 0; k < args.n && !prefix_hint[0]; k++) {
         const char *a = args.v[k], *last = strrchr(a, '/');
-        if (!strncasecmp(a, "s3://", 5) && last && last[1] && !strchr(last, '.'))
+        if (!strncasecmp(a, "s3://", 5) && strchr(a + 5, '/') && last[1] && !strchr(last, '.'))
             snprintf(prefix_hint, sizeof prefix_hint, "%s", a);
     }
     int64_t reported = 0;
