@@ -132,7 +132,8 @@ DH_API double dh_engine_batch_gpu_seconds(const dh_engine *e, const dh_batch *b)
  * be NULL) and are counted: delivered + failed = samples. Blocks the calling
  * thread for the run; should_stop (polled once per completed step, and on
  * one node every 0.2 s on the calling thread, so a step that does not end
- * does not hold it) ends it early with the accounting of the completed steps.
+ * does not hold it; never two calls at once) ends it early with the
+ * accounting of the completed steps.
  */
 DH_API int dh_engine_run(const dh_run_config *cfg, dh_sample_error_cb on_error, void *user,
                          dh_result *out, char *errbuf, size_t errlen);

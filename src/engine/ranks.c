@@ -107,18 +107,21 @@ static void *rank_main(void *p)
  * Until every rank thread ended, the calling thread asks should_stop every 0.2 s (one node:
  * several agree on stopping at their step exchange): a step that does not end (a store
  * that is down, each sample retried until its limit) must not hold a Ctrl-C for minutes.
- * The run then stops as dh_engine_stop does: the accounting is of the completed steps.
+ * It asks under e->mu, as a closing step does, so should_stop is never called twice at
+ * once. The run then stops as dh_engine_stop does: the accounting is of the completed steps.
  */
 static void watch_ranks(dh_engine *e, rank_barrier *b)
 {
-    int asked = 0;
+    int stopped = e->nodes > 1;
     pthread_mutex_lock(&b->mu);
     while (b->live > 0) {
         dh__cond_wait_s(&b->ended, &b->mu, 0.2);
-        if (b->live > 0 && !asked && e->nodes <= 1 && dh__run_should_stop(&e->run)) {
-            asked = 1;
+        if (b->live > 0 && !stopped) {
             pthread_mutex_unlock(&b->mu);
-            dh_engine_stop(e);
+            pthread_mutex_lock(&e->mu);
+            if ((stopped = e->stop || dh__run_should_stop(&e->run)))
+                dh__eng_stop_locked(e);
+            pthread_mutex_unlock(&e->mu);
             pthread_mutex_lock(&b->mu);
         }
     }
