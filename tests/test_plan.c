@@ -130,6 +130,51 @@ START_TEST(caps_are_respected_when_feasible)
 }
 END_TEST
 
+/* The comparison the radix sort replaced: it must give exactly this order. */
+static const double *cmp_gpu, *cmp_cpu;
+static int by_gpu_cpu_index(const void *a, const void *b)
+{
+    int i = *(const int *)a, j = *(const int *)b;
+    if (cmp_gpu[i] != cmp_gpu[j])
+        return cmp_gpu[i] < cmp_gpu[j] ? 1 : -1;
+    if (cmp_cpu && cmp_cpu[i] != cmp_cpu[j])
+        return cmp_cpu[i] < cmp_cpu[j] ? 1 : -1;
+    return i - j;
+}
+
+START_TEST(lpt_order_is_gpu_then_cpu_descending_then_index)
+{
+    enum { N = 5000 };
+    double *gpu = malloc(N * sizeof *gpu), *cpu = malloc(N * sizeof *cpu);
+    int *got = malloc(N * sizeof *got), *want = malloc(N * sizeof *want);
+    ck_assert(gpu && cpu && got && want);
+    srand(7);
+    for (int trial = 0; trial < 4; trial++) {
+        for (int i = 0; i < N; i++) {
+            /* many ties, zeros of both signs, negatives, tiny and huge values */
+            int k = rand() % 9;
+            gpu[i] = k == 0 ? 0.0 : k == 1 ? -0.0 : k == 2 ? 1.5 : k == 3 ? -2.0 - rand() % 3
+                   : k == 4 ? 1e-300 * (rand() % 4) : k == 5 ? 1e300 : (rand() % 50) * 0.125;
+            cpu[i] = (rand() % 4) * (rand() % 2 ? 1.0 : -0.0);
+            want[i] = i;
+        }
+        cmp_gpu = gpu;
+        cmp_cpu = trial % 2 ? NULL : cpu;
+        qsort(want, N, sizeof *want, by_gpu_cpu_index);
+        dh__part_in in = {.n = N, .ranks = 3, .gpu = gpu, .cpu = cmp_cpu};
+        ck_assert_int_eq(dh__part_lpt_order(&in, got), 0);
+        for (int i = 0; i < N; i++)
+            ck_assert_int_eq(got[i], want[i]);
+    }
+    dh__part_in none = {.n = 0, .ranks = 1, .gpu = gpu};
+    ck_assert_int_eq(dh__part_lpt_order(&none, got), 0);
+    free(gpu);
+    free(cpu);
+    free(got);
+    free(want);
+}
+END_TEST
+
 START_TEST(stride_is_distributed_sampler_order)
 {
     int32_t rank_of[10];
@@ -153,6 +198,7 @@ int main(void)
     ADD_TEST(tc, every_sample_placed_once_at_scale);
     ADD_TEST(tc, caps_are_respected_when_feasible);
     ADD_TEST(tc, stride_is_distributed_sampler_order);
+    ADD_TEST(tc, lpt_order_is_gpu_then_cpu_descending_then_index);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -35,6 +35,12 @@ typedef struct {
  */
 int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out);
 
+/*
+ * LPT's order of in->n samples into order[]: decreasing gpu, then decreasing cpu (when
+ * given), then increasing index. Returns 0 or DH_ENOMEM. (Exposed for its test.)
+ */
+int dh__part_lpt_order(const dh__part_in *in, int *order);
+
 /* DistributedSampler placement: sample k of the global batch goes to rank k mod R. */
 void dh__partition_stride(int n, int ranks, int32_t *rank_of);
 
