@@ -1,4 +1,5 @@
 /* test_core.c - error vocabulary, hashing, RNG and growable arrays. */
+#include "core/bitset.h"
 #include "core/core.h"
 #include "testutil.h"
 
@@ -117,6 +118,36 @@ START_TEST(rng_below_is_in_range_and_covers)
 }
 END_TEST
 
+START_TEST(bitset_finds_the_next_member)
+{
+    for (int64_t n = 1; n < 20000; n = n * 3 + 7) {
+        dh__bitset b;
+        ck_assert_int_eq(dh__bitset_init(&b, n), 0);
+        uint8_t *ref = calloc((size_t)n, 1);
+        ck_assert_ptr_nonnull(ref);
+        uint64_t r = (uint64_t)n * 2654435761u + 1;
+        for (int round = 0; round < 400; round++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            int64_t i = (int64_t)((r >> 33) % (uint64_t)n);
+            int put = round < 200 ? (int)((r >> 20) & 1) : 0; /* then empty it out */
+            if (round >= 200)
+                for (int64_t k = 0; k < n; k += 97)
+                    ref[k] = 0, dh__bitset_put(&b, k, 0);
+            ref[i] = (uint8_t)put;
+            dh__bitset_put(&b, i, put);
+            int64_t from = (int64_t)((r >> 11) % (uint64_t)(n + 1)), hi = from + (int64_t)(r % 9000);
+            int64_t want = from, cap = hi < n ? hi : n;
+            while (want < cap && !ref[want])
+                want++;
+            ck_assert_int_eq(dh__bitset_next(&b, from, hi), want < cap ? want : hi < n ? hi : n);
+            ck_assert_int_eq(dh__bitset_next(&b, 0, n) < n, memchr(ref, 1, (size_t)n) != NULL);
+        }
+        free(ref);
+        dh__bitset_free(&b);
+    }
+}
+END_TEST
+
 START_TEST(grow_keeps_contents)
 {
     int *v = NULL;
@@ -231,6 +262,7 @@ int main(void)
     ADD_TEST(tc, rng_below_is_in_range_and_covers);
     ADD_TEST(tc, draws_are_pure_functions_of_what_they_are_for);
     ADD_TEST(tc, grow_keeps_contents);
+    ADD_TEST(tc, bitset_finds_the_next_member);
     ADD_TEST(tc, vocabulary_round_trips);
     ADD_TEST(tc, utf8_check_finds_the_first_bad_byte);
     ADD_TEST(tc, cgroup_limits_of_v1_and_v2_are_read);

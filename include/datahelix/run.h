@@ -237,6 +237,10 @@ typedef struct {
     double fetch_latency_s, fetch_bandwidth;
     /* ranges read from the local fetch cache (DH_FETCH_CACHE) instead of the store */
     int64_t fetch_cache_hits, fetch_cache_bytes;
+    /* Added in 0.2. Simulator: of wall_s, the seconds spent building the run before the first
+     * event (the workload's descriptors, cost models, sampler); wall_s - setup_s is the event
+     * loop, the scheduler's decisions included. 0 in the real engine. */
+    double setup_s;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

@@ -35,6 +35,7 @@
 #include "../run/run.h"
 
 #include "../catalog/catalog.h"
+#include "../core/bitset.h"
 #include "../core/heap.h"
 #include "../metrics/metrics.h"
 
@@ -89,6 +90,7 @@ typedef struct {
     dh__task *current; /* per worker */
     double *task_start;
     uint8_t *idle;
+    dh__bitset idle_set; /* the same workers, to find the next idle one quickly */
     int64_t *waiting;  /* per rank: step it waits for, -1 when busy */
     int arrived;       /* ranks at the current step's barrier (one step at a time) */
     int64_t *batch_buf;
@@ -358,6 +360,7 @@ static int dispatch(sim *s, int w, double now)
     }
     contention_advance(s, now);
     s->idle[w] = 0;
+    dh__bitset_put(&s->idle_set, w, 0);
     s->task_start[w] = now;
     /* A sample prepared on another node arrives after its network transfer; one on an
      * object store is decoded once its bytes are here. */
@@ -387,8 +390,9 @@ static void poll_idle(sim *s, int rank, double now)
     int shared = dh__sched_worker_rank(s->sched, 0) < 0;
     int nodes = s->run->cfg.nodes > 1 ? s->run->cfg.nodes : 1, wpn = s->nworkers / nodes;
     int lo = shared || rank < 0 ? 0 : rank * per, hi = shared || rank < 0 ? s->nworkers : lo + per;
-    for (int w = lo; w < hi; w++)
-        if (s->idle[w] && dispatch(s, w, now) && shared)
+    for (int w = (int)dh__bitset_next(&s->idle_set, lo, hi); w < hi;
+         w = (int)dh__bitset_next(&s->idle_set, w + 1, hi))
+        if (dispatch(s, w, now) && shared)
             w = (w / wpn + 1) * wpn - 1; /* on to the next node's first worker */
 }
 
@@ -431,6 +435,7 @@ static void on_task_done(sim *s, const event *e)
         return; /* re-issued at another speed */
     contention_advance(s, e->t);
     s->idle[w] = 1;
+    dh__bitset_put(&s->idle_set, w, 1);
     s->busy--;
     if (share(s, s->busy + 1) < 1.0 && contention_reissue(s, e->t) != 0) {
         fail(s, DH_ENOMEM);
@@ -503,15 +508,18 @@ static int sim_alloc(sim *s)
     s->current = dh__calloc((size_t)s->nworkers, sizeof *s->current);
     s->task_start = dh__calloc((size_t)s->nworkers, sizeof *s->task_start);
     s->idle = dh__malloc((size_t)s->nworkers);
+    int rc = dh__bitset_init(&s->idle_set, s->nworkers);
     s->rem = dh__calloc((size_t)s->nworkers, sizeof *s->rem);
     s->ver = dh__calloc((size_t)s->nworkers, sizeof *s->ver);
     s->cores = s->run->cfg.workers;
     s->waiting = dh__malloc((size_t)R * sizeof *s->waiting);
     s->batch_buf = dh__malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
-    if (!s->current || !s->task_start || !s->idle || !s->waiting || !s->batch_buf || !s->rem ||
+    if (rc || !s->current || !s->task_start || !s->idle || !s->waiting || !s->batch_buf || !s->rem ||
         !s->ver)
         return DH_ENOMEM;
     memset(s->idle, 1, (size_t)s->nworkers);
+    for (int w = 0; w < s->nworkers; w++)
+        dh__bitset_put(&s->idle_set, w, 1);
     return 0;
 }
 
@@ -521,6 +529,7 @@ static void sim_free(sim *s)
     free(s->current);
     free(s->task_start);
     free(s->idle);
+    dh__bitset_free(&s->idle_set);
     free(s->rem);
     free(s->ver);
     free(s->waiting);
@@ -598,7 +607,9 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
     }
     dh_result full;
     sim s = {.run = &run};
+    struct timespec t_setup;
     if (!(rc = sim_start(&s, &run, cfg, err, errlen))) {
+        clock_gettime(CLOCK_MONOTONIC, &t_setup);
         rc = simulate(&s);
         int trc = dh__trace_close(&s.trace);
         if (rc == DH_EIO)
@@ -625,6 +636,8 @@ int dh_sim_run(const dh_run_config *cfg, dh_result *out, char *err, size_t errle
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!rc) {
         full.wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        full.setup_s =
+            (double)(t_setup.tv_sec - t0.tv_sec) + (double)(t_setup.tv_nsec - t0.tv_nsec) * 1e-9;
         dh__result_give(out, &full);
     }
     return rc;
