@@ -40,5 +40,13 @@ if diff <(norm "$tmp/before.json") <(norm "$tmp/after.json") > "$tmp/diff.txt"; 
 else
     echo "DIFFERENT from $rev:"
     cat "$tmp/diff.txt" | tr ',' '\n' | sort | uniq -u | head -40
+    # The effect, run by run: where an algorithm changed on purpose, this is what to show.
+    paste -d '\t' <(norm "$tmp/before.json") <(norm "$tmp/after.json") | awk -F '\t' '
+        function f(s, k,  m) { if (match(s, "\"" k "\":[^,}]*")) { m = substr(s, RSTART, RLENGTH)
+            sub(/^[^:]*:/, "", m); gsub(/"/, "", m); return m } return "" }
+        $1 != $2 { n++; printf "%-20s %-16s efficiency %s -> %s  miss %s -> %s  wait p95 ms %s -> %s\n",
+            f($1, "workload"), f($1, "policy"), f($1, "efficiency"), f($2, "efficiency"),
+            f($1, "miss_rate"), f($2, "miss_rate"), f($1, "wait_p95_ms"), f($2, "wait_p95_ms") }
+        END { printf "%d of %d runs differ\n", n, NR }'
     exit 1
 fi

@@ -233,6 +233,41 @@ START_TEST(least_slack_starts_a_heavy_sample_three_steps_ahead_first)
 }
 END_TEST
 
+START_TEST(a_steps_batches_are_due_smallest_cpu_first)
+{
+    /* One step, four ranks of one sample each (stride placement), one worker, a 1 s step.
+     * A batch is due its step's start minus the CPU of the batches due after it (its lead),
+     * smallest first, ties by rank: CPU 0.4 0.1 0.3 0.2 on ranks 0-3 are due in the order of
+     * ranks 1, 3, 2, 0 (keys -1.0, -0.9, -0.7, -0.4); equal CPU in rank order. With a
+     * budget of one batch, batches are admitted one by one as others finish, and every
+     * one is still served once. */
+    static const float cpu[2][4] = {{0.4f, 0.1f, 0.3f, 0.2f}, {0.1f, 0.1f, 0.1f, 0.1f}};
+    static const int64_t expect[2][4] = {{1, 3, 2, 0}, {0, 1, 2, 3}};
+    for (int c = 0; c < 2; c++) {
+        for (int budget = 0; budget < 2; budget++) {
+            world w;
+            world_init(&w, DH_POL_HELIX_NOBALANCE, 4, 1, 4, 1);
+            for (int i = 0; i < 4; i++)
+                w.cpu[i] = cpu[c][i];
+            if (budget)
+                w.cfg.memory_budget = 10; /* one batch at a time: admitted as others finish */
+            dh__sched *s = make(&w);
+            dh__task t;
+            for (int k = 0; k < 4; k++) {
+                ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+                if (!budget)
+                    ck_assert_int_eq(t.sample, expect[c][k]);
+                ck_assert_int_eq(dh__sched_task_done(s, &t, 0.1, 0.1, 1.0), 1);
+                dh__sched_batch_taken(s, t.rank, 0, 0.1);
+                dh__sched_step_done(s, t.rank, 0, 0.2, 1.0);
+            }
+            ck_assert_int_eq(dh__sched_next_task(s, 0, 0.3, &t), DH__IDLE);
+            dh__sched_free(s);
+        }
+    }
+}
+END_TEST
+
 START_TEST(window_is_bounded_by_memory)
 {
     /* Batches of 10 bytes, budget 25: two batches admitted; the third waits for a step. */
@@ -770,6 +805,7 @@ int main(void)
     ADD_TEST(tc, local_with_more_ranks_than_workers_stays_in_bounds);
     ADD_TEST(tc, least_slack_starts_a_heavy_sample_three_steps_ahead_first);
     ADD_TEST(tc, window_is_bounded_by_memory);
+    ADD_TEST(tc, a_steps_batches_are_due_smallest_cpu_first);
     ADD_TEST(tc, steps_are_planned_ahead_of_admission_for_the_fetchers);
     ADD_TEST(tc, heavy_late_sample_is_split_into_keyframe_parts);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);

@@ -12,6 +12,8 @@
 #include "sched_int.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int heap_before(const heap_item *a, const heap_item *b)
 {
@@ -56,20 +58,49 @@ static double batch_cpu(const dh__sched *s, int64_t st, int rank)
     return c;
 }
 
-double dh__lst_lead(const dh__sched *s, int64_t st, int rank, double *first_lead)
+/* Batches are due in order of predicted CPU, ties by rank. */
+static int by_cpu_then_rank(const void *a, const void *b)
 {
-    int node = node_of_rank(s, rank), first = node * s->ranks_per_node;
-    double mine = batch_cpu(s, st, rank), after = 0, all = 0, least = INFINITY;
-    for (int r = first; r < first + s->ranks_per_node; r++) {
-        double c = batch_cpu(s, st, r);
-        all += c;
-        least = DH_MIN(least, c);
-        if (r != rank && (c > mine || (c == mine && r > rank)))
-            after += c;
+    const dh__lead_key *x = a, *y = b;
+    return x->cpu != y->cpu ? (x->cpu < y->cpu ? -1 : 1) : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Sets the leads of step st's batches on `node`: each batch's is the CPU of those due after it. */
+static void set_leads(dh__sched *s, int64_t st, int node)
+{
+    int n = s->ranks_per_node, first = node * n;
+    batch_rec *b = batch_of(s, st, first);
+    double all = 0, least = INFINITY, step = D(s, st + 1) - D(s, st), wpn = s->workers_per_node;
+    dh__lead_key *key = s->lead_keys;
+    for (int i = 0; i < n; i++) {
+        key[i] = (dh__lead_key){batch_cpu(s, st, first + i), i};
+        all += key[i].cpu;
+        least = DH_MIN(least, key[i].cpu);
     }
-    double step = D(s, st + 1) - D(s, st), wpn = s->workers_per_node;
-    *first_lead = DH_MIN((all - least) / wpn, step);
-    return DH_MIN(after / wpn, step);
+    qsort(key, (size_t)n, sizeof *key, by_cpu_then_rank);
+    double after = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        b[key[i].i].lead = DH_MIN(after / wpn, step);
+        after += key[i].cpu;
+    }
+    int64_t k = step_slot(s, st) * s->nodes + node;
+    s->first_lead[k] = DH_MIN((all - least) / wpn, step);
+    s->leads_set[k] = 1;
+}
+
+double dh__lst_lead(dh__sched *s, int64_t st, int rank, double *first_lead)
+{
+    int node = node_of_rank(s, rank);
+    int64_t k = step_slot(s, st) * s->nodes + node;
+    if (!s->leads_set[k])
+        set_leads(s, st, node);
+    *first_lead = s->first_lead[k];
+    return batch_of(s, st, rank)->lead;
+}
+
+void dh__lst_leads_stale(dh__sched *s, int64_t st)
+{
+    memset(s->leads_set + step_slot(s, st) * s->nodes, 0, (size_t)s->nodes);
 }
 
 /* The estimated deadline of step st, as seen now (from the latest step taken). */

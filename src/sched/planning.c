@@ -111,6 +111,7 @@ static int plan_step(dh__sched *s, int64_t st)
     }
     s->finished_ranks[step_slot(s, st)] = 0;
     dh__sched_regroup(s, st);
+    dh__lst_leads_stale(s, st);
     double step_gpu = 0;
     for (int r = 0; r < s->R; r++)
         step_gpu = DH_MAX(step_gpu, b[r].pred_gpu_raw);

@@ -260,6 +260,7 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
     }
     memcpy(s->rank_of + base, p.new_rank, (size_t)s->G * sizeof *p.new_rank);
     dh__sched_regroup(s, st);
+    dh__lst_leads_stale(s, st);
     s->reb.plans_applied++;
     s->reb.moved += moves;
     s->reb.moved_remote += remote;

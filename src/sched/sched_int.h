@@ -24,6 +24,7 @@
 typedef struct {
     int64_t bytes;
     double pred_gpu_raw; /* uncalibrated predicted compute (sum of sample costs) */
+    double lead;         /* its staggered lead (lst.c), once its step's leads are set */
     int32_t first;       /* into members[] of the step: positions of this batch */
     int32_t ntasks, ndone, nissued;
     uint8_t admitted, finished;
@@ -41,6 +42,11 @@ typedef struct {
     int64_t head, tail;
     size_t cap;
 } pos_fifo;
+
+typedef struct {
+    double cpu; /* a batch's predicted CPU */
+    int32_t i;  /* its rank within its node */
+} dh__lead_key;
 
 struct dh__sched {
     dh__sched_config cfg;
@@ -62,6 +68,8 @@ struct dh__sched {
     int32_t *orig_rank;      /* cap * G: placement before rebalancing (realised gain) */
     double *step_start;      /* cap: D(s), predicted start of step s, for s in [lo, planned] */
     int32_t *finished_ranks; /* cap: ranks done with the step */
+    double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
+    uint8_t *leads_set;      /* cap * nodes: the step's leads on the node are set */
     dh__reb_stats reb;
     double last_plan_cost;   /* modelled cost of the last plan the gate saw */
     uint8_t reb_quiet;       /* realised gains counted on another node (agreed plans) */
@@ -87,6 +95,7 @@ struct dh__sched {
     int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;                /* R */
     int32_t *reb_i32;                  /* 3G + 2R: rebalancing's per-plan arrays */
+    dh__lead_key *lead_keys;           /* ranks per node: lst.c's sort of a step's batches */
     double *reb_f64;                   /* 2R */
     /* lending */
     int nworkers;
@@ -188,8 +197,13 @@ int dh__lst_push(dh__sched *s, int node, int64_t pos, double lead, double first_
  * batches complete early and only the last ranks wait. The lead of batch (st, rank) is the
  * predicted CPU of the node's batches due after it, over the node's workers, at most the
  * step's predicted duration (a step's batches never go before the previous step's).
+ * A step's leads on a node are set together, when its first batch there is admitted, with
+ * the calibration of that moment, in O(n log n) for the node's n ranks; regrouping the step
+ * (dh__lst_leads_stale) sets them again at the next admission.
  */
-double dh__lst_lead(const dh__sched *s, int64_t st, int rank, double *first_lead);
+double dh__lst_lead(dh__sched *s, int64_t st, int rank, double *first_lead);
+/* Step st's placement changed: its leads are set again when next needed. */
+void dh__lst_leads_stale(dh__sched *s, int64_t st);
 /* 0: a task; 1: the node's queue is empty; < 0: error. */
 int dh__lst_next(dh__sched *s, int node, double now, int64_t *pos, int32_t *part, int32_t *nparts);
 /* A queued task's predicted slack: its batch's estimated deadline - now - its cost. */

@@ -28,8 +28,11 @@ static int regrow(dh__sched *s, int64_t ncap)
     int32_t *orig_rank = dh__malloc((size_t)(ncap * G) * sizeof *orig_rank);
     double *step_start = dh__calloc((size_t)ncap, sizeof *step_start);
     int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
+    size_t nn = (size_t)s->nodes;
+    double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
+    uint8_t *leads_set = dh__calloc((size_t)ncap * nn, 1);
     int ok = batch && order && rank_of && members && task_pred && parts_left && revealed && done &&
-             orig_rank && step_start && finished_ranks;
+             orig_rank && step_start && finished_ranks && first_lead && leads_set;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
@@ -37,6 +40,8 @@ static int regrow(dh__sched *s, int64_t ncap)
             break;
         finished_ranks[n] = s->finished_ranks[o];
         memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
+        memcpy(first_lead + n * (int64_t)nn, s->first_lead + o * (int64_t)nn, nn * sizeof *first_lead);
+        memcpy(leads_set + n * (int64_t)nn, s->leads_set + o * (int64_t)nn, nn);
 #define MOVE(a) memcpy(a + n * G, s->a + o * G, (size_t)G * sizeof *a)
         MOVE(order);
         MOVE(rank_of);
@@ -65,6 +70,8 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(orig_rank);
     SWAP(step_start);
     SWAP(finished_ranks);
+    SWAP(first_lead);
+    SWAP(leads_set);
 #undef SWAP
     if (!ok)
         return DH_ENOMEM;
@@ -106,6 +113,9 @@ void dh__sched_free(dh__sched *s)
     free(s->orig_rank);
     free(s->step_start);
     free(s->finished_ranks);
+    free(s->first_lead);
+    free(s->leads_set);
+    free(s->lead_keys);
     for (int n = 0; n < s->nodes; n++) {
         if (s->fifo)
             free(s->fifo[n].pos);
@@ -170,7 +180,8 @@ static int alloc_fixed(dh__sched *s)
     s->plan_bytes = dh__malloc(G * sizeof *s->plan_bytes);
     s->reb_i32 = dh__malloc((3 * G + 2 * R) * sizeof *s->reb_i32);
     s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
-    if (!s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
+    s->lead_keys = dh__malloc((size_t)s->ranks_per_node * sizeof *s->lead_keys);
+    if (!s->lead_keys || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
         !s->plan_bytes || !s->reb_i32 || !s->reb_f64)
         return DH_ENOMEM;
