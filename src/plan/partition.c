@@ -26,6 +26,8 @@ typedef struct {
     double *gpu, *cpu;       /* per-rank loads */
     int64_t *tokens, *bytes; /* per-rank usage for caps */
     int *head, *next, *prev; /* members of each rank: doubly linked, O(1) moves */
+    int *heap, *aside;       /* LPT's heap of ranks, ranks set aside (R each) */
+    int *rh[4];              /* refinement's rank heaps: most (h, pos), least (h, pos) */
 } part_state;
 
 void dh__partition_stride(int n, int ranks, int32_t *rank_of)
@@ -52,18 +54,9 @@ static uint64_t desc_key(double x)
  * order in O(n) passes; digits every sample shares are skipped. Comparison
  * sorting was most of a 32,768-sample plan's time.
  */
-int dh__part_lpt_order(const dh__part_in *in, int *order)
+static void sort_lpt(const dh__part_in *in, int *order, uint64_t *key, int *tmp, size_t *cnt)
 {
     size_t n = (size_t)in->n;
-    uint64_t *key = dh__malloc(n * sizeof *key);
-    int *tmp = dh__malloc(n * sizeof *tmp);
-    size_t *cnt = dh__malloc(RADIX * sizeof *cnt);
-    if (!key || !tmp || !cnt) {
-        free(key);
-        free(tmp);
-        free(cnt);
-        return DH_ENOMEM;
-    }
     for (size_t i = 0; i < n; i++)
         order[i] = (int)i;
     for (int pass = in->cpu ? 0 : 1; pass < 2; pass++) {
@@ -86,10 +79,21 @@ int dh__part_lpt_order(const dh__part_in *in, int *order)
             memcpy(order, tmp, n * sizeof *order);
         }
     }
+}
+
+int dh__part_lpt_order(const dh__part_in *in, int *order)
+{
+    size_t n = (size_t)in->n;
+    uint64_t *key = dh__malloc((n ? n : 1) * sizeof *key);
+    int *tmp = dh__malloc((n ? n : 1) * sizeof *tmp);
+    size_t *cnt = dh__malloc(RADIX * sizeof *cnt);
+    if (key && tmp && cnt)
+        sort_lpt(in, order, key, tmp, cnt);
+    int rc = key && tmp && cnt ? 0 : DH_ENOMEM;
     free(key);
     free(tmp);
     free(cnt);
-    return 0;
+    return rc;
 }
 
 static int64_t val(const int64_t *v, int i)
@@ -100,6 +104,8 @@ static int64_t val(const int64_t *v, int i)
 static int fits(const part_state *s, int r, int i, int out)
 {
     const dh__part_in *in = s->in;
+    if (!in->cap_tokens && !in->cap_bytes)
+        return 1;
     int64_t t = s->tokens[r] + val(in->tokens, i) - (out >= 0 ? val(in->tokens, out) : 0);
     int64_t b = s->bytes[r] + val(in->bytes, i) - (out >= 0 ? val(in->bytes, out) : 0);
     return (!in->cap_tokens || t <= in->cap_tokens) && (!in->cap_bytes || b <= in->cap_bytes);
@@ -185,16 +191,11 @@ static void heap_push_rank(const part_state *s, int *heap, int *n, int r)
  * LPT with a heap of ranks: O(n log R). Ranks whose caps cannot take the
  * sample are set aside and pushed back after it is placed.
  */
-static int lpt(part_state *s, const int *order, dh__part_out *out)
+static void lpt(part_state *s, const int *order, dh__part_out *out)
 {
     const dh__part_in *in = s->in;
     int R = in->ranks, n = R, naside = 0;
-    int *heap = dh__malloc((size_t)R * sizeof *heap), *aside = dh__malloc((size_t)R * sizeof *aside);
-    if (!heap || !aside) {
-        free(heap);
-        free(aside);
-        return DH_ENOMEM;
-    }
+    int *heap = s->heap, *aside = s->aside;
     for (int r = 0; r < R; r++)
         heap[r] = r;
     for (int k = 0; k < in->n; k++) {
@@ -229,9 +230,6 @@ static int lpt(part_state *s, const int *order, dh__part_out *out)
         while (naside > 0)
             heap_push_rank(s, heap, &n, aside[--naside]);
     }
-    free(heap);
-    free(aside);
-    return 0;
 }
 
 /*
@@ -290,23 +288,14 @@ static void rh_fix(rank_heap *q, int r)
     rh_down(q, r);
 }
 
-static int rh_init(rank_heap *q, int n, const double *gpu, int most)
+/* A heap of n ranks in h and pos (n each). */
+static void rh_init(rank_heap *q, int *h, int *pos, int n, const double *gpu, int most)
 {
-    *q = (rank_heap){dh__malloc((size_t)n * sizeof *q->h), dh__malloc((size_t)n * sizeof *q->pos),
-                     n, most, gpu};
-    if (!q->h || !q->pos)
-        return DH_ENOMEM;
+    *q = (rank_heap){h, pos, n, most, gpu};
     for (int r = 0; r < n; r++)
         rh_set(q, r, r);
     for (int r = n / 2 - 1; r >= 0; r--)
         rh_down(q, q->h[r]);
-    return 0;
-}
-
-static void rh_free(rank_heap *q)
-{
-    free(q->h);
-    free(q->pos);
 }
 
 /*
@@ -383,7 +372,7 @@ static int refine_round(part_state *s, rank_heap *most, rank_heap *least, int to
  * is within 0.1% of the lower bound max(mean load, largest sample), where no
  * placement can do meaningfully better.
  */
-static int refine(part_state *s, dh__part_out *out)
+static void refine(part_state *s, dh__part_out *out)
 {
     const dh__part_in *in = s->in;
     double total = 0, largest = 0;
@@ -396,19 +385,37 @@ static int refine(part_state *s, dh__part_out *out)
         largest = DH_MAX(largest, in->base_gpu[r]);
     }
     double good_enough = 1.001 * DH_MAX(total / in->ranks, largest);
-    rank_heap most = {0}, least = {0};
-    int rc = rh_init(&most, in->ranks, s->gpu, 1);
-    if (!rc)
-        rc = rh_init(&least, in->ranks, s->gpu, 0);
-    for (int round = 0; !rc && round < 4 * in->n + 16; round++) {
+    rank_heap most, least;
+    rh_init(&most, s->rh[0], s->rh[1], in->ranks, s->gpu, 1);
+    rh_init(&least, s->rh[2], s->rh[3], in->ranks, s->gpu, 0);
+    for (int round = 0; round < 4 * in->n + 16; round++) {
         int top = most.h[0];
         if (s->gpu[top] <= good_enough || !refine_round(s, &most, &least, top))
             break;
         out->moves++;
     }
-    rh_free(&most);
-    rh_free(&least);
-    return rc;
+}
+
+/* Bytes of one array of n elements of size sz in the workspace (8-byte aligned). */
+static size_t ws_len(size_t n, size_t sz)
+{
+    return (n * sz + 7) & ~(size_t)7;
+}
+
+static void *carve(char **p, size_t n, size_t sz)
+{
+    void *at = *p;
+    *p += ws_len(n, sz);
+    return at;
+}
+
+void dh__part_ws_free(dh__part_ws *ws)
+{
+    if (ws) {
+        free(ws->mem);
+        ws->mem = NULL;
+        ws->cap = 0;
+    }
 }
 
 int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
@@ -416,50 +423,60 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     if (!in || !rank_of || !out || in->ranks < 1 || in->n < 0 || !in->gpu)
         return DH_EINVAL;
     memset(out, 0, sizeof *out);
-    size_t R = (size_t)in->ranks;
-    part_state s = {.in = in, .rank_of = rank_of};
-    s.gpu = dh__calloc(R, sizeof *s.gpu);
-    s.cpu = dh__calloc(R, sizeof *s.cpu);
-    s.tokens = dh__calloc(R, sizeof *s.tokens);
-    s.bytes = dh__calloc(R, sizeof *s.bytes);
-    size_t n1 = (size_t)(in->n ? in->n : 1);
-    s.head = dh__malloc(R * sizeof *s.head);
-    s.next = dh__malloc(n1 * sizeof *s.next);
-    s.prev = dh__malloc(n1 * sizeof *s.prev);
-    int *order = dh__malloc(n1 * sizeof *order);
-    int rc = 0;
-    if (!s.gpu || !s.cpu || !s.tokens || !s.bytes || !s.head || !s.next || !s.prev || !order) {
-        rc = DH_ENOMEM;
-        goto done;
+    size_t R = (size_t)in->ranks, n1 = (size_t)(in->n ? in->n : 1);
+    /* One block for every array of the call, kept in in->ws between calls: a 32,768-sample
+     * plan allocated a few MiB per call, which came from fresh pages (mmap, page faults and
+     * zeroing: a third of a replica's control time at 1,024 nodes). */
+    size_t need = 4 * ws_len(R, sizeof(double)) + 7 * ws_len(R, sizeof(int)) +
+                  4 * ws_len(n1, sizeof(int)) + ws_len(n1, sizeof(uint64_t)) +
+                  ws_len(RADIX, sizeof(size_t));
+    dh__part_ws own = {0}, *ws = in->ws ? in->ws : &own;
+    if (ws->cap < need) {
+        void *m = realloc(ws->mem, need);
+        if (!m) {
+            dh__part_ws_free(&own);
+            return DH_ENOMEM;
+        }
+        ws->mem = m;
+        ws->cap = need;
     }
+    char *p = ws->mem;
+    part_state s = {.in = in, .rank_of = rank_of};
+    s.gpu = carve(&p, R, sizeof *s.gpu);
+    s.cpu = carve(&p, R, sizeof *s.cpu);
+    s.tokens = carve(&p, R, sizeof *s.tokens);
+    s.bytes = carve(&p, R, sizeof *s.bytes);
+    s.head = carve(&p, R, sizeof *s.head);
+    s.heap = carve(&p, R, sizeof *s.heap);
+    s.aside = carve(&p, R, sizeof *s.aside);
+    for (int k = 0; k < 4; k++)
+        s.rh[k] = carve(&p, R, sizeof(int));
+    s.next = carve(&p, n1, sizeof *s.next);
+    s.prev = carve(&p, n1, sizeof *s.prev);
+    int *order = carve(&p, n1, sizeof *order), *tmp = carve(&p, n1, sizeof *tmp);
+    uint64_t *key = carve(&p, n1, sizeof *key);
+    size_t *cnt = carve(&p, RADIX, sizeof *cnt);
+    memset(s.cpu, 0, R * sizeof *s.cpu);
+    memset(s.tokens, 0, R * sizeof *s.tokens);
+    memset(s.bytes, 0, R * sizeof *s.bytes);
     for (size_t r = 0; r < R; r++) {
         s.head[r] = -1;
         s.gpu[r] = in->base_gpu ? in->base_gpu[r] : 0;
     }
-    if ((rc = dh__part_lpt_order(in, order)))
-        goto done;
     if (in->initial) { /* improve a given placement: only moves that lower the maximum */
         for (int i = 0; i < in->n; i++)
             place(&s, i, in->initial[i], +1);
-    } else if ((rc = lpt(&s, order, out))) {
-        goto done;
+    } else {
+        sort_lpt(in, order, key, tmp, cnt);
+        lpt(&s, order, out);
     }
-    if ((rc = refine(&s, out)))
-        goto done;
+    refine(&s, out);
     double total = 0;
     for (size_t r = 0; r < R; r++) {
         total += s.gpu[r];
         out->max_gpu = DH_MAX(out->max_gpu, s.gpu[r]);
     }
     out->mean_gpu = total / (double)R;
-done:
-    free(s.gpu);
-    free(s.cpu);
-    free(s.tokens);
-    free(s.bytes);
-    free(s.head);
-    free(s.next);
-    free(s.prev);
-    free(order);
-    return rc;
+    dh__part_ws_free(&own);
+    return 0;
 }

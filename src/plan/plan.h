@@ -7,6 +7,13 @@
 
 #include "../core/core.h"
 
+/* Memory a caller keeps between plans (zero it first; dh__part_ws_free at the end). */
+typedef struct {
+    void *mem;
+    size_t cap;
+} dh__part_ws;
+void dh__part_ws_free(dh__part_ws *ws);
+
 typedef struct {
     int n;              /* samples in the global batch */
     int ranks;
@@ -18,6 +25,7 @@ typedef struct {
     int64_t cap_bytes;
     const double *base_gpu; /* per-rank load already fixed there (rebalancing); may be NULL */
     const int32_t *initial; /* start from this placement and only refine it; may be NULL */
+    dh__part_ws *ws;        /* reused between calls; NULL: memory for this call only */
 } dh__part_in;
 
 typedef struct {

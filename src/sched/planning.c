@@ -72,7 +72,8 @@ static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, i
     }
     dh__part_in in = {.n = (int)s->G, .ranks = s->R, .gpu = gpu, .cpu = cpu,
                       .tokens = s->plan_tokens, .bytes = s->plan_bytes,
-                      .cap_tokens = s->cfg.rank_token_cap, .cap_bytes = s->cfg.rank_byte_cap};
+                      .cap_tokens = s->cfg.rank_token_cap, .cap_bytes = s->cfg.rank_byte_cap,
+                      .ws = &s->part_ws};
     dh__part_out po;
     int rc = dh__partition(&in, rank_of, &po);
     if (!rc)

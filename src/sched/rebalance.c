@@ -159,7 +159,7 @@ static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, double *gain)
             p->cfixed[p->cidx[r]] = p->fixed[r];
     }
     dh__part_in in = {.n = (int)p->n, .ranks = p->open, .gpu = p->mov_gpu,
-                      .base_gpu = p->cfixed, .initial = p->start};
+                      .base_gpu = p->cfixed, .initial = p->start, .ws = &s->part_ws};
     dh__part_out po;
     int rc = dh__partition(&in, p->plan, &po);
     *gain = old_max - DH_MAX(po.max_gpu, frozen_max);

@@ -20,6 +20,7 @@
 #include "sched.h"
 
 #include "../core/heap.h"
+#include "../plan/plan.h"
 
 typedef struct {
     int64_t bytes;
@@ -96,6 +97,7 @@ struct dh__sched {
     int32_t *plan_fill;                /* R */
     int32_t *reb_i32;                  /* 3G + 2R: rebalancing's per-plan arrays */
     dh__lead_key *lead_keys;           /* ranks per node: lst.c's sort of a step's batches */
+    dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */
     double *reb_f64;                   /* 2R */
     /* lending */
     int nworkers;

@@ -116,6 +116,7 @@ void dh__sched_free(dh__sched *s)
     free(s->first_lead);
     free(s->leads_set);
     free(s->lead_keys);
+    dh__part_ws_free(&s->part_ws);
     for (int n = 0; n < s->nodes; n++) {
         if (s->fifo)
             free(s->fifo[n].pos);
