@@ -242,6 +242,8 @@ const char cli_run_help[] =
     "  --understate F:K        stress: a fraction F of samples truly has K x the tokens their\n"
     "                          descriptors say (policies see the descriptors)\n"
     "  --understate-told       the same samples described truthfully (the reference run)\n"
+    "  --workload-samples N    a built-in workload's dataset: N samples (epochs go round it;\n"
+    "                          default: min(steps, 1000) global batches)\n"
     "  --nodes N               split ranks and workers evenly over N nodes (default 1)\n"
     "  --net-gbps X            bandwidth between nodes in Gbit/s (default 100)\n"
     "  --net-latency-us X      latency between nodes in microseconds (default 20)\n"
@@ -281,6 +283,8 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
             cfg->steps = DH_STEPS_FOREVER;
     } else if (!strcmp(opt, "--epochs")) {
         rc = cli_int(opt, val, 1, INT32_MAX, &cfg->epochs);
+    } else if (!strcmp(opt, "--workload-samples")) {
+        rc = cli_int(opt, val, 1, INT64_MAX / 4, &cfg->workload_samples);
     } else if (!strcmp(opt, "--seed")) {
         rc = cli_int(opt, val, 0, INT64_MAX, &x);
         cfg->seed = (uint64_t)x;
