@@ -1,0 +1,170 @@
+/*
+ * bench_control.c - one agent's control plane at many nodes (SIMULATED
+ * workload, real scheduler): node 0's replica of the whole job's scheduler
+ * (dh__sched_config.node_local), driven step by step as the engine drives it
+ * on a node of NODES x RANKS_PER_NODE ranks with 32 workers per node:
+ *   - its own workers take every task of its ranks and finish it (the
+ *     decisions: planning every step's placement of the global batch,
+ *     admission, leads, least slack, splitting, calibration);
+ *   - its own ranks take and finish their batches;
+ *   - the other nodes' ranks are applied as their STEP records say (batch
+ *     taken, step done), as apply_step does after each exchange;
+ *   - the next step's moves are agreed, as at the step's exchange
+ *     (dh__nodes_agree): every node's exchanged exact costs are learnt and
+ *     the same plan is made from them on every node.
+ * It prints the CPU seconds of that work per step against the step's
+ * simulated compute time (the workload's GPU model: the slowest rank's
+ * batch plus the fixed cost), one core. Building the exchange records and
+ * the wire are not in it (O(ranks) copies a step).
+ *   usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH] [STEPS] [WORKLOAD]
+ */
+#include "run/run.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    int nodes = argc > 1 ? atoi(argv[1]) : 1024, rpn = argc > 2 ? atoi(argv[2]) : 8;
+    int64_t G = argc > 3 ? atoll(argv[3]) : 32768, steps = argc > 4 ? atoll(argv[4]) : 20;
+    const char *wl = argc > 5 ? argv[5] : "omni-mix";
+    if (nodes < 1 || rpn < 1 || steps < 2 || G < (int64_t)nodes * rpn) {
+        fprintf(stderr, "usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH >= ranks] "
+                        "[STEPS >= 2] [WORKLOAD]\n");
+        return 2;
+    }
+    dh_run_config cfg;
+    dh_run_config_default(&cfg);
+    cfg.workload = wl;
+    cfg.policy = "helix";
+    cfg.ranks = nodes * rpn;
+    cfg.workers = nodes * 32;
+    cfg.nodes = nodes;
+    cfg.global_batch = G;
+    cfg.steps = steps;
+    cfg.workload_samples = 8 * G; /* a dataset of 8 global batches: epochs go round it */
+    char err[512];
+    dh__run run;
+    if (dh__run_setup(&cfg, &run, err, sizeof err)) {
+        fprintf(stderr, "bench_control: %s\n", err);
+        return 1;
+    }
+    dh__sched_config sc;
+    run.cfg.memory_budget = dh__run_node_budget(&run, 0, 0); /* as the engine sets a node's */
+    dh__run_sched_config(&run, 0, &sc);
+    sc.node_local = 1;
+    sc.node = 0;
+    dh__sched *s = NULL;
+    if (dh__sched_new(&sc, &s)) {
+        fprintf(stderr, "bench_control: no scheduler\n");
+        return 1;
+    }
+    int R = cfg.ranks, first = 0, nw = dh__sched_node_workers(s, 0, &first);
+    int64_t *buf = malloc((size_t)G * sizeof *buf);
+    double *gpu = calloc((size_t)R, sizeof *gpu);
+    float *known = malloc((size_t)G * sizeof *known);
+    uint8_t *frozen = calloc((size_t)R, 1);
+    dh__task *running = malloc((size_t)nw * sizeof *running);
+    if (!buf || !gpu || !running || !known || !frozen)
+        return 1;
+    double now = 0, ctl_sum = 0, ctl_max = 0, step_sum = 0, others_sum = 0, reb_sum = 0;
+    int64_t tasks = 0;
+    for (int64_t st = 0; st < steps; st++) {
+        double t0 = cpu_now(), others = 0;
+        /* its workers prepare every task of its ranks for this step (and what the window
+         * admits ahead of it), each finishing at its predicted cost */
+        for (int r = 0; r < rpn; r++) {
+            while (!dh__sched_batch_ready(s, st, r)) {
+                int n = 0;
+                for (int w = first; w < first + nw; w++)
+                    if (dh__sched_next_task(s, w, now, &running[n]) == 0)
+                        n++;
+                if (n == 0) {
+                    fprintf(stderr, "bench_control: step %lld rank %d not ready and no task\n",
+                            (long long)st, r);
+                    return 1;
+                }
+                for (int k = 0; k < n; k++)
+                    dh__sched_task_done(s, &running[k], now, running[k].pred_cost,
+                                        run.truth.gpu[running[k].sample]);
+                tasks += n;
+            }
+        }
+        double t_ready = cpu_now();
+        /* the step's compute, from the workload's GPU model (simulated; not the agent's) */
+        double step_gpu = 0;
+        for (int r = 0; r < R; r++) {
+            int32_t n = dh__sched_batch_samples(s, st, r, buf, (int32_t)G);
+            gpu[r] = 0;
+            for (int32_t k = 0; k < n; k++)
+                gpu[r] += run.truth.gpu[buf[k]];
+            step_gpu = gpu[r] > step_gpu ? gpu[r] : step_gpu;
+        }
+        double step_s = step_gpu + run.gpu.c0;
+        double t1 = cpu_now();
+        for (int r = 0; r < R; r++) {
+            if (r == rpn) /* the others', from their records */
+                others = cpu_now();
+            dh__sched_batch_taken(s, r, st, now);
+            dh__sched_step_done(s, r, st, now + gpu[r], gpu[r]);
+        }
+        others = cpu_now() - others;
+        now += step_s;
+        double t_reb_start = cpu_now();
+        /* the next step's agreed moves: every sample's exact cost came in the records (the
+         * benchmark reads them from the truth: not the agent's time) */
+        int64_t ns = st + 1;
+        double t_reb = 0;
+        if (ns < steps) {
+            const int64_t *order = dh__sched_step_order(s, ns);
+            if (!order) { /* planned by now: the window reaches past the next step */
+                fprintf(stderr, "bench_control: step %lld not planned\n", (long long)ns);
+                return 1;
+            }
+            for (int64_t j = 0; j < G; j++)
+                known[j] = (float)run.truth.gpu[order[j]];
+            t_reb = cpu_now();
+            for (int64_t j = 0; j < G; j++)
+                if (dh__sched_rank_of(s, ns, j) >= rpn)
+                    dh__sched_learn_prepared(s, ns, j, known[j]);
+            dh__reb_agreed a = {frozen, known, dh__calib_gpu_mape(dh__sched_calib(s)), 1, 1, 1};
+            dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
+            t_reb = cpu_now() - t_reb;
+        }
+        double ctl = (t_reb_start - t1) + t_reb + (t_ready - t0);
+        if (st > 0) { /* step 0 plans the window's first steps at once */
+            ctl_sum += ctl;
+            ctl_max = ctl > ctl_max ? ctl : ctl_max;
+            step_sum += step_s;
+            others_sum += others;
+            reb_sum += t_reb;
+        }
+    }
+    int64_t n = steps - 1;
+    printf("%d nodes x %d ranks, global batch %lld, %s: one agent's control plane %.3f ms a step "
+           "(max %.3f; applying the other nodes' ranks %.3f, agreeing moves %.3f) against a %.1f ms "
+           "step (simulated): %.2f%%; %lld tasks of its own\n",
+           nodes, rpn, (long long)G, wl, 1e3 * ctl_sum / n, 1e3 * ctl_max, 1e3 * others_sum / n,
+           1e3 * reb_sum / n,
+           1e3 * step_sum / n, 100.0 * ctl_sum / step_sum, (long long)tasks);
+    const dh__reb_stats *rs = dh__sched_reb_stats(s);
+    printf("  agreed plans: %lld moves considered, %lld made, %lld gated off (%.0f a step)\n",
+           (long long)rs->considered, (long long)rs->moved, (long long)rs->gated,
+           (double)rs->considered / (double)(steps - 1));
+    dh__sched_free(s);
+    dh__run_free(&run);
+    free(buf);
+    free(gpu);
+    free(running);
+    free(known);
+    free(frozen);
+    return 0;
+}
