@@ -107,6 +107,14 @@ check "sim says its figures are simulated" contains "$WORK/sim.out" "simulated"
 check "sim json carries the contract keys" contains "$WORK/sim.json" '"efficiency":.*"gpu_idle_frac":'
 check "sim accounts for every sample" contains "$WORK/sim.out" "delivered 1280 + failed 0 = 1280"
 check "sim writes a trace" contains "$WORK/trace.json" '"name":"prepare"'
+# A dataset smaller than the run: epochs go round it (long runs at many ranks, issue 25).
+"$DH" sim --workload laion-images --policy helix --steps 12 --workload-samples 512 \
+    --json "$WORK/simws.json" > "$WORK/simws.out" 2>&1
+check "sim --workload-samples runs 12 steps over a dataset of 2 batches" \
+    contains "$WORK/simws.out" "delivered 3072 + failed 0 = 3072"
+check "sim json splits the setup out of wall_s" contains "$WORK/simws.json" '"setup_s":[0-9]'
+"$DH" sim --workload laion-images --workload-samples 0 > /dev/null 2> "$WORK/simws.err"
+check "--workload-samples 0 is refused, named" contains "$WORK/simws.err" "workload-samples"
 # The indexed real corpus, as a manifest run (default spec, generic GPU model).
 "$DH" sim --manifest "$WORK/data/manifest.jsonl" --policy pool --ranks 2 --workers 2 --batch 2 \
     > "$WORK/sim2.out" 2>&1

@@ -21,12 +21,18 @@
 #define EPS 1e-12
 
 typedef struct {
+    double g, c; /* a rank's GPU and CPU load */
+    int r;
+} lpt_ent;
+
+typedef struct {
     const dh__part_in *in;
     int32_t *rank_of;
     double *gpu, *cpu;       /* per-rank loads */
     int64_t *tokens, *bytes; /* per-rank usage for caps */
     int *head, *next, *prev; /* members of each rank: doubly linked, O(1) moves */
-    int *heap, *aside;       /* LPT's heap of ranks, ranks set aside (R each) */
+    lpt_ent *heap;           /* LPT's heap of ranks (R) */
+    int *aside;              /* ranks LPT set aside (R) */
     int *rh[4];              /* refinement's rank heaps: most (h, pos), least (h, pos) */
 } part_state;
 
@@ -145,16 +151,31 @@ static int rank_before(const part_state *s, int a, int b)
     return a < b;
 }
 
-static void sift_down(const part_state *s, int *heap, int n, int i)
+/* LPT's heap holds each rank with its loads, in rank_before's order: no lookups to compare. */
+static int ent_before(const lpt_ent *a, const lpt_ent *b)
 {
-    int x = heap[i];
+    if (a->g != b->g)
+        return a->g < b->g;
+    if (a->c != b->c)
+        return a->c < b->c;
+    return a->r < b->r;
+}
+
+static lpt_ent ent_of(const part_state *s, int r)
+{
+    return (lpt_ent){s->gpu[r], s->cpu[r], r};
+}
+
+static void sift_down(lpt_ent *heap, int n, int i)
+{
+    lpt_ent x = heap[i];
     for (;;) {
         int c = 2 * i + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && rank_before(s, heap[c + 1], heap[c]))
+        if (c + 1 < n && ent_before(&heap[c + 1], &heap[c]))
             c++;
-        if (!rank_before(s, heap[c], x))
+        if (!ent_before(&heap[c], &x))
             break;
         heap[i] = heap[c];
         i = c;
@@ -162,29 +183,29 @@ static void sift_down(const part_state *s, int *heap, int n, int i)
     heap[i] = x;
 }
 
-static void sift_up(const part_state *s, int *heap, int i)
+static void sift_up(lpt_ent *heap, int i)
 {
-    int x = heap[i];
-    while (i > 0 && rank_before(s, x, heap[(i - 1) / 2])) {
+    lpt_ent x = heap[i];
+    while (i > 0 && ent_before(&x, &heap[(i - 1) / 2])) {
         heap[i] = heap[(i - 1) / 2];
         i = (i - 1) / 2;
     }
     heap[i] = x;
 }
 
-static int heap_pop_rank(const part_state *s, int *heap, int *n)
+static int heap_pop_rank(lpt_ent *heap, int *n)
 {
-    int top = heap[0];
+    int top = heap[0].r;
     heap[0] = heap[--*n];
     if (*n)
-        sift_down(s, heap, *n, 0);
+        sift_down(heap, *n, 0);
     return top;
 }
 
-static void heap_push_rank(const part_state *s, int *heap, int *n, int r)
+static void heap_push_rank(const part_state *s, lpt_ent *heap, int *n, int r)
 {
-    heap[(*n)++] = r;
-    sift_up(s, heap, *n - 1);
+    heap[(*n)++] = ent_of(s, r);
+    sift_up(heap, *n - 1);
 }
 
 /*
@@ -194,21 +215,35 @@ static void heap_push_rank(const part_state *s, int *heap, int *n, int r)
 static void lpt(part_state *s, const int *order, dh__part_out *out)
 {
     const dh__part_in *in = s->in;
-    int R = in->ranks, n = R, naside = 0;
-    int *heap = s->heap, *aside = s->aside;
+    int R = in->ranks, n = R, naside = 0, k = 0;
+    lpt_ent *heap = s->heap;
+    int *aside = s->aside;
     for (int r = 0; r < R; r++)
-        heap[r] = r;
-    for (int k = 0; k < in->n; k++) {
+        heap[r] = ent_of(s, r);
+    if (!in->base_gpu && !in->cap_tokens && !in->cap_bytes && in->n >= R &&
+        in->gpu[order[R - 1]] > 0) {
+        /* Every rank starts empty and the R largest samples all weigh: the least loaded rank
+         * is always the lowest empty one, so sample k of the order goes to rank k, and the
+         * heap is built once from there. */
+        for (; k < R; k++) {
+            place(s, order[k], k, +1);
+            heap[k] = ent_of(s, k);
+        }
+        for (int i = R / 2 - 1; i >= 0; i--)
+            sift_down(heap, R, i);
+    }
+    for (; k < in->n; k++) {
         int i = order[k], best = -1;
-        if (naside == 0 && n == R && fits(s, heap[0], i, -1)) {
+        if (naside == 0 && n == R && fits(s, heap[0].r, i, -1)) {
             /* the usual case: the least loaded rank takes it and sinks to its new place (the
              * order is total, so this is the rank popping would find) */
-            place(s, i, heap[0], +1);
-            sift_down(s, heap, n, 0);
+            place(s, i, heap[0].r, +1);
+            heap[0] = ent_of(s, heap[0].r);
+            sift_down(heap, n, 0);
             continue;
         }
         while (n > 0) {
-            int r = heap_pop_rank(s, heap, &n);
+            int r = heap_pop_rank(heap, &n);
             if (fits(s, r, i, -1)) {
                 best = r;
                 break;
@@ -427,7 +462,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     /* One block for every array of the call, kept in in->ws between calls: a 32,768-sample
      * plan allocated a few MiB per call, which came from fresh pages (mmap, page faults and
      * zeroing: a third of a replica's control time at 1,024 nodes). */
-    size_t need = 4 * ws_len(R, sizeof(double)) + 7 * ws_len(R, sizeof(int)) +
+    size_t need = 4 * ws_len(R, sizeof(double)) + 6 * ws_len(R, sizeof(int)) +
+                  ws_len(R, sizeof(lpt_ent)) +
                   4 * ws_len(n1, sizeof(int)) + ws_len(n1, sizeof(uint64_t)) +
                   ws_len(RADIX, sizeof(size_t));
     dh__part_ws own = {0}, *ws = in->ws ? in->ws : &own;

@@ -34,7 +34,8 @@ int dh__sched_fail(dh__sched *s, int rc)
  * task count, done count, bytes and predicted GPU time from rank_of; called
  * after planning and after a rebalancing plan moved samples.
  */
-void dh__sched_regroup(dh__sched *s, int64_t st)
+/* gpu (G, may be NULL): each position's predicted GPU cost, when the caller has it. */
+static void regroup(dh__sched *s, int64_t st, const double *gpu)
 {
     int64_t G = s->G, base = step_slot(s, st) * G;
     const int64_t *idx = s->order + base;
@@ -47,7 +48,7 @@ void dh__sched_regroup(dh__sched *s, int64_t st)
         br->ntasks++;
         br->ndone += s->done[base + k];
         br->bytes += s->cfg.pred.bytes[idx[k]];
-        br->pred_gpu_raw += sample_gpu(s, idx[k]);
+        br->pred_gpu_raw += gpu ? gpu[k] : sample_gpu(s, idx[k]);
     }
     int32_t off = 0;
     for (int r = 0; r < s->R; r++) {
@@ -60,13 +61,19 @@ void dh__sched_regroup(dh__sched *s, int64_t st)
         s->members[base + b[rank_of[k]].first + fill[rank_of[k]]++] = st * G + k;
 }
 
+void dh__sched_regroup(dh__sched *s, int64_t st)
+{
+    regroup(s, st, NULL);
+}
+
 static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, int32_t *rank_of)
 {
-    double *gpu = s->plan_gpu, *cpu = s->plan_cpu;
+    double *gpu = s->plan_gpu, *cpu = s->plan_cpu, one[DH_CLS_COUNT];
+    for (int c = 0; c < DH_CLS_COUNT; c++) /* each class's calibration, once a plan */
+        one[c] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib, c, 1.0);
     for (int64_t k = 0; k < s->G; k++) {
         gpu[k] = sample_gpu(s, idx[k]);
-        cpu[k] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib,
-                               s->cfg.pred.cls[idx[k]], pred[k]);
+        cpu[k] = pred[k] * one[s->cfg.pred.cls[idx[k]]];
         s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
         s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
     }
@@ -111,7 +118,8 @@ static int plan_step(dh__sched *s, int64_t st)
         s->done[base + k] = 0;
     }
     s->finished_ranks[step_slot(s, st)] = 0;
-    dh__sched_regroup(s, st);
+    /* placing computed every sample's GPU cost into plan_gpu; the stride did not */
+    regroup(s, st, s->caps->placement == DH_PLACE_BALANCED ? s->plan_gpu : NULL);
     dh__lst_leads_stale(s, st);
     double step_gpu = 0;
     for (int r = 0; r < s->R; r++)
