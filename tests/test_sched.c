@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXS 64
+#define MAXS 128
 
 /* A tiny world: sample i has predicted CPU cpu[i] and GPU cost gpu[i] (a_enc = 1). */
 typedef struct {
@@ -265,6 +265,27 @@ START_TEST(a_steps_batches_are_due_smallest_cpu_first)
             dh__sched_free(s);
         }
     }
+}
+END_TEST
+
+START_TEST(a_large_nodes_batches_are_due_smallest_cpu_first_too)
+{
+    /* 100 ranks on one node (over the 64 whose leads follow every calibration change): the
+     * leads come from a sort of the node's batches. CPU 1e-4 x (100 - i) on rank i, all
+     * due within the 1 s step: the smallest batch first, so ranks 99, 98, ... and the order
+     * holds after calibration moved (a task done at twice its prediction). */
+    world w;
+    world_init(&w, DH_POL_HELIX_NOBALANCE, 100, 1, 100, 1);
+    for (int i = 0; i < 100; i++)
+        w.cpu[i] = 1e-4f * (float)(100 - i);
+    dh__sched *s = make(&w);
+    dh__task t;
+    for (int k = 0; k < 100; k++) {
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        ck_assert_int_eq(t.sample, 99 - k);
+        ck_assert_int_eq(dh__sched_task_done(s, &t, 0.01, 2.0 * t.pred_cost, 1.0), 1);
+    }
+    dh__sched_free(s);
 }
 END_TEST
 
@@ -806,6 +827,7 @@ int main(void)
     ADD_TEST(tc, least_slack_starts_a_heavy_sample_three_steps_ahead_first);
     ADD_TEST(tc, window_is_bounded_by_memory);
     ADD_TEST(tc, a_steps_batches_are_due_smallest_cpu_first);
+    ADD_TEST(tc, a_large_nodes_batches_are_due_smallest_cpu_first_too);
     ADD_TEST(tc, steps_are_planned_ahead_of_admission_for_the_fetchers);
     ADD_TEST(tc, heavy_late_sample_is_split_into_keyframe_parts);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);

@@ -77,22 +77,33 @@ static void set_leads(dh__sched *s, int64_t st, int node)
         all += key[i].cpu;
         least = DH_MIN(least, key[i].cpu);
     }
-    qsort(key, (size_t)n, sizeof *key, by_cpu_then_rank);
-    double after = 0;
-    for (int i = n - 1; i >= 0; i--) {
-        b[key[i].i].lead = DH_MIN(after / wpn, step);
-        after += key[i].cpu;
+    if (n <= DH__LEADS_EXACT_RANKS) { /* summed in rank order, as each batch's alone was */
+        for (int i = 0; i < n; i++) {
+            double after = 0;
+            for (int j = 0; j < n; j++)
+                if (j != i && (key[j].cpu > key[i].cpu || (key[j].cpu == key[i].cpu && j > i)))
+                    after += key[j].cpu;
+            b[i].lead = DH_MIN(after / wpn, step);
+        }
+    } else {
+        qsort(key, (size_t)n, sizeof *key, by_cpu_then_rank);
+        double after = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            b[key[i].i].lead = DH_MIN(after / wpn, step);
+            after += key[i].cpu;
+        }
     }
     int64_t k = step_slot(s, st) * s->nodes + node;
     s->first_lead[k] = DH_MIN((all - least) / wpn, step);
-    s->leads_set[k] = 1;
+    s->leads_ver[k] = s->calib_ver + 1;
 }
 
 double dh__lst_lead(dh__sched *s, int64_t st, int rank, double *first_lead)
 {
     int node = node_of_rank(s, rank);
     int64_t k = step_slot(s, st) * s->nodes + node;
-    if (!s->leads_set[k])
+    uint64_t v = s->leads_ver[k];
+    if (!v || (s->ranks_per_node <= DH__LEADS_EXACT_RANKS && v != s->calib_ver + 1))
         set_leads(s, st, node);
     *first_lead = s->first_lead[k];
     return batch_of(s, st, rank)->lead;
@@ -100,7 +111,7 @@ double dh__lst_lead(dh__sched *s, int64_t st, int rank, double *first_lead)
 
 void dh__lst_leads_stale(dh__sched *s, int64_t st)
 {
-    memset(s->leads_set + step_slot(s, st) * s->nodes, 0, (size_t)s->nodes);
+    memset(s->leads_ver + step_slot(s, st) * s->nodes, 0, (size_t)s->nodes * sizeof *s->leads_ver);
 }
 
 /* The estimated deadline of step st, as seen now (from the latest step taken). */

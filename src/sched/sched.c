@@ -151,9 +151,11 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
         touch_node(s, node_of_worker(s, t->worker));
     }
     int64_t a = at(s, t->pos);
-    if (measured >= 0) /* a failed task's time says nothing about decoding */
+    if (measured >= 0) { /* a failed task's time says nothing about decoding */
         dh__calib_cpu_observe(&s->calib, s->cfg.pred.cls[t->sample], s->task_pred[a] / n,
                               measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
+        s->calib_ver++; /* the staggered leads of small nodes follow it (lst.c) */
+    }
     if (n > 1 && --s->parts_left[a] > 0)
         return 0; /* other parts of this sample are still running */
     s->revealed[a] = (float)revealed_gpu;

@@ -30,9 +30,9 @@ static int regrow(dh__sched *s, int64_t ncap)
     int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
-    uint8_t *leads_set = dh__calloc((size_t)ncap * nn, 1);
+    uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && parts_left && revealed && done &&
-             orig_rank && step_start && finished_ranks && first_lead && leads_set;
+             orig_rank && step_start && finished_ranks && first_lead && leads_ver;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
@@ -41,7 +41,7 @@ static int regrow(dh__sched *s, int64_t ncap)
         finished_ranks[n] = s->finished_ranks[o];
         memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
         memcpy(first_lead + n * (int64_t)nn, s->first_lead + o * (int64_t)nn, nn * sizeof *first_lead);
-        memcpy(leads_set + n * (int64_t)nn, s->leads_set + o * (int64_t)nn, nn);
+        memcpy(leads_ver + n * (int64_t)nn, s->leads_ver + o * (int64_t)nn, nn * sizeof *leads_ver);
 #define MOVE(a) memcpy(a + n * G, s->a + o * G, (size_t)G * sizeof *a)
         MOVE(order);
         MOVE(rank_of);
@@ -71,7 +71,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(step_start);
     SWAP(finished_ranks);
     SWAP(first_lead);
-    SWAP(leads_set);
+    SWAP(leads_ver);
 #undef SWAP
     if (!ok)
         return DH_ENOMEM;
@@ -114,7 +114,7 @@ void dh__sched_free(dh__sched *s)
     free(s->step_start);
     free(s->finished_ranks);
     free(s->first_lead);
-    free(s->leads_set);
+    free(s->leads_ver);
     free(s->lead_keys);
     dh__part_ws_free(&s->part_ws);
     for (int n = 0; n < s->nodes; n++) {
