@@ -9,6 +9,7 @@
  * spec, the same predicted, and the measured/predicted ratio's spread (the model's error
  * once one scale factor is fitted, as calibration does).
  */
+#include "bench_clock.h"
 #include "codec/decode.h"
 #include "cost/cost.h"
 
@@ -17,13 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* Decodes sample i under spec as epoch `epoch` drew it; its CPU seconds, or < 0. */
 static double decode_sample(const dh_manifest *m, const dh_spec *spec, int64_t i, int64_t epoch,
@@ -50,9 +44,9 @@ static double decode_sample(const dh_manifest *m, const dh_spec *spec, int64_t i
         const char *dir = dh_manifest_dir(m);
         snprintf(path, sizeof path, "%s%s%s", dir, dir[0] ? "/" : "", mi.path);
         dh__media_src src = DH__ITEM_SRC(dir, mi.path, &mi);
-        double t0 = cpu_now();
+        double t0 = bench_seconds(CLOCK_THREAD_CPUTIME_ID);
         int rc = dh__decode_item(&src, spec, &mi, &d, 0, 1, *buf, *cap, NULL, err, sizeof err);
-        spent += cpu_now() - t0;
+        spent += bench_seconds(CLOCK_THREAD_CPUTIME_ID) - t0;
         if (rc) {
             fprintf(stderr, "%s: %s\n", path, err);
             return -1;

@@ -9,6 +9,7 @@
  * their first touch is part of the figure. Run under mpirun with 2
  * processes: bash bench/run_comm.sh build/release
  */
+#include "bench_clock.h"
 #include "mpi/comm.h"
 
 #include <math.h>
@@ -16,13 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -50,7 +44,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < NS && buf; k++) {
         double best = INFINITY;
         for (int r = 0; r < reps; r++) {
-            double t0 = now();
+            double t0 = bench_seconds(CLOCK_MONOTONIC);
             dh__comm_msg m;
             if (me == 0) {
                 dh__comm_send(c, 1, k, buf, sizes[k]);
@@ -62,7 +56,7 @@ int main(int argc, char **argv)
                 dh__comm_send(c, 0, k, buf, sizes[k]);
             }
             free(m.data);
-            best = fmin(best, (now() - t0) / 2);
+            best = fmin(best, (bench_seconds(CLOCK_MONOTONIC) - t0) / 2);
         }
         one_way[k] = best;
         if (me == 0)

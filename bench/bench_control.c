@@ -18,18 +18,12 @@
  * the wire are not in it (O(ranks) copies a step).
  *   usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH] [STEPS] [WORKLOAD]
  */
+#include "bench_clock.h"
 #include "run/run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -78,7 +72,7 @@ int main(int argc, char **argv)
     double now = 0, ctl_sum = 0, ctl_max = 0, step_sum = 0, others_sum = 0, reb_sum = 0;
     int64_t tasks = 0;
     for (int64_t st = 0; st < steps; st++) {
-        double t0 = cpu_now(), others = 0;
+        double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID), others = 0;
         /* its workers prepare every task of its ranks for this step (and what the window
          * admits ahead of it), each finishing at its predicted cost */
         for (int r = 0; r < rpn; r++) {
@@ -98,7 +92,7 @@ int main(int argc, char **argv)
                 tasks += n;
             }
         }
-        double t_ready = cpu_now();
+        double t_ready = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         /* the step's compute, from the workload's GPU model (simulated; not the agent's) */
         double step_gpu = 0;
         for (int r = 0; r < R; r++) {
@@ -109,16 +103,16 @@ int main(int argc, char **argv)
             step_gpu = gpu[r] > step_gpu ? gpu[r] : step_gpu;
         }
         double step_s = step_gpu + run.gpu.c0;
-        double t1 = cpu_now();
+        double t1 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         for (int r = 0; r < R; r++) {
             if (r == rpn) /* the others', from their records */
-                others = cpu_now();
+                others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
             dh__sched_batch_taken(s, r, st, now);
             dh__sched_step_done(s, r, st, now + gpu[r], gpu[r]);
         }
-        others = cpu_now() - others;
+        others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - others;
         now += step_s;
-        double t_reb_start = cpu_now();
+        double t_reb_start = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         /* the next step's agreed moves: every sample's exact cost came in the records (the
          * benchmark reads them from the truth: not the agent's time) */
         int64_t ns = st + 1;
@@ -131,13 +125,13 @@ int main(int argc, char **argv)
             }
             for (int64_t j = 0; j < G; j++)
                 known[j] = (float)run.truth.gpu[order[j]];
-            t_reb = cpu_now();
+            t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
             for (int64_t j = 0; j < G; j++)
                 if (dh__sched_rank_of(s, ns, j) >= rpn)
                     dh__sched_learn_prepared(s, ns, j, known[j]);
             dh__reb_agreed a = {frozen, known, dh__calib_gpu_mape(dh__sched_calib(s)), 1, 1, 1};
             dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
-            t_reb = cpu_now() - t_reb;
+            t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t_reb;
         }
         double ctl = (t_reb_start - t1) + t_reb + (t_ready - t0);
         if (st > 0) { /* step 0 plans the window's first steps at once */

@@ -5,19 +5,13 @@
  * Compare with the ffmpeg tool on the same work:
  *   ffmpeg -threads 1 -i FILE -vf format=rgb24 -f null -
  */
+#include "bench_clock.h"
 #include "codec/decode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -39,9 +33,9 @@ int main(int argc, char **argv)
         uint8_t *buf = malloc((size_t)md.out_bytes);
         memset(buf, 1, (size_t)md.out_bytes); /* pre-fault: the engine's pool pages are warm */
         dh__decode_stats st;
-        double t0 = cpu_now();
+        double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         int rc = dh__decode_video(DH__SRC(argv[i]), spec, &pr.info, buf, (size_t)md.out_bytes, &st, err, sizeof err);
-        double dt = cpu_now() - t0;
+        double dt = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t0;
         if (rc) {
             fprintf(stderr, "%s: %s\n", argv[i], err);
             return 1;

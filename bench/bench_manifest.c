@@ -8,6 +8,7 @@
  * The synthetic lines mimic a video corpus (one video per sample, 2-5
  * keyframes, sim truth), about 240 bytes each, like docs/DESIGN.md's example.
  */
+#include "bench_clock.h"
 #include "datahelix.h"
 
 #include <jansson.h>
@@ -17,13 +18,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int gen(const char *path, long n, unsigned seed)
 {
@@ -52,9 +46,9 @@ static int load(const char *path)
     dh_load_opts_default(&opts);
     dh_manifest *m = NULL;
     dh_load_stats st;
-    double t0 = now();
+    double t0 = bench_seconds(CLOCK_MONOTONIC);
     int rc = dh_manifest_load(path, &opts, &m, &st);
-    double secs = now() - t0;
+    double secs = bench_seconds(CLOCK_MONOTONIC) - t0;
     if (rc) {
         fprintf(stderr, "load failed: %s\n", dh_strerror(rc));
         return 1;
@@ -80,7 +74,7 @@ static int jansson_only(const char *path)
     size_t cap = 0;
     ssize_t n;
     long lines = 0, bad = 0;
-    double t0 = now();
+    double t0 = bench_seconds(CLOCK_MONOTONIC);
     while ((n = getline(&line, &cap, f)) > 0) {
         json_error_t e;
         json_t *j = json_loadb(line, (size_t)n, JSON_REJECT_DUPLICATES, &e);
@@ -88,7 +82,7 @@ static int jansson_only(const char *path)
         json_decref(j);
         lines++;
     }
-    double secs = now() - t0;
+    double secs = bench_seconds(CLOCK_MONOTONIC) - t0;
     free(line);
     fclose(f);
     printf("jansson only: %ld lines (%ld invalid) in %.3f s: %.0f lines/s\n", lines, bad, secs,

@@ -7,19 +7,13 @@
  * costs independent. Prints the time per plan and max/lower bound, where the
  * lower bound is max(total / R, largest sample).
  */
+#include "bench_clock.h"
 #include "plan/plan.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -44,10 +38,10 @@ int main(int argc, char **argv)
         }
         dh__part_in in = {.n = G, .ranks = R, .gpu = gpu, .cpu = cpu};
         dh__part_out out;
-        double t0 = now();
+        double t0 = bench_seconds(CLOCK_MONOTONIC);
         if (dh__partition(&in, rank_of, &out))
             return 1;
-        double dt = now() - t0;
+        double dt = bench_seconds(CLOCK_MONOTONIC) - t0;
         best = fmin(best, dt);
         total += dt;
         worst_ratio = fmax(worst_ratio, out.max_gpu / fmax(sum / R, big));
