@@ -782,6 +782,47 @@ START_TEST(idle_node_lends_into_a_backlog_before_it_is_late)
 }
 END_TEST
 
+START_TEST(the_latest_node_lends_first_ties_to_the_lower_node)
+{
+    /* Four nodes of one rank and one worker, 3 samples a rank and step, GPU 6 s (deadline of
+     * step 1: 18 s). Nodes 1 and 3 run the same backlog as above (late by 6 s), node 2 and
+     * node 0 drain theirs. Node 0's idle worker takes node 1's task (a tie with node 3: the
+     * lower node); once node 1's own worker takes its last task, node 0 takes node 3's. */
+    world w;
+    world_init(&w, DH_POL_HELIX, 4, 4, 12, 2);
+    w.cfg.nodes = 4;
+    for (int i = 0; i < 24; i++) {
+        w.cpu[i] = 8.0f;
+        w.feat[i].v = 6.0f;
+    }
+    dh__sched *s = make(&w);
+    dh__task t;
+    for (int node = 1; node < 4; node++) {
+        int take = node == 2 ? 6 : 4; /* 1 and 3: step 0, then one of step 1 runs until 8 s */
+        for (int k = 0; k < take; k++) {
+            ck_assert_int_eq(dh__sched_next_task(s, node, 0.0, &t), 0);
+            ck_assert_int_eq(t.rank, node);
+            if (k < 3 || node == 2)
+                dh__sched_task_done(s, &t, 0.0, 8.0, -1);
+        }
+    }
+    for (int k = 0; k < 6; k++) { /* node 0: both steps */
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        ck_assert_int_eq(t.rank, 0);
+        dh__sched_task_done(s, &t, 0.0, 8.0, -1);
+    }
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+    ck_assert_int_eq(t.rank, 1);
+    ck_assert_double_gt(t.ship_s, 0);
+    ck_assert_int_eq(dh__sched_next_task(s, 1, 0.0, &t), 0); /* node 1's last own task */
+    ck_assert_int_eq(t.rank, 1);
+    ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+    ck_assert_int_eq(t.rank, 3);
+    ck_assert_int_eq(dh__sched_reb_stats(s)->lent, 2);
+    dh__sched_free(s);
+}
+END_TEST
+
 START_TEST(calibration_converges_on_synthetic_truth)
 {
     /* Truth is 1.5x the CPU model for video and 0.8x the GPU model, with 20% noise. */
@@ -840,6 +881,7 @@ int main(void)
     ADD_TEST(tc, measured_wire_cost_closes_the_gates_between_nodes);
     ADD_TEST(tc, an_agreed_plan_is_applied_by_every_node_and_counted_by_one);
     ADD_TEST(tc, idle_node_lends_into_a_backlog_before_it_is_late);
+    ADD_TEST(tc, the_latest_node_lends_first_ties_to_the_lower_node);
     ADD_TEST(tc, calibration_converges_on_synthetic_truth);
     ADD_TEST(tc, policy_names_round_trip);
     suite_add_tcase(s, tc);

@@ -113,6 +113,12 @@ struct dh__sched {
     uint64_t *node_ver;          /* per node: bumped when its queue or workers change */
     uint64_t *lend_memo_ver, *lend_memo_epoch; /* per node: backlog_lateness memo */
     double *lend_memo_val;
+    /* the latest node, kept as nodes change: a tournament tree over the nodes' latenesses
+     * (leaves lend_P..lend_P+nodes-1 hold node indices, inner nodes the later child, ties
+     * to the lower node), and the nodes changed since it was last brought up to date */
+    int lend_P, *lend_tree, *lend_dirty_list, lend_ndirty, lend_all_dirty;
+    double *lend_leaf;  /* per node: its lateness as the tree has it (-inf: empty queue) */
+    uint8_t *lend_dirty;
 };
 
 /* Slot of a global position (step * G + k) in the cap * G rings. */
@@ -170,12 +176,17 @@ static inline void touch_node(dh__sched *s, int node)
 {
     s->node_ver[node]++;
     s->lend_ver++;
+    if (!s->lend_dirty[node]) {
+        s->lend_dirty[node] = 1;
+        s->lend_dirty_list[s->lend_ndirty++] = node;
+    }
 }
 
 static inline void touch_all(dh__sched *s)
 {
     s->epoch++;
     s->lend_ver++;
+    s->lend_all_dirty = 1;
 }
 
 /* state.c */
