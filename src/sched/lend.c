@@ -109,13 +109,6 @@ double dh__lend_lateness(dh__sched *s, int b, double now)
     return worst;
 }
 
-/*
- * The node an idle worker of `home` should take from: the other node whose
- * queued tasks are predicted latest (backlog_lateness), when that lateness
- * exceeds the cost of shipping the prepared sample back (bytes over the
- * network plus latency) times 1 + 4 x the CPU prediction error. Returns the
- * node, or -1; *ship gets the shipping time.
- */
 /* The later of two tree entries (node indices, -1 for none), ties to the lower node. */
 static int later(const dh__sched *s, int a, int b)
 {
@@ -124,7 +117,7 @@ static int later(const dh__sched *s, int a, int b)
     return s->lend_leaf[b] > s->lend_leaf[a] ? b : a;
 }
 
-/* Node b's leaf and the path above it; the leaf's value is read again only if it changed. */
+/* Node b's leaf again (its lateness now, -inf with an empty queue) and the path above it. */
 static void tree_set(dh__sched *s, int b, double now)
 {
     s->lend_leaf[b] = s->heap_n[b] ? dh__lend_lateness(s, b, now) : -INFINITY;
@@ -154,6 +147,13 @@ static void tree_update(dh__sched *s, double now)
     s->lend_all_dirty = 0;
 }
 
+/*
+ * The node an idle worker of `home` should take from: the other node whose
+ * queued tasks are predicted latest (backlog_lateness), when that lateness
+ * exceeds the cost of shipping the prepared sample back (bytes over the
+ * network plus latency) times 1 + 4 x the CPU prediction error. Returns the
+ * node, or -1; *ship gets the shipping time.
+ */
 int dh__lend_from(dh__sched *s, int home, double now, double *ship)
 {
     /* The latest node is the same for every idle worker until something changes (home's
