@@ -115,6 +115,19 @@ check "sim --workload-samples runs 12 steps over a dataset of 2 batches" \
 check "sim json splits the setup out of wall_s" contains "$WORK/simws.json" '"setup_s":[0-9]'
 "$DH" sim --workload laion-images --workload-samples 0 > /dev/null 2> "$WORK/simws.err"
 check "--workload-samples 0 is refused, named" contains "$WORK/simws.err" "workload-samples"
+"$DH" sim --manifest "$WORK/data/manifest.jsonl" --workload-samples 10 --ranks 1 --workers 1 \
+    --batch 1 > /dev/null 2> "$WORK/simwsm.err"
+check "--workload-samples on a manifest run is refused" contains "$WORK/simwsm.err" \
+    "a manifest run reads its manifest"
+# Ctrl-C while a large dataset is generated: it stops there (it went on to the end before).
+"$DH" sim --workload omni-mix --workload-samples 5000000 --steps 2 > /dev/null \
+    2> "$WORK/simint.err" &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+check "Ctrl-C while a workload is generated exits 130 at once" test $? -eq 130
+check "... saying where it stopped" contains "$WORK/simint.err" "generating omni-mix (5000000 samples): stopped"
 # The indexed real corpus, as a manifest run (default spec, generic GPU model).
 "$DH" sim --manifest "$WORK/data/manifest.jsonl" --policy pool --ranks 2 --workers 2 --batch 2 \
     > "$WORK/sim2.out" 2>&1

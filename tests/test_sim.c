@@ -5,6 +5,7 @@
  */
 #include "metrics/metrics.h"
 #include "run/run.h"
+#include "workloads/workloads.h"
 #include "testutil.h"
 
 #include <jansson.h>
@@ -40,6 +41,51 @@ START_TEST(a_nodes_default_budget_holds_its_largest_batch)
             }
             dh__run_free(&run);
         }
+}
+END_TEST
+
+static int stop_calls;
+static int stop_after_two(void *user)
+{
+    (void)user;
+    return ++stop_calls > 2;
+}
+
+START_TEST(generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit)
+{
+    /* asked every 4,096 samples: the third question stops it, before 12,288 */
+    dh_manifest *m = NULL;
+    stop_calls = 0;
+    ck_assert_int_eq(dh__workload_generate_until("laion-images", 100000, 1, stop_after_two, NULL,
+                                                 &m),
+                     DH_ECANCELED);
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(stop_calls, 3);
+    ck_assert_int_eq(dh__workload_generate_until("laion-images", 5000, 1, NULL, NULL, &m), 0);
+    ck_assert_int_eq(dh_manifest_count(m), 5000);
+    dh_manifest_free(m);
+    /* a run: a dataset larger than this machine's memory is refused before any is made, and
+     * a manifest run is not given a generated dataset's size */
+    dh_run_config cfg;
+    dh_run_config_default(&cfg);
+    cfg.workload = "laion-images";
+    cfg.steps = 2;
+    cfg.workload_samples = INT64_C(1) << 40;
+    dh_result res = DH_RESULT_INIT;
+    char err[512] = "";
+    ck_assert_int_eq(dh_sim_run(&cfg, &res, err, sizeof err), DH_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(err, "GiB"));
+    ck_assert_ptr_nonnull(strstr(err, "--workload-samples"));
+    ck_assert_int_eq(dh_workload_generate("laion-images", 300, 1, &m), 0);
+    cfg.workload = NULL;
+    cfg.manifest = m;
+    cfg.workload_samples = 10;
+    cfg.ranks = 2;
+    cfg.workers = 2;
+    cfg.global_batch = 4;
+    ck_assert_int_eq(dh_sim_run(&cfg, &res, err, sizeof err), DH_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "a manifest run reads its manifest (300 samples here)"));
+    dh_manifest_free(m);
 }
 END_TEST
 
@@ -811,6 +857,7 @@ int main(void)
     TCase *tc = tcase_create("sim");
     tcase_set_timeout(tc, 120);
     ADD_TEST(tc, metrics_on_a_hand_built_trace);
+    ADD_TEST(tc, generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit);
     ADD_TEST(tc, a_nodes_default_budget_holds_its_largest_batch);
     ADD_TEST(tc, an_outside_run_gets_the_same_metrics);
     ADD_TEST(tc, a_late_step_keeps_most_ranks_on_time);

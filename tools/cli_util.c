@@ -284,7 +284,7 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
     } else if (!strcmp(opt, "--epochs")) {
         rc = cli_int(opt, val, 1, INT32_MAX, &cfg->epochs);
     } else if (!strcmp(opt, "--workload-samples")) {
-        rc = cli_int(opt, val, 1, INT64_MAX / 4, &cfg->workload_samples);
+        rc = cli_int(opt, val, 1, INT32_MAX, &cfg->workload_samples);
     } else if (!strcmp(opt, "--seed")) {
         rc = cli_int(opt, val, 0, INT64_MAX, &x);
         cfg->seed = (uint64_t)x;

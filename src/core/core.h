@@ -38,6 +38,9 @@ uint64_t dh__mix64(uint64_t x);
  * given /proc/self/cgroup and /proc/self/mountinfo (files of the same form in tests).
  */
 int64_t dh__cgroup_room(const char *proc_cgroup, const char *mountinfo);
+/* Bytes this process may still fill: MemAvailable, and what its control groups still allow
+ * (the smaller); -1 when neither is known (shm.c). */
+int64_t dh__memory_available(void);
 
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): for durations and deadlines. */
 double dh__mono(void);

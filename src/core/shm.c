@@ -44,7 +44,7 @@ static int64_t read_kb_field(const char *path, const char *key)
  * kernel says is available, and what its control groups (v1 or v2) still
  * allow. Reserving more does not fail on Linux: it invites the OOM killer.
  */
-static int64_t memory_available(void)
+int64_t dh__memory_available(void)
 {
     int64_t kb = read_kb_field("/proc/meminfo", "MemAvailable:");
     int64_t avail = kb >= 0 ? kb * 1024 : -1;
@@ -71,7 +71,7 @@ int dh__shm_create(dh__shm *s, int64_t size, int share, int reserve, int populat
         }
         return 0;
     }
-    int64_t avail = reserve ? memory_available() : -1;
+    int64_t avail = reserve ? dh__memory_available() : -1;
     if (avail >= 0 && s->size > avail)
         return dh__fail(err, errlen, DH_ENOMEM,
                         "the batch pool needs %.1f MiB of shared memory but %.1f MiB are "

@@ -266,6 +266,12 @@ int64_t dh_workload_global_batch(const char *name)
 
 int dh_workload_generate(const char *name, int64_t samples, uint64_t seed, dh_manifest **out)
 {
+    return dh__workload_generate_until(name, samples, seed, NULL, NULL, out);
+}
+
+int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed,
+                                int (*stop)(void *), void *user, dh_manifest **out)
+{
     const dh__workload *w = dh__workload_find(name);
     if (!out || samples < 0)
         return DH_EINVAL;
@@ -280,6 +286,10 @@ int dh_workload_generate(const char *name, int64_t samples, uint64_t seed, dh_ma
     dh__rng r;
     dh__rng_seed(&r, dh__mix64(seed ^ dh__hash_bytes(name, strlen(name), 7)));
     for (int64_t i = 0; i < samples && !rc; i++) {
+        if (stop && (i & 4095) == 0 && stop(user)) {
+            rc = DH_ECANCELED;
+            break;
+        }
         gen_ctx g = {.r = &r, .buf = buf, .len = 0, .i = i};
         w->generate(&g);
         put(&g, "]}");
