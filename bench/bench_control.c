@@ -23,10 +23,18 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: bench_control [NODES (1024)] [RANKS_PER_NODE (8)] [GLOBAL_BATCH (32768)] "
+               "[STEPS (20)] [WORKLOAD (omni-mix)]\n"
+               "one agent's control plane per step on node 0 of NODES, against the step's "
+               "simulated compute (bench/RESULTS.md, issue 25)\n");
+        return 0;
+    }
     int nodes = argc > 1 ? atoi(argv[1]) : 1024, rpn = argc > 2 ? atoi(argv[2]) : 8;
     int64_t G = argc > 3 ? atoll(argv[3]) : 32768, steps = argc > 4 ? atoll(argv[4]) : 20;
     const char *wl = argc > 5 ? argv[5] : "omni-mix";

@@ -13,10 +13,16 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: bench_plan [G (4096)] [R (512)] [REPEATS (50)] [SIGMA (0.8)]\n"
+               "partition G samples over R ranks, REPEATS times, one core\n");
+        return 0;
+    }
     int G = argc > 1 ? atoi(argv[1]) : 4096, R = argc > 2 ? atoi(argv[2]) : 512;
     int reps = argc > 3 ? atoi(argv[3]) : 50;
     double sigma = argc > 4 ? atof(argv[4]) : 0.8;
