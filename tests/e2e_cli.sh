@@ -23,6 +23,15 @@ json_field() { # json_field FILE KEY -> prints the value (flat numeric keys only
 # ---- media: a small corpus with one of each kind, plus junk ----
 mkdir -p "$WORK/data/clips" "$WORK/data/img" "$WORK/data/audio"
 ff() { "$FFMPEG" -v error -y -nostdin "$@"; }
+sigint_after() { # sigint_after SECONDS OUT ERR CMD... -> CMD's exit status after a SIGINT
+    local secs=$1 out=$2 err=$3 pid
+    shift 3
+    "$@" > "$out" 2> "$err" &
+    pid=$!
+    sleep "$secs"
+    kill -INT $pid
+    wait $pid
+}
 ff -f lavfi -i testsrc=size=320x240:rate=25 -t 2 -c:v libx264 -g 10 -bf 2 -pix_fmt yuv420p "$WORK/data/clips/a.mp4"
 ff -f lavfi -i testsrc=size=160x120:rate=30 -t 1 -c:v libx264 -g 15 -pix_fmt yuv420p "$WORK/data/clips/b.mkv"
 ff -f lavfi -i testsrc=size=640x360 -frames:v 1 "$WORK/data/img/c.jpg"
@@ -120,12 +129,8 @@ check "--workload-samples 0 is refused, named" contains "$WORK/simws.err" "workl
 check "--workload-samples on a manifest run is refused" contains "$WORK/simwsm.err" \
     "a manifest run reads its manifest"
 # Ctrl-C while a large dataset is generated: it stops there (it went on to the end before).
-"$DH" sim --workload omni-mix --workload-samples 5000000 --steps 2 > /dev/null \
-    2> "$WORK/simint.err" &
-pid=$!
-sleep 1
-kill -INT $pid
-wait $pid
+sigint_after 1 /dev/null "$WORK/simint.err" \
+    "$DH" sim --workload omni-mix --workload-samples 5000000 --steps 2
 check "Ctrl-C while a workload is generated exits 130 at once" test $? -eq 130
 check "... saying where it stopped" contains "$WORK/simint.err" "generating omni-mix (5000000 samples): stopped"
 # The indexed real corpus, as a manifest run (default spec, generic GPU model).
@@ -219,12 +224,9 @@ check "run without a manifest is refused" contains "$WORK/runw.err" "run needs -
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --policy pool --ranks 2 --workers 2 --batch 3 \
     --epochs 3 --json "$WORK/ep.json" > "$WORK/ep.out" 2>&1
 check "run --epochs 3 runs 3 epochs of 2 steps" test "$(json_field "$WORK/ep.json" steps)" = 6
-"$DH" run --manifest "$WORK/data/manifest.jsonl" --policy helix --ranks 2 --workers 2 --batch 3 \
-    --steps 0 --json "$WORK/forever.json" > "$WORK/forever.out" 2> "$WORK/forever.err" &
-pid=$!
-sleep 3
-kill -INT $pid
-wait $pid
+sigint_after 3 "$WORK/forever.out" "$WORK/forever.err" "$DH" run --manifest \
+    "$WORK/data/manifest.jsonl" --policy helix --ranks 2 --workers 2 --batch 3 --steps 0 \
+    --json "$WORK/forever.json"
 check "an endless run stopped by SIGINT exits 130 (128 + SIGINT), not by itself" test $? -eq 130
 check "an interrupted run says what it covers" contains "$WORK/forever.err" "interrupted"
 steps=$(json_field "$WORK/forever.json" steps)

@@ -92,7 +92,8 @@ typedef struct {
     /* Polled by the engines (once per step) and the agent (every 200 ms), possibly from
      * several threads at once: keep it thread-safe and cheap (an atomic or sig_atomic_t
      * flag). Nonzero ends the run after the steps in flight, with the accounting of what
-     * was done. May be NULL. */
+     * was done; while a workload's dataset is generated (asked every 4,096 samples), it
+     * ends the run before it starts, with DH_ECANCELED. May be NULL. */
     int (*should_stop)(void *user);
     void *should_stop_user;
     /* Samples a workload run generates (its dataset; epochs go round it); 0: the samples
