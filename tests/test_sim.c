@@ -53,7 +53,7 @@ static int stop_after_two(void *user)
 
 START_TEST(generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit)
 {
-    /* asked every 4,096 samples: the third question stops it, before 12,288 */
+    /* asked after every 4,096 samples: the third question stops it, at 12,288 */
     dh_manifest *m = NULL;
     stop_calls = 0;
     ck_assert_int_eq(dh__workload_generate_until("laion-images", 100000, 1, stop_after_two, NULL,
@@ -535,6 +535,7 @@ START_TEST(epochs_and_stopping_set_the_run_length)
     int calls = 0;
     c.should_stop = count_to_40;
     c.should_stop_user = &calls;
+    c.workload_samples = 300; /* generating 4,096 or more samples asks should_stop too */
     ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(r.steps, 40);
     ck_assert_int_eq(r.delivered, 40 * 128);

@@ -286,7 +286,7 @@ int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed
     dh__rng r;
     dh__rng_seed(&r, dh__mix64(seed ^ dh__hash_bytes(name, strlen(name), 7)));
     for (int64_t i = 0; i < samples && !rc; i++) {
-        if (stop && (i & 4095) == 0 && stop(user)) {
+        if (stop && i > 0 && (i & 4095) == 0 && stop(user)) {
             rc = DH_ECANCELED;
             break;
         }

@@ -20,8 +20,9 @@ typedef struct {
 } dh__workload;
 
 const dh__workload *dh__workload_find(const char *name);
-/* dh_workload_generate, asking stop(user) every 4,096 samples (may be NULL): DH_ECANCELED
- * once it says so (a run's should_stop: Ctrl-C while a large dataset is generated). */
+/* dh_workload_generate, asking stop(user) after every 4,096 samples (may be NULL; a dataset
+ * under 4,097 samples never asks): DH_ECANCELED once it says so (a run's should_stop:
+ * Ctrl-C while a large dataset is generated). */
 int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed,
                                 int (*stop)(void *), void *user, dh_manifest **out);
 
