@@ -80,7 +80,7 @@ int main(int argc, char **argv)
     double now = 0, ctl_sum = 0, ctl_max = 0, step_sum = 0, others_sum = 0, reb_sum = 0;
     int64_t tasks = 0;
     for (int64_t st = 0; st < steps; st++) {
-        double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID), others = 0;
+        double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID), others = -1;
         /* its workers prepare every task of its ranks for this step (and what the window
          * admits ahead of it), each finishing at its predicted cost */
         for (int r = 0; r < rpn; r++) {
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
             dh__sched_batch_taken(s, r, st, now);
             dh__sched_step_done(s, r, st, now + gpu[r], gpu[r]);
         }
-        others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - others;
+        others = others < 0 ? 0 : bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - others; /* 1 node */
         now += step_s;
         double t_reb_start = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         /* the next step's agreed moves: every sample's exact cost came in the records (the

@@ -141,6 +141,8 @@ START_TEST(bitset_finds_the_next_member)
                 want++;
             ck_assert_int_eq(dh__bitset_next(&b, from, hi), want < cap ? want : hi < n ? hi : n);
             ck_assert_int_eq(dh__bitset_next(&b, 0, n) < n, memchr(ref, 1, (size_t)n) != NULL);
+            ck_assert_int_eq(dh__bitset_has(&b, i), ref[i]);
+            ck_assert_int_eq(dh__bitset_has(&b, from < n ? from : 0), ref[from < n ? from : 0]);
         }
         free(ref);
         dh__bitset_free(&b);

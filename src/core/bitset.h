@@ -48,6 +48,11 @@ static inline void dh__bitset_put(dh__bitset *b, int64_t i, int member)
     }
 }
 
+static inline int dh__bitset_has(const dh__bitset *b, int64_t i)
+{
+    return (int)((b->bits[i >> 6] >> (i & 63)) & 1);
+}
+
 /* The smallest member in [from, hi), or hi when there is none. */
 static inline int64_t dh__bitset_next(const dh__bitset *b, int64_t from, int64_t hi)
 {

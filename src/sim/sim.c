@@ -89,8 +89,7 @@ typedef struct {
     int nworkers;
     dh__task *current; /* per worker */
     double *task_start;
-    uint8_t *idle;
-    dh__bitset idle_set; /* the same workers, to find the next idle one quickly */
+    dh__bitset idle; /* idle workers (finding the next one costs the idle ones it meets) */
     int64_t *waiting;  /* per rank: step it waits for, -1 when busy */
     int arrived;       /* ranks at the current step's barrier (one step at a time) */
     int64_t *batch_buf;
@@ -331,7 +330,7 @@ static void contention_advance(sim *s, double now)
 {
     double rate = share(s, s->busy), dt = now - s->shared_at;
     for (int w = 0; dt > 0 && rate < 1.0 && w < s->nworkers; w++)
-        if (!s->idle[w])
+        if (!dh__bitset_has(&s->idle, w))
             s->rem[w] -= dt * rate;
     s->shared_at = now;
 }
@@ -342,8 +341,8 @@ static int contention_reissue(sim *s, double now)
 {
     double rate = share(s, s->busy);
     for (int w = 0; w < s->nworkers; w++)
-        if (!s->idle[w] && push(s, now + DH_MAX(s->rem[w], 0.0) / rate, EV_TASK_DONE, w,
-                                ++s->ver[w]))
+        if (!dh__bitset_has(&s->idle, w) &&
+            push(s, now + DH_MAX(s->rem[w], 0.0) / rate, EV_TASK_DONE, w, ++s->ver[w]))
             return DH_ENOMEM;
     return 0;
 }
@@ -359,8 +358,7 @@ static int dispatch(sim *s, int w, double now)
         return 1;
     }
     contention_advance(s, now);
-    s->idle[w] = 0;
-    dh__bitset_put(&s->idle_set, w, 0);
+    dh__bitset_put(&s->idle, w, 0);
     s->task_start[w] = now;
     /* A sample prepared on another node arrives after its network transfer; one on an
      * object store is decoded once its bytes are here. */
@@ -390,8 +388,8 @@ static void poll_idle(sim *s, int rank, double now)
     int shared = dh__sched_worker_rank(s->sched, 0) < 0;
     int nodes = s->run->cfg.nodes > 1 ? s->run->cfg.nodes : 1, wpn = s->nworkers / nodes;
     int lo = shared || rank < 0 ? 0 : rank * per, hi = shared || rank < 0 ? s->nworkers : lo + per;
-    for (int w = (int)dh__bitset_next(&s->idle_set, lo, hi); w < hi;
-         w = (int)dh__bitset_next(&s->idle_set, w + 1, hi))
+    for (int w = (int)dh__bitset_next(&s->idle, lo, hi); w < hi;
+         w = (int)dh__bitset_next(&s->idle, w + 1, hi))
         if (dispatch(s, w, now) && shared)
             w = (w / wpn + 1) * wpn - 1; /* on to the next node's first worker */
 }
@@ -431,11 +429,10 @@ static void request(sim *s, int r, int64_t st, double now)
 static void on_task_done(sim *s, const event *e)
 {
     int w = e->a;
-    if (s->idle[w] || e->b != s->ver[w])
+    if (dh__bitset_has(&s->idle, w) || e->b != s->ver[w])
         return; /* re-issued at another speed */
     contention_advance(s, e->t);
-    s->idle[w] = 1;
-    dh__bitset_put(&s->idle_set, w, 1);
+    dh__bitset_put(&s->idle, w, 1);
     s->busy--;
     if (share(s, s->busy + 1) < 1.0 && contention_reissue(s, e->t) != 0) {
         fail(s, DH_ENOMEM);
@@ -461,7 +458,7 @@ static void on_task_done(sim *s, const event *e)
         if (s->waiting[t.rank] == t.step)
             start_compute(s, t.rank, t.step, e->t);
     }
-    if (s->idle[w])
+    if (dh__bitset_has(&s->idle, w))
         dispatch(s, w, e->t);
 }
 
@@ -507,19 +504,17 @@ static int sim_alloc(sim *s)
     s->nworkers = dh__sched_worker_count(s->sched);
     s->current = dh__calloc((size_t)s->nworkers, sizeof *s->current);
     s->task_start = dh__calloc((size_t)s->nworkers, sizeof *s->task_start);
-    s->idle = dh__malloc((size_t)s->nworkers);
-    int rc = dh__bitset_init(&s->idle_set, s->nworkers);
+    int rc = dh__bitset_init(&s->idle, s->nworkers);
     s->rem = dh__calloc((size_t)s->nworkers, sizeof *s->rem);
     s->ver = dh__calloc((size_t)s->nworkers, sizeof *s->ver);
     s->cores = s->run->cfg.workers;
     s->waiting = dh__malloc((size_t)R * sizeof *s->waiting);
     s->batch_buf = dh__malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
-    if (rc || !s->current || !s->task_start || !s->idle || !s->waiting || !s->batch_buf || !s->rem ||
+    if (rc || !s->current || !s->task_start || !s->waiting || !s->batch_buf || !s->rem ||
         !s->ver)
         return DH_ENOMEM;
-    memset(s->idle, 1, (size_t)s->nworkers);
     for (int w = 0; w < s->nworkers; w++)
-        dh__bitset_put(&s->idle_set, w, 1);
+        dh__bitset_put(&s->idle, w, 1);
     return 0;
 }
 
@@ -528,8 +523,7 @@ static void sim_free(sim *s)
     free(s->heap);
     free(s->current);
     free(s->task_start);
-    free(s->idle);
-    dh__bitset_free(&s->idle_set);
+    dh__bitset_free(&s->idle);
     free(s->rem);
     free(s->ver);
     free(s->waiting);
