@@ -16,6 +16,7 @@ check() { # check NAME CONDITION-COMMAND...
     if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
 }
 contains() { grep -q -- "$2" "$1"; }
+not_contains() { ! grep -q -- "$2" "$1"; }
 json_field() { # json_field FILE KEY -> prints the value (flat numeric keys only)
     sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p" "$1" | head -n 1
 }
@@ -221,14 +222,17 @@ check "a zero handoff bandwidth is a usage error" test $? -eq 2
 check "run without a manifest is refused" contains "$WORK/runw.err" "run needs --manifest"
 
 # Streaming: whole epochs, and a run without a length stopped by SIGINT with its accounting.
-"$DH" run --manifest "$WORK/data/manifest.jsonl" --policy pool --ranks 2 --workers 2 --batch 3 \
-    --epochs 3 --json "$WORK/ep.json" > "$WORK/ep.out" 2>&1
+DH_PROGRESS_SECONDS=0.05 "$DH" run --manifest "$WORK/data/manifest.jsonl" --policy pool \
+    --ranks 2 --workers 2 --batch 3 --epochs 3 --json "$WORK/ep.json" --quiet > "$WORK/ep.out" 2>&1
 check "run --epochs 3 runs 3 epochs of 2 steps" test "$(json_field "$WORK/ep.json" steps)" = 6
-sigint_after 3 "$WORK/forever.out" "$WORK/forever.err" "$DH" run --manifest \
-    "$WORK/data/manifest.jsonl" --policy helix --ranks 2 --workers 2 --batch 3 --steps 0 \
-    --json "$WORK/forever.json"
+check "run --quiet shows no progress" not_contains "$WORK/ep.out" "steps after"
+sigint_after 3 "$WORK/forever.out" "$WORK/forever.err" env DH_PROGRESS_SECONDS=0.5 "$DH" run \
+    --manifest "$WORK/data/manifest.jsonl" --policy helix --ranks 2 --workers 2 --batch 3 \
+    --steps 0 --json "$WORK/forever.json"
 check "an endless run stopped by SIGINT exits 130 (128 + SIGINT), not by itself" test $? -eq 130
 check "an interrupted run says what it covers" contains "$WORK/forever.err" "interrupted"
+check "a run's progress, not on a terminal: plain lines now and then" \
+    grep -Eq '^datahelix: run: [0-9]+ steps after [0-9]+ s$' "$WORK/forever.err"
 steps=$(json_field "$WORK/forever.json" steps)
 check "an interrupted run went past one epoch" test "${steps:-0}" -gt 2
 check "an interrupted run accounts for every sample of its steps" \

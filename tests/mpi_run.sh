@@ -152,7 +152,9 @@ check "agents of different jobs: the setting named" \
     contains "$WORK/mixserve.err" "node 1 was started on another job than node 0: --max-leases differs"
 
 # A killed node: the survivors name it within the node timeout and print their accounting.
-DH_NODE_TIMEOUT=2 setsid timeout 120 "${MPIRUN[@]}" --enable-recovery -np 3 "$DH" run \
+# It dies once node 0's progress lines say 3 steps are done (a fixed delay killed it before
+# the first step on a loaded machine, leaving nothing to account for).
+DH_PROGRESS_SECONDS=0.1 DH_NODE_TIMEOUT=2 setsid timeout 120 "${MPIRUN[@]}" --enable-recovery -np 3 "$DH" run \
     --manifest "$M" --ranks 3 --workers 3 --batch 6 --steps 100000 \
     > "$WORK/kill.out" 2> "$WORK/kill.err" &
 BG=$!
@@ -165,7 +167,11 @@ for _ in $(seq 100); do
     victim=$(node_pids | tail -n 1)
     [[ -n "$victim" ]] && grep -q . <(node_pids | sed -n 3p) && break
 done
-sleep 2
+for _ in $(seq 600); do
+    grep -Eq 'run: ([3-9]|[1-9][0-9]+)/100000 steps' "$WORK/kill.err" && break
+    sleep 0.1
+done
+check "killed node: the run made progress first" grep -Eq 'run: [0-9]+/100000 steps' "$WORK/kill.err"
 kill -9 "$victim" 2> /dev/null
 wait $BG
 rc=$?

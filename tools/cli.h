@@ -85,6 +85,21 @@ void cli_diag_flush(void);
 void cli_print_diag(const dh_diag *d, void *user);
 
 /*
+ * Progress of a long command (index, gen, inspect --check-files, run, sim, bench) on stderr,
+ * as a library progress callback (any thread) whose user is a cli_progress_what: on a
+ * terminal one line ("gen: 120/400 samples (30%)"), redrawn at most 10 times a second and
+ * erased at the end (diagnostics erase it before they print); elsewhere (a log, a pipe) a
+ * plain line every $DH_PROGRESS_SECONDS (default CLI_PROGRESS_SECONDS) and none at the end.
+ * total <= 0: no end known. cli_progress_quiet (--quiet) silences both.
+ */
+#define CLI_PROGRESS_SECONDS 30.0
+typedef struct {
+    const char *what, *unit; /* "gen", "samples" */
+} cli_progress_what;
+void cli_progress(int64_t done, int64_t total, void *user);
+void cli_progress_quiet(void);
+
+/*
  * Output files of the CLI (--json) appear complete or not at all: opened under a temporary
  * name beside the target before the work starts (an unwritable path fails at once) and
  * renamed over it by cli_out_commit; cli_out_abort removes it. path NULL: no file, every

@@ -115,9 +115,12 @@ static diag_count diag_hidden[32];
 static int diag_kinds;
 static int64_t diag_hidden_other;
 
+static void progress_clear_locked(void);
+
 void cli_diag(int code, const char *fmt, ...)
 {
     pthread_mutex_lock(&diag_mu); /* engines report from worker threads */
+    progress_clear_locked(); /* a message never lands in the middle of the progress line */
     if (diag_limit < 0) {
         const char *env = getenv("DH_MAX_ERRORS");
         diag_limit = env && *env ? strtoll(env, NULL, 10) : CLI_DIAG_DEFAULT;
@@ -164,6 +167,70 @@ void cli_diag_flush(void)
     }
     diag_kinds = 0;
     diag_hidden_other = 0;
+    pthread_mutex_unlock(&diag_mu);
+}
+
+/* ---- progress: one redrawn line on a terminal, a plain line now and then elsewhere ---- */
+
+static int progress_quiet, progress_tty = -1, progress_on_screen;
+static double progress_start, progress_last, progress_every;
+static int64_t progress_done = -1;
+
+void cli_progress_quiet(void)
+{
+    progress_quiet = 1;
+}
+
+/* Erases the progress line a terminal shows; the caller holds diag_mu. */
+static void progress_clear_locked(void)
+{
+    if (progress_on_screen)
+        fputs("\r\033[K", stderr);
+    progress_on_screen = 0;
+}
+
+void cli_progress(int64_t done, int64_t total, void *user)
+{
+    const cli_progress_what *w = user;
+    if (progress_quiet)
+        return;
+    pthread_mutex_lock(&diag_mu); /* the library may report from any of its threads */
+    double now = cli_now();
+    if (progress_tty < 0) {
+        progress_tty = isatty(STDERR_FILENO);
+        const char *env = getenv("DH_PROGRESS_SECONDS");
+        progress_every = env && *env ? strtod(env, NULL) : CLI_PROGRESS_SECONDS;
+        if (!(progress_every >= 0.05))
+            progress_every = CLI_PROGRESS_SECONDS;
+    }
+    if (done < progress_done || progress_done < 0) /* a new piece of work */
+        progress_start = progress_last = now;
+    progress_done = done;
+    char pct[32] = "";
+    if (total > 0)
+        snprintf(pct, sizeof pct, " (%.0f%%)", 100.0 * (double)done / (double)total);
+    if (progress_tty) {
+        if (total > 0 && done >= total) { /* what follows is the command's own summary */
+            progress_clear_locked();
+        } else if (now - progress_last >= 0.1 || !progress_on_screen) {
+            if (total > 0)
+                fprintf(stderr, "\r%s: %lld/%lld %s%s\033[K", w->what, (long long)done,
+                        (long long)total, w->unit, pct);
+            else
+                fprintf(stderr, "\r%s: %lld %s (until interrupted)\033[K", w->what,
+                        (long long)done, w->unit);
+            progress_on_screen = 1;
+            progress_last = now;
+        }
+    } else if (now - progress_last >= progress_every && (total <= 0 || done < total)) {
+        if (total > 0)
+            fprintf(stderr, "datahelix: %s: %lld/%lld %s%s after %.0f s\n", w->what,
+                    (long long)done, (long long)total, w->unit, pct, now - progress_start);
+        else
+            fprintf(stderr, "datahelix: %s: %lld %s after %.0f s\n", w->what, (long long)done,
+                    w->unit, now - progress_start);
+        progress_last = now;
+    }
     pthread_mutex_unlock(&diag_mu);
 }
 
@@ -264,7 +331,10 @@ const char cli_run_help[] =
     "                          (default 16; 0: a worker fetches a sample when it starts it)\n"
     "  --fetch-ahead-mib N     bytes fetched ahead and not yet decoded, at most (default 256)\n"
     "  --fetch-latency-ms X    simulator: the media are on an object store, X ms per request\n"
-    "  --fetch-gbps X          simulator: the store's link per node in Gbit/s (default 10)\n";
+    "  --fetch-gbps X          simulator: the store's link per node in Gbit/s (default 10)\n"
+    "  -q, --quiet             no progress: the real engine's steps and a dataset's making\n"
+    "                          show as a line on a terminal, elsewhere a line every 30 s\n"
+    "                          ($DH_PROGRESS_SECONDS)\n";
 
 int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress *stress)
 {
@@ -317,6 +387,9 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
                  ? 0
                  : (cli_err("--cpu-heavy expects F:K with 0 < F <= 1 and 0 < K <= %g",
                             DH_STRESS_MAX_FACTOR), -1);
+    } else if (!strcmp(opt, "-q") || !strcmp(opt, "--quiet")) {
+        cli_progress_quiet();
+        return 1;
     } else if (!strcmp(opt, "--no-shuffle") || !strcmp(opt, "--keep-last")) {
         *(opt[2] == 'n' ? &cfg->no_shuffle : &cfg->keep_last) = 1;
         return 1;

@@ -294,8 +294,14 @@ static int bench_one(const dh_run_config *c, int real, dh_result *r, dh_result *
     int torch = !strcmp(c->policy, "torch") || !strcmp(c->policy, "wds"), rc;
     if (torch && bench_torch(c, r))
         return 1;
+    char what[160];
+    snprintf(what, sizeof what, "bench %s / %s", c->workload, c->policy);
+    cli_progress_what shown = {what, "steps"};
+    dh_run_config rc_cfg = *c; /* a real run shows its steps as it goes */
+    rc_cfg.progress = cli_progress;
+    rc_cfg.progress_user = &shown;
     rc = torch  ? 0
-         : real ? dh_engine_run(c, NULL, NULL, r, err, sizeof err)
+         : real ? dh_engine_run(&rc_cfg, NULL, NULL, r, err, sizeof err)
                 : dh_sim_run(c, r, err, sizeof err);
     if (!rc && real) { /* the simulator's prediction of the same run (torch: of local, our
                         * emulation of the DataLoader) */

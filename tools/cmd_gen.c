@@ -10,7 +10,7 @@
 
 static const char help[] =
     "usage: datahelix gen --workload NAME --out DIR [--samples N] [--seed S] [--scale mini|small|full]\n"
-    "                     [--format files|wds] [--per-shard N]\n"
+    "                     [--format files|wds] [--per-shard N] [-q|--quiet]\n"
     "\n"
     "Writes N samples (default: 4 global batches of the workload) as H.264 MP4, JPEG, PNG\n"
     "and FLAC files under DIR, scaled down by --scale (mini: resolution, duration and\n"
@@ -19,15 +19,11 @@ static const char help[] =
     "--format wds writes WebDataset shards instead (DIR/shards/00000.tar, ..., --per-shard\n"
     "samples each, default 100): per sample its media, a caption of the workload's text\n"
     "length (KEY.txt), a label (KEY.cls) and metadata (KEY.json: key, status, url); the\n"
-    "manifest reads each member in place.\n";
+    "manifest reads each member in place.\n"
+    "Progress shows as a line on a terminal, elsewhere as a line every 30 s\n"
+    "($DH_PROGRESS_SECONDS); --quiet silences it.\n";
 
-static void progress(int64_t done, int64_t total, void *user)
-{
-    (void)user;
-    fprintf(stderr, "\rgen: %lld/%lld samples", (long long)done, (long long)total);
-    if (done == total)
-        fputc('\n', stderr);
-}
+static const cli_progress_what samples_made = {"gen", "samples"};
 
 int cli_gen(int argc, char **argv)
 {
@@ -39,6 +35,10 @@ int cli_gen(int argc, char **argv)
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             fputs(help, stdout);
             return 0;
+        }
+        if (!strcmp(o, "-q") || !strcmp(o, "--quiet")) {
+            cli_progress_quiet();
+            continue;
         }
         static const char *const known[] = {"--workload", "--out", "--scale", "--format",
                                             "--per-shard", "--samples", "--seed"};
@@ -97,7 +97,7 @@ int cli_gen(int argc, char **argv)
     double t0 = cli_now();
     int rc = dh_workload_write_shards(workload, out, samples, (uint64_t)seed, scale,
                                       strcmp(format, "wds") ? 0 : per_shard,
-                                      isatty(STDERR_FILENO) ? progress : NULL, NULL, &st, err,
+                                      cli_progress, (void *)&samples_made, &st, err,
                                       sizeof err);
     if (rc) {
         cli_err("gen: %s [%s]", err[0] ? err : dh_strerror(rc), dh_err_name(rc));

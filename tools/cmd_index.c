@@ -36,15 +36,7 @@ static const char help[] =
     "  --suffix EXT=KIND       a shard member suffix's kind, beyond or over the defaults\n"
     "                          (KIND: video, image, audio, text, label, meta, ignore;\n"
     "                          repeatable; e.g. --suffix gif=image --suffix json=ignore)\n"
-    "  -q, --quiet             no progress line\n";
-
-static void progress(int64_t done, int64_t total, void *user)
-{
-    (void)user;
-    fprintf(stderr, "\rindex: %lld/%lld files", (long long)done, (long long)total);
-    if (done == total)
-        fputc('\n', stderr);
-}
+    "  -q, --quiet             no progress (a line on a terminal, else one every 30 s)\n";
 
 typedef struct {
     char **v;
@@ -325,8 +317,11 @@ int cli_index(int argc, char **argv)
     int64_t reported = 0;
     opts.diag = cli_print_diag;
     opts.diag_user = &reported;
-    if (!quiet && isatty(STDERR_FILENO))
-        opts.progress = progress;
+    static const cli_progress_what files = {"index", "files"};
+    if (quiet)
+        cli_progress_quiet();
+    opts.progress = cli_progress;
+    opts.progress_user = (void *)&files;
     dh_index_stats st;
     double t0 = cli_now();
     int rc = dir ? dh_index_dir(dir, out, &opts, &st)

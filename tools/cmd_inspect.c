@@ -254,14 +254,6 @@ static int write_json(const char *path, const inspect_args *a, const dh_load_sta
     return fclose(f) == 0 ? 0 : 1;
 }
 
-static void object_progress(int64_t done, int64_t total, void *user)
-{
-    (void)user;
-    fprintf(stderr, "\rinspect: %lld/%lld objects asked", (long long)done, (long long)total);
-    if (done == total)
-        fputc('\n', stderr);
-}
-
 static void object_problem(const dh_object_problem *p, void *user)
 {
     cli_err("inspect: %s:%lld: sample \"%s\": %s [%s]", (const char *)user, (long long)p->line,
@@ -273,9 +265,10 @@ static int check_objects(const dh_manifest *m, const char *manifest)
 {
     char err[600] = "";
     int64_t checked = 0;
+    static const cli_progress_what asked = {"inspect", "objects asked"};
     int64_t bad = dh_manifest_check_objects(m, object_problem, (void *)manifest,
-                                            isatty(STDERR_FILENO) ? object_progress : NULL,
-                                            NULL, &checked, err, sizeof err);
+                                            cli_progress, (void *)&asked, &checked, err,
+                                            sizeof err);
     if (bad < 0) {
         cli_err("inspect: cannot ask the object store: %s [%s]", err[0] ? err : "",
                 dh_err_name((int)bad));

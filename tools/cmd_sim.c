@@ -273,17 +273,6 @@ static void print_sample_error(const dh_sample_error *e, void *user)
              e->rank, e->path, e->message);
 }
 
-static void progress(int64_t done, int64_t total, void *user)
-{
-    (void)user;
-    if (total > 0)
-        fprintf(stderr, "\rrun: step %lld/%lld", (long long)done, (long long)total);
-    else
-        fprintf(stderr, "\rrun: step %lld (until interrupted)", (long long)done);
-    if (done == total)
-        fputs("\r\033[K", stderr); /* clear the line before the results */
-}
-
 /* Scales the CPU model to this machine by decoding f->calibrate samples; 0 or 1. */
 static int calibrate(dh_run_config *cfg, const sim_files *f, const dh_manifest *m,
                      dh_spec *spec)
@@ -514,8 +503,11 @@ static int sim_or_run(int argc, char **argv, int mode)
                  cli_node_rank(node), pct + 2);
         f->serve.socket = sock;
     }
-    if (mode == MODE_RUN && lead && isatty(STDERR_FILENO))
-        cfg->progress = progress;
+    static const cli_progress_what steps = {"run", "steps"};
+    if (mode == MODE_RUN && lead) {
+        cfg->progress = cli_progress;
+        cfg->progress_user = (void *)&steps;
+    }
     cli_catch_interrupts();
     for (int k = 0; k < n; k++) {
         runs[k].cfg.should_stop = cli_should_stop;
