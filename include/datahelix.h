@@ -33,5 +33,6 @@
 #include "datahelix/engine.h"
 #include "datahelix/serve.h"
 #include "datahelix/client.h"
+#include "datahelix/metrics.h"
 
 #endif /* DATAHELIX_H */

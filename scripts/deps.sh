@@ -18,7 +18,9 @@
 # libcurl reads media on object storage (HTTP(S) range reads, S3's SigV4 signing), and
 # expat (libexpat1-dev) the XML of an S3 listing (index s3://BUCKET/PREFIX/); nginx
 # and s3rver (from the npm registry, run by nodejs) are the stores the storage tests start
-# on 127.0.0.1; s3rver goes to ~/.cache/datahelix/s3rver (DH_S3RVER_DIR elsewhere).
+# on 127.0.0.1; libmicrohttpd serves the live metrics (--metrics: a small HTTP server in its
+# own thread, no HTTP parsing of ours), and Prometheus scrapes them in the metrics test;
+# s3rver goes to ~/.cache/datahelix/s3rver (DH_S3RVER_DIR elsewhere).
 set -euo pipefail
 
 PACKAGES=(
@@ -33,6 +35,7 @@ PACKAGES=(
     clang libclang-rt-14-dev
     openmpi-bin libopenmpi-dev
     libcurl4-openssl-dev libexpat1-dev nginx-light curl
+    libmicrohttpd-dev prometheus
 )
 # node and npm may come from elsewhere (NodeSource): only asked for when missing
 command -v node > /dev/null 2>&1 || PACKAGES+=(nodejs)

@@ -211,6 +211,110 @@ START_TEST(failed_samples_are_delivered_reported_and_counted)
 }
 END_TEST
 
+/* The value of series `name` (labels included) in an exposition; -1 when absent. */
+static double series(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)); p += n)
+        if ((p == text || p[-1] == '\n') && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+START_TEST(live_metrics_are_the_run_accounting)
+{
+    tu_sh("cd %s && head -c 2000 ok/v0.mp4 > cut.mp4", media);
+    dh_manifest *m = manifest_with("{\"id\":\"cut\",\"media\":[{\"type\":\"video\",\"path\":"
+                                   "\"cut.mp4\",\"width\":160,\"height\":120,\"fps\":25,"
+                                   "\"frames\":50}]}\n");
+    dh_metrics *mx = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(dh_metrics_start("127.0.0.1:0", &mx, err, sizeof err), 0);
+    ck_assert_int_gt(dh_metrics_port(mx), 0);
+    dh_run_config c = config(m, "helix");
+    c.steps = 6;
+    c.metrics = mx;
+    dh_result res = DH_RESULT_INIT;
+    errors x = {0};
+    ck_assert_int_eq(dh_engine_run(&c, on_error, &x, &res, err, sizeof err), 0);
+    size_t len = 0;
+    char *t = dh__metrics_render(mx, &len);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(strlen(t), len);
+    ck_assert_double_eq(series(t, "datahelix_running{stream=\"train\"}"), 0);
+    ck_assert_double_eq(series(t, "datahelix_steps_total{stream=\"train\"}"), (double)res.steps);
+    ck_assert_double_eq(series(t, "datahelix_samples_delivered_total{stream=\"train\"}"),
+                        (double)res.delivered);
+    ck_assert_double_eq(series(t, "datahelix_samples_failed_total{stream=\"train\"}"),
+                        (double)res.failed);
+    ck_assert_int_ge(res.failed, 1);
+    ck_assert_double_ge(series(t, "datahelix_sample_failures_total{stream=\"train\",reason="
+                                  "\"DH_EDECODE\"}"), (double)res.failed);
+    /* one wait per rank and step after the first, cumulative buckets ending at the count */
+    char name[160];
+    double waits = 0;
+    for (int r = 0; r < c.ranks; r++) {
+        snprintf(name, sizeof name, "datahelix_input_wait_seconds_count{stream=\"train\",rank="
+                 "\"%d\"}", r);
+        waits += series(t, name);
+        double prev = 0;
+        for (const char *le = "0.001\0" "0.01\0" "0.1\0" "1\0" "10\0" "+Inf\0"; *le;
+             le += strlen(le) + 1) {
+            snprintf(name, sizeof name, "datahelix_input_wait_seconds_bucket{stream=\"train\","
+                     "rank=\"%d\",le=\"%s\"}", r, le);
+            double v = series(t, name);
+            ck_assert_double_ge(v, prev);
+            prev = v;
+        }
+        snprintf(name, sizeof name, "datahelix_input_wait_seconds_count{stream=\"train\",rank="
+                 "\"%d\"}", r);
+        ck_assert_double_eq(prev, series(t, name));
+    }
+    ck_assert_double_eq(waits, (double)((res.steps - 1) * c.ranks));
+    ck_assert_double_eq(series(t, "datahelix_step_stall_seconds_count{stream=\"train\"}"),
+                        (double)(res.steps - 1));
+    ck_assert_double_gt(series(t, "datahelix_worker_busy_seconds_total{stream=\"train\"}"), 0);
+    ck_assert_double_eq(series(t, "datahelix_pool_budget_bytes{stream=\"train\"}"),
+                        (double)res.memory_budget);
+    free(t);
+    /* the same stream again (a restart) counts on; other ranks under its name are refused */
+    ck_assert_int_eq(dh_engine_run(&c, on_error, &x, &res, err, sizeof err), 0);
+    t = dh__metrics_render(mx, &len);
+    ck_assert_double_eq(series(t, "datahelix_steps_total{stream=\"train\"}"), 12);
+    free(t);
+    c.ranks = 1;
+    c.workers = 1;
+    ck_assert_int_eq(dh_engine_run(&c, on_error, &x, &res, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "stream \"train\" is published with other ranks"), "%s", err);
+    dh_metrics_stop(mx);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(metrics_endpoints_refuse_what_does_not_parse)
+{
+    static const char *const bad[] = {"", "70000", "x:80", "127.0.0.1:", "1.2.3.4.5:80",
+                                      "127.0.0.1:8o"};
+    char err[256];
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        dh_metrics *mx = (dh_metrics *)1;
+        err[0] = 0;
+        ck_assert_int_eq(dh_metrics_start(bad[k], &mx, err, sizeof err), DH_EINVAL);
+        ck_assert_ptr_null(mx);
+        ck_assert_msg(strstr(err, "metrics:"), "%s: %s", bad[k], err);
+    }
+    dh_metrics *a = NULL, *b = NULL;
+    ck_assert_int_eq(dh_metrics_start(":0", &a, err, sizeof err), 0);
+    char taken[32];
+    snprintf(taken, sizeof taken, "%d", dh_metrics_port(a));
+    ck_assert_int_eq(dh_metrics_start(taken, &b, err, sizeof err), DH_EIO); /* in use */
+    ck_assert_msg(strstr(err, "cannot listen"), "%s", err);
+    ck_assert_int_eq(dh_metrics_scrapes(a), 0);
+    dh_metrics_stop(a);
+    dh_metrics_stop(NULL);
+}
+END_TEST
+
 START_TEST(failed_items_are_zeroed_and_marked)
 {
     const char *extra = "{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":\"ok/none.png\","
@@ -1627,6 +1731,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     ADD_LOOP_TEST(tc, batches_hold_exactly_what_the_decoders_produce, 0, 2);
     ADD_TEST(tc, failed_samples_are_delivered_reported_and_counted);
+    ADD_TEST(tc, live_metrics_are_the_run_accounting);
+    ADD_TEST(tc, metrics_endpoints_refuse_what_does_not_parse);
     ADD_TEST(tc, failed_items_are_zeroed_and_marked);
     ADD_TEST(tc, every_policy_completes_within_the_pool);
     ADD_TEST(tc, run_needs_a_manifest);

@@ -41,6 +41,10 @@ static const char help[] =
     "  --calibrate N           decode the manifest's first N samples first and scale the CPU\n"
     "                          model to this machine (sets --cpu-cost-scale)\n"
     "  --list                  list workloads and policies\n"
+    "  --metrics [ADDR:]PORT   run and serve: live figures for Prometheus at\n"
+    "                          http://ADDR:PORT/metrics (ADDR default 127.0.0.1; 0.0.0.0: every\n"
+    "                          interface; under mpirun node K listens on PORT + K;\n"
+    "                          docs/METRICS.md); the endpoint stays up until the command ends\n"
     "\n"
     "serve: the per-node agent. It listens on --socket (default @datahelix-UID-JOB, an abstract\n"
     "socket named after $DH_JOB, or \"default\"), waits for --ranks trainer processes to attach,\n"
@@ -80,6 +84,7 @@ static void list(void)
 
 typedef struct {
     const char *manifest, *spec, *json;
+    const char *metrics; /* --metrics ADDR:PORT */
     int64_t calibrate; /* samples to decode for --calibrate; 0: none */
     dh_serve_opts serve;
     dh_limits limits;  /* the manifest's (as index and inspect take them) */
@@ -159,6 +164,7 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
                             : !strcmp(o, "--spec")     ? &f->spec
                             : !strcmp(o, "--json")     ? &f->json
                             : !strcmp(o, "--trace")    ? &cfg->trace_path
+                            : !strcmp(o, "--metrics")  ? &f->metrics
                                                        : NULL;
         if (!slot) {
             cli_err("%s: unexpected argument \"%s\" (see datahelix %s --help)", cmd, o, cmd);
@@ -170,6 +176,11 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         }
         *slot = val;
         i++;
+    }
+    if (f->metrics && !strcmp(cmd, "sim")) {
+        cli_err("sim: --metrics serves a real engine's live figures (run or serve); the "
+                "simulator's are in its result (--json)");
+        return CLI_USAGE;
     }
     if (!f->manifest && strcmp(cmd, "sim")) {
         cli_err("%s needs --manifest M of real media (datahelix index DIR -o M makes one)", cmd);
@@ -468,6 +479,30 @@ static int parse_streams(int argc, char **argv, int first, one_run *runs)
     return n;
 }
 
+/* --metrics: the endpoint (node K of several: PORT + K), said on stderr; 0 or 1. */
+static int start_metrics(const char *where, cli_node *node, dh_metrics **out)
+{
+    char at[128], err[512] = "";
+    const char *colon = strrchr(where, ':');
+    long port = strtol(colon ? colon + 1 : where, NULL, 10);
+    if (node && port > 0 && port + cli_node_rank(node) <= 65535) {
+        snprintf(at, sizeof at, "%.*s%ld", colon ? (int)(colon - where + 1) : 0, where,
+                 port + cli_node_rank(node));
+        where = at;
+    }
+    int rc = dh_metrics_start(where, out, err, sizeof err);
+    if (rc) {
+        cli_err("%s [%s]", err, dh_err_name(rc));
+        return rc == DH_EINVAL ? CLI_USAGE : 1;
+    }
+    char host[64] = "127.0.0.1";
+    if (colon && colon > where && colon - where < (long)sizeof host)
+        snprintf(host, sizeof host, "%.*s", (int)(colon - where), where);
+    fprintf(stderr, "datahelix: %s%smetrics at http://%s:%d/metrics\n", node ? cli_node_name(node) : "",
+            node ? ": " : "", host, dh_metrics_port(*out));
+    return 0;
+}
+
 static int sim_or_run(int argc, char **argv, int mode)
 {
     static one_run runs[DH_SERVE_MAX_STREAMS];
@@ -503,6 +538,13 @@ static int sim_or_run(int argc, char **argv, int mode)
                  cli_node_rank(node), pct + 2);
         f->serve.socket = sock;
     }
+    dh_metrics *metrics = NULL;
+    if (f->metrics && (rc = start_metrics(f->metrics, node, &metrics))) {
+        cli_node_stop(node);
+        return rc;
+    }
+    for (int k = 0; k < n; k++)
+        runs[k].cfg.metrics = metrics;
     static const cli_progress_what steps = {"run", "steps"};
     if (mode == MODE_RUN && lead) {
         cfg->progress = cli_progress;
@@ -563,6 +605,7 @@ static int sim_or_run(int argc, char **argv, int mode)
         dh_spec_free(runs[k].spec);
     }
     cli_node_stop(node);
+    dh_metrics_stop(metrics);
     /* Interrupted: the accounting of the completed steps is printed (and written), and the
      * exit status says the run did not end by itself. */
     return cli_interrupted() ? cli_interrupted() : rc ? 1 : 0;

@@ -161,6 +161,11 @@ typedef struct {
      * the sample (fetchers -1); both 0: local media, nothing fetched. A sample's stored size
      * is its media's "bytes", else an estimate from its descriptor (docs/STORAGE.md). */
     double fetch_latency_s, fetch_bandwidth;
+    /* Added in 0.3. Real engine: publish live figures at this endpoint (datahelix/metrics.h)
+     * under the label stream=metrics_stream (NULL: "train"; dh_serve_streams: the stream's
+     * name) while the run goes on. NULL: none. */
+    struct dh_metrics *metrics;
+    const char *metrics_stream;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

@@ -87,6 +87,8 @@ static int agent_init(agent *a, hub *h, const dh_serve_stream *st, const dh_serv
     memcpy(&a->run, cfg, cfg->struct_size);
     a->run.struct_size = sizeof a->run;
     a->cfg = cfg = &a->run;
+    if (!a->run.metrics_stream) /* its live figures go by its name */
+        a->run.metrics_stream = a->stream;
     if (pipe2(a->inbox, O_NONBLOCK | O_CLOEXEC))
         return dh__fail(err, errlen, -errno, "cannot create a pipe: %s", strerror(errno));
     a->R = cfg->ranks;

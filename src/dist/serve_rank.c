@@ -179,6 +179,7 @@ static int on_next(agent *a, conn *c)
         return send_end(a, c, DH_EPEER);
     }
     c->leases[c->nleases++] = (lease){b, dh__mono(), -1.0};
+    dh__engine_count_lease(a->e, 1);
     rc = send_batch(a, c, &b);
     if (rc == DH_EPEER || rc == DH_ETIMEDOUT) { /* never delivered: the rank did not take it */
         release_lease(a, c, &c->leases[c->nleases - 1], 1);
@@ -216,6 +217,7 @@ static void release_lease(agent *a, conn *c, lease *l, int reclaimed)
     c->last_release = reclaimed ? c->last_release : now;
     dh_engine_release(a->e, &l->b, s);
     c->released += !reclaimed;
+    dh__engine_count_lease(a->e, -1);
     *l = c->leases[--c->nleases];
 }
 

@@ -337,6 +337,29 @@ int64_t dh__engine_default_budget(const dh_run_config *cfg, int shared, char *er
     return b;
 }
 
+/* The engine's live figures, when the run names an endpoint (cfg->metrics). 0 or an error. */
+static int publish(dh_engine *e, const dh_run_config *cfg, char *why, size_t len)
+{
+    if (!cfg->metrics)
+        return 0;
+    const char *name = cfg->metrics_stream ? cfg->metrics_stream : "train";
+    e->live = dh__metrics_stream(cfg->metrics, name, e->rank_lo, e->rank_hi);
+    if (!e->live)
+        return dh__fail(why, len, DH_EINVAL, "metrics: stream \"%s\" is published with other "
+                        "ranks already, or %d streams are (or out of memory)", name,
+                        DH__LIVE_STREAMS);
+    e->rec.live = e->live;
+    atomic_store(&e->live->pool_budget, e->run.cfg.memory_budget);
+    atomic_store(&e->live->running, 1);
+    return 0;
+}
+
+void dh__engine_count_lease(dh_engine *e, int delta)
+{
+    if (e->live)
+        atomic_fetch_add_explicit(&e->live->leases, delta, memory_order_relaxed);
+}
+
 int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on_error,
                      void *user, dh_engine **out, char *err, size_t errlen)
 {
@@ -389,8 +412,9 @@ int dh__engine_start(const dh_run_config *cfg, int shared, dh_sample_error_cb on
     if (!rc && !(rc = dh__sched_new(&sc, &e->sched)) && !(rc = engine_alloc(e, why, sizeof why)) &&
         !(rc = dh__trace_open(&e->trace, cfg->trace_path, dh__sched_worker_count(e->sched), e->R))) {
         clock_gettime(CLOCK_MONOTONIC, &e->t0);
+        rc = publish(e, cfg, why, sizeof why);
         /* every node the same job, now; a serving engine begins on attach */
-        if (!(rc = e->nops->hello(e, why, sizeof why)) && !shared &&
+        if (!rc && !(rc = e->nops->hello(e, why, sizeof why)) && !shared &&
             !(rc = e->nops->begin(e, why, sizeof why)))
             rc = dh__eng_start_workers(e);
     }
@@ -478,6 +502,8 @@ void dh_engine_free(dh_engine *e)
     if (!e)
         return;
     dh__eng_stop_fetchers(e);
+    if (e->live) /* its totals stay at the endpoint */
+        atomic_store(&e->live->running, 0);
     dh__eng_slots_free(e);
     free(e->frozen);
     free(e->fresh);

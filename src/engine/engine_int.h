@@ -27,6 +27,7 @@
 #ifndef DH_ENGINE_INT_H
 #define DH_ENGINE_INT_H
 
+#include "../metrics/live.h"
 #include "../metrics/metrics.h"
 #include "../run/run.h"
 #include "../store/store.h"
@@ -115,6 +116,7 @@ struct dh_engine {
     atomic_int waiting;
     double gate_wait_s;     /* seconds workers waited for a token (under mu) */
     double last_take, take_gap; /* when a batch was last taken, the mean gap between takes */
+    struct dh__live *live;  /* the figures published for scraping (live.h), or NULL */
 };
 
 /* 1 when rank r runs in this process (every rank on one node). */

@@ -27,6 +27,8 @@ int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int6
                      int64_t steps, char *err, size_t errlen);
 /* Pool 0 (the ring) or 1 (the move arena): its memfd and size. 0 or DH_EINVAL. */
 int dh__engine_pool(const dh_engine *e, int pool, int *fd, int64_t *size);
+/* A trainer took (+1) or gave back (-1) a batch: the live figures' leases. Any thread. */
+void dh__engine_count_lease(dh_engine *e, int delta);
 /* Which pool holds a batch's data, and at what offset. 0 or DH_EINVAL. */
 int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, int64_t *offset);
 /* An engine that will not begin (its ranks did not attach): on several nodes the others

@@ -68,6 +68,29 @@ static void free_step(eng_step *s, int R)
     free(s);
 }
 
+/* The live figures that are states, not events: memory, rebalancing, the models' error. */
+static void live_gauges(dh_engine *e)
+{
+    dh__live *l = e->live;
+    pthread_mutex_lock(&e->ring.mu); /* e->mu may be held while taking a ring's lock */
+    int64_t used = e->ring.in_use;
+    pthread_mutex_unlock(&e->ring.mu);
+    pthread_mutex_lock(&e->arena.mu);
+    used += e->arena.in_use;
+    pthread_mutex_unlock(&e->arena.mu);
+    atomic_store_explicit(&l->pool_bytes, used, memory_order_relaxed);
+    const dh__reb_stats *rs = dh__sched_reb_stats(e->sched);
+    atomic_store_explicit(&l->reb_moves, rs->moved, memory_order_relaxed);
+    atomic_store_explicit(&l->reb_bytes, rs->bytes_moved, memory_order_relaxed);
+    atomic_store_explicit(&l->lent, rs->lent, memory_order_relaxed);
+    atomic_store_explicit(&l->lent_bytes, rs->bytes_shipped, memory_order_relaxed);
+    const dh__calib *c = dh__sched_calib(e->sched);
+    atomic_store_explicit(&l->cpu_mape_ppm, (long long)(1e6 * dh__calib_cpu_mape(c)),
+                          memory_order_relaxed);
+    atomic_store_explicit(&l->gpu_mape_ppm, (long long)(1e6 * dh__calib_gpu_mape(c)),
+                          memory_order_relaxed);
+}
+
 void dh__eng_step_released(dh_engine *e, int64_t step)
 {
     eng_step *s = dh__eng_step(e, step);
@@ -76,6 +99,8 @@ void dh__eng_step_released(dh_engine *e, int64_t step)
     if (!s || ++s->released < e->R)
         return;
     dh__records_close(&e->rec, step);
+    if (e->live)
+        live_gauges(e);
     while (e->lo < e->hi && e->steps[e->lo & (e->cap - 1)]->released == e->R) {
         free_step(e->steps[e->lo & (e->cap - 1)], e->R);
         e->steps[e->lo & (e->cap - 1)] = NULL;

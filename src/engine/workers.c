@@ -166,6 +166,17 @@ static void too_many_failed(dh_engine *e, const dh__task *t, int rc, const char 
     dh__eng_fail(e, DH_EFAILED);
 }
 
+/* A task's CPU time in the live figures, under the kind of its sample's first medium. */
+static void live_task(dh__live *l, const batch_slot *b, int64_t sample, double cpu)
+{
+    int32_t k = dh__slot_items_of(b->items, b->nitems, sample, NULL);
+    int kind = k < b->nitems && b->items[k].type >= 0 && b->items[k].type < DH_MEDIA_TYPE_COUNT
+                   ? b->items[k].type
+                   : DH_MEDIA_TYPE_COUNT; /* text only */
+    dh__live_observe(&l->decode[kind], cpu);
+    atomic_fetch_add_explicit(&l->busy_ns, (long long)(cpu * 1e9), memory_order_relaxed);
+}
+
 void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
                          int rc, double started, double cpu, const char *path, const char *err,
                          int remote)
@@ -177,6 +188,8 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
     if (rc) {
         if (!sample_failed(b, t->sample)) { /* a split sample's other parts fail it once */
             report(e, t, path, rc, err[0] ? err : dh_strerror(rc));
+            if (e->live)
+                dh__live_failure(e->live, rc);
             e->nfail++;
             too_many_failed(e, t, rc, err[0] ? err : dh_strerror(rc));
         }
@@ -188,6 +201,8 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
     }
     if (!remote)
         e->cpu_sum += cpu;
+    if (!remote && e->live && cpu >= 0)
+        live_task(e->live, b, t->sample, cpu);
     dh__records_task(&e->rec, t->step, t->rank, started, dh__eng_elapsed(e) - started);
     if (w >= 0)
         dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",

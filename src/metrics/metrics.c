@@ -15,6 +15,8 @@
  */
 #include "metrics.h"
 
+#include "live.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +180,25 @@ void dh__records_task(dh__records *rec, int64_t step, int rank, double start, do
  * Folds step st into the running metrics, in step order, so every sum is
  * taken in the same order as over a whole-run array.
  */
+/* A folded step in the live figures: the same accounting and waits as the result's. */
+static void live_fold(dh__records *rec, int64_t st, const dh__rec_step *sp,
+                      const dh__rec_batch *b, double stall_ms)
+{
+    dh__live *l = rec->live;
+    atomic_fetch_add_explicit(&l->steps, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->delivered, rec->G - sp->failed, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->failed, sp->failed, memory_order_relaxed);
+    if (st == 0) /* the first batches fill the pipeline: the result keeps that apart too */
+        return;
+    for (int r = l->rank_lo; r < l->rank_hi; r++) {
+        double late = b[r].ready - b[r].deadline;
+        dh__live_observe(&l->wait[r - l->rank_lo], DH_MAX(0.0, late));
+        if (late > 1e-9)
+            atomic_fetch_add_explicit(&l->misses[r - l->rank_lo], 1, memory_order_relaxed);
+    }
+    dh__live_observe(&l->stall, stall_ms * 1e-3);
+}
+
 static void fold(dh__records *rec, int64_t st)
 {
     const dh__rec_step *sp = &rec->step[st & (rec->cap - 1)];
@@ -203,6 +224,8 @@ static void fold(dh__records *rec, int64_t st)
         }
         slowest = DH_MAX(slowest, b[r].compute);
     }
+    if (rec->live)
+        live_fold(rec, st, sp, b, stall);
     if (st > 0) { /* the step waits for its slowest rank */
         rec->stall_sum += stall;
         rec->late_steps += stall > 1e-6;

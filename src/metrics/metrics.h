@@ -72,6 +72,7 @@ typedef struct {
     int gpu_measured;
     double makespan;
     int64_t failed;       /* samples of folded steps that failed (delivered = steps * G - failed) */
+    struct dh__live *live; /* the real engine's live figures (live.h), or NULL */
 } dh__records;
 
 int dh__records_init(dh__records *rec, int ranks, int64_t global_batch);
