@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -492,11 +493,14 @@ void cli_out_abort(cli_out *o)
     unlink(o->tmp);
 }
 
-static volatile sig_atomic_t caught_signal;
+/* Read by engine threads (should_stop) while a handler may write it: a lock-free atomic,
+ * which a signal handler may store to (volatile sig_atomic_t is for one thread only). */
+static atomic_int caught_signal;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only store lock-free atomics");
 
 static void on_signal(int sig)
 {
-    caught_signal = sig;
+    atomic_store(&caught_signal, sig);
 }
 
 void cli_catch_interrupts(void)
@@ -512,10 +516,11 @@ void cli_catch_interrupts(void)
 int cli_should_stop(void *user)
 {
     (void)user;
-    return caught_signal != 0;
+    return atomic_load(&caught_signal) != 0;
 }
 
 int cli_interrupted(void)
 {
-    return caught_signal ? 128 + caught_signal : 0;
+    int sig = atomic_load(&caught_signal);
+    return sig ? 128 + sig : 0;
 }
