@@ -205,6 +205,10 @@ void cli_print_result(const dh_result *r)
            "efficiency %.3f\n",
            r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s,
            r->efficiency);
+    if (!strcmp(r->engine, "real")) /* the bound above is from measured costs */
+        printf("  bound from measured costs; from the cost models instead: %.3f s (model "
+               "efficiency %.3f)\n", r->model_bound_s,
+               r->makespan_s > 0 ? r->model_bound_s / r->makespan_s : 0);
     printf("  placement %.3f s: bound/placement %.3f (placement), placement/makespan %.3f "
            "(input wait)\n",
            r->placement_s, r->placement_s > 0 ? r->bound_s / r->placement_s : 0,

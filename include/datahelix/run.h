@@ -247,6 +247,12 @@ typedef struct {
      * event (the workload's descriptors, cost models, sampler); wall_s - setup_s is the event
      * loop, the scheduler's decisions included. 0 in the real engine. */
     double setup_s;
+    /* Added in 0.3. The bound from the cost models instead of what was measured: for the
+     * real engine, the calibrated CPU model's cost of the completed steps' samples in place
+     * of the CPU they measured (what the simulator would bound the run by; it can exceed the
+     * makespan when the model overestimates this machine); equal to bound_s in the
+     * simulator; 0 for loaders outside the library (no model of theirs). */
+    double model_bound_s;
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

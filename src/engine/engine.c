@@ -452,6 +452,7 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
      * failed start included: it joins the layer's threads, and the other nodes wait for
      * this one's FINAL. */
     dh__node_totals t = {.cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
+                         .cpu_counted = e->rec.cpu_spent,
                          .makespan = e->rec.makespan, .peak = e->ring.peak + e->arena.peak,
                          DH__FETCH_TOTALS(e->fetched)};
     e->nops->finish(e, &t);
@@ -461,8 +462,12 @@ int dh_engine_finish(dh_engine *e, dh_result *out)
     if (rc)
         return rc;
     e->rec.makespan = t.makespan;
-    /* GPU terms from the ground truth; the CPU term is what the workers measured. */
-    e->rec.cpu_true_sum = t.cpu_sum;
+    /* GPU terms from the ground truth (emulated ranks sleep it) or the trainers' reported
+     * compute; the CPU term is what the workers measured for the completed steps, on every
+     * node: W threads cannot spend more than W x the makespan on them, so the bound is one
+     * by construction (CPU of steps never completed, spent maybe after the last one, is not
+     * counted). */
+    e->rec.cpu_true_sum = t.cpu_counted;
     if (!e->error && e->rec.error)
         e->error = e->rec.error;
 

@@ -186,6 +186,7 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
  */
 #define DH__NODE_TOTALS(X)                                                                        \
     X(double, cpu_sum, SUM) X(double, worker_cpu, SUM) X(double, makespan, MAX)                   \
+    X(double, cpu_counted, SUM)                                                                   \
     X(double, move_s, SUM) X(double, pred_gain, SUM) X(double, real_gain, SUM)                    \
     X(double, xsum, SUM) X(double, xmax, MAX) X(double, ctrl, SUM) X(double, net_factor, MAX)     \
     X(int64_t, xn, SUM) X(int64_t, peak, SUM) X(int64_t, considered, SUM) X(int64_t, moved, SUM) \

@@ -121,6 +121,7 @@ static void run_remote(dh_engine *e, int w, dh__lend_msg *m, dh__worker_ctx *x)
     free(m);
     pthread_mutex_lock(&e->mu);
     e->cpu_sum += cpu; /* the CPU was spent here; the owner counts the sample */
+    dh__records_cpu(&e->rec, t.step, cpu);
     dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, "prepare (lent)", started,
                    dh__eng_elapsed(e) - started, t.step, t.rank, t.sample);
 }

@@ -220,7 +220,7 @@ static void fill_final(dh_engine *e, xrec *m)
         dh__msg(m->msg, sizeof m->msg, "%s", x->err[0] ? x->err : dh_strerror(e->error));
     m->err_at = x->own ? x->err_at : 0;
     m->tot = (dh__node_totals){
-        .cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu,
+        .cpu_sum = e->cpu_sum, .worker_cpu = e->worker_cpu, .cpu_counted = e->rec.cpu_spent,
         .makespan = e->rec.makespan > 0 ? e->rec.makespan : dh__eng_elapsed(e),
         .move_s = reb->move_s, .pred_gain = reb->predicted_gain_s,
         .real_gain = reb->realised_gain_s, .xsum = x->sum, .xmax = x->max, .ctrl = x->ctrl,

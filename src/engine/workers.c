@@ -199,8 +199,10 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
         e->nok++; /* a sample with media read (a text alone proves nothing about the files) */
         e->store_streak = 0;
     }
-    if (!remote)
+    if (!remote) {
         e->cpu_sum += cpu;
+        dh__records_cpu(&e->rec, t->step, cpu);
+    }
     if (!remote && e->live && cpu >= 0)
         live_task(e->live, b, t->sample, cpu);
     dh__records_task(&e->rec, t->step, t->rank, started, dh__eng_elapsed(e) - started);

@@ -241,7 +241,16 @@ static void fold(dh__records *rec, int64_t st)
                           ? step_compute / rec->R
                           : rec->step_fixed + DH_MAX(sp->gpu_sum / rec->R, sp->gpu_max);
     rec->failed += sp->failed;
+    rec->cpu_spent += sp->cpu_spent;
+    rec->cpu_model += sp->cpu_sum;
     rec->steps++;
+}
+
+void dh__records_cpu(dh__records *rec, int64_t step, double cpu)
+{
+    dh__rec_step *sp = dh__records_step(rec, step);
+    if (sp && cpu > 0)
+        sp->cpu_spent += cpu;
 }
 
 void dh__records_close(dh__records *rec, int64_t step)
@@ -295,6 +304,9 @@ void dh__records_finish(dh__records *rec, int workers, dh_result *out)
     out->bound_gpu_s = rec->gpu_bound;
     out->bound_cpu_s = rec->cpu_true_sum / workers;
     out->bound_s = DH_MAX(out->bound_gpu_s, out->bound_cpu_s);
+    /* measured CPU: the cost model's view of the same steps is a separate figure */
+    out->model_bound_s = rec->cpu_measured ? DH_MAX(out->bound_gpu_s, rec->cpu_model / workers)
+                                           : out->bound_s;
     out->efficiency = rec->makespan > 0 ? out->bound_s / rec->makespan : 0;
     out->gpu_idle_frac = rec->makespan > 0 ? 1.0 - rec->compute_sum / (rec->R * rec->makespan) : 0;
     wait_stats(rec, out);
@@ -325,7 +337,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"fetch_failures\":%lld,\"fetch_wait_s\":%.6g,\"fetch_ahead_ready\":%lld,"
             "\"fetch_ahead_waited\":%lld,\"fetch_ahead_missed\":%lld,"
             "\"fetch_ahead_dropped\":%lld,\"fetch_latency_s\":%.6g,\"fetch_bandwidth\":%.6g,"
-            "\"fetch_cache_hits\":%lld,\"fetch_cache_bytes\":%lld,\"setup_s\":%.6g}",
+            "\"fetch_cache_hits\":%lld,\"fetch_cache_bytes\":%lld,\"setup_s\":%.6g,"
+            "\"model_bound_s\":%.9g}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -345,7 +358,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             (long long)r->fetch_failures, r->fetch_wait_s, (long long)r->fetch_ahead_ready,
             (long long)r->fetch_ahead_waited, (long long)r->fetch_ahead_missed,
             (long long)r->fetch_ahead_dropped, r->fetch_latency_s, r->fetch_bandwidth,
-            (long long)r->fetch_cache_hits, (long long)r->fetch_cache_bytes, r->setup_s);
+            (long long)r->fetch_cache_hits, (long long)r->fetch_cache_bytes, r->setup_s,
+            r->model_bound_s);
     return ferror(f) ? DH_EIO : 0;
 }
 

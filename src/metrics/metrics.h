@@ -36,7 +36,8 @@ typedef struct {
     double start;   /* when the step's first task started; < 0: none yet */
     double gpu_sum; /* sum of true g_i of the step */
     double gpu_max; /* max true g_i of the step */
-    double cpu_sum; /* sum of true c_i of the step */
+    double cpu_sum; /* sum of true c_i of the step (the real engine: the cost model's) */
+    double cpu_spent; /* real engine: CPU its tasks measured on this node's workers */
     int64_t failed; /* samples of the step that failed */
     uint8_t closed; /* every rank is done with it */
 } dh__rec_step;
@@ -65,6 +66,9 @@ typedef struct {
     dh__wait_sketch stalls;
     double cpu_true_sum;  /* sum of true c_i over drawn samples (the real engine: measured) */
     int cpu_measured;     /* cpu_true_sum is measured work: keep it whole when a run stops */
+    /* folded steps: the CPU their tasks measured here (the real engine's bound), and the
+     * cost model's CPU of their samples (its model bound, a separate figure) */
+    double cpu_spent, cpu_model;
     /* Compute is what the consumers measured (trainer processes), not the emulated truth:
      * the bound's GPU side is then each step's measured compute spread over the ranks (a
      * step cannot end before its average rank's compute), since the model's g_i says
@@ -89,6 +93,8 @@ dh__rec_step *dh__records_step(dh__records *rec, int64_t step);
 
 /* A task of batch (step, rank) started at `start` and took `seconds` (delivery included). */
 void dh__records_task(dh__records *rec, int64_t step, int rank, double start, double seconds);
+/* Real engine: a task of `step` spent `cpu` seconds on a worker of this node. */
+void dh__records_cpu(dh__records *rec, int64_t step, double cpu);
 /* Step `step` is over on every rank: fold it (and any closed steps after it) in order. */
 void dh__records_close(dh__records *rec, int64_t step);
 

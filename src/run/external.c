@@ -80,6 +80,7 @@ int dh_result_from_steps(const dh_external_run *x, dh_result *out, char *err, si
         full.ranks = x->ranks;
         full.workers = x->workers;
         dh__records_finish(&rec, x->workers, &full);
+        full.model_bound_s = 0; /* the bound is its own measured costs; no model of its own */
         full.memory_budget = x->memory_budget;
         full.memory_peak = x->memory_peak;
         full.framework_overhead = x->framework_overhead;
