@@ -20,6 +20,7 @@
 # and s3rver (from the npm registry, run by nodejs) are the stores the storage tests start
 # on 127.0.0.1; libmicrohttpd serves the live metrics (--metrics: a small HTTP server in its
 # own thread, no HTTP parsing of ours), and Prometheus scrapes them in the metrics test;
+# headless Chromium (with a font to draw text in) renders `datahelix report` in its test;
 # s3rver goes to ~/.cache/datahelix/s3rver (DH_S3RVER_DIR elsewhere).
 set -euo pipefail
 
@@ -35,7 +36,7 @@ PACKAGES=(
     clang libclang-rt-14-dev
     openmpi-bin libopenmpi-dev
     libcurl4-openssl-dev libexpat1-dev nginx-light curl
-    libmicrohttpd-dev prometheus
+    libmicrohttpd-dev prometheus chromium fonts-dejavu-core
 )
 # node and npm may come from elsewhere (NodeSource): only asked for when missing
 command -v node > /dev/null 2>&1 || PACKAGES+=(nodejs)

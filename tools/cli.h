@@ -21,6 +21,13 @@ int cli_serve(int argc, char **argv);
 int cli_gen(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_report(int argc, char **argv);
+/* cmd_report.c: the HTML report of n result files (and a trace, or NULL) into out; 0 or 1
+ * with the error printed (bench and demo write theirs next to their JSON). */
+int cli_report_write(const char *const *inputs, int n, const char *trace, const char *out);
+/* The report of one result file (and a trace, or NULL) beside it: JSON's name with .html in
+ * place of .json (or added), its path printed ("report: PATH"); 0 or 1. */
+int cli_report_beside(const char *json, const char *trace);
 
 /* bench_torch.c: the PyTorch DataLoader contender of bench --mode real. available: 1, or 0
  * with the reason (and the command that installs what is missing) in why. bench_torch: runs

@@ -50,7 +50,8 @@ static const char help[] =
     "--run-seconds S (real, default 3; 0: exactly --steps): each workload's steps chosen so\n"
     "that a run lasts about S seconds (the simulator's prediction of helix after\n"
     "calibration; at least --steps, or 12), so fast and slow workloads get equally long,\n"
-    "equally stable runs.\n";
+    "equally stable runs.\n"
+    "--json F also writes F's report beside it (F with .html: datahelix report).\n";
 
 /* Real mode: the workload's data under data/NAME (wds: data/NAME-wds, as shards),
  * generated if missing, and calibrated. */
@@ -522,6 +523,8 @@ int cli_bench(int argc, char **argv)
     }
     failed = bench_finish(jf, real, failed, res, simres, nw, pol, np);
     failed |= cli_out_commit(&out);
+    if (!failed && o.json) /* the same results drawn, next to them */
+        failed |= cli_report_beside(o.json, NULL);
     free(all);
     free(allsim);
     free(res);

@@ -20,7 +20,9 @@ static const char help[] =
     "engine (each policy --repeats times, default 3, interleaved, one calibration per\n"
     "workload; each run about --run-seconds, default 3, but at least --steps, default 12),\n"
     "prints the table with each policy's median and range and which\n"
-    "differences are within that noise, and writes DIR/bench-real.json and DIR/trace.json.\n";
+    "differences are within that noise, and writes DIR/bench-real.json (and its report,\n"
+    "DIR/bench-real.html), DIR/trace.json and DIR/report.html: the bench and the traced run\n"
+    "drawn on one page (datahelix report).\n";
 
 int cli_demo(int argc, char **argv)
 {
@@ -72,9 +74,12 @@ int cli_demo(int argc, char **argv)
                         "--steps", (char *)steps, "--trace", trace, "--json", run_json,
                         "--calibrate", "16", NULL};
     rc = cli_run(21, run_argv);
-    if (!rc)
+    char report[4200];
+    snprintf(report, sizeof report, "%s/report.html", out);
+    const char *results[] = {json, run_json};
+    if (!rc && !(rc = cli_report_write(results, 2, trace, report)))
         printf("\nresults: %s (all runs), %s (the traced run)\nChrome trace (open in Perfetto): "
-               "%s\nmedia and manifests: %s/*/\n",
-               json, run_json, trace, data);
+               "%s\nreport (open in a browser): %s\nmedia and manifests: %s/*/\n",
+               json, run_json, trace, report, data);
     return rc;
 }

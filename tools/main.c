@@ -20,6 +20,7 @@ static const char usage[] =
     "  bench --mode real          the same comparison on the real engine, real media\n"
     "  demo                       the main job: real workloads, three policies, table and trace\n"
     "  bench --mode sim           every workload x policy in the simulator, with summary ratios\n"
+    "  report RESULT.json -o R    one HTML page of charts from results (and a trace)\n"
     "  version                    print the version\n"
     "\n"
     "Run 'datahelix <command> --help' for a command's options.\n";
@@ -58,6 +59,8 @@ int main(int argc, char **argv)
         return cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return cli_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report"))
+        return cli_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("datahelix %s\n", dh_version_string());
         return 0;
