@@ -95,7 +95,7 @@ assert hl, "the helix line carries its p95"
 tl = [a for t, a in p.els if t == "svg" and a.get("class") == "timeline"]
 assert len(tl) == 1 and tl[0]["data-ranks"] == "2" and tl[0]["data-workers"] == "2", tl
 bub = [a for t, a in p.els if t == "rect" and a.get("class") == "bubble"]
-assert len(bub) == int(tl[0]["data-bubbles"]), (len(bub), tl[0]["data-bubbles"])
+assert sum(int(b["data-count"]) for b in bub) == int(tl[0]["data-bubbles"]), tl[0]["data-bubbles"]
 for b in bub:
     assert float(b["data-ms"]) > 0 and 0 <= int(b["data-worker"]) < 2 and int(b["data-rank"]) < 2
 # every run in the configuration table

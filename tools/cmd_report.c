@@ -556,16 +556,31 @@ static void timeline(FILE *f, trace *t, const char *path)
         while (c < t->compute.n && t->compute.v[c].row == r)
             c++;
         lane(f, t->compute.v + s, c - s, 0, scale, y, lh, "compute", "#4e79a7");
-        for (int64_t k = 0; k < nb; k++) /* its waits: one element each, named */
-            if (b[k].rank == r)
-                fprintf(f, "<rect class=\"bubble\" x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                        "fill=\"#e15759\" data-rank=\"%d\" data-step=\"%lld\" data-worker=\"%d\" "
-                        "data-sample=\"%lld\" data-ms=\"%.3f\"><title>rank %d waited %.1f ms "
-                        "before step %lld, for sample %lld (worker %d)</title></rect>\n",
-                        120 + b[k].t0 * scale, y, dmax(1.0, (b[k].t1 - b[k].t0) * scale), lh,
-                        r, (long long)b[k].step, b[k].worker, (long long)b[k].sample,
-                        1e3 * (b[k].t1 - b[k].t0), r, 1e3 * (b[k].t1 - b[k].t0),
-                        (long long)b[k].step, (long long)b[k].sample, b[k].worker);
+        for (int64_t k = 0; k < nb;) { /* its waits, named; those under a pixel apart as one */
+            if (b[k].rank != r) {
+                k++;
+                continue;
+            }
+            int64_t j = k + 1, worst = k, count = 1;
+            double end = b[k].t1;
+            for (; j < nb && b[j].rank == r && (b[j].t0 - end) * scale < 1.0; j++, count++) {
+                end = dmax(end, b[j].t1);
+                worst = b[j].t1 - b[j].t0 > b[worst].t1 - b[worst].t0 ? j : worst;
+            }
+            const bubble *w = &b[worst];
+            fprintf(f, "<rect class=\"bubble\" x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                    "fill=\"#e15759\" data-rank=\"%d\" data-step=\"%lld\" data-worker=\"%d\" "
+                    "data-sample=\"%lld\" data-ms=\"%.3f\" data-count=\"%lld\"><title>rank %d "
+                    "waited %.1f ms before step %lld, for sample %lld (worker %d)",
+                    120 + b[k].t0 * scale, y, dmax(1.0, (end - b[k].t0) * scale), lh, r,
+                    (long long)w->step, w->worker, (long long)w->sample, 1e3 * (w->t1 - w->t0),
+                    (long long)count, r, 1e3 * (w->t1 - w->t0), (long long)w->step,
+                    (long long)w->sample, w->worker);
+            if (count > 1)
+                fprintf(f, "; the longest of %lld waits drawn here", (long long)count);
+            fprintf(f, "</title></rect>\n");
+            k = j;
+        }
     }
     for (int w = 0; w < t->workers; w++) {
         int y = 22 + (t->ranks + w) * (lh + 4);
