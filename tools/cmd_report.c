@@ -338,14 +338,18 @@ static void cdf_chart(FILE *f, const rows *rs, const char *wl, const char **pol,
         fprintf(f, "\" data-zero=\"%.6g\" data-p50=\"%.6g\" data-p95=\"%.6g\" data-p99=\"%.6g\" "
                 "points=\"", zero, r->p50, r->v[M_P95], r->p99);
         double last = 0;
+        int drawn = 0;
         for (int k = 0; k < 5; k++) {
             if ((k >= 2 && py[k] <= zero) || py[k] < ymin) /* 0 ms already, or below the axis */
                 continue;
             double y = dmax(py[k], last);
             last = y;
+            drawn++;
             fprintf(f, "%.1f,%.1f ", x0 + w * dmin(px[k], xmax) / xmax,
                     top_pad + h - h * (y - ymin) / (1 - ymin));
         }
+        if (drawn < 2) /* no wait up to the p99: a level line, so that it shows */
+            fprintf(f, "%.1f,%.1f", (double)(x0 + w), top_pad + h - h * (last - ymin) / (1 - ymin));
         fprintf(f, "\"><title>");
         esc(f, pol[p]);
         fprintf(f, ": %.1f%% of batches waited 0 ms; p50 %.3g ms, p95 %.3g ms, p99 %.3g ms"
