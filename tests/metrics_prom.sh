@@ -72,6 +72,10 @@ check "... naming the range" contains "$WORK/bad1.err" "0 to 65535"
 check "an address that is not IPv4 is refused, named" contains "$WORK/bad2.err" '"nohost" is not an IPv4'
 "$DH" sim --workload laion-images --metrics 0 > /dev/null 2> "$WORK/bad3.err"
 check "sim refuses --metrics, saying why" contains "$WORK/bad3.err" "live figures"
+"$DH" serve --manifest "$M" --ranks 2 --workers 2 --batch 4 --stream val --manifest "$M" \
+    --metrics 0 > /dev/null 2> "$WORK/bad4.err"
+check "--metrics after --stream: refused, it is the agent's" contains "$WORK/bad4.err" \
+    "metrics is the agent's, for every stream"
 nc_port=$(grep -o '[0-9]*' <<< "$P")
 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 4 --steps 2 --metrics "$nc_port" \
     > /dev/null 2> "$WORK/busy.err" &

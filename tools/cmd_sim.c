@@ -417,7 +417,7 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
 /* Options of the agent as a whole, which a stream may not set. */
 static const char *const agent_options[] = {
     "--ranks", "--workers", "--socket", "--max-leases", "--attach-timeout", "--on-rank-exit",
-    "--nodes", "--calibrate", "--cpu-cost-scale", NULL};
+    "--nodes", "--calibrate", "--cpu-cost-scale", "--metrics", NULL};
 
 /*
  * serve ... --stream NAME [options] ...: each --stream starts another stream's options,
