@@ -9,14 +9,7 @@ DH=$(cd "$(dirname "$DH")" && pwd)/$(basename "$DH") # absolute: some cases run 
 FFMPEG=${DH_FFMPEG:-ffmpeg}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhe2e.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-pass=0 fail=0
-
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
-contains() { grep -q -- "$2" "$1"; }
-not_contains() { ! grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/lib.sh"
 json_field() { # json_field FILE KEY -> prints the value (flat numeric keys only)
     sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p" "$1" | head -n 1
 }

@@ -23,12 +23,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhstore.XXXXXX")
 source "$HERE/store_servers.sh"
 cleanup() { store_stop; [[ -n $KEEP ]] || rm -rf "$WORK"; }
 trap cleanup EXIT
-pass=0 fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/lib.sh"
 ctl() { store_ctl "$@"; }
 run() { # run MANIFEST OUT [more run options]: a real run of the clips workload, 2 ranks
     local m=$1 out=$2; shift 2

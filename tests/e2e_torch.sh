@@ -8,12 +8,7 @@ DH=${1:?usage: e2e_torch.sh PATH/TO/datahelix}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhtorch.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export TMPDIR=$WORK # the contender's files and processes are found under it
-pass=0 fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/lib.sh"
 PY=${DH_PYTHON:-/usr/bin/python3}
 if ! "$PY" -c "import torch, av, numpy" 2> /dev/null; then
     echo "SKIP: $PY cannot import torch, av and numpy (apt-get install python3-torch python3-av)"

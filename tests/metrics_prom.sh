@@ -13,12 +13,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhprom.XXXXXX")
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2> /dev/null; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-pass=0 fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/lib.sh"
 port_of() { grep -o 'metrics at http://127.0.0.1:[0-9]*' "$1" | head -n 1 | sed 's/.*://'; }
 wait_for() { # wait_for SECONDS CMD... -> 0 once CMD succeeds
     local t=$1; shift

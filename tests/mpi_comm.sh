@@ -9,11 +9,7 @@ MPIRUN=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
 [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhmpi.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-pass=0 fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
+source "$(dirname "$0")/lib.sh"
 for np in 2 4; do
     timeout 120 "${MPIRUN[@]}" -np $np "$T" basic > "$WORK/basic$np.out" 2> "$WORK/basic$np.err"
     check "$np nodes: exit 0" test $? -eq 0

@@ -12,12 +12,7 @@ MPIRUN=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhmpirun.XXXXXX")
 cleanup() { [[ -n "${BG:-}" ]] && kill -9 -- -"$BG" 2> /dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
-pass=0 fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/lib.sh"
 
 # 24 small clips, one of them cut short (it fails every time it is scheduled).
 "$DH" gen --workload kinetics-clips --out "$WORK/data" --samples 24 > /dev/null 2>&1

@@ -9,12 +9,7 @@ set -u
 DH=${1:?usage: report_chromium.sh DATAHELIX}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhreport.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-pass=0 fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
-contains() { grep -q -- "$2" "$1"; }
+source "$(dirname "$0")/lib.sh"
 PY=$(command -v /usr/bin/python3 || command -v python3)
 
 "$DH" gen --workload kinetics-clips --out "$WORK/data" --samples 24 -q > /dev/null 2>&1

@@ -65,8 +65,22 @@ static const struct {
 
 typedef struct {
     row *v;
-    int n, cap;
+    int64_t n, cap;
 } rows;
+
+/* Room for one more element of `size` bytes in *v (n used of *cap, doubled when full); 0, or
+ * 1 when out of memory (nothing changed). */
+static int grow(void **v, int64_t n, int64_t *cap, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    int64_t c = *cap ? 2 * *cap : 1024;
+    void *p = realloc(*v, (size_t)c * size);
+    if (!p)
+        return 1;
+    *v = p, *cap = c;
+    return 0;
+}
 
 static double num(json_t *o, const char *k)
 {
@@ -83,13 +97,8 @@ static void str(json_t *o, const char *k, char *out, size_t len)
 /* One result object into rs; 0, or 1 (out of memory). */
 static int add_row(rows *rs, json_t *o, const char *file, int predicted)
 {
-    if (rs->n == rs->cap) {
-        int cap = rs->cap ? 2 * rs->cap : 64;
-        row *v = realloc(rs->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return 1;
-        rs->v = v, rs->cap = cap;
-    }
+    if (grow((void **)&rs->v, rs->n, &rs->cap, sizeof *rs->v))
+        return 1;
     row *r = &rs->v[rs->n++];
     memset(r, 0, sizeof *r);
     const char *base = strrchr(file, '/');
@@ -379,13 +388,8 @@ typedef struct {
 
 static int push(spans *s, span x)
 {
-    if (s->n == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 4096;
-        span *v = realloc(s->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return 1;
-        s->v = v, s->cap = cap;
-    }
+    if (grow((void **)&s->v, s->n, &s->cap, sizeof *s->v))
+        return 1;
     s->v[s->n++] = x;
     return 0;
 }
@@ -677,7 +681,7 @@ int cli_report_write(const char *const *inputs, int n, const char *trace_path, c
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>DataHelix report</title><style>%s</style></head><body>\n"
-            "<h1>DataHelix report</h1>\n<p class=\"note\">%d runs from", style, rs.n);
+            "<h1>DataHelix report</h1>\n<p class=\"note\">%lld runs from", style, (long long)rs.n);
     for (int k = 0; k < n; k++) {
         fputs(k ? ", " : " ", f);
         esc(f, inputs[k]);

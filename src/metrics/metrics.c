@@ -176,10 +176,6 @@ void dh__records_task(dh__records *rec, int64_t step, int rank, double start, do
     b->longest_task = DH_MAX(b->longest_task, seconds);
 }
 
-/*
- * Folds step st into the running metrics, in step order, so every sum is
- * taken in the same order as over a whole-run array.
- */
 /* A folded step in the live figures: the same accounting and waits as the result's. */
 static void live_fold(dh__records *rec, int64_t st, const dh__rec_step *sp,
                       const dh__rec_batch *b, double stall_ms)
@@ -199,6 +195,10 @@ static void live_fold(dh__records *rec, int64_t st, const dh__rec_step *sp,
     dh__live_observe(&l->stall, stall_ms * 1e-3);
 }
 
+/*
+ * Folds step st into the running metrics, in step order, so every sum is
+ * taken in the same order as over a whole-run array.
+ */
 static void fold(dh__records *rec, int64_t st)
 {
     const dh__rec_step *sp = &rec->step[st & (rec->cap - 1)];
