@@ -323,6 +323,16 @@ elif [[ $(id -u) == 0 && -f /sys/fs/cgroup/cgroup.controllers ]] &&
     cg=/sys/fs/cgroup/dhe2e-$$
     mkdir "$cg" 2> /dev/null && echo $((64 << 20)) > "$cg/memory.max" || cg=""
 fi
+# serve waiting for its ranks says so now and then (a log's heartbeat); --quiet does not
+for q in "" -q; do
+    DH_PROGRESS_SECONDS=0.3 timeout 30 "$DH" serve --manifest "$WORK/data/manifest.jsonl" \
+        --ranks 2 --workers 2 --batch 2 --socket "@dhe2e-wait-$$" --attach-timeout 2 $q \
+        > /dev/null 2> "$WORK/wait$q.err"
+done
+check "serve waiting for ranks: progress lines" \
+    grep -q "serve: waiting for ranks: 0 of 2 attached, [0-9]* s left" "$WORK/wait.err"
+check "serve -q waiting for ranks: none" not_contains "$WORK/wait-q.err" "waiting for ranks"
+check "serve -q: the timeout still said" contains "$WORK/wait-q.err" "attached in time"
 if [[ -n $cg ]]; then
     (echo $BASHPID > "$cg/cgroup.procs" && exec "$DH" serve --manifest \
         "$WORK/data/manifest.jsonl" --ranks 1 --batch 2 --socket "@dhe2e-cg-$$" \

@@ -105,6 +105,7 @@ typedef struct {
 } cli_progress_what;
 void cli_progress(int64_t done, int64_t total, void *user);
 void cli_progress_quiet(void);
+int cli_progress_is_quiet(void);
 
 /*
  * Output files of the CLI (--json) appear complete or not at all: opened under a temporary

@@ -182,6 +182,11 @@ void cli_progress_quiet(void)
     progress_quiet = 1;
 }
 
+int cli_progress_is_quiet(void)
+{
+    return progress_quiet;
+}
+
 /* Erases the progress line a terminal shows; the caller holds diag_mu. */
 static void progress_clear_locked(void)
 {

@@ -359,6 +359,9 @@ static int report_result(const dh_run_config *cfg, cli_out *json, const dh_resul
 static void print_event(const char *message, void *user)
 {
     (void)user;
+    if (cli_progress_is_quiet() &&
+        !strncmp(message, DH_SERVE_WAITING_EVENT, strlen(DH_SERVE_WAITING_EVENT)))
+        return; /* --quiet: no progress */
     fprintf(stderr, "serve: %s\n", message);
 }
 

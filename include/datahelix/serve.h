@@ -30,7 +30,10 @@ typedef struct {
     int max_leases;        /* batches a rank may hold at once; 0: 4 */
     int attach_timeout_ms; /* how long to wait for every rank to attach; 0: 300 s */
     int io_timeout_ms;     /* a handshake or a message once begun; 0: 30 s */
-    /* Attach, detach and fault events as sentences (from agent threads); may be NULL. */
+    /* Attach, detach and fault events as sentences (from agent threads); may be NULL. While
+     * the agent waits for its ranks it also says how many came, every $DH_PROGRESS_SECONDS
+     * (default 30), in a sentence that starts with DH_SERVE_WAITING_EVENT (progress, which
+     * a quiet caller may drop). */
     void (*on_event)(const char *message, void *user);
     void *event_user;
     /* Added in 0.2. What a rank's death (or early leaving) does: DH_ON_RANK_EXIT_STOP ends
@@ -46,6 +49,7 @@ typedef struct {
 } dh_serve_opts;
 
 enum { DH_ON_RANK_EXIT_STOP = 0, DH_ON_RANK_EXIT_WAIT = 1 };
+#define DH_SERVE_WAITING_EVENT "waiting for ranks:"
 
 DH_API void dh_serve_opts_default(dh_serve_opts *o);
 

@@ -44,6 +44,8 @@ int64_t dh__memory_available(void);
 
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): for durations and deadlines. */
 double dh__mono(void);
+/* The period of progress lines in logs: $DH_PROGRESS_SECONDS, default 30 (at least 0.05). */
+double dh__progress_seconds(void);
 
 /*
  * Draws that are pure functions of (seed, epoch, sample id, item) (draw.c): the n-th of them

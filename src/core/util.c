@@ -49,6 +49,13 @@ double dh__mono(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+double dh__progress_seconds(void)
+{
+    const char *env = getenv("DH_PROGRESS_SECONDS");
+    double s = env && *env ? strtod(env, NULL) : 30.0;
+    return s >= 0.05 ? s : 30.0;
+}
+
 uint64_t dh__rng_next(dh__rng *r)
 {
     r->state += 0x9e3779b97f4a7c15ULL;

@@ -222,6 +222,7 @@ static int others_live(agent *a, int *serving)
 int dh__agent_wait_for_ranks(agent *a)
 {
     double until = dh__mono() + a->o.attach_timeout_ms / 1e3, told = 0;
+    double said = dh__mono(), every = dh__progress_seconds();
     while (a->attached < a->hi - a->lo) {
         if ((a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) ||
             atomic_load(&a->hub->quit))
@@ -246,6 +247,11 @@ int dh__agent_wait_for_ranks(agent *a)
                 pf[n++] = (struct pollfd){.fd = a->conns[r].fd, .events = POLLIN};
         int ready = poll(pf, (nfds_t)n, 200);
         int tell = dh__mono() - told >= 1.0;
+        if (!serving && dh__mono() - said >= every) { /* a heartbeat in the agent's log */
+            said = dh__mono();
+            event(a, DH_SERVE_WAITING_EVENT " %d of %d attached, %.0f s left (--attach-timeout)",
+                  a->attached, a->hi - a->lo, until - said);
+        }
         if (ready > 0 || tell) {
             tend_attaches(a, pf, ready > 0 ? n : 0, until, tell);
             told = tell ? dh__mono() : told;
