@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stddef.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -125,9 +126,34 @@ static int add_row(rows *rs, json_t *o, const char *file, int predicted)
     return 0;
 }
 
+/* 0 when path is a regular file, else 1 with the reason said (a FIFO or /dev/zero would
+ * never end, a directory is no result). */
+static int regular(const char *path, const char *what)
+{
+    struct stat st;
+    if (stat(path, &st)) {
+        cli_err("report: cannot open the %s %s: %s", what, path, strerror(errno));
+        return 1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        cli_err("report: the %s %s is not a regular file", what, path);
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 when a and b name the same file (out must not be one of the inputs). */
+static int same_file(const char *a, const char *b)
+{
+    struct stat x, y;
+    return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 /* A result file: one result, or a bench's runs (and its simulator predictions). 0 or 1. */
 static int load(rows *rs, const char *path)
 {
+    if (regular(path, "result"))
+        return 1;
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) {
@@ -188,12 +214,12 @@ typedef struct {
     int n;
     double med, lo, hi;
     const row *mid; /* the run with the median p95 (its percentiles draw the CDF) */
-} stat;
+} summary;
 
-static stat stat_of(const rows *rs, const char *wl, const char *pol, const char *eng, int m)
+static summary stat_of(const rows *rs, const char *wl, const char *pol, const char *eng, int m)
 {
     double v[256];
-    stat s = {0};
+    summary s = {0};
     for (int k = 0; k < rs->n; k++) {
         const row *r = &rs->v[k];
         if (strcmp(r->workload, wl) || strcmp(r->policy, pol) || strcmp(r->engine, eng))
@@ -205,7 +231,7 @@ static stat stat_of(const rows *rs, const char *wl, const char *pol, const char 
         return s;
     qsort(v, (size_t)s.n, sizeof *v, cmp_d);
     s.lo = v[0], s.hi = v[s.n - 1];
-    s.med = s.n % 2 ? v[s.n / 2] : 0.5 * (v[s.n / 2 - 1] + v[s.n / 2]);
+    s.med = v[(s.n - 1) / 2]; /* of an even count, the lower middle run's, as bench picks */
     for (int k = 0; k < rs->n && !s.mid; k++) {
         const row *r = &rs->v[k];
         if (!strcmp(r->workload, wl) && !strcmp(r->policy, pol) && !strcmp(r->engine, eng) &&
@@ -226,6 +252,13 @@ static void esc(FILE *f, const char *s)
         case '"': fputs("&quot;", f); break;
         default: fputc(*s, f);
         }
+}
+
+/* Decimals to show x with about 3 significant digits, without an exponent. */
+static int decimals(double x)
+{
+    double a = fabs(x);
+    return a >= 100 || a == 0 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3;
 }
 
 static double nice_top(double x)
@@ -261,7 +294,7 @@ static void bar_chart(FILE *f, const rows *rs, const char *wl, int m, const char
     double top = 0;
     for (int p = 0; p < np; p++)
         for (int e = 0; e < ne; e++) {
-            stat s = stat_of(rs, wl, pol[p], eng[e], m);
+            summary s = stat_of(rs, wl, pol[p], eng[e], m);
             top = s.n && s.hi > top ? s.hi : top;
         }
     top = m == M_EFF ? 1.0 : nice_top(top * 1.05);
@@ -274,7 +307,7 @@ static void bar_chart(FILE *f, const rows *rs, const char *wl, int m, const char
     for (int p = 0; p < np; p++) {
         double gx = x0 + gw * p + (gw - bw * ne) / 2;
         for (int e = 0; e < ne; e++) {
-            stat s = stat_of(rs, wl, pol[p], eng[e], m);
+            summary s = stat_of(rs, wl, pol[p], eng[e], m);
             if (!s.n)
                 continue;
             double x = gx + bw * e, bh = h * dmin(s.med, top) / top;
@@ -299,8 +332,8 @@ static void bar_chart(FILE *f, const rows *rs, const char *wl, int m, const char
                 fprintf(f, "<path class=\"range\" d=\"M%.1f %.1fV%.1fM%.1f %.1fh8M%.1f %.1fh8\"/>\n",
                         cx, ylo, yhi, cx - 4, ylo, cx - 4, yhi);
             }
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"val\" text-anchor=\"middle\">%.3g"
-                    "</text>\n", x + (bw - 2) / 2, top_pad + h - bh - 3, s.med);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"val\" text-anchor=\"middle\">%.*f"
+                    "</text>\n", x + (bw - 2) / 2, top_pad + h - bh - 3, decimals(s.med), s.med);
         }
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">",
                 x0 + gw * p + gw / 2, top_pad + h + 14);
@@ -321,7 +354,7 @@ static void cdf_chart(FILE *f, const rows *rs, const char *wl, const char **pol,
     const int W = 520, H = 250, x0 = 44, top_pad = 24, h = 180, w = W - x0 - 120;
     double xmax = 0, ymin = 1; /* y starts below the lowest share of batches that waited 0 */
     for (int p = 0; p < np; p++) {
-        stat s = stat_of(rs, wl, pol[p], eng, M_P95);
+        summary s = stat_of(rs, wl, pol[p], eng, M_P95);
         if (s.mid)
             xmax = dmax(xmax, s.mid->p99), ymin = dmin(ymin, 1 - s.mid->v[M_MISS] / 100);
     }
@@ -335,7 +368,7 @@ static void cdf_chart(FILE *f, const rows *rs, const char *wl, const char **pol,
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%.3g</text>\n",
                 x0 + w * k / 4.0, top_pad + h + 14, xmax * k / 4);
     for (int p = 0; p < np; p++) {
-        stat s = stat_of(rs, wl, pol[p], eng, M_P95);
+        summary s = stat_of(rs, wl, pol[p], eng, M_P95);
         if (!s.mid)
             continue;
         const row *r = s.mid;
@@ -395,7 +428,7 @@ static int push(spans *s, span x)
 }
 
 typedef struct {
-    spans compute, prepare;
+    spans compute, prepare, waits; /* waits: a rank's request waiting for its data */
     int ranks, workers;
     double end;
 } trace;
@@ -403,6 +436,8 @@ typedef struct {
 /* Reads a trace the library wrote (one event per line); 0, or 1 with the error said. */
 static int load_trace(const char *path, trace *t)
 {
+    if (regular(path, "trace"))
+        return 1;
     FILE *f = fopen(path, "r");
     if (!f) {
         cli_err("report: cannot open the trace %s: %s", path, strerror(errno));
@@ -434,6 +469,8 @@ static int load_trace(const char *path, trace *t)
         if (pid == 2 && !strcmp(name, "compute")) {
             rc = push(&t->compute, s);
             t->ranks = t->ranks > tid ? t->ranks : tid + 1;
+        } else if (pid == 2 && !strcmp(name, "wait for data")) {
+            rc = push(&t->waits, s);
         } else if (pid == 1) {
             rc = push(&t->prepare, s);
             t->workers = t->workers > tid ? t->workers : tid + 1;
@@ -441,8 +478,9 @@ static int load_trace(const char *path, trace *t)
     }
     fclose(f);
     if (!rc && !t->compute.n) {
-        cli_err("report: %s: no rank computed in this trace (%lld events): a trace of `run "
-                "--trace`?", path, (long long)events);
+        cli_err("report: %s: no rank computed in this trace (%lld events on lines of their "
+                "own): report reads traces as `run --trace` writes them, one event a line",
+                path, (long long)events);
         rc = 1;
     }
     return rc;
@@ -471,18 +509,17 @@ static int cmp_bubble_len(const void *a, const void *b)
 }
 
 /*
- * Bubbles: a rank's compute of step s began when its batch was ready (within 2 ms), after
- * the rank had finished step s - 1: it waited for data from then to the batch's last
- * sample, prepared by `worker`. (A rank that began later than its batch was ready waited on
- * its peers, not on data.)
+ * Bubbles: each wait for data the engine traced (a rank asked for its batch of step s before
+ * it was ready), with the sample that made it wait: the batch's last one to be prepared, and
+ * the worker that prepared it.
  */
 static int find_bubbles(trace *t, bubble **out, int64_t *nout)
 {
     int64_t R = t->ranks, nsteps = 0;
-    for (int64_t k = 0; k < t->compute.n; k++)
-        nsteps = nsteps > t->compute.v[k].step ? nsteps : t->compute.v[k].step + 1;
-    span *last = calloc((size_t)(R * nsteps), sizeof *last); /* latest prepare per batch */
-    bubble *b = malloc((size_t)(t->compute.n + 1) * sizeof *b);
+    for (int64_t k = 0; k < t->waits.n; k++)
+        nsteps = nsteps > t->waits.v[k].step ? nsteps : t->waits.v[k].step + 1;
+    span *last = calloc((size_t)(R * nsteps + 1), sizeof *last); /* latest prepare per batch */
+    bubble *b = malloc((size_t)(t->waits.n + 1) * sizeof *b);
     if (!last || !b) {
         free(last);
         free(b);
@@ -498,15 +535,14 @@ static int find_bubbles(trace *t, bubble **out, int64_t *nout)
         if (l->row < 0 || p->t1 > l->t1)
             *l = *p;
     }
-    qsort(t->compute.v, (size_t)t->compute.n, sizeof *t->compute.v, cmp_span);
+    qsort(t->waits.v, (size_t)t->waits.n, sizeof *t->waits.v, cmp_span);
     int64_t n = 0;
-    for (int64_t k = 0; k < t->compute.n; k++) {
-        const span *c = &t->compute.v[k];
-        double prev = k > 0 && t->compute.v[k - 1].row == c->row ? t->compute.v[k - 1].t1 : 0;
-        const span *l = c->step >= 0 && c->step < nsteps ? &last[c->step * R + c->row] : NULL;
-        if (!l || l->row < 0 || l->t1 <= prev + 1e-4 || c->t0 - l->t1 > 2e-3 || c->t0 <= prev)
+    for (int64_t k = 0; k < t->waits.n; k++) {
+        const span *w = &t->waits.v[k];
+        if (w->row < 0 || w->row >= R || w->step < 0)
             continue;
-        b[n++] = (bubble){prev, c->t0, c->row, l->row, c->step, l->sample};
+        const span *l = &last[w->step * R + w->row];
+        b[n++] = (bubble){w->t0, w->t1, w->row, l->row, w->step, l->row >= 0 ? l->sample : -1};
     }
     free(last);
     *out = b;
@@ -544,17 +580,18 @@ static void timeline(FILE *f, trace *t, const char *path)
     fprintf(f, "<h2>Timeline of a traced run</h2>\n<p class=\"note\">From ");
     esc(f, path);
     fprintf(f, ": %lld steps over %.3f s. Each rank's compute is blue; a red bar is a rank "
-            "waiting for its batch (from the end of its previous step until the batch's last "
-            "sample was ready); workers' preparation is gray. Spans closer than a pixel are "
+            "waiting for its batch (from its request until the batch's last sample was "
+            "ready); workers' preparation is gray. Spans closer than a pixel are "
             "drawn as one. Hover for details.</p>\n",
             (long long)(t->compute.n / (t->ranks > 0 ? t->ranks : 1)), t->end);
-    fprintf(f, "<svg class=\"timeline\" width=\"%d\" height=\"%d\" data-ranks=\"%d\" "
+    fprintf(f, "<svg class=\"timeline\" viewBox=\"0 0 %d %d\" width=\"100%%\" data-ranks=\"%d\" "
             "data-workers=\"%d\" data-bubbles=\"%lld\">\n", W, H, t->ranks, t->workers,
             (long long)nb);
     for (int k = 0; k <= 5; k++)
         fprintf(f, "<text x=\"%.1f\" y=\"12\" class=\"tick\" text-anchor=\"middle\">%.2f s"
                 "</text>\n", 120 + (W - 130) * k / 5.0, t->end * k / 5);
     qsort(t->prepare.v, (size_t)t->prepare.n, sizeof *t->prepare.v, cmp_span);
+    qsort(t->compute.v, (size_t)t->compute.n, sizeof *t->compute.v, cmp_span);
     int64_t c = 0, p = 0;
     for (int r = 0; r < t->ranks; r++) {
         int y = 22 + r * (lh + 4);
@@ -615,6 +652,34 @@ static void timeline(FILE *f, trace *t, const char *path)
 
 /* ---- the page ---- */
 
+/* Runs of one bar that differ in shape (ranks, workers, nodes) are said, on the page and on
+ * stderr: their median mixes what should not be. */
+static void mixed_shapes(FILE *f, const rows *rs, const char *wl)
+{
+    for (int k = 0; k < rs->n; k++) {
+        const row *a = &rs->v[k];
+        if (strcmp(a->workload, wl))
+            continue;
+        for (int j = 0; j < k; j++) {
+            const row *b = &rs->v[j];
+            if (strcmp(b->workload, wl) || strcmp(a->policy, b->policy) ||
+                strcmp(a->engine, b->engine))
+                continue;
+            if (a->ranks == b->ranks && a->workers == b->workers && a->nodes == b->nodes)
+                continue;
+            cli_err("report: %s / %s (%s): runs of different shapes in one bar (R=%d W=%d in "
+                    "%s, R=%d W=%d in %s)", wl, a->policy, a->engine, b->ranks, b->workers,
+                    b->file, a->ranks, a->workers, a->file);
+            fprintf(f, "<p class=\"warn\">");
+            esc(f, a->policy);
+            fprintf(f, " (%s): runs of different shapes share its bars (R=%d W=%d and R=%d W=%d; "
+                    "see the table below)</p>\n", a->engine, b->ranks, b->workers, a->ranks,
+                    a->workers);
+            return;
+        }
+    }
+}
+
 static void config_table(FILE *f, const rows *rs)
 {
     fprintf(f, "<h2>Runs and their configuration</h2>\n<table class=\"config\"><tr><th>file</th>"
@@ -634,7 +699,7 @@ static void config_table(FILE *f, const rows *rs)
                 "<td>%lld + %lld</td><td>%.3f</td><td>%.3f</td>", r->engine, r->ranks,
                 r->workers, r->nodes, (long long)r->steps, (long long)r->samples,
                 (long long)r->delivered, (long long)r->failed, r->makespan, r->bound);
-        if (r->model_bound > 0 && strcmp(r->engine, "sim")) /* real: the models' view too */
+        if (r->model_bound > 0) /* the models' view (the simulator's: its bound) */
             fprintf(f, "<td>%.3f</td>", r->model_bound);
         else
             fprintf(f, "<td>&ndash;</td>");
@@ -652,13 +717,18 @@ static const char style[] =
     ".val{font-size:10px;fill:#333}.range{stroke:#222;stroke-width:1.2;fill:none}"
     "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:3px 6px;"
     "text-align:right}th{background:#f4f4f4}td:nth-child(-n+4){text-align:left}"
-    ".legend span{display:inline-block;width:12px;height:10px;margin:0 4px 0 12px}";
+    ".warn{color:#b00;font-size:13px}.legend span{display:inline-block;width:12px;height:10px;margin:0 4px 0 12px}";
 
 /* Writes the page from the result files and trace (may be NULL) to out; 0 or 1. */
 int cli_report_write(const char *const *inputs, int n, const char *trace_path, const char *out)
 {
     rows rs = {0};
     int rc = 0;
+    for (int k = 0; k < n + (trace_path != NULL) && !rc; k++)
+        if (same_file(out, k < n ? inputs[k] : trace_path)) {
+            cli_err("report: -o %s is one of the inputs: it would be overwritten", out);
+            rc = 1;
+        }
     for (int k = 0; k < n && !rc; k++)
         rc = load(&rs, inputs[k]);
     trace t = {0};
@@ -672,7 +742,7 @@ int cli_report_write(const char *const *inputs, int n, const char *trace_path, c
     if (!rc)
         rc = cli_out_open(&o, out);
     if (rc) {
-        free(rs.v), free(t.compute.v), free(t.prepare.v);
+        free(rs.v), free(t.compute.v), free(t.prepare.v), free(t.waits.v);
         return 1;
     }
     FILE *f = o.f;
@@ -702,6 +772,7 @@ int cli_report_write(const char *const *inputs, int n, const char *trace_path, c
             esc(f, pol[p]);
         }
         fprintf(f, "%s</div>\n", ne > 1 ? " &mdash; solid: real, pale: simulated" : "");
+        mixed_shapes(f, &rs, wl[w]);
         for (int m = 0; m < NMETRIC; m++)
             bar_chart(f, &rs, wl[w], m, pol, np, eng, ne);
         fprintf(f, "<br>\n");
@@ -711,11 +782,18 @@ int cli_report_write(const char *const *inputs, int n, const char *trace_path, c
                 "result keeps: the share of batches that did not wait, then p50, p95 and p99 "
                 "(for repeats, the run with the median p95).</p>\n");
     }
-    if (trace_path)
+    if (trace_path) {
+        int match = 0;
+        for (int k = 0; k < rs.n; k++)
+            match |= rs.v[k].ranks == t.ranks;
+        if (!match)
+            cli_err("report: the trace %s has %d ranks, none of the results does: is it "
+                    "another run's?", trace_path, t.ranks);
         timeline(f, &t, trace_path);
+    }
     config_table(f, &rs);
     fprintf(f, "</body></html>\n");
-    free(rs.v), free(t.compute.v), free(t.prepare.v);
+    free(rs.v), free(t.compute.v), free(t.prepare.v), free(t.waits.v);
     if (cli_out_commit(&o))
         return 1;
     return 0;

@@ -189,6 +189,9 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
     rb = dh__records_batch(&e->rec, st, rank);
     if (rb && rb->ready == 0)
         rb->ready = asked; /* empty batches are ready at once */
+    if (rb && rb->ready > asked) /* the rank waited for its data: the trace says how long */
+        dh__trace_span(&e->trace, DH_TRACE_RANKS, rank, "wait for data", asked,
+                       rb->ready - asked, st, rank, -1);
     b->taken = dh__eng_elapsed(e);
     dh__sched_batch_taken(e->sched, rank, st, b->taken);
     if (e->last_take > 0) /* how often this engine's trainers take batches (a gate reads it) */
