@@ -219,13 +219,16 @@ DH_PROGRESS_SECONDS=0.05 "$DH" run --manifest "$WORK/data/manifest.jsonl" --poli
     --ranks 2 --workers 2 --batch 3 --epochs 3 --json "$WORK/ep.json" --quiet > "$WORK/ep.out" 2>&1
 check "run --epochs 3 runs 3 epochs of 2 steps" test "$(json_field "$WORK/ep.json" steps)" = 6
 check "run --quiet shows no progress" not_contains "$WORK/ep.out" "steps after"
+DH_PROGRESS_SECONDS=abc "$DH" version > /dev/null 2> "$WORK/penv.err"
+check "a DH_PROGRESS_SECONDS that is no number: said" contains "$WORK/penv.err" \
+    'DH_PROGRESS_SECONDS="abc" is not a number of seconds' 
 sigint_after 3 "$WORK/forever.out" "$WORK/forever.err" env DH_PROGRESS_SECONDS=0.5 "$DH" run \
     --manifest "$WORK/data/manifest.jsonl" --policy helix --ranks 2 --workers 2 --batch 3 \
     --steps 0 --json "$WORK/forever.json"
 check "an endless run stopped by SIGINT exits 130 (128 + SIGINT), not by itself" test $? -eq 130
 check "an interrupted run says what it covers" contains "$WORK/forever.err" "interrupted"
 check "a run's progress, not on a terminal: plain lines now and then" \
-    grep -Eq '^datahelix: run: [0-9]+ steps after [0-9]+ s$' "$WORK/forever.err"
+    grep -Eq '^datahelix: run: [0-9]+ steps after [0-9.]+ s$' "$WORK/forever.err"
 steps=$(json_field "$WORK/forever.json" steps)
 check "an interrupted run went past one epoch" test "${steps:-0}" -gt 2
 check "an interrupted run accounts for every sample of its steps" \

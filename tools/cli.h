@@ -105,6 +105,10 @@ typedef struct {
 } cli_progress_what;
 void cli_progress(int64_t done, int64_t total, void *user);
 void cli_progress_quiet(void);
+/* The period off a terminal; and a warning on stderr when $DH_PROGRESS_SECONDS is set but no
+ * number of seconds >= 0.05 (main asks once). */
+double cli_progress_seconds(void);
+void cli_progress_check_env(void);
 int cli_progress_is_quiet(void);
 
 /*

@@ -195,6 +195,25 @@ static void progress_clear_locked(void)
     progress_on_screen = 0;
 }
 
+double cli_progress_seconds(void)
+{
+    const char *env = getenv("DH_PROGRESS_SECONDS");
+    char *end = NULL;
+    double s = env && *env ? strtod(env, &end) : CLI_PROGRESS_SECONDS;
+    return env && *env && !*end && s >= 0.05 ? s : CLI_PROGRESS_SECONDS;
+}
+
+void cli_progress_check_env(void)
+{
+    const char *env = getenv("DH_PROGRESS_SECONDS");
+    char *end = NULL;
+    double s = env ? strtod(env, &end) : 0;
+    if (env && (!*env || *end || !(s >= 0.05)))
+        fprintf(stderr, "datahelix: DH_PROGRESS_SECONDS=\"%s\" is not a number of seconds of "
+                "0.05 or more: progress lines come every %.0f s (--quiet for none)\n", env,
+                CLI_PROGRESS_SECONDS);
+}
+
 void cli_progress(int64_t done, int64_t total, void *user)
 {
     const cli_progress_what *w = user;
@@ -204,10 +223,7 @@ void cli_progress(int64_t done, int64_t total, void *user)
     double now = cli_now();
     if (progress_tty < 0) {
         progress_tty = isatty(STDERR_FILENO);
-        const char *env = getenv("DH_PROGRESS_SECONDS");
-        progress_every = env && *env ? strtod(env, NULL) : CLI_PROGRESS_SECONDS;
-        if (!(progress_every >= 0.05))
-            progress_every = CLI_PROGRESS_SECONDS;
+        progress_every = cli_progress_seconds();
     }
     if (done < progress_done || progress_done < 0) /* a new piece of work */
         progress_start = progress_last = now;
@@ -230,11 +246,12 @@ void cli_progress(int64_t done, int64_t total, void *user)
         }
     } else if (now - progress_last >= progress_every && (total <= 0 || done < total)) {
         if (total > 0)
-            fprintf(stderr, "datahelix: %s: %lld/%lld %s%s after %.0f s\n", w->what,
-                    (long long)done, (long long)total, w->unit, pct, now - progress_start);
+            fprintf(stderr, "datahelix: %s: %lld/%lld %s%s after %.*f s\n", w->what,
+                    (long long)done, (long long)total, w->unit, pct,
+                    now - progress_start < 10 ? 1 : 0, now - progress_start);
         else
-            fprintf(stderr, "datahelix: %s: %lld %s after %.0f s\n", w->what, (long long)done,
-                    w->unit, now - progress_start);
+            fprintf(stderr, "datahelix: %s: %lld %s after %.*f s\n", w->what, (long long)done,
+                    w->unit, now - progress_start < 10 ? 1 : 0, now - progress_start);
         progress_last = now;
     }
     pthread_mutex_unlock(&diag_mu);

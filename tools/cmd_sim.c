@@ -502,11 +502,17 @@ static int start_metrics(const char *where, cli_node *node, dh_metrics **out)
         cli_err("%s [%s]", err, dh_err_name(rc));
         return rc == DH_EINVAL ? CLI_USAGE : 1;
     }
-    char host[64] = "127.0.0.1";
+    char host[256] = "127.0.0.1";
+    const char *every = "";
     if (colon && colon > where && colon - where < (long)sizeof host)
         snprintf(host, sizeof host, "%.*s", (int)(colon - where), where);
-    fprintf(stderr, "datahelix: %s%smetrics at http://%s:%d/metrics\n", node ? cli_node_name(node) : "",
-            node ? ": " : "", host, dh_metrics_port(*out));
+    if (!strcmp(host, "0.0.0.0")) { /* a URL one can open: this machine's name */
+        every = " (every interface)";
+        if (gethostname(host, sizeof host - 1))
+            snprintf(host, sizeof host, "localhost");
+    }
+    fprintf(stderr, "datahelix: %s%smetrics at http://%s:%d/metrics%s\n",
+            node ? cli_node_name(node) : "", node ? ": " : "", host, dh_metrics_port(*out), every);
     return 0;
 }
 

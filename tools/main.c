@@ -43,6 +43,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     dh_quiet_ffmpeg_logs(); /* the CLI reports decode errors itself */
     atexit(cli_diag_flush);  /* the count of errors past the first ones shown */
+    cli_progress_check_env();
     if (!strcmp(cmd, "index"))
         return cli_index(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect"))

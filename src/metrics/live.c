@@ -11,6 +11,8 @@
 #include "datahelix/metrics.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -18,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static const double live_le[DH__LIVE_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                  0.25,  0.5,    1,     2.5,  5,     10,  30};
@@ -302,12 +306,22 @@ int dh_metrics_start(const char *where, dh_metrics **out, char *err, size_t errl
     char *end = NULL;
     long port = strtol(port_s, &end, 10);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (!*port_s || *end || port < 0 || port > 65535)
+    if (!isdigit((unsigned char)*port_s) || *end || port < 0 || port > 65535)
         return dh__fail(err, errlen, DH_EINVAL, "metrics: \"%s\": the port must be 0 to 65535 "
                         "(ADDR:PORT or PORT)", where);
     if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
         return dh__fail(err, errlen, DH_EINVAL, "metrics: \"%s\": \"%s\" is not an IPv4 "
                         "address (0.0.0.0 listens on every interface)", where, addr);
+    /* Bound once here first, for the reason a bind fails (libmicrohttpd does not say it). */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        int bad = bind(fd, (struct sockaddr *)&sa, sizeof sa) ? errno : 0;
+        close(fd);
+        if (bad)
+            return dh__fail(err, errlen, DH_EIO, "metrics: cannot listen on %s:%ld: %s", addr,
+                            port, strerror(bad));
+    }
     dh_metrics *m = calloc(1, sizeof *m);
     if (!m)
         return dh__fail(err, errlen, DH_ENOMEM, "metrics: out of memory");
