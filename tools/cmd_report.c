@@ -566,6 +566,19 @@ static void lane(FILE *f, const span *v, int64_t n, double t0, double scale, int
     }
 }
 
+/* The lane of lane_row under its label: its spans of s (sorted by row) from *at, which moves
+ * past them. */
+static void labelled_lane(FILE *f, const spans *s, int64_t *at, int lane_row, const char *who, int y,
+                          int lh, double scale, const char *cls, const char *fill)
+{
+    fprintf(f, "<text x=\"112\" y=\"%d\" class=\"tick\" text-anchor=\"end\">%s %d</text>\n",
+            y + 11, who, lane_row);
+    int64_t from = *at;
+    while (*at < s->n && s->v[*at].row == lane_row)
+        (*at)++;
+    lane(f, s->v + from, *at - from, 0, scale, y, lh, cls, fill);
+}
+
 static void timeline(FILE *f, trace *t, const char *path)
 {
     bubble *b = NULL;
@@ -595,12 +608,7 @@ static void timeline(FILE *f, trace *t, const char *path)
     int64_t c = 0, p = 0;
     for (int r = 0; r < t->ranks; r++) {
         int y = 22 + r * (lh + 4);
-        fprintf(f, "<text x=\"112\" y=\"%d\" class=\"tick\" text-anchor=\"end\">rank %d</text>\n",
-                y + 11, r);
-        int64_t s = c;
-        while (c < t->compute.n && t->compute.v[c].row == r)
-            c++;
-        lane(f, t->compute.v + s, c - s, 0, scale, y, lh, "compute", "#4e79a7");
+        labelled_lane(f, &t->compute, &c, r, "rank", y, lh, scale, "compute", "#4e79a7");
         for (int64_t k = 0; k < nb;) { /* its waits, named; those under a pixel apart as one */
             if (b[k].rank != r) {
                 k++;
@@ -629,12 +637,7 @@ static void timeline(FILE *f, trace *t, const char *path)
     }
     for (int w = 0; w < t->workers; w++) {
         int y = 22 + (t->ranks + w) * (lh + 4);
-        fprintf(f, "<text x=\"112\" y=\"%d\" class=\"tick\" text-anchor=\"end\">worker %d</text>\n",
-                y + 11, w);
-        int64_t s = p;
-        while (p < t->prepare.n && t->prepare.v[p].row == w)
-            p++;
-        lane(f, t->prepare.v + s, p - s, 0, scale, y, lh, "prepare", "#9aa0a6");
+        labelled_lane(f, &t->prepare, &p, w, "worker", y, lh, scale, "prepare", "#9aa0a6");
     }
     fprintf(f, "</svg>\n");
     qsort(b, (size_t)nb, sizeof *b, cmp_bubble_len);
