@@ -65,6 +65,23 @@ check "http run: the result file holds the fetch figures" contains "$WORK/hrun.j
     '"fetch_bytes":[1-9][0-9]*,"fetch_requests":[1-9][0-9]*,"fetch_retries":0,"fetch_failures":0,"fetch_wait_s":'
 check "http run: the fetch model calibrated from its requests" contains "$WORK/hrun.out" \
     "fetch model (calibrated from the run's requests): [0-9.]* ms per request"
+# the same reads, live: --metrics counts the workers' and the fetchers' requests as they go
+timeout 120 "$DH" run --manifest "$WORK/http.jsonl" --workload kinetics-clips --ranks 2 \
+    --workers 2 --batch 4 --steps 0 --metrics 0 --json "$WORK/hlive.json" \
+    > "$WORK/hlive.out" 2> "$WORK/hlive.err" &
+LIVE=$!
+for _ in $(seq 300); do grep -q "metrics at" "$WORK/hlive.err" && break; sleep 0.1; done
+MURL=$(grep -o 'http://127.0.0.1:[0-9]*/metrics' "$WORK/hlive.err")
+read_live() { curl -sf "$MURL" > "$WORK/hlive.prom" &&
+    grep -Eq '^datahelix_storage_read_bytes_total\{stream="train"\} [1-9]' "$WORK/hlive.prom" &&
+    grep -Eq '^datahelix_storage_requests_total\{stream="train"\} [1-9]' "$WORK/hlive.prom"; }
+for _ in $(seq 300); do read_live && break; sleep 0.1; done
+check "http run, live: bytes and requests read from the store while it runs" read_live
+kill -INT $LIVE; wait $LIVE
+live_bytes=$(sed -n 's/^datahelix_storage_read_bytes_total{stream="train"} //p' "$WORK/hlive.prom")
+final_bytes=$(sed -n 's/.*"fetch_bytes":\([0-9]*\).*/\1/p' "$WORK/hlive.json")
+check "http run, live: no more than the run's own total ($live_bytes <= $final_bytes)" \
+    test "${live_bytes:-1}" -le "${final_bytes:-0}"
 "$DH" sim --workload kinetics-clips --ranks 2 --workers 2 --steps 20 --fetch-latency-ms 50 \
     --fetch-gbps 1 > "$WORK/simf.out" 2>&1
 check "sim models a store (simulated figures, named so)" contains "$WORK/simf.out" \

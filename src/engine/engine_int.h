@@ -168,6 +168,7 @@ typedef struct {
     char path[4096], err[512];
     struct dh__fd_cache *shards; /* NULL (out of memory): each shard opened per item */
     int held;                    /* a token of e->gate */
+    dh__fetch_stats published;   /* of its shards' reads, what the live figures have */
 } dh__worker_ctx;
 /* Decodes task t's share of its sample into base, laid out as items; 0 or the first error
  * (err and path say which item and why). Without e->mu. */

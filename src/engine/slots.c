@@ -89,6 +89,12 @@ static void live_gauges(dh_engine *e)
                           memory_order_relaxed);
     atomic_store_explicit(&l->gpu_mape_ppm, (long long)(1e6 * dh__calib_gpu_mape(c)),
                           memory_order_relaxed);
+    if (e->pf) { /* the fetchers' lock is never held while they take e->mu */
+        dh__fetch_stats f = dh__prefetch_fetched(e->pf);
+        atomic_store_explicit(&l->ahead_bytes, f.bytes, memory_order_relaxed);
+        atomic_store_explicit(&l->ahead_requests, f.requests, memory_order_relaxed);
+        atomic_store_explicit(&l->ahead_failures, f.failures, memory_order_relaxed);
+    }
 }
 
 void dh__eng_step_released(dh_engine *e, int64_t step)

@@ -177,6 +177,17 @@ static void live_task(dh__live *l, const batch_slot *b, int64_t sample, double c
     atomic_fetch_add_explicit(&l->busy_ns, (long long)(cpu * 1e9), memory_order_relaxed);
 }
 
+/* What a worker read from object stores since it last said, in the live figures. */
+static void live_reads(dh__live *l, dh__worker_ctx *x)
+{
+    dh__fetch_stats now = dh__fd_cache_fetched(x->shards), d;
+    dh__fetch_since(&d, &now, &x->published);
+    x->published = now;
+    atomic_fetch_add_explicit(&l->read_bytes, d.bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->read_requests, d.requests, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->read_failures, d.failures, memory_order_relaxed);
+}
+
 void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, uint8_t *base,
                          int rc, double started, double cpu, const char *path, const char *err,
                          int remote)
@@ -291,7 +302,10 @@ static void *worker_main(void *arg)
     if (!x)
         dh__eng_fail(e, DH_ENOMEM);
     while (x && !e->stop)
-        if (work_once(e, w, x) && !e->stop) {
+        if (!work_once(e, w, x)) {
+            if (e->live && e->objects)
+                live_reads(e->live, x);
+        } else if (!e->stop) {
             if (x->held) /* idle: another stream may use the CPU */
                 dh__gate_leave(e->gate), x->held = 0;
             e->idle_workers++;
@@ -399,10 +413,13 @@ static int start_fetchers(dh_engine *e)
 
 void dh__eng_stop_fetchers(dh_engine *e)
 {
-    if (!e->pf)
-        return;
-    dh__prefetch_free(e->pf, &e->pf_stats); /* joined first: every fetcher's figures */
+    pthread_mutex_lock(&e->mu); /* a step released meanwhile reads e->pf under e->mu */
+    dh__prefetch *pf = e->pf;
     e->pf = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (!pf)
+        return;
+    dh__prefetch_free(pf, &e->pf_stats); /* joined first: every fetcher's figures */
     /* the run's bytes and requests include theirs; its wait is the workers' alone (what
      * they waited for a range in flight is theirs already) */
     dh__fetch_stats f = e->pf_stats.fetched;

@@ -236,6 +236,21 @@ char *dh__metrics_render(struct dh_metrics *m, size_t *len)
            "Late samples of other nodes prepared here (several nodes).", lent, 1);
     SCALAR("datahelix_lent_bytes_total", "counter", "Bytes of lent samples shipped back.",
            lent_bytes, 1);
+    family(&t, "datahelix_storage_read_bytes_total", "counter",
+           "Bytes read from object stores (HTTP(S), S3), by workers and fetchers.");
+    for (int k = 0; k < n; k++)
+        put(&t, "datahelix_storage_read_bytes_total{stream=\"%s\"} %lld\n", ls[k]->stream,
+            get(&ls[k]->read_bytes) + get(&ls[k]->ahead_bytes));
+    family(&t, "datahelix_storage_requests_total", "counter",
+           "Requests to object stores (retries included).");
+    for (int k = 0; k < n; k++)
+        put(&t, "datahelix_storage_requests_total{stream=\"%s\"} %lld\n", ls[k]->stream,
+            get(&ls[k]->read_requests) + get(&ls[k]->ahead_requests));
+    family(&t, "datahelix_storage_failures_total", "counter",
+           "Reads from object stores that failed after their retries.");
+    for (int k = 0; k < n; k++)
+        put(&t, "datahelix_storage_failures_total{stream=\"%s\"} %lld\n", ls[k]->stream,
+            get(&ls[k]->read_failures) + get(&ls[k]->ahead_failures));
     family(&t, "datahelix_model_error_ratio", "gauge",
            "Running mean absolute percentage error of the calibrated cost models, as a ratio.");
     for (int k = 0; k < n; k++) {

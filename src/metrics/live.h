@@ -39,6 +39,10 @@ typedef struct dh__live {
     atomic_llong pool_bytes, pool_budget, leases;
     atomic_llong reb_moves, reb_bytes, lent, lent_bytes;
     atomic_llong cpu_mape_ppm, gpu_mape_ppm; /* the cost models' running error, x 1e6 */
+    /* object stores: what the workers read themselves (added as they go) and what the
+     * node's fetchers read ahead (their running totals) */
+    atomic_llong read_bytes, read_requests, read_failures;
+    atomic_llong ahead_bytes, ahead_requests, ahead_failures;
 } dh__live;
 
 void dh__live_observe(dh__live_hist *h, double seconds);

@@ -137,6 +137,7 @@ static void *fetcher(void *arg)
     dh__remote *r = dh__remote_new(&p->conf, err, sizeof err);
     if (r) /* stopping ends a fetch in progress, its retries too */
         dh__remote_set_abort(r, &p->stop);
+    dh__fetch_stats given = {0}, now_st, delta; /* what this fetcher added to p->st so far */
     pthread_mutex_lock(&p->mu);
     while (r && !stopping(p)) {
         if (p->held >= p->budget) { /* the budget is full: until a worker takes a range */
@@ -171,6 +172,10 @@ static void *fetcher(void *arg)
         int rc = dh__remote_fetch(r, &o, e->job.lo, e->job.hi, e->data,
                                   mono_now() + p->conf.request_timeout_s, err, sizeof err);
         pthread_mutex_lock(&p->mu);
+        now_st = dh__remote_stats(r); /* counted as they go: a live figure reads them */
+        dh__fetch_since(&delta, &now_st, &given);
+        dh__fetch_add(&p->st.fetched, &delta);
+        given = now_st;
         e->state = READY;
         if (e->dropped && !rc)
             p->st.dropped++; /* fetched for nothing: its step retired, or given up on */
@@ -178,12 +183,21 @@ static void *fetcher(void *arg)
             free_entry(p, e);
         pthread_cond_broadcast(&p->changed);
     }
-    dh__fetch_stats fs = dh__remote_stats(r);
-    dh__fetch_add(&p->st.fetched, &fs);
+    now_st = dh__remote_stats(r);
+    dh__fetch_since(&delta, &now_st, &given);
+    dh__fetch_add(&p->st.fetched, &delta);
     pthread_cond_broadcast(&p->changed);
     pthread_mutex_unlock(&p->mu);
     dh__remote_free(r);
     return NULL;
+}
+
+dh__fetch_stats dh__prefetch_fetched(dh__prefetch *p)
+{
+    pthread_mutex_lock(&p->mu);
+    dh__fetch_stats f = p->st.fetched;
+    pthread_mutex_unlock(&p->mu);
+    return f;
 }
 
 int dh__prefetch_new(int fetchers, int64_t budget, int (*next)(void *user, dh__fetch_job *job),

@@ -345,6 +345,16 @@ void dh__fetch_add(dh__fetch_stats *a, const dh__fetch_stats *b)
     a->cache_hits += b->cache_hits, a->cache_bytes += b->cache_bytes;
 }
 
+void dh__fetch_since(dh__fetch_stats *a, const dh__fetch_stats *b, const dh__fetch_stats *since)
+{
+    *a = (dh__fetch_stats){
+        b->bytes - since->bytes, b->requests - since->requests, b->retries - since->retries,
+        b->failures - since->failures, b->wait_s - since->wait_s, b->fit_n - since->fit_n,
+        b->fit_t - since->fit_t, b->fit_b - since->fit_b, b->fit_bb - since->fit_bb,
+        b->fit_bt - since->fit_bt, b->cache_hits - since->cache_hits,
+        b->cache_bytes - since->cache_bytes};
+}
+
 dh__fetch_stats dh__remote_stats(const dh__remote *r)
 {
     return r ? r->st : (dh__fetch_stats){0};

@@ -81,6 +81,8 @@ typedef struct {
 int dh__fetch_fit(const dh__fetch_stats *s, double *latency_s, double *bandwidth);
 /* a += b, every field. */
 void dh__fetch_add(dh__fetch_stats *a, const dh__fetch_stats *b);
+/* *a = what b holds beyond since (b's counters grew from since's). */
+void dh__fetch_since(dh__fetch_stats *a, const dh__fetch_stats *b, const dh__fetch_stats *since);
 
 typedef struct dh__remote dh__remote;
 
@@ -172,6 +174,9 @@ typedef struct {
     dh__fetch_stats fetched;
     int64_t taken_ready, taken_waited, missed, dropped;
 } dh__prefetch_stats;
+/* The fetchers' requests so far (as of their last finished fetch). Any thread; takes the
+ * fetchers' lock, never held while they ask for work. */
+dh__fetch_stats dh__prefetch_fetched(dh__prefetch *p);
 /* Stops the fetchers (a fetch in progress ends by its own timeout), gives their final
  * figures (stats may be NULL) and frees it. */
 void dh__prefetch_free(dh__prefetch *p, dh__prefetch_stats *stats);
