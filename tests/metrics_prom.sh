@@ -47,7 +47,8 @@ for fam in running steps_total samples_delivered_total samples_failed_total \
     sample_failures_total input_wait_seconds deadline_misses_total step_stall_seconds \
     decode_seconds worker_busy_seconds_total pool_bytes pool_budget_bytes leases \
     rebalance_moves_total rebalance_moved_bytes_total lent_samples_total model_error_ratio \
-    storage_read_bytes_total storage_requests_total storage_failures_total; do
+    storage_read_bytes_total storage_requests_total storage_failures_total \
+    samples_prepared_total; do
     check "series family datahelix_$fam" contains "$WORK/scrape" "^# TYPE datahelix_$fam "
 done
 check "a per-rank wait histogram" contains "$WORK/scrape" \

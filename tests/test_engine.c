@@ -274,6 +274,14 @@ START_TEST(live_metrics_are_the_run_accounting)
     ck_assert_double_eq(series(t, "datahelix_step_stall_seconds_count{stream=\"train\"}"),
                         (double)(res.steps - 1));
     ck_assert_double_gt(series(t, "datahelix_worker_busy_seconds_total{stream=\"train\"}"), 0);
+    /* every sample delivered fine was prepared here (more may be, ahead of their steps) */
+    double prepared = 0;
+    for (const char *k = "video\0image\0audio\0text\0"; *k; k += strlen(k) + 1) {
+        snprintf(name, sizeof name, "datahelix_samples_prepared_total{stream=\"train\","
+                 "modality=\"%s\"}", k);
+        prepared += series(t, name);
+    }
+    ck_assert_double_ge(prepared, (double)res.delivered);
     ck_assert_double_eq(series(t, "datahelix_pool_budget_bytes{stream=\"train\"}"),
                         (double)res.memory_budget);
     free(t);

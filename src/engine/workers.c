@@ -166,8 +166,9 @@ static void too_many_failed(dh_engine *e, const dh__task *t, int rc, const char 
     dh__eng_fail(e, DH_EFAILED);
 }
 
-/* A task's CPU time in the live figures, under the kind of its sample's first medium. */
-static void live_task(dh__live *l, const batch_slot *b, int64_t sample, double cpu)
+/* A task in the live figures, under the kind of its sample's first medium: its CPU time,
+ * and its sample once prepared fine (its last part done, no part failed). */
+static void live_task(dh__live *l, const batch_slot *b, int64_t sample, double cpu, int done)
 {
     int32_t k = dh__slot_items_of(b->items, b->nitems, sample, NULL);
     int kind = k < b->nitems && b->items[k].type >= 0 && b->items[k].type < DH_MEDIA_TYPE_COUNT
@@ -175,6 +176,8 @@ static void live_task(dh__live *l, const batch_slot *b, int64_t sample, double c
                    : DH_MEDIA_TYPE_COUNT; /* text only */
     dh__live_observe(&l->decode[kind], cpu);
     atomic_fetch_add_explicit(&l->busy_ns, (long long)(cpu * 1e9), memory_order_relaxed);
+    if (done)
+        atomic_fetch_add_explicit(&l->prepared[kind], 1, memory_order_relaxed);
 }
 
 /* What a worker read from object stores since it last said, in the live figures. */
@@ -215,7 +218,8 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
         dh__records_cpu(&e->rec, t->step, cpu);
     }
     if (!remote && e->live && cpu >= 0)
-        live_task(e->live, b, t->sample, cpu);
+        live_task(e->live, b, t->sample, cpu,
+                  !rc && dh__sched_last_part(e->sched, t) && !sample_failed(b, t->sample));
     dh__records_task(&e->rec, t->step, t->rank, started, dh__eng_elapsed(e) - started);
     if (w >= 0)
         dh__trace_span(&e->trace, DH_TRACE_WORKERS, w, rc ? "prepare (failed)" : "prepare",

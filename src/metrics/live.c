@@ -183,6 +183,12 @@ char *dh__metrics_render(struct dh_metrics *m, size_t *len)
     SCALAR("datahelix_samples_failed_total", "counter",
            "Samples of completed steps that failed (delivered zero-filled, flagged).", failed,
            1);
+    family(&t, "datahelix_samples_prepared_total", "counter",
+           "Samples prepared fine on this node, by the kind of their first medium.");
+    for (int k = 0; k < n; k++)
+        for (int j = 0; j < DH__LIVE_KINDS; j++)
+            put(&t, "datahelix_samples_prepared_total{stream=\"%s\",modality=\"%s\"} %lld\n",
+                ls[k]->stream, kind_names[j], get(&ls[k]->prepared[j]));
     family(&t, "datahelix_sample_failures_total", "counter",
            "Samples that failed on this node, by error code.");
     for (int k = 0; k < n; k++)

@@ -29,6 +29,7 @@ typedef struct dh__live {
     atomic_int running;     /* an engine publishes here now */
     /* folded steps (every rank done): the run's own accounting as it grows */
     atomic_llong steps, delivered, failed;
+    atomic_llong prepared[DH__LIVE_KINDS];    /* samples prepared fine on this node, by kind */
     atomic_int reason_code[DH__LIVE_REASONS]; /* failures on this node, by code */
     atomic_llong reason_n[DH__LIVE_REASONS + 1];
     dh__live_hist *wait;    /* rank_hi - rank_lo: each batch's exposed input wait */
