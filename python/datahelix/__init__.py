@@ -36,6 +36,7 @@ garbage-collected, or on batch["release"]() once no view is left.
 import collections.abc
 import json
 import os
+import time
 import threading
 import warnings
 
@@ -238,13 +239,29 @@ class _Batches:
                         "thread iterates a Loader (another thread's batches would be skipped "
                         "or taken out of order)" % self._thread.name)
         if self._until is not None and loader._taken >= self._until:
+            self._last_step_done()
             raise StopIteration
         raw = self._client.next()
         if raw is None:
             loader._ended = True
+            self._last_step_done()
             raise StopIteration
         loader._taken = raw.step - loader._run["step_base"] + 1
+        self._last = (raw.step, time.monotonic())
         return loader._as_dict(raw)
+
+    def _last_step_done(self):
+        """The loop ended: its last batch's step is over, though the loop variable still
+        holds the batch (until `del` or the next loop) through an evaluation or a
+        checkpoint. Its compute time is told to the agent now, as the caller would, so that
+        the hold is not taken for compute (a validation pass's model error read 48,000%)."""
+        last, self._last = getattr(self, "_last", None), None
+        if last is None or self._loader._reported == last[0]:
+            return
+        try:
+            self._client.report_step(last[0], time.monotonic() - last[1])
+        except DataHelixError:
+            pass  # the agent is gone or the run over: nothing to tell
 
 
 class Loader:
@@ -294,6 +311,7 @@ class Loader:
         self._run = None
         self._taken = 0      # batches of the agent's run this rank took
         self._ended = False  # the agent said the run is over
+        self._reported = None  # the last step whose compute time the caller reported
         self._iter = None    # the last epoch iterator handed out
         self._warned_skip = False  # a loop left early was told of (once)
 
@@ -489,6 +507,7 @@ class Loader:
         """The compute time this rank measured for a step (batch["step"]): feeds the
         agent's deadlines."""
         client = self._connect()
+        self._reported = int(step)
         try:
             client.report_step(int(step), float(seconds))
         except PeerLost:

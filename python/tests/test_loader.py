@@ -153,6 +153,35 @@ class LoaderTest(unittest.TestCase):
         for ids in per_epoch.values():
             self.assertEqual(sorted(ids), ["i%d.jpg" % i for i in range(8)])
 
+    def test_a_batch_held_after_its_loop_is_not_counted_as_compute(self):
+        """After `for b in loader:` the loop variable still holds the epoch's last batch: a
+        rank that then pauses 3 s (an evaluation) before leaving was counted as computing
+        for those 3 s (the bound's GPU term read the pause, a validation stream's model
+        error 48,000%). The loop's end tells the agent the step is over."""
+        script = (
+            "import sys, time, datahelix\n"
+            "with datahelix.Loader(socket=sys.argv[1], rank=int(sys.argv[2]), world_size=2) as L:\n"
+            "    for b in L:\n"
+            "        pass\n"
+            "    time.sleep(3)  # b still holds the last batch\n")
+        s = sock()
+        out_json = os.path.join(self.tmp, "held.json")
+        with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--epochs", "1",
+                   "--json", out_json) as agent:
+            procs = [subprocess.Popen([sys.executable, "-c", script, s, str(r)],
+                                      stderr=subprocess.PIPE, text=True) for r in range(2)]
+            for p in procs:
+                _, err = p.communicate(timeout=120)
+                self.assertEqual(p.returncode, 0, err)
+            rc, out, err = agent.wait()
+        self.assertEqual(rc, 0, err)
+        with open(out_json) as f:
+            r = json.load(f)
+        self.assertEqual(r["steps"], 2)
+        # the ranks' compute: the 2 steps' holds, not the 3 s pause after the loop
+        self.assertLess(r["bound_gpu_s"], 1.5, r)
+        self.assertLessEqual(r["efficiency"], 1.0, r)
+
     def test_a_resumed_job_serves_exactly_its_remaining_steps(self):
         """Killed (here: stopped) at step 3 of a 3-epoch job, resumed with the agent started
         by the same command: 3 more steps, numbered on from 3, at any world size."""
