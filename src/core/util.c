@@ -52,8 +52,9 @@ double dh__mono(void)
 double dh__progress_seconds(void)
 {
     const char *env = getenv("DH_PROGRESS_SECONDS");
-    double s = env && *env ? strtod(env, NULL) : 30.0;
-    return s >= 0.05 ? s : 30.0;
+    char *end = NULL;
+    double s = env && *env ? strtod(env, &end) : 30.0;
+    return (!end || !*end) && s >= 0.05 ? s : 30.0; /* as the CLI reads it (it warns) */
 }
 
 uint64_t dh__rng_next(dh__rng *r)

@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,13 +148,17 @@ static void hist(text *t, const char *name, const char *labels, dh__live_hist *h
         name, labels, cum);
 }
 
-/* A scalar family: one series per stream, from the field at offset `off` of each block. */
+/* A scalar family: one series per stream, the field at offset `off` of each block (plus the
+ * one at `off2`, unless NO_FIELD), times scale. */
+#define NO_FIELD SIZE_MAX
 static void scalar(text *t, dh__live **ls, int n, const char *name, const char *type,
-                   const char *help, size_t off, double scale)
+                   const char *help, size_t off, size_t off2, double scale)
 {
     family(t, name, type, help);
     for (int k = 0; k < n; k++) {
         long long v = get((atomic_llong *)((char *)ls[k] + off));
+        if (off2 != NO_FIELD)
+            v += get((atomic_llong *)((char *)ls[k] + off2));
         if (scale == 1)
             put(t, "%s{stream=\"%s\"} %lld\n", name, ls[k]->stream, v);
         else
@@ -162,7 +167,11 @@ static void scalar(text *t, dh__live **ls, int n, const char *name, const char *
 }
 
 #define SCALAR(name, type, help, field, scale)                                                   \
-    scalar(&t, ls, n, name, type, help, offsetof(dh__live, field), scale)
+    scalar(&t, ls, n, name, type, help, offsetof(dh__live, field), NO_FIELD, scale)
+/* read by the workers plus read ahead by the fetchers */
+#define STORAGE(name, help, what)                                                                \
+    scalar(&t, ls, n, name, "counter", help, offsetof(dh__live, read_##what),                     \
+           offsetof(dh__live, ahead_##what), 1)
 
 char *dh__metrics_render(struct dh_metrics *m, size_t *len)
 {
@@ -242,21 +251,12 @@ char *dh__metrics_render(struct dh_metrics *m, size_t *len)
            "Late samples of other nodes prepared here (several nodes).", lent, 1);
     SCALAR("datahelix_lent_bytes_total", "counter", "Bytes of lent samples shipped back.",
            lent_bytes, 1);
-    family(&t, "datahelix_storage_read_bytes_total", "counter",
-           "Bytes read from object stores (HTTP(S), S3), by workers and fetchers.");
-    for (int k = 0; k < n; k++)
-        put(&t, "datahelix_storage_read_bytes_total{stream=\"%s\"} %lld\n", ls[k]->stream,
-            get(&ls[k]->read_bytes) + get(&ls[k]->ahead_bytes));
-    family(&t, "datahelix_storage_requests_total", "counter",
-           "Requests to object stores (retries included).");
-    for (int k = 0; k < n; k++)
-        put(&t, "datahelix_storage_requests_total{stream=\"%s\"} %lld\n", ls[k]->stream,
-            get(&ls[k]->read_requests) + get(&ls[k]->ahead_requests));
-    family(&t, "datahelix_storage_failures_total", "counter",
-           "Reads from object stores that failed after their retries.");
-    for (int k = 0; k < n; k++)
-        put(&t, "datahelix_storage_failures_total{stream=\"%s\"} %lld\n", ls[k]->stream,
-            get(&ls[k]->read_failures) + get(&ls[k]->ahead_failures));
+    STORAGE("datahelix_storage_read_bytes_total",
+            "Bytes read from object stores (HTTP(S), S3), by workers and fetchers.", bytes);
+    STORAGE("datahelix_storage_requests_total", "Requests to object stores (retries included).",
+            requests);
+    STORAGE("datahelix_storage_failures_total",
+            "Reads from object stores that failed after their retries.", failures);
     family(&t, "datahelix_model_error_ratio", "gauge",
            "Running mean absolute percentage error of the calibrated cost models, as a ratio.");
     for (int k = 0; k < n; k++) {
