@@ -1,4 +1,5 @@
 /* test_manifest.c - manifest parsing, every bad-input class, loading and accounting. */
+#include "catalog/catalog.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -371,6 +372,115 @@ START_TEST(duplicate_ids)
 }
 END_TEST
 
+/* ---- samples built in memory (the built-in workloads) ---- */
+
+static const int64_t built_kf[] = {0, 250};
+
+static dh__built_media built_video(void)
+{
+    return (dh__built_media){.type = DH_MEDIA_VIDEO, .codec = DH_CODEC_H264, .path = "v/1.mp4",
+                             .width = 1280, .height = 720, .fps = 30, .frames = 300,
+                             .keyframes = built_kf, .nkeyframes = 2};
+}
+
+START_TEST(a_built_sample_is_its_line)
+{
+    dh__built_media media[3] = {
+        built_video(),
+        {.type = DH_MEDIA_IMAGE, .codec = DH_CODEC_PNG, .path = "i/1.png", .width = 64,
+         .height = 48},
+        {.type = DH_MEDIA_AUDIO, .codec = DH_CODEC_FLAC, .path = "a/1.flac", .rate = 16000,
+         .channels = 1, .duration = 3.25}};
+    dh__built_sample b = {.id = "s1", .text_tokens = 12, .nmedia = 3, .media = media};
+    ck_assert_int_eq(dh__manifest_add_built(m, &b, 7, err, sizeof err), 0);
+    b.id = "s2";
+    b.nmedia = 0;
+    ck_assert_int_eq(dh__manifest_add_built(m, &b, 8, err, sizeof err), 0);
+    dh_manifest *p;
+    ck_assert_int_eq(dh_manifest_new("/data", NULL, &p), 0);
+    const char *l1 = "{\"id\":\"s1\",\"text_tokens\":12,\"media\":[{\"type\":\"video\","
+                     "\"path\":\"v/1.mp4\",\"codec\":\"h264\",\"width\":1280,\"height\":720,"
+                     "\"fps\":30,\"frames\":300,\"keyframes\":[0,250]},{\"type\":\"image\","
+                     "\"path\":\"i/1.png\",\"codec\":\"png\",\"width\":64,\"height\":48},"
+                     "{\"type\":\"audio\",\"path\":\"a/1.flac\",\"codec\":\"flac\","
+                     "\"sample_rate\":16000,\"channels\":1,\"duration\":3.25}]}";
+    const char *l2 = "{\"id\":\"s2\",\"text_tokens\":12}";
+    ck_assert_int_eq(dh_manifest_parse_line(p, l1, strlen(l1), 7, err, sizeof err), 0);
+    ck_assert_int_eq(dh_manifest_parse_line(p, l2, strlen(l2), 8, err, sizeof err), 0);
+    ck_assert_uint_eq(dh_manifest_hash(m), dh_manifest_hash(p));
+    ck_assert_int_eq(dh_manifest_find(m, "s2"), 1);
+    for (int32_t j = 0; j < 3; j++) {
+        dh_media_info x, y;
+        ck_assert_int_eq(dh_manifest_media(m, 0, j, &x), 0);
+        ck_assert_int_eq(dh_manifest_media(p, 0, j, &y), 0);
+        ck_assert_str_eq(x.path, y.path);
+        ck_assert(x.type == y.type && x.codec == y.codec && x.width == y.width &&
+                  x.height == y.height && x.frames == y.frames && x.fps == y.fps &&
+                  x.duration_s == y.duration_s && x.sample_rate == y.sample_rate &&
+                  x.channels == y.channels && x.keyframe_count == y.keyframe_count);
+    }
+    dh_media_info v;
+    dh_manifest_media(m, 0, 0, &v);
+    ck_assert(v.duration_s == 10.0 && v.keyframes[1] == 250); /* timing completed as parsed */
+    dh_manifest_free(p);
+}
+END_TEST
+
+/* A built sample must fail with code, change nothing, and say which sample and why. */
+static void expect_bad_built(const dh__built_sample *b, int code, const char *needle)
+{
+    int64_t before = dh_manifest_count(m);
+    uint64_t hash = dh_manifest_hash(m);
+    err[0] = 0;
+    ck_assert_int_eq(dh__manifest_add_built(m, b, 9, err, sizeof err), code);
+    ck_assert_int_eq(dh_manifest_count(m), before);
+    ck_assert_uint_eq(dh_manifest_hash(m), hash);
+    ck_assert_msg(strstr(err, needle) && strstr(err, "line 9"), "error \"%s\" lacks \"%s\"",
+                  err, needle);
+}
+
+START_TEST(a_built_sample_is_checked_as_its_line)
+{
+    dh__built_media v = built_video();
+    dh__built_sample b = {.id = "x", .text_tokens = 1, .nmedia = 1, .media = &v};
+    ck_assert_int_eq(dh__manifest_add_built(m, &b, 3, err, sizeof err), 0);
+    expect_bad_built(&b, DH_EDUP, "already used on line 3");
+    b.id = "y";
+    static const int64_t down[] = {0, 250, 100}, past[] = {0, 300};
+    v.keyframes = down;
+    v.nkeyframes = 3;
+    expect_bad_built(&b, DH_ERANGE, "keyframes[2]: 100 must be >= 0 and ascending");
+    v.keyframes = past;
+    v.nkeyframes = 2;
+    expect_bad_built(&b, DH_ERANGE, "past the last frame");
+    v = built_video();
+    v.path = "../../etc/passwd";
+    expect_bad_built(&b, DH_EPATH, "escapes the manifest directory");
+    v = built_video();
+    v.fps = 0;
+    v.frames = 0;
+    expect_bad_built(&b, DH_ESCHEMA, "needs two of");
+    v = built_video();
+    v.width = 0;
+    expect_bad_built(&b, DH_ESCHEMA, "media[0].video needs positive");
+    v = built_video();
+    v.fps = -1;
+    expect_bad_built(&b, DH_ERANGE, "media[0].fps: -1 must be a finite number >= 0");
+    v = built_video();
+    v.width = INT64_C(1) << 31;
+    expect_bad_built(&b, DH_ELIMIT, "media[0].width");
+    v = built_video();
+    b.text_tokens = -2;
+    expect_bad_built(&b, DH_ERANGE, "text_tokens: -2 is below the minimum 0");
+    b.text_tokens = 1;
+    b.nmedia = 300;
+    expect_bad_built(&b, DH_ELIMIT, "media: 300 items");
+    b.nmedia = 1;
+    b.id = "";
+    expect_bad_built(&b, DH_ESCHEMA, "id: must be");
+}
+END_TEST
+
 START_TEST(memory_per_sample_is_compact)
 {
     char line[512];
@@ -633,6 +743,8 @@ int main(void)
     ADD_TEST(tc, paths_must_stay_inside);
     ADD_TEST(tc, duplicate_ids);
     ADD_TEST(tc, memory_per_sample_is_compact);
+    ADD_TEST(tc, a_built_sample_is_its_line);
+    ADD_TEST(tc, a_built_sample_is_checked_as_its_line);
     suite_add_tcase(s, tc);
     TCase *tl = tcase_create("load");
     ADD_TEST(tl, load_skip_accounts_every_line);

@@ -44,6 +44,63 @@ START_TEST(a_nodes_default_budget_holds_its_largest_batch)
 }
 END_TEST
 
+/* Sample i of m as a manifest line, from the public accessors. The table keeps reals as
+ * floats: an audio duration (generated to the millisecond) is printed to the millisecond,
+ * a rate (a whole number) exactly. */
+static void line_of(const dh_manifest *m, int64_t i, char *buf, size_t cap)
+{
+    dh_sample_info si;
+    ck_assert_int_eq(dh_manifest_sample(m, i, &si), 0);
+    size_t n = (size_t)snprintf(buf, cap, "{\"id\":\"%s\",\"text_tokens\":%lld,\"media\":[", si.id,
+                                (long long)si.text_tokens);
+    for (int32_t j = 0; j < si.media_count; j++) {
+        dh_media_info mi;
+        ck_assert_int_eq(dh_manifest_media(m, i, j, &mi), 0);
+        n += (size_t)snprintf(buf + n, cap - n, "%s{\"type\":\"%s\",\"path\":\"%s\",\"codec\":\"%s\"",
+                              j ? "," : "", dh_media_type_name(mi.type), mi.path,
+                              dh_codec_name(mi.codec));
+        if (mi.type == DH_MEDIA_AUDIO)
+            n += (size_t)snprintf(buf + n, cap - n, ",\"sample_rate\":%d,\"channels\":%d,"
+                                  "\"duration\":%.3f", mi.sample_rate, mi.channels, mi.duration_s);
+        else
+            n += (size_t)snprintf(buf + n, cap - n, ",\"width\":%d,\"height\":%d", mi.width,
+                                  mi.height);
+        if (mi.type == DH_MEDIA_VIDEO) {
+            n += (size_t)snprintf(buf + n, cap - n, ",\"fps\":%.17g,\"frames\":%lld,\"keyframes\":[",
+                                  mi.fps, (long long)mi.frames);
+            for (int32_t k = 0; k < mi.keyframe_count; k++)
+                n += (size_t)snprintf(buf + n, cap - n, "%s%d", k ? "," : "", mi.keyframes[k]);
+            n += (size_t)snprintf(buf + n, cap - n, "]");
+        }
+        n += (size_t)snprintf(buf + n, cap - n, "}");
+    }
+    snprintf(buf + n, cap - n, "]}");
+    ck_assert_uint_lt(n + 2, cap);
+}
+
+/* The generators build samples in memory: each workload's table and hash must be those of
+ * its samples written as manifest lines and parsed. */
+START_TEST(every_workload_is_its_manifest_lines)
+{
+    static char line[65536];
+    for (const char *const *w = dh_workload_names(); *w; w++) {
+        dh_manifest *g, *p;
+        ck_assert_int_eq(dh_workload_generate(*w, 400, 5, &g), 0);
+        ck_assert_int_eq(dh_manifest_new("", NULL, &p), 0);
+        for (int64_t i = 0; i < dh_manifest_count(g); i++) {
+            line_of(g, i, line, sizeof line);
+            char err[512] = "";
+            ck_assert_msg(!dh_manifest_parse_line(p, line, strlen(line), i + 1, err, sizeof err),
+                          "%s: %s", *w, err);
+        }
+        ck_assert_int_eq(dh_manifest_count(p), 400);
+        ck_assert_msg(dh_manifest_hash(g) == dh_manifest_hash(p), "%s: the lines differ", *w);
+        dh_manifest_free(g);
+        dh_manifest_free(p);
+    }
+}
+END_TEST
+
 static int stop_calls;
 static int stop_after_two(void *user)
 {
@@ -859,6 +916,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     ADD_TEST(tc, metrics_on_a_hand_built_trace);
     ADD_TEST(tc, generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit);
+    ADD_TEST(tc, every_workload_is_its_manifest_lines);
     ADD_TEST(tc, a_nodes_default_budget_holds_its_largest_batch);
     ADD_TEST(tc, an_outside_run_gets_the_same_metrics);
     ADD_TEST(tc, a_late_step_keeps_most_ranks_on_time);

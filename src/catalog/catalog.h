@@ -66,8 +66,10 @@ struct dh_manifest {
     /* scratch document of the line being parsed (jsonlite.h); not thread-safe */
     struct jv_doc_s *doc;
 
-    /* id -> sample index + 1 (0 = empty), open addressing, power-of-two size */
-    uint32_t *idx;
+    /* id -> sample index + 1 in the low 32 bits (0 = empty), the id's 32-bit hash in the high
+     * ones (a probe compares ids only when the hashes match, and a resize needs no id);
+     * open addressing, power-of-two size */
+    uint64_t *idx;
     size_t idx_cap;
 };
 
@@ -192,6 +194,35 @@ int dh__sampler_shift(dh_sampler *s, int64_t shift);
  * simulator's fetch model): video at 0.1 bit per pixel per frame (H.264 at common rates),
  * JPEG at 2 bits per pixel and PNG at 12, audio at 10 bits per sample (FLAC). */
 int64_t dh__stored_bytes(const dh_media_info *mi);
+
+/*
+ * A sample built in memory rather than read from a line (the built-in workloads): the
+ * fields a line would give, checked by the same rules (ranges, timing, keyframes, path, a
+ * unique id) and committed the same way, so the row and the manifest's hash are those of
+ * the equivalent line. Values are as stored: a real the line would round (an audio
+ * duration of 3 decimals) must be given rounded.
+ */
+typedef struct {
+    dh_media_type type;
+    dh_codec codec;
+    const char *path;
+    int64_t width, height, frames, rate, channels; /* 0: absent */
+    double fps, duration;                          /* 0: absent */
+    const int64_t *keyframes;                      /* video: ascending frame numbers */
+    size_t nkeyframes;
+} dh__built_media;
+
+typedef struct {
+    const char *id;
+    int64_t text_tokens;
+    int nmedia;
+    const dh__built_media *media;
+} dh__built_sample;
+
+/* Appends b as line lineno; 0, or an error phrased as dh_manifest_parse_line's (then nothing
+ * changed). */
+int dh__manifest_add_built(dh_manifest *m, const dh__built_sample *b, int64_t lineno,
+                           char *errbuf, size_t errlen);
 
 /* dh_manifest_parse_line with the error kept structured. */
 int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,

@@ -7,6 +7,11 @@
  * the offending key and the reason. Unknown keys are ignored (docs/DESIGN.md, Data
  * model); wrong types, missing required keys, negative or over-limit sizes,
  * paths that escape the manifest directory and duplicate ids are errors.
+ *
+ * A sample built in memory (the built-in workloads' generators) skips the
+ * JSON but not the checks: dh__manifest_add_built runs the same range,
+ * timing, keyframe, path and id checks on its fields and commits it the same
+ * way, so its row and the manifest's hash are those of the same line parsed.
  */
 #include "manifest_int.h"
 #include "jsonlite.h"
@@ -39,6 +44,29 @@ static int fail(line_error *e, int code, const char *fmt, ...)
     return code;
 }
 
+/* An integer key's value against its bounds (limit_code: the error over max). */
+static int int_range(const char *key, const char *where, int64_t v, int64_t min, int64_t max,
+                     int limit_code, line_error *e)
+{
+    if (v < min)
+        return fail(e, DH_ERANGE, "%s%s: %lld is below the minimum %lld", where, key,
+                    (long long)v, (long long)min);
+    if (v > max)
+        return fail(e, limit_code, "%s%s: %lld is over the limit %lld", where, key,
+                    (long long)v, (long long)max);
+    return 0;
+}
+
+/* A real key's value: finite, >= 0, at most max. */
+static int num_range(const char *key, const char *where, double d, double max, line_error *e)
+{
+    if (!isfinite(d) || d < 0)
+        return fail(e, DH_ERANGE, "%s%s: %g must be a finite number >= 0", where, key, d);
+    if (d > max)
+        return fail(e, DH_ELIMIT, "%s%s: %g is over the limit %g", where, key, d, max);
+    return 0;
+}
+
 /*
  * Reads an optional integer key into *out (left unchanged when absent).
  * where names the enclosing object in messages ("media[0]").
@@ -60,13 +88,7 @@ static int get_int(const jv_doc *doc, const jv *obj, const char *key, const char
     } else {
         return fail(e, DH_ESCHEMA, "%s%s: expected an integer, got %s", where, key, jv_kind(v));
     }
-    if (*out < min)
-        return fail(e, DH_ERANGE, "%s%s: %lld is below the minimum %lld", where, key,
-                    (long long)*out, (long long)min);
-    if (*out > max)
-        return fail(e, limit_code, "%s%s: %lld is over the limit %lld", where, key,
-                    (long long)*out, (long long)max);
-    return 0;
+    return int_range(key, where, *out, min, max, limit_code, e);
 }
 
 static int get_num(const jv_doc *doc, const jv *obj, const char *key, const char *where,
@@ -78,12 +100,10 @@ static int get_num(const jv_doc *doc, const jv *obj, const char *key, const char
     if (!jv_is_number(v))
         return fail(e, DH_ESCHEMA, "%s%s: expected a number, got %s", where, key, jv_kind(v));
     double d = jv_number(v);
-    if (!isfinite(d) || d < 0)
-        return fail(e, DH_ERANGE, "%s%s: %g must be a finite number >= 0", where, key, d);
-    if (d > max)
-        return fail(e, DH_ELIMIT, "%s%s: %g is over the limit %g", where, key, d, max);
-    *out = d;
-    return 0;
+    int rc = num_range(key, where, d, max, e);
+    if (!rc)
+        *out = d;
+    return rc;
 }
 
 static int get_str(const jv_doc *doc, const jv *obj, const char *key, const char *where,
@@ -165,15 +185,13 @@ static int check_path(const dh_manifest *m, const char *path, const char *where,
     return 0;
 }
 
-/* Keyframes are staged past m->nkf; they only become part of the table on commit. */
-static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, dh__staged_media *sm,
-                           size_t *staged, line_error *e)
+/*
+ * Keyframes are staged past m->nkf; they only become part of the table on commit.
+ * Room for n of sm's keyframes; then keyframe_at stages each, i = 0 .. n - 1.
+ */
+static int keyframes_room(dh_manifest *m, size_t n, const char *where, dh__staged_media *sm,
+                          size_t *staged, line_error *e)
 {
-    if (!arr)
-        return 0;
-    if (arr->type != JV_ARRAY)
-        return fail(e, DH_ESCHEMA, "%skeyframes: expected an array, got %s", where, jv_kind(arr));
-    size_t n = arr->count;
     if (n > (size_t)m->limits.max_keyframes)
         return fail(e, DH_ELIMIT, "%skeyframes: %zu entries, over the limit %d", where, n,
                     m->limits.max_keyframes);
@@ -181,24 +199,38 @@ static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, dh_
         return fail(e, DH_ENOMEM, "out of memory");
     sm->kf_first = m->nkf + *staged;
     sm->kf_count = n;
-    int64_t prev = -1;
-    size_t i = 0;
-    for (const jv *v = jv_first(m->doc, arr); v; v = jv_next(m->doc, v), i++) {
-        if (v->type != JV_INT)
-            return fail(e, DH_ESCHEMA, "%skeyframes[%zu]: expected an integer, got %s", where, i,
-                        jv_kind(v));
-        int64_t k = v->i;
-        if (k <= prev || k < 0)
-            return fail(e, DH_ERANGE, "%skeyframes[%zu]: %lld must be >= 0 and ascending", where,
-                        i, (long long)k);
-        if (sm->frames > 0 && k >= sm->frames)
-            return fail(e, DH_ERANGE, "%skeyframes[%zu]: %lld is past the last frame (%lld)",
-                        where, i, (long long)k, (long long)sm->frames - 1);
-        m->kf[sm->kf_first + i] = (int32_t)k;
-        prev = k;
-    }
     *staged += n;
     return 0;
+}
+
+static int keyframe_at(dh_manifest *m, dh__staged_media *sm, size_t i, int64_t k,
+                       const char *where, line_error *e)
+{
+    int64_t prev = i ? m->kf[sm->kf_first + i - 1] : -1;
+    if (k <= prev || k < 0)
+        return fail(e, DH_ERANGE, "%skeyframes[%zu]: %lld must be >= 0 and ascending", where, i,
+                    (long long)k);
+    if (sm->frames > 0 && k >= sm->frames)
+        return fail(e, DH_ERANGE, "%skeyframes[%zu]: %lld is past the last frame (%lld)", where,
+                    i, (long long)k, (long long)sm->frames - 1);
+    m->kf[sm->kf_first + i] = (int32_t)k;
+    return 0;
+}
+
+static int stage_keyframes(dh_manifest *m, const jv *arr, const char *where, dh__staged_media *sm,
+                           size_t *staged, line_error *e)
+{
+    if (!arr)
+        return 0;
+    if (arr->type != JV_ARRAY)
+        return fail(e, DH_ESCHEMA, "%skeyframes: expected an array, got %s", where, jv_kind(arr));
+    int rc = keyframes_room(m, arr->count, where, sm, staged, e);
+    size_t i = 0;
+    for (const jv *v = rc ? NULL : jv_first(m->doc, arr); v && !rc; v = jv_next(m->doc, v), i++)
+        rc = v->type != JV_INT ? fail(e, DH_ESCHEMA, "%skeyframes[%zu]: expected an integer, "
+                                      "got %s", where, i, jv_kind(v))
+                               : keyframe_at(m, sm, i, v->i, where, e);
+    return rc;
 }
 
 /*
@@ -249,6 +281,9 @@ static int check_limits(const dh_manifest *m, const dh__staged_media *sm, const 
     return 0;
 }
 
+static int check_media(dh_manifest *m, dh__staged_media *sm, const char *type, const char *where,
+                       line_error *e);
+
 static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *sm, size_t *kf_staged,
                        line_error *e)
 {
@@ -284,6 +319,20 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *s
         (rc = get_int(d, obj, "file_bytes", where, 0, INT64_MAX / 2, DH_ERANGE,
                       &sm->file_bytes, e)))
         return rc;
+    if ((rc = check_media(m, sm, type, where, e)))
+        return rc;
+    if (sm->type == DH_MEDIA_VIDEO &&
+        (rc = stage_keyframes(m, jv_get(d, obj, "keyframes"), where, sm, kf_staged, e)))
+        return rc;
+    return check_path(m, sm->path, where, e);
+}
+
+/* What a media item's fields must satisfy together, once each is in its range (type names
+ * the item's type in messages); video timing is completed here. */
+static int check_media(dh_manifest *m, dh__staged_media *sm, const char *type, const char *where,
+                       line_error *e)
+{
+    int rc;
     if (sm->file_bytes && (sm->offset <= 0 || sm->offset > sm->file_bytes - sm->bytes))
         return fail(e, DH_ESCHEMA, "%sfile_bytes: %lld cannot hold bytes %lld..%lld", where,
                     (long long)sm->file_bytes, (long long)sm->offset,
@@ -300,12 +349,7 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *s
         return rc;
     if (sm->type == DH_MEDIA_AUDIO && sm->duration <= 0)
         return fail(e, DH_ESCHEMA, "%saudio needs a positive \"duration\"", where);
-    if ((rc = check_limits(m, sm, where, e)))
-        return rc;
-    if (sm->type == DH_MEDIA_VIDEO &&
-        (rc = stage_keyframes(m, jv_get(d, obj, "keyframes"), where, sm, kf_staged, e)))
-        return rc;
-    return check_path(m, sm->path, where, e);
+    return check_limits(m, sm, where, e);
 }
 
 static int parse_sim(const jv_doc *d, const jv *root, dh__staged_sample *s, line_error *e)
@@ -343,6 +387,31 @@ static int parse_text(const dh_manifest *m, const jv_doc *d, const jv *root,
     return rc;
 }
 
+/* The id index's empty slot for the sample's id; DH_EDUP naming the line that has it. */
+static int claim_id(dh_manifest *m, dh__staged_sample *s, size_t idlen, line_error *e)
+{
+    int rc = dh__manifest_id_reserve(m, m->n + 1);
+    if (rc)
+        return fail(e, rc, "out of memory");
+    s->id_slot = dh__manifest_id_slot(m, s->id, idlen, &s->id_hash);
+    if (*s->id_slot)
+        return fail(e, DH_EDUP, "id \"%s\" already used on line %u", s->id,
+                    m->line[DH__ID_ROW(*s->id_slot) - 1]);
+    return 0;
+}
+
+/* The id's length, checked, and the id kept for messages; 0 on a bad id (e says why). */
+static size_t take_id(dh__staged_sample *s, line_error *e)
+{
+    size_t idlen = strlen(s->id);
+    if (idlen == 0 || idlen > ID_MAX_BYTES) {
+        fail(e, DH_ESCHEMA, "id: must be 1..%d bytes", ID_MAX_BYTES);
+        return 0;
+    }
+    snprintf(e->id, sizeof e->id, "%.*s", (int)sizeof e->id - 1, s->id); /* ids are clipped in messages */
+    return idlen;
+}
+
 static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, size_t *kf_staged,
                         line_error *e)
 {
@@ -352,10 +421,9 @@ static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, si
     int rc = get_str(d, root, "id", "", 1, &s->id, e);
     if (rc)
         return rc;
-    size_t idlen = strlen(s->id);
-    if (idlen == 0 || idlen > ID_MAX_BYTES)
-        return fail(e, DH_ESCHEMA, "id: must be 1..%d bytes", ID_MAX_BYTES);
-    snprintf(e->id, sizeof e->id, "%.*s", (int)sizeof e->id - 1, s->id); /* ids are clipped in messages */
+    size_t idlen = take_id(s, e);
+    if (!idlen)
+        return e->code;
     s->text_tokens = -1;
     if ((rc = get_int(d, root, "text_tokens", "", 0, m->limits.max_text_tokens, DH_ELIMIT,
                       &s->text_tokens, e)))
@@ -377,13 +445,7 @@ static int parse_sample(dh_manifest *m, const jv *root, dh__staged_sample *s, si
     for (const jv *item = nmedia ? jv_first(d, media) : NULL; item; item = jv_next(d, item), i++)
         if ((rc = parse_media(m, item, i, &s->media[i], kf_staged, e)))
             return rc;
-    if ((rc = dh__manifest_id_reserve(m, m->n + 1)))
-        return fail(e, rc, "out of memory");
-    s->id_slot = dh__manifest_id_slot(m, s->id, idlen);
-    if (*s->id_slot)
-        return fail(e, DH_EDUP, "id \"%s\" already used on line %u", s->id,
-                    m->line[*s->id_slot - 1]);
-    return 0;
+    return claim_id(m, s, idlen, e);
 }
 
 /*
@@ -463,17 +525,76 @@ int dh__manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_
     return rc;
 }
 
+/* e as the public calls phrase it: the line, the sample when known, the reason. */
+static int report(const line_error *e, int64_t lineno, char *errbuf, size_t errlen)
+{
+    if (e->id[0])
+        dh__msg(errbuf, errlen, "line %lld: sample \"%s\": %s", (long long)lineno, e->id,
+                e->reason);
+    else
+        dh__msg(errbuf, errlen, "line %lld: %s", (long long)lineno, e->reason);
+    return e->code;
+}
+
 int dh_manifest_parse_line(dh_manifest *m, const char *line, size_t len, int64_t lineno,
                            char *errbuf, size_t errlen)
 {
     line_error e;
     int rc = dh__manifest_parse_line(m, line, len, lineno, &e);
-    if (rc) {
-        if (e.id[0])
-            dh__msg(errbuf, errlen, "line %lld: sample \"%s\": %s", (long long)lineno, e.id,
-                    e.reason);
-        else
-            dh__msg(errbuf, errlen, "line %lld: %s", (long long)lineno, e.reason);
+    return rc ? report(&e, lineno, errbuf, errlen) : 0;
+}
+
+/* A built media item's fields against the ranges get_int and get_num give the parsed ones. */
+static int built_media(dh_manifest *m, const dh__built_media *b, int i, dh__staged_media *sm,
+                       size_t *kf_staged, line_error *e)
+{
+    char where[32];
+    snprintf(where, sizeof where, "media[%d].", i);
+    *sm = (dh__staged_media){.type = b->type, .codec = b->codec, .path = b->path,
+                             .width = b->width, .height = b->height, .frames = b->frames,
+                             .rate = b->rate, .channels = b->channels, .fps = b->fps,
+                             .duration = b->duration};
+    const dh_limits *l = &m->limits;
+    int rc;
+    if ((rc = int_range("width", where, b->width, 0, 1 << 30, DH_ELIMIT, e)) ||
+        (rc = int_range("height", where, b->height, 0, 1 << 30, DH_ELIMIT, e)) ||
+        (rc = int_range("frames", where, b->frames, 0, INT64_MAX, DH_ELIMIT, e)) ||
+        (rc = int_range("sample_rate", where, b->rate, 0, 10000000, DH_ELIMIT, e)) ||
+        (rc = int_range("channels", where, b->channels, 0, 255, DH_ELIMIT, e)) ||
+        (rc = num_range("fps", where, b->fps, 100000.0, e)) ||
+        (rc = num_range("duration", where, b->duration, l->max_duration_s, e)) ||
+        (rc = check_media(m, sm, dh_media_type_name(b->type), where, e)))
+        return rc;
+    if (b->type == DH_MEDIA_VIDEO && b->nkeyframes) {
+        rc = keyframes_room(m, b->nkeyframes, where, sm, kf_staged, e);
+        for (size_t k = 0; !rc && k < b->nkeyframes; k++)
+            rc = keyframe_at(m, sm, k, b->keyframes[k], where, e);
+        if (rc)
+            return rc;
     }
-    return rc;
+    return check_path(m, sm->path, where, e);
+}
+
+int dh__manifest_add_built(dh_manifest *m, const dh__built_sample *b, int64_t lineno,
+                           char *errbuf, size_t errlen)
+{
+    line_error e = {0};
+    dh__staged_media media[256];
+    dh__staged_sample s = {.id = b->id, .text_tokens = b->text_tokens, .sim_cpu = -1.0,
+                           .sim_gpu = -1.0, .media_count = b->nmedia, .media = media};
+    size_t idlen = take_id(&s, &e), kf_staged = 0;
+    int rc = idlen ? 0 : e.code;
+    if (!rc)
+        rc = int_range("text_tokens", "", b->text_tokens, 0, m->limits.max_text_tokens,
+                       DH_ELIMIT, &e);
+    if (!rc && (b->nmedia < 0 || b->nmedia > m->limits.max_media))
+        rc = fail(&e, DH_ELIMIT, "media: %d items, over the limit %d", b->nmedia,
+                  m->limits.max_media);
+    for (int i = 0; !rc && i < b->nmedia; i++)
+        rc = built_media(m, &b->media[i], i, &media[i], &kf_staged, &e);
+    if (!rc)
+        rc = claim_id(m, &s, idlen, &e);
+    if (!rc && (rc = dh__manifest_commit(m, &s, lineno, kf_staged)))
+        fail(&e, rc, "%s", dh_strerror(rc));
+    return rc ? report(&e, lineno, errbuf, errlen) : 0;
 }

@@ -23,7 +23,8 @@ typedef struct {
 
 typedef struct {
     const char *id;
-    uint32_t *id_slot; /* empty slot of the id index found during validation */
+    uint64_t *id_slot; /* empty slot of the id index found during validation */
+    uint32_t id_hash;  /* what goes into it with the row */
     int64_t text_tokens;
     double sim_cpu, sim_gpu;
     const char *text;  /* NULL: none */
@@ -34,8 +35,10 @@ typedef struct {
     dh__staged_media *media;
 } dh__staged_sample;
 
-/* The id index's slot for id (empty, or the sample's if the id is taken). */
-uint32_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len);
+/* The id index's slot for id (empty, or the sample's if the id is taken: its row is
+ * DH__ID_ROW(*slot) - 1); *hash (may be NULL) gets the id's hash, which the slot keeps. */
+uint64_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len, uint32_t *hash);
+#define DH__ID_ROW(entry) ((uint32_t)(entry))
 /* Room in the id index for n samples; 0 or DH_ENOMEM. */
 int dh__manifest_id_reserve(dh_manifest *m, int64_t n);
 /* Appends a validated sample to the table; 0 or DH_ENOMEM (then nothing changed). */

@@ -254,7 +254,7 @@ size_t dh_manifest_memory(const dh_manifest *m)
     size_t per_media = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 4 + (m->m_offset ? 8 : 0) +
                        (m->m_member_off ? 4 : 0) + (m->m_file_bytes ? 8 : 0) + (m->m_etag_off ? 4 : 0);
     return sizeof *m + strlen(m->dir) + 1 + m->cap * per_sample + m->mcap * per_media +
-           m->kfcap * sizeof(int32_t) + m->strcap + m->idx_cap * sizeof(uint32_t);
+           m->kfcap * sizeof(int32_t) + m->strcap + m->idx_cap * sizeof *m->idx;
 }
 
 int dh_manifest_sample(const dh_manifest *m, int64_t i, dh_sample_info *out)

@@ -10,15 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint32_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len)
+/* Where an id of this hash starts probing. */
+static size_t id_home(const dh_manifest *m, uint32_t hash)
 {
+    return (size_t)hash & (m->idx_cap - 1);
+}
+
+uint64_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len, uint32_t *hash)
+{
+    uint32_t hv = (uint32_t)dh__hash_bytes(id, len, 0x1d);
+    if (hash)
+        *hash = hv;
     size_t mask = m->idx_cap - 1;
-    size_t h = (size_t)dh__hash_bytes(id, len, 0x1d) & mask;
-    for (;;) {
-        uint32_t *slot = &m->idx[h];
-        if (*slot == 0 || !strcmp(dh__str(m, m->id_off[*slot - 1]), id))
+    for (size_t h = id_home(m, hv);; h = (h + 1) & mask) {
+        uint64_t *slot = &m->idx[h];
+        if (*slot == 0 || ((uint32_t)(*slot >> 32) == hv &&
+                           !strcmp(dh__str(m, m->id_off[DH__ID_ROW(*slot) - 1]), id)))
             return slot;
-        h = (h + 1) & mask;
     }
 }
 
@@ -29,7 +37,7 @@ int dh__manifest_id_reserve(dh_manifest *m, int64_t n)
     size_t ncap = m->idx_cap ? m->idx_cap * 2 : 64;
     while ((size_t)n * 2 > ncap)
         ncap *= 2;
-    uint32_t *old = m->idx;
+    uint64_t *old = m->idx;
     size_t oldcap = m->idx_cap;
     m->idx = calloc(ncap, sizeof *m->idx);
     if (!m->idx) {
@@ -38,9 +46,11 @@ int dh__manifest_id_reserve(dh_manifest *m, int64_t n)
     }
     m->idx_cap = ncap;
     for (size_t i = 0; i < oldcap; i++) {
-        if (old[i]) {
-            const char *id = dh__str(m, m->id_off[old[i] - 1]);
-            *dh__manifest_id_slot(m, id, strlen(id)) = old[i];
+        if (old[i]) { /* ids are unique: the first empty slot from its home is its place */
+            size_t h = id_home(m, (uint32_t)(old[i] >> 32));
+            while (m->idx[h])
+                h = (h + 1) & (ncap - 1);
+            m->idx[h] = old[i];
         }
     }
     free(old);
@@ -256,7 +266,8 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     }
     m->nkf += kf_staged;
     m->n++;
-    *s->id_slot = (uint32_t)m->n; /* the index is not resized between validation and here */
+    /* the index is not resized between validation and here */
+    *s->id_slot = (uint64_t)s->id_hash << 32 | (uint32_t)m->n;
     m->hash = dh__mix64(m->hash ^ descriptor_hash(m, s)) + (uint64_t)m->n;
     return 0;
 }
@@ -265,8 +276,8 @@ int64_t dh_manifest_find(const dh_manifest *m, const char *id)
 {
     if (!m || !id || !m->idx_cap)
         return -1;
-    uint32_t slot = *dh__manifest_id_slot(m, id, strlen(id));
-    return slot ? (int64_t)slot - 1 : -1;
+    uint32_t row = DH__ID_ROW(*dh__manifest_id_slot(m, id, strlen(id), NULL));
+    return row ? (int64_t)row - 1 : -1;
 }
 
 int dh_manifest_new(const char *base_dir, const dh_limits *limits, dh_manifest **out)

@@ -7,8 +7,6 @@
 
 #include "../cost/cost.h"
 
-#define DH_WORKLOAD_LINE_MAX 16384
-
 typedef struct gen_ctx gen_ctx;
 
 typedef struct {
