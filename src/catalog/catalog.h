@@ -219,6 +219,9 @@ typedef struct {
     const dh__built_media *media;
 } dh__built_sample;
 
+/* Room for this many more samples, media items and bytes of strings (ids, paths), so that a
+ * table of known size is not copied as it grows; 0 or DH_ENOMEM. */
+int dh__manifest_reserve(dh_manifest *m, int64_t samples, int64_t media, int64_t str_bytes);
 /* Appends b as line lineno; 0, or an error phrased as dh_manifest_parse_line's (then nothing
  * changed). */
 int dh__manifest_add_built(dh_manifest *m, const dh__built_sample *b, int64_t lineno,

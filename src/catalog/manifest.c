@@ -284,11 +284,25 @@ static int check_limits(const dh_manifest *m, const dh__staged_media *sm, const 
 static int check_media(dh_manifest *m, dh__staged_media *sm, const char *type, const char *where,
                        line_error *e);
 
+/* "media[i]." (0 <= i < 256), the prefix of an item's messages: made for every item, so not
+ * by printf. */
+static void media_where(char where[32], int i)
+{
+    char *p = where + 6;
+    memcpy(where, "media[", 6);
+    if (i >= 100)
+        *p++ = (char)('0' + i / 100);
+    if (i >= 10)
+        *p++ = (char)('0' + i / 10 % 10);
+    *p++ = (char)('0' + i % 10);
+    memcpy(p, "].", 3);
+}
+
 static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *sm, size_t *kf_staged,
                        line_error *e)
 {
     char where[32];
-    snprintf(where, sizeof where, "media[%d].", i);
+    media_where(where, i);
     memset(sm, 0, sizeof *sm);
     const jv_doc *d = m->doc;
     if (obj->type != JV_OBJECT)
@@ -549,7 +563,7 @@ static int built_media(dh_manifest *m, const dh__built_media *b, int i, dh__stag
                        size_t *kf_staged, line_error *e)
 {
     char where[32];
-    snprintf(where, sizeof where, "media[%d].", i);
+    media_where(where, i);
     *sm = (dh__staged_media){.type = b->type, .codec = b->codec, .path = b->path,
                              .width = b->width, .height = b->height, .frames = b->frames,
                              .rate = b->rate, .channels = b->channels, .fps = b->fps,

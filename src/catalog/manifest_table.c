@@ -199,6 +199,20 @@ static uint64_t descriptor_hash(const dh_manifest *m, const dh__staged_sample *s
     return h;
 }
 
+int dh__manifest_reserve(dh_manifest *m, int64_t samples, int64_t media, int64_t str_bytes)
+{
+    if (samples < 0 || media < 0 || str_bytes < 0)
+        return DH_EINVAL;
+    if (m->n + samples >= (int64_t)UINT32_MAX - 1)
+        return DH_ELIMIT; /* what the table can hold */
+    str_bytes = DH_MIN(str_bytes, (int64_t)UINT32_MAX - (int64_t)m->nstr); /* a guess: clipped */
+    if (reserve_rows(m, (size_t)(m->n + samples), (size_t)(m->nm + media)) ||
+        dh__manifest_id_reserve(m, m->n + samples) ||
+        dh__grow((void **)&m->str, &m->strcap, m->nstr + (size_t)str_bytes, 1))
+        return DH_ENOMEM;
+    return 0;
+}
+
 int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t lineno, size_t kf_staged)
 {
     if (reserve_rows(m, (size_t)m->n + 1, (size_t)m->nm + (size_t)s->media_count) ||

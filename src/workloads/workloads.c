@@ -60,16 +60,42 @@ static int pick(dh__rng *r, const double *w, int n)
     return n - 1;
 }
 
-/* The sample's next media item, its path filled in; NULL past the cap. */
+/* v >= 0 in decimal at p, zero-padded to at least width digits; returns the end (names are
+ * made for every generated sample: printf's parsing of its format was a tenth of the cost). */
+static char *put_dec(char *p, int64_t v, int width)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0 || n < width);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+    size_t n = strlen(s);
+    memcpy(p, s, n);
+    return p + n;
+}
+
+/* The sample's next media item, its path dir/<sample>[_k]ext (k < 0: none); NULL past the
+ * cap. */
 static dh__built_media *add_media(gen_ctx *g, dh_media_type type, dh_codec codec,
-                                  const char *path_fmt, int k)
+                                  const char *dir, int k, const char *ext)
 {
     if (g->nmedia == GEN_MAX_MEDIA)
         return NULL;
     int j = g->nmedia++;
     dh__built_media *b = &g->media[j];
     *b = (dh__built_media){.type = type, .codec = codec, .path = g->path[j]};
-    snprintf(g->path[j], sizeof g->path[j], path_fmt, (long long)g->i, k);
+    char *p = put_dec(put_str(g->path[j], dir), g->i, 1);
+    if (k >= 0)
+        p = put_dec(put_str(p, "_"), k, 1);
+    *put_str(p, ext) = 0;
     g->kf_first[j] = g->nkf;
     return b;
 }
@@ -78,7 +104,7 @@ static dh__built_media *add_media(gen_ctx *g, dh_media_type type, dh_codec codec
  * second in every generator (a manifest line printed it exactly). */
 static void video(gen_ctx *g, dh_codec codec, int w, int h, double fps, double secs, int gop)
 {
-    dh__built_media *b = add_media(g, DH_MEDIA_VIDEO, codec, "v/%lld.mp4", 0);
+    dh__built_media *b = add_media(g, DH_MEDIA_VIDEO, codec, "v/", -1, ".mp4");
     if (!b)
         return;
     b->width = w;
@@ -97,8 +123,8 @@ static void video(gen_ctx *g, dh_codec codec, int w, int h, double fps, double s
 
 static void image(gen_ctx *g, dh_codec codec, int w, int h, int k)
 {
-    dh__built_media *b = add_media(g, DH_MEDIA_IMAGE, codec,
-                                   codec == DH_CODEC_JPEG ? "i/%lld_%d.jpg" : "i/%lld_%d.png", k);
+    dh__built_media *b = add_media(g, DH_MEDIA_IMAGE, codec, "i/", k,
+                                   codec == DH_CODEC_JPEG ? ".jpg" : ".png");
     if (b) {
         b->width = w;
         b->height = h;
@@ -215,7 +241,7 @@ static void gen_interleaved(gen_ctx *g)
  * which the manifest's scanner returns for such a number). */
 static void speech_audio(gen_ctx *g, double secs)
 {
-    dh__built_media *b = add_media(g, DH_MEDIA_AUDIO, DH_CODEC_FLAC, "a/%lld.flac", 0);
+    dh__built_media *b = add_media(g, DH_MEDIA_AUDIO, DH_CODEC_FLAC, "a/", -1, ".flac");
     if (!b)
         return;
     char ms[32];
@@ -313,6 +339,8 @@ int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed
     dh__rng r;
     dh__rng_seed(&r, dh__mix64(seed ^ dh__hash_bytes(name, strlen(name), 7)));
     gen_ctx g = {.r = &r};
+    /* A sample's id and path take under 32 bytes; most samples have one media item. */
+    rc = dh__manifest_reserve(m, samples, samples, 32 * samples);
     for (int64_t i = 0; i < samples && !rc; i++) {
         if (stop && i > 0 && (i & 4095) == 0 && stop(user)) {
             rc = DH_ECANCELED;
@@ -325,7 +353,7 @@ int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed
         for (int j = 0; j < g.nmedia; j++)
             g.media[j].keyframes = g.kf + g.kf_first[j];
         char id[32], err[512];
-        snprintf(id, sizeof id, "s%08lld", (long long)i);
+        *put_dec(put_str(id, "s"), i, 8) = 0;
         dh__built_sample b = {.id = id, .text_tokens = g.text_tokens, .nmedia = g.nmedia,
                               .media = g.media};
         rc = g.oom ? DH_ENOMEM : dh__manifest_add_built(m, &b, i + 1, err, sizeof err);
