@@ -481,6 +481,44 @@ START_TEST(a_built_sample_is_checked_as_its_line)
 }
 END_TEST
 
+/* Ids in ascending order are checked against the last one and found by bisection; the
+ * index is made when one comes out of order, and every id before it must then be in it. */
+START_TEST(ids_in_order_and_out_of_order)
+{
+    char line[128], id[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(line, sizeof line, "{\"id\":\"a%05d\",\"text_tokens\":1}", i);
+        ck_assert_int_eq(parse(line), 0);
+    }
+    ck_assert_uint_eq(m->idx_cap, 0); /* not needed yet */
+    ck_assert_int_eq(dh_manifest_find(m, "a00000"), 0);
+    ck_assert_int_eq(dh_manifest_find(m, "a02999"), 2999);
+    ck_assert_int_eq(dh_manifest_find(m, "a01234"), 1234);
+    ck_assert_int_eq(dh_manifest_find(m, "a012345"), -1);
+    ck_assert_int_eq(dh_manifest_find(m, "0"), -1);
+    ck_assert_int_eq(dh_manifest_find(m, "b"), -1);
+    expect_bad("{\"id\":\"a02999\",\"text_tokens\":1}", DH_EDUP, "already used on line 7");
+    expect_bad("{\"id\":\"a00017\",\"text_tokens\":1}", DH_EDUP, "a00017");
+    /* in order again after the refusals, then one out of order: all are indexed */
+    ck_assert_int_eq(parse("{\"id\":\"a03000\",\"text_tokens\":1}"), 0);
+    ck_assert_int_eq(parse("{\"id\":\"Z\",\"text_tokens\":1}"), 0);
+    ck_assert_uint_gt(m->idx_cap, 0);
+    for (int i = 0; i <= 3000; i += 7) {
+        snprintf(id, sizeof id, "a%05d", i);
+        ck_assert_int_eq(dh_manifest_find(m, id), i);
+        snprintf(line, sizeof line, "{\"id\":\"%s\",\"text_tokens\":1}", id);
+        expect_bad(line, DH_EDUP, id);
+    }
+    ck_assert_int_eq(dh_manifest_find(m, "Z"), 3001);
+    expect_bad("{\"id\":\"a03000\",\"text_tokens\":1}", DH_EDUP, "a03000");
+    expect_bad("{\"id\":\"Z\",\"text_tokens\":1}", DH_EDUP, "Z");
+    ck_assert_int_eq(parse("{\"id\":\"zz\",\"text_tokens\":1}"), 0); /* kept indexed */
+    expect_bad("{\"id\":\"zz\",\"text_tokens\":1}", DH_EDUP, "zz");
+    ck_assert_int_eq(dh_manifest_find(m, "zz"), 3002);
+    ck_assert_int_eq(dh_manifest_find(m, "a0300"), -1);
+}
+END_TEST
+
 START_TEST(memory_per_sample_is_compact)
 {
     char line[512];
@@ -744,6 +782,7 @@ int main(void)
     ADD_TEST(tc, duplicate_ids);
     ADD_TEST(tc, memory_per_sample_is_compact);
     ADD_TEST(tc, a_built_sample_is_its_line);
+    ADD_TEST(tc, ids_in_order_and_out_of_order);
     ADD_TEST(tc, a_built_sample_is_checked_as_its_line);
     suite_add_tcase(s, tc);
     TCase *tl = tcase_create("load");

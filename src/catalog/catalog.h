@@ -68,9 +68,12 @@ struct dh_manifest {
 
     /* id -> sample index + 1 in the low 32 bits (0 = empty), the id's 32-bit hash in the high
      * ones (a probe compares ids only when the hashes match, and a resize needs no id);
-     * open addressing, power-of-two size */
+     * open addressing, power-of-two size. It covers rows [0, idx_rows): while the ids came
+     * ascending (ids_unordered 0) the rest need no index (manifest_table.c) */
     uint64_t *idx;
     size_t idx_cap;
+    int64_t idx_rows;
+    int ids_unordered;
 };
 
 /* ------------------------------------------------------------------ spec */

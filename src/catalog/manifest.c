@@ -401,17 +401,14 @@ static int parse_text(const dh_manifest *m, const jv_doc *d, const jv *root,
     return rc;
 }
 
-/* The id index's empty slot for the sample's id; DH_EDUP naming the line that has it. */
+/* The sample's id, claimed; DH_EDUP naming the line that has it. */
 static int claim_id(dh_manifest *m, dh__staged_sample *s, size_t idlen, line_error *e)
 {
-    int rc = dh__manifest_id_reserve(m, m->n + 1);
-    if (rc)
-        return fail(e, rc, "out of memory");
-    s->id_slot = dh__manifest_id_slot(m, s->id, idlen, &s->id_hash);
-    if (*s->id_slot)
-        return fail(e, DH_EDUP, "id \"%s\" already used on line %u", s->id,
-                    m->line[DH__ID_ROW(*s->id_slot) - 1]);
-    return 0;
+    int64_t row = -1;
+    int rc = dh__manifest_id_claim(m, s, idlen, &row);
+    if (rc == DH_EDUP)
+        return fail(e, DH_EDUP, "id \"%s\" already used on line %u", s->id, m->line[row]);
+    return rc ? fail(e, rc, "out of memory") : 0;
 }
 
 /* The id's length, checked, and the id kept for messages; 0 on a bad id (e says why). */

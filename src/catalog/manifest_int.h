@@ -35,12 +35,11 @@ typedef struct {
     dh__staged_media *media;
 } dh__staged_sample;
 
-/* The id index's slot for id (empty, or the sample's if the id is taken: its row is
- * DH__ID_ROW(*slot) - 1); *hash (may be NULL) gets the id's hash, which the slot keeps. */
-uint64_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len, uint32_t *hash);
+/* Whether s's id (len bytes) may be added: 0, with s->id_slot the index's slot to fill on
+ * commit (NULL: the ids are still ascending and the index waits); DH_EDUP with *dup_row the
+ * row that has it; DH_ENOMEM. */
+int dh__manifest_id_claim(dh_manifest *m, dh__staged_sample *s, size_t len, int64_t *dup_row);
 #define DH__ID_ROW(entry) ((uint32_t)(entry))
-/* Room in the id index for n samples; 0 or DH_ENOMEM. */
-int dh__manifest_id_reserve(dh_manifest *m, int64_t n);
 /* Appends a validated sample to the table; 0 or DH_ENOMEM (then nothing changed). */
 int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t lineno,
                         size_t kf_staged);

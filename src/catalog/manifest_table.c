@@ -16,7 +16,9 @@ static size_t id_home(const dh_manifest *m, uint32_t hash)
     return (size_t)hash & (m->idx_cap - 1);
 }
 
-uint64_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len, uint32_t *hash)
+/* The index's slot for id: empty, or the row's that has it (its row is DH__ID_ROW - 1). *hash
+ * (may be NULL) gets the id's hash, which the slot keeps. */
+static uint64_t *id_slot(const dh_manifest *m, const char *id, size_t len, uint32_t *hash)
 {
     uint32_t hv = (uint32_t)dh__hash_bytes(id, len, 0x1d);
     if (hash)
@@ -30,7 +32,17 @@ uint64_t *dh__manifest_id_slot(const dh_manifest *m, const char *id, size_t len,
     }
 }
 
-int dh__manifest_id_reserve(dh_manifest *m, int64_t n)
+/* Puts an entry of an id not in the index yet into its first empty slot. */
+static void place_entry(dh_manifest *m, uint64_t entry)
+{
+    size_t h = id_home(m, (uint32_t)(entry >> 32));
+    while (m->idx[h])
+        h = (h + 1) & (m->idx_cap - 1);
+    m->idx[h] = entry;
+}
+
+/* Room in the id index for n samples; 0 or DH_ENOMEM. */
+static int id_reserve(dh_manifest *m, int64_t n)
 {
     if ((size_t)n * 2 <= m->idx_cap)
         return 0;
@@ -45,16 +57,46 @@ int dh__manifest_id_reserve(dh_manifest *m, int64_t n)
         return DH_ENOMEM;
     }
     m->idx_cap = ncap;
-    for (size_t i = 0; i < oldcap; i++) {
-        if (old[i]) { /* ids are unique: the first empty slot from its home is its place */
-            size_t h = id_home(m, (uint32_t)(old[i] >> 32));
-            while (m->idx[h])
-                h = (h + 1) & (ncap - 1);
-            m->idx[h] = old[i];
-        }
-    }
+    for (size_t i = 0; i < oldcap; i++)
+        if (old[i])
+            place_entry(m, old[i]);
     free(old);
     return 0;
+}
+
+/*
+ * While every id came above the one before (ids_unordered 0), a new id above the last one is
+ * new without looking: the index waits, and covers the rows [0, idx_rows). Generated ids and
+ * most sorted manifests never need it, which spares a random access into a table twice the
+ * manifest's size per sample (a tenth of a large simulation's setup). The first id out of
+ * order completes it; from then on every commit keeps it complete.
+ */
+static int index_complete(dh_manifest *m)
+{
+    if (id_reserve(m, m->n + 1))
+        return DH_ENOMEM;
+    for (; m->idx_rows < m->n; m->idx_rows++) {
+        const char *id = dh__str(m, m->id_off[m->idx_rows]);
+        uint32_t hash;
+        id_slot(m, id, strlen(id), &hash);
+        place_entry(m, (uint64_t)hash << 32 | (uint32_t)(m->idx_rows + 1));
+    }
+    return 0;
+}
+
+int dh__manifest_id_claim(dh_manifest *m, dh__staged_sample *s, size_t len, int64_t *dup_row)
+{
+    s->id_slot = NULL;
+    if (!m->ids_unordered && (m->n == 0 || strcmp(s->id, dh__str(m, m->id_off[m->n - 1])) > 0))
+        return 0;
+    int rc = index_complete(m);
+    if (rc)
+        return rc;
+    s->id_slot = id_slot(m, s->id, len, &s->id_hash);
+    if (!*s->id_slot)
+        return 0;
+    *dup_row = (int64_t)DH__ID_ROW(*s->id_slot) - 1;
+    return DH_EDUP;
 }
 
 static int64_t str_push(dh_manifest *m, const char *s)
@@ -207,7 +249,7 @@ int dh__manifest_reserve(dh_manifest *m, int64_t samples, int64_t media, int64_t
         return DH_ELIMIT; /* what the table can hold */
     str_bytes = DH_MIN(str_bytes, (int64_t)UINT32_MAX - (int64_t)m->nstr); /* a guess: clipped */
     if (reserve_rows(m, (size_t)(m->n + samples), (size_t)(m->nm + media)) ||
-        dh__manifest_id_reserve(m, m->n + samples) ||
+        (m->ids_unordered && id_reserve(m, m->n + samples)) ||
         dh__grow((void **)&m->str, &m->strcap, m->nstr + (size_t)str_bytes, 1))
         return DH_ENOMEM;
     return 0;
@@ -280,18 +322,35 @@ int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t line
     }
     m->nkf += kf_staged;
     m->n++;
-    /* the index is not resized between validation and here */
-    *s->id_slot = (uint64_t)s->id_hash << 32 | (uint32_t)m->n;
+    if (s->id_slot) { /* an id out of order: the index is complete, and was not resized since */
+        *s->id_slot = (uint64_t)s->id_hash << 32 | (uint32_t)m->n;
+        m->idx_rows = m->n;
+        m->ids_unordered = 1;
+    }
     m->hash = dh__mix64(m->hash ^ descriptor_hash(m, s)) + (uint64_t)m->n;
     return 0;
 }
 
 int64_t dh_manifest_find(const dh_manifest *m, const char *id)
 {
-    if (!m || !id || !m->idx_cap)
+    if (!m || !id)
         return -1;
-    uint32_t row = DH__ID_ROW(*dh__manifest_id_slot(m, id, strlen(id), NULL));
-    return row ? (int64_t)row - 1 : -1;
+    if (m->ids_unordered) {
+        uint32_t row = DH__ID_ROW(*id_slot(m, id, strlen(id), NULL));
+        return row ? (int64_t)row - 1 : -1;
+    }
+    int64_t lo = 0, hi = m->n; /* ascending ids: a binary search */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(dh__str(m, m->id_off[mid]), id);
+        if (!c)
+            return mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
 }
 
 int dh_manifest_new(const char *base_dir, const dh_limits *limits, dh_manifest **out)
