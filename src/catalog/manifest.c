@@ -419,7 +419,9 @@ static size_t take_id(dh__staged_sample *s, line_error *e)
         fail(e, DH_ESCHEMA, "id: must be 1..%d bytes", ID_MAX_BYTES);
         return 0;
     }
-    snprintf(e->id, sizeof e->id, "%.*s", (int)sizeof e->id - 1, s->id); /* ids are clipped in messages */
+    size_t keep = DH_MIN(idlen, sizeof e->id - 1); /* ids are clipped in messages */
+    memcpy(e->id, s->id, keep);
+    e->id[keep] = 0;
     return idlen;
 }
 
