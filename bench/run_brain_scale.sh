@@ -3,8 +3,9 @@
 # (issue 25's curve). SIMULATED workload and clock, real scheduler and simulator code:
 #   1. helix on omni-mix, 8 samples and 4 workers per rank, one node, at each rank count:
 #      wall time per simulated sample (all of it, and the event loop alone: wall_s - setup_s,
-#      where setup is generating and parsing the workload's descriptors), efficiency, the
-#      first step's fill and the mean step stall, peak RSS. Once at STEPS (default 30) and
+#      where setup is generating the workload's descriptors and their costs), efficiency, the
+#      same against the ordered bound (with the fill and the drain), the first step's fill and
+#      the mean step stall, peak RSS. Once at STEPS (default 30) and
 #      once at LONG_STEPS (default 200) over a dataset of 16 global batches, so that the
 #      run's fill and drain (a fixed cost of any run) weigh as they do in a real job;
 #   2. the planner alone (bench_plan): 32,768 samples over 4,096 ranks;
@@ -26,8 +27,8 @@ for x in datahelix bench_plan bench_control; do
 done
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/dhbrain.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT
-printf "%7s %6s %12s %12s %10s %8s %9s %9s\n" ranks steps "us/sample" "loop us/smp" efficiency \
-    "fill ms" "stall ms" "RSS MiB"
+printf "%7s %6s %12s %12s %10s %8s %8s %9s %9s\n" ranks steps "us/sample" "loop us/smp" efficiency \
+    "ordered" "fill ms" "stall ms" "RSS MiB"
 for steps in "$STEPS" "$LONG"; do
     for r in "${RANKS[@]}"; do
         extra=()
@@ -48,9 +49,9 @@ for steps in "$STEPS" "$LONG"; do
         awk -v r="$r" -v st="$steps" -v rss="$(cat "$OUT/rss")" '
             function f(k,  m) { if (match($0, "\"" k "\":[-0-9.e+]+")) {
                 m = substr($0, RSTART, RLENGTH); sub(/.*:/, "", m); return m + 0 } return 0 }
-            { n = f("samples"); printf "%7d %6d %12.2f %12.2f %10.3f %8.1f %9.2f %9.0f\n", r, st,
-              1e6 * f("wall_s") / n, 1e6 * (f("wall_s") - f("setup_s")) / n, f("efficiency"),
-              f("fill_wait_ms"), f("stall_mean_ms"), rss / 1024 }' "$OUT/r.json"
+            { n = f("samples"); printf "%7d %6d %12.2f %12.2f %10.3f %8.3f %8.1f %9.2f %9.0f\n", r,
+              st, 1e6 * f("wall_s") / n, 1e6 * (f("wall_s") - f("setup_s")) / n, f("efficiency"),
+              f("efficiency_ordered"), f("fill_wait_ms"), f("stall_mean_ms"), rss / 1024 }' "$OUT/r.json"
     done
 done
 echo

@@ -386,6 +386,9 @@ START_TEST(every_policy_completes_within_the_pool)
                           res.makespan_s);
             ck_assert_double_gt(res.bound_cpu_s, 0);
             ck_assert_double_gt(res.model_bound_s, 0); /* the models' view, kept apart */
+            ck_assert_msg(res.efficiency_ordered >= res.efficiency &&
+                              res.efficiency_ordered <= 1.0, "%s R=%d W=%d: ordered %g",
+                          pol[p], c.ranks, c.workers, res.efficiency_ordered);
             ck_assert_int_gt(res.memory_peak, 0);
             /* one memory budget: the pool, its slack and the move arena all inside it */
             ck_assert_msg(res.memory_peak <= res.memory_budget, "%s R=%d W=%d: peak %lld > %lld",
@@ -752,6 +755,8 @@ START_TEST(should_stop_ends_an_endless_run_with_its_accounting)
     ck_assert_int_eq(r.delivered + r.failed, r.samples);
     /* the CPU of steps prepared ahead and never completed is not in the bound */
     ck_assert_msg(r.efficiency > 0 && r.efficiency <= 1.0, "efficiency %g", r.efficiency);
+    ck_assert_msg(r.efficiency_ordered >= r.efficiency && r.efficiency_ordered <= 1.0,
+                  "ordered %g", r.efficiency_ordered);
     dh_manifest_free(m);
 }
 END_TEST

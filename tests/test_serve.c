@@ -1192,6 +1192,9 @@ START_TEST(a_served_run_bound_reads_the_trainers_compute)
     ck_assert_int_eq(wait_child(b), 0);
     ck_assert_msg(r.efficiency > 0 && r.efficiency <= 1.0, "efficiency %g (bound gpu %g, cpu "
                   "%g, makespan %g)", r.efficiency, r.bound_gpu_s, r.bound_cpu_s, r.makespan_s);
+    ck_assert_msg(r.efficiency_ordered >= r.efficiency && r.efficiency_ordered <= 1.0,
+                  "ordered %g (bound %g, makespan %g)", r.efficiency_ordered, r.bound_ordered_s,
+                  r.makespan_s);
     dh_manifest_free(heavy);
     /* Batches held two at a time, given back together without a report: their common hold
      * counted once (counted twice, the bound passed the makespan: 1.03 was seen). */
@@ -1204,6 +1207,9 @@ START_TEST(a_served_run_bound_reads_the_trainers_compute)
     ck_assert_int_eq(wait_child(b), 0);
     ck_assert_msg(r.efficiency > 0 && r.efficiency <= 1.0, "efficiency %g (bound gpu %g, cpu "
                   "%g, makespan %g)", r.efficiency, r.bound_gpu_s, r.bound_cpu_s, r.makespan_s);
+    ck_assert_msg(r.efficiency_ordered >= r.efficiency && r.efficiency_ordered <= 1.0,
+                  "ordered %g (bound %g, makespan %g)", r.efficiency_ordered, r.bound_ordered_s,
+                  r.makespan_s);
 }
 END_TEST
 

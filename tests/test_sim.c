@@ -404,6 +404,73 @@ START_TEST(a_late_step_keeps_most_ranks_on_time)
 }
 END_TEST
 
+/* The ordered bound adds the fill and the drain: CPU-bound (one worker prepares a step's 16
+ * samples in 160 ms, a rank computes its 4 in 120 ms), no rank can start the last step
+ * before all 40 steps' CPU is done (6.4 s, the bound), and its batch takes 0.12 s more. */
+START_TEST(the_ordered_bound_counts_the_fill_and_the_drain)
+{
+    dh_manifest *m = flat_manifest(10, 30);
+    dh_run_config c = shaped("helix", 4, 1, 16, 40);
+    c.manifest = m;
+    dh_result r = DH_RESULT_INIT;
+    char err[256];
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_double_eq_tol(r.bound_s, 6.4, 1e-6);
+    ck_assert_double_eq_tol(r.bound_ordered_s, 6.52, 1e-3); /* and the step's fixed cost */
+    ck_assert(r.makespan_s >= r.bound_ordered_s - 1e-9);
+    ck_assert_double_eq_tol(r.efficiency_ordered, r.bound_ordered_s / r.makespan_s, 1e-6);
+    /* GPU-bound (1 ms to prepare, 120 ms to compute a batch): the first step cannot start
+     * before its 16 ms of CPU is done; the bound is the 40 steps' GPU */
+    dh_manifest_free(m);
+    m = flat_manifest(1, 30);
+    c = shaped("helix", 4, 1, 16, 40);
+    c.manifest = m;
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_double_eq_tol(r.bound_s, r.bound_gpu_s, 1e-9);
+    ck_assert_msg(fabs(r.bound_ordered_s - (r.bound_s + 0.016)) < 1e-6 &&
+                      r.makespan_s >= r.bound_ordered_s,
+                  "ordered bound %.4f, makespan %.4f", r.bound_ordered_s, r.makespan_s);
+    dh_manifest_free(m);
+}
+END_TEST
+
+/* No run beats it: every workload, policy and shape (more workers than ranks, fewer, several
+ * nodes, a run stopped early). */
+static int stop_at_third(void *user)
+{
+    return ++*(int *)user >= 3;
+}
+
+START_TEST(no_run_beats_the_ordered_bound)
+{
+    const char *pol[] = {"local", "pool", "helix", "helix-fifo"};
+    const int shape[][3] = {{8, 32, 1}, {8, 4, 1}, {8, 16, 2}};
+    for (const char *const *w = dh_workload_names(); *w; w++)
+        for (int p = 0; p < 4; p++)
+            for (int k = 0; k < 4; k++) {
+                int calls = 0;
+                dh_run_config c = shaped(pol[p], shape[k % 3][0], shape[k % 3][1], 0, 12);
+                c.workload = *w;
+                c.nodes = shape[k % 3][2];
+                if (k == 3) { /* stopped after three steps (a dataset too small to be asked) */
+                    c.steps = 0;
+                    c.epochs = 1000;
+                    c.workload_samples = 2048;
+                    c.should_stop = stop_at_third;
+                    c.should_stop_user = &calls;
+                }
+                dh_result r = DH_RESULT_INIT;
+                char err[256] = "";
+                ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s/%s: %s", *w,
+                              pol[p], err);
+                ck_assert_msg(r.bound_ordered_s >= r.bound_s && r.efficiency_ordered <= 1 + 1e-9 &&
+                                  r.efficiency_ordered >= r.efficiency,
+                              "%s/%s shape %d: bound %.4f, ordered %.4f, makespan %.4f", *w,
+                              pol[p], k, r.bound_s, r.bound_ordered_s, r.makespan_s);
+            }
+}
+END_TEST
+
 START_TEST(more_worker_threads_than_cores_share_them)
 {
     /* local with 4 ranks on 2 workers' worth of CPU runs one private worker per rank (as
@@ -917,6 +984,8 @@ int main(void)
     ADD_TEST(tc, metrics_on_a_hand_built_trace);
     ADD_TEST(tc, generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit);
     ADD_TEST(tc, every_workload_is_its_manifest_lines);
+    ADD_TEST(tc, the_ordered_bound_counts_the_fill_and_the_drain);
+    ADD_TEST(tc, no_run_beats_the_ordered_bound);
     ADD_TEST(tc, a_nodes_default_budget_holds_its_largest_batch);
     ADD_TEST(tc, an_outside_run_gets_the_same_metrics);
     ADD_TEST(tc, a_late_step_keeps_most_ranks_on_time);

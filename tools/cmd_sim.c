@@ -205,6 +205,8 @@ void cli_print_result(const dh_result *r)
            "efficiency %.3f\n",
            r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s,
            r->efficiency);
+    printf("  bound with the fill and the drain (steps in order) %.3f s  efficiency %.3f\n",
+           r->bound_ordered_s, r->efficiency_ordered);
     if (!strcmp(r->engine, "real")) /* the bound above is from measured costs */
         printf("  bound from measured costs; from the cost models instead: %.3f s (model "
                "efficiency %.3f)\n", r->model_bound_s,

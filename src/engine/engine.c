@@ -292,6 +292,7 @@ static int engine_alloc(dh_engine *e, char *err, size_t errlen)
     int rc = dh__records_init(&e->rec, e->R, e->G);
     e->rec.step_fixed = e->run.gpu.c0;
     e->rec.cpu_measured = 1;
+    e->rec.workers = e->run.cfg.workers;
     e->rec.gpu_measured = e->shared > 0; /* trainers report their own compute */
     e->run.rec = &e->rec;
     int share = e->shared ? DH_RING_SHARE : 0;

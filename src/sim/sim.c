@@ -579,6 +579,7 @@ static int sim_start(sim *s, dh__run *run, const dh_run_config *cfg, char *err, 
     else if (rc)
         dh__msg(err, errlen, "%s", dh_strerror(rc));
     s->rec.step_fixed = run->gpu.c0;
+    s->rec.workers = run->cfg.workers;
     run->rec = &s->rec; /* drawn steps' truth: the bound's inputs */
     return rc;
 }
