@@ -100,8 +100,11 @@ waits = [json.loads(l.rstrip(",\n")) for l in open(work + "/trace.json") if '"wa
 assert len(waits) == int(tl[0]["data-bubbles"]) and waits, (len(waits), tl[0]["data-bubbles"])
 longest = max(w["dur"] for w in waits) / 1e3
 assert any(abs(float(b["data-ms"]) - longest) < 1e-3 for b in bub), longest
-# every run in the configuration table
-assert sum(1 for t, a in p.els if t == "tr" and a.get("class") == "run") == len(runs) + len(bench.get("sim_predictions", []))
+# every run in the configuration table, with its ordered bound
+rows = [a for t, a in p.els if t == "tr" and a.get("class") == "run"]
+assert len(rows) == len(runs) + len(bench.get("sim_predictions", []))
+want = sorted(float("%.6g" % r["bound_ordered_s"]) for r in runs + bench.get("sim_predictions", []))
+assert sorted(float(a["data-ordered"]) for a in rows) == want, "ordered bounds"
 print("report: %d bars, %d wait lines, %d waits on the timeline match their JSON" % (len(bars), len(lines), len(bub)))
 PYEOF
 fi
