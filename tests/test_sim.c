@@ -385,6 +385,21 @@ static dh_manifest *flat_manifest(double cpu_ms, double gpu_ms)
     return m;
 }
 
+/* A 40-step simulated run of 16 samples a step, each cpu_ms to prepare and gpu_ms to
+ * compute, with policy on ranks and workers; it must succeed. */
+static dh_result flat_run(const char *policy, double cpu_ms, double gpu_ms, int ranks,
+                          int workers)
+{
+    dh_manifest *m = flat_manifest(cpu_ms, gpu_ms);
+    dh_run_config c = shaped(policy, ranks, workers, 16, 40);
+    c.manifest = m;
+    dh_result r = DH_RESULT_INIT;
+    char err[256];
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s: %s", policy, err);
+    dh_manifest_free(m);
+    return r;
+}
+
 START_TEST(a_late_step_keeps_most_ranks_on_time)
 {
     /* CPU-bound: one worker prepares a step's 16 samples in 160 ms while a rank computes its
@@ -392,15 +407,9 @@ START_TEST(a_late_step_keeps_most_ranks_on_time)
      * waiting): the first three of the next step are ready while the ranks compute, and
      * only the last rank waits, where interleaving every rank's samples made all four wait.
      * The step's stall is the same either way: the step needs the same CPU. */
-    dh_manifest *m = flat_manifest(10, 30);
-    dh_run_config c = shaped("helix-noreb", 4, 1, 16, 40);
-    c.manifest = m;
-    dh_result r = DH_RESULT_INIT;
-    char err[256];
-    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    dh_result r = flat_run("helix-noreb", 10, 30, 4, 1);
     ck_assert_msg(r.late_step_frac > 0.75 && r.miss_rate < 0.5, "late steps %.3f, misses %.3f",
                   r.late_step_frac, r.miss_rate);
-    dh_manifest_free(m);
 }
 END_TEST
 
@@ -409,28 +418,18 @@ END_TEST
  * before all 40 steps' CPU is done (6.4 s, the bound), and its batch takes 0.12 s more. */
 START_TEST(the_ordered_bound_counts_the_fill_and_the_drain)
 {
-    dh_manifest *m = flat_manifest(10, 30);
-    dh_run_config c = shaped("helix", 4, 1, 16, 40);
-    c.manifest = m;
-    dh_result r = DH_RESULT_INIT;
-    char err[256];
-    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    dh_result r = flat_run("helix", 10, 30, 4, 1);
     ck_assert_double_eq_tol(r.bound_s, 6.4, 1e-6);
     ck_assert_double_eq_tol(r.bound_ordered_s, 6.52, 1e-3); /* and the step's fixed cost */
     ck_assert(r.makespan_s >= r.bound_ordered_s - 1e-9);
     ck_assert_double_eq_tol(r.efficiency_ordered, r.bound_ordered_s / r.makespan_s, 1e-6);
     /* GPU-bound (1 ms to prepare, 120 ms to compute a batch): the first step cannot start
      * before its 16 ms of CPU is done; the bound is the 40 steps' GPU */
-    dh_manifest_free(m);
-    m = flat_manifest(1, 30);
-    c = shaped("helix", 4, 1, 16, 40);
-    c.manifest = m;
-    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    r = flat_run("helix", 1, 30, 4, 1);
     ck_assert_double_eq_tol(r.bound_s, r.bound_gpu_s, 1e-9);
     ck_assert_msg(fabs(r.bound_ordered_s - (r.bound_s + 0.016)) < 1e-6 &&
                       r.makespan_s >= r.bound_ordered_s,
                   "ordered bound %.4f, makespan %.4f", r.bound_ordered_s, r.makespan_s);
-    dh_manifest_free(m);
 }
 END_TEST
 
@@ -477,20 +476,14 @@ START_TEST(more_worker_threads_than_cores_share_them)
      * DataLoader's num_workers >= 1): 4 threads share 2 cores. CPU-bound (10 ms to prepare,
      * 0.1 ms to compute a sample), no policy can beat the CPU bound: 2 / 10 ms = 200
      * samples/s. Before, each of the 4 threads ran at full speed (efficiency near 2). */
-    dh_manifest *m = flat_manifest(10, 0.1);
     const char *pol[] = {"local", "pool", "helix"};
     for (int k = 0; k < 3; k++) {
-        dh_run_config c = shaped(pol[k], 4, 2, 16, 40);
-        c.manifest = m;
-        dh_result r = DH_RESULT_INIT;
-        char err[256];
-        ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+        dh_result r = flat_run(pol[k], 10, 0.1, 4, 2);
         ck_assert_msg(r.efficiency <= 1.0 + 1e-9 && r.throughput_sps < 1.02 * 200,
                       "%s: efficiency %.3f, %.1f samples/s", pol[k], r.efficiency,
                       r.throughput_sps);
         ck_assert_int_eq(r.delivered, 40 * 16);
     }
-    dh_manifest_free(m);
 }
 END_TEST
 
