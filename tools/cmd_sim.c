@@ -205,8 +205,10 @@ void cli_print_result(const dh_result *r)
            "efficiency %.3f\n",
            r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s,
            r->efficiency);
-    printf("  bound with the fill and the drain (steps in order) %.3f s  efficiency %.3f\n",
-           r->bound_ordered_s, r->efficiency_ordered);
+    printf("  ordered bound (the fill and the drain, this placement) %.3f s  efficiency_ordered "
+           "%.3f  (the most efficiency can read with it: %.3f)\n", r->bound_ordered_s,
+           r->efficiency_ordered,
+           r->bound_ordered_s > 0 ? r->bound_s / r->bound_ordered_s : 0);
     if (!strcmp(r->engine, "real")) /* the bound above is from measured costs */
         printf("  bound from measured costs; from the cost models instead: %.3f s (model "
                "efficiency %.3f)\n", r->model_bound_s,

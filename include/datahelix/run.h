@@ -256,11 +256,11 @@ typedef struct {
     /* Added in 0.3. A tighter lower bound than bound_s, with the pipeline's fill and drain:
      * ranks compute the steps in order and start one only with its batch prepared, so the
      * last rank to start step k cannot before all CPU of steps 0..k is done on the W
-     * workers; max over k of that, the smallest batch of step k, the step's fixed cost and
-     * the later steps' GPU terms (docs/DESIGN.md). At least bound_s; from the same costs
-     * (true in the simulator, measured in the real engine). efficiency_ordered =
-     * bound_ordered_s / makespan_s: how near the run came to what any schedule of these
-     * steps could. */
+     * workers; max over k of that, the smallest batch of step k in this run's placement,
+     * the step's fixed cost and the later steps' GPU terms (docs/DESIGN.md). At least
+     * bound_s; from the same costs (true in the simulator, measured in the real engine).
+     * efficiency_ordered = bound_ordered_s / makespan_s: how near the run came to what any
+     * schedule of these batches could (another placement has its own bound). */
     double bound_ordered_s, efficiency_ordered;
 } dh_result;
 

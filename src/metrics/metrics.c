@@ -199,14 +199,17 @@ static void live_fold(dh__records *rec, int64_t st, const dh__rec_step *sp,
 /*
  * The ordered bound: ranks compute the steps in order, and a rank starts a step only with
  * its batch prepared, so by the time the last rank starts step k every sample of steps
- * 0..k is prepared: at least C_k / W after the start (C_k their CPU, W workers). That rank
- * then computes its batch (at least m_k, the step's smallest rank load), the step closes
- * (o, the fixed cost), and each later step j takes at least its GPU term g_j, as in the
- * bound. So
+ * 0..k is prepared: at least C_k / W after the start (C_k their CPU, W workers, as if the
+ * work divided perfectly). That rank then computes its batch (at least m_k, the step's
+ * smallest batch in this run's placement), the step closes (o, the fixed cost), and each
+ * later step j takes at least its GPU term g_j, as in the bound. So
  *     makespan >= max over k of ( C_k / W + m_k + o + sum_{j > k} g_j ),
  * the fill and the drain the bound leaves out (k = 0: the first step's CPU; the last k:
- * all the CPU, then one batch). Kept online: sum_{j > k} g_j = P - P_k, P_k the GPU terms up
- * to step k, so the bound is P + max_k (C_k / W + m_k + o - P_k).
+ * all the CPU, then one batch). Only m_k depends on the placement: no schedule of these
+ * batches beats it, and another placement has its own (with m_k = 0 it would hold for any,
+ * and say next to nothing: the first step's compute is most of the fill). Kept online:
+ * sum_{j > k} g_j = P - P_k, P_k the GPU terms up to step k, so the bound is
+ * P + max_k (C_k / W + m_k + o - P_k).
  */
 static void ordered_fold(dh__records *rec, double cpu, double gpu, double quickest)
 {
