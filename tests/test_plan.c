@@ -217,6 +217,32 @@ START_TEST(stride_is_distributed_sampler_order)
     ck_assert_int_eq(dh__partition(&bad, rank_of, &out), DH_EINVAL);
 }
 END_TEST
+/* Samples that weigh nothing (text costing nothing to prepare) all went to one rank, and
+ * the simulator stalled on the others' empty batches: every rank gets one when there are
+ * enough, the lightest of the fullest rank. */
+START_TEST(no_rank_is_left_without_a_sample)
+{
+    double g[10] = {0}, mixed[6] = {5, 0, 0, 0, 0, 0};
+    int32_t rank_of[10];
+    dh__part_out out;
+    for (int n = 4; n <= 10; n += 6) {
+        dh__part_in in = {.n = n, .ranks = 4, .gpu = g};
+        ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+        int count[4] = {0};
+        for (int i = 0; i < n; i++)
+            count[rank_of[i]]++;
+        for (int r = 0; r < 4; r++)
+            ck_assert_msg(count[r] >= 1, "n=%d: rank %d has none", n, r);
+    }
+    dh__part_in in = {.n = 6, .ranks = 4, .gpu = mixed};
+    ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+    int count[4] = {0};
+    for (int i = 0; i < 6; i++)
+        count[rank_of[i]]++;
+    ck_assert(count[0] && count[1] && count[2] && count[3]);
+    ck_assert_double_eq_tol(out.max_gpu, 5, 1e-12); /* the heavy one alone */
+}
+END_TEST
 
 int main(void)
 {
@@ -230,6 +256,7 @@ int main(void)
     ADD_TEST(tc, stride_is_distributed_sampler_order);
     ADD_TEST(tc, lpt_order_is_gpu_then_cpu_descending_then_index);
     ADD_TEST(tc, refinement_reaches_the_bound_over_many_ranks);
+    ADD_TEST(tc, no_rank_is_left_without_a_sample);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -457,6 +457,29 @@ START_TEST(the_ordered_bound_counts_the_fill_and_the_drain)
 }
 END_TEST
 
+/* Text that costs nothing to prepare (and so, scaled to its CPU, nothing to compute): helix
+ * placed every sample of a step on one rank and stopped as stalled on the others' empty
+ * batches (a user's text-only manifest). Every balanced policy runs it to the end. */
+START_TEST(samples_that_cost_nothing_are_placed_on_every_rank)
+{
+    dh_manifest *m;
+    ck_assert_int_eq(dh_manifest_new("", NULL, &m), 0);
+    const char *a = "{\"id\":\"a\",\"text_tokens\":10}", *b = "{\"id\":\"b\",\"text_tokens\":10}";
+    ck_assert_int_eq(dh_manifest_parse_line(m, a, strlen(a), 1, NULL, 0), 0);
+    ck_assert_int_eq(dh_manifest_parse_line(m, b, strlen(b), 2, NULL, 0), 0);
+    const char *pol[] = {"helix", "helix-fifo", "helix-noreb", "pool"};
+    for (int p = 0; p < 4; p++) {
+        dh_run_config c = shaped(pol[p], 2, 1, 2, 3);
+        c.manifest = m;
+        dh_result r = DH_RESULT_INIT;
+        char err[256] = "";
+        ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s: %s", pol[p], err);
+        ck_assert_int_eq(r.delivered, 6);
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
 /* No run beats it: every workload, policy and shape (more workers than ranks, fewer, several
  * nodes, a run stopped early). */
 static int stop_at_third(void *user)
@@ -1003,6 +1026,7 @@ int main(void)
     ADD_TEST(tc, every_workload_is_its_manifest_lines);
     ADD_TEST(tc, the_ordered_bound_counts_the_fill_and_the_drain);
     ADD_TEST(tc, no_run_beats_the_ordered_bound);
+    ADD_TEST(tc, samples_that_cost_nothing_are_placed_on_every_rank);
     ADD_TEST(tc, a_nodes_default_budget_holds_its_largest_batch);
     ADD_TEST(tc, an_outside_run_gets_the_same_metrics);
     ADD_TEST(tc, a_late_step_keeps_most_ranks_on_time);

@@ -453,6 +453,38 @@ void dh__part_ws_free(dh__part_ws *ws)
     }
 }
 
+/*
+ * Every rank gets a sample when there are enough: samples that weigh nothing (text that
+ * costs nothing to prepare, whose GPU share was scaled to its CPU) all went to the least
+ * loaded rank, which stayed the least loaded, and a rank without a batch waited for one
+ * that no task would ever finish (the simulator stopped as stalled). Each empty rank takes
+ * the lightest sample of the rank holding the most. Placements with no empty rank are
+ * untouched.
+ */
+static void fill_empty_ranks(part_state *s, int *count)
+{
+    int R = s->in->ranks;
+    if (s->in->n < R)
+        return;
+    memset(count, 0, (size_t)R * sizeof *count);
+    for (int i = 0; i < s->in->n; i++)
+        count[s->rank_of[i]]++;
+    for (int e = 0; e < R; e++) {
+        if (count[e])
+            continue;
+        int d = 0;
+        for (int r = 1; r < R; r++)
+            d = count[r] > count[d] ? r : d;
+        int light = s->head[d];
+        for (int i = s->head[d]; i >= 0; i = s->next[i])
+            light = s->in->gpu[i] < s->in->gpu[light] ? i : light;
+        place(s, light, d, -1);
+        place(s, light, e, +1);
+        count[d]--;
+        count[e]++;
+    }
+}
+
 int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
 {
     if (!in || !rank_of || !out || in->ranks < 1 || in->n < 0 || !in->gpu)
@@ -507,6 +539,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
         lpt(&s, order, out);
     }
     refine(&s, out);
+    if (!in->initial)
+        fill_empty_ranks(&s, s.rh[0]); /* refinement's heap space is free now */
     double total = 0;
     for (size_t r = 0; r < R; r++) {
         total += s.gpu[r];
