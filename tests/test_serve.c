@@ -1688,20 +1688,41 @@ static pid_t idle_rank(int rank, int delay_s, const char *want)
 }
 
 /* A rank that takes and gives back batches until it must wait (its partner takes nothing). */
+static _Atomic long long last_take_ms; /* when take_until_stuck last had a batch (0: never) */
+
+static long long now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 static void *take_until_stuck(void *arg)
 {
     dh_client *c = arg;
     dh_batch b;
     static int rc;
-    while ((rc = dh_client_next(c, 600000, &b, NULL, 0)) == 0)
+    while ((rc = dh_client_next(c, 600000, &b, NULL, 0)) == 0) {
         dh_client_release(c, &b);
+        last_take_ms = now_ms();
+    }
     return &rc;
 }
 
+/* Until rank 0's request waits in the agent: a batch was taken and none for 0.5 s (a fixed
+ * sleep was too short under TSan on a loaded machine: rank 0 died still holding a batch,
+ * which the agent names without the other rank's fault; at most 60 s). */
+static void wait_until_stuck(void)
+{
+    long long start = now_ms();
+    while (now_ms() - start < 60000 &&
+           (!last_take_ms || now_ms() - last_take_ms < 500 || now_ms() - start < 1000))
+        usleep(20000);
+}
+
 /* Forks rank 0 of 2: it takes until its request must wait in the agent (rank 1 takes
- * nothing). die: it dies (exit 9) 2 s after attaching, its request still waiting; else
- * another thread detaches 1 s after attaching, and it exits 0 once its request ends
- * DH_ECANCELED (5 otherwise). */
+ * nothing). die: it dies (exit 9) once its request waits; else another thread detaches
+ * then, and it exits 0 once its request ends DH_ECANCELED (5 otherwise). */
 static pid_t rank_0_stuck(int die)
 {
     pid_t pid = fork();
@@ -1712,8 +1733,9 @@ static pid_t rank_0_stuck(int die)
     if (dh_client_connect(&o, &c, NULL, 0))
         _exit(2);
     pthread_t t;
+    last_take_ms = 0;
     pthread_create(&t, NULL, take_until_stuck, c);
-    sleep(die ? 2 : 1);
+    wait_until_stuck();
     if (die)
         _exit(9);
     dh_client_detach(c);
