@@ -51,7 +51,7 @@ static const char help[] =
     "that a run lasts about S seconds (the simulator's prediction of helix after\n"
     "calibration; at least --steps, or 12), so fast and slow workloads get equally long,\n"
     "equally stable runs.\n"
-    "--json F also writes F's report beside it (F with .html: datahelix report).\n";
+    "--json F also writes F's report beside it (out/b.json: out/b.html; datahelix report).\n";
 
 /* Real mode: the workload's data under data/NAME (wds: data/NAME-wds, as shards),
  * generated if missing, and calibrated. */
