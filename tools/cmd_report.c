@@ -709,7 +709,7 @@ static void config_table(FILE *f, const rows *rs)
         else
             fprintf(f, "<td>&ndash;</td>");
         fprintf(f, "<td>%.3f</td>", r->v[M_EFF]);
-        if (r->ordered > 0) /* with the fill and the drain: what any schedule could reach */
+        if (r->ordered > 0) /* with the fill and the drain, for the run's own batches */
             fprintf(f, "<td>%.3f</td><td>%.3f</td>", r->ordered, r->eff_ordered);
         else
             fprintf(f, "<td>&ndash;</td><td>&ndash;</td>");

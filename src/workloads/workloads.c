@@ -340,7 +340,7 @@ int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed
     dh__rng_seed(&r, dh__mix64(seed ^ dh__hash_bytes(name, strlen(name), 7)));
     gen_ctx g = {.r = &r};
     /* A sample's id and path take under 32 bytes; most samples have one media item. */
-    rc = dh__manifest_reserve(m, samples, samples, 32 * samples);
+    rc = dh__manifest_reserve(m, samples, samples, samples < INT64_MAX / 32 ? 32 * samples : 0);
     for (int64_t i = 0; i < samples && !rc; i++) {
         if (stop && i > 0 && (i & 4095) == 0 && stop(user)) {
             rc = DH_ECANCELED;
