@@ -281,8 +281,30 @@ static int check_limits(const dh_manifest *m, const dh__staged_media *sm, const 
     return 0;
 }
 
+/* What a media item's fields must satisfy together, once each is in its range (type names
+ * the item's type in messages); video timing is completed here. */
 static int check_media(dh_manifest *m, dh__staged_media *sm, const char *type, const char *where,
-                       line_error *e);
+                       line_error *e)
+{
+    int rc;
+    if (sm->file_bytes && (sm->offset <= 0 || sm->offset > sm->file_bytes - sm->bytes))
+        return fail(e, DH_ESCHEMA, "%sfile_bytes: %lld cannot hold bytes %lld..%lld", where,
+                    (long long)sm->file_bytes, (long long)sm->offset,
+                    (long long)(sm->offset + sm->bytes));
+    if (sm->offset > 0 && sm->bytes <= 0)
+        return fail(e, DH_ESCHEMA, "%soffset: a byte range needs its size in \"bytes\"", where);
+    if (sm->member && (!sm->member[0] || strlen(sm->member) > PATH_MAX_BYTES))
+        return fail(e, DH_ESCHEMA, "%smember: must be 1..%d bytes", where, PATH_MAX_BYTES);
+    if (sm->etag && (!sm->etag[0] || strlen(sm->etag) > 127 || strpbrk(sm->etag, "\r\n")))
+        return fail(e, DH_ESCHEMA, "%setag: must be 1..127 bytes on one line", where);
+    if (sm->type != DH_MEDIA_AUDIO && (sm->width <= 0 || sm->height <= 0))
+        return fail(e, DH_ESCHEMA, "%s%s needs positive \"width\" and \"height\"", where, type);
+    if (sm->type == DH_MEDIA_VIDEO && (rc = complete_timing(sm, where, e)))
+        return rc;
+    if (sm->type == DH_MEDIA_AUDIO && sm->duration <= 0)
+        return fail(e, DH_ESCHEMA, "%saudio needs a positive \"duration\"", where);
+    return check_limits(m, sm, where, e);
+}
 
 /* "media[i]." (0 <= i < 256), the prefix of an item's messages: made for every item, so not
  * by printf. */
@@ -339,31 +361,6 @@ static int parse_media(dh_manifest *m, const jv *obj, int i, dh__staged_media *s
         (rc = stage_keyframes(m, jv_get(d, obj, "keyframes"), where, sm, kf_staged, e)))
         return rc;
     return check_path(m, sm->path, where, e);
-}
-
-/* What a media item's fields must satisfy together, once each is in its range (type names
- * the item's type in messages); video timing is completed here. */
-static int check_media(dh_manifest *m, dh__staged_media *sm, const char *type, const char *where,
-                       line_error *e)
-{
-    int rc;
-    if (sm->file_bytes && (sm->offset <= 0 || sm->offset > sm->file_bytes - sm->bytes))
-        return fail(e, DH_ESCHEMA, "%sfile_bytes: %lld cannot hold bytes %lld..%lld", where,
-                    (long long)sm->file_bytes, (long long)sm->offset,
-                    (long long)(sm->offset + sm->bytes));
-    if (sm->offset > 0 && sm->bytes <= 0)
-        return fail(e, DH_ESCHEMA, "%soffset: a byte range needs its size in \"bytes\"", where);
-    if (sm->member && (!sm->member[0] || strlen(sm->member) > PATH_MAX_BYTES))
-        return fail(e, DH_ESCHEMA, "%smember: must be 1..%d bytes", where, PATH_MAX_BYTES);
-    if (sm->etag && (!sm->etag[0] || strlen(sm->etag) > 127 || strpbrk(sm->etag, "\r\n")))
-        return fail(e, DH_ESCHEMA, "%setag: must be 1..127 bytes on one line", where);
-    if (sm->type != DH_MEDIA_AUDIO && (sm->width <= 0 || sm->height <= 0))
-        return fail(e, DH_ESCHEMA, "%s%s needs positive \"width\" and \"height\"", where, type);
-    if (sm->type == DH_MEDIA_VIDEO && (rc = complete_timing(sm, where, e)))
-        return rc;
-    if (sm->type == DH_MEDIA_AUDIO && sm->duration <= 0)
-        return fail(e, DH_ESCHEMA, "%saudio needs a positive \"duration\"", where);
-    return check_limits(m, sm, where, e);
 }
 
 static int parse_sim(const jv_doc *d, const jv *root, dh__staged_sample *s, line_error *e)

@@ -39,7 +39,6 @@ typedef struct {
  * commit (NULL: the ids are still ascending and the index waits); DH_EDUP with *dup_row the
  * row that has it; DH_ENOMEM. */
 int dh__manifest_id_claim(dh_manifest *m, dh__staged_sample *s, size_t len, int64_t *dup_row);
-#define DH__ID_ROW(entry) ((uint32_t)(entry))
 /* Appends a validated sample to the table; 0 or DH_ENOMEM (then nothing changed). */
 int dh__manifest_commit(dh_manifest *m, const dh__staged_sample *s, int64_t lineno,
                         size_t kf_staged);

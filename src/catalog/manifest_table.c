@@ -16,18 +16,26 @@ static size_t id_home(const dh_manifest *m, uint32_t hash)
     return (size_t)hash & (m->idx_cap - 1);
 }
 
-/* The index's slot for id: empty, or the row's that has it (its row is DH__ID_ROW - 1). *hash
+/* An index entry: the id's hash in the high 32 bits, its row + 1 in the low ones. */
+#define ID_ROW(entry) ((uint32_t)(entry))
+
+static uint32_t id_hash(const char *id, size_t len)
+{
+    return (uint32_t)dh__hash_bytes(id, len, 0x1d);
+}
+
+/* The index's slot for id: empty, or the row's that has it (its row is ID_ROW - 1). *hash
  * (may be NULL) gets the id's hash, which the slot keeps. */
 static uint64_t *id_slot(const dh_manifest *m, const char *id, size_t len, uint32_t *hash)
 {
-    uint32_t hv = (uint32_t)dh__hash_bytes(id, len, 0x1d);
+    uint32_t hv = id_hash(id, len);
     if (hash)
         *hash = hv;
     size_t mask = m->idx_cap - 1;
     for (size_t h = id_home(m, hv);; h = (h + 1) & mask) {
         uint64_t *slot = &m->idx[h];
         if (*slot == 0 || ((uint32_t)(*slot >> 32) == hv &&
-                           !strcmp(dh__str(m, m->id_off[DH__ID_ROW(*slot) - 1]), id)))
+                           !strcmp(dh__str(m, m->id_off[ID_ROW(*slot) - 1]), id)))
             return slot;
     }
 }
@@ -75,11 +83,9 @@ static int index_complete(dh_manifest *m)
 {
     if (id_reserve(m, m->n + 1))
         return DH_ENOMEM;
-    for (; m->idx_rows < m->n; m->idx_rows++) {
+    for (; m->idx_rows < m->n; m->idx_rows++) { /* ids are unique: no need to look */
         const char *id = dh__str(m, m->id_off[m->idx_rows]);
-        uint32_t hash;
-        id_slot(m, id, strlen(id), &hash);
-        place_entry(m, (uint64_t)hash << 32 | (uint32_t)(m->idx_rows + 1));
+        place_entry(m, (uint64_t)id_hash(id, strlen(id)) << 32 | (uint32_t)(m->idx_rows + 1));
     }
     return 0;
 }
@@ -95,7 +101,7 @@ int dh__manifest_id_claim(dh_manifest *m, dh__staged_sample *s, size_t len, int6
     s->id_slot = id_slot(m, s->id, len, &s->id_hash);
     if (!*s->id_slot)
         return 0;
-    *dup_row = (int64_t)DH__ID_ROW(*s->id_slot) - 1;
+    *dup_row = (int64_t)ID_ROW(*s->id_slot) - 1;
     return DH_EDUP;
 }
 
@@ -336,7 +342,7 @@ int64_t dh_manifest_find(const dh_manifest *m, const char *id)
     if (!m || !id)
         return -1;
     if (m->ids_unordered) {
-        uint32_t row = DH__ID_ROW(*id_slot(m, id, strlen(id), NULL));
+        uint32_t row = ID_ROW(*id_slot(m, id, strlen(id), NULL));
         return row ? (int64_t)row - 1 : -1;
     }
     int64_t lo = 0, hi = m->n; /* ascending ids: a binary search */
