@@ -38,6 +38,8 @@ struct dh__prefetch {
     pthread_cond_t changed; /* an entry changed state, budget freed, stopping */
     entry *list;
     int64_t held, budget;
+    int asking;           /* a fetcher asks next() for work, without the lock: the others
+                           * wait, or two could both pass the budget check and overrun it */
     int stop;             /* atomic: fetches in progress read it */
     int nthreads;
     pthread_t *threads;
@@ -140,14 +142,17 @@ static void *fetcher(void *arg)
     dh__fetch_stats given = {0}, now_st, delta; /* what this fetcher added to p->st so far */
     pthread_mutex_lock(&p->mu);
     while (r && !stopping(p)) {
-        if (p->held >= p->budget) { /* the budget is full: until a worker takes a range */
+        if (p->held >= p->budget || p->asking) { /* full: until a worker takes a range */
             timed_wait(p, 0.05);
             continue;
         }
         entry *e = calloc(1, sizeof *e);
+        p->asking = 1;
         pthread_mutex_unlock(&p->mu);
         int got = e ? p->next(p->user, &e->job) : 0;
         pthread_mutex_lock(&p->mu);
+        p->asking = 0;
+        pthread_cond_broadcast(&p->changed); /* the next fetcher may ask */
         if (got <= 0 || stopping(p)) {
             free(e);
             if (got < 0)
