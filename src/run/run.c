@@ -351,9 +351,15 @@ static int64_t arena_bytes(const dh__run *run)
     return 2 * step + 2 * 2 * big_batch(run);
 }
 
+/* A batch of one sample (global batch = ranks) leaves rebalancing nothing to gain: a move
+ * only puts two samples on one rank, never lowering the slowest. Reserving the arena then
+ * cost helix its lookahead for nothing (issue 25's trial: kinetics-clips at 64 ranks, 1
+ * sample and 1 worker each, helix 0.667 against pool's 0.795). */
 int64_t dh__run_arena_bytes(const dh__run *run)
 {
-    return dh__policy_caps_of(run->policy)->rebalance ? arena_bytes(run) : 0;
+    return dh__policy_caps_of(run->policy)->rebalance && run->cfg.global_batch > run->cfg.ranks
+               ? arena_bytes(run)
+               : 0;
 }
 
 int64_t dh__run_admission_budget(const dh__run *run, int leases)
