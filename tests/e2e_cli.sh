@@ -122,6 +122,17 @@ check "--workload-samples 0 is refused, named" contains "$WORK/simws.err" "workl
     --batch 1 > /dev/null 2> "$WORK/simwsm.err"
 check "--workload-samples on a manifest run is refused" contains "$WORK/simwsm.err" \
     "a manifest run reads its manifest"
+# A configuration the library refuses is a usage error, as the README says (it exited 1).
+"$DH" sim --workload omni-mix --policy helix --ranks 8 --batch 4 > /dev/null 2> "$WORK/simcfg.err"
+check "a global batch below the ranks is a usage error (exit 2)" test $? -eq 2
+check "... naming both numbers" contains "$WORK/simcfg.err" "global batch >= ranks (4 < 8)"
+# Text costs nothing in the simulator: no efficiency to read (it printed 0), and "1 step".
+printf '{"id":"a","text_tokens":10}\n{"id":"b","text_tokens":12}\n' > "$WORK/text.jsonl"
+"$DH" sim --manifest "$WORK/text.jsonl" --policy helix --ranks 2 --workers 1 --batch 2 \
+    --steps 1 > "$WORK/text.out" 2>&1
+check "a text-only simulation exits 0" test $? -eq 0
+check "... says its efficiency is n/a" contains "$WORK/text.out" "efficiency n/a"
+check "... in one step" contains "$WORK/text.out" "R=2 W=1, 1 step, 2 samples"
 # Ctrl-C while a large dataset is generated: it stops there (it went on to the end before).
 sigint_after 1 /dev/null "$WORK/simint.err" \
     "$DH" sim --workload omni-mix --workload-samples 5000000 --steps 2

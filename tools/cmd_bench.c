@@ -315,9 +315,9 @@ static int bench_one(const dh_run_config *c, int real, dh_result *r, dh_result *
         cli_err("bench %s / %s: %s", c->workload, c->policy, err[0] ? err : dh_strerror(rc));
         return 1;
     }
-    printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f", c->workload, c->policy,
+    printf("%-18s %-16s %8.1f %10.2f %12.1f %8.3f %8.3f %8.3f", c->workload, c->policy,
            100 * r->miss_rate, r->wait_p95_ms, r->throughput_sps, r->efficiency,
-           r->placement_s > 0 ? r->bound_s / r->placement_s : 0);
+           r->placement_s > 0 ? r->bound_s / r->placement_s : 0, r->efficiency_ordered);
     if (real) /* torch: the simulator's local, our emulation of the DataLoader, against it */
         printf("  %7.1f%%  %10.1f (%+.1f%%%s)", 100 * r->framework_overhead,
                simr->throughput_sps, 100 * (simr->throughput_sps / r->throughput_sps - 1),
@@ -477,8 +477,9 @@ int cli_bench(int argc, char **argv)
     FILE *jf = out.f;
     cli_catch_interrupts();
     cfg.should_stop = cli_should_stop;
-    printf("%-18s %-16s %8s %10s %12s %8s %8s%s\n", "workload", "policy", "miss%", "p95 ms",
-           "samples/s", "effic.", "placem.", real ? "  overhead  sim samples/s (error)" : "");
+    printf("%-18s %-16s %8s %10s %12s %8s %8s %8s%s\n", "workload", "policy", "miss%", "p95 ms",
+           "samples/s", "effic.", "placem.", "ordered",
+           real ? "  overhead  sim samples/s (error)" : "");
     if (jf)
         fprintf(jf, "{\"runs\":[");
     int failed = 0;

@@ -198,24 +198,35 @@ void cli_print_result(const dh_result *r)
     char nodes[32] = "";
     if (r->nodes > 1)
         snprintf(nodes, sizeof nodes, " on %d nodes", r->nodes);
-    printf("%s / %s (%s): R=%d W=%d%s, %lld steps, %lld samples\n", r->workload, r->policy,
+    printf("%s / %s (%s): R=%d W=%d%s, %lld step%s, %lld samples\n", r->workload, r->policy,
            strcmp(r->engine, "real") ? "sim: simulated figures" : "real: measured on this machine",
-           r->ranks, r->workers, nodes, (long long)r->steps, (long long)r->samples);
+           r->ranks, r->workers, nodes, (long long)r->steps, r->steps == 1 ? "" : "s",
+           (long long)r->samples);
+    /* a run that took no time (a text-only manifest in the simulator: its GPU time is scaled
+     * to CPU time, and text costs none) has no efficiency to read: the JSON keeps 0 */
+    char eff[32] = "n/a (nothing to compute)", eff_o[32] = "n/a";
+    if (r->makespan_s > 0) {
+        snprintf(eff, sizeof eff, "%.3f", r->efficiency);
+        snprintf(eff_o, sizeof eff_o, "%.3f", r->efficiency_ordered);
+    }
     printf("  makespan %.3f s  throughput %.1f samples/s  bound %.3f s (gpu %.3f, cpu %.3f)  "
-           "efficiency %.3f\n",
-           r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s,
-           r->efficiency);
-    printf("  ordered bound (the fill and the drain, this placement) %.3f s  efficiency_ordered "
-           "%.3f  (the most efficiency can read with it: %.3f)\n", r->bound_ordered_s,
-           r->efficiency_ordered,
-           r->bound_ordered_s > 0 ? r->bound_s / r->bound_ordered_s : 0);
+           "efficiency %s\n",
+           r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s, eff);
+    if (r->bound_ordered_s > 0)
+        printf("  ordered bound (the fill and the drain, this placement) %.3f s  "
+               "efficiency_ordered %s  (the most efficiency can read with it: %.3f)\n",
+               r->bound_ordered_s, eff_o, r->bound_s / r->bound_ordered_s);
     if (!strcmp(r->engine, "real")) /* the bound above is from measured costs */
         printf("  bound from measured costs; from the cost models instead: %.3f s (model "
                "efficiency %.3f)\n", r->model_bound_s,
                r->makespan_s > 0 ? r->model_bound_s / r->makespan_s : 0);
-    printf("  placement %.3f s: bound/placement %.3f (placement), placement/makespan %.3f "
+    /* bound/placement is what placement loses; above 1 the CPU bound is above every step's
+     * slowest batch, and placement loses nothing */
+    double bp = r->placement_s > 0 ? r->bound_s / r->placement_s : 0;
+    printf("  placement %.3f s: bound/placement %.3f (%s), placement/makespan %.3f "
            "(input wait)\n",
-           r->placement_s, r->placement_s > 0 ? r->bound_s / r->placement_s : 0,
+           r->placement_s, bp, bp > 1 ? "above 1: the CPU bound is the limit, not placement"
+                                      : "placement",
            r->makespan_s > 0 ? r->placement_s / r->makespan_s : 0);
     printf("  deadline misses %.1f%%  input wait ms: mean %.2f p50 %.2f p95 %.2f p99 %.2f "
            "(fill %.1f)  GPU idle %.1f%%\n",
@@ -529,7 +540,7 @@ static int sim_or_run(int argc, char **argv, int mode)
     sim_files *f = &runs[0].f;
     dh_serve_opts_default(&f->serve);
     dh_limits_default(&f->limits);
-    int first = argc; /* serve: where the first --stream starts */
+    int first = argc, usage = 0; /* serve: where the first --stream starts */
     for (int i = 1; mode == MODE_SERVE && i < argc && first == argc; i++)
         first = strcmp(argv[i], "--stream") ? argc : i;
     int rc = parse(first, argv, cfg, &runs[0].stress, f, mode_name[mode]);
@@ -597,6 +608,10 @@ static int sim_or_run(int argc, char **argv, int mode)
         rc = run_mode(mode, runs, n, err, sizeof err);
         if (rc)
             report_failure(mode, node, err, rc, n == 1 ? &runs[0].res : &(dh_result){0});
+        /* a configuration the library refused before any step (--batch 4 --ranks 8) is a
+         * usage error, as the CLI's own checks are; serve's trainers may be refused with
+         * DH_EINVAL too, so serve keeps 1 */
+        usage = rc == DH_EINVAL && mode != MODE_SERVE && !runs[0].res.engine[0];
         int any = 0;
         for (int k = 0; k < n; k++)
             any |= runs[k].res.engine[0] != 0;
@@ -625,7 +640,7 @@ static int sim_or_run(int argc, char **argv, int mode)
     dh_metrics_stop(metrics);
     /* Interrupted: the accounting of the completed steps is printed (and written), and the
      * exit status says the run did not end by itself. */
-    return cli_interrupted() ? cli_interrupted() : rc ? 1 : 0;
+    return cli_interrupted() ? cli_interrupted() : usage ? CLI_USAGE : rc ? 1 : 0;
 }
 
 int cli_sim(int argc, char **argv)
