@@ -412,6 +412,40 @@ START_TEST(balanced_placement_evens_predicted_gpu)
 }
 END_TEST
 
+/* Several nodes: node n's ranks take positions [n G / N, (n + 1) G / N) of the draw, balanced
+ * among themselves; every replica places them alike. Before, one partition over all ranks gave
+ * the heaviest samples to the lowest ranks' nodes step after step (their workers ran late). */
+START_TEST(each_node_places_its_share_of_the_draw)
+{
+    for (int G = 9; G <= 10; G++) {
+        world w;
+        world_init(&w, DH_POL_HELIX, 4, 4, G, 1);
+        w.cfg.nodes = 2;
+        for (int i = 0; i < G; i++) /* the heavy half first: one partition spread it */
+            w.feat[i].v = i < G / 2 ? 4.0f : 1.0f;
+        int32_t want[10];
+        for (int node = -1; node < 2; node++) { /* the simulator's view, then each replica */
+            w.cfg.node_local = node >= 0;
+            w.cfg.node = node >= 0 ? node : 0;
+            dh__sched *s = make(&w);
+            double load[4] = {0};
+            for (int k = 0; k < G; k++) {
+                int r = dh__sched_rank_of(s, 0, k);
+                ck_assert_int_eq(r / 2, k < G / 2 ? 0 : 1); /* its node's share */
+                load[r] += w.feat[k].v;
+                if (node < 0)
+                    want[k] = r;
+                ck_assert_int_eq(r, want[k]); /* every replica agrees */
+            }
+            /* balanced within each node: 4 (or 5) samples of 4 s over 2 ranks, then the 1 s ones */
+            ck_assert_double_eq_tol(DH_MAX(load[0], load[1]), G == 9 ? 8 : 12, 1e-9);
+            ck_assert_double_eq_tol(DH_MAX(load[2], load[3]), 3, 1e-9);
+            dh__sched_free(s);
+        }
+    }
+}
+END_TEST
+
 /* Prepares every sample of step 0 (one worker), revealing the given exact GPU costs. */
 static void prepare_step0(dh__sched *s, const double *revealed, int n)
 {
@@ -872,6 +906,7 @@ int main(void)
     ADD_TEST(tc, steps_are_planned_ahead_of_admission_for_the_fetchers);
     ADD_TEST(tc, heavy_late_sample_is_split_into_keyframe_parts);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
+    ADD_TEST(tc, each_node_places_its_share_of_the_draw);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);
     ADD_TEST(tc, rebalancing_gate_follows_transfer_cost);
     ADD_TEST(tc, only_prepared_samples_move);
