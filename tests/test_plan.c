@@ -247,6 +247,37 @@ START_TEST(no_rank_is_left_without_a_sample)
 }
 END_TEST
 
+/* A user's text-only manifest: every sample predicted to cost nothing went to rank 0 (25 of
+ * 32 a step, the others one each), since rank 0 stayed the least loaded and ties went to the
+ * lower index. Ties now go to the rank with fewer tokens, then fewer samples. */
+START_TEST(samples_that_cost_nothing_are_spread_by_tokens_then_count)
+{
+    double g[32] = {0};
+    int64_t tok[32];
+    int32_t rank_of[32];
+    dh__part_out out;
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 32; i++)
+            tok[i] = k ? 100 + 37 * (i % 5) : 0; /* no tokens: by count */
+        dh__part_in in = {.n = 32, .ranks = 8, .gpu = g, .cpu = g, .tokens = tok};
+        ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+        int count[8] = {0};
+        int64_t t[8] = {0}, most = 0, total = 0;
+        for (int i = 0; i < 32; i++) {
+            count[rank_of[i]]++;
+            t[rank_of[i]] += tok[i];
+            total += tok[i];
+        }
+        for (int r = 0; r < 8; r++) {
+            if (!k)
+                ck_assert_int_eq(count[r], 4);
+            most = t[r] > most ? t[r] : most;
+        }
+        ck_assert_int_le(most, total / 8 + 248); /* within the largest sample of the mean */
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -260,6 +291,7 @@ int main(void)
     ADD_TEST(tc, lpt_order_is_gpu_then_cpu_descending_then_index);
     ADD_TEST(tc, refinement_reaches_the_bound_over_many_ranks);
     ADD_TEST(tc, no_rank_is_left_without_a_sample);
+    ADD_TEST(tc, samples_that_cost_nothing_are_spread_by_tokens_then_count);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

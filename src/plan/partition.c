@@ -22,14 +22,16 @@
 
 typedef struct {
     double g, c; /* a rank's GPU and CPU load */
-    int r;
+    int64_t t;   /* its tokens */
+    int n, r;    /* its samples, and the rank */
 } lpt_ent;
 
 typedef struct {
     const dh__part_in *in;
     int32_t *rank_of;
     double *gpu, *cpu;       /* per-rank loads */
-    int64_t *tokens, *bytes; /* per-rank usage for caps */
+    int64_t *tokens, *bytes; /* per-rank usage for caps (tokens: also a tie-break) */
+    int *count;              /* per-rank samples (a tie-break) */
     int *head, *next, *prev; /* members of each rank: doubly linked, O(1) moves */
     lpt_ent *heap;           /* LPT's heap of ranks (R) */
     int *aside;              /* ranks LPT set aside (R) */
@@ -165,6 +167,7 @@ static void place(part_state *s, int i, int r, int sign)
     s->cpu[r] += sign * (in->cpu ? in->cpu[i] : 0);
     s->tokens[r] += sign * val(in->tokens, i);
     s->bytes[r] += sign * val(in->bytes, i);
+    s->count[r] += sign;
     if (sign > 0) {
         s->rank_of[i] = r;
         s->prev[i] = -1;
@@ -182,29 +185,33 @@ static void place(part_state *s, int i, int r, int sign)
     }
 }
 
-/* Rank heap order: less GPU load first, then less CPU load, then lower index. */
-static int rank_before(const part_state *s, int a, int b)
-{
-    if (s->gpu[a] != s->gpu[b])
-        return s->gpu[a] < s->gpu[b];
-    if (s->cpu[a] != s->cpu[b])
-        return s->cpu[a] < s->cpu[b];
-    return a < b;
-}
-
-/* LPT's heap holds each rank with its loads, in rank_before's order: no lookups to compare. */
+/* LPT's heap holds each rank with its loads: no lookups to compare. Less GPU load first,
+ * then less CPU load, then fewer tokens, then fewer samples, then the lower index. Samples
+ * that cost nothing predicted (text only) all went to rank 0 while it stayed the least
+ * loaded: the tokens and the count spread them. */
 static int ent_before(const lpt_ent *a, const lpt_ent *b)
 {
     if (a->g != b->g)
         return a->g < b->g;
     if (a->c != b->c)
         return a->c < b->c;
+    if (a->t != b->t)
+        return a->t < b->t;
+    if (a->n != b->n)
+        return a->n < b->n;
     return a->r < b->r;
 }
 
 static lpt_ent ent_of(const part_state *s, int r)
 {
-    return (lpt_ent){s->gpu[r], s->cpu[r], r};
+    return (lpt_ent){s->gpu[r], s->cpu[r], s->tokens[r], s->count[r], r};
+}
+
+/* The same order between ranks a and b, read from the loads. */
+static int rank_before(const part_state *s, int a, int b)
+{
+    lpt_ent x = ent_of(s, a), y = ent_of(s, b);
+    return ent_before(&x, &y);
 }
 
 static void sift_down(lpt_ent *heap, int n, int i)
@@ -535,7 +542,7 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     /* One block for every array of the call, kept in in->ws between calls: a 32,768-sample
      * plan allocated a few MiB per call, which came from fresh pages (mmap, page faults and
      * zeroing: a third of a replica's control time at 1,024 nodes). */
-    size_t need = 4 * ws_len(R, sizeof(double)) + 6 * ws_len(R, sizeof(int)) +
+    size_t need = 4 * ws_len(R, sizeof(double)) + 7 * ws_len(R, sizeof(int)) +
                   ws_len(R, sizeof(lpt_ent)) +
                   4 * ws_len(n1, sizeof(int)) + ws_len(n1, sizeof(uint64_t)) +
                   ws_len(RADIX, sizeof(size_t));
@@ -556,6 +563,7 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     s.tokens = carve(&p, R, sizeof *s.tokens);
     s.bytes = carve(&p, R, sizeof *s.bytes);
     s.head = carve(&p, R, sizeof *s.head);
+    s.count = carve(&p, R, sizeof *s.count);
     s.heap = carve(&p, R, sizeof *s.heap);
     s.aside = carve(&p, R, sizeof *s.aside);
     for (int k = 0; k < 4; k++)
@@ -568,6 +576,7 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     memset(s.cpu, 0, R * sizeof *s.cpu);
     memset(s.tokens, 0, R * sizeof *s.tokens);
     memset(s.bytes, 0, R * sizeof *s.bytes);
+    memset(s.count, 0, R * sizeof *s.count);
     for (size_t r = 0; r < R; r++) {
         s.head[r] = -1;
         s.gpu[r] = in->base_gpu ? in->base_gpu[r] : 0;
