@@ -125,7 +125,7 @@ check "--workload-samples on a manifest run is refused" contains "$WORK/simwsm.e
 # A configuration the library refuses is a usage error, as the README says (it exited 1).
 "$DH" sim --workload omni-mix --policy helix --ranks 8 --batch 4 > /dev/null 2> "$WORK/simcfg.err"
 check "a global batch below the ranks is a usage error (exit 2)" test $? -eq 2
-check "... naming both numbers" contains "$WORK/simcfg.err" "global batch >= ranks (4 < 8)"
+check "... naming both numbers" contains "$WORK/simcfg.err" "--batch 4 is below --ranks 8"
 # Text costs nothing in the simulator: no efficiency to read (it printed 0), and "1 step".
 printf '{"id":"a","text_tokens":10}\n{"id":"b","text_tokens":12}\n' > "$WORK/text.jsonl"
 "$DH" sim --manifest "$WORK/text.jsonl" --policy helix --ranks 2 --workers 1 --batch 2 \
@@ -133,6 +133,20 @@ printf '{"id":"a","text_tokens":10}\n{"id":"b","text_tokens":12}\n' > "$WORK/tex
 check "a text-only simulation exits 0" test $? -eq 0
 check "... says its efficiency is n/a" contains "$WORK/text.out" "efficiency n/a"
 check "... in one step" contains "$WORK/text.out" "R=2 W=1, 1 step, 2 samples"
+# More usage errors a user's trial met (they exited 1, or were accepted silently).
+"$DH" sim --workload nope --policy helix > /dev/null 2> "$WORK/simwl.err"
+check "an unknown workload is a usage error (exit 2)" test $? -eq 2
+check "... listing the built-ins" contains "$WORK/simwl.err" "t2v-diffusion"
+"$DH" sim --workload omni-mix --policy helix --epochs 2 --steps 10 > /dev/null 2> "$WORK/se.err"
+check "--steps with --epochs is a usage error" test $? -eq 2
+check "... saying so" contains "$WORK/se.err" "give --steps N or --epochs N, not both"
+"$DH" serve --manifest "$WORK/text.jsonl" --ranks 4 --workers 2 --batch 2 > /dev/null \
+    2> "$WORK/servebatch.err"
+check "serve --batch below --ranks is a usage error" test $? -eq 2
+check "... naming both" contains "$WORK/servebatch.err" "--batch 2 is below --ranks 4"
+"$DH" sim --workload native-res-video --policy helix --ranks 64 > /dev/null 2> "$WORK/defb.err"
+check "a default batch below the ranks says it is the default" contains "$WORK/defb.err" \
+    "the default global batch is too small, --batch sets it"
 # Ctrl-C while a large dataset is generated: it stops there (it went on to the end before).
 sigint_after 1 /dev/null "$WORK/simint.err" \
     "$DH" sim --workload omni-mix --workload-samples 5000000 --steps 2

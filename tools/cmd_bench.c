@@ -51,7 +51,11 @@ static const char help[] =
     "that a run lasts about S seconds (the simulator's prediction of helix after\n"
     "calibration; at least --steps, or 12), so fast and slow workloads get equally long,\n"
     "equally stable runs.\n"
-    "--json F also writes F's report beside it (out/b.json: out/b.html; datahelix report).\n";
+    "--json F also writes F's report beside it (out/b.json: out/b.html; datahelix report).\n"
+    "The table: miss% (batches not ready when their rank asked), p95 ms (input wait p95),\n"
+    "samples/s, effic. (efficiency: bound_s / makespan), placem. (bound_s / placement_s: what\n"
+    "placement loses; above 1 the CPU bound is the limit), ordered (efficiency_ordered: against\n"
+    "the bound with the pipeline's fill and drain); the summary adds the step stalls.\n";
 
 /* Real mode: the workload's data under data/NAME (wds: data/NAME-wds, as shards),
  * generated if missing, and calibrated. */

@@ -71,15 +71,15 @@ static const char help[] =
     "                          then least slack) and, given before any --stream,\n"
     "                          --memory-budget (split in proportion to each one's default)\n";
 
-static void list(void)
+static void list(FILE *out)
 {
-    printf("workloads:");
+    fprintf(out, "workloads:");
     for (const char *const *n = dh_workload_names(); *n; n++)
-        printf(" %s", *n);
-    printf("\npolicies:");
+        fprintf(out, " %s", *n);
+    fprintf(out, "\npolicies:");
     for (const char *const *n = dh_policy_names(); *n; n++)
-        printf(" %s", *n);
-    printf("\n");
+        fprintf(out, " %s", *n);
+    fprintf(out, "\n");
 }
 
 typedef struct {
@@ -125,10 +125,22 @@ static int serve_option(int argc, char **argv, int *i, sim_files *f)
     return 1;
 }
 
+/* 1 when `name` is a built-in workload. */
+static int known_workload(const char *name)
+{
+    for (const char *const *n = dh_workload_names(); *n; n++)
+        if (!strcmp(*n, name))
+            return 1;
+    return 0;
+}
+
 static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, sim_files *f,
                  const char *cmd)
 {
+    int steps_given = 0, epochs_given = 0;
     for (int i = 1; i < argc; i++) {
+        steps_given |= !strcmp(argv[i], "--steps");
+        epochs_given |= !strcmp(argv[i], "--epochs");
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int r = cli_run_option(argc, argv, &i, cfg, stress);
         if (r == 0)
@@ -144,7 +156,7 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
             return -1;
         }
         if (!strcmp(o, "--list")) {
-            list();
+            list(stdout);
             return -1;
         }
         if (!strcmp(o, "--calibrate")) {
@@ -190,6 +202,20 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         cli_err("sim needs --workload NAME or --manifest M (see datahelix sim --help)");
         return CLI_USAGE;
     }
+    if (steps_given && epochs_given) { /* one length: --steps won silently before */
+        cli_err("%s: give --steps N or --epochs N, not both", cmd);
+        return CLI_USAGE;
+    }
+    if (cfg->workload && !known_workload(cfg->workload)) {
+        cli_err("%s: unknown workload \"%s\"; built-in:", cmd, cfg->workload);
+        list(stderr);
+        return CLI_USAGE;
+    }
+    if (cfg->global_batch && cfg->global_batch < cfg->ranks) {
+        cli_err("%s: --batch %lld is below --ranks %d: every rank needs at least one sample a "
+                "step", cmd, (long long)cfg->global_batch, cfg->ranks);
+        return CLI_USAGE;
+    }
     return 0;
 }
 
@@ -212,6 +238,10 @@ void cli_print_result(const dh_result *r)
     printf("  makespan %.3f s  throughput %.1f samples/s  bound %.3f s (gpu %.3f, cpu %.3f)  "
            "efficiency %s\n",
            r->makespan_s, r->throughput_sps, r->bound_s, r->bound_gpu_s, r->bound_cpu_s, eff);
+    if (r->makespan_s <= 0 && r->samples > 0 && !strcmp(r->engine, "sim"))
+        printf("  (the simulator scales GPU time to the samples' CPU time, rho in "
+               "docs/WORKLOADS.md; these samples cost no CPU, so nothing takes time: "
+               "`run` or `serve` measures them)\n");
     if (r->bound_ordered_s > 0)
         printf("  ordered bound (the fill and the drain, this placement) %.3f s  "
                "efficiency_ordered %s  (the most efficiency can read with it: %.3f)\n",
@@ -591,7 +621,7 @@ static int sim_or_run(int argc, char **argv, int mode)
     for (int k = 0; k < n && !rc && lead && mode != MODE_SIM; k++) /* say what decodes */
         if (!runs[k].f.spec && !runs[k].cfg.workload)
             cli_err("%s%s%s: no --spec or --workload: samples are decoded by the default spec "
-                    "(`datahelix inspect --manifest M` shows its output; docs/SPEC.md)",
+                    "(`datahelix inspect M` shows its output; docs/SPEC.md)",
                     mode_name[mode], runs[k].name ? ": stream " : "",
                     runs[k].name ? runs[k].name : "");
     if (!rc && node && f->calibrate) { /* every node plans with the same CPU model */

@@ -54,11 +54,13 @@ static int resolve_inputs(dh__run *run, const dh__workload **wl, char *err, size
         dh__msg(err, errlen, "a run needs a workload or a manifest");
         return DH_EINVAL;
     }
-    if (!c->global_batch)
+    int defaulted = !c->global_batch;
+    if (defaulted)
         c->global_batch = *wl ? (*wl)->global_batch : 64;
     if (c->ranks < 1 || c->workers < 1 || c->global_batch < c->ranks) {
-        dh__msg(err, errlen, "need ranks >= 1, workers >= 1 and a global batch >= ranks (%lld < %d)",
-                (long long)c->global_batch, c->ranks);
+        dh__msg(err, errlen, "need ranks >= 1, workers >= 1 and a global batch >= ranks (%lld < %d%s)",
+                (long long)c->global_batch, c->ranks,
+                defaulted ? ": the default global batch is too small, --batch sets it" : "");
         return DH_EINVAL;
     }
     snprintf(run->workload, sizeof run->workload, "%s", c->workload ? c->workload : "manifest");
@@ -454,7 +456,8 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
         return 0;
     return dh__fail(err, errlen, DH_EINVAL,
                     "memory budget %.1f MiB is below the %.1f MiB this run needs: one of its "
-                    "largest batches, the pool's slack%s%s (--memory-budget; 0 for the default)",
+                    "largest batches, the pool's slack%s%s (--memory-budget; leave it out for "
+                    "the default)",
                     run->cfg.memory_budget / 1048576.0, need / 1048576.0,
                     dh__run_arena_bytes(run) ? ", the move arena" : "",
                     leases ? ", the batches trainers may keep" : "");
