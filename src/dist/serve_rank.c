@@ -348,20 +348,43 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
     }
 }
 
+/*
+ * A rank died or disconnected. Its run not over, the steps of the batches it held stay
+ * unfinished: the run stops first (dh__agent_lost), then their memory comes back
+ * (dh__engine_reclaim). Before, they were released for it and counted as completed steps,
+ * although the rank never finished them.
+ */
 static void on_death(agent *a, conn *c)
 {
-    int64_t step = c->nleases ? c->leases[0].b.step : -1;
-    while (c->nleases)
-        release_lease(a, c, &c->leases[0], 1);
     pthread_mutex_lock(&a->mu);
     int done = c->ended || c->detached || (a->N > 0 && c->next_step >= a->N);
     pthread_mutex_unlock(&a->mu);
-    if (done) /* the run was over for it: going away is its end */
+    if (done) { /* the run was over for it: going away is its end */
+        while (c->nleases)
+            release_lease(a, c, &c->leases[0], 1);
         return;
-    char at[64] = "";
-    if (step >= 0)
-        snprintf(at, sizeof at, " holding step %lld", (long long)dh__agent_step(a, step));
+    }
+    int64_t held[MAX_LEASES];
+    int nh = 0;
+    for (int k = 0; k < c->nleases && k < MAX_LEASES; k++) { /* in step order */
+        int64_t st = dh__agent_step(a, c->leases[k].b.step);
+        int i = nh++;
+        for (; i > 0 && held[i - 1] > st; i--)
+            held[i] = held[i - 1];
+        held[i] = st;
+    }
+    char at[160] = "";
+    for (int k = 0, n = 0; k < nh && n < (int)sizeof at - 32; k++)
+        n += snprintf(at + n, sizeof at - (size_t)n, "%s%lld",
+                      k ? (k + 1 == nh ? " and " : ", ")
+                        : (nh > 1 ? " holding steps " : " holding step "),
+                      (long long)held[k]);
     dh__agent_lost(a, c, at);
+    while (c->nleases) {
+        dh__engine_reclaim(a->e, &c->leases[0].b);
+        dh__engine_count_lease(a->e, -1);
+        c->leases[0] = c->leases[--c->nleases];
+    }
 }
 
 int dh__agent_mark_left(agent *a, conn *c)

@@ -276,6 +276,22 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* engine_serve.h: a dead trainer's batch: its memory comes back, its step stays unfinished. */
+void dh__engine_reclaim(dh_engine *e, const dh_batch *b)
+{
+    if (!e || !b)
+        return;
+    pthread_mutex_lock(&e->mu);
+    batch_slot *s = dh__eng_slot(e, b->step, b->rank);
+    if (s && dh__eng_rank_here(e, b->rank) && s->allocated) {
+        dh__ring_free(s->in_arena ? &e->arena : &e->ring, s->block);
+        s->allocated = 0;
+        dh__slot_clear_layout(s);
+        pthread_cond_broadcast(&e->work);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* -------------------------------------------------------------- lifecycle */
 
 static int engine_alloc(dh_engine *e, char *err, size_t errlen)
