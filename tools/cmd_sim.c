@@ -202,7 +202,8 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         cli_err("sim needs --workload NAME or --manifest M (see datahelix sim --help)");
         return CLI_USAGE;
     }
-    if (steps_given && epochs_given) { /* one length: --steps won silently before */
+    if (steps_given && epochs_given && cfg->steps != DH_STEPS_FOREVER) {
+        /* one length: --steps won silently (--steps 0, endless, is left as it was) */
         cli_err("%s: give --steps N or --epochs N, not both", cmd);
         return CLI_USAGE;
     }
