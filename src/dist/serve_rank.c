@@ -349,10 +349,10 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
 }
 
 /*
- * A rank died or disconnected. Its run not over, the steps of the batches it held stay
- * unfinished: the run stops first (dh__agent_lost), then their memory comes back
- * (dh__engine_reclaim). Before, they were released for it and counted as completed steps,
- * although the rank never finished them.
+ * A rank died or disconnected. Its run not over, the batches it held give their memory back
+ * (dh__engine_reclaim) but their steps stay unfinished, and the run stops (dh__agent_lost).
+ * Before, they were released for it and counted as completed steps, although the rank never
+ * finished them.
  */
 static void on_death(agent *a, conn *c)
 {
@@ -379,12 +379,12 @@ static void on_death(agent *a, conn *c)
                       k ? (k + 1 == nh ? " and " : ", ")
                         : (nh > 1 ? " holding steps " : " holding step "),
                       (long long)held[k]);
-    dh__agent_lost(a, c, at);
-    while (c->nleases) {
+    while (c->nleases) { /* before the run stops: the engine is surely there */
         dh__engine_reclaim(a->e, &c->leases[0].b);
         dh__engine_count_lease(a->e, -1);
         c->leases[0] = c->leases[--c->nleases];
     }
+    dh__agent_lost(a, c, at);
 }
 
 int dh__agent_mark_left(agent *a, conn *c)

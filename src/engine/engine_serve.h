@@ -35,7 +35,7 @@ int dh__engine_locate(const dh_engine *e, const uint8_t *data, int32_t *pool, in
  * learn why at their HELLO round instead of meeting a node that is gone. */
 void dh__engine_refuse(dh_engine *e, int rc, const char *why);
 /* A batch whose trainer died holding it: its memory is freed, but its rank never finished
- * it, so its step is not completed (not counted, not closed). Call after dh__engine_abort. */
+ * it, so its step is not completed (not counted, not closed); the run is to stop. */
 void dh__engine_reclaim(dh_engine *e, const dh_batch *b);
 /* Stops the run with error code rc (the first reason wins); every consumer wakes. */
 void dh__engine_abort(dh_engine *e, int rc, const char *why);
