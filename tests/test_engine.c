@@ -1314,10 +1314,6 @@ static dh_manifest *run_heavy_nodes(reveal_ctx *x, int nodes, int64_t steps,
     c.sample_gpu_cost = reveal_cost;
     c.sample_gpu_cost_user = x;
     c.net_bandwidth = net_bandwidth;
-    /* room for a node's next step while its rank holds a batch that received moved samples:
-     * the consumers wait for it (with each node's share of 4 or 5 samples, the default let a
-     * node that held 8 admit no more, and the wait ran out) */
-    c.memory_budget = INT64_C(1) << 30;
     memset(heavy_batch_n, 0, sizeof heavy_batch_n);
     hold_until_prepared = x;
     run_nodes(&c, nodes, 1, -1, 0, n, NULL);

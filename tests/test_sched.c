@@ -412,8 +412,8 @@ START_TEST(balanced_placement_evens_predicted_gpu)
 }
 END_TEST
 
-/* Several nodes: node n's ranks take positions [n G / N, (n + 1) G / N) of the draw, balanced
- * among themselves; every replica places them alike. Before, one partition over all ranks gave
+/* Several nodes of several ranks: node n's ranks take positions [n G / N, (n + 1) G / N) of
+ * the draw, balanced among themselves; every replica places them alike. Before, one partition over all ranks gave
  * the heaviest samples to the lowest ranks' nodes step after step (their workers ran late). */
 START_TEST(each_node_places_its_share_of_the_draw)
 {
@@ -443,6 +443,20 @@ START_TEST(each_node_places_its_share_of_the_draw)
             dh__sched_free(s);
         }
     }
+    /* nodes of one rank: a share would place nothing; one partition over every rank */
+    world w;
+    world_init(&w, DH_POL_HELIX, 2, 2, 4, 1);
+    w.cfg.nodes = 2;
+    float g[] = {4, 4, 1, 1};
+    for (int i = 0; i < 4; i++)
+        w.feat[i].v = g[i];
+    dh__sched *s = make(&w);
+    double load[2] = {0};
+    for (int k = 0; k < 4; k++)
+        load[dh__sched_rank_of(s, 0, k)] += g[k];
+    ck_assert_double_eq_tol(load[0], 5, 1e-9);
+    ck_assert_double_eq_tol(load[1], 5, 1e-9);
+    dh__sched_free(s);
 }
 END_TEST
 

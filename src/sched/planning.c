@@ -10,13 +10,16 @@
  *   source gives each step's G samples as it is planned (the sampler rolls
  *   from epoch to epoch); balanced placement partitions them with
  *   dh__partition(), stride placement deals sample k to rank k % R.
- * - Several nodes: balanced placement gives node n the draw's positions
- *   [n G / N, (n + 1) G / N) and partitions them over its own ranks. A node's
- *   placement then depends on its share alone (the first piece of a control
- *   plane that does not grow with the job, docs/MULTINODE.md), and each node's
- *   CPU work is a random share of the step's: one partition over every rank
- *   gave the heaviest samples (heavy in CPU too) to the lowest ranks' nodes
- *   step after step, whose workers then ran late (bench/RESULTS.md).
+ * - Several nodes of several ranks: balanced placement gives node n the draw's
+ *   positions [n G / N, (n + 1) G / N) and partitions them over its own ranks.
+ *   A node's placement then depends on its share alone (the first piece of a
+ *   control plane that does not grow with the job, docs/MULTINODE.md), and
+ *   each node's CPU work is a random share of the step's: one partition over
+ *   every rank gave the heaviest samples (heavy in CPU too) to the lowest
+ *   ranks' nodes step after step, whose workers then ran late
+ *   (bench/RESULTS.md). Nodes of one rank keep one partition over every rank:
+ *   a share of one rank is placed by nobody (omni-mix, 16 nodes of 1 rank:
+ *   0.892 -> 0.809 with shares).
  * - Errors: an allocation or order-source failure is kept (s->error) and
  *   returned by every later call, so an engine stops instead of waiting for
  *   work that will never come.
@@ -84,11 +87,13 @@ static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, i
         s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
         s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
     }
-    /* Each node's ranks take their node's share of the draw (one node: all of it). */
-    for (int node = 0; node < s->nodes; node++) {
-        int64_t lo = node * s->G / s->nodes, hi = (node + 1) * s->G / s->nodes;
-        int first = node * s->ranks_per_node;
-        dh__part_in in = {.n = (int)(hi - lo), .ranks = s->ranks_per_node, .gpu = gpu + lo,
+    /* Each node's ranks take their node's share of the draw (one node: all of it). A node of
+     * one rank would have nothing to balance in its share: one partition over every rank. */
+    int shares = s->ranks_per_node > 1 ? s->nodes : 1;
+    for (int node = 0; node < shares; node++) {
+        int64_t lo = node * s->G / shares, hi = (node + 1) * s->G / shares;
+        int first = node * (s->R / shares);
+        dh__part_in in = {.n = (int)(hi - lo), .ranks = s->R / shares, .gpu = gpu + lo,
                           .cpu = cpu + lo, .tokens = s->plan_tokens + lo,
                           .bytes = s->plan_bytes + lo, .cap_tokens = s->cfg.rank_token_cap,
                           .cap_bytes = s->cfg.rank_byte_cap, .ws = &s->part_ws};
