@@ -10,6 +10,7 @@
 
 #include <libavutil/pixfmt.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <math.h>
@@ -560,6 +561,48 @@ START_TEST(bad_audio_is_a_clear_error)
 }
 END_TEST
 
+/* Under a sanitizer the address space is the sanitizer's (shadow memory): no cap there. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TU_CAP_ADDRESS_SPACE 0
+#else
+#define TU_CAP_ADDRESS_SPACE 1
+#endif
+
+/*
+ * Before: a header (a FLAC STREAMINFO, say) claiming 20 hours had its
+ * samples allocated before a byte was decoded - 4.6 GB here for a 3-s file;
+ * the fuzzer met 2.4 GB. Memory now follows the decoded samples, so under an
+ * address space 1 GiB above what the process holds the claim is found out
+ * as the contradiction it is, not as a failed allocation.
+ */
+START_TEST(a_claimed_duration_is_not_allocated_before_it_is_decoded)
+{
+    dh_spec *s = spec_json("{\"audio\":{\"sample_rate\":16000,\"mel_bins\":8,\"mel_fps\":1}}");
+    dh_media_info mi = {.type = DH_MEDIA_AUDIO, .codec = DH_CODEC_FLAC, .duration_s = 72000.0,
+                        .sample_rate = 16000, .channels = 1};
+    dh_media_derived md;
+    ck_assert_int_eq(dh_derive_media(s, &mi, &md), 0);
+    ck_assert_int_eq(md.out_bytes, 8 * 72000 * 4); /* the mel slot itself is small */
+    uint8_t *slot = malloc((size_t)md.out_bytes);
+    if (TU_CAP_ADDRESS_SPACE) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        ck_assert(f && fscanf(f, "%ld", &pages) == 1);
+        fclose(f);
+        rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)1 << 30);
+        struct rlimit rl = {cap, cap};
+        ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
+    }
+    char path[4096], err[256] = "";
+    snprintf(path, sizeof path, "%s/tone.flac", media);
+    int rc = dh__decode_audio(DH__SRC(path), s, &mi, slot, (size_t)md.out_bytes, NULL, err, sizeof err);
+    ck_assert_msg(rc == DH_ECORRUPT, "%s (%s)", dh_err_name(rc), err);
+    ck_assert_msg(strstr(err, "lasts 3.000 s but its manifest entry says 72000.000 s") != NULL, "%s", err);
+    free(slot);
+    dh_spec_free(s);
+}
+END_TEST
+
 /* ---- sources: what a decoder may open (issue 12: FIFOs, devices, symlink escapes, time) ---- */
 
 static void make_sources(void)
@@ -696,6 +739,7 @@ int main(void)
     ADD_TEST(ta, pcm_matches_ffmpeg);
     ADD_TEST(ta, log_mel_peaks_at_the_tone);
     ADD_TEST(ta, bad_audio_is_a_clear_error);
+    ADD_TEST(ta, a_claimed_duration_is_not_allocated_before_it_is_decoded);
     suite_add_tcase(s, ta);
     TCase *tsrc = tcase_create("sources");
     tcase_add_unchecked_fixture(tsrc, make_sources, drop_media);

@@ -6,10 +6,11 @@
  *
  * The slot holds ceil(duration * rate) samples as dh_derive_media() says (of
  * the window's duration when the spec cuts one: the whole item is decoded and
- * the drawn window taken from it). A
- * stream a little shorter than its descriptor (container rounding) is padded
- * with silence; one more than 2% + 50 ms shorter contradicts its manifest
- * entry and is an error. Log-mel: 25 ms Hann windows centred every
+ * the drawn window taken from it, in memory that grows with the samples
+ * decoded, never sized up front by a duration a header claims). A stream a
+ * little shorter than its descriptor (container rounding) is padded with
+ * silence; one more than 2% + 50 ms shorter contradicts its manifest entry
+ * and is an error. Log-mel: 25 ms Hann windows centred every
  * 1/mel_fps s, a 2^k-point FFT (libavutil's av_tx), HTK mel filters up to
  * rate/2, natural log of power floored at 1e-10.
  */
@@ -38,6 +39,8 @@ typedef struct {
     AVFrame *frame;
     float *tmp; /* resampler output, sized for a whole frame */
     size_t tmpcap;
+    float *pcm; /* the decoded samples when they do not go straight to the slot */
+    size_t pcmcap;
     int sidx;
     char *err;
     size_t errlen;
@@ -59,6 +62,7 @@ static int aaverr(adec *a, int e, const char *what)
 static void adec_close(adec *a)
 {
     free(a->tmp);
+    free(a->pcm);
     av_frame_free(&a->frame);
     av_packet_free(&a->pkt);
     swr_free(&a->swr);
@@ -107,8 +111,10 @@ static int adec_open(adec *a, const dh__media_src *src, const dh_media_info *mi,
 
 /*
  * Converts one decoded frame - or, with f == NULL, flushes the resampler -
- * and appends up to cap samples. The output buffer is sized from
- * swr_get_out_samples() so one call takes the whole frame.
+ * and appends up to cap samples to out, or with out == NULL to a->pcm, which
+ * grows with what is decoded: a header may claim hours that the file does not
+ * hold, and memory must follow the samples, not the claim. The resampler's
+ * buffer is sized from swr_get_out_samples() so one call takes the whole frame.
  */
 static int append(adec *a, const AVFrame *f, float *out, int64_t *n, int64_t cap)
 {
@@ -125,14 +131,16 @@ static int append(adec *a, const AVFrame *f, float *out, int64_t *n, int64_t cap
         if (got < 0)
             return aaverr(a, got, "resampling");
         int64_t take = DH_MAX(0, DH_MIN((int64_t)got, cap - *n));
-        memcpy(out + *n, a->tmp, (size_t)take * sizeof *a->tmp);
+        if (!out && dh__grow((void **)&a->pcm, &a->pcmcap, (size_t)(*n + take), sizeof *a->pcm))
+            return DH_ENOMEM;
+        memcpy((out ? out : a->pcm) + *n, a->tmp, (size_t)take * sizeof *a->tmp);
         *n += take;
         if (f || got == 0)
             return 0;
     }
 }
 
-/* Decodes the whole stream into out (at most cap samples); *n gets the count. */
+/* Decodes the whole stream into out or a->pcm (at most cap samples); *n gets the count. */
 static int decode_all(adec *a, float *out, int64_t cap, int64_t *n)
 {
     *n = 0;
@@ -257,15 +265,18 @@ int dh__decode_audio_drawn(const dh__media_src *src, const dh_spec *spec, const 
     int64_t off = DH_MIN(DH_MAX(0, llround(dr->start_s * rate)), DH_MAX(0, want - wlen));
     wlen = DH_MIN(wlen, want);
     int mel = spec->audio.mel_bins > 0, whole = wlen == want;
-    float *pcm = mel || !whole ? malloc((size_t)DH_MAX(want, 1) * sizeof *pcm) : (float *)dst;
-    if (!pcm)
-        return DH_ENOMEM;
+    float *pcm = mel || !whole ? NULL : (float *)dst; /* NULL: into a->pcm as decoded */
     if (!(rc = adec_open(&a, src, mi, rate)))
         rc = decode_all(&a, pcm, want, &got);
     if (!rc && want - got > 0.02 * want + 0.05 * rate)
         rc = afail(&a, DH_ECORRUPT,
                    "the audio lasts %.3f s but its manifest entry says %.3f s: fewer samples",
                    (double)got / rate, mi->duration_s);
+    if (!rc && !pcm) { /* the few samples of container rounding, at most 2% + 50 ms more */
+        if (dh__grow((void **)&a.pcm, &a.pcmcap, (size_t)DH_MAX(want, 1), sizeof *a.pcm))
+            rc = DH_ENOMEM;
+        pcm = a.pcm;
+    }
     if (!rc) {
         memset(pcm + got, 0, (size_t)(want - got) * sizeof *pcm); /* container rounding */
         st->frames_decoded = got;
@@ -276,8 +287,6 @@ int dh__decode_audio_drawn(const dh__media_src *src, const dh_spec *spec, const 
             memcpy(dst, pcm + off, (size_t)wlen * sizeof *pcm);
         st->bytes_written = rc ? 0 : md.out_bytes;
     }
-    if (pcm != (float *)dst)
-        free(pcm);
     adec_close(&a);
     return rc;
 }
