@@ -449,8 +449,9 @@ static void make_audio(void)
     int rc = tu_sh("cd %s && %s -v error -y -nostdin -f lavfi -i sine=frequency=440:sample_rate=16000 "
                    "-t 3 tone.flac && %s -v error -y -nostdin -f lavfi "
                    "-i sine=frequency=300:sample_rate=44100 -ac 2 -t 1.5 stereo.wav && "
-                   "head -c 4000 tone.flac > cut.flac && echo 'not audio' > text.flac",
-                   media, ff, ff);
+                   "head -c 4000 tone.flac > cut.flac && echo 'not audio' > text.flac && "
+                   "%s -v error -y -nostdin -f lavfi -i sine=sample_rate=16000 -frames:a 0 empty.flac",
+                   media, ff, ff, ff);
     ck_assert_int_eq(rc, 0);
 }
 
@@ -598,6 +599,12 @@ START_TEST(a_claimed_duration_is_not_allocated_before_it_is_decoded)
     int rc = dh__decode_audio(DH__SRC(path), s, &mi, slot, (size_t)md.out_bytes, NULL, err, sizeof err);
     ck_assert_msg(rc == DH_ECORRUPT, "%s (%s)", dh_err_name(rc), err);
     ck_assert_msg(strstr(err, "lasts 3.000 s but its manifest entry says 72000.000 s") != NULL, "%s", err);
+    /* A stream of no samples at all (UBSan, before: memcpy from no buffer). */
+    mi.duration_s = 1.0;
+    snprintf(path, sizeof path, "%s/empty.flac", media);
+    rc = dh__decode_audio(DH__SRC(path), s, &mi, slot, (size_t)md.out_bytes, NULL, err, sizeof err);
+    ck_assert_msg(rc == DH_ECORRUPT, "%s (%s)", dh_err_name(rc), err);
+    ck_assert_msg(strstr(err, "lasts 0.000 s but its manifest entry says 1.000 s") != NULL, "%s", err);
     free(slot);
     dh_spec_free(s);
 }

@@ -131,10 +131,12 @@ static int append(adec *a, const AVFrame *f, float *out, int64_t *n, int64_t cap
         if (got < 0)
             return aaverr(a, got, "resampling");
         int64_t take = DH_MAX(0, DH_MIN((int64_t)got, cap - *n));
-        if (!out && dh__grow((void **)&a->pcm, &a->pcmcap, (size_t)(*n + take), sizeof *a->pcm))
-            return DH_ENOMEM;
-        memcpy((out ? out : a->pcm) + *n, a->tmp, (size_t)take * sizeof *a->tmp);
-        *n += take;
+        if (take > 0) { /* a->pcm is NULL until the first sample */
+            if (!out && dh__grow((void **)&a->pcm, &a->pcmcap, (size_t)(*n + take), sizeof *a->pcm))
+                return DH_ENOMEM;
+            memcpy((out ? out : a->pcm) + *n, a->tmp, (size_t)take * sizeof *a->tmp);
+            *n += take;
+        }
         if (f || got == 0)
             return 0;
     }
