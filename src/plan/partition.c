@@ -130,21 +130,6 @@ static void sort_lpt(const dh__part_in *in, int *order, uint64_t *key, int *tmp,
     }
 }
 
-int dh__part_lpt_order(const dh__part_in *in, int *order)
-{
-    size_t n = (size_t)in->n;
-    uint64_t *key = dh__malloc((n ? n : 1) * sizeof *key);
-    int *tmp = dh__malloc((n ? n : 1) * sizeof *tmp);
-    size_t *cnt = dh__malloc(RADIX * sizeof *cnt);
-    if (key && tmp && cnt)
-        sort_lpt(in, order, key, tmp, cnt);
-    int rc = key && tmp && cnt ? 0 : DH_ENOMEM;
-    free(key);
-    free(tmp);
-    free(cnt);
-    return rc;
-}
-
 static int64_t val(const int64_t *v, int i)
 {
     return v ? v[i] : 0;
@@ -501,6 +486,19 @@ void dh__part_ws_free(dh__part_ws *ws)
     }
 }
 
+/* At least `need` bytes in ws->mem. 0 or DH_ENOMEM. */
+static int ws_reserve(dh__part_ws *ws, size_t need)
+{
+    if (ws->cap >= need)
+        return 0;
+    void *m = realloc(ws->mem, need);
+    if (!m)
+        return DH_ENOMEM;
+    ws->mem = m;
+    ws->cap = need;
+    return 0;
+}
+
 /*
  * Every rank gets a sample when there are enough: samples that weigh nothing (text that
  * costs nothing to prepare, whose GPU share was scaled to its CPU) all went to the least
@@ -533,6 +531,22 @@ static void fill_empty_ranks(part_state *s, int *count)
     }
 }
 
+int dh__part_lpt_order(const dh__part_in *in, int *order)
+{
+    size_t n1 = (size_t)(in->n > 0 ? in->n : 1);
+    dh__part_ws own = {0}, *ws = in->ws ? in->ws : &own;
+    if (ws_reserve(ws, ws_len(n1, sizeof(uint64_t)) + ws_len(n1, sizeof(int)) +
+                           ws_len(RADIX, sizeof(size_t))))
+        return DH_ENOMEM;
+    char *p = ws->mem;
+    uint64_t *key = carve(&p, n1, sizeof *key);
+    int *tmp = carve(&p, n1, sizeof *tmp);
+    size_t *cnt = carve(&p, RADIX, sizeof *cnt);
+    sort_lpt(in, order, key, tmp, cnt);
+    dh__part_ws_free(&own);
+    return 0;
+}
+
 int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
 {
     if (!in || !rank_of || !out || in->ranks < 1 || in->n < 0 || !in->gpu)
@@ -547,15 +561,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
                   4 * ws_len(n1, sizeof(int)) + ws_len(n1, sizeof(uint64_t)) +
                   ws_len(RADIX, sizeof(size_t));
     dh__part_ws own = {0}, *ws = in->ws ? in->ws : &own;
-    if (ws->cap < need) {
-        void *m = realloc(ws->mem, need);
-        if (!m) {
-            dh__part_ws_free(&own);
-            return DH_ENOMEM;
-        }
-        ws->mem = m;
-        ws->cap = need;
-    }
+    if (ws_reserve(ws, need))
+        return DH_ENOMEM;
     char *p = ws->mem;
     part_state s = {.in = in, .rank_of = rank_of};
     s.gpu = carve(&p, R, sizeof *s.gpu);

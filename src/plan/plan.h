@@ -45,7 +45,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out);
 
 /*
  * LPT's order of in->n samples into order[]: decreasing gpu, then decreasing cpu (when
- * given), then increasing index. Returns 0 or DH_ENOMEM. (Exposed for its test.)
+ * given), then increasing index, in in->ws's memory when given. Returns 0 or DH_ENOMEM.
+ * (The scheduler deals a step's samples over nodes in this order.)
  */
 int dh__part_lpt_order(const dh__part_in *in, int *order);
 

@@ -87,23 +87,56 @@ static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, i
         s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
         s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
     }
-    /* Each node's ranks take their node's share of the draw (one node: all of it). A node of
-     * one rank would have nothing to balance in its share: one partition over every rank. */
-    int shares = s->ranks_per_node > 1 ? s->nodes : 1;
-    for (int node = 0; node < shares; node++) {
-        int64_t lo = node * s->G / shares, hi = (node + 1) * s->G / shares;
-        int first = node * (s->R / shares);
-        dh__part_in in = {.n = (int)(hi - lo), .ranks = s->R / shares, .gpu = gpu + lo,
-                          .cpu = cpu + lo, .tokens = s->plan_tokens + lo,
-                          .bytes = s->plan_bytes + lo, .cap_tokens = s->cfg.rank_token_cap,
+    if (s->nodes == 1 || s->ranks_per_node == 1) { /* one partition over every rank */
+        dh__part_in in = {.n = (int)s->G, .ranks = s->R, .gpu = gpu, .cpu = cpu,
+                          .tokens = s->plan_tokens, .bytes = s->plan_bytes,
+                          .cap_tokens = s->cfg.rank_token_cap, .cap_bytes = s->cfg.rank_byte_cap,
+                          .ws = &s->part_ws};
+        dh__part_out po;
+        int rc = dh__partition(&in, rank_of, &po);
+        s->cap_violations += rc ? 0 : po.cap_violations;
+        return rc;
+    }
+    /* Several nodes of several ranks: the step's samples are dealt to nodes in LPT order,
+     * snaking (0..N-1, then N-1..0), so every node's share weighs about the same in GPU
+     * and, with it, in CPU and no node is favoured; each node's ranks then partition its
+     * share among themselves. */
+    int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
+    dh__part_in all = {.n = G, .ranks = s->R, .gpu = gpu, .cpu = cpu, .ws = &s->part_ws};
+    int rc = dh__part_lpt_order(&all, s->share_ord);
+    if (rc)
+        return rc;
+    int32_t *cnt = s->plan_fill; /* R >= N */
+    memset(cnt, 0, (size_t)N * sizeof *cnt);
+    for (int i = 0; i < G; i++) {
+        int round = i / N, j = i % N;
+        cnt[round % 2 ? N - 1 - j : j]++;
+    }
+    for (int node = 0, off = 0; node < N; node++) { /* counts become each block's end */
+        off += cnt[node];
+        cnt[node] = off;
+    }
+    for (int i = G - 1; i >= 0; i--) { /* node blocks, each in LPT order */
+        int round = i / N, j = i % N, node = round % 2 ? N - 1 - j : j, k = s->share_ord[i];
+        int32_t at = --cnt[node];
+        s->share_pos[at] = k;
+        s->share_gpu[at] = gpu[k];
+        s->share_cpu[at] = cpu[k];
+        s->share_tokens[at] = s->plan_tokens[k];
+        s->share_bytes[at] = s->plan_bytes[k];
+    }
+    for (int node = 0; node < N; node++) {
+        int lo = cnt[node], hi = node + 1 < N ? cnt[node + 1] : G;
+        dh__part_in in = {.n = hi - lo, .ranks = per, .gpu = s->share_gpu + lo,
+                          .cpu = s->share_cpu + lo, .tokens = s->share_tokens + lo,
+                          .bytes = s->share_bytes + lo, .cap_tokens = s->cfg.rank_token_cap,
                           .cap_bytes = s->cfg.rank_byte_cap, .ws = &s->part_ws};
         dh__part_out po;
-        int rc = dh__partition(&in, rank_of + lo, &po);
-        if (rc)
+        if ((rc = dh__partition(&in, s->share_rank + lo, &po)))
             return rc;
         s->cap_violations += po.cap_violations;
-        for (int64_t k = lo; first && k < hi; k++)
-            rank_of[k] += first;
+        for (int a = lo; a < hi; a++)
+            rank_of[s->share_pos[a]] = node * per + s->share_rank[a];
     }
     return 0;
 }

@@ -96,6 +96,10 @@ struct dh__sched {
     double *plan_gpu, *plan_cpu;       /* max(G, R) */
     int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;                /* R */
+    int *share_ord;                    /* G, several nodes: the step in LPT order */
+    int32_t *share_pos, *share_rank;   /* G: node shares' positions and ranks, node by node */
+    double *share_gpu, *share_cpu;     /* G */
+    int64_t *share_tokens, *share_bytes; /* G */
     int32_t *reb_i32;                  /* 3G + 2R: rebalancing's per-plan arrays */
     dh__lead_key *lead_keys;           /* ranks per node: lst.c's sort of a step's batches */
     dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */

@@ -135,6 +135,13 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_fill);
     free(s->plan_tokens);
     free(s->plan_bytes);
+    free(s->share_ord);
+    free(s->share_pos);
+    free(s->share_rank);
+    free(s->share_gpu);
+    free(s->share_cpu);
+    free(s->share_tokens);
+    free(s->share_bytes);
     free(s->reb_i32);
     free(s->reb_f64);
     dh__lend_free(s);
@@ -182,6 +189,18 @@ static int alloc_fixed(dh__sched *s)
     s->reb_i32 = dh__malloc((3 * G + 2 * R) * sizeof *s->reb_i32);
     s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
     s->lead_keys = dh__malloc((size_t)s->ranks_per_node * sizeof *s->lead_keys);
+    if (s->nodes > 1 && s->ranks_per_node > 1) {
+        s->share_ord = dh__malloc(G * sizeof *s->share_ord);
+        s->share_pos = dh__malloc(G * sizeof *s->share_pos);
+        s->share_rank = dh__malloc(G * sizeof *s->share_rank);
+        s->share_gpu = dh__malloc(G * sizeof *s->share_gpu);
+        s->share_cpu = dh__malloc(G * sizeof *s->share_cpu);
+        s->share_tokens = dh__malloc(G * sizeof *s->share_tokens);
+        s->share_bytes = dh__malloc(G * sizeof *s->share_bytes);
+        if (!s->share_ord || !s->share_pos || !s->share_rank || !s->share_gpu || !s->share_cpu ||
+            !s->share_tokens || !s->share_bytes)
+            return DH_ENOMEM;
+    }
     if (!s->lead_keys || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
         !s->plan_bytes || !s->reb_i32 || !s->reb_f64)
