@@ -450,8 +450,9 @@ static void make_audio(void)
                    "-t 3 tone.flac && %s -v error -y -nostdin -f lavfi "
                    "-i sine=frequency=300:sample_rate=44100 -ac 2 -t 1.5 stereo.wav && "
                    "head -c 4000 tone.flac > cut.flac && echo 'not audio' > text.flac && "
-                   "%s -v error -y -nostdin -f lavfi -i sine=sample_rate=16000 -frames:a 0 empty.flac",
-                   media, ff, ff, ff);
+                   "%s -v error -y -nostdin -f lavfi -i sine=sample_rate=16000 -frames:a 0 empty.flac && "
+                   "%s -v error -y -nostdin -f lavfi -i sine=frequency=440:sample_rate=16000 -t 270 long.flac",
+                   media, ff, ff, ff, ff);
     ck_assert_int_eq(rc, 0);
 }
 
@@ -599,6 +600,26 @@ START_TEST(a_claimed_duration_is_not_allocated_before_it_is_decoded)
     int rc = dh__decode_audio(DH__SRC(path), s, &mi, slot, (size_t)md.out_bytes, NULL, err, sizeof err);
     ck_assert_msg(rc == DH_ECORRUPT, "%s (%s)", dh_err_name(rc), err);
     ck_assert_msg(strstr(err, "lasts 3.000 s but its manifest entry says 72000.000 s") != NULL, "%s", err);
+    /* A real 270-s item is more than the 16 MiB reserved up front: its samples grow the
+     * buffer as they are decoded, and the tone is where the first 3 s put it. */
+    mi.duration_s = 270.0;
+    ck_assert_int_eq(dh_derive_media(s, &mi, &md), 0);
+    float *mel = malloc((size_t)md.out_bytes);
+    snprintf(path, sizeof path, "%s/long.flac", media);
+    rc = dh__decode_audio(DH__SRC(path), s, &mi, (uint8_t *)mel, (size_t)md.out_bytes, NULL, err,
+                          sizeof err);
+    ck_assert_msg(rc == 0, "%s (%s)", dh_err_name(rc), err);
+    int64_t nf = md.shape[1];
+    for (int64_t f = 1; f < nf - 1; f += 30) { /* 1, 31, ... 241 s: the same peak */
+        int peak = 0, peak1 = 0;
+        for (int m = 1; m < 8; m++) {
+            peak = mel[m * nf + f] > mel[peak * nf + f] ? m : peak;
+            peak1 = mel[m * nf + 1] > mel[peak1 * nf + 1] ? m : peak1;
+        }
+        ck_assert_int_eq(peak, peak1);
+        ck_assert_float_eq_tol(mel[peak * nf + f], mel[peak1 * nf + 1], 0.05f);
+    }
+    free(mel);
     /* A stream of no samples at all (UBSan, before: memcpy from no buffer). */
     mi.duration_s = 1.0;
     snprintf(path, sizeof path, "%s/empty.flac", media);
