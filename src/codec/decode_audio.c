@@ -6,11 +6,11 @@
  *
  * The slot holds ceil(duration * rate) samples as dh_derive_media() says (of
  * the window's duration when the spec cuts one: the whole item is decoded and
- * the drawn window taken from it, in memory that grows with the samples
- * decoded, never sized up front by a duration a header claims). A stream a
- * little shorter than its descriptor (container rounding) is padded with
- * silence; one more than 2% + 50 ms shorter contradicts its manifest entry
- * and is an error. Log-mel: 25 ms Hann windows centred every
+ * the drawn window taken from it, in memory sized up front by the duration
+ * claimed up to PCM_RESERVE and beyond that only by the samples decoded). A
+ * stream a little shorter than its descriptor (container rounding) is padded
+ * with silence; one more than 2% + 50 ms shorter contradicts its manifest
+ * entry and is an error. Log-mel: 25 ms Hann windows centred every
  * 1/mel_fps s, a 2^k-point FFT (libavutil's av_tx), HTK mel filters up to
  * rate/2, natural log of power floored at 1e-10.
  */
