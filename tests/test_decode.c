@@ -573,9 +573,10 @@ END_TEST
 /*
  * Before: a header (a FLAC STREAMINFO, say) claiming 20 hours had its
  * samples allocated before a byte was decoded - 4.6 GB here for a 3-s file;
- * the fuzzer met 2.4 GB. Memory now follows the decoded samples, so under an
- * address space 1 GiB above what the process holds the claim is found out
- * as the contradiction it is, not as a failed allocation.
+ * the fuzzer met 2.4 GB. Now at most 16 MiB is reserved for a claim and the
+ * rest follows the decoded samples, so under an address space 1 GiB above
+ * what the process holds the claim is found out as the contradiction it is,
+ * not as a failed allocation.
  */
 START_TEST(a_claimed_duration_is_not_allocated_before_it_is_decoded)
 {

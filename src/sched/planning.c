@@ -76,6 +76,25 @@ void dh__sched_regroup(dh__sched *s, int64_t st)
     regroup(s, st, NULL);
 }
 
+/* Partitions n samples (the arrays given, contiguous) over `ranks` ranks into out. */
+static int partition_block(dh__sched *s, int n, int ranks, const double *gpu, const double *cpu,
+                           const int64_t *tokens, const int64_t *bytes, int32_t *out)
+{
+    dh__part_in in = {.n = n, .ranks = ranks, .gpu = gpu, .cpu = cpu, .tokens = tokens,
+                      .bytes = bytes, .cap_tokens = s->cfg.rank_token_cap,
+                      .cap_bytes = s->cfg.rank_byte_cap, .ws = &s->part_ws};
+    dh__part_out po;
+    int rc = dh__partition(&in, out, &po);
+    s->cap_violations += rc ? 0 : po.cap_violations;
+    return rc;
+}
+
+/* The node that the i-th sample in LPT order is dealt to: 0..N-1, then N-1..0, ... */
+static int snake_node(int i, int N)
+{
+    return (i / N) % 2 ? N - 1 - i % N : i % N;
+}
+
 static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, int32_t *rank_of)
 {
     double *gpu = s->plan_gpu, *cpu = s->plan_cpu, one[DH_CLS_COUNT];
@@ -87,38 +106,27 @@ static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, i
         s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
         s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
     }
-    if (s->nodes == 1 || s->ranks_per_node == 1) { /* one partition over every rank */
-        dh__part_in in = {.n = (int)s->G, .ranks = s->R, .gpu = gpu, .cpu = cpu,
-                          .tokens = s->plan_tokens, .bytes = s->plan_bytes,
-                          .cap_tokens = s->cfg.rank_token_cap, .cap_bytes = s->cfg.rank_byte_cap,
-                          .ws = &s->part_ws};
-        dh__part_out po;
-        int rc = dh__partition(&in, rank_of, &po);
-        s->cap_violations += rc ? 0 : po.cap_violations;
-        return rc;
-    }
+    if (s->nodes == 1 || s->ranks_per_node == 1) /* one partition over every rank */
+        return partition_block(s, (int)s->G, s->R, gpu, cpu, s->plan_tokens, s->plan_bytes,
+                               rank_of);
     /* Several nodes of several ranks: the step's samples are dealt to nodes in LPT order,
-     * snaking (0..N-1, then N-1..0), so every node's share weighs about the same in GPU
-     * and, with it, in CPU and no node is favoured; each node's ranks then partition its
-     * share among themselves. */
+     * snaking, so every node's share weighs about the same in GPU and, with it, in CPU and
+     * no node is favoured; each node's ranks then partition its share among themselves. */
     int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
     dh__part_in all = {.n = G, .ranks = s->R, .gpu = gpu, .cpu = cpu, .ws = &s->part_ws};
     int rc = dh__part_lpt_order(&all, s->share_ord);
     if (rc)
         return rc;
-    int32_t *cnt = s->plan_fill; /* R >= N */
-    memset(cnt, 0, (size_t)N * sizeof *cnt);
-    for (int i = 0; i < G; i++) {
-        int round = i / N, j = i % N;
-        cnt[round % 2 ? N - 1 - j : j]++;
+    int32_t *start = s->plan_fill; /* R >= N: each node's block in the share arrays */
+    memset(start, 0, (size_t)N * sizeof *start);
+    for (int i = 0; i < G; i++)
+        start[snake_node(i, N)]++;
+    for (int node = 0, end = 0; node < N; node++) { /* counts become each block's end... */
+        end += start[node];
+        start[node] = end;
     }
-    for (int node = 0, off = 0; node < N; node++) { /* counts become each block's end */
-        off += cnt[node];
-        cnt[node] = off;
-    }
-    for (int i = G - 1; i >= 0; i--) { /* node blocks, each in LPT order */
-        int round = i / N, j = i % N, node = round % 2 ? N - 1 - j : j, k = s->share_ord[i];
-        int32_t at = --cnt[node];
+    for (int i = G - 1; i >= 0; i--) { /* ...and, filled from the back, its start */
+        int k = s->share_ord[i], at = --start[snake_node(i, N)];
         s->share_pos[at] = k;
         s->share_gpu[at] = gpu[k];
         s->share_cpu[at] = cpu[k];
@@ -126,15 +134,10 @@ static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, i
         s->share_bytes[at] = s->plan_bytes[k];
     }
     for (int node = 0; node < N; node++) {
-        int lo = cnt[node], hi = node + 1 < N ? cnt[node + 1] : G;
-        dh__part_in in = {.n = hi - lo, .ranks = per, .gpu = s->share_gpu + lo,
-                          .cpu = s->share_cpu + lo, .tokens = s->share_tokens + lo,
-                          .bytes = s->share_bytes + lo, .cap_tokens = s->cfg.rank_token_cap,
-                          .cap_bytes = s->cfg.rank_byte_cap, .ws = &s->part_ws};
-        dh__part_out po;
-        if ((rc = dh__partition(&in, s->share_rank + lo, &po)))
+        int lo = start[node], hi = node + 1 < N ? start[node + 1] : G;
+        if ((rc = partition_block(s, hi - lo, per, s->share_gpu + lo, s->share_cpu + lo,
+                                  s->share_tokens + lo, s->share_bytes + lo, s->share_rank + lo)))
             return rc;
-        s->cap_violations += po.cap_violations;
         for (int a = lo; a < hi; a++)
             rank_of[s->share_pos[a]] = node * per + s->share_rank[a];
     }
