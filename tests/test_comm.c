@@ -99,6 +99,10 @@ static void basic(dh__comm *c)
         free(m.data);
     }
     CHECK(ring == NS && toone == (node == 0 ? n - 1 : 0), "ring %d, to one %d", ring, toone);
+    /* Every node has all it expects before any sends the next phase: node n - 1's next ring
+     * message could reach node 0 while it still waited for another node's message to it
+     * (CI, a loaded machine: "ring message 104 from 3, expected 5 from 3"). */
+    exchange(c, 1000);
     /* The largest first: the small ones after it complete first, but are delivered after
      * it (they were handed over in completion order: issue 22, defect 15). */
     for (int k = NS - 1; k >= 0; k--) {
