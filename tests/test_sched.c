@@ -389,6 +389,31 @@ START_TEST(heavy_late_sample_is_split_into_keyframe_parts)
 }
 END_TEST
 
+START_TEST(a_split_samples_latest_start_counts_one_part)
+{
+    /* Deadlines D(s) = s. Step 1's sample costs 3 s in 8 keyframe segments, so it will be
+     * split into at least ceil(3 / 1) = 3 parts of 1 s on these 4 workers: it must start by
+     * D(1) - 1 = 0, after step 0's light sample (-0.1). Counting the whole 3 s (key -2) put
+     * it first, and with CPU short every step then waited for the one before. The same
+     * sample with one segment cannot be split: it must start first. */
+    for (int segs = 8; segs >= 1; segs -= 7) {
+        world w;
+        world_init(&w, DH_POL_HELIX, 1, 4, 1, 3);
+        w.cpu[1] = 3.0f;
+        w.segments[1] = segs;
+        dh__sched *s = make(&w);
+        dh__task t;
+        ck_assert_int_eq(dh__sched_next_task(s, 0, 0.0, &t), 0);
+        ck_assert_int_eq(t.sample, segs > 1 ? 0 : 1);
+        ck_assert_int_eq(dh__sched_next_task(s, 1, 0.0, &t), 0);
+        ck_assert_int_eq(t.sample, segs > 1 ? 1 : 0);
+        if (segs > 1)
+            ck_assert_int_gt(t.nparts, 1);
+        dh__sched_free(s);
+    }
+}
+END_TEST
+
 START_TEST(balanced_placement_evens_predicted_gpu)
 {
     /* GPU costs 4, 1, 4, 1, 1, 1 over 2 ranks: the stride gives {4, 4, 1} = 9 | {1, 1, 1} = 3;
@@ -928,6 +953,7 @@ int main(void)
     ADD_TEST(tc, a_large_nodes_batches_are_due_smallest_cpu_first_too);
     ADD_TEST(tc, steps_are_planned_ahead_of_admission_for_the_fetchers);
     ADD_TEST(tc, heavy_late_sample_is_split_into_keyframe_parts);
+    ADD_TEST(tc, a_split_samples_latest_start_counts_one_part);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);

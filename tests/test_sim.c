@@ -493,6 +493,44 @@ START_TEST(the_ordered_bound_counts_the_fill_and_the_drain)
 }
 END_TEST
 
+/* A task runs on one worker: the first step's image of 1 s CPU (an image is never split)
+ * holds that step back 1 s however many workers there are, where dividing the step's CPU
+ * over 16 workers said 0.07 s. 4 steps of 16 samples over 4 ranks, 10 ms of GPU a sample:
+ * no rank starts step 0 before 1 s, its batch takes 0.04 s, then 3 more steps of 0.04 s:
+ * 1.16 s (plus the steps' fixed cost o); before, the ordered bound read 0.23 s. */
+START_TEST(the_ordered_bound_counts_a_task_whole)
+{
+    dh_manifest *m;
+    ck_assert_int_eq(dh_manifest_new("", NULL, &m), 0);
+    char line[512];
+    for (int i = 0; i < 64; i++) {
+        int n = snprintf(line, sizeof line,
+                         "{\"id\":\"s%03d\",\"media\":[{\"type\":\"image\",\"path\":\"i.jpg\","
+                         "\"width\":64,\"height\":64}],\"sim\":{\"cpu_ms\":%d,\"gpu_ms\":10}}",
+                         i, i == 0 ? 1000 : 10);
+        ck_assert_int_eq(dh_manifest_parse_line(m, line, (size_t)n, i + 1, NULL, 0), 0);
+    }
+    const char *pol[] = {"local", "pool", "helix", "helix-fifo"};
+    for (int p = 0; p < 4; p++) {
+        dh_run_config c = shaped(pol[p], 4, 16, 16, 4);
+        c.manifest = m;
+        c.no_shuffle = 1;
+        dh_result r = DH_RESULT_INIT;
+        char err[256];
+        ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+        double o = (r.bound_gpu_s - 0.16) / 4;
+        ck_assert(o >= 0 && o < 0.01);
+        /* the smallest batch of step 0: 4 samples (0.04 s), fewer where helix moved one */
+        ck_assert_msg(r.bound_ordered_s > 1.12 + 4 * o - 1e-6 &&
+                          r.bound_ordered_s < 1.16 + 4 * o + 1e-6,
+                      "%s: ordered %.6f", pol[p], r.bound_ordered_s);
+        ck_assert_msg(r.makespan_s >= r.bound_ordered_s - 1e-9, "%s: makespan %.6f, ordered %.6f",
+                      pol[p], r.makespan_s, r.bound_ordered_s);
+    }
+    dh_manifest_free(m);
+}
+END_TEST
+
 /* Text that costs nothing to prepare (and so, scaled to its CPU, nothing to compute): helix
  * placed every sample of a step on one rank and stopped as stalled on the others' empty
  * batches (a user's text-only manifest). Every balanced policy runs it to the end. */
@@ -1061,6 +1099,7 @@ int main(void)
     ADD_TEST(tc, generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit);
     ADD_TEST(tc, every_workload_is_its_manifest_lines);
     ADD_TEST(tc, the_ordered_bound_counts_the_fill_and_the_drain);
+    ADD_TEST(tc, the_ordered_bound_counts_a_task_whole);
     ADD_TEST(tc, no_run_beats_the_ordered_bound);
     ADD_TEST(tc, samples_that_cost_nothing_are_placed_on_every_rank);
     ADD_TEST(tc, a_nodes_default_budget_holds_its_largest_batch);

@@ -205,20 +205,26 @@ static void live_fold(dh__records *rec, int64_t st, const dh__rec_step *sp,
  * later step j takes at least its GPU term g_j, as in the bound. So
  *     makespan >= max over k of ( C_k / W + m_k + o + sum_{j > k} g_j ),
  * the fill and the drain the bound leaves out (k = 0: the first step's CPU; the last k:
- * all the CPU, then one batch). Only m_k depends on the placement: no schedule of these
- * batches beats it, and another placement has its own (with m_k = 0 it would hold for any,
- * and say next to nothing: the first step's compute is most of the fill). Kept online:
- * sum_{j > k} g_j = P - P_k, P_k the GPU terms up to step k, so the bound is
- * P + max_k (C_k / W + m_k + o - P_k).
+ * all the CPU, then one batch). Work divides into tasks, and a task runs on one worker:
+ * every task of steps 0..k has ended too, so the last rank starts step k no earlier than
+ * L_k, the longest task (or split part) of those steps, after the start: C_k / W is
+ * max(C_k / W, L_k). Only m_k and L_k depend on the run (its placement, and how far it
+ * split its heavy samples): no schedule of these batches and tasks beats it, and another
+ * placement has its own (with m_k = 0 it would hold for any, and say next to nothing:
+ * the first step's compute is most of the fill). Kept online: sum_{j > k} g_j = P - P_k,
+ * P_k the GPU terms up to step k, so the bound is P + max_k (max(C_k / W, L_k) + m_k + o
+ * - P_k).
  */
-static void ordered_fold(dh__records *rec, double cpu, double gpu, double quickest)
+static void ordered_fold(dh__records *rec, double cpu, double gpu, double quickest, double longest)
 {
     if (rec->workers <= 0)
         return;
     rec->ord_cpu += cpu;
     rec->ord_gpu += gpu;
+    rec->ord_longest = DH_MAX(rec->ord_longest, longest);
     double fixed = rec->gpu_measured ? 0 : rec->step_fixed; /* measured: in the compute */
-    double lead = rec->ord_cpu / rec->workers + quickest + fixed - rec->ord_gpu;
+    double lead = DH_MAX(rec->ord_cpu / rec->workers, rec->ord_longest) + quickest + fixed -
+                  rec->ord_gpu;
     rec->ord_lead = DH_MAX(rec->ord_lead, lead);
 }
 
@@ -230,10 +236,11 @@ static void fold(dh__records *rec, int64_t st)
 {
     const dh__rec_step *sp = &rec->step[st & (rec->cap - 1)];
     const dh__rec_batch *b = &rec->batch[(st & (rec->cap - 1)) * rec->R];
-    double slowest = 0, stall = 0, quickest = INFINITY;
+    double slowest = 0, stall = 0, quickest = INFINITY, longest = 0;
     for (int r = 0; r < rec->R; r++) {
         double late = b[r].ready - b[r].deadline;
         quickest = DH_MIN(quickest, b[r].compute);
+        longest = DH_MAX(longest, b[r].longest_task);
         if (st == 0) {
             rec->fill += DH_MAX(0.0, late);
         } else {
@@ -268,7 +275,7 @@ static void fold(dh__records *rec, int64_t st)
     double gpu = rec->gpu_measured ? step_compute / rec->R
                                    : rec->step_fixed + DH_MAX(sp->gpu_sum / rec->R, sp->gpu_max);
     rec->gpu_bound += gpu;
-    ordered_fold(rec, rec->cpu_measured ? sp->cpu_spent : sp->cpu_sum, gpu, quickest);
+    ordered_fold(rec, rec->cpu_measured ? sp->cpu_spent : sp->cpu_sum, gpu, quickest, longest);
     rec->failed += sp->failed;
     rec->cpu_spent += sp->cpu_spent;
     rec->cpu_model += sp->cpu_sum;

@@ -78,10 +78,10 @@ typedef struct {
     int64_t failed;       /* samples of folded steps that failed (delivered = steps * G - failed) */
     struct dh__live *live; /* the real engine's live figures (live.h), or NULL */
     /* The ordered bound (metrics.c, fold): the workers W it divides CPU by (0: not computed),
-     * the folded steps' CPU (worker-seconds) and GPU terms summed, and the largest
-     * C_k / W + m_k + o - P_k so far. */
+     * the folded steps' CPU (worker-seconds) and GPU terms summed, their longest task, and
+     * the largest max(C_k / W, L_k) + m_k + o - P_k so far. */
     int workers;
-    double ord_cpu, ord_gpu, ord_lead;
+    double ord_cpu, ord_gpu, ord_longest, ord_lead;
 } dh__records;
 
 int dh__records_init(dh__records *rec, int ranks, int64_t global_batch);
