@@ -254,7 +254,26 @@ PYEOF
     check "serve, 2 nodes, a rank fails after another node's died: node 0 names that first" \
         contains "$WORK/dp$$.srv.err" \
         "node 1.*rank 1 (pid [0-9]*) died or disconnected.*then on this node: rank 0 (pid [0-9]*) failed.*RuntimeError: Connection closed by peer"
-    [[ $fail -eq 0 ]] || tail -n 5 "$WORK"/tr$$.* "$WORK"/nd$$.* "$WORK"/dp$$.*
+    # One node's trainers start 17 s after the other's (a checkpoint loading): the early ones
+    # wait with their agent, which waits for the other node (they gave up after 15 s of its
+    # silence, and the agent then named them as leaving: a user's trial of issue 25).
+    setsid timeout 120 "${MPIRUN[@]}" -np 2 "$DH" serve --manifest "$M" --ranks 2 --workers 2 \
+        --batch 4 --steps 4 --socket "@dhmpi-%n-lt$$" > "$WORK/lt$$.srv.out" \
+        2> "$WORK/lt$$.srv.err" &
+    SRV=$!
+    PYTHONPATH=$PYP timeout 100 $PY "$WORK/trainer.py" 0 "lt$$" > "$WORK/lt$$.t0" 2>&1 &
+    T0=$!
+    sleep 17
+    PYTHONPATH=$PYP timeout 100 $PY "$WORK/trainer.py" 1 "lt$$" > "$WORK/lt$$.t1" 2>&1
+    wait "$T0"
+    wait "$SRV"
+    check "serve, 2 nodes, one node's trainers 17 s late: the other's waited and trained" \
+        contains "$WORK/lt$$.t0" "^done"
+    check "serve, 2 nodes, one node's trainers 17 s late: ...and so did theirs" \
+        contains "$WORK/lt$$.t1" "^done"
+    check "serve, 2 nodes, one node's trainers 17 s late: the agent said what it waits for" \
+        contains "$WORK/lt$$.srv.err" "waiting for the other nodes' ranks"
+    [[ $fail -eq 0 ]] || tail -n 5 "$WORK"/tr$$.* "$WORK"/nd$$.* "$WORK"/dp$$.* "$WORK"/lt$$.*
 else
     echo "skip: no Python package or numpy here (serve on 2 nodes)"
 fi

@@ -228,8 +228,20 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
                   (long long)a->info.epoch, (long long)a->info.step,
                   a->conns[a->lo].req.resume ? "from the saved state its ranks presented"
                                              : "after the last step every rank gave back");
-        if ((rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, a->info.shift,
-                                   a->N, err, errlen)))
+        dh__agent_teller t;
+        int nodes = a->cfg->exchange && a->cfg->nodes > 1;
+        if (nodes) {
+            event(a, "every rank of this node attached; waiting for the other nodes' ranks "
+                     "(each node waits --attach-timeout for its own)");
+            if (dh__agent_teller_start(a, &t))
+                event(a, "cannot start the thread that tells the ranks the agent waits: a "
+                         "rank may give up after 15 s if another node's ranks attach later");
+        }
+        rc = dh__engine_begin(a->e, resume, a->info.epoch, a->info.step, a->info.shift, a->N,
+                              err, errlen);
+        if (nodes)
+            dh__agent_teller_stop(&t);
+        if (rc)
             refuse_all(a, rc, err && errlen ? err : "the agent could not begin");
     }
     if (!rc && !(rc = dh__agent_answer(a)) && !(rc = start_ranks(a, err, errlen)))

@@ -180,6 +180,56 @@ static void tend_attaches(agent *a, const struct pollfd *pf, int n, double until
     }
 }
 
+/*
+ * While the run begins on several nodes (the BEGIN round waits for every node's ranks to
+ * attach, up to that node's --attach-timeout), this node's held attaches are told every
+ * second that the agent waits: their clients give up after 15 s of silence, and a node
+ * whose trainers start later (a checkpoint still loading) made this node's fail with "the
+ * agent said nothing" (a user's trial).
+ */
+static void *teller_main(void *arg)
+{
+    dh__agent_teller *t = arg;
+    agent *a = t->a;
+    pthread_mutex_lock(&t->mu);
+    while (!t->stop) {
+        dh__cond_wait_s(&t->cv, &t->mu, 1.0);
+        if (t->stop)
+            break;
+        dh__waiting w = {a->attached, a->hi - a->lo, DH_MAX(0.0, t->until - dh__mono())};
+        for (int r = a->lo; r < a->hi; r++) /* a send that fails: the answer will too */
+            if (a->conns[r].fd >= 0)
+                (void)dh__proto_send(a->conns[r].fd, DH__MSG_WAITING, &w, sizeof w, NULL, 0);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+int dh__agent_teller_start(agent *a, dh__agent_teller *t)
+{
+    memset(t, 0, sizeof *t);
+    t->a = a;
+    t->until = dh__mono() + a->o.attach_timeout_ms / 1e3;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    int rc = dh__thread_create(&t->thread, teller_main, t);
+    t->running = !rc;
+    return rc;
+}
+
+void dh__agent_teller_stop(dh__agent_teller *t)
+{
+    if (t->running) {
+        pthread_mutex_lock(&t->mu);
+        t->stop = 1;
+        pthread_cond_signal(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->thread, NULL);
+    }
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+}
+
 /* Takes the attaches the acceptor queued for this stream: validated, or refused with why
  * (NULL: validated against the stream as it attaches). */
 void dh__agent_take_queued(agent *a, int code, const char *why)

@@ -154,6 +154,18 @@ int dh__agent_resume_point(const agent *a, const dh__attach *q, start_point *p, 
                            size_t len);
 void dh__agent_take_queued(agent *a, int code, const char *why);
 int dh__agent_wait_for_ranks(agent *a);
+/* Tells the held attaches every second that the agent waits, from a thread, until stopped
+ * (while the run begins on several nodes); the conns are not touched otherwise meanwhile. */
+typedef struct {
+    agent *a;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, running;
+    double until; /* the attach timeout, as told */
+} dh__agent_teller;
+int dh__agent_teller_start(agent *a, dh__agent_teller *t);
+void dh__agent_teller_stop(dh__agent_teller *t);
 void dh__agent_fill_info(agent *a);
 int dh__agent_answer(agent *a);
 
