@@ -273,7 +273,40 @@ PYEOF
         contains "$WORK/lt$$.t1" "^done"
     check "serve, 2 nodes, one node's trainers 17 s late: the agent said what it waits for" \
         contains "$WORK/lt$$.srv.err" "waiting for the other nodes' ranks"
-    [[ $fail -eq 0 ]] || tail -n 5 "$WORK"/tr$$.* "$WORK"/nd$$.* "$WORK"/dp$$.* "$WORK"/lt$$.*
+    # A trainer keeps a tensor of step 0 (a debug print did) and lets go of each epoch's
+    # last batch before the next epoch (`del b`): the step exchange waited for step 0's
+    # release, the next epoch's first step for the nodes' plan, and every rank stopped there
+    # until its 60-s timeout (a user's trial of issue 25). 2 epochs of 3 steps.
+    cat > "$WORK/keeper.py" << 'PYEOF'
+import sys, datahelix
+rank, job = int(sys.argv[1]), sys.argv[2]
+kept = None
+with datahelix.Loader(socket="@dhmpi-%d-%s" % (rank // 2, job), rank=rank, world_size=4) as L:
+    for ep in range(L.epoch, L.epochs):
+        L.set_epoch(ep)
+        for b in L:
+            if rank == 0 and b["step"] == 0:
+                kept = b["video"]
+        del b
+        print("epoch", ep, flush=True)
+print("done", flush=True)
+PYEOF
+    setsid timeout 120 "${MPIRUN[@]}" -np 2 "$DH" serve --manifest "$M" --ranks 4 --workers 2 \
+        --batch 8 --epochs 2 --socket "@dhmpi-%n-kp$$" > "$WORK/kp$$.srv.out" \
+        2> "$WORK/kp$$.srv.err" &
+    SRV=$!
+    for r in 0 1 2 3; do
+        PYTHONPATH=$PYP timeout 100 $PY "$WORK/keeper.py" $r "kp$$" > "$WORK/kp$$.t$r" 2>&1 &
+        eval "K$r=\$!"
+    done
+    wait "$K0" "$K1" "$K2" "$K3"
+    wait "$SRV"
+    check "serve, 2 nodes, a trainer keeps step 0's tensor: every rank trains both epochs" \
+        test "$(cat "$WORK"/kp$$.t[0-3] | grep -c '^done')" -eq 4
+    check "serve, 2 nodes, a trainer keeps step 0's tensor: every sample delivered" \
+        contains "$WORK/kp$$.srv.out" "delivered [0-9]* + failed [0-9]* = 48"
+    [[ $fail -eq 0 ]] || tail -n 5 "$WORK"/tr$$.* "$WORK"/nd$$.* "$WORK"/dp$$.* "$WORK"/lt$$.* \
+        "$WORK"/kp$$.*
 else
     echo "skip: no Python package or numpy here (serve on 2 nodes)"
 fi

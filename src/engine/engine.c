@@ -198,6 +198,7 @@ int dh__engine_next(dh_engine *e, int rank, dh_batch *out, int *wake)
         e->take_gap = 0.8 * e->take_gap + 0.2 * (b->taken - e->last_take);
     e->last_take = b->taken;
     e->next_step[rank]++;
+    e->nops->wake(e); /* several nodes: a step this rank still keeps may be exchanged now */
     if (!b->draws && b->nitems) /* what each item drew: the same draws its workers made */
         b->draws = dh__calloc((size_t)b->nitems, sizeof *b->draws);
     for (int32_t k = 0; b->draws && k < b->nitems; k++)
@@ -259,12 +260,14 @@ void dh_engine_release(dh_engine *e, const dh_batch *b, double gpu_seconds)
         pthread_mutex_unlock(&e->mu);
         return;
     }
-    double gpu = gpu_seconds >= 0 ? gpu_seconds : dh_engine_batch_gpu_seconds(e, b);
-    rb->compute = gpu;
-    s->released_at = dh__eng_elapsed(e);
-    dh__trace_span(&e->trace, DH_TRACE_RANKS, b->rank, "compute", s->taken,
-                   dh__eng_elapsed(e) - s->taken, b->step, b->rank, -1);
-    dh__sched_step_done(e->sched, b->rank, b->step, dh__eng_elapsed(e), gpu);
+    if (!s->closed_early) { /* else every node recorded its step already (nodes_step.c) */
+        double gpu = gpu_seconds >= 0 ? gpu_seconds : dh_engine_batch_gpu_seconds(e, b);
+        rb->compute = gpu;
+        s->released_at = dh__eng_elapsed(e);
+        dh__trace_span(&e->trace, DH_TRACE_RANKS, b->rank, "compute", s->taken,
+                       dh__eng_elapsed(e) - s->taken, b->step, b->rank, -1);
+        dh__sched_step_done(e->sched, b->rank, b->step, dh__eng_elapsed(e), gpu);
+    }
     if (s->allocated)
         dh__ring_free(s->in_arena ? &e->arena : &e->ring, s->block);
     s->allocated = 0;

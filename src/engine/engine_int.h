@@ -55,6 +55,8 @@ typedef struct {
     uint8_t agreeing;      /* offered to the nodes' agreed plan: not taken until it is made */
     uint8_t laid_out, allocating, allocated;
     uint8_t in_arena;      /* the buffer is in the move arena, not the main ring */
+    uint8_t closed_early;  /* several nodes: its step was exchanged while its trainer still
+                            * kept it (nodes_step.c): its release only gives the memory back */
 } batch_slot;
 
 typedef struct {

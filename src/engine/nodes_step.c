@@ -25,10 +25,37 @@
 
 /* ------------------------------------------------------------------ steps */
 
-static int local_released(dh_engine *e, int64_t st)
+/*
+ * Every rank of this node is done with step st: it released its batch, or it went on past
+ * the next step (took the one after it, or released the next one). A trainer may keep a
+ * batch's tensor as long as it likes; waiting for that release stopped every node's step
+ * exchange, and with it every rank once its next step needed the nodes' plan (a user's
+ * trial: a debug print kept step 0's batch, and all ranks stopped at the next epoch). The
+ * usual loop (it takes the next batch, then releases the one before) is not affected.
+ */
+static int local_done(dh_engine *e, int64_t st)
 {
-    eng_step *s = dh__eng_step(e, st);
-    return s && s->released >= rpn(e);
+    eng_step *s = dh__eng_step(e, st), *next = st + 1 < e->N ? dh__eng_step(e, st + 1) : NULL;
+    for (int r = e->rank_lo; s && r < e->rank_hi; r++)
+        if (!(s->b[r].released_at > 0) && e->next_step[r] <= st + 2 &&
+            !(next && e->next_step[r] > st + 1 && next->b[r].released_at > 0))
+            return 0;
+    return s != NULL;
+}
+
+/* A batch of step st its rank still keeps is done for the job when the rank took the next
+ * step's: so every node records it, this one included (its release then only frees it). */
+static void close_kept(dh_engine *e, int64_t st, int r)
+{
+    batch_slot *b = &dh__eng_step(e, st)->b[r];
+    dh__rec_batch *rb = dh__records_batch(&e->rec, st, r);
+    double done = dh__eng_step(e, st + 1)->b[r].taken;
+    b->released_at = done;
+    b->closed_early = 1;
+    if (rb)
+        rb->compute = DH_MAX(0.0, done - b->taken);
+    dh__trace_span(&e->trace, DH_TRACE_RANKS, r, "compute", b->taken, done - b->taken, st, r, -1);
+    dh__sched_step_done(e->sched, r, st, done, rb ? rb->compute : 0);
 }
 
 static void fill_step(dh_engine *e, int64_t st, int stop)
@@ -45,6 +72,8 @@ static void fill_step(dh_engine *e, int64_t st, int stop)
     eng_step *s = dh__eng_step(e, st);
     for (int i = 0; i < rpn(e); i++) {
         int r = e->rank_lo + i;
+        if (s && !(s->b[r].released_at > 0))
+            close_kept(e, st, r);
         dh__rec_batch *rb = dh__records_batch(&e->rec, st, r);
         if (rb)
             m->r[i] = (xrank){rb->deadline, rb->ready, rb->compute, rb->longest_task, 0, 0};
@@ -123,11 +152,11 @@ void *dh__nodes_exchange_main(void *arg)
     char err[384];
     pthread_mutex_lock(&e->mu);
     for (int64_t st = 0; st < e->N; st = x->exchanged) {
-        while (!e->stop && !local_released(e, st))
+        while (!e->stop && !local_done(e, st))
             pthread_cond_wait(&x->cv, &e->mu);
         /* Stopped here: the FINAL round tells the others. A step whose releases are all in
          * is still exchanged (a consumer stops the engine right after its last release). */
-        if (!local_released(e, st) || e->error)
+        if (!local_done(e, st) || e->error)
             break;
         double t0 = dh__eng_elapsed(e);
         fill_step(e, st, dh__run_should_stop(&e->run));
