@@ -83,7 +83,8 @@ static void greetings(const uint8_t *m, size_t len)
     dh__wire_greeting *all = malloc((size_t)n * sizeof *all);
     memcpy(all, m, (size_t)n * sizeof *all);
     char why[300] = "";
-    int rc = dh__wire_check_greetings(all, n, 960, why, sizeof why);
+    dh__wire_greeting mine = {DH__WIRE_MAGIC, DH__WIRE_VERSION, 960, 0, 8, 64};
+    int rc = dh__wire_check_greetings(all, n, &mine, why, sizeof why);
     if (rc && !why[0])
         abort();
     for (int k = 0; !rc && k < n; k++)

@@ -134,6 +134,12 @@ check "different jobs: named" contains "$WORK/mix.err" "node 1 was started on an
 timeout 60 "${MPIRUN[@]}" -np 2 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
     --nodes 3 > /dev/null 2> "$WORK/nodes.err"
 check "--nodes that contradicts mpirun is refused" contains "$WORK/nodes.err" "mpirun started 2 processes"
+# --batch (or --ranks) differs: the records differ in size, and the greeting named neither
+# (a user's trial: "node 0 exchanges records of 1088 bytes, this node 1152").
+timeout 60 "${MPIRUN[@]}" -np 1 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
+    --steps 2 : -np 1 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 6 \
+    --steps 2 > /dev/null 2> "$WORK/mixb.err"
+check "--batch differs: named" contains "$WORK/mixb.err" "node 1 was started with --batch 6, this node with 8"
 
 # Agents of different jobs are refused when they start, before they wait for trainers (it
 # took every trainer attaching before: with none, both listened until killed).

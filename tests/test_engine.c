@@ -1668,12 +1668,12 @@ START_TEST(nodes_of_another_job_are_refused_naming_the_setting)
         int served0, served1;
         const char *what;
     } cases[] = {
-        {node_1_has_another_spec, 0, 0, "the preprocessing spec (--spec)"},
+        {node_1_has_another_spec, 0, 0, "the preprocessing spec (--spec or --augment)"},
         {node_1_has_another_network, 0, 0, "the network model"},
         {NULL, 1, 0, "the command: one node serves trainers (datahelix serve), another runs "
                      "emulated ranks (datahelix run)"},
         /* agents: refused when they start, before they wait for trainers (user trial 2) */
-        {node_1_has_another_spec, 1, 1, "the preprocessing spec (--spec)"},
+        {node_1_has_another_spec, 1, 1, "the preprocessing spec (--spec or --augment)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         served_as[0] = cases[i].served0, served_as[1] = cases[i].served1;

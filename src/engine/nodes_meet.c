@@ -108,7 +108,7 @@ static const char *job_differs(const xrec *a, const xrec *b)
                  "emulated ranks (datahelix run)"
            : a->manifest_hash != b->manifest_hash ? "the manifest (its hash)"
            : strcmp(a->workload, b->workload)     ? "--workload"
-           : a->spec_hash != b->spec_hash         ? "the preprocessing spec (--spec)"
+           : a->spec_hash != b->spec_hash         ? "the preprocessing spec (--spec or --augment)"
            : strcmp(a->policy, b->policy)         ? "--policy"
            : a->seed != b->seed                   ? "--seed"
            : a->ranks != b->ranks                 ? "--ranks"
@@ -144,13 +144,14 @@ static const char *start_differs(const xrec *a, const xrec *b)
 int dh__nodes_greet(dh_engine *e, char *err, size_t errlen)
 {
     struct dh__xchg *x = e->x;
-    dh__wire_greeting mine = {DH__WIRE_MAGIC, DH__WIRE_VERSION, x->bytes, e->node, 0, 0};
+    dh__wire_greeting mine = {DH__WIRE_MAGIC, DH__WIRE_VERSION, x->bytes, e->node, e->R,
+                              (uint64_t)e->G};
     dh__wire_greeting *all = dh__calloc((size_t)e->nodes, sizeof *all);
     if (!all)
         return dh__fail(err, errlen, DH_ENOMEM, "out of memory");
     int rc = exchange(e, &mine, all, sizeof mine, err, errlen);
     if (!rc)
-        rc = dh__wire_check_greetings(all, e->nodes, x->bytes, err, errlen);
+        rc = dh__wire_check_greetings(all, e->nodes, &mine, err, errlen);
     x->greeted = rc ? -1 : 1; /* every node read the same greetings: they decide alike */
     free(all);
     return rc;

@@ -148,9 +148,10 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
     return 0;
 }
 
-int dh__wire_check_greetings(const dh__wire_greeting *all, int nodes, size_t record_bytes,
-                             char *why, size_t whylen)
+int dh__wire_check_greetings(const dh__wire_greeting *all, int nodes,
+                             const dh__wire_greeting *mine, char *why, size_t whylen)
 {
+    uint64_t record_bytes = mine->record_bytes;
     for (int k = 0; k < nodes; k++) {
         const dh__wire_greeting *g = &all[k];
         if (g->magic != DH__WIRE_MAGIC)
@@ -163,11 +164,21 @@ int dh__wire_check_greetings(const dh__wire_greeting *all, int nodes, size_t rec
         if (g->node != k)
             return dh__fail(why, whylen, DH_EPARSE, "the greeting of node %d says node %d", k,
                             (int)g->node);
+        if (g->record_bytes != record_bytes && g->ranks != mine->ranks)
+            return dh__fail(why, whylen, DH_EINVAL, "node %d was started with --ranks %d, this "
+                            "node with %d (every node must run the same command)", k,
+                            (int)g->ranks, (int)mine->ranks);
+        if (g->record_bytes != record_bytes && g->global_batch != mine->global_batch)
+            return dh__fail(why, whylen, DH_EINVAL, "node %d was started with --batch %llu, "
+                            "this node with %llu (every node must run the same command)", k,
+                            (unsigned long long)g->global_batch,
+                            (unsigned long long)mine->global_batch);
         if (g->record_bytes != record_bytes)
             return dh__fail(why, whylen, DH_EINVAL, "node %d exchanges records of %llu bytes, "
-                            "this node %zu: the nodes were started with different --ranks, "
+                            "this node %llu: the nodes were started with different --ranks, "
                             "--batch or --policy (every node must run the same command)", k,
-                            (unsigned long long)g->record_bytes, record_bytes);
+                            (unsigned long long)g->record_bytes,
+                            (unsigned long long)record_bytes);
     }
     return 0;
 }

@@ -30,8 +30,9 @@
 typedef struct {
     uint32_t magic, version;
     uint64_t record_bytes; /* this node's records (rounds after the greeting) */
-    int32_t node, reserved;
-    uint64_t reserved2;
+    int32_t node;
+    int32_t ranks;         /* the job's (0 before this field was filled: it was reserved) */
+    uint64_t global_batch; /* the job's (likewise) */
 } dh__wire_greeting;
 
 /* Exchange records (the allgather's rounds). */
@@ -125,9 +126,10 @@ int dh__wire_check_msg(const dh__wire_limits *lim, int from, const void *data, s
 /* Checks node k's record of a round (its kind and node; a HELLO's and FINAL's strings are
  * terminated in place, so the record is writable). 0, or DH_EPARSE with why. */
 int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why, size_t whylen);
-/* Checks every node's greeting: 0, or DH_EPARSE naming the first node of another version
- * (or whose records differ in size from this node's). */
-int dh__wire_check_greetings(const dh__wire_greeting *all, int nodes, size_t record_bytes,
-                             char *why, size_t whylen);
+/* Checks every node's greeting against `mine`: 0, or DH_EPARSE naming the first node of
+ * another version, or DH_EINVAL the first whose records differ in size from this node's
+ * (naming --ranks or --batch when they differ). */
+int dh__wire_check_greetings(const dh__wire_greeting *all, int nodes,
+                             const dh__wire_greeting *mine, char *why, size_t whylen);
 
 #endif
