@@ -164,11 +164,12 @@ int dh__wire_check_greetings(const dh__wire_greeting *all, int nodes,
         if (g->node != k)
             return dh__fail(why, whylen, DH_EPARSE, "the greeting of node %d says node %d", k,
                             (int)g->node);
-        if (g->record_bytes != record_bytes && g->ranks != mine->ranks)
+        if (g->record_bytes != record_bytes && g->ranks && g->ranks != mine->ranks)
             return dh__fail(why, whylen, DH_EINVAL, "node %d was started with --ranks %d, this "
                             "node with %d (every node must run the same command)", k,
                             (int)g->ranks, (int)mine->ranks);
-        if (g->record_bytes != record_bytes && g->global_batch != mine->global_batch)
+        if (g->record_bytes != record_bytes && g->global_batch &&
+            g->global_batch != mine->global_batch)
             return dh__fail(why, whylen, DH_EINVAL, "node %d was started with --batch %llu, "
                             "this node with %llu (every node must run the same command)", k,
                             (unsigned long long)g->global_batch,
