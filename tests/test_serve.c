@@ -301,6 +301,61 @@ START_TEST(a_dead_trainer_is_an_error_for_the_others_not_a_hang)
 }
 END_TEST
 
+/* A user's trial of issue 25: a trainer kept step 0's batch (a debug print) and died at step
+ * 3. The steps it went on past were finished by it, but the kept batch was given back as
+ * unfinished with the last one, and the accounting read 0 steps. Rank 1 here keeps step 0,
+ * releases 1 and 2, dies holding 3: steps 0 to 2 are complete, 3 is not. */
+START_TEST(a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done)
+{
+    new_socket_name();
+    pid_t p1 = fork();
+    if (!p1) {
+        dh_client_opts o = client_opts(1, 2, 4);
+        dh_client *c;
+        dh_batch kept, b;
+        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &kept, NULL, 0))
+            _exit(2);
+        for (int n = 1; n <= 3; n++) {
+            if (dh_client_next(c, 10000, &b, NULL, 0))
+                _exit(3);
+            if (n < 3)
+                dh_client_release(c, &b);
+        }
+        usleep(1000 * 1000); /* rank 0 is past step 2 */
+        kill(getpid(), SIGKILL);
+        _exit(4);
+    }
+    pid_t p0 = fork();
+    if (!p0) {
+        dh_client_opts o = client_opts(0, 2, 4);
+        dh_client *c;
+        if (dh_client_connect(&o, &c, NULL, 0))
+            _exit(2);
+        for (int n = 0; n < 1000; n++) {
+            dh_batch b;
+            int rc = dh_client_next(c, 10000, &b, NULL, 0);
+            if (rc)
+                _exit(rc == DH_EPEER ? 0 : 4);
+            dh_client_release(c, &b);
+        }
+        _exit(9);
+    }
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = DH_STEPS_FOREVER;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    dh_result r;
+    char err[640] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p1), 100 + SIGKILL);
+    ck_assert_int_eq(wait_child(p0), 0);
+    ck_assert_int_eq(rc, DH_EPEER);
+    ck_assert_msg(strstr(err, "holding steps 0 and 3"), "%s", err);
+    ck_assert_int_eq(r.steps, 3);
+    ck_assert_int_eq(r.delivered + r.failed, 12);
+}
+END_TEST
+
 static void fail_with_a_reason(dh_client *c)
 {
     dh_client_fail(c, "ValueError: bad\nlabel\x01 in sample 7");
@@ -2016,6 +2071,7 @@ int main(void)
     ADD_TEST(tc, two_trainers_get_every_sample_of_each_epoch_once);
     ADD_TEST(tc, mismatched_trainers_are_refused_with_the_reason);
     ADD_TEST(tc, a_dead_trainer_is_an_error_for_the_others_not_a_hang);
+    ADD_TEST(tc, a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done);
     ADD_TEST(tc, a_trainer_that_fails_says_why_to_the_agent_and_the_others);
     ADD_TEST(tc, a_dead_agent_is_an_error_for_every_trainer);
     ADD_TEST(tc, no_agent_within_the_timeout_is_a_timeout);

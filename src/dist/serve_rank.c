@@ -349,15 +349,18 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
 }
 
 /*
- * A rank died or disconnected. Its run not over, the batches it held give their memory back
- * (dh__engine_reclaim) but their steps stay unfinished, and the run stops (dh__agent_lost).
- * Before, they were released for it and counted as completed steps, although the rank never
- * finished them.
+ * A rank died or disconnected. Its run not over, the batch of the last step it took gives its
+ * memory back (dh__engine_reclaim) but its step stays unfinished, and the run stops
+ * (dh__agent_lost). Before, it was released for it and counted as a completed step, although
+ * the rank never finished it. A batch it kept of an earlier step (a tensor held on to) is of
+ * a step it went past, which it did finish: that one is released (it was reclaimed too, and
+ * a batch kept from step 0 made the accounting read 0 steps).
  */
 static void on_death(agent *a, conn *c)
 {
     pthread_mutex_lock(&a->mu);
     int done = c->ended || c->detached || (a->N > 0 && c->next_step >= a->N);
+    int64_t last = c->next_step - 1;
     pthread_mutex_unlock(&a->mu);
     if (done) { /* the run was over for it: going away is its end */
         while (c->nleases)
@@ -379,6 +382,11 @@ static void on_death(agent *a, conn *c)
                       k ? (k + 1 == nh ? " and " : ", ")
                         : (nh > 1 ? " holding steps " : " holding step "),
                       (long long)held[k]);
+    for (int k = 0; k < c->nleases;) /* steps it went past: finished */
+        if (c->leases[k].b.step < last)
+            release_lease(a, c, &c->leases[k], 1);
+        else
+            k++;
     while (c->nleases) { /* before the run stops: the engine is surely there */
         dh__engine_reclaim(a->e, &c->leases[0].b);
         dh__engine_count_lease(a->e, -1);
