@@ -658,6 +658,83 @@ START_TEST(stopping_the_agent_tells_every_trainer_why)
 }
 END_TEST
 
+static char events[8192]; /* what the agent told (keep_event, below) */
+static void keep_event(const char *msg, void *user);
+
+/* A user's trial of issue 25: Ctrl-C on the agent; rank 1 is told and stops, rank 0 then
+ * fails in its collective ("Connection closed by peer") and says so. The agent's last word
+ * was "rank 0 failed ..." as if it were the cause: the stop came first, and it says so. */
+START_TEST(a_rank_failing_after_the_agent_was_stopped_follows_the_stop)
+{
+    new_socket_name();
+    int told[2];
+    ck_assert_int_eq(pipe(told), 0);
+    pid_t p1 = fork();
+    if (!p1) {
+        close(told[0]);
+        dh_client_opts o = client_opts(1, 2, 4);
+        dh_client *c;
+        if (dh_client_connect(&o, &c, NULL, 0))
+            _exit(2);
+        for (int n = 0; n < 1000; n++) {
+            dh_batch b;
+            int rc = dh_client_next(c, 10000, &b, NULL, 0);
+            if (rc) { /* its Python loop ends: its peers' collective breaks */
+                if (write(told[1], "x", 1) != 1)
+                    _exit(3);
+                _exit(rc == DH_ECANCELED ? 0 : 4);
+            }
+            usleep(100000);
+            dh_client_release(c, &b);
+        }
+        _exit(5);
+    }
+    pid_t p0 = fork();
+    if (!p0) {
+        close(told[1]);
+        dh_client_opts o = client_opts(0, 2, 4);
+        dh_client *c;
+        if (dh_client_connect(&o, &c, NULL, 0))
+            _exit(2);
+        dh_batch b;
+        char byte;
+        if (dh_client_next(c, 10000, &b, NULL, 0))
+            _exit(3);
+        /* in its all-reduce until rank 1 went, reporting its step time meanwhile (the agent
+         * hears from it, so it does not end it idle before its failure comes) */
+        fcntl(told[0], F_SETFL, O_NONBLOCK);
+        while (read(told[0], &byte, 1) != 1) {
+            dh_client_report_step(c, b.step, 0.01);
+            usleep(50000);
+        }
+        dh_client_fail(c, "RuntimeError: Connection closed by peer");
+        _exit(0);
+    }
+    close(told[0]);
+    close(told[1]);
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = DH_STEPS_FOREVER;
+    _Atomic int calls = 0;
+    c.should_stop = stop_after_a_second;
+    c.should_stop_user = &calls;
+    dh_serve_opts o;
+    dh_serve_opts_default(&o);
+    events[0] = 0;
+    o.on_event = keep_event;
+    dh_result r;
+    char err[640] = "";
+    int rc = run_agent(&c, &o, &r, err, sizeof err);
+    ck_assert_int_eq(wait_child(p1), 0);
+    ck_assert_int_eq(wait_child(p0), 0);
+    ck_assert_int_eq(rc, DH_EPEER); /* a rank failed: the run did */
+    ck_assert_msg(strncmp(err, "the agent was stopped (Ctrl-C, SIGTERM or its caller), then "
+                               "rank 0 (pid", 71) == 0 &&
+                      strstr(err, "Connection closed by peer"),
+                  "%s", err);
+    ck_assert_msg(strstr(events, "the agent was stopped"), "%s", events);
+    ck_assert_int_eq(r.delivered + r.failed, r.samples);
+}
+END_TEST
 
 START_TEST(a_resumed_job_serves_exactly_its_remaining_steps)
 {
@@ -1718,8 +1795,6 @@ START_TEST(a_second_thread_taking_batches_is_refused)
 }
 END_TEST
 
-static char events[8192]; /* what the agent told (keep_event) */
-
 static void keep_event(const char *msg, void *user)
 {
     (void)user;
@@ -2071,6 +2146,7 @@ int main(void)
     ADD_TEST(tc, two_trainers_get_every_sample_of_each_epoch_once);
     ADD_TEST(tc, mismatched_trainers_are_refused_with_the_reason);
     ADD_TEST(tc, a_dead_trainer_is_an_error_for_the_others_not_a_hang);
+    ADD_TEST(tc, a_rank_failing_after_the_agent_was_stopped_follows_the_stop);
     ADD_TEST(tc, a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done);
     ADD_TEST(tc, a_trainer_that_fails_says_why_to_the_agent_and_the_others);
     ADD_TEST(tc, a_dead_agent_is_an_error_for_every_trainer);

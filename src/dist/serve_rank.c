@@ -336,8 +336,13 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
     if (!a->fault_code) { /* a rank that left earlier stays the cause */
         a->fault_code = DH_EPEER;
         char how[sizeof a->fault];
-        snprintf(a->fault, sizeof a->fault, "%s; %s", how_lost(c, at, how, sizeof how),
-                 dh__agent_fault_tail(a));
+        /* After the agent was stopped its trainers are told so, and one that fails then (its
+         * collective broke as another rank stopped) is not the cause (a user's trial: Ctrl-C
+         * on the agent ended with "rank 0 failed ... Connection closed by peer") */
+        snprintf(a->fault, sizeof a->fault, "%s%s; %s",
+                 a->stopping ? "the agent was stopped (Ctrl-C, SIGTERM or its caller), then "
+                             : "",
+                 how_lost(c, at, how, sizeof how), dh__agent_fault_tail(a));
     }
     a->died = 1;
     snprintf(why, sizeof why, "%s", a->fault);
