@@ -80,7 +80,7 @@ struct agent {
     dh__attached info;
     pthread_mutex_t mu;
     pthread_cond_t changed;
-    volatile int stopping;  /* should_stop said so: ranks are told, then let go */
+    _Atomic int stopping;   /* should_stop said so: ranks are told, then let go */
     int end_code;           /* done: what a late attach is told (code, sentence) */
     const char *end_why;
     int fault_code;

@@ -133,12 +133,11 @@ void dh__agent_watch(agent *a)
             dh__agent_take_queued(a, DH_EMISMATCH, "this stream's ranks are all attached and its "
                                   "run is going (a second trainer for one rank, or a Loader "
                                   "created twice?)");
-        int stop = a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user);
-        pthread_mutex_lock(&a->mu);
-        a->stopping |= stop; /* a rank lost from here on follows the stop (lost) */
-        pthread_mutex_unlock(&a->mu);
-        if (stop && (!a->cfg->exchange || a->cfg->nodes < 2)) /* on several, the nodes agree */
-            dh_engine_stop(a->e);
+        if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) {
+            a->stopping = 1; /* a rank lost from here on follows the stop (lost) */
+            if (!a->cfg->exchange || a->cfg->nodes < 2) /* on several, the nodes agree first */
+                dh_engine_stop(a->e);
+        }
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
