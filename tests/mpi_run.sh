@@ -260,6 +260,19 @@ PYEOF
     check "serve, 2 nodes, a rank fails after another node's died: node 0 names that first" \
         contains "$WORK/dp$$.srv.err" \
         "node 1.*rank 1 (pid [0-9]*) died or disconnected.*then on this node: rank 0 (pid [0-9]*) failed.*RuntimeError: Connection closed by peer"
+    # Ctrl-C on node 1's agent: every node stops after the same step, and node 0's trainer
+    # was told "the agent was stopped (Ctrl-C...)" though its agent was not (a user's trial).
+    serve2 "cc$$"
+    for p in $(pgrep -f -- "^$DH serve --manifest $M --ranks 2"); do # node 1's agent
+        tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" &&
+            kill -INT "$p"
+    done
+    wait "$T0" "$T1"
+    wait "$SRV"
+    check "serve, 2 nodes, Ctrl-C on node 1's agent: node 0's trainer is told which node" \
+        contains "$WORK/cc$$.t0" "DH_ECANCELED: node 1's agent was stopped (Ctrl-C"
+    check "serve, 2 nodes, Ctrl-C on node 1's agent: node 0's agent says so" \
+        contains "$WORK/cc$$.srv.err" "node 1's agent was stopped (Ctrl-C.*every node stopped after step"
     # One node's trainers start 17 s after the other's (a checkpoint loading): the early ones
     # wait with their agent, which waits for the other node (they gave up after 15 s of its
     # silence, and the agent then named them as leaving: a user's trial of issue 25).
@@ -312,7 +325,7 @@ PYEOF
     check "serve, 2 nodes, a trainer keeps step 0's tensor: every sample delivered" \
         contains "$WORK/kp$$.srv.out" "delivered [0-9]* + failed [0-9]* = 48"
     [[ $fail -eq 0 ]] || tail -n 5 "$WORK"/tr$$.* "$WORK"/nd$$.* "$WORK"/dp$$.* "$WORK"/lt$$.* \
-        "$WORK"/kp$$.*
+        "$WORK"/kp$$.* "$WORK"/cc$$.*
 else
     echo "skip: no Python package or numpy here (serve on 2 nodes)"
 fi

@@ -250,6 +250,9 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
     double waited = a->e && a->hub->gate ? dh__engine_gate_wait(a->e) : 0;
     if (waited >= 0.1) /* what sharing the CPU cost this stream */
         event(a, "its workers waited %.1f s in all for CPU the other streams held", waited);
+    const char *by = a->e ? dh__engine_stopped_by(a->e) : NULL;
+    if (by) /* this node's trainers were told so; its log says so too */
+        event(a, "%s", by);
     if (frc == DH_ECANCELED)
         frc = 0;
     if (!a->died && a->left_at < INT64_MAX) /* ranks left: a finite run was cut short */

@@ -121,6 +121,7 @@ static int send_end(agent *a, conn *c, int rc)
     char msg[sizeof a->fault + 64];
     const char *failed = rc == DH_EFAILED && a->e ? dh__engine_fail_msg(a->e) : NULL;
     const char *peer = rc == DH_EPEER && a->e ? dh__engine_peer_msg(a->e) : NULL;
+    const char *by = rc == DH_ECANCELED && a->e ? dh__engine_stopped_by(a->e) : NULL;
     pthread_mutex_lock(&a->mu); /* the engine's lock is not taken inside ours */
     if (rc == DH_EPEER && a->fault[0])
         snprintf(msg, sizeof msg, "%s", a->fault);
@@ -128,8 +129,9 @@ static int send_end(agent *a, conn *c, int rc)
         snprintf(msg, sizeof msg, "%s", peer);
     else if (rc == DH_EEMPTY)
         snprintf(msg, sizeof msg, "the run is complete");
-    else if (rc == DH_ECANCELED)
-        snprintf(msg, sizeof msg, "the agent was stopped (Ctrl-C, SIGTERM or its caller)");
+    else if (rc == DH_ECANCELED) /* this agent, or another node's (every node stops) */
+        snprintf(msg, sizeof msg, "%s", by ? by : "the agent was stopped (Ctrl-C, SIGTERM or "
+                                                  "its caller)");
     else
         snprintf(msg, sizeof msg, "the agent's run failed: %s", failed ? failed : dh_strerror(rc));
     pthread_mutex_unlock(&a->mu);

@@ -140,6 +140,7 @@ const dh__node_ops dh__one_node = {
     .wake = one_none,
     .error = one_error,
     .earlier = one_error,
+    .stopped_by = one_error,
     .own_error = one_reason,
     .refuse = one_reason,
     .moving = one_moving,

@@ -63,6 +63,14 @@ const char *dh__engine_peer_msg(dh_engine *e)
     return m[0] ? m : NULL;
 }
 
+const char *dh__engine_stopped_by(dh_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    const char *m = e->nops->stopped_by(e);
+    pthread_mutex_unlock(&e->mu);
+    return m[0] ? m : NULL;
+}
+
 int dh__engine_begin(dh_engine *e, int resume, int64_t epoch, int64_t step, int64_t shift,
                      int64_t steps, char *err, size_t errlen)
 {

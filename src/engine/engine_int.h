@@ -239,6 +239,9 @@ typedef struct dh__node_ops {
      * node's own fault that came before this node's (its first cause), or "". */
     const char *(*error)(const dh_engine *e);
     const char *(*earlier)(const dh_engine *e);
+    /* Another node was asked to stop (Ctrl-C on its agent) and every node stopped with it:
+     * which node, in a sentence ("" if none, or this node asked too). */
+    const char *(*stopped_by)(const dh_engine *e);
     /* Under e->mu: this node stops for a reason of its own (a trainer of its died), told to
      * the others in its FINAL record (the first reason wins); refuse: it never began (the
      * reason also travels, as the node's own failure). */

@@ -41,6 +41,9 @@ void dh__engine_reclaim(dh_engine *e, const dh_batch *b);
 void dh__engine_abort(dh_engine *e, int rc, const char *why);
 /* On several nodes: why another node (or the exchange) stopped the run, or NULL. */
 const char *dh__engine_peer_msg(dh_engine *e);
+/* On several nodes: the sentence saying which other node was asked to stop, when every node
+ * stopped with it (this one was not asked), or NULL. */
+const char *dh__engine_stopped_by(dh_engine *e);
 /* After dh_engine_finish, several nodes: another node's own fault that came before this
  * node's own (what the job's failure began with), or NULL. */
 const char *dh__engine_earlier_msg(dh_engine *e);

@@ -147,6 +147,11 @@ static void nodes_own_error(dh_engine *e, const char *why)
     x->err_at = dh__eng_elapsed(e);
 }
 
+static const char *nodes_stopped_by(const dh_engine *e)
+{
+    return e->x ? e->x->stopped_by : "";
+}
+
 static const char *nodes_earlier(const dh_engine *e)
 {
     return e->x ? e->x->first : "";
@@ -201,6 +206,7 @@ const dh__node_ops dh__several_nodes = {
     .wake = nodes_wake,
     .error = nodes_error,
     .earlier = nodes_earlier,
+    .stopped_by = nodes_stopped_by,
     .own_error = nodes_own_error,
     .refuse = nodes_refuse,
     .moving = dh__nodes_moving,

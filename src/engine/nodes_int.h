@@ -54,6 +54,7 @@ struct dh__xchg {
     char err[384];        /* why another node (or the exchange) stopped this one */
     int own;              /* err is this node's own reason (told to the others) */
     double err_at;        /* when this node's own reason came (the shared clock) */
+    char stopped_by[160]; /* another node asked to stop, this one did not (nodes_step.c) */
     char first[448];      /* another node's own fault that came before this node's, or "" */
     int greeted;          /* the GREETING round: 0 not yet, 1 passed, -1 failed (no more rounds) */
     int began;            /* the HELLO round passed */

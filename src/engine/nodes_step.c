@@ -93,6 +93,10 @@ static int apply_step(dh_engine *e, int64_t st)
         const xrec *o = rec_of(x, k);
         if (o->kind == X_STEP && o->step == st) {
             stop |= o->stop != 0;
+            if (o->stop && !rec_of(x, e->node)->stop && !x->stopped_by[0])
+                dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped "
+                        "(Ctrl-C, SIGTERM or its caller): every node stopped after step %lld",
+                        k, (long long)st);
             continue;
         }
         if (o->kind != X_FINAL) { /* a HELLO now, or another step's record: out of step */
