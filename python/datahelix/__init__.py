@@ -268,7 +268,8 @@ class Loader:
     """Iterates this rank's batches from its node's agent, one epoch per `for` loop.
 
     socket: the agent's socket (default: $DH_SOCKET, else datahelix.default_socket() from
-    $DH_JOB). rank / world_size: this process's global rank and the job's world size
+    $DH_JOB); `%n` in it is this rank's node (GROUP_RANK as torchrun sets it, else rank //
+    LOCAL_WORLD_SIZE), as the agents' `serve --socket NAME%n` names theirs. rank / world_size: this process's global rank and the job's world size
     (default: RANK and WORLD_SIZE as torchrun sets them, else LOCAL_RANK and
     LOCAL_WORLD_SIZE, else 0 and 1); on several nodes each agent serves its node's ranks
     and names them when a rank comes to the wrong one.
@@ -298,6 +299,15 @@ class Loader:
             _env_int(env, "RANK", "LOCAL_RANK", default=0)
         self.world_size = int(world_size) if world_size is not None else \
             _env_int(env, "WORLD_SIZE", "LOCAL_WORLD_SIZE", default=1)
+        if "%n" in self.socket:  # the agents' `--socket NAME%n`: this rank's node
+            node = _env_int(env, "GROUP_RANK", default=None)
+            per = _env_int(env, "LOCAL_WORLD_SIZE", default=None)
+            if node is None and per is None:
+                raise ValueError("socket %r names a node (%%n), but neither GROUP_RANK nor "
+                                 "LOCAL_WORLD_SIZE says which (torchrun sets both): give the "
+                                 "socket of this rank's node" % self.socket)
+            self.socket = self.socket.replace("%n", str(node if node is not None
+                                                        else self.rank // per))
         self.endless = bool(endless)
         self.stream = stream
         if collate not in (False, True, "strict"):

@@ -535,6 +535,27 @@ print(json.dumps(rows))
                              stdout=subprocess.PIPE, text=True).stdout.split()
         self.assertEqual(out, [s, "1", "2"])  # global RANK / WORLD_SIZE win over LOCAL_*
 
+    def test_a_socket_naming_the_node_is_this_ranks_node(self):
+        # A user's trial of issue 25: `Loader(socket="@dh-%n")` took "%n" literally.
+        script = ("import datahelix, sys\n"
+                  "try:\n"
+                  "    print(datahelix.Loader(socket=sys.argv[1]).socket)\n"
+                  "except ValueError as e:\n"
+                  "    print('ValueError', e)")
+        def socket_of(name, **env):
+            e = {k: v for k, v in os.environ.items()
+                 if k not in ("GROUP_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE")}
+            e.update(env)
+            return subprocess.run([sys.executable, "-c", script, name], env=e, check=True,
+                                  stdout=subprocess.PIPE, text=True).stdout.strip()
+        self.assertEqual(socket_of("@v-%n", RANK="3", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2"),
+                         "@v-1")
+        self.assertEqual(socket_of("@v-%n", RANK="3", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2",
+                                   GROUP_RANK="0"), "@v-0")  # torchrun's node rank wins
+        self.assertEqual(socket_of("@v-1", RANK="3", WORLD_SIZE="4"), "@v-1")
+        self.assertIn("neither GROUP_RANK nor LOCAL_WORLD_SIZE",
+                      socket_of("@v-%n", RANK="3", WORLD_SIZE="4"))
+
     def test_views_are_zero_copy_and_keep_their_memory(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--steps", "8",
