@@ -455,18 +455,27 @@ END_TEST
  * starts step 19 before the first 20 steps' 3.2 s of CPU is done, its batch takes 0.04 s
  * (4 samples), and 20 steps of 0.16 s of compute come after it: 6.44 s (plus the steps'
  * fixed cost o). */
-START_TEST(the_ordered_bound_counts_the_fill_and_the_drain)
+/* A manifest of n images whose true costs the simulator takes as given: the first `split`
+ * cost cpu_a / gpu_a ms, the others cpu_b / gpu_b. */
+static dh_manifest *timed_images(int n, int split, int cpu_a, int gpu_a, int cpu_b, int gpu_b)
 {
     dh_manifest *m;
     ck_assert_int_eq(dh_manifest_new("", NULL, &m), 0);
     char line[512];
-    for (int i = 0; i < 640; i++) {
-        int n = snprintf(line, sizeof line,
-                         "{\"id\":\"s%03d\",\"media\":[{\"type\":\"image\",\"path\":\"i.jpg\","
-                         "\"width\":64,\"height\":64}],\"sim\":{\"cpu_ms\":%d,\"gpu_ms\":%d}}",
-                         i, i < 320 ? 10 : 1, i < 320 ? 10 : 40);
-        ck_assert_int_eq(dh_manifest_parse_line(m, line, (size_t)n, i + 1, NULL, 0), 0);
+    for (int i = 0; i < n; i++) {
+        int len = snprintf(line, sizeof line,
+                           "{\"id\":\"s%03d\",\"media\":[{\"type\":\"image\",\"path\":"
+                           "\"i.jpg\",\"width\":64,\"height\":64}],\"sim\":{\"cpu_ms\":%d,"
+                           "\"gpu_ms\":%d}}",
+                           i, i < split ? cpu_a : cpu_b, i < split ? gpu_a : gpu_b);
+        ck_assert_int_eq(dh_manifest_parse_line(m, line, (size_t)len, i + 1, NULL, 0), 0);
     }
+    return m;
+}
+
+START_TEST(the_ordered_bound_counts_the_fill_and_the_drain)
+{
+    dh_manifest *m = timed_images(640, 320, 10, 10, 1, 40);
     const char *pol[] = {"local", "pool", "helix", "helix-fifo"};
     for (int p = 0; p < 4; p++) {
         dh_run_config c = shaped(pol[p], 4, 1, 16, 40);
@@ -500,16 +509,7 @@ END_TEST
  * 1.16 s (plus the steps' fixed cost o); before, the ordered bound read 0.23 s. */
 START_TEST(the_ordered_bound_counts_a_task_whole)
 {
-    dh_manifest *m;
-    ck_assert_int_eq(dh_manifest_new("", NULL, &m), 0);
-    char line[512];
-    for (int i = 0; i < 64; i++) {
-        int n = snprintf(line, sizeof line,
-                         "{\"id\":\"s%03d\",\"media\":[{\"type\":\"image\",\"path\":\"i.jpg\","
-                         "\"width\":64,\"height\":64}],\"sim\":{\"cpu_ms\":%d,\"gpu_ms\":10}}",
-                         i, i == 0 ? 1000 : 10);
-        ck_assert_int_eq(dh_manifest_parse_line(m, line, (size_t)n, i + 1, NULL, 0), 0);
-    }
+    dh_manifest *m = timed_images(64, 1, 1000, 10, 10, 10);
     const char *pol[] = {"local", "pool", "helix", "helix-fifo"};
     for (int p = 0; p < 4; p++) {
         dh_run_config c = shaped(pol[p], 4, 16, 16, 4);
