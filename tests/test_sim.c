@@ -473,17 +473,25 @@ static dh_manifest *timed_images(int n, int split, int cpu_a, int gpu_a, int cpu
     return m;
 }
 
+/* A simulated run of m's samples in their order. */
+static dh_result sim_in_order(const char *policy, int ranks, int workers, int64_t batch,
+                              int64_t steps, dh_manifest *m)
+{
+    dh_run_config c = shaped(policy, ranks, workers, batch, steps);
+    c.manifest = m;
+    c.no_shuffle = 1;
+    dh_result r = DH_RESULT_INIT;
+    char err[256];
+    ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+    return r;
+}
+
 START_TEST(the_ordered_bound_counts_the_fill_and_the_drain)
 {
     dh_manifest *m = timed_images(640, 320, 10, 10, 1, 40);
     const char *pol[] = {"local", "pool", "helix", "helix-fifo"};
     for (int p = 0; p < 4; p++) {
-        dh_run_config c = shaped(pol[p], 4, 1, 16, 40);
-        c.manifest = m;
-        c.no_shuffle = 1;
-        dh_result r = DH_RESULT_INIT;
-        char err[256];
-        ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+        dh_result r = sim_in_order(pol[p], 4, 1, 16, 40, m);
         double o = (r.bound_gpu_s - 4.0) / 40; /* every step's fixed cost */
         ck_assert(o >= 0 && o < 0.01);
         ck_assert_double_eq_tol(r.bound_cpu_s, 3.52, 1e-6);
@@ -512,12 +520,7 @@ START_TEST(the_ordered_bound_counts_a_task_whole)
     dh_manifest *m = timed_images(64, 1, 1000, 10, 10, 10);
     const char *pol[] = {"local", "pool", "helix", "helix-fifo"};
     for (int p = 0; p < 4; p++) {
-        dh_run_config c = shaped(pol[p], 4, 16, 16, 4);
-        c.manifest = m;
-        c.no_shuffle = 1;
-        dh_result r = DH_RESULT_INIT;
-        char err[256];
-        ck_assert_msg(dh_sim_run(&c, &r, err, sizeof err) == 0, "%s", err);
+        dh_result r = sim_in_order(pol[p], 4, 16, 16, 4, m);
         double o = (r.bound_gpu_s - 0.16) / 4;
         ck_assert(o >= 0 && o < 0.01);
         /* the smallest batch of step 0: 4 samples (0.04 s), fewer where helix moved one */
