@@ -10,14 +10,16 @@
  *   source gives each step's G samples as it is planned (the sampler rolls
  *   from epoch to epoch); balanced placement partitions them with
  *   dh__partition(), stride placement deals sample k to rank k % R.
- * - Several nodes of several ranks: balanced placement gives node n the draw's
- *   positions [n G / N, (n + 1) G / N) and partitions them over its own ranks.
- *   A node's placement then depends on its share alone (the first piece of a
- *   control plane that does not grow with the job, docs/MULTINODE.md), and
- *   each node's CPU work is a random share of the step's: one partition over
- *   every rank gave the heaviest samples (heavy in CPU too) to the lowest
- *   ranks' nodes step after step, whose workers then ran late
- *   (bench/RESULTS.md). Nodes of one rank keep one partition over every rank:
+ * - Several nodes of several ranks: balanced placement deals the step's
+ *   samples to nodes in LPT order, snaking (0..N-1, N-1..0, ...), so every
+ *   node's share weighs about the same, and partitions each share over its
+ *   node's own ranks. A node's placement then depends on its share alone (the
+ *   first piece of a control plane that does not grow with the job,
+ *   docs/MULTINODE.md): one partition over every rank gave the heaviest
+ *   samples (heavy in CPU too) to the lowest ranks' nodes step after step,
+ *   whose workers then ran late, and contiguous slices of the draw could be
+ *   heavy, which only moves between nodes mended (bench/RESULTS.md). Nodes of
+ *   one rank keep one partition over every rank:
  *   a share of one rank is placed by nobody (omni-mix, 16 nodes of 1 rank:
  *   0.892 -> 0.809 with shares).
  * - Errors: an allocation or order-source failure is kept (s->error) and
