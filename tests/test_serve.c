@@ -356,6 +356,60 @@ START_TEST(a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done)
 }
 END_TEST
 
+/* A user's trial of issue 25: under DDP, rank 1 is killed while it computes and rank 0's
+ * collective fails at once ("Connection reset by peer"), which its trainer tells the agent.
+ * Rank 1's own thread may see its end after rank 0's failure is taken: the agent named rank
+ * 0 as the cause one run in three. Rank 0 here fails the moment rank 1 dies (the pipe they
+ * share closes with it); ten times, the agent names rank 1 every time. */
+START_TEST(a_rank_killed_while_computing_is_the_cause_not_its_peer)
+{
+    for (int round = 0; round < 10; round++) {
+        new_socket_name();
+        int link[2];
+        ck_assert_int_eq(pipe(link), 0);
+        pid_t p1 = fork();
+        if (!p1) {
+            close(link[0]);
+            dh_client_opts o = client_opts(1, 2, 4);
+            dh_client *c;
+            dh_batch b;
+            if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
+                _exit(2);
+            usleep(200000); /* computing */
+            kill(getpid(), SIGKILL);
+            _exit(3);
+        }
+        pid_t p0 = fork();
+        if (!p0) {
+            close(link[1]);
+            dh_client_opts o = client_opts(0, 2, 4);
+            dh_client *c;
+            dh_batch b;
+            char byte;
+            if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
+                _exit(2);
+            if (read(link[0], &byte, 1) != 0) /* in the all-reduce until rank 1 is gone */
+                _exit(3);
+            dh_client_fail(c, "RuntimeError: Connection reset by peer");
+            _exit(0);
+        }
+        close(link[0]);
+        close(link[1]);
+        dh_run_config c = agent_config("pool", 2, 4);
+        c.steps = DH_STEPS_FOREVER;
+        dh_serve_opts o;
+        dh_serve_opts_default(&o);
+        dh_result r;
+        char err[640] = "";
+        int rc = run_agent(&c, &o, &r, err, sizeof err);
+        ck_assert_int_eq(wait_child(p1), 100 + SIGKILL);
+        ck_assert_int_eq(wait_child(p0), 0);
+        ck_assert_int_eq(rc, DH_EPEER);
+        ck_assert_msg(strncmp(err, "rank 1 (pid", 11) == 0, "round %d: %s", round, err);
+    }
+}
+END_TEST
+
 static void fail_with_a_reason(dh_client *c)
 {
     dh_client_fail(c, "ValueError: bad\nlabel\x01 in sample 7");
@@ -2146,6 +2200,7 @@ int main(void)
     ADD_TEST(tc, two_trainers_get_every_sample_of_each_epoch_once);
     ADD_TEST(tc, mismatched_trainers_are_refused_with_the_reason);
     ADD_TEST(tc, a_dead_trainer_is_an_error_for_the_others_not_a_hang);
+    ADD_TEST(tc, a_rank_killed_while_computing_is_the_cause_not_its_peer);
     ADD_TEST(tc, a_rank_failing_after_the_agent_was_stopped_follows_the_stop);
     ADD_TEST(tc, a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done);
     ADD_TEST(tc, a_trainer_that_fails_says_why_to_the_agent_and_the_others);

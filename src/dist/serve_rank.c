@@ -134,8 +134,8 @@ static int send_end(agent *a, conn *c, int rc)
                                                   "its caller)");
     else
         snprintf(msg, sizeof msg, "the agent's run failed: %s", failed ? failed : dh_strerror(rc));
+    c->ended = 1; /* after an end, the rank leaving is expected (gone_before reads it) */
     pthread_mutex_unlock(&a->mu);
-    c->ended = 1; /* after an end, the rank leaving is expected */
     return dh__proto_send_error(c->fd, rc, msg);
 }
 
@@ -266,21 +266,34 @@ void dh__agent_abort_said(conn *c, const void *text, uint32_t len)
 
 /* Another rank whose socket is gone without a DETACH (it died, or failed: ABORT) when rank c's
  * own fault comes: under DDP a rank's death makes the others fail in the collective first,
- * so that one is the cause. Only ranks whose thread is blocked in the engine are looked at:
- * the others' threads read their sockets and see their own end at once (and a DETACH they
- * already took would no longer be there to see). */
+ * so that one is the cause. Every rank still in is looked at, computing ones too: a rank
+ * killed while it computed has its own thread reading its socket, but that thread may see
+ * the end after the failure it caused is taken here (a user's trial: SIGKILL of rank 3, and
+ * rank 2's "Connection reset by peer" named as the cause, one run in three). A rank whose
+ * thread already took its DETACH is marked hung up first (on_detach), so it is not taken
+ * for dead here. Both gone by the time one is taken: a rank that died without a word (killed,
+ * crashed) came before one whose trainer failed saying why (its collective broke because
+ * of it), so a silent death is not blamed on a failure with a reason. */
 static conn *gone_before(agent *a, const conn *c)
 {
+    pthread_mutex_lock(&a->mu);
+    int silent = !c->failed;
+    pthread_mutex_unlock(&a->mu);
     for (int r = a->lo; r < a->hi; r++) {
         conn *o = &a->conns[r];
         if (o == c)
             continue;
         pthread_mutex_lock(&a->mu);
-        int look = o->started && !o->finished && o->waiting && !o->hung_up && o->fd >= 0;
+        int look = o->started && !o->finished && !o->hung_up && !o->ended && o->fd >= 0;
         pthread_mutex_unlock(&a->mu);
         struct pollfd p = {.fd = o->fd, .events = POLLRDHUP};
-        if (look && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) &&
-            !dh__agent_detach_waiting(o))
+        if (!look || poll(&p, 1, 0) <= 0 || !(p.revents & (POLLHUP | POLLRDHUP | POLLERR)) ||
+            dh__agent_detach_waiting(o))
+            continue;
+        pthread_mutex_lock(&a->mu);
+        int said = o->failed; /* its ABORT was waiting (dh__agent_detach_waiting) */
+        pthread_mutex_unlock(&a->mu);
+        if (!(silent && said))
             return o;
     }
     return NULL;
@@ -307,12 +320,23 @@ void dh__agent_lost(agent *a, conn *c, const char *at)
     lost(a, c, at, 1);
 }
 
+/* How long a rank's failure with a reason waits for another's silent end to show (below). */
+#define SILENT_DEATH_GRACE_S 0.25
+
 int dh__agent_blame_first(agent *a, const conn *c)
 {
     pthread_mutex_lock(&a->mu);
-    int first_fault = !a->fault_code;
+    int first_fault = !a->fault_code, said = c->failed;
     pthread_mutex_unlock(&a->mu);
     conn *before = first_fault ? gone_before(a, c) : NULL;
+    /* A trainer that fails saying why may do so because a peer died an instant before (its
+     * collective broke), and the dead one's socket may close a moment after the peer's
+     * message is here: the failure waits a little for such an end before it is the cause. */
+    for (double t0 = dh__mono(); first_fault && said && !before &&
+                                 dh__mono() - t0 < SILENT_DEATH_GRACE_S;) {
+        usleep(10000);
+        before = gone_before(a, c);
+    }
     if (!before)
         return 0;
     pthread_mutex_lock(&a->mu);
@@ -440,6 +464,8 @@ static void on_detach(agent *a, conn *c)
 {
     pthread_mutex_lock(&a->mu);
     int over = c->ended || (a->N > 0 && c->next_step >= a->N);
+    int told = c->hung_up; /* the watch saw it first */
+    c->hung_up = 1;        /* from here no rank's failure takes it for dead (gone_before) */
     pthread_mutex_unlock(&a->mu);
     if (!over) /* leaving early, perhaps because another rank died (DDP) */
         dh__agent_blame_first(a, c);
@@ -447,8 +473,7 @@ static void on_detach(agent *a, conn *c)
     while (c->nleases)
         release_lease(a, c, &c->leases[0], 0);
     pthread_mutex_lock(&a->mu);
-    int early = dh__agent_mark_left(a, c), told = c->hung_up; /* the watch saw it first */
-    c->hung_up = 1;
+    int early = dh__agent_mark_left(a, c);
     pthread_mutex_unlock(&a->mu);
     if (!told)
         dh__agent_tell_left(a, c, early, "");
