@@ -273,6 +273,8 @@ PYEOF
         contains "$WORK/cc$$.t0" "DH_ECANCELED: node 1's agent was stopped (Ctrl-C"
     check "serve, 2 nodes, Ctrl-C on node 1's agent: node 0's agent says so" \
         contains "$WORK/cc$$.srv.err" "node 1's agent was stopped (Ctrl-C.*every node stopped after step"
+    check "serve, 2 nodes, Ctrl-C on node 1's agent: node 1 says it was interrupted" \
+        contains "$WORK/cc$$.srv.err" "node 1 (.*): interrupted: every node stopped with it after"
     # One node's trainers start 17 s after the other's (a checkpoint loading): the early ones
     # wait with their agent, which waits for the other node (they gave up after 15 s of its
     # silence, and the agent then named them as leaving: a user's trial of issue 25).

@@ -657,6 +657,10 @@ static int sim_or_run(int argc, char **argv, int mode)
         }
         if (!rc && n == 1 && lead)
             rc = report_result(cfg, &runs[0].json, &runs[0].res);
+        if (!lead && cli_interrupted()) /* node 0 prints the job's accounting, not this one */
+            fprintf(stderr, "\rdatahelix: %s: interrupted: every node stopped with it after "
+                    "%lld complete steps; node 0 prints the accounting\n", cli_node_name(node),
+                    (long long)runs[0].res.steps);
         if (!rc && lead && node && runs[0].res.wall_s > 0) /* the control plane's own CPU */
             printf("  node 0's communication thread: %.1f ms of CPU during the run, %.2f%% of "
                    "a core\n", 1e3 * (cli_node_comm_cpu(node) - comm0),
