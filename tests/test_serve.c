@@ -91,6 +91,17 @@ static dh_client_opts client_opts(int rank, int world, int64_t G)
     return o;
 }
 
+/* In a forked trainer: rank `rank` of `world` (G = 4) attaches and takes its first batch into
+ * *first, or the process exits 2. */
+static dh_client *took_first(int rank, int world, dh_batch *first)
+{
+    dh_client_opts o = client_opts(rank, world, 4);
+    dh_client *c;
+    if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, first, NULL, 0))
+        _exit(2);
+    return c;
+}
+
 /* Exit statuses of a child: 0 fine; others name what went wrong (see each child). */
 static int wait_child(pid_t pid)
 {
@@ -234,6 +245,27 @@ START_TEST(mismatched_trainers_are_refused_with_the_reason)
 }
 END_TEST
 
+/* An endless pool run of 2 ranks served to the forked trainers p0 and p1, which must exit
+ * with want0 and want1; stop_calls: should_stop is stop_after_a_second on it (NULL: never).
+ * The agent's return code; its result in *r, its error in err. */
+static int stop_after_a_second(void *user);
+static int serve_two_forever(pid_t p0, int want0, pid_t p1, int want1, _Atomic int *stop_calls,
+                             dh_serve_opts *o, dh_result *r, char *err, size_t len)
+{
+    dh_run_config c = agent_config("pool", 2, 4);
+    c.steps = DH_STEPS_FOREVER;
+    if (stop_calls) {
+        c.should_stop = stop_after_a_second;
+        c.should_stop_user = stop_calls;
+    }
+    dh_serve_opts none;
+    dh_serve_opts_default(&none);
+    int rc = run_agent(&c, o ? o : &none, r, err, len);
+    ck_assert_int_eq(wait_child(p1), want1);
+    ck_assert_int_eq(wait_child(p0), want0);
+    return rc;
+}
+
 /*
  * Rank 1 takes one batch and then goes (leave: how; NULL dies by SIGKILL holding it). Rank
  * 0's next requests must fail with DH_EPEER and a sentence holding `said` (%d: rank 1's
@@ -244,11 +276,8 @@ static void rank_1_goes(void (*leave)(dh_client *), const char *said, const char
     new_socket_name();
     pid_t p1 = fork();
     if (!p1) {
-        dh_client_opts o = client_opts(1, 2, 4);
-        dh_client *c;
         dh_batch b;
-        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
-            _exit(2);
+        dh_client *c = took_first(1, 2, &b);
         if (!leave)
             kill(getpid(), SIGKILL);
         leave(c);
@@ -277,15 +306,10 @@ static void rank_1_goes(void (*leave)(dh_client *), const char *said, const char
         }
         _exit(9); /* the run should have stopped */
     }
-    dh_run_config c = agent_config("pool", 2, 4);
-    c.steps = DH_STEPS_FOREVER;
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
     dh_result r;
     char err[640] = "";
-    int rc = run_agent(&c, &o, &r, err, sizeof err);
-    ck_assert_int_eq(wait_child(p1), leave ? 0 : 100 + SIGKILL);
-    ck_assert_int_eq(wait_child(p0), 0);
+    int rc = serve_two_forever(p0, 0, p1, leave ? 0 : 100 + SIGKILL, NULL, NULL, &r, err,
+                               sizeof err);
     ck_assert_int_eq(rc, DH_EPEER);
     ck_assert_msg(strstr(err, agent_says), "%s", err);
     ck_assert_int_eq(r.delivered + r.failed, r.samples);
@@ -310,11 +334,8 @@ START_TEST(a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done)
     new_socket_name();
     pid_t p1 = fork();
     if (!p1) {
-        dh_client_opts o = client_opts(1, 2, 4);
-        dh_client *c;
         dh_batch kept, b;
-        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &kept, NULL, 0))
-            _exit(2);
+        dh_client *c = took_first(1, 2, &kept);
         for (int n = 1; n <= 3; n++) {
             if (dh_client_next(c, 10000, &b, NULL, 0))
                 _exit(3);
@@ -340,15 +361,9 @@ START_TEST(a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done)
         }
         _exit(9);
     }
-    dh_run_config c = agent_config("pool", 2, 4);
-    c.steps = DH_STEPS_FOREVER;
-    dh_serve_opts o;
-    dh_serve_opts_default(&o);
     dh_result r;
     char err[640] = "";
-    int rc = run_agent(&c, &o, &r, err, sizeof err);
-    ck_assert_int_eq(wait_child(p1), 100 + SIGKILL);
-    ck_assert_int_eq(wait_child(p0), 0);
+    int rc = serve_two_forever(p0, 0, p1, 100 + SIGKILL, NULL, NULL, &r, err, sizeof err);
     ck_assert_int_eq(rc, DH_EPEER);
     ck_assert_msg(strstr(err, "holding steps 0 and 3"), "%s", err);
     ck_assert_int_eq(r.steps, 3);
@@ -370,11 +385,8 @@ START_TEST(a_rank_killed_while_computing_is_the_cause_not_its_peer)
         pid_t p1 = fork();
         if (!p1) {
             close(link[0]);
-            dh_client_opts o = client_opts(1, 2, 4);
-            dh_client *c;
             dh_batch b;
-            if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
-                _exit(2);
+            took_first(1, 2, &b);
             usleep(200000); /* computing */
             kill(getpid(), SIGKILL);
             _exit(3);
@@ -382,12 +394,9 @@ START_TEST(a_rank_killed_while_computing_is_the_cause_not_its_peer)
         pid_t p0 = fork();
         if (!p0) {
             close(link[1]);
-            dh_client_opts o = client_opts(0, 2, 4);
-            dh_client *c;
             dh_batch b;
             char byte;
-            if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &b, NULL, 0))
-                _exit(2);
+            dh_client *c = took_first(0, 2, &b);
             if (read(link[0], &byte, 1) != 0) /* in the all-reduce until rank 1 is gone */
                 _exit(3);
             dh_client_fail(c, "RuntimeError: Connection reset by peer");
@@ -395,15 +404,9 @@ START_TEST(a_rank_killed_while_computing_is_the_cause_not_its_peer)
         }
         close(link[0]);
         close(link[1]);
-        dh_run_config c = agent_config("pool", 2, 4);
-        c.steps = DH_STEPS_FOREVER;
-        dh_serve_opts o;
-        dh_serve_opts_default(&o);
         dh_result r;
         char err[640] = "";
-        int rc = run_agent(&c, &o, &r, err, sizeof err);
-        ck_assert_int_eq(wait_child(p1), 100 + SIGKILL);
-        ck_assert_int_eq(wait_child(p0), 0);
+        int rc = serve_two_forever(p0, 0, p1, 100 + SIGKILL, NULL, NULL, &r, err, sizeof err);
         ck_assert_int_eq(rc, DH_EPEER);
         ck_assert_msg(strncmp(err, "rank 1 (pid", 11) == 0, "round %d: %s", round, err);
     }
@@ -597,11 +600,8 @@ START_TEST(a_batch_kept_for_long_does_not_stall_the_others)
     new_socket_name();
     pid_t p = fork();
     if (!p) {
-        dh_client_opts o = client_opts(0, 1, 4);
-        dh_client *c;
         dh_batch first, b;
-        if (dh_client_connect(&o, &c, NULL, 0) || dh_client_next(c, -1, &first, NULL, 0))
-            _exit(2);
+        dh_client *c = took_first(0, 1, &first);
         uint8_t *copy = malloc((size_t)first.bytes);
         memcpy(copy, first.data, (size_t)first.bytes);
         for (int n = 0; n < 60; n++) {
@@ -766,20 +766,14 @@ START_TEST(a_rank_failing_after_the_agent_was_stopped_follows_the_stop)
     }
     close(told[0]);
     close(told[1]);
-    dh_run_config c = agent_config("pool", 2, 4);
-    c.steps = DH_STEPS_FOREVER;
     _Atomic int calls = 0;
-    c.should_stop = stop_after_a_second;
-    c.should_stop_user = &calls;
     dh_serve_opts o;
     dh_serve_opts_default(&o);
     events[0] = 0;
     o.on_event = keep_event;
     dh_result r;
     char err[640] = "";
-    int rc = run_agent(&c, &o, &r, err, sizeof err);
-    ck_assert_int_eq(wait_child(p1), 0);
-    ck_assert_int_eq(wait_child(p0), 0);
+    int rc = serve_two_forever(p0, 0, p1, 0, &calls, &o, &r, err, sizeof err);
     ck_assert_int_eq(rc, DH_EPEER); /* a rank failed: the run did */
     ck_assert_msg(strncmp(err, "the agent was stopped (Ctrl-C, SIGTERM or its caller), then "
                                "rank 0 (pid", 71) == 0 &&
