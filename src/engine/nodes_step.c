@@ -36,11 +36,16 @@
 static int local_done(dh_engine *e, int64_t st)
 {
     eng_step *s = dh__eng_step(e, st), *next = st + 1 < e->N ? dh__eng_step(e, st + 1) : NULL;
-    for (int r = e->rank_lo; s && r < e->rank_hi; r++)
-        if (!(s->b[r].released_at > 0) && e->next_step[r] <= st + 2 &&
-            !(next && e->next_step[r] > st + 1 && next->b[r].released_at > 0))
+    if (!s)
+        return 0;
+    for (int r = e->rank_lo; r < e->rank_hi; r++) {
+        int64_t took = e->next_step[r]; /* steps the rank took */
+        int done = s->b[r].released_at > 0 || took > st + 2 ||
+                   (took > st + 1 && next && next->b[r].released_at > 0);
+        if (!done)
             return 0;
-    return s != NULL;
+    }
+    return 1;
 }
 
 /* A batch of step st its rank still keeps is done for the job when the rank took the next
