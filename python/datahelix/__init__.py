@@ -271,8 +271,9 @@ class Loader:
     $DH_JOB); `%n` in it is this rank's node (GROUP_RANK as torchrun sets it, else rank //
     LOCAL_WORLD_SIZE), as the agents' `serve --socket NAME%n` names theirs.
     rank / world_size: this process's global rank and the job's world size (default: RANK
-    and WORLD_SIZE as torchrun sets them, else LOCAL_RANK and LOCAL_WORLD_SIZE, else 0 and 1); on several nodes each agent serves its node's ranks
-    and names them when a rank comes to the wrong one.
+    and WORLD_SIZE as torchrun sets them, else LOCAL_RANK and LOCAL_WORLD_SIZE, else 0 and 1);
+    on several nodes each agent serves its node's ranks and names them when a rank comes to
+    the wrong one.
     endless: iterate the whole run at once instead of one epoch per loop.
     stream: which of the agent's streams to take (`datahelix serve ... --stream val ...`;
     default: its first, the one its options before any --stream describe). Each Loader of a
