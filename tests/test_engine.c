@@ -1732,6 +1732,23 @@ START_TEST(a_node_that_sends_what_cannot_be_read_is_named)
 }
 END_TEST
 
+/* Nodes started with another --batch or --ranks are named with both values, also when their
+ * records have the same size (a FINAL field made 8 and 6 samples' records alike). */
+START_TEST(greetings_name_a_differing_batch_or_ranks)
+{
+    dh__wire_greeting g[2] = {{DH__WIRE_MAGIC, DH__WIRE_VERSION, 4096, 0, 2, 8},
+                              {DH__WIRE_MAGIC, DH__WIRE_VERSION, 4096, 1, 2, 6}};
+    char why[256];
+    ck_assert_int_eq(dh__wire_check_greetings(g, 2, &g[0], why, sizeof why), DH_EINVAL);
+    ck_assert_msg(strstr(why, "node 1 was started with --batch 6, this node with 8"), "%s", why);
+    g[1] = (dh__wire_greeting){DH__WIRE_MAGIC, DH__WIRE_VERSION, 4096, 1, 4, 8};
+    ck_assert_int_eq(dh__wire_check_greetings(g, 2, &g[0], why, sizeof why), DH_EINVAL);
+    ck_assert_msg(strstr(why, "node 1 was started with --ranks 4, this node with 2"), "%s", why);
+    g[1].ranks = 2;
+    ck_assert_int_eq(dh__wire_check_greetings(g, 2, &g[0], why, sizeof why), 0);
+}
+END_TEST
+
 START_TEST(run_needs_a_manifest)
 {
     dh_run_config c;
@@ -1779,6 +1796,7 @@ int main(void)
     ADD_TEST(tc, several_nodes_agree_on_stopping_and_on_the_job);
     ADD_TEST(tc, nodes_of_another_job_are_refused_naming_the_setting);
     ADD_TEST(tc, a_node_that_sends_what_cannot_be_read_is_named);
+    ADD_TEST(tc, greetings_name_a_differing_batch_or_ranks);
     ADD_TEST(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -100,7 +100,8 @@ static int apply_step(dh_engine *e, int64_t st)
             stop |= o->stop != 0;
             if (o->stop && !rec_of(x, e->node)->stop && !x->stopped_by[0])
                 dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped "
-                        "(Ctrl-C, SIGTERM or its caller): every node stopped after step %lld",
+                        "(Ctrl-C, SIGTERM or its caller): every node stops serving new batches "
+                        "(agreed at step %lld's exchange)",
                         k, (long long)st);
             continue;
         }
@@ -270,6 +271,19 @@ static void fill_final(dh_engine *e, xrec *m)
         DH__FETCH_TOTALS(e->fetched)};
     m->closed_steps = e->rec.steps;
     m->closed_failed = e->rec.failed;
+    /* Steps past the last exchanged one that every rank here took: a stop is agreed at a
+     * step's exchange, which follows its ranks taking the next step (local_done), so the
+     * trainers may hold one or two steps more; they count as the one-node engine counts a
+     * stopped run's steps (a user's trial: 3 steps accounted, 5 trained). */
+    for (int64_t st = x->exchanged; m->more_steps < DH__MORE_STEPS && st < e->N; st++) {
+        int all = 1;
+        for (int r = e->rank_lo; r < e->rank_hi; r++)
+            all &= e->next_step[r] > st;
+        if (!all)
+            break;
+        const dh__rec_step *sp = dh__records_step(&e->rec, st);
+        m->more_failed[m->more_steps++] = sp ? sp->failed : 0;
+    }
 }
 
 /* A fault of this node's own that followed another node's (a trainer of its failing in a
@@ -330,6 +344,16 @@ void dh__nodes_finish(dh_engine *e, dh__node_totals *t)
         e->error = rc;
     const xrec *me = mine;
     *t = (dh__node_totals){0};
+    /* A stopped run (no node failed): the steps every rank of every node took past the last
+     * exchanged one count too, with the samples of theirs that failed on any node. */
+    int64_t more = me && all_final && !rc && !e->error ? me->more_steps : 0;
+    for (int k = 0; more > 0 && k < e->nodes; k++)
+        more = rec_of(x, k)->error ? 0 : DH_MIN(more, rec_of(x, k)->more_steps);
+    x->more_steps = more;
+    x->more_failed = 0;
+    for (int k = 0; k < e->nodes && more; k++)
+        for (int64_t j = 0; j < more; j++)
+            x->more_failed += rec_of(x, k)->more_failed[j];
     for (int k = 0; me && k < e->nodes; k++) {
         const xrec *o = all_final && !rc ? rec_of(x, k) : k == e->node ? me : NULL;
         if (!o)
@@ -360,6 +384,10 @@ void dh__nodes_result(const dh_engine *e, const dh__node_totals *t, dh_result *f
 {
     full->nodes = e->nodes;
     full->memory_budget *= e->nodes; /* each node held its share */
+    full->steps += e->x ? e->x->more_steps : 0; /* a stopped run's steps taken past the */
+    full->samples += e->x ? e->x->more_steps * e->rec.G : 0; /* last exchange (FINAL) */
+    full->failed += e->x ? e->x->more_failed : 0;
+    full->delivered = full->samples - full->failed;
     full->reb_considered = t->considered;
     full->reb_moved = t->moved;
     full->reb_gated = t->gated;

@@ -145,6 +145,13 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
                         "%lld, %lld failed samples of %lld, a late task of %lld bytes)", k,
                         (long long)r->step, (long long)r->failed, (long long)lim->global_batch,
                         (long long)r->late_bytes);
+    int more_ok = r->kind != X_FINAL || (r->more_steps >= 0 && r->more_steps <= DH__MORE_STEPS);
+    for (int64_t j = 0; more_ok && r->kind == X_FINAL && j < r->more_steps; j++)
+        more_ok = r->more_failed[j] >= 0 && r->more_failed[j] <= lim->global_batch;
+    if (!more_ok)
+        return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed final record (%lld "
+                        "steps past the exchanged ones, or their failed samples)", k,
+                        (long long)r->more_steps);
     return 0;
 }
 
@@ -164,12 +171,12 @@ int dh__wire_check_greetings(const dh__wire_greeting *all, int nodes,
         if (g->node != k)
             return dh__fail(why, whylen, DH_EPARSE, "the greeting of node %d says node %d", k,
                             (int)g->node);
-        if (g->record_bytes != record_bytes && g->ranks && g->ranks != mine->ranks)
+        /* named whether or not their records' sizes differ (an aligned size may not) */
+        if (g->ranks && g->ranks != mine->ranks)
             return dh__fail(why, whylen, DH_EINVAL, "node %d was started with --ranks %d, this "
                             "node with %d (every node must run the same command)", k,
                             (int)g->ranks, (int)mine->ranks);
-        if (g->record_bytes != record_bytes && g->global_batch &&
-            g->global_batch != mine->global_batch)
+        if (g->global_batch && g->global_batch != mine->global_batch)
             return dh__fail(why, whylen, DH_EINVAL, "node %d was started with --batch %llu, "
                             "this node with %llu (every node must run the same command)", k,
                             (unsigned long long)g->global_batch,

@@ -23,8 +23,9 @@
 #include "engine_int.h"
 
 #define DH__WIRE_MAGIC 0x57584844u /* "DHXW" */
-#define DH__WIRE_VERSION 3 /* 1: before the greeting; 2: greeting, checked messages; 3: when
-                            * a node's fault happened (FINAL) */
+#define DH__WIRE_VERSION 4 /* 1: before the greeting; 2: greeting, checked messages; 3: when
+                            * a node's fault happened (FINAL); 4: the steps taken past the
+                            * last exchanged one (FINAL) */
 
 /* The first round of every run; never changes (a later version keeps these 32 bytes). */
 typedef struct {
@@ -36,6 +37,7 @@ typedef struct {
 } dh__wire_greeting;
 
 /* Exchange records (the allgather's rounds). */
+#define DH__MORE_STEPS 8 /* steps a rank may be ahead of the exchange, at most counted */
 enum { X_HELLO = 1, X_STEP, X_FINAL, X_BEGIN };
 
 typedef struct {
@@ -71,6 +73,10 @@ typedef struct {
     /* FINAL: this node's totals, and the steps it closed (every node's must agree) */
     dh__node_totals tot;
     int64_t closed_steps, closed_failed;
+    /* FINAL of a stopped run: the steps after the last exchanged one that every rank of this
+     * node took (a stop is agreed at a step's exchange, when its ranks may hold the next ones
+     * already), and the samples of each that failed here */
+    int64_t more_steps, more_failed[DH__MORE_STEPS];
     char msg[256];
     xrank r[];
 } xrec;
