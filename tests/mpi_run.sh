@@ -281,6 +281,32 @@ PYEOF
                   $(grep -c took "$WORK/cc$$.t0") : $(grep -c took "$WORK/cc$$.t1") ))
     check "serve, 2 nodes, Ctrl-C on node 1's agent: the accounting covers the $took_both steps both ranks took" \
         contains "$WORK/cc$$.srv.out" "delivered [0-9]* + failed [0-9]* = $((4 * took_both)) "
+    # 2 nodes x 2 ranks whose trainers read two epochs of an endless stream and leave
+    # together: the job ended before its last step was exchanged, and the accounting said 7
+    # steps where every rank took 8 (a user's validation stream).
+    cat > "$WORK/lt.py" << 'PYEOF'
+import os, sys, time, datahelix
+rank, job, at = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with datahelix.Loader(socket="@dhmpi-%d-%s" % (rank // 2, job), rank=rank, world_size=4) as L:
+    n = sum(1 for ep in range(2) for b in L)
+    open("%s/%s.done%d" % (at, job, rank), "w").close() # DDP's last collective: all leave
+    while sum(os.path.exists("%s/%s.done%d" % (at, job, r)) for r in range(4)) < 4: # together
+        time.sleep(0.01)
+print("took", n, flush=True)
+PYEOF
+    setsid timeout 120 "${MPIRUN[@]}" -np 2 "$DH" serve --manifest "$M" --ranks 4 --workers 2 \
+        --batch 6 --steps 0 --no-shuffle --keep-last --socket "@dhmpi-%n-tg$$" \
+        > "$WORK/tg$$.srv.out" 2> "$WORK/tg$$.srv.err" &
+    SRV=$!
+    TG=()
+    for r in 0 1 2 3; do
+        PYTHONPATH=$PYP timeout 100 $PY "$WORK/lt.py" $r "tg$$" "$WORK" > "$WORK/tg$$.t$r" 2>&1 &
+        TG+=($!)
+    done
+    wait "${TG[@]}" "$SRV"
+    took=$(sed -n 's/^took //p' "$WORK/tg$$.t0")
+    check "serve, 2 nodes x 2 ranks leaving together: the accounting covers the ${took:-?} steps every rank took" \
+        contains "$WORK/tg$$.srv.out" "on 2 nodes, ${took:-none} steps,"
     # One node's trainers start 17 s after the other's (a checkpoint loading): the early ones
     # wait with their agent, which waits for the other node (they gave up after 15 s of its
     # silence, and the agent then named them as leaving: a user's trial of issue 25).

@@ -356,7 +356,10 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
         event(a, "then %s", how);
         return;
     }
-    char why[sizeof a->fault];
+    char why[sizeof a->fault], by[200] = "";
+    const char *other = a->e ? dh__engine_stopped_by(a->e) : NULL; /* not under a->mu */
+    if (other)
+        snprintf(by, sizeof by, "%s, then ", other);
     pthread_mutex_lock(&a->mu);
     int first = !a->died;
     if (!a->fault_code) { /* a rank that left earlier stays the cause */
@@ -367,7 +370,7 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
          * on the agent ended with "rank 0 failed ... Connection closed by peer") */
         snprintf(a->fault, sizeof a->fault, "%s%s; %s",
                  a->stopping ? "the agent was stopped (Ctrl-C, SIGTERM or its caller), then "
-                             : "",
+                             : by, /* another node's agent was (every node stops with it) */
                  how_lost(c, at, how, sizeof how), dh__agent_fault_tail(a));
     }
     a->died = 1;

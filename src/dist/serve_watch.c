@@ -126,8 +126,10 @@ void dh__agent_watch(agent *a)
         snprintf(why, sizeof why, "%s", a->fault);
         spot_stalls(a);
         pthread_mutex_unlock(&a->mu);
-        if (reap) /* no: wake whoever waits for a step the rank that left will not take */
+        if (reap) { /* no: wake whoever waits for a step the rank that left will not take */
+            dh__engine_count_taken(a->e); /* they left together: what they took counts */
             dh__engine_abort(a->e, DH_EPEER, why);
+        }
         spot_hangups(a);
         if (a->o.on_rank_exit == DH_ON_RANK_EXIT_STOP) /* waiting: for the next set of ranks */
             dh__agent_take_queued(a, DH_EMISMATCH, "this stream's ranks are all attached and its "
@@ -135,6 +137,7 @@ void dh__agent_watch(agent *a)
                                   "created twice?)");
         if (a->cfg->should_stop && a->cfg->should_stop(a->cfg->should_stop_user)) {
             a->stopping = 1; /* a rank lost from here on follows the stop (lost) */
+            dh__engine_count_taken(a->e);
             if (!a->cfg->exchange || a->cfg->nodes < 2) /* on several, the nodes agree first */
                 dh_engine_stop(a->e);
         }

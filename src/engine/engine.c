@@ -63,6 +63,11 @@ const char *dh__engine_peer_msg(dh_engine *e)
     return m[0] ? m : NULL;
 }
 
+void dh__engine_count_taken(dh_engine *e)
+{
+    e->count_taken = 1;
+}
+
 const char *dh__engine_stopped_by(dh_engine *e)
 {
     pthread_mutex_lock(&e->mu);

@@ -82,6 +82,7 @@ struct dh_engine {
     int io_stop; /* atomic, set with stop: the workers' requests to object stores end at once */
     int shared;             /* > 0: pools in memfds trainers map, room for this many leases each */
     int error;              /* what stopped the run, if it failed (0: not failed) */
+    _Atomic int count_taken; /* the run ends as its trainers meant (dh__engine_count_taken) */
     int64_t nok, nfail;     /* samples finished fine and failed (dh_run_config.max_failed_frac) */
     char fail_msg[1200];    /* why too many samples failed (DH_EFAILED): the last one's error */
     int64_t N, G;           /* N: steps of the run (DH__STEPS_UNBOUNDED: until stopped) */

@@ -37,6 +37,11 @@ void dh__engine_refuse(dh_engine *e, int rc, const char *why);
 /* A batch whose trainer died holding it: its memory is freed, but its rank never finished
  * it, so its step is not completed (not counted, not closed); the run is to stop. */
 void dh__engine_reclaim(dh_engine *e, const dh_batch *b);
+/* The run ends as its trainers meant, whatever the engine's code: they left together, or the
+ * agent was stopped (a rank failing after that included). A run on several nodes then counts
+ * the steps every rank took past the last exchanged one, as one node counts every step its
+ * ranks all gave back (else they count only on a run that did not fail). Any thread. */
+void dh__engine_count_taken(dh_engine *e);
 /* Stops the run with error code rc (the first reason wins); every consumer wakes. */
 void dh__engine_abort(dh_engine *e, int rc, const char *why);
 /* On several nodes: why another node (or the exchange) stopped the run, or NULL. */

@@ -98,6 +98,7 @@ static int apply_step(dh_engine *e, int64_t st)
         const xrec *o = rec_of(x, k);
         if (o->kind == X_STEP && o->step == st) {
             stop |= o->stop != 0;
+            e->count_taken |= o->stop != 0; /* a rank failing after the stop follows it */
             if (o->stop && !rec_of(x, e->node)->stop && !x->stopped_by[0])
                 dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped "
                         "(Ctrl-C, SIGTERM or its caller): every node stops serving new batches "
@@ -271,11 +272,16 @@ static void fill_final(dh_engine *e, xrec *m)
         DH__FETCH_TOTALS(e->fetched)};
     m->closed_steps = e->rec.steps;
     m->closed_failed = e->rec.failed;
-    /* Steps past the last exchanged one that every rank here took: a stop is agreed at a
+    /* Steps past the last closed one that every rank here took: a stop is agreed at a
      * step's exchange, which follows its ranks taking the next step (local_done), so the
-     * trainers may hold one or two steps more; they count as the one-node engine counts a
-     * stopped run's steps (a user's trial: 3 steps accounted, 5 trained). */
-    for (int64_t st = x->exchanged; m->more_steps < DH__MORE_STEPS && st < e->N; st++) {
+     * trainers may hold one or two steps more, and trainers that leave together end the run
+     * before their last step is exchanged; those steps count as the one-node engine counts
+     * them (users' trials: 3 steps accounted, 5 trained; 7 accounted, 8 taken). Not when the
+     * run failed other than as its trainers meant (a rank died holding its step). */
+    /* from the first step not closed (every node closed the same steps: a round that met
+     * another node's FINAL counts as exchanged, not closed) */
+    for (int64_t st = e->rec.lo; (!e->error || e->count_taken) &&
+                                    m->more_steps < DH__MORE_STEPS && st < e->N; st++) {
         int all = 1;
         for (int r = e->rank_lo; r < e->rank_hi; r++)
             all &= e->next_step[r] > st;
@@ -344,11 +350,12 @@ void dh__nodes_finish(dh_engine *e, dh__node_totals *t)
         e->error = rc;
     const xrec *me = mine;
     *t = (dh__node_totals){0};
-    /* A stopped run (no node failed): the steps every rank of every node took past the last
-     * exchanged one count too, with the samples of theirs that failed on any node. */
-    int64_t more = me && all_final && !rc && !e->error ? me->more_steps : 0;
+    /* The steps every rank of every node took past the last closed one count too, with the
+     * samples of theirs that failed on any node (a node whose run failed, not as its trainers
+     * meant, counts none: fill_final). */
+    int64_t more = me && all_final && !rc ? me->more_steps : 0;
     for (int k = 0; more > 0 && k < e->nodes; k++)
-        more = rec_of(x, k)->error ? 0 : DH_MIN(more, rec_of(x, k)->more_steps);
+        more = DH_MIN(more, rec_of(x, k)->more_steps);
     x->more_steps = more;
     x->more_failed = 0;
     for (int k = 0; k < e->nodes && more; k++)
@@ -384,8 +391,8 @@ void dh__nodes_result(const dh_engine *e, const dh__node_totals *t, dh_result *f
 {
     full->nodes = e->nodes;
     full->memory_budget *= e->nodes; /* each node held its share */
-    full->steps += e->x ? e->x->more_steps : 0; /* a stopped run's steps taken past the */
-    full->samples += e->x ? e->x->more_steps * e->rec.G : 0; /* last exchange (FINAL) */
+    full->steps += e->x ? e->x->more_steps : 0; /* steps every rank took past the last */
+    full->samples += e->x ? e->x->more_steps * e->rec.G : 0; /* closed one (FINAL) */
     full->failed += e->x ? e->x->more_failed : 0;
     full->delivered = full->samples - full->failed;
     full->reb_considered = t->considered;

@@ -25,7 +25,7 @@
 #define DH__WIRE_MAGIC 0x57584844u /* "DHXW" */
 #define DH__WIRE_VERSION 4 /* 1: before the greeting; 2: greeting, checked messages; 3: when
                             * a node's fault happened (FINAL); 4: the steps taken past the
-                            * last exchanged one (FINAL) */
+                            * last closed one (FINAL) */
 
 /* The first round of every run; never changes (a later version keeps these 32 bytes). */
 typedef struct {
@@ -73,9 +73,11 @@ typedef struct {
     /* FINAL: this node's totals, and the steps it closed (every node's must agree) */
     dh__node_totals tot;
     int64_t closed_steps, closed_failed;
-    /* FINAL of a stopped run: the steps after the last exchanged one that every rank of this
-     * node took (a stop is agreed at a step's exchange, when its ranks may hold the next ones
-     * already), and the samples of each that failed here */
+    /* FINAL: the steps after the last closed one that every rank of this node took (a stop is
+     * agreed at a step's exchange, when its ranks may hold the next ones already; trainers
+     * that leave together end the run before their last step is exchanged), and the samples
+     * of each that failed here; 0 when this node's run failed other than as its trainers
+     * meant */
     int64_t more_steps, more_failed[DH__MORE_STEPS];
     char msg[256];
     xrank r[];
