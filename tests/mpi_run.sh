@@ -307,6 +307,30 @@ PYEOF
     took=$(sed -n 's/^took //p' "$WORK/tg$$.t0")
     check "serve, 2 nodes x 2 ranks leaving together: the accounting covers the ${took:-?} steps every rank took" \
         contains "$WORK/tg$$.srv.out" "on 2 nodes, ${took:-none} steps,"
+    # A rank given the wrong node's socket after that node's own rank attached: told at once
+    # which node it belongs to (it heard nothing for 15 s, then "the agent said nothing").
+    cat > "$WORK/wn.py" << 'PYEOF'
+import sys, datahelix
+try:
+    with datahelix.Loader(socket=sys.argv[2], rank=int(sys.argv[1]), world_size=2) as L:
+        next(iter(L))
+except datahelix.DataHelixError as e:
+    print(e.name, e.message, flush=True)
+PYEOF
+    setsid timeout 60 "${MPIRUN[@]}" -np 2 "$DH" serve --manifest "$M" --ranks 2 --workers 2 \
+        --batch 4 --steps 0 --attach-timeout 6 --socket "@dhmpi-%n-wn$$" > /dev/null \
+        2> "$WORK/wn$$.srv.err" &
+    SRV=$!
+    PYTHONPATH=$PYP timeout 50 $PY "$WORK/wn.py" 0 "@dhmpi-0-wn$$" > "$WORK/wn$$.t0" 2>&1 &
+    T0=$!
+    for _ in $(seq 100); do
+        grep -q "rank 0 attached" "$WORK/wn$$.srv.err" 2> /dev/null && break
+        sleep 0.1
+    done
+    PYTHONPATH=$PYP timeout 10 $PY "$WORK/wn.py" 1 "@dhmpi-0-wn$$" > "$WORK/wn$$.t1" 2>&1
+    wait "$T0" "$SRV"
+    check "serve, 2 nodes: a rank at the wrong node's agent, its own rank in, is told its node" \
+        contains "$WORK/wn$$.t1" "DH_EMISMATCH rank 1 belongs to node 1; this agent is node 0"
     # One node's trainers start 17 s after the other's (a checkpoint loading): the early ones
     # wait with their agent, which waits for the other node (they gave up after 15 s of its
     # silence, and the agent then named them as leaving: a user's trial of issue 25).

@@ -200,6 +200,10 @@ static void *teller_main(void *arg)
         for (int r = a->lo; r < a->hi; r++) /* a send that fails: the answer will too */
             if (a->conns[r].fd >= 0)
                 (void)dh__proto_send(a->conns[r].fd, DH__MSG_WAITING, &w, sizeof w, NULL, 0);
+        /* every rank of this node is in: an attach now is another node's rank, or a second */
+        dh__agent_take_queued(a, DH_EMISMATCH, "this node's ranks are all attached and wait "
+                              "for the other nodes' (a second trainer for one rank, or a "
+                              "Loader created twice?)");
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -231,7 +235,9 @@ void dh__agent_teller_stop(dh__agent_teller *t)
 }
 
 /* Takes the attaches the acceptor queued for this stream: validated, or refused with why
- * (NULL: validated against the stream as it attaches). */
+ * (NULL: validated against the stream as it attaches); a rank of another node, or of
+ * another world size, is told so instead (a trainer given the wrong node's socket heard
+ * nothing for 15 s, or "this stream's run has ended" before it began: a user's trial). */
 void dh__agent_take_queued(agent *a, int code, const char *why)
 {
     char b[64];
@@ -244,7 +250,13 @@ void dh__agent_take_queued(agent *a, int code, const char *why)
     a->nqueue = a->capq = 0;
     pthread_mutex_unlock(&a->hub->mu);
     for (size_t k = 0; k < n; k++) {
-        if (why)
+        const dh__attach *r = &q[k].req;
+        char own[512];
+        conn c = {.a = a, .fd = q[k].fd, .pid = q[k].pid, .req = *r, .rank = r->rank};
+        if (why && (r->world_size != a->R || r->rank < a->lo || r->rank >= a->hi))
+            dh__serve_refuse(a->hub, a, q[k].fd, q[k].pid,
+                             refuse_reason(a, &c, own, sizeof own), own);
+        else if (why)
             dh__serve_refuse(a->hub, a, q[k].fd, q[k].pid, code, why);
         else
             take_attach(a, &q[k]);
@@ -300,7 +312,7 @@ int dh__agent_wait_for_ranks(agent *a)
         if (!serving && dh__mono() - said >= every) { /* a heartbeat in the agent's log */
             said = dh__mono();
             event(a, DH_SERVE_WAITING_EVENT " %d of %d attached, %.0f s left (--attach-timeout)",
-                  a->attached, a->hi - a->lo, until - said);
+                  a->attached, a->hi - a->lo, DH_MAX(0.0, until - said));
         }
         if (ready > 0 || tell) {
             tend_attaches(a, pf, ready > 0 ? n : 0, until, tell);
