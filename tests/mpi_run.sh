@@ -182,6 +182,8 @@ check "killed node: both survivors name it" \
     test "$(grep -c 'stopped responding' "$WORK/kill.err")" -ge 2
 check "killed node: the survivors print their accounting" \
     test "$(grep -c 'the accounting of the' "$WORK/kill.err")" -eq 2
+check "killed node: whose step in flight may be counted by some survivors only" \
+    test "$(grep -c 'one in flight when a node died' "$WORK/kill.err")" -eq 2
 accounts=$(grep -Eo 'delivered [0-9]+ \+ failed [0-9]+ = [0-9]+' "$WORK/kill.out" |
     awk '$2 + $5 == $7 && $7 > 0' | wc -l)
 check "killed node: each survivor's accounting is exact" test "$accounts" -eq 2
@@ -329,6 +331,8 @@ PYEOF
     done
     PYTHONPATH=$PYP timeout 10 $PY "$WORK/wn.py" 1 "@dhmpi-0-wn$$" > "$WORK/wn$$.t1" 2>&1
     wait "$T0" "$SRV"
+    check "serve, 2 nodes: a node stopped before the run began: no node died, none says so" \
+        not_contains "$WORK/wn$$.srv.err" "one in flight when a node died"
     check "serve, 2 nodes: a rank at the wrong node's agent, its own rank in, is told its node" \
         contains "$WORK/wn$$.t1" "DH_EMISMATCH rank 1 belongs to node 1; this agent is node 0"
     # One node's trainers start 17 s after the other's (a checkpoint loading): the early ones

@@ -451,9 +451,10 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
     cli_err("%s%s%s: %s [%s]", mode_name[mode], node ? ": " : "", node ? cli_node_name(node) : "",
             err[0] ? err : dh_strerror(rc), dh_err_name(rc));
     if (node && res->engine[0]) { /* the survivors of a lost node still account for the steps */
-        cli_err("%s: the accounting of the %lld steps this node saw every node complete (one "
-                "in flight when a node died may be counted by some survivors only):",
-                cli_node_name(node), (long long)res->steps);
+        cli_err("%s: the accounting of the %lld steps this node saw every node complete%s:",
+                cli_node_name(node), (long long)res->steps,
+                strstr(err, "stopped responding") ? " (one in flight when a node died may be "
+                                                    "counted by some survivors only)" : "");
         cli_print_result(res);
     } else if (res->engine[0]) { /* a run cut short still accounts for what it completed */
         cli_err("%s: the accounting of the %lld completed steps (a sample of a step left "
