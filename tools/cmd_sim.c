@@ -402,13 +402,14 @@ static int report_result(const dh_run_config *cfg, cli_out *json, const dh_resul
     return rc;
 }
 
+/* user: on several nodes, this node's name (their lines share mpirun's stderr) */
 static void print_event(const char *message, void *user)
 {
-    (void)user;
     if (cli_progress_is_quiet() &&
         !strncmp(message, DH_SERVE_WAITING_EVENT, strlen(DH_SERVE_WAITING_EVENT)))
         return; /* --quiet: no progress */
-    fprintf(stderr, "serve: %s\n", message);
+    fprintf(stderr, "serve: %s%s%s\n", user ? (const char *)user : "", user ? ": " : "",
+            message);
 }
 
 /* One run of the command: the main one, or a stream of serve's (--stream NAME ...). */
@@ -424,7 +425,8 @@ typedef struct {
     int64_t sample_errors;
 } one_run;
 
-static int run_mode(int mode, one_run *runs, int n, char *err, size_t errlen)
+static int run_mode(int mode, one_run *runs, int n, const cli_node *node, char *err,
+                    size_t errlen)
 {
     dh_run_config *cfg = &runs[0].cfg;
     if (mode == MODE_SIM)
@@ -440,6 +442,7 @@ static int run_mode(int mode, one_run *runs, int n, char *err, size_t errlen)
     }
     dh_serve_opts *o = &runs[0].f.serve;
     o->on_event = print_event;
+    o->event_user = node ? (void *)cli_node_name(node) : NULL;
     return dh_serve_streams(ss, n, o, err, errlen);
 }
 
@@ -637,7 +640,7 @@ static int sim_or_run(int argc, char **argv, int mode)
     double comm0 = cli_node_comm_cpu(node); /* MPI's start-up is not the run's */
     if (!rc) {
         char err[2048] = "";
-        rc = run_mode(mode, runs, n, err, sizeof err);
+        rc = run_mode(mode, runs, n, node, err, sizeof err);
         if (rc)
             report_failure(mode, node, err, rc, n == 1 ? &runs[0].res : &(dh_result){0});
         /* a configuration the library refused before any step (--batch 4 --ranks 8) is a
