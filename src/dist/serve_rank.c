@@ -458,8 +458,9 @@ void dh__agent_tell_left(agent *a, const conn *c, int early, const char *how)
     if (early)
         event(a, "rank %d detached (pid %d)%s after taking %lld batches%s", c->rank,
               (int)c->pid, how, (long long)c->next_step, a->N < 0 ? "" : ", before the run's end");
-    else
-        event(a, "rank %d detached (pid %d)", c->rank, (int)c->pid);
+    else /* the count as an early one has it (a trial compared the streams' lines) */
+        event(a, "rank %d detached (pid %d) after taking %lld batches", c->rank, (int)c->pid,
+              (long long)c->next_step);
 }
 
 /* A clean detach: the end of the run for this rank, or leaving it early (see DESIGN). */
