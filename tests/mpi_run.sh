@@ -134,6 +134,12 @@ check "different jobs: named" contains "$WORK/mix.err" "node 1 was started on an
 timeout 60 "${MPIRUN[@]}" -np 2 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
     --nodes 3 > /dev/null 2> "$WORK/nodes.err"
 check "--nodes that contradicts mpirun is refused" contains "$WORK/nodes.err" "mpirun started 2 processes"
+# serve --stream on several nodes: a usage error (it exited 1 as a failed run: a trial)
+timeout 60 "${MPIRUN[@]}" -np 2 "$DH" serve --manifest "$M" --ranks 2 --workers 2 --batch 4 \
+    --steps 0 --stream val --manifest "$M" --batch 2 > /dev/null 2> "$WORK/streams.err"
+check "serve --stream on several nodes: exit 2" test $? -eq 2
+check "serve --stream on several nodes: said why" contains "$WORK/streams.err" \
+    "several streams are served on one node only"
 # --batch (or --ranks) differs: the records differ in size, and the greeting named neither
 # (a user's trial: "node 0 exchanges records of 1088 bytes, this node 1152").
 timeout 60 "${MPIRUN[@]}" -np 1 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \

@@ -588,6 +588,13 @@ static int sim_or_run(int argc, char **argv, int mode)
     cli_node *node = NULL;
     if (mode != MODE_SIM && (rc = cli_node_start(cfg, &node)))
         return rc;
+    if (n > 1 && cfg->nodes > 1) { /* a usage error, said before any agent listens */
+        cli_err("serve: --stream: several streams are served on one node only (on several "
+                "nodes, run an agent per stream, each under its own mpirun, on its own "
+                "--socket)");
+        cli_node_stop(node);
+        return CLI_USAGE;
+    }
     int lead = cli_node_rank(node) == 0; /* node 0 prints the result and writes --json */
     char trace[4200];
     if (!lead && cfg->trace_path) { /* one trace per node */
