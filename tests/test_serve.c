@@ -238,9 +238,12 @@ START_TEST(mismatched_trainers_are_refused_with_the_reason)
     dh_serve_opts_default(&o);
     o.attach_timeout_ms = 3000;
     dh_result r;
-    char err[256] = "";
+    char err[512] = "";
     ck_assert_int_eq(run_agent(&c, &o, &r, err, sizeof err), DH_ETIMEDOUT);
     ck_assert_msg(strstr(err, "0 of 2 ranks"), "%s", err);
+    /* the timeout names what it refused (a trial: "0 of 4 attached", and not why) */
+    ck_assert_msg(strstr(err, "(2 attaches refused, the last: the agent's preprocessing spec"),
+                  "%s", err);
     ck_assert_int_eq(wait_child(a), 0);
 }
 END_TEST

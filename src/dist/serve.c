@@ -203,12 +203,17 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
                   "%lld of each epoch's order are dropped (--keep-last keeps them)",
                   (long long)a->samples, (long long)a->cfg->global_batch,
                   (long long)(a->samples - tail), (long long)tail);
+        a->refused = 0; /* this generation's */
         if ((rc = dh__agent_wait_for_ranks(a))) {
-            char why[160];
-            snprintf(why, sizeof why, rc == DH_ETIMEDOUT ? "only %d of %d ranks attached in time"
-                                                         : "stopped (Ctrl-C, SIGTERM or its "
-                                                           "caller) with %d of %d ranks attached",
-                     a->attached, a->hi - a->lo);
+            char why[400];
+            int k = snprintf(why, sizeof why, rc == DH_ETIMEDOUT
+                                                  ? "only %d of %d ranks attached in time"
+                                                  : "stopped (Ctrl-C, SIGTERM or its caller) "
+                                                    "with %d of %d ranks attached",
+                             a->attached, a->hi - a->lo);
+            if (a->refused && k > 0 && (size_t)k < sizeof why)
+                snprintf(why + k, sizeof why - (size_t)k, " (%d attach%s refused, the last: %s)",
+                         a->refused, a->refused == 1 ? "" : "es", a->last_refused);
             dh__msg(err, errlen, "%s", why);
             dh__engine_refuse(a->e, rc, why);
             refuse_all(a, rc, why);
