@@ -75,10 +75,6 @@ void dh__serve_refuse(hub *h, agent *a, int fd, int32_t pid, int rc, const char 
     if (why[0])
         dh__proto_send_error(fd, rc, why);
     close(fd);
-    if (a && !a->e_began) { /* the agent's timeout names them (a trial: "0 of 4 attached") */
-        a->refused++;
-        snprintf(a->last_refused, sizeof a->last_refused, "%s", why[0] ? why : dh_strerror(rc));
-    }
 }
 
 /* The stream an attach names ("": the first), or NULL with the sentence in why. */

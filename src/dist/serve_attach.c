@@ -151,6 +151,9 @@ static void take_attach(agent *a, const pending *in)
     int rc = refuse_reason(a, &c, why, sizeof why);
     if (rc) {
         dh__serve_refuse(a->hub, a, in->fd, in->pid, rc, why);
+        a->refused++; /* an attach timeout names them (a trial: "0 of 4 attached", not why) */
+        snprintf(a->last_refused, sizeof a->last_refused, "%.*s",
+                 (int)sizeof a->last_refused - 1, why);
         return;
     }
     int32_t pid = in->pid;

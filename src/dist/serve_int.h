@@ -74,7 +74,7 @@ struct agent {
     conn *conns;
     struct pollfd *pf;      /* the listening socket and each held attach */
     int attached;
-    int refused;            /* attaches refused before the run began, the last one's why */
+    int refused;            /* attaches refused while ranks attach, the last one's why */
     char last_refused[200];
     uint64_t manifest_hash, spec_hash;
     char augment_text[400];     /* what the spec's random keys do (dh_spec_random_text) */
