@@ -39,7 +39,7 @@ void dh__engine_refuse(dh_engine *e, int rc, const char *why);
 void dh__engine_reclaim(dh_engine *e, const dh_batch *b);
 /* The run ends as its trainers meant, whatever the engine's code: they left together, or the
  * agent was stopped (a rank failing after that included). A run on several nodes then counts
- * the steps every rank took past the last exchanged one, as one node counts every step its
+ * the steps every rank took past the last closed one, as one node counts every step its
  * ranks all gave back (else they count only on a run that did not fail). Any thread. */
 void dh__engine_count_taken(dh_engine *e);
 /* Stops the run with error code rc (the first reason wins); every consumer wakes. */

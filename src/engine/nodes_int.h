@@ -60,8 +60,8 @@ struct dh__xchg {
     int began;            /* the HELLO round passed */
     int finished;         /* the FINAL rounds were made: totals holds every node's */
     dh__node_totals totals;
-    int64_t more_steps, more_failed; /* of a stopped run: steps every rank took past the last
-                                      * exchanged one, and their failed samples (FINAL) */
+    int64_t more_steps, more_failed; /* steps every rank took past the last closed one, and
+                                      * their failed samples (FINAL) */
     dh__wire_limits lim;  /* what the other nodes' records and messages are checked against */
     /* lending (send and recv set, a lending policy) */
     int lending;

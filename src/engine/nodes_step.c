@@ -277,11 +277,11 @@ static void fill_final(dh_engine *e, xrec *m)
      * trainers may hold one or two steps more, and trainers that leave together end the run
      * before their last step is exchanged; those steps count as the one-node engine counts
      * them (users' trials: 3 steps accounted, 5 trained; 7 accounted, 8 taken). Not when the
-     * run failed other than as its trainers meant (a rank died holding its step). */
-    /* from the first step not closed (every node closed the same steps: a round that met
-     * another node's FINAL counts as exchanged, not closed) */
-    for (int64_t st = e->rec.lo; (!e->error || e->count_taken) &&
-                                    m->more_steps < DH__MORE_STEPS && st < e->N; st++) {
+     * run failed other than as its trainers meant (a rank died holding its step). From the
+     * first step not closed: every node closed the same ones, while a round that met another
+     * node's FINAL counts as exchanged on some nodes only. */
+    int counts = (!e->error || e->count_taken) && e->next_step && e->rank_hi > e->rank_lo;
+    for (int64_t st = e->rec.lo; counts && m->more_steps < DH__MORE_STEPS && st < e->N; st++) {
         int all = 1;
         for (int r = e->rank_lo; r < e->rank_hi; r++)
             all &= e->next_step[r] > st;

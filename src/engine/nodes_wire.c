@@ -150,7 +150,7 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
         more_ok = r->more_failed[j] >= 0 && r->more_failed[j] <= lim->global_batch;
     if (!more_ok)
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed final record (%lld "
-                        "steps past the exchanged ones, or their failed samples)", k,
+                        "steps past the closed ones, or their failed samples)", k,
                         (long long)r->more_steps);
     return 0;
 }
