@@ -281,6 +281,8 @@ PYEOF
         contains "$WORK/cc$$.t0" "DH_ECANCELED: node 1's agent was stopped (Ctrl-C"
     check "serve, 2 nodes, Ctrl-C on node 1's agent: node 0's agent says so" \
         contains "$WORK/cc$$.srv.err" "node 1's agent was stopped (Ctrl-C.*every node stops serving new batches"
+    check "serve, 2 nodes, Ctrl-C on node 1's agent: node 0 says it was interrupted too (it exited 0)" \
+        contains "$WORK/cc$$.srv.err" "node 0 (.*): interrupted: node 1's agent was stopped"
     check "serve, 2 nodes, Ctrl-C on node 1's agent: node 1 says it was interrupted" \
         contains "$WORK/cc$$.srv.err" "node 1 (.*): interrupted: every node stopped with it after"
     # The stop is agreed at a step's exchange, when the trainers may hold one or two steps

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #define CLI_USAGE 2 /* exit status for a usage error */
+#define CLI_PEER_STOPPED 130 /* another node's agent was stopped (Ctrl-C's status there) */
 
 int cli_index(int argc, char **argv);
 int cli_inspect(int argc, char **argv);

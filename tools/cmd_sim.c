@@ -575,7 +575,7 @@ static int sim_or_run(int argc, char **argv, int mode)
     sim_files *f = &runs[0].f;
     dh_serve_opts_default(&f->serve);
     dh_limits_default(&f->limits);
-    int first = argc, usage = 0; /* serve: where the first --stream starts */
+    int first = argc, usage = 0, peer_stop = 0; /* serve: where the first --stream starts */
     for (int i = 1; mode == MODE_SERVE && i < argc && first == argc; i++)
         first = strcmp(argv[i], "--stream") ? argc : i;
     int rc = parse(first, argv, cfg, &runs[0].stress, f, mode_name[mode]);
@@ -648,6 +648,13 @@ static int sim_or_run(int argc, char **argv, int mode)
     if (!rc) {
         char err[2048] = "";
         rc = run_mode(mode, runs, n, node, err, sizeof err);
+        /* another node's agent was stopped, every node with it: interrupted, as that node is
+         * (it exited 0 here, as if the endless job had ended by itself: a trial) */
+        if (rc == DH_ECANCELED && node && n == 1 && runs[0].res.engine[0] && !cli_interrupted()) {
+            fprintf(stderr, "\rdatahelix: %s: interrupted: %s\n", cli_node_name(node), err);
+            peer_stop = CLI_PEER_STOPPED;
+            rc = 0;
+        }
         if (rc)
             report_failure(mode, node, err, rc, n == 1 ? &runs[0].res : &(dh_result){0});
         /* a configuration the library refused before any step (--batch 4 --ranks 8) is a
@@ -668,10 +675,10 @@ static int sim_or_run(int argc, char **argv, int mode)
         }
         if (!rc && n == 1 && lead)
             rc = report_result(cfg, &runs[0].json, &runs[0].res);
-        if (!lead && cli_interrupted()) /* node 0 prints the job's accounting, not this one */
-            fprintf(stderr, "\rdatahelix: %s: interrupted: every node stopped with it after "
-                    "%lld complete steps; node 0 prints the accounting\n", cli_node_name(node),
-                    (long long)runs[0].res.steps);
+        if (!lead && (cli_interrupted() || peer_stop)) /* node 0 prints the job's accounting */
+            fprintf(stderr, "\rdatahelix: %s: interrupted: every node stopped%s after %lld "
+                    "complete steps; node 0 prints the accounting\n", cli_node_name(node),
+                    peer_stop ? "" : " with it", (long long)runs[0].res.steps);
         if (!rc && lead && node && runs[0].res.wall_s > 0) /* the control plane's own CPU */
             printf("  node 0's communication thread: %.1f ms of CPU during the run, %.2f%% of "
                    "a core\n", 1e3 * (cli_node_comm_cpu(node) - comm0),
@@ -686,7 +693,8 @@ static int sim_or_run(int argc, char **argv, int mode)
     dh_metrics_stop(metrics);
     /* Interrupted: the accounting of the completed steps is printed (and written), and the
      * exit status says the run did not end by itself. */
-    return cli_interrupted() ? cli_interrupted() : usage ? CLI_USAGE : rc ? 1 : 0;
+    return cli_interrupted() ? cli_interrupted() : peer_stop ? peer_stop : usage ? CLI_USAGE
+                                                                         : rc ? 1 : 0;
 }
 
 int cli_sim(int argc, char **argv)

@@ -276,6 +276,8 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
         rc = dh__fail(err, errlen, frc, "the run failed: %s",
                       frc == DH_EFAILED && dh__engine_fail_msg(a->e) ? dh__engine_fail_msg(a->e)
                                                                       : dh_strerror(frc));
+    else if (!rc && by) /* another node's agent was stopped: this job did not end by itself */
+        rc = dh__fail(err, errlen, DH_ECANCELED, "%s", by);
     return rc;
 }
 
