@@ -195,12 +195,14 @@ static void *teller_main(void *arg)
     dh__agent_teller *t = arg;
     agent *a = t->a;
     pthread_mutex_lock(&t->mu);
-    while (!t->stop) {
-        dh__cond_wait_s(&t->cv, &t->mu, 1.0);
+    for (double told = dh__mono(); !t->stop;) {
+        dh__cond_wait_s(&t->cv, &t->mu, 0.1); /* a wrong attach is answered within 0.1 s */
         if (t->stop)
             break;
         dh__waiting w = {a->attached, a->hi - a->lo, DH_MAX(0.0, t->until - dh__mono())};
-        for (int r = a->lo; r < a->hi; r++) /* a send that fails: the answer will too */
+        int tell = dh__mono() - told >= 1.0;
+        told = tell ? dh__mono() : told;
+        for (int r = a->lo; tell && r < a->hi; r++) /* a send that fails: the answer will too */
             if (a->conns[r].fd >= 0)
                 (void)dh__proto_send(a->conns[r].fd, DH__MSG_WAITING, &w, sizeof w, NULL, 0);
         /* every rank of this node is in: an attach now is another node's rank, or a second */
