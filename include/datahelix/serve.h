@@ -73,7 +73,9 @@ DH_API int dh_serve_default_socket(const char *job, char *out, size_t len);
  * (initialised with dh_result_init) with the accounting of the completed
  * steps (after restarts: of the last set of ranks). 0 when the run did what
  * was asked; DH_EPEER when ranks died or a finite run was cut short by a
- * rank leaving before its end. Blocks the calling thread; on_error as for
+ * rank leaving before its end; on several nodes, DH_ECANCELED (errbuf naming
+ * it) when another node's agent was stopped and every node with it (*out
+ * filled). Blocks the calling thread; on_error as for
  * dh_engine_run.
  */
 DH_API int dh_serve(const dh_run_config *cfg, const dh_serve_opts *opts,
