@@ -386,11 +386,13 @@ static int load_inputs(dh_run_config *cfg, const sim_files *f, dh_manifest **m, 
 }
 
 /* Prints the result and completes --json (opened before the run); 0 or 1. */
-static int report_result(const dh_run_config *cfg, cli_out *json, const dh_result *res)
+static int report_result(const dh_run_config *cfg, cli_out *json, const dh_result *res,
+                         const cli_node *node)
 {
-    if (cli_interrupted())
-        fprintf(stderr, "\rdatahelix: interrupted: the accounting covers the %lld complete "
-                "steps\n", (long long)res->steps);
+    if (cli_interrupted()) /* on several nodes, node 0's: named as the others name theirs */
+        fprintf(stderr, "\rdatahelix: %s%sinterrupted: the accounting covers the %lld complete "
+                "steps\n", node ? cli_node_name(node) : "", node ? ": " : "",
+                (long long)res->steps);
     cli_print_result(res);
     if (json->f) {
         dh_result_write_json(res, json->f);
@@ -671,10 +673,10 @@ static int sim_or_run(int argc, char **argv, int mode)
             if (res->engine[0] && rc)
                 cli_print_result(res);
             else if (res->engine[0])
-                rc = report_result(&runs[k].cfg, &runs[k].json, res);
+                rc = report_result(&runs[k].cfg, &runs[k].json, res, node);
         }
         if (!rc && n == 1 && lead)
-            rc = report_result(cfg, &runs[0].json, &runs[0].res);
+            rc = report_result(cfg, &runs[0].json, &runs[0].res, node);
         if (!lead && (cli_interrupted() || peer_stop)) /* node 0 prints the job's accounting */
             fprintf(stderr, "\rdatahelix: %s: interrupted: every node stopped%s after %lld "
                     "complete steps; node 0 prints the accounting\n", cli_node_name(node),
