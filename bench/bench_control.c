@@ -11,7 +11,9 @@
  *     taken, step done), as apply_step does after each exchange;
  *   - the next step's moves are agreed, as at the step's exchange
  *     (dh__nodes_agree): every node's exchanged exact costs are learnt and
- *     the same plan is made from them on every node.
+ *     the node plans its group's moves as every node of the group does (the
+ *     other groups' moves are then made too, untimed: the step's compute is
+ *     the whole job's).
  * It prints the CPU seconds of that work per step against the step's
  * simulated compute time (the workload's GPU model: the slowest rank's
  * batch plus the fixed cost), one core. Building the exchange records and
@@ -137,9 +139,13 @@ int main(int argc, char **argv)
             for (int64_t j = 0; j < G; j++)
                 if (dh__sched_rank_of(s, ns, j) >= rpn)
                     dh__sched_learn_prepared(s, ns, j, known[j]);
-            dh__reb_agreed a = {frozen, known, dh__calib_gpu_mape(dh__sched_calib(s)), 1, 1, 1};
+            dh__reb_agreed a = {frozen, known, dh__calib_gpu_mape(dh__sched_calib(s)), 1, 1, 1, 0};
             dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t_reb;
+            /* the other groups' moves, which their nodes plan (not this agent's time): the
+             * step the job takes, and the job's moves in the counts below */
+            a.other_groups = 1;
+            dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
         }
         double ctl = (t_reb_start - t1) + t_reb + (t_ready - t0);
         if (st > 0) { /* step 0 plans the window's first steps at once */

@@ -793,7 +793,7 @@ START_TEST(an_agreed_plan_is_applied_by_every_node_and_counted_by_one)
             known[k] = (float)g[k];
         prepare_step0(s, g, 4);
         uint8_t frozen[2] = {0, 0};
-        dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, count};
+        dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, count, 0};
         frozen[r0] = 1;
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
         ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9); /* frozen: nothing moves */
@@ -808,6 +808,86 @@ START_TEST(an_agreed_plan_is_applied_by_every_node_and_counted_by_one)
         dh__sched_free(s);
         dh__sched_free(b);
     }
+}
+END_TEST
+
+/* Several nodes of several ranks agree their moves by groups of nodes (rebalance.c): each
+ * replica plans its own group's moves alone; the other groups' moves, planned on request
+ * (other_groups), are what those groups' replicas made; every replica's view of its own
+ * node is the job's; samples move only within groups of at most DH_MOVE_GROUP nodes. 8 nodes
+ * of 2 ranks; nodes 0 and 1 prepared samples 10x heavier than predicted (the load order
+ * puts them in different groups: both groups move). */
+START_TEST(nodes_agree_their_moves_by_groups)
+{
+    enum { NODES = 8, PER = 2, R = NODES * PER, G = 64 };
+    world w;
+    world_init(&w, DH_POL_HELIX, R, R, G, 1);
+    w.cfg.nodes = NODES;
+    for (int i = 0; i < G; i++)
+        w.feat[i].v = 1.0f + (float)(i % 7);
+    float known[G];
+    uint8_t frozen[R] = {0};
+    static int32_t before[G], own[NODES][G], all[NODES][G];
+    for (int node = 0; node < NODES; node++) {
+        w.cfg.node_local = 1;
+        w.cfg.node = node;
+        w.drawn = 0;
+        dh__sched *s = make(&w);
+        for (int k = 0; k < G; k++) {
+            int r = dh__sched_rank_of(s, 0, k);
+            if (node == 0)
+                before[k] = r;
+            ck_assert_int_eq(r, before[k]); /* every replica placed the step alike */
+            known[k] = w.feat[k].v * (r / PER < 2 ? 10.0f : 1.0f);
+        }
+        dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, 0, 0};
+        dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
+        for (int k = 0; k < G; k++)
+            own[node][k] = dh__sched_rank_of(s, 0, k);
+        a.other_groups = 1;
+        dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
+        for (int k = 0; k < G; k++)
+            all[node][k] = dh__sched_rank_of(s, 0, k);
+        dh__sched_free(s);
+    }
+    int group[NODES]; /* nodes joined by a sample moving between them */
+    for (int n = 0; n < NODES; n++)
+        group[n] = n;
+    int planned_alone = 0, across = 0;
+    double load[2][R] = {{0}};
+    for (int k = 0; k < G; k++) {
+        int from = before[k] / PER, to = all[0][k] / PER;
+        for (int n = 0; n < NODES; n++) {
+            ck_assert_int_eq(all[n][k], all[0][k]); /* every replica's groups plan alike */
+            ck_assert(own[n][k] == before[k] || own[n][k] == all[0][k]);
+            if (from == n || to == n) /* what it gives and gets: as the job's plan */
+                ck_assert_int_eq(own[n][k], all[0][k]);
+            planned_alone += own[n][k] != all[0][k];
+        }
+        if (from != to) {
+            across++;
+            int a = group[from], b = group[to];
+            for (int n = 0; n < NODES; n++)
+                if (group[n] == b)
+                    group[n] = a;
+        }
+        load[0][before[k]] += known[k];
+        load[1][all[0][k]] += known[k];
+    }
+    ck_assert_int_gt(across, 0);
+    ck_assert_int_gt(planned_alone, 0); /* a replica did not plan the other groups' moves */
+    int sizes[NODES] = {0}, groups = 0;
+    for (int n = 0; n < NODES; n++)
+        groups += sizes[group[n]]++ == 0;
+    for (int n = 0; n < NODES; n++)
+        ck_assert_int_le(sizes[n], DH_MOVE_GROUP);
+    ck_assert_int_ge(groups, 2);
+    double max_before = 0, max_after = 0;
+    for (int r = 0; r < R; r++) {
+        max_before = DH_MAX(max_before, load[0][r]);
+        max_after = DH_MAX(max_after, load[1][r]);
+    }
+    ck_assert_double_lt(max_after, max_before);
 }
 END_TEST
 
@@ -964,6 +1044,7 @@ int main(void)
     ADD_TEST(tc, measured_move_cost_closes_the_gate);
     ADD_TEST(tc, measured_wire_cost_closes_the_gates_between_nodes);
     ADD_TEST(tc, an_agreed_plan_is_applied_by_every_node_and_counted_by_one);
+    ADD_TEST(tc, nodes_agree_their_moves_by_groups);
     ADD_TEST(tc, idle_node_lends_into_a_backlog_before_it_is_late);
     ADD_TEST(tc, the_latest_node_lends_first_ties_to_the_lower_node);
     ADD_TEST(tc, calibration_converges_on_synthetic_truth);

@@ -176,6 +176,8 @@ static int plan_step(dh__sched *s, int64_t st)
         s->done[base + k] = 0;
     }
     s->finished_ranks[step_slot(s, st)] = 0;
+    for (int j = 0; j < DH_MOVE_GROUP; j++)
+        s->group[step_slot(s, st) * DH_MOVE_GROUP + j] = -1;
     /* placing computed every sample's GPU cost into plan_gpu; the stride did not */
     regroup(s, st, s->caps->placement == DH_PLACE_BALANCED ? s->plan_gpu : NULL);
     dh__lst_leads_stale(s, st);

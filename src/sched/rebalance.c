@@ -16,6 +16,17 @@
  * that would put a receiving rank over a per-rank cap, or that the engine's
  * accept callback turns down, is refused. Every candidate move is counted
  * as moved, gated or refused.
+ *
+ * Several nodes of several ranks plan by groups of DH_MOVE_GROUP nodes
+ * (docs/MULTINODE.md): from every node's load and slowest rank (O(G + R) a
+ * step) the nodes are grouped so that the groups' loads are alike, and each
+ * group plans the movable samples of its nodes over their open ranks alone.
+ * Below the step's floor (the highest of the groups' lower bounds) no move
+ * shortens the step; a group above it weighs what the step gains if every
+ * group reaches its own plan. A replica (node_local) plans only its own
+ * group: its cost no longer grows with the job's ranks; the simulator, which
+ * is every node, plans every group. One node, and nodes of one rank, plan
+ * one group over every rank, as before.
  */
 #include "sched_int.h"
 
@@ -41,12 +52,63 @@ static double step_max(const dh__sched *s, int64_t st, const int32_t *rank_of, d
     return m;
 }
 
+/* Several nodes of several ranks: moves are planned by groups of nodes. */
+static int by_groups(const dh__sched *s)
+{
+    return s->nodes > 1 && s->ranks_per_node > 1;
+}
+
+/* Realised gain of a replica's group (nodes, -1 ended): its slowest rank before its moves
+ * and after, exact costs. Its samples stayed within it, so they are its batches' members. */
+static double group_gain(const dh__sched *s, int64_t st, const int32_t *nodes)
+{
+    int per = s->ranks_per_node, n = 0;
+    while (n < DH_MOVE_GROUP && nodes[n] >= 0)
+        n++;
+    double *before = s->plan_gpu, *after = s->plan_cpu, b = 0, a = 0; /* n * per <= R each */
+    for (int i = 0; i < n * per; i++)
+        before[i] = after[i] = 0;
+    for (int j = 0; j < n; j++)
+        for (int r = nodes[j] * per; r < (nodes[j] + 1) * per; r++) {
+            const batch_rec *br = batch_of(s, st, r);
+            const int64_t *mem = s->members + step_slot(s, st) * s->G + br->first;
+            for (int32_t m = 0; m < br->ntasks; m++) {
+                int64_t p = at(s, mem[m]);
+                double g = s->revealed[p] >= 0 ? s->revealed[p] : sample_gpu(s, s->order[p]);
+                int o = s->orig_rank[p], at_o = 0;
+                while (at_o < n - 1 && nodes[at_o] != node_of_rank(s, o))
+                    at_o++;
+                before[at_o * per + o % per] += g;
+                after[j * per + r % per] += g;
+            }
+        }
+    for (int i = 0; i < n * per; i++) {
+        b = DH_MAX(b, before[i]);
+        a = DH_MAX(a, after[i]);
+    }
+    return b - a;
+}
+
 void dh__reb_step_finished(dh__sched *s, int64_t st)
 {
+    int64_t base = step_slot(s, st) * s->G;
+    if (s->cfg.node_local && by_groups(s)) {
+        /* A replica knows its own group's plan, counted by the group's lowest node (a sum over
+         * nodes counts every group once); a step planned by nobody: every node its own. */
+        const int32_t *group = s->group + step_slot(s, st) * DH_MOVE_GROUP;
+        int32_t alone[DH_MOVE_GROUP];
+        if (group[0] < 0) {
+            for (int j = 0; j < DH_MOVE_GROUP; j++)
+                alone[j] = j ? -1 : s->cfg.node;
+            group = alone;
+        }
+        if (group[0] == s->cfg.node)
+            s->reb.realised_gain_s += group_gain(s, st, group);
+        return;
+    }
     if (s->reb_quiet)
         return; /* agreed plans: another node counts what they gained */
     /* Realised gain: the step's slowest rank before and after its moves, exact costs. */
-    int64_t base = step_slot(s, st) * s->G;
     s->reb.realised_gain_s += step_max(s, st, s->orig_rank + base, s->plan_gpu) -
                               step_max(s, st, s->rank_of + base, s->plan_gpu);
 }
@@ -86,10 +148,12 @@ static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_
 typedef struct {
     int64_t n;                  /* movable samples */
     int open;                   /* ranks that may give or receive */
+    int nranks;                 /* the ranks the plan is over (every rank, or a group's) */
     double *fixed, *mov_gpu;    /* per rank; per movable sample */
     int64_t *pos_of, *mov_bytes; /* per movable sample: k within the step, bytes */
     int32_t *start, *plan, *new_rank; /* per movable sample (start, plan); per k (new_rank) */
     int32_t *cidx, *rank_at;    /* rank -> open index (-1 frozen); open index -> rank */
+    int32_t *ranks;             /* the plan's ranks */
     double *loads, *cfixed;     /* per rank; per open rank */
 } reb_plan;
 
@@ -100,8 +164,8 @@ static void plan_scratch(dh__sched *s, reb_plan *p)
     *p = (reb_plan){.fixed = s->plan_cpu, .mov_gpu = s->plan_gpu, .pos_of = s->plan_bytes,
                     .mov_bytes = s->plan_tokens, .start = s->reb_i32, .plan = s->reb_i32 + G,
                     .new_rank = s->reb_i32 + 2 * G, .cidx = s->reb_i32 + 3 * G,
-                    .rank_at = s->reb_i32 + 3 * G + R, .loads = s->reb_f64,
-                    .cfixed = s->reb_f64 + R};
+                    .rank_at = s->reb_i32 + 3 * G + R, .ranks = s->reb_i32 + 3 * G + 2 * R,
+                    .loads = s->reb_f64, .cfixed = s->reb_f64 + R};
 }
 
 /* The exact GPU cost of the sample at slot a if this scheduler saw it prepared, else -1. */
@@ -110,48 +174,94 @@ static double seen_prepared(const dh__sched *s, int64_t a)
     return s->done[a] && s->revealed[a] >= 0 ? s->revealed[a] : -1;
 }
 
-/* Splits step st's samples into movable (prepared, on open ranks) and fixed loads. known
- * (G, may be NULL): the exact costs to plan with (< 0: not known), instead of what this
- * scheduler has seen prepared (agreed plans: what every node was told alike). */
-static void collect_movable(dh__sched *s, int64_t st, const uint8_t *frozen, const float *known,
-                            reb_plan *p)
+/* What a plan may read: on one node the scheduler's own state; agreed between nodes, only
+ * what every node was given alike (dh__reb_agreed). */
+typedef struct {
+    const uint8_t *frozen;
+    const float *known; /* agreed: the exact costs every node was told (else NULL) */
+    double gpu_mape, move_factor, net_factor;
+    int need_admitted; /* every batch of the step admitted here (one node) */
+    int count;         /* agreed over every rank: this node counts the plan */
+    int other_groups;  /* a replica plans the other groups' moves, not its own (benchmarks) */
+} reb_in;
+
+/* The exact cost of the k-th sample of step st (at slot a) the plan may use, else < 0. */
+static double exact_cost(const dh__sched *s, const reb_in *in, int64_t k, int64_t a)
 {
-    int64_t base = step_slot(s, st) * s->G;
-    for (int r = 0; r < s->R; r++) {
-        p->fixed[r] = 0;
-        p->cidx[r] = frozen && frozen[r] ? -1 : p->open;
-        if (p->cidx[r] >= 0)
-            p->rank_at[p->open++] = r;
-    }
-    for (int64_t k = 0; k < s->G; k++) {
-        int64_t a = base + k;
-        double exact = known ? known[k] : seen_prepared(s, a);
-        if (exact >= 0 && p->cidx[s->rank_of[a]] >= 0) {
-            p->pos_of[p->n] = k;
-            p->mov_gpu[p->n] = exact;
-            p->mov_bytes[p->n] = s->cfg.pred.bytes[s->order[a]];
-            p->n++;
-        } else {
-            p->fixed[s->rank_of[a]] += exact >= 0 ? exact : sample_gpu(s, s->order[a]);
-        }
+    return in->known ? in->known[k] : seen_prepared(s, a);
+}
+
+static void take_sample(const dh__sched *s, const reb_in *in, reb_plan *p, int64_t base,
+                        int64_t k)
+{
+    int64_t a = base + k;
+    double exact = exact_cost(s, in, k, a);
+    if (exact >= 0 && p->cidx[s->rank_of[a]] >= 0) {
+        p->pos_of[p->n] = k;
+        p->mov_gpu[p->n] = exact;
+        p->mov_bytes[p->n] = s->cfg.pred.bytes[s->order[a]];
+        p->n++;
+    } else {
+        p->fixed[s->rank_of[a]] += exact >= 0 ? exact : sample_gpu(s, s->order[a]);
     }
 }
 
+/* Splits the samples of step st on the plan's ranks (p->ranks) into movable (exact cost
+ * known, on an open rank) and fixed loads. Over every rank in the step's order; over a
+ * group's, rank by rank in batch order (each batch's members). */
+static void collect_movable(dh__sched *s, int64_t st, const reb_in *in, reb_plan *p)
+{
+    int64_t base = step_slot(s, st) * s->G;
+    p->n = p->open = 0;
+    for (int i = 0; i < p->nranks; i++) {
+        int r = p->ranks[i];
+        p->fixed[r] = 0;
+        p->cidx[r] = in->frozen && in->frozen[r] ? -1 : p->open;
+        if (p->cidx[r] >= 0)
+            p->rank_at[p->open++] = r;
+    }
+    if (p->nranks == s->R) {
+        for (int64_t k = 0; k < s->G; k++)
+            take_sample(s, in, p, base, k);
+        return;
+    }
+    for (int i = 0; i < p->nranks; i++) {
+        const batch_rec *b = batch_of(s, st, p->ranks[i]);
+        const int64_t *mem = s->members + base + b->first;
+        for (int32_t j = 0; j < b->ntasks; j++)
+            take_sample(s, in, p, base, mem[j] - st * s->G);
+    }
+}
+
+/* What a group's plan is gated against (one group over every rank: step_max < 0). */
+typedef struct {
+    double floor;    /* the highest of the groups' lower bounds: below it no move pays */
+    double step_max; /* the step's slowest rank before any group's moves */
+} reb_target;
+
 /*
- * Plans the movable samples over the open ranks: fills p->plan (open rank
- * indices) and *gain (the step's maximum before - after). 0 or an error.
+ * Plans the movable samples over the open ranks: fills p->plan (open rank indices), *gain
+ * (what the gate weighs) and *drop (the plan's slowest rank before - after). Over every rank
+ * both are the step's slowest rank before - after. A group of nodes whose slowest rank is
+ * above the floor weighs what the step gains if every such group reaches its own: the
+ * step's slowest rank before - its own after (or the floor), so the groups just above the
+ * floor move with the slowest one (each weighing only its own drop, they stayed, and set
+ * the step). 0 or an error.
  */
-static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, double *gain)
+static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, const reb_target *t, double *gain,
+                      double *drop)
 {
     int64_t base = step_slot(s, st) * s->G;
     double old_max = 0, frozen_max = 0;
-    memcpy(p->loads, p->fixed, (size_t)s->R * sizeof *p->loads);
+    for (int i = 0; i < p->nranks; i++)
+        p->loads[p->ranks[i]] = p->fixed[p->ranks[i]];
     for (int64_t i = 0; i < p->n; i++) {
         int r = s->rank_of[base + p->pos_of[i]];
         p->start[i] = p->cidx[r];
         p->loads[r] += p->mov_gpu[i];
     }
-    for (int r = 0; r < s->R; r++) {
+    for (int i = 0; i < p->nranks; i++) {
+        int r = p->ranks[i];
         old_max = DH_MAX(old_max, p->loads[r]);
         if (p->cidx[r] < 0)
             frozen_max = DH_MAX(frozen_max, p->fixed[r]);
@@ -162,7 +272,12 @@ static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, double *gain)
                       .base_gpu = p->cfixed, .initial = p->start, .ws = &s->part_ws};
     dh__part_out po;
     int rc = dh__partition(&in, p->plan, &po);
-    *gain = old_max - DH_MAX(po.max_gpu, frozen_max);
+    double after = DH_MAX(DH_MAX(po.max_gpu, frozen_max), t->floor);
+    *drop = old_max - after;
+    if (t->step_max < 0)
+        *gain = *drop;
+    else
+        *gain = old_max > t->floor && after < old_max ? t->step_max - after : 0;
     return rc;
 }
 
@@ -175,8 +290,8 @@ static double plan_cost(dh__sched *s, reb_plan *p, double move_factor, double ne
 {
     double *in_time = p->loads; /* reused: per-rank receive time, scaled */
     double *in_local = p->cfixed; /* reused (no longer read): the same, unscaled, local only */
-    for (int r = 0; r < s->R; r++)
-        in_time[r] = in_local[r] = 0;
+    for (int i = 0; i < p->nranks; i++)
+        in_time[p->ranks[i]] = in_local[p->ranks[i]] = 0;
     for (int64_t i = 0; i < p->n; i++) {
         int from = p->rank_at[p->start[i]], to = p->rank_at[p->plan[i]];
         p->plan[i] = to;
@@ -194,22 +309,218 @@ static double plan_cost(dh__sched *s, reb_plan *p, double move_factor, double ne
     }
     double cost = 0;
     *local = 0;
-    for (int r = 0; r < s->R; r++) {
-        cost = DH_MAX(cost, in_time[r]);
-        *local = DH_MAX(*local, in_local[r]);
+    for (int i = 0; i < p->nranks; i++) {
+        cost = DH_MAX(cost, in_time[p->ranks[i]]);
+        *local = DH_MAX(*local, in_local[p->ranks[i]]);
     }
     *local += s->cfg.move_latency;
     return cost + (*remote ? s->cfg.net_latency * net_factor : s->cfg.move_latency * move_factor);
 }
 
-/* What a plan may read: on one node the scheduler's own state; agreed between nodes, only
- * what every node was given alike (dh__reb_agreed). */
+/* Plans step st's moves over p->ranks and applies the plan when it passes the gate, the caps
+ * and accept (rank_of changed; the caller regroups). t: see plan_moves. count: the plan is
+ * counted in this scheduler's stats (its predicted gain: its own drop). 1: applied; 0: not. */
+static int plan_group(dh__sched *s, int64_t st, const reb_in *in, reb_plan *p,
+                      const reb_target *t, int count, dh__reb_accept accept, void *ctx)
+{
+    collect_movable(s, st, in, p);
+    if (p->n == 0 || p->open < 2)
+        return 0;
+    double gain = 0, drop = 0;
+    int rc = plan_moves(s, st, p, t, &gain, &drop);
+    if (rc) {
+        dh__sched_fail(s, rc);
+        return 0;
+    }
+    dh__reb_stats keep = s->reb; /* restored when another node counts this plan */
+    int64_t moves = 0, remote = 0, bytes = 0, rbytes = 0, base = step_slot(s, st) * s->G;
+    double local = 0; /* what the engine measured moves to cost against the model scales it */
+    double cost = plan_cost(s, p, in->move_factor, in->net_factor, &moves, &remote, &bytes,
+                            &rbytes, &local);
+    s->reb.plans++;
+    s->reb.considered += moves;
+    int applied = 0;
+    if (!moves)
+        goto out;
+    s->last_plan_cost = local;
+    double margin = 1.0 + 4.0 * in->gpu_mape;
+    if (gain <= margin * cost) {
+        s->reb.gated += moves;
+        goto out;
+    }
+    int within = 1;
+    if (accept || s->cfg.rank_token_cap || s->cfg.rank_byte_cap) {
+        memcpy(p->new_rank, s->rank_of + base, (size_t)s->G * sizeof *p->new_rank);
+        for (int64_t i = 0; i < p->n; i++)
+            p->new_rank[p->pos_of[i]] = p->plan[i];
+        within = plan_within_caps(s, st, p->new_rank);
+    }
+    if (within < 0) {
+        dh__sched_fail(s, within);
+        goto out;
+    }
+    if (!within || (accept && accept(ctx, st, p->new_rank))) {
+        s->reb.refused += moves;
+        goto out;
+    }
+    for (int64_t i = 0; i < p->n; i++)
+        s->rank_of[base + p->pos_of[i]] = p->plan[i];
+    applied = 1;
+    s->reb.plans_applied++;
+    s->reb.moved += moves;
+    s->reb.moved_remote += remote;
+    s->reb.remote_bytes += rbytes;
+    s->reb.bytes_moved += bytes;
+    s->reb.predicted_gain_s += drop;
+out:
+    if (!count)
+        s->reb = keep;
+    return applied;
+}
+
 typedef struct {
-    const uint8_t *frozen;
-    const float *known; /* agreed: the exact costs every node was told (else NULL) */
-    double gpu_mape, move_factor, net_factor;
-    int need_admitted; /* every batch of the step admitted here (one node) */
-} reb_in;
+    double load;
+    int node;
+} node_key;
+
+static int by_load(const void *a, const void *b)
+{
+    const node_key *x = a, *y = b;
+    if (x->load != y->load)
+        return x->load < y->load ? 1 : -1;
+    return (x->node > y->node) - (x->node < y->node);
+}
+
+/* The group the i-th node in order goes to among g groups: 0..g-1, then g-1..0, ... */
+static int snake_group(int i, int g)
+{
+    return (i / g) % 2 ? g - 1 - i % g : i % g;
+}
+
+typedef struct {
+    int ngroups;
+    int32_t *list, *first, *group_of, *scratch; /* N, ngroups + 1, N, N */
+} node_groups;
+
+/*
+ * Groups the nodes for step st's moves (the file's DESIGN): the nodes ordered by their load
+ * (their ranks' GPU, exact costs where known; ties to the lower node), dealt over
+ * ceil(N / DH_MOVE_GROUP) groups snaking, so the groups' loads are alike and each group's
+ * lower bound is near the step's (ordered by their slowest rank instead, 64 nodes of 8
+ * ranks lost 0.3% against one plan over every rank, t2v-diffusion 1.6%: bench/RESULTS.md).
+ * Fills g->list (the nodes
+ * group by group, each group's in increasing order) and g->first (ngroups + 1), and
+ * s->groups_step_max (the step's slowest rank). Returns the
+ * step's floor: the highest of the groups' lower bounds (their open load over their open
+ * ranks, their frozen ranks), below which no group's moves shorten the step; < 0 when out
+ * of memory.
+ */
+static double group_nodes(dh__sched *s, int64_t st, const reb_in *in, node_groups *g)
+{
+    int N = s->nodes, per = s->ranks_per_node;
+    int64_t base = step_slot(s, st) * s->G;
+    double *load = s->reb_f64, *open_sum = s->reb_f64 + 2 * s->R, *frozen_max = open_sum + N;
+    node_key *key = dh__malloc((size_t)N * sizeof *key);
+    if (!key)
+        return -1;
+    for (int r = 0; r < s->R; r++)
+        load[r] = 0;
+    for (int64_t k = 0; k < s->G; k++) {
+        int64_t a = base + k;
+        double exact = exact_cost(s, in, k, a);
+        load[s->rank_of[a]] += exact >= 0 ? exact : sample_gpu(s, s->order[a]);
+    }
+    int32_t *open_n = g->scratch;
+    double step_max = 0;
+    for (int n = 0; n < N; n++) {
+        key[n] = (node_key){0, n};
+        open_sum[n] = frozen_max[n] = 0;
+        open_n[n] = 0;
+        for (int r = n * per; r < (n + 1) * per; r++) {
+            key[n].load += load[r];
+            step_max = DH_MAX(step_max, load[r]);
+            if (in->frozen && in->frozen[r]) {
+                frozen_max[n] = DH_MAX(frozen_max[n], load[r]);
+            } else {
+                open_sum[n] += load[r];
+                open_n[n]++;
+            }
+        }
+    }
+    qsort(key, (size_t)N, sizeof *key, by_load);
+    s->groups_step_max = step_max;
+    g->ngroups = (N + DH_MOVE_GROUP - 1) / DH_MOVE_GROUP;
+    for (int i = 0; i <= g->ngroups; i++)
+        g->first[i] = 0;
+    for (int i = 0; i < N; i++) {
+        g->group_of[key[i].node] = snake_group(i, g->ngroups);
+        g->first[g->group_of[key[i].node] + 1]++;
+    }
+    free(key);
+    double floor_s = 0, *gsum = load; /* per group: open load, open ranks, frozen max */
+    double *gopen = load + g->ngroups, *gfrozen = load + 2 * g->ngroups;
+    for (int i = 0; i < g->ngroups; i++)
+        gsum[i] = gopen[i] = gfrozen[i] = 0;
+    for (int n = 0; n < N; n++) {
+        int i = g->group_of[n];
+        gsum[i] += open_sum[n];
+        gopen[i] += open_n[n];
+        gfrozen[i] = DH_MAX(gfrozen[i], frozen_max[n]);
+    }
+    for (int i = 0; i < g->ngroups; i++) {
+        floor_s = DH_MAX(floor_s, gfrozen[i]);
+        if (gopen[i] > 0)
+            floor_s = DH_MAX(floor_s, gsum[i] / gopen[i]);
+        g->first[i + 1] += g->first[i];
+    }
+    int32_t *fill = open_n; /* no longer read: each group's next place in the list */
+    for (int i = 0; i < g->ngroups; i++)
+        fill[i] = g->first[i];
+    for (int n = 0; n < N; n++) /* in node order: each group's nodes increasing */
+        g->list[fill[g->group_of[n]]++] = n;
+    return floor_s;
+}
+
+/* Moves by groups of nodes (the file's DESIGN): every group on the simulator, this node's
+ * group on a replica. 1 when some plan was applied. */
+static int rebalance_groups(dh__sched *s, int64_t st, const reb_in *in, reb_plan *p,
+                            dh__reb_accept accept, void *ctx)
+{
+    int N = s->nodes, per = s->ranks_per_node, me = s->cfg.node, applied = 0;
+    node_groups g = {s->ngroups, s->groups, s->groups + N, s->groups + 2 * N + 1,
+                     p->ranks + s->R};
+    if (s->groups_step != st) { /* made once a step: a second call plans in the same groups */
+        s->groups_floor = group_nodes(s, st, in, &g);
+        if (s->groups_floor < 0) {
+            dh__sched_fail(s, DH_ENOMEM);
+            return 0;
+        }
+        s->ngroups = g.ngroups;
+        s->groups_step = st;
+    }
+    int mine = g.group_of[me];
+    for (int i = 0; i < g.ngroups && !s->error; i++) {
+        const int32_t *nodes = g.list + g.first[i];
+        int n = g.first[i + 1] - g.first[i];
+        if (s->cfg.node_local && (in->other_groups ? i == mine : i != mine))
+            continue;
+        if (s->cfg.node_local && i == mine) { /* what its realised gain is counted over */
+            int32_t *keep = s->group + step_slot(s, st) * DH_MOVE_GROUP;
+            for (int j = 0; j < DH_MOVE_GROUP; j++)
+                keep[j] = j < n ? nodes[j] : -1;
+        }
+        p->nranks = 0;
+        for (int j = 0; j < n; j++)
+            for (int r = nodes[j] * per; r < (nodes[j] + 1) * per; r++)
+                p->ranks[p->nranks++] = r;
+        /* on a replica the group's lowest node counts it: a sum over nodes counts it once */
+        reb_target t = {s->groups_floor, s->groups_step_max};
+        applied |= plan_group(s, st, in, p, &t,
+                              !s->cfg.node_local || in->other_groups || nodes[0] == me, accept,
+                              ctx);
+    }
+    return applied;
+}
 
 static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept accept,
                       void *ctx)
@@ -223,50 +534,21 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
     }
     reb_plan p;
     plan_scratch(s, &p);
-    collect_movable(s, st, in->frozen, in->known, &p);
-    if (p.n == 0 || p.open < 2)
-        return;
-    double gain = 0;
-    int rc = plan_moves(s, st, &p, &gain);
-    if (rc) {
-        dh__sched_fail(s, rc);
-        return;
+    int applied;
+    /* a replica's plan of its own batches alone (every other node's frozen) is one group */
+    if (by_groups(s) && !(s->cfg.node_local && in->need_admitted)) {
+        applied = rebalance_groups(s, st, in, &p, accept, ctx);
+    } else {
+        p.nranks = s->R;
+        for (int r = 0; r < s->R; r++)
+            p.ranks[r] = r;
+        reb_target t = {0, -1};
+        applied = plan_group(s, st, in, &p, &t, in->count, accept, ctx);
     }
-    int64_t moves = 0, remote = 0, bytes = 0, rbytes = 0, base = step_slot(s, st) * s->G;
-    double local = 0; /* what the engine measured moves to cost against the model scales it */
-    double cost = plan_cost(s, &p, in->move_factor, in->net_factor, &moves, &remote, &bytes,
-                            &rbytes, &local);
-    s->reb.plans++;
-    s->reb.considered += moves;
-    if (!moves)
-        return;
-    s->last_plan_cost = local;
-    double margin = 1.0 + 4.0 * in->gpu_mape;
-    if (gain <= margin * cost) {
-        s->reb.gated += moves;
-        return;
+    if (applied) {
+        dh__sched_regroup(s, st);
+        dh__lst_leads_stale(s, st);
     }
-    memcpy(p.new_rank, s->rank_of + base, (size_t)s->G * sizeof *p.new_rank);
-    for (int64_t i = 0; i < p.n; i++)
-        p.new_rank[p.pos_of[i]] = p.plan[i];
-    int within = plan_within_caps(s, st, p.new_rank);
-    if (within < 0) {
-        dh__sched_fail(s, within);
-        return;
-    }
-    if (!within || (accept && accept(ctx, st, p.new_rank))) {
-        s->reb.refused += moves;
-        return;
-    }
-    memcpy(s->rank_of + base, p.new_rank, (size_t)s->G * sizeof *p.new_rank);
-    dh__sched_regroup(s, st);
-    dh__lst_leads_stale(s, st);
-    s->reb.plans_applied++;
-    s->reb.moved += moves;
-    s->reb.moved_remote += remote;
-    s->reb.remote_bytes += rbytes;
-    s->reb.bytes_moved += bytes;
-    s->reb.predicted_gain_s += gain;
 }
 
 void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *frozen,
@@ -274,18 +556,16 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
 {
     (void)now;
     reb_in in = {frozen, NULL, dh__calib_gpu_mape(&s->calib), s->reb.move_factor,
-                 s->reb.net_factor, 1};
+                 s->reb.net_factor, 1, 1, 0};
     rebalance(s, st, &in, accept, ctx);
 }
 
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t st, const dh__reb_agreed *a,
                                 dh__reb_accept accept, void *ctx)
 {
-    reb_in in = {a->frozen, a->known, a->gpu_mape, a->move_factor, a->net_factor, 0};
-    dh__reb_stats keep = s->reb;
+    reb_in in = {a->frozen, a->known, a->gpu_mape, a->move_factor, a->net_factor, 0, a->count,
+                 a->other_groups};
     rebalance(s, st, &in, accept, ctx);
-    if (!a->count) /* every node applied the same plan; one of them counts it */
-        s->reb = keep;
 }
 
 double dh__sched_prepared_cost(const dh__sched *s, int64_t st, int64_t k)

@@ -204,11 +204,18 @@ void dh__sched_rebalance(dh__sched *s, int64_t step, double now, const uint8_t *
  * node counts the plan in its stats (one node of those making it, so a sum over nodes
  * counts it once).
  */
+/* Nodes in a group that agrees its moves (rebalance.c): a replica plans its group's. */
+#ifndef DH_MOVE_GROUP
+#define DH_MOVE_GROUP 4
+#endif
+
 typedef struct {
     const uint8_t *frozen; /* R: neither give nor receive */
     const float *known;    /* G: each sample's exact GPU cost as exchanged, < 0: unknown */
     double gpu_mape, move_factor, net_factor;
     int count;
+    int other_groups; /* plan the other groups' moves instead of this node's group's (the step
+                       * the whole job takes, for bench_control); the groups are the same */
 } dh__reb_agreed;
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t step, const dh__reb_agreed *in,
                                 dh__reb_accept accept, void *ctx);

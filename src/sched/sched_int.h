@@ -69,6 +69,8 @@ struct dh__sched {
     int32_t *orig_rank;      /* cap * G: placement before rebalancing (realised gain) */
     double *step_start;      /* cap: D(s), predicted start of step s, for s in [lo, planned] */
     int32_t *finished_ranks; /* cap: ranks done with the step */
+    int32_t *group;          /* cap * DH_MOVE_GROUP: a replica's group of nodes in the step's
+                              * moves, -1 ended (none: no plan), rebalance.c */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
     uint64_t *leads_ver;     /* cap * nodes: calib_ver + 1 when the step's leads on the node
                               * were set, 0: not set (lst.c) */
@@ -100,11 +102,17 @@ struct dh__sched {
     int32_t *share_pos, *share_rank;   /* G: node shares' positions and ranks, node by node */
     double *share_gpu, *share_cpu;     /* G */
     int64_t *share_tokens, *share_bytes; /* G */
-    int32_t *reb_i32;                  /* 3G + 2R: rebalancing's per-plan arrays */
+    int32_t *reb_i32;                  /* 3G + 3R + N: rebalancing's per-plan arrays */
     dh__lead_key *lead_keys;           /* ranks per node: lst.c's sort of a step's batches */
     dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */
     uint64_t calib_ver;                /* CPU calibration changes so far */
-    double *reb_f64;                   /* 2R */
+    double *reb_f64;                   /* 2R + 2N */
+    /* the groups of nodes made for step groups_step's moves (rebalance.c), made once a step */
+    int64_t groups_step;
+    int ngroups;
+    double groups_floor, groups_step_max; /* rebalance.c's reb_target */
+    int32_t *groups;                   /* 3N + 1: the nodes group by group, each group's
+                                        * first, each node's group */
     /* lending */
     int nworkers;
     double *worker_free;         /* per worker: when it is predicted to be free */

@@ -28,17 +28,20 @@ static int regrow(dh__sched *s, int64_t ncap)
     int32_t *orig_rank = dh__malloc((size_t)(ncap * G) * sizeof *orig_rank);
     double *step_start = dh__calloc((size_t)ncap, sizeof *step_start);
     int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
+    int32_t *group = dh__malloc((size_t)ncap * DH_MOVE_GROUP * sizeof *group);
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && parts_left && revealed && done &&
-             orig_rank && step_start && finished_ranks && first_lead && leads_ver;
+             orig_rank && step_start && finished_ranks && group && first_lead && leads_ver;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
         if (st == s->planned)
             break;
         finished_ranks[n] = s->finished_ranks[o];
+        memcpy(group + n * DH_MOVE_GROUP, s->group + o * DH_MOVE_GROUP,
+               DH_MOVE_GROUP * sizeof *group);
         memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
         memcpy(first_lead + n * (int64_t)nn, s->first_lead + o * (int64_t)nn, nn * sizeof *first_lead);
         memcpy(leads_ver + n * (int64_t)nn, s->leads_ver + o * (int64_t)nn, nn * sizeof *leads_ver);
@@ -70,6 +73,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(orig_rank);
     SWAP(step_start);
     SWAP(finished_ranks);
+    SWAP(group);
     SWAP(first_lead);
     SWAP(leads_ver);
 #undef SWAP
@@ -113,6 +117,7 @@ void dh__sched_free(dh__sched *s)
     free(s->orig_rank);
     free(s->step_start);
     free(s->finished_ranks);
+    free(s->group);
     free(s->first_lead);
     free(s->leads_ver);
     free(s->lead_keys);
@@ -136,6 +141,7 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_tokens);
     free(s->plan_bytes);
     free(s->share_ord);
+    free(s->groups);
     free(s->share_pos);
     free(s->share_rank);
     free(s->share_gpu);
@@ -186,18 +192,20 @@ static int alloc_fixed(dh__sched *s)
     s->plan_fill = dh__malloc(R * sizeof *s->plan_fill);
     s->plan_tokens = dh__malloc(G * sizeof *s->plan_tokens);
     s->plan_bytes = dh__malloc(G * sizeof *s->plan_bytes);
-    s->reb_i32 = dh__malloc((3 * G + 2 * R) * sizeof *s->reb_i32);
-    s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
+    s->reb_i32 = dh__malloc((3 * G + 3 * R + nodes) * sizeof *s->reb_i32);
+    s->reb_f64 = dh__malloc((2 * R + 2 * nodes) * sizeof *s->reb_f64);
     s->lead_keys = dh__malloc((size_t)s->ranks_per_node * sizeof *s->lead_keys);
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
+        s->groups = dh__malloc((3 * nodes + 1) * sizeof *s->groups);
+        s->groups_step = -1;
         s->share_pos = dh__malloc(G * sizeof *s->share_pos);
         s->share_rank = dh__malloc(G * sizeof *s->share_rank);
         s->share_gpu = dh__malloc(G * sizeof *s->share_gpu);
         s->share_cpu = dh__malloc(G * sizeof *s->share_cpu);
         s->share_tokens = dh__malloc(G * sizeof *s->share_tokens);
         s->share_bytes = dh__malloc(G * sizeof *s->share_bytes);
-        if (!s->share_ord || !s->share_pos || !s->share_rank || !s->share_gpu || !s->share_cpu ||
+        if (!s->share_ord || !s->groups || !s->share_pos || !s->share_rank || !s->share_gpu || !s->share_cpu ||
             !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
     }
