@@ -30,6 +30,7 @@
 
 #include "../plan/plan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int dh__sched_fail(dh__sched *s, int rc)
@@ -97,17 +98,31 @@ static int snake_node(int i, int N)
     return (i / N) % 2 ? N - 1 - i % N : i % N;
 }
 
-static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, int32_t *rank_of)
+/* Each class's calibrated CPU per predicted second, as placement reads it (a replica: the
+ * start's, so every node computes the same). */
+static void placement_scale(const dh__sched *s, double one[DH_CLS_COUNT])
+{
+    for (int c = 0; c < DH_CLS_COUNT; c++)
+        one[c] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib, c, 1.0);
+}
+
+/* What placement reads of sample i (drawn with raw predicted CPU pred), into slot a. */
+static void placement_input(const dh__sched *s, const double *one, int64_t i, float pred,
+                            double *gpu, double *cpu, int64_t *tokens, int64_t *bytes, int64_t a)
+{
+    gpu[a] = sample_gpu(s, i);
+    cpu[a] = pred * one[s->cfg.pred.cls[i]];
+    tokens[a] = s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
+    bytes[a] = s->cfg.pred.bytes[i];
+}
+
+static int place_balanced(dh__sched *s, int64_t st, const int64_t *idx, const float *pred,
+                          int32_t *rank_of)
 {
     double *gpu = s->plan_gpu, *cpu = s->plan_cpu, one[DH_CLS_COUNT];
-    for (int c = 0; c < DH_CLS_COUNT; c++) /* each class's calibration, once a plan */
-        one[c] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib, c, 1.0);
-    for (int64_t k = 0; k < s->G; k++) {
-        gpu[k] = sample_gpu(s, idx[k]);
-        cpu[k] = pred[k] * one[s->cfg.pred.cls[idx[k]]];
-        s->plan_tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[idx[k]] : 0;
-        s->plan_bytes[k] = s->cfg.pred.bytes[idx[k]];
-    }
+    placement_scale(s, one); /* once a plan */
+    for (int64_t k = 0; k < s->G; k++)
+        placement_input(s, one, idx[k], pred[k], gpu, cpu, s->plan_tokens, s->plan_bytes, k);
     if (s->nodes == 1 || s->ranks_per_node == 1) /* one partition over every rank */
         return partition_block(s, (int)s->G, s->R, gpu, cpu, s->plan_tokens, s->plan_bytes,
                                rank_of);
@@ -135,8 +150,15 @@ static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, i
         s->share_tokens[at] = s->plan_tokens[k];
         s->share_bytes[at] = s->plan_bytes[k];
     }
+    uint8_t *settled = s->settled + step_slot(s, st) * N;
     for (int node = 0; node < N; node++) {
         int lo = start[node], hi = node + 1 < N ? start[node + 1] : G;
+        settled[node] = !s->cfg.node_local || node == s->cfg.node;
+        if (!settled[node]) { /* another node's: dealt round-robin in LPT order for now */
+            for (int a = lo; a < hi; a++)
+                rank_of[s->share_pos[a]] = node * per + (a - lo) % per;
+            continue;
+        }
         if ((rc = partition_block(s, hi - lo, per, s->share_gpu + lo, s->share_cpu + lo,
                                   s->share_tokens + lo, s->share_bytes + lo, s->share_rank + lo)))
             return rc;
@@ -144,6 +166,79 @@ static int place_balanced(dh__sched *s, const int64_t *idx, const float *pred, i
             rank_of[s->share_pos[a]] = node * per + s->share_rank[a];
     }
     return 0;
+}
+
+static int by_position(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int dh__sched_settle(dh__sched *s, int64_t st, int node)
+{
+    uint8_t *settled = s->settled + step_slot(s, st) * s->nodes + node;
+    if (*settled)
+        return 0;
+    int per = s->ranks_per_node, n = 0;
+    int64_t G = s->G, base = step_slot(s, st) * G;
+    int32_t *pos = s->share_pos;
+    for (int r = node * per; r < (node + 1) * per; r++) { /* its samples, in the step's order */
+        const batch_rec *b = batch_of(s, st, r);
+        for (int32_t j = 0; j < b->ntasks; j++)
+            pos[n++] = (int32_t)(s->members[base + b->first + j] - st * G);
+    }
+    qsort(pos, (size_t)n, sizeof *pos, by_position);
+    /* the node's share in LPT order, as the step's order dealt it: the same sort over its
+     * samples alone (index ties in the step's order), then the node's own partition */
+    double one[DH_CLS_COUNT];
+    placement_scale(s, one);
+    for (int i = 0; i < n; i++)
+        placement_input(s, one, s->order[base + pos[i]], s->task_pred[base + pos[i]],
+                        s->share_gpu, s->share_cpu, s->plan_tokens, s->plan_bytes, i);
+    dh__part_in in = {.n = n, .ranks = per, .gpu = s->share_gpu, .cpu = s->share_cpu,
+                      .ws = &s->part_ws};
+    int rc = dh__part_lpt_order(&in, s->share_ord);
+    for (int j = 0; !rc && j < n; j++) {
+        int i = s->share_ord[j];
+        s->plan_gpu[j] = s->share_gpu[i];
+        s->plan_cpu[j] = s->share_cpu[i];
+        s->share_tokens[j] = s->plan_tokens[i];
+        s->share_bytes[j] = s->plan_bytes[i];
+    }
+    int64_t violations = s->cap_violations; /* counted by the node itself */
+    if (!rc)
+        rc = partition_block(s, n, per, s->plan_gpu, s->plan_cpu, s->share_tokens,
+                             s->share_bytes, s->share_rank);
+    s->cap_violations = violations;
+    if (rc)
+        return dh__sched_fail(s, rc);
+    for (int j = 0; j < n; j++) {
+        int64_t a = base + pos[s->share_ord[j]];
+        s->rank_of[a] = s->orig_rank[a] = node * per + s->share_rank[j];
+    }
+    /* The node's batches and its block of members, regrouped alone: its samples stayed on
+     * its ranks (regroup() would walk the whole step) */
+    batch_rec *b = batch_of(s, st, node * per);
+    int32_t *fill = s->plan_fill, at = b[0].first;
+    for (int i = 0; i < per; i++)
+        b[i].ntasks = b[i].ndone = 0, b[i].bytes = 0, b[i].pred_gpu_raw = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t a = base + pos[i];
+        batch_rec *br = &b[s->rank_of[a] - node * per];
+        br->ntasks++;
+        br->ndone += s->done[a];
+        br->bytes += s->cfg.pred.bytes[s->order[a]];
+        br->pred_gpu_raw += sample_gpu(s, s->order[a]);
+    }
+    for (int i = 0; i < per; i++) {
+        b[i].first = fill[i] = at;
+        at += b[i].ntasks;
+    }
+    for (int i = 0; i < n; i++) /* in batch order: the step's */
+        s->members[base + fill[s->rank_of[base + pos[i]] - node * per]++] = st * G + pos[i];
+    dh__lst_leads_stale(s, st);
+    *settled = 1;
+    return 1;
 }
 
 /* Draws step st's samples, places them, groups them by rank, fills its records. */
@@ -161,8 +256,9 @@ static int plan_step(dh__sched *s, int64_t st)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
     int32_t *rank_of = s->rank_of + base;
+    memset(s->settled + step_slot(s, st) * s->nodes, 1, (size_t)s->nodes);
     if (s->caps->placement == DH_PLACE_BALANCED)
-        rc = place_balanced(s, idx, pred, rank_of);
+        rc = place_balanced(s, st, idx, pred, rank_of);
     else
         dh__partition_stride((int)G, s->R, rank_of);
     if (rc)

@@ -277,7 +277,7 @@ static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, const reb_target *t
     if (t->step_max < 0)
         *gain = *drop;
     else
-        *gain = old_max > t->floor && after < old_max ? t->step_max - after : 0;
+        *gain = old_max > t->floor && after < old_max ? DH_MAX(t->step_max, old_max) - after : 0;
     return rc;
 }
 
@@ -419,61 +419,40 @@ static double group_nodes(dh__sched *s, int64_t st, const reb_in *in, node_group
 {
     int N = s->nodes, per = s->ranks_per_node;
     int64_t base = step_slot(s, st) * s->G;
-    double *load = s->reb_f64, *open_sum = s->reb_f64 + 2 * s->R, *frozen_max = open_sum + N;
     node_key *key = dh__malloc((size_t)N * sizeof *key);
     if (!key)
         return -1;
-    for (int r = 0; r < s->R; r++)
-        load[r] = 0;
+    for (int n = 0; n < N; n++)
+        key[n] = (node_key){0, n};
     for (int64_t k = 0; k < s->G; k++) {
         int64_t a = base + k;
         double exact = exact_cost(s, in, k, a);
-        load[s->rank_of[a]] += exact >= 0 ? exact : sample_gpu(s, s->order[a]);
-    }
-    int32_t *open_n = g->scratch;
-    double step_max = 0;
-    for (int n = 0; n < N; n++) {
-        key[n] = (node_key){0, n};
-        open_sum[n] = frozen_max[n] = 0;
-        open_n[n] = 0;
-        for (int r = n * per; r < (n + 1) * per; r++) {
-            key[n].load += load[r];
-            step_max = DH_MAX(step_max, load[r]);
-            if (in->frozen && in->frozen[r]) {
-                frozen_max[n] = DH_MAX(frozen_max[n], load[r]);
-            } else {
-                open_sum[n] += load[r];
-                open_n[n]++;
-            }
-        }
+        key[node_of_rank(s, s->rank_of[a])].load +=
+            exact >= 0 ? exact : sample_gpu(s, s->order[a]);
     }
     qsort(key, (size_t)N, sizeof *key, by_load);
-    s->groups_step_max = step_max;
+    s->groups_step_max = key[0].load / per;
     g->ngroups = (N + DH_MOVE_GROUP - 1) / DH_MOVE_GROUP;
+    double *gsum = s->reb_f64; /* per group: its load, then its nodes */
+    int32_t *gnodes = g->scratch;
     for (int i = 0; i <= g->ngroups; i++)
         g->first[i] = 0;
+    for (int i = 0; i < g->ngroups; i++)
+        gsum[i] = gnodes[i] = 0;
     for (int i = 0; i < N; i++) {
-        g->group_of[key[i].node] = snake_group(i, g->ngroups);
-        g->first[g->group_of[key[i].node] + 1]++;
+        int grp = snake_group(i, g->ngroups);
+        g->group_of[key[i].node] = grp;
+        g->first[grp + 1]++;
+        gsum[grp] += key[i].load;
+        gnodes[grp]++;
     }
     free(key);
-    double floor_s = 0, *gsum = load; /* per group: open load, open ranks, frozen max */
-    double *gopen = load + g->ngroups, *gfrozen = load + 2 * g->ngroups;
-    for (int i = 0; i < g->ngroups; i++)
-        gsum[i] = gopen[i] = gfrozen[i] = 0;
-    for (int n = 0; n < N; n++) {
-        int i = g->group_of[n];
-        gsum[i] += open_sum[n];
-        gopen[i] += open_n[n];
-        gfrozen[i] = DH_MAX(gfrozen[i], frozen_max[n]);
-    }
+    double floor_s = 0;
     for (int i = 0; i < g->ngroups; i++) {
-        floor_s = DH_MAX(floor_s, gfrozen[i]);
-        if (gopen[i] > 0)
-            floor_s = DH_MAX(floor_s, gsum[i] / gopen[i]);
+        floor_s = DH_MAX(floor_s, gsum[i] / (gnodes[i] * per));
         g->first[i + 1] += g->first[i];
     }
-    int32_t *fill = open_n; /* no longer read: each group's next place in the list */
+    int32_t *fill = gnodes; /* no longer read: each group's next place in the list */
     for (int i = 0; i < g->ngroups; i++)
         fill[i] = g->first[i];
     for (int n = 0; n < N; n++) /* in node order: each group's nodes increasing */
@@ -499,6 +478,13 @@ static int rebalance_groups(dh__sched *s, int64_t st, const reb_in *in, reb_plan
         s->groups_step = st;
     }
     int mine = g.group_of[me];
+    /* a replica places the other nodes of the groups it plans as they placed their shares */
+    for (int i = 0; s->cfg.node_local && i < g.ngroups; i++)
+        for (int j = g.first[i]; j < g.first[i + 1] && (in->other_groups ? i != mine : i == mine);
+             j++)
+            dh__sched_settle(s, st, g.list[j]);
+    if (s->error)
+        return 0;
     for (int i = 0; i < g.ngroups && !s->error; i++) {
         const int32_t *nodes = g.list + g.first[i];
         int n = g.first[i + 1] - g.first[i];
@@ -535,8 +521,15 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
     reb_plan p;
     plan_scratch(s, &p);
     int applied;
-    /* a replica's plan of its own batches alone (every other node's frozen) is one group */
-    if (by_groups(s) && !(s->cfg.node_local && in->need_admitted)) {
+    if (by_groups(s) && s->cfg.node_local && in->need_admitted) {
+        /* a replica's plan of its own batches alone (when no plan could be agreed) */
+        p.nranks = 0;
+        for (int r = s->cfg.node * s->ranks_per_node; r < (s->cfg.node + 1) * s->ranks_per_node;
+             r++)
+            p.ranks[p.nranks++] = r;
+        reb_target t = {0, -1};
+        applied = plan_group(s, st, in, &p, &t, 1, accept, ctx);
+    } else if (by_groups(s)) {
         applied = rebalance_groups(s, st, in, &p, accept, ctx);
     } else {
         p.nranks = s->R;

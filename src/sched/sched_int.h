@@ -71,6 +71,8 @@ struct dh__sched {
     int32_t *finished_ranks; /* cap: ranks done with the step */
     int32_t *group;          /* cap * DH_MOVE_GROUP: a replica's group of nodes in the step's
                               * moves, -1 ended (none: no plan), rebalance.c */
+    uint8_t *settled;        /* cap * nodes: the node's share is placed as the node places it
+                              * (a replica's other nodes: once their moves are planned here) */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
     uint64_t *leads_ver;     /* cap * nodes: calib_ver + 1 when the step's leads on the node
                               * were set, 0: not set (lst.c) */
@@ -213,6 +215,9 @@ int dh__sched_fail(dh__sched *s, int rc);
 int dh__sched_ensure_planned(dh__sched *s, int64_t st);
 /* Regroups step st's positions by rank after its placement changed. */
 void dh__sched_regroup(dh__sched *s, int64_t st);
+/* A replica places another node's share of step st as that node did, and regroups that
+ * node's batches (planning.c). 1: placed now; 0: it was; < 0: an error (kept). */
+int dh__sched_settle(dh__sched *s, int64_t st, int node);
 
 /* lst.c: least slack first, with keyframe-aligned splitting */
 /* lead: seconds before its step's predicted start that the task's batch is due;

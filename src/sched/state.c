@@ -29,11 +29,12 @@ static int regrow(dh__sched *s, int64_t ncap)
     double *step_start = dh__calloc((size_t)ncap, sizeof *step_start);
     int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
     int32_t *group = dh__malloc((size_t)ncap * DH_MOVE_GROUP * sizeof *group);
+    uint8_t *settled = dh__calloc((size_t)ncap * (size_t)s->nodes, 1);
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && parts_left && revealed && done &&
-             orig_rank && step_start && finished_ranks && group && first_lead && leads_ver;
+             orig_rank && step_start && finished_ranks && group && settled && first_lead && leads_ver;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
@@ -42,6 +43,7 @@ static int regrow(dh__sched *s, int64_t ncap)
         finished_ranks[n] = s->finished_ranks[o];
         memcpy(group + n * DH_MOVE_GROUP, s->group + o * DH_MOVE_GROUP,
                DH_MOVE_GROUP * sizeof *group);
+        memcpy(settled + n * s->nodes, s->settled + o * s->nodes, (size_t)s->nodes);
         memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
         memcpy(first_lead + n * (int64_t)nn, s->first_lead + o * (int64_t)nn, nn * sizeof *first_lead);
         memcpy(leads_ver + n * (int64_t)nn, s->leads_ver + o * (int64_t)nn, nn * sizeof *leads_ver);
@@ -74,6 +76,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(step_start);
     SWAP(finished_ranks);
     SWAP(group);
+    SWAP(settled);
     SWAP(first_lead);
     SWAP(leads_ver);
 #undef SWAP
@@ -118,6 +121,7 @@ void dh__sched_free(dh__sched *s)
     free(s->step_start);
     free(s->finished_ranks);
     free(s->group);
+    free(s->settled);
     free(s->first_lead);
     free(s->leads_ver);
     free(s->lead_keys);
