@@ -10,14 +10,15 @@
  *   - the other nodes' ranks are applied as their STEP records say (batch
  *     taken, step done), as apply_step does after each exchange;
  *   - the next step's moves are agreed, as at the step's exchange
- *     (dh__nodes_agree): every node's exchanged exact costs are learnt and
- *     the node plans its group's moves as every node of the group does (the
+ *     (dh__nodes_agree): from every node's exchanged exact costs the node
+ *     plans its group's moves as every node of the group does (the
  *     other groups' moves are then made too, untimed: the step's compute is
  *     the whole job's).
  * It prints the CPU seconds of that work per step against the step's
  * simulated compute time (the workload's GPU model: the slowest rank's
  * batch plus the fixed cost), one core. Building the exchange records and
- * the wire are not in it (O(ranks) copies a step).
+ * the wire are not in it (O(ranks) copies, and the engine reading each node's costs in
+ * the step's order, O(G) a step).
  *   usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH] [STEPS] [WORKLOAD]
  */
 #include "bench_clock.h"
@@ -136,9 +137,6 @@ int main(int argc, char **argv)
             for (int64_t j = 0; j < G; j++)
                 known[j] = (float)run.truth.gpu[order[j]];
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
-            for (int64_t j = 0; j < G; j++)
-                if (dh__sched_rank_of(s, ns, j) >= rpn)
-                    dh__sched_learn_prepared(s, ns, j, known[j]);
             dh__reb_agreed a = {frozen, known, dh__calib_gpu_mape(dh__sched_calib(s)), 1, 1, 1, 0};
             dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t_reb;

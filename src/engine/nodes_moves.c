@@ -225,13 +225,12 @@ void dh__nodes_agree(dh_engine *e, int64_t ns)
     }
     /* Each node's costs are of its samples in the step's order: the same on every replica,
      * since no plan of ns was made anywhere yet. A sample prepared here after the record
-     * went out stays unknown, as it is for the others. */
+     * went out stays unknown, as it is for the others. The plan learns the costs of the
+     * samples it reads. */
     for (int64_t j = 0; all && j < e->G; j++) {
         int k = dh__sched_rank_of(e->sched, ns, j) / rpn(e);
         int64_t i = seen[k]++;
         x->mv_known[j] = i < x->ncost ? rec_cost(x, rec_of(x, k))[i] : -1;
-        if (k != e->node && x->mv_known[j] >= 0)
-            dh__sched_learn_prepared(e->sched, ns, j, x->mv_known[j]);
     }
     if (all) {
         double moved_before = s->moves_at;

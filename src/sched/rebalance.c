@@ -206,6 +206,17 @@ static void take_sample(const dh__sched *s, const reb_in *in, reb_plan *p, int64
     }
 }
 
+/* A sample another node prepared (slot a, its exact GPU cost as exchanged): the replica
+ * learns it for the realised gain (a sample prepared here is known first-hand). */
+static void learn(dh__sched *s, int64_t st, int64_t a, double cost)
+{
+    if (!(cost >= 0) || s->done[a] || rank_here(s, s->rank_of[a]))
+        return;
+    s->revealed[a] = (float)cost;
+    s->done[a] = 1;
+    batch_of(s, st, s->rank_of[a])->ndone++;
+}
+
 /* Splits the samples of step st on the plan's ranks (p->ranks) into movable (exact cost
  * known, on an open rank) and fixed loads. Over every rank in the step's order; over a
  * group's, rank by rank in batch order (each batch's members). */
@@ -220,33 +231,44 @@ static void collect_movable(dh__sched *s, int64_t st, const reb_in *in, reb_plan
         if (p->cidx[r] >= 0)
             p->rank_at[p->open++] = r;
     }
+    /* agreed: the exchanged costs of the plan's samples are learnt (those of the other
+     * groups are never read here) */
     if (p->nranks == s->R) {
-        for (int64_t k = 0; k < s->G; k++)
+        for (int64_t k = 0; k < s->G; k++) {
+            if (in->known)
+                learn(s, st, base + k, in->known[k]);
             take_sample(s, in, p, base, k);
+        }
         return;
     }
     for (int i = 0; i < p->nranks; i++) {
         const batch_rec *b = batch_of(s, st, p->ranks[i]);
         const int64_t *mem = s->members + base + b->first;
-        for (int32_t j = 0; j < b->ntasks; j++)
-            take_sample(s, in, p, base, mem[j] - st * s->G);
+        for (int32_t j = 0; j < b->ntasks; j++) {
+            int64_t k = mem[j] - st * s->G;
+            if (in->known)
+                learn(s, st, base + k, in->known[k]);
+            take_sample(s, in, p, base, k);
+        }
     }
 }
 
 /* What a group's plan is gated against (one group over every rank: step_max < 0). */
 typedef struct {
     double floor;    /* the highest of the groups' lower bounds: below it no move pays */
-    double step_max; /* the step's slowest rank before any group's moves */
+    double step_max; /* what the step takes before any group's moves (its most loaded node's
+                      * load over its ranks: the same on every replica) */
 } reb_target;
 
 /*
  * Plans the movable samples over the open ranks: fills p->plan (open rank indices), *gain
  * (what the gate weighs) and *drop (the plan's slowest rank before - after). Over every rank
  * both are the step's slowest rank before - after. A group of nodes whose slowest rank is
- * above the floor weighs what the step gains if every such group reaches its own: the
- * step's slowest rank before - its own after (or the floor), so the groups just above the
- * floor move with the slowest one (each weighing only its own drop, they stayed, and set
- * the step). 0 or an error.
+ * above the floor and comes down weighs what the step gains if every such group reaches its
+ * own: what the step takes before (t->step_max, or its own slowest rank if higher) - its own
+ * after (or the floor), so the groups just above the floor move with the slowest one (each
+ * weighing only its own drop, they stayed and set the step: t2v-diffusion lost 1% more).
+ * 0 or an error.
  */
 static int plan_moves(dh__sched *s, int64_t st, reb_plan *p, const reb_target *t, double *gain,
                       double *drop)
@@ -404,16 +426,15 @@ typedef struct {
 
 /*
  * Groups the nodes for step st's moves (the file's DESIGN): the nodes ordered by their load
- * (their ranks' GPU, exact costs where known; ties to the lower node), dealt over
- * ceil(N / DH_MOVE_GROUP) groups snaking, so the groups' loads are alike and each group's
- * lower bound is near the step's (ordered by their slowest rank instead, 64 nodes of 8
- * ranks lost 0.3% against one plan over every rank, t2v-diffusion 1.6%: bench/RESULTS.md).
- * Fills g->list (the nodes
- * group by group, each group's in increasing order) and g->first (ngroups + 1), and
- * s->groups_step_max (the step's slowest rank). Returns the
- * step's floor: the highest of the groups' lower bounds (their open load over their open
- * ranks, their frozen ranks), below which no group's moves shorten the step; < 0 when out
- * of memory.
+ * (their samples' GPU, exact costs where known; ties to the lower node), dealt over
+ * ceil(N / DH_MOVE_GROUP) groups snaking, so the groups' loads are alike (ordered by their
+ * slowest rank instead, t2v-diffusion on 64 nodes lost 1.6% against one plan over every
+ * rank: bench/RESULTS.md). A node's load does not depend on how its samples sit on its
+ * ranks, which a replica knows only for the nodes it plans with. Fills g->list (the nodes
+ * group by group, each group's in increasing order), g->first (ngroups + 1) and
+ * s->groups_step_max (the most loaded node's load over its ranks: what the step takes at
+ * least). Returns the step's floor, the highest of the groups' loads over their ranks: no
+ * group ends below it, so no move below it shortens the step; < 0 when out of memory.
  */
 static double group_nodes(dh__sched *s, int64_t st, const reb_in *in, node_groups *g)
 {
@@ -566,19 +587,6 @@ double dh__sched_prepared_cost(const dh__sched *s, int64_t st, int64_t k)
     if (st < s->lo || st >= s->planned || k < 0 || k >= s->G)
         return -1;
     return seen_prepared(s, step_slot(s, st) * s->G + k);
-}
-
-int dh__sched_learn_prepared(dh__sched *s, int64_t st, int64_t k, double cost)
-{
-    if (st < s->lo || st >= s->planned || k < 0 || k >= s->G || !(cost >= 0))
-        return DH_EINVAL;
-    int64_t a = step_slot(s, st) * s->G + k;
-    if (s->done[a] || rank_here(s, s->rank_of[a]))
-        return 0; /* prepared here: this node knows it first-hand */
-    s->revealed[a] = (float)cost;
-    s->done[a] = 1;
-    batch_of(s, st, s->rank_of[a])->ndone++;
-    return 0;
 }
 
 void dh__sched_reb_counting(dh__sched *s, int on)

@@ -222,9 +222,6 @@ void dh__sched_rebalance_agreed(dh__sched *s, int64_t step, const dh__reb_agreed
 /* The exact GPU cost of the k-th sample of step if it is prepared here (or was learnt), else
  * < 0. */
 double dh__sched_prepared_cost(const dh__sched *s, int64_t step, int64_t k);
-/* Another node prepared the k-th sample of step (its exact GPU cost): the replica learns it.
- * 0, or DH_EINVAL outside the window. */
-int dh__sched_learn_prepared(dh__sched *s, int64_t step, int64_t k, double cost);
 /* Off: this replica's realised gains are not counted (another node counts the agreed plans). */
 void dh__sched_reb_counting(dh__sched *s, int on);
 
