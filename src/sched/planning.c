@@ -125,11 +125,16 @@ static int place_balanced(dh__sched *s, int64_t st, const int64_t *idx, const fl
 {
     double *gpu = s->plan_gpu, *cpu = s->plan_cpu, one[DH_CLS_COUNT];
     placement_scale(s, one); /* once a plan */
-    for (int64_t k = 0; k < s->G; k++)
-        placement_input(s, one, idx[k], pred[k], gpu, cpu, s->plan_tokens, s->plan_bytes, k);
-    if (s->nodes == 1 || s->ranks_per_node == 1) /* one partition over every rank */
+    if (s->nodes == 1 || s->ranks_per_node == 1) { /* one partition over every rank */
+        for (int64_t k = 0; k < s->G; k++)
+            placement_input(s, one, idx[k], pred[k], gpu, cpu, s->plan_tokens, s->plan_bytes, k);
         return partition_block(s, (int)s->G, s->R, gpu, cpu, s->plan_tokens, s->plan_bytes,
                                rank_of);
+    }
+    for (int64_t k = 0; k < s->G; k++) { /* what the deal reads; caps: the shares placed */
+        gpu[k] = sample_gpu(s, idx[k]);
+        cpu[k] = pred[k] * one[s->cfg.pred.cls[idx[k]]];
+    }
     /* Several nodes of several ranks: the step's samples are dealt to nodes in LPT order,
      * snaking, so every node's share weighs about the same in GPU and, with it, in CPU and
      * no node is favoured; each node's ranks then partition its share among themselves. */
@@ -147,12 +152,11 @@ static int place_balanced(dh__sched *s, int64_t st, const int64_t *idx, const fl
         start[node] = end;
     }
     for (int i = G - 1; i >= 0; i--) { /* ...and, filled from the back, its start */
-        int k = s->share_ord[i], at = --start[snake_node(i, N)];
+        int k = s->share_ord[i], node = snake_node(i, N), at = --start[node];
         s->share_pos[at] = k;
-        s->share_gpu[at] = gpu[k];
-        s->share_cpu[at] = cpu[k];
-        s->share_tokens[at] = s->plan_tokens[k];
-        s->share_bytes[at] = s->plan_bytes[k];
+        if (!s->cfg.node_local || node == s->cfg.node) /* a share placed here (below) */
+            placement_input(s, one, idx[k], pred[k], s->share_gpu, s->share_cpu,
+                            s->share_tokens, s->share_bytes, at);
     }
     uint8_t *settled = s->settled + step_slot(s, st) * N;
     for (int node = 0; node < N; node++) {
