@@ -1336,6 +1336,22 @@ static void each_step_delivered_once(const hub_node *n, int nodes, int steps, in
         ck_assert_int_eq(per_step[st], G);
 }
 
+/* What every moves test on `nodes` nodes checks after 4 steps: every node ran, delivered
+ * every sample and counts the same moves (counted once); every sample once a step,
+ * byte-equal. */
+static void moved_and_delivered_once(const hub_node *n, int nodes, int64_t G,
+                                     const reveal_ctx *x)
+{
+    for (int k = 0; k < nodes; k++) {
+        ck_assert_msg(n[k].rc == 0, "%d nodes, node %d: %s", nodes, k, n[k].err);
+        ck_assert_int_eq(n[k].res.delivered, 4 * G);
+        ck_assert_int_eq(n[k].res.reb_moved, n[0].res.reb_moved);
+    }
+    ck_assert_int_gt(n[0].res.reb_moved, 0);
+    each_step_delivered_once(n, nodes, 4, G);
+    ck_assert_int_eq(x->bad_items, 0);
+}
+
 START_TEST(several_nodes_move_prepared_samples_between_nodes)
 {
     /* One rank per node, so every move crosses nodes. The heavy sample's exact cost is 100 s,
@@ -1408,15 +1424,9 @@ START_TEST(trainers_that_take_before_releasing_still_rebalance_within_their_node
     run_nodes(&c, 2, 1, -1, 0, n, NULL);
     take_before_release = 0;
     hold_until_prepared = NULL;
-    for (int k = 0; k < 2; k++) {
-        ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
-        ck_assert_int_eq(n[k].res.delivered, 4 * G);
+    moved_and_delivered_once(n, 2, G, &x);
+    for (int k = 0; k < 2; k++)
         ck_assert_int_eq(n[k].res.reb_remote, 0);
-        ck_assert_int_eq(n[k].res.reb_moved, n[0].res.reb_moved);
-    }
-    ck_assert_int_gt(n[0].res.reb_moved, 0);
-    each_step_delivered_once(n, 2, 4, G);
-    ck_assert_int_eq(x.bad_items, 0);
     free_nodes(n, 2);
     dh_manifest_free(m);
 }
@@ -1447,16 +1457,12 @@ START_TEST(several_nodes_of_several_ranks_move_by_groups_of_nodes)
     c.sample_gpu_cost_user = &x;
     hub_node n[6];
     run_nodes(&c, 6, 1, -1, 0, n, NULL);
+    moved_and_delivered_once(n, 6, G, &x);
     for (int k = 0; k < 6; k++) {
-        ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
-        ck_assert_int_eq(n[k].res.delivered, 4 * G);
         ck_assert_int_eq(n[k].res.failed, 0);
-        ck_assert_int_eq(n[k].res.reb_moved, n[0].res.reb_moved);
         ck_assert_int_eq(n[k].res.reb_refused, 0);
     }
     ck_assert_int_gt(n[0].res.reb_remote, 0);
-    each_step_delivered_once(n, 6, 4, G);
-    ck_assert_int_eq(x.bad_items, 0);
     free_nodes(n, 6);
     dh_manifest_free(m);
 }
