@@ -11,7 +11,13 @@ set -u
 DH=${1:?usage: metrics_prom.sh DATAHELIX}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dhprom.XXXXXX")
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2> /dev/null; done; rm -rf "$WORK"; }
+# PIDS hold `timeout` wrappers too: killing one leaves its child, so the trainers are found by
+# their script's path (two were seen still polling for their .go file hours later)
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2> /dev/null; done
+    pkill -9 -f "$WORK/" 2> /dev/null
+    rm -rf "$WORK"
+}
 trap cleanup EXIT
 source "$(dirname "$0")/lib.sh"
 port_of() { grep -o 'metrics at http://127.0.0.1:[0-9]*' "$1" | head -n 1 | sed 's/.*://'; }
@@ -121,6 +127,8 @@ with datahelix.Loader(socket=sock, rank=rank, world_size=2, endless=True) as L:
         del b
     open(done, "w").close()
     while not os.path.exists(done + ".go"):  # attached and idle: the figures stand still
+        if not os.path.isdir(os.path.dirname(done)):
+            break  # the test is gone
         time.sleep(0.05)
 PYEOF
     for r in 0 1; do
