@@ -108,7 +108,7 @@ struct dh__sched {
     dh__lead_key *lead_keys;           /* ranks per node: lst.c's sort of a step's batches */
     dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */
     uint64_t calib_ver;                /* CPU calibration changes so far */
-    double *reb_f64;                   /* 2R + 2N */
+    double *reb_f64;                   /* 2R (a step's groups: their loads, before a plan) */
     /* the groups of nodes made for step groups_step's moves (rebalance.c), made once a step */
     int64_t groups_step;
     int ngroups;

@@ -197,7 +197,7 @@ static int alloc_fixed(dh__sched *s)
     s->plan_tokens = dh__malloc(G * sizeof *s->plan_tokens);
     s->plan_bytes = dh__malloc(G * sizeof *s->plan_bytes);
     s->reb_i32 = dh__malloc((3 * G + 3 * R + nodes) * sizeof *s->reb_i32);
-    s->reb_f64 = dh__malloc((2 * R + 2 * nodes) * sizeof *s->reb_f64);
+    s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
     s->lead_keys = dh__malloc((size_t)s->ranks_per_node * sizeof *s->lead_keys);
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
