@@ -274,6 +274,18 @@ void dh__agent_abort_said(conn *c, const void *text, uint32_t len)
  * for dead here. Both gone by the time one is taken: a rank that died without a word (killed,
  * crashed) came before one whose trainer failed saying why (its collective broke because
  * of it), so a silent death is not blamed on a failure with a reason. */
+/* How long a silent end waits for another gone rank's ABORT to be marked (gone_before). */
+#define ABORT_MARK_GRACE_S 0.1
+
+/* Rank o failed saying why (its ABORT was taken, or is waiting: dh__agent_detach_waiting). */
+static int said_why(agent *a, const conn *o)
+{
+    pthread_mutex_lock(&a->mu);
+    int said = o->failed;
+    pthread_mutex_unlock(&a->mu);
+    return said;
+}
+
 static conn *gone_before(agent *a, const conn *c)
 {
     pthread_mutex_lock(&a->mu);
@@ -290,9 +302,14 @@ static conn *gone_before(agent *a, const conn *c)
         if (!look || poll(&p, 1, 0) <= 0 || !(p.revents & (POLLHUP | POLLRDHUP | POLLERR)) ||
             dh__agent_detach_waiting(o))
             continue;
-        pthread_mutex_lock(&a->mu);
-        int said = o->failed; /* its ABORT was waiting (dh__agent_detach_waiting) */
-        pthread_mutex_unlock(&a->mu);
+        int said = said_why(a, o);
+        /* Both silent so far: o's thread may have taken its ABORT off the socket and not yet
+         * marked it (CI under TSan: rank 1 killed, rank 0's "Connection reset by peer" taken
+         * for a silent death and named first, once in CI); a moment tells. */
+        for (double t0 = dh__mono(); silent && !said && dh__mono() - t0 < ABORT_MARK_GRACE_S;) {
+            usleep(5000);
+            said = said_why(a, o);
+        }
         if (!(silent && said))
             return o;
     }
