@@ -264,16 +264,6 @@ void dh__agent_abort_said(conn *c, const void *text, uint32_t len)
     pthread_mutex_unlock(&c->a->mu);
 }
 
-/* Another rank whose socket is gone without a DETACH (it died, or failed: ABORT) when rank c's
- * own fault comes: under DDP a rank's death makes the others fail in the collective first,
- * so that one is the cause. Every rank still in is looked at, computing ones too: a rank
- * killed while it computed has its own thread reading its socket, but that thread may see
- * the end after the failure it caused is taken here (a user's trial: SIGKILL of rank 3, and
- * rank 2's "Connection reset by peer" named as the cause, one run in three). A rank whose
- * thread already took its DETACH is marked hung up first (on_detach), so it is not taken
- * for dead here. Both gone by the time one is taken: a rank that died without a word (killed,
- * crashed) came before one whose trainer failed saying why (its collective broke because
- * of it), so a silent death is not blamed on a failure with a reason. */
 /* How long a silent end waits for another gone rank's ABORT to be marked (gone_before). */
 #define ABORT_MARK_GRACE_S 0.1
 
@@ -286,6 +276,16 @@ static int said_why(agent *a, const conn *o)
     return said;
 }
 
+/* Another rank whose socket is gone without a DETACH (it died, or failed: ABORT) when rank c's
+ * own fault comes: under DDP a rank's death makes the others fail in the collective first,
+ * so that one is the cause. Every rank still in is looked at, computing ones too: a rank
+ * killed while it computed has its own thread reading its socket, but that thread may see
+ * the end after the failure it caused is taken here (a user's trial: SIGKILL of rank 3, and
+ * rank 2's "Connection reset by peer" named as the cause, one run in three). A rank whose
+ * thread already took its DETACH is marked hung up first (on_detach), so it is not taken
+ * for dead here. Both gone by the time one is taken: a rank that died without a word (killed,
+ * crashed) came before one whose trainer failed saying why (its collective broke because
+ * of it), so a silent death is not blamed on a failure with a reason. */
 static conn *gone_before(agent *a, const conn *c)
 {
     pthread_mutex_lock(&a->mu);
