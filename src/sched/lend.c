@@ -168,7 +168,7 @@ int dh__lend_from(dh__sched *s, int home, double now, double *ship)
     int best = s->best_node == home ? -1 : s->best_node;
     if (best < 0)
         return -1;
-    int64_t bytes = s->cfg.pred.bytes[sample_at(s, s->heap[best][0].pos)];
+    int64_t bytes = s->slot_bytes[at(s, s->heap[best][0].pos)];
     *ship = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
     s->reb.lend_considered++;
     if (s->best_late <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * *ship) {

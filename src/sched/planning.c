@@ -51,11 +51,11 @@ int dh__sched_fail(dh__sched *s, int rc)
  * task count, done count, bytes and predicted GPU time from rank_of; called
  * after planning and after a rebalancing plan moved samples.
  */
-/* gpu (G, may be NULL): each position's predicted GPU cost, when the caller has it. */
-static void regroup(dh__sched *s, int64_t st, const double *gpu)
+static void regroup(dh__sched *s, int64_t st)
 {
     int64_t G = s->G, base = step_slot(s, st) * G;
-    const int64_t *idx = s->order + base;
+    const double *gpu = s->slot_gpu + base;
+    const int64_t *bytes = s->slot_bytes + base;
     const int32_t *rank_of = s->rank_of + base;
     batch_rec *b = batch_of(s, st, 0);
     for (int r = 0; r < s->R; r++)
@@ -64,8 +64,8 @@ static void regroup(dh__sched *s, int64_t st, const double *gpu)
         batch_rec *br = &b[rank_of[k]];
         br->ntasks++;
         br->ndone += s->done[base + k];
-        br->bytes += s->cfg.pred.bytes[idx[k]];
-        br->pred_gpu_raw += gpu ? gpu[k] : sample_gpu(s, idx[k]);
+        br->bytes += bytes[k];
+        br->pred_gpu_raw += gpu[k];
     }
     int32_t off = 0;
     for (int r = 0; r < s->R; r++) {
@@ -80,7 +80,7 @@ static void regroup(dh__sched *s, int64_t st, const double *gpu)
 
 void dh__sched_regroup(dh__sched *s, int64_t st)
 {
-    regroup(s, st, NULL);
+    regroup(s, st);
 }
 
 /* Partitions n samples (the arrays given, contiguous) over `ranks` ranks into out. */
@@ -110,31 +110,33 @@ static void placement_scale(const dh__sched *s, double one[DH_CLS_COUNT])
         one[c] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib, c, 1.0);
 }
 
-/* What placement reads of sample i (drawn with raw predicted CPU pred), into slot a. */
-static void placement_input(const dh__sched *s, const double *one, int64_t i, float pred,
-                            double *gpu, double *cpu, int64_t *tokens, int64_t *bytes, int64_t a)
+/* What placement reads of the sample at slot a, into element k of the arrays given. */
+static void placement_input(const dh__sched *s, const double *one, int64_t a, double *gpu,
+                            double *cpu, int64_t *tokens, int64_t *bytes, int64_t k)
 {
-    gpu[a] = sample_gpu(s, i);
-    cpu[a] = pred * one[s->cfg.pred.cls[i]];
-    tokens[a] = s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
-    bytes[a] = s->cfg.pred.bytes[i];
+    int64_t i = s->order[a];
+    gpu[k] = s->slot_gpu[a];
+    cpu[k] = s->task_pred[a] * one[s->cfg.pred.cls[i]];
+    tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
+    bytes[k] = s->slot_bytes[a];
 }
 
-static int place_balanced(dh__sched *s, int64_t st, const int64_t *idx, const float *pred,
-                          int32_t *rank_of)
+static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
 {
+    int64_t base = step_slot(s, st) * s->G;
+    const int64_t *idx = s->order + base;
+    const float *pred = s->task_pred + base;
     double *gpu = s->plan_gpu, *cpu = s->plan_cpu, one[DH_CLS_COUNT];
     placement_scale(s, one); /* once a plan */
     if (s->nodes == 1 || s->ranks_per_node == 1) { /* one partition over every rank */
         for (int64_t k = 0; k < s->G; k++)
-            placement_input(s, one, idx[k], pred[k], gpu, cpu, s->plan_tokens, s->plan_bytes, k);
+            placement_input(s, one, base + k, gpu, cpu, s->plan_tokens, s->plan_bytes, k);
         return partition_block(s, (int)s->G, s->R, gpu, cpu, s->plan_tokens, s->plan_bytes,
                                rank_of);
     }
-    for (int64_t k = 0; k < s->G; k++) { /* what the deal reads; caps: the shares placed */
-        gpu[k] = sample_gpu(s, idx[k]);
+    gpu = s->slot_gpu + base; /* what the deal reads; caps: the shares placed */
+    for (int64_t k = 0; k < s->G; k++)
         cpu[k] = pred[k] * one[s->cfg.pred.cls[idx[k]]];
-    }
     /* Several nodes of several ranks: the step's samples are dealt to nodes in LPT order,
      * snaking, so every node's share weighs about the same in GPU and, with it, in CPU and
      * no node is favoured; each node's ranks then partition its share among themselves. */
@@ -155,8 +157,8 @@ static int place_balanced(dh__sched *s, int64_t st, const int64_t *idx, const fl
         int k = s->share_ord[i], node = snake_node(i, N), at = --start[node];
         s->share_pos[at] = k;
         if (!s->cfg.node_local || node == s->cfg.node) /* a share placed here (below) */
-            placement_input(s, one, idx[k], pred[k], s->share_gpu, s->share_cpu,
-                            s->share_tokens, s->share_bytes, at);
+            placement_input(s, one, base + k, s->share_gpu, s->share_cpu, s->share_tokens,
+                            s->share_bytes, at);
     }
     uint8_t *settled = s->settled + step_slot(s, st) * N;
     for (int node = 0; node < N; node++) {
@@ -201,8 +203,8 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
     double one[DH_CLS_COUNT];
     placement_scale(s, one);
     for (int i = 0; i < n; i++)
-        placement_input(s, one, s->order[base + pos[i]], s->task_pred[base + pos[i]],
-                        s->share_gpu, s->share_cpu, s->plan_tokens, s->plan_bytes, i);
+        placement_input(s, one, base + pos[i], s->share_gpu, s->share_cpu, s->plan_tokens,
+                        s->plan_bytes, i);
     dh__part_in in = {.n = n, .ranks = per, .gpu = s->share_gpu, .cpu = s->share_cpu,
                       .ws = &s->part_ws};
     int rc = dh__part_lpt_order(&in, s->share_ord);
@@ -235,8 +237,8 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
         batch_rec *br = &b[s->rank_of[a] - node * per];
         br->ntasks++;
         br->ndone += s->done[a];
-        br->bytes += s->cfg.pred.bytes[s->order[a]];
-        br->pred_gpu_raw += sample_gpu(s, s->order[a]);
+        br->bytes += s->slot_bytes[a];
+        br->pred_gpu_raw += s->slot_gpu[a];
     }
     for (int i = 0; i < per; i++) {
         b[i].first = fill[i] = at;
@@ -248,6 +250,8 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
     *settled = 1;
     return 1;
 }
+
+#define GATHER_AHEAD 16 /* samples */
 
 /* Draws step st's samples, places them, groups them by rank, fills its records. */
 static int plan_step(dh__sched *s, int64_t st)
@@ -263,10 +267,20 @@ static int plan_step(dh__sched *s, int64_t st)
     for (int64_t k = 0; k < G; k++)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
+    /* the drawn samples' metadata, read once at random from the dataset's tables: the reads
+     * are independent, so they are issued ahead of their use */
+    for (int64_t k = 0; k < G; k++) {
+        if (k + GATHER_AHEAD < G) {
+            __builtin_prefetch(&s->cfg.pred.feat[idx[k + GATHER_AHEAD]]);
+            __builtin_prefetch(&s->cfg.pred.bytes[idx[k + GATHER_AHEAD]]);
+        }
+        s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
+        s->slot_bytes[base + k] = s->cfg.pred.bytes[idx[k]];
+    }
     int32_t *rank_of = s->rank_of + base;
     memset(s->settled + step_slot(s, st) * s->nodes, 1, (size_t)s->nodes);
     if (s->caps->placement == DH_PLACE_BALANCED)
-        rc = place_balanced(s, st, idx, pred, rank_of);
+        rc = place_balanced(s, st, rank_of);
     else
         dh__partition_stride((int)G, s->R, rank_of);
     if (rc)
@@ -282,8 +296,7 @@ static int plan_step(dh__sched *s, int64_t st)
     s->finished_ranks[step_slot(s, st)] = 0;
     for (int j = 0; j < DH_MOVE_GROUP; j++)
         s->group[step_slot(s, st) * DH_MOVE_GROUP + j] = -1;
-    /* placing computed every sample's GPU cost into plan_gpu; the stride did not */
-    regroup(s, st, s->caps->placement == DH_PLACE_BALANCED ? s->plan_gpu : NULL);
+    regroup(s, st);
     dh__lst_leads_stale(s, st);
     double step_gpu = 0;
     for (int r = 0; r < s->R; r++)

@@ -43,7 +43,7 @@ static double step_max(const dh__sched *s, int64_t st, const int32_t *rank_of, d
     memset(load, 0, (size_t)s->R * sizeof *load);
     for (int64_t k = 0; k < s->G; k++) {
         int64_t p = base + k;
-        double g = s->revealed[p] >= 0 ? s->revealed[p] : sample_gpu(s, s->order[p]);
+        double g = s->revealed[p] >= 0 ? s->revealed[p] : s->slot_gpu[p];
         load[rank_of[k]] += g;
     }
     double m = 0;
@@ -74,7 +74,7 @@ static double group_gain(const dh__sched *s, int64_t st, const int32_t *nodes)
             const int64_t *mem = s->members + step_slot(s, st) * s->G + br->first;
             for (int32_t m = 0; m < br->ntasks; m++) {
                 int64_t p = at(s, mem[m]);
-                double g = s->revealed[p] >= 0 ? s->revealed[p] : sample_gpu(s, s->order[p]);
+                double g = s->revealed[p] >= 0 ? s->revealed[p] : s->slot_gpu[p];
                 int o = s->orig_rank[p], at_o = 0;
                 while (at_o < n - 1 && nodes[at_o] != node_of_rank(s, o))
                     at_o++;
@@ -132,7 +132,7 @@ static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_
     for (int64_t k = 0; ok && k < s->G; k++) {
         int64_t i = s->order[base + k];
         tok[rank_of[k]] += s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
-        byt[rank_of[k]] += s->cfg.pred.bytes[i];
+        byt[rank_of[k]] += s->slot_bytes[base + k];
         gains[rank_of[k]] |= rank_of[k] != s->rank_of[base + k];
     }
     for (int r = 0; ok && r < s->R; r++)
@@ -199,10 +199,10 @@ static void take_sample(const dh__sched *s, const reb_in *in, reb_plan *p, int64
     if (exact >= 0 && p->cidx[s->rank_of[a]] >= 0) {
         p->pos_of[p->n] = k;
         p->mov_gpu[p->n] = exact;
-        p->mov_bytes[p->n] = s->cfg.pred.bytes[s->order[a]];
+        p->mov_bytes[p->n] = s->slot_bytes[a];
         p->n++;
     } else {
-        p->fixed[s->rank_of[a]] += exact >= 0 ? exact : sample_gpu(s, s->order[a]);
+        p->fixed[s->rank_of[a]] += exact >= 0 ? exact : s->slot_gpu[a];
     }
 }
 
@@ -449,7 +449,7 @@ static double group_nodes(dh__sched *s, int64_t st, const reb_in *in, node_group
         int64_t a = base + k;
         double exact = exact_cost(s, in, k, a);
         key[node_of_rank(s, s->rank_of[a])].load +=
-            exact >= 0 ? exact : sample_gpu(s, s->order[a]);
+            exact >= 0 ? exact : s->slot_gpu[a];
     }
     qsort(key, (size_t)N, sizeof *key, by_load);
     s->groups_step_max = key[0].load / per;

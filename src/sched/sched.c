@@ -213,7 +213,7 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
 double dh__sched_backlog_lateness(dh__sched *s, double now, int64_t *head_bytes)
 {
     int node = s->cfg.node_local ? s->cfg.node : 0;
-    *head_bytes = s->heap_n[node] ? s->cfg.pred.bytes[sample_at(s, s->heap[node][0].pos)] : 0;
+    *head_bytes = s->heap_n[node] ? s->slot_bytes[at(s, s->heap[node][0].pos)] : 0;
     return s->heap_n[node] ? dh__lend_lateness(s, node, now) : 0;
 }
 

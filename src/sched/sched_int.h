@@ -63,6 +63,9 @@ struct dh__sched {
     int32_t *rank_of;        /* cap * G */
     int64_t *members;        /* cap * G: global positions grouped by (step, rank) */
     float *task_pred;        /* cap * G: raw predicted cost */
+    double *slot_gpu;        /* cap * G: the sample's predicted GPU cost (sample_gpu) */
+    int64_t *slot_bytes;     /* cap * G: its bytes; both read once when the step is drawn,
+                              * where a sample's own tables are a cache miss each time */
     int32_t *parts_left;     /* cap * G: parts of a split sample still running or queued */
     float *revealed;         /* cap * G: exact GPU cost once prepared; < 0 until then */
     uint8_t *done;           /* cap * G: sample fully prepared */

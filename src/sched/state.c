@@ -22,6 +22,8 @@ static int regrow(dh__sched *s, int64_t ncap)
     int32_t *rank_of = dh__malloc((size_t)(ncap * G) * sizeof *rank_of);
     int64_t *members = dh__malloc((size_t)(ncap * G) * sizeof *members);
     float *task_pred = dh__malloc((size_t)(ncap * G) * sizeof *task_pred);
+    double *slot_gpu = dh__malloc((size_t)(ncap * G) * sizeof *slot_gpu);
+    int64_t *slot_bytes = dh__malloc((size_t)(ncap * G) * sizeof *slot_bytes);
     int32_t *parts_left = dh__calloc((size_t)(ncap * G), sizeof *parts_left);
     float *revealed = dh__malloc((size_t)(ncap * G) * sizeof *revealed);
     uint8_t *done = dh__calloc((size_t)(ncap * G), 1);
@@ -33,7 +35,8 @@ static int regrow(dh__sched *s, int64_t ncap)
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
-    int ok = batch && order && rank_of && members && task_pred && parts_left && revealed && done &&
+    int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
+             parts_left && revealed && done &&
              orig_rank && step_start && finished_ranks && group && settled && first_lead && leads_ver;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
@@ -52,6 +55,8 @@ static int regrow(dh__sched *s, int64_t ncap)
         MOVE(rank_of);
         MOVE(members);
         MOVE(task_pred);
+        MOVE(slot_gpu);
+        MOVE(slot_bytes);
         MOVE(parts_left);
         MOVE(revealed);
         MOVE(done);
@@ -69,6 +74,8 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(rank_of);
     SWAP(members);
     SWAP(task_pred);
+    SWAP(slot_gpu);
+    SWAP(slot_bytes);
     SWAP(parts_left);
     SWAP(revealed);
     SWAP(done);
@@ -114,6 +121,8 @@ void dh__sched_free(dh__sched *s)
     free(s->rank_of);
     free(s->members);
     free(s->task_pred);
+    free(s->slot_gpu);
+    free(s->slot_bytes);
     free(s->parts_left);
     free(s->revealed);
     free(s->done);
