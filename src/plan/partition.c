@@ -92,42 +92,68 @@ static void merge_sort_lpt(const dh__part_in *in, int *order, int *tmp, size_t n
         memcpy(order, a, n * sizeof *order);
 }
 
+/* A sample and its key in a radix pass (plan.h's order: the CPU key, then the GPU key). */
+typedef struct {
+    uint64_t key;
+    int i;
+} lpt_kv;
+
+#define DIGITS ((64 + RADIX_BITS - 1) / RADIX_BITS)
+
+/* A stable LSD radix sort of a[0, n) by key, b as scratch; returns where the result is. */
+static lpt_kv *radix_kv(lpt_kv *a, lpt_kv *b, size_t n, uint32_t (*cnt)[RADIX])
+{
+    memset(cnt, 0, DIGITS * sizeof *cnt);
+    for (size_t k = 0; k < n; k++) /* every digit's counts in one pass */
+        for (int d = 0; d < DIGITS; d++)
+            cnt[d][(a[k].key >> (d * RADIX_BITS)) & (RADIX - 1)]++;
+    for (int d = 0; d < DIGITS; d++) {
+        int shift = d * RADIX_BITS;
+        if (cnt[d][(a[0].key >> shift) & (RADIX - 1)] == n)
+            continue; /* every sample has this digit */
+        for (uint32_t v = 0, sum = 0; v < RADIX; v++) {
+            uint32_t c = cnt[d][v];
+            cnt[d][v] = sum;
+            sum += c;
+        }
+        for (size_t k = 0; k < n; k++)
+            b[cnt[d][(a[k].key >> shift) & (RADIX - 1)]++] = a[k];
+        lpt_kv *t = a;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 /*
  * The samples in LPT's order (plan.h). A stable least-significant-digit
  * radix sort on the keys (CPU first, then GPU, from index order) gives that
- * order in O(n) passes; digits every sample shares are skipped. Comparison
- * sorting was most of a 32,768-sample plan's time; below SMALL_SORT samples
- * it is the faster one, and gives the same order.
+ * order in O(n) passes; digits every sample shares are skipped. Each sample
+ * travels with its key (no pass reads a key through the order) and a key's
+ * digits are counted in one pass. Comparison sorting was most of a 32,768-
+ * sample plan's time; below SMALL_SORT samples it is the faster one, and
+ * gives the same order.
  */
-static void sort_lpt(const dh__part_in *in, int *order, uint64_t *key, int *tmp, size_t *cnt)
+static void sort_lpt(const dh__part_in *in, int *order, lpt_kv *kv, int *tmp,
+                     uint32_t (*cnt)[RADIX])
 {
     size_t n = (size_t)in->n;
-    for (size_t i = 0; i < n; i++)
-        order[i] = (int)i;
     if (n < SMALL_SORT) {
+        for (size_t i = 0; i < n; i++)
+            order[i] = (int)i;
         merge_sort_lpt(in, order, tmp, n);
         return;
     }
-    for (int pass = in->cpu ? 0 : 1; pass < 2; pass++) {
-        const double *v = pass ? in->gpu : in->cpu;
-        for (size_t i = 0; i < n; i++)
-            key[i] = desc_key(v[i]);
-        for (int shift = 0; shift < 64; shift += RADIX_BITS) {
-            memset(cnt, 0, RADIX * sizeof *cnt);
-            for (size_t k = 0; k < n; k++)
-                cnt[(key[order[k]] >> shift) & (RADIX - 1)]++;
-            if (n && cnt[(key[order[0]] >> shift) & (RADIX - 1)] == n)
-                continue; /* every sample has this digit */
-            for (size_t d = 0, sum = 0; d < RADIX; d++) {
-                size_t c = cnt[d];
-                cnt[d] = sum;
-                sum += c;
-            }
-            for (size_t k = 0; k < n; k++)
-                tmp[cnt[(key[order[k]] >> shift) & (RADIX - 1)]++] = order[k];
-            memcpy(order, tmp, n * sizeof *order);
-        }
-    }
+    lpt_kv *a = kv;
+    for (size_t i = 0; i < n; i++)
+        a[i] = (lpt_kv){in->cpu ? desc_key(in->cpu[i]) : 0, (int)i};
+    if (in->cpu)
+        a = radix_kv(a, a == kv ? kv + n : kv, n, cnt);
+    for (size_t k = 0; k < n; k++)
+        a[k].key = desc_key(in->gpu[a[k].i]);
+    a = radix_kv(a, a == kv ? kv + n : kv, n, cnt);
+    for (size_t k = 0; k < n; k++)
+        order[k] = a[k].i;
 }
 
 static int64_t val(const int64_t *v, int i)
@@ -535,14 +561,14 @@ int dh__part_lpt_order(const dh__part_in *in, int *order)
 {
     size_t n1 = (size_t)(in->n > 0 ? in->n : 1);
     dh__part_ws own = {0}, *ws = in->ws ? in->ws : &own;
-    if (ws_reserve(ws, ws_len(n1, sizeof(uint64_t)) + ws_len(n1, sizeof(int)) +
-                           ws_len(RADIX, sizeof(size_t))))
+    if (ws_reserve(ws, ws_len(2 * n1, sizeof(lpt_kv)) + ws_len(n1, sizeof(int)) +
+                           ws_len(DIGITS * RADIX, sizeof(uint32_t))))
         return DH_ENOMEM;
     char *p = ws->mem;
-    uint64_t *key = carve(&p, n1, sizeof *key);
+    lpt_kv *kv = carve(&p, 2 * n1, sizeof *kv);
     int *tmp = carve(&p, n1, sizeof *tmp);
-    size_t *cnt = carve(&p, RADIX, sizeof *cnt);
-    sort_lpt(in, order, key, tmp, cnt);
+    uint32_t(*cnt)[RADIX] = carve(&p, DIGITS * RADIX, sizeof(uint32_t));
+    sort_lpt(in, order, kv, tmp, cnt);
     dh__part_ws_free(&own);
     return 0;
 }
@@ -558,8 +584,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
      * zeroing: a third of a replica's control time at 1,024 nodes). */
     size_t need = 4 * ws_len(R, sizeof(double)) + 7 * ws_len(R, sizeof(int)) +
                   ws_len(R, sizeof(lpt_ent)) +
-                  4 * ws_len(n1, sizeof(int)) + ws_len(n1, sizeof(uint64_t)) +
-                  ws_len(RADIX, sizeof(size_t));
+                  4 * ws_len(n1, sizeof(int)) + ws_len(2 * n1, sizeof(lpt_kv)) +
+                  ws_len(DIGITS * RADIX, sizeof(uint32_t));
     dh__part_ws own = {0}, *ws = in->ws ? in->ws : &own;
     if (ws_reserve(ws, need))
         return DH_ENOMEM;
@@ -578,8 +604,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     s.next = carve(&p, n1, sizeof *s.next);
     s.prev = carve(&p, n1, sizeof *s.prev);
     int *order = carve(&p, n1, sizeof *order), *tmp = carve(&p, n1, sizeof *tmp);
-    uint64_t *key = carve(&p, n1, sizeof *key);
-    size_t *cnt = carve(&p, RADIX, sizeof *cnt);
+    lpt_kv *kv = carve(&p, 2 * n1, sizeof *kv);
+    uint32_t(*cnt)[RADIX] = carve(&p, DIGITS * RADIX, sizeof(uint32_t));
     memset(s.cpu, 0, R * sizeof *s.cpu);
     memset(s.tokens, 0, R * sizeof *s.tokens);
     memset(s.bytes, 0, R * sizeof *s.bytes);
@@ -592,7 +618,7 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
         for (int i = 0; i < in->n; i++)
             place(&s, i, in->initial[i], +1);
     } else {
-        sort_lpt(in, order, key, tmp, cnt);
+        sort_lpt(in, order, kv, tmp, cnt);
         lpt(&s, order, out);
     }
     refine(&s, out);
