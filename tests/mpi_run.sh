@@ -160,6 +160,20 @@ check "agents of different jobs: refused at once (rc $rc)" test $rc -ne 0 -a $rc
 check "agents of different jobs: the setting named" \
     contains "$WORK/mixserve.err" "node 1 was started on another job than node 0: --max-leases differs"
 
+# Two agents on one host under one --socket name (no %n): the one that cannot listen says the
+# likely cause, and the other is told why it stopped (it waited out the node timeout and
+# said the node "stopped responding" before: a user's trial).
+DH_JOB="samename$$" DH_NODE_TIMEOUT=600 timeout 120 "${MPIRUN[@]}" -np 2 "$DH" serve \
+    --manifest "$M" --ranks 2 --workers 2 --batch 4 --steps 0 --attach-timeout 300 \
+    > /dev/null 2> "$WORK/samename.err"
+rc=$?
+check "one socket name for two agents: refused (rc $rc)" test $rc -ne 0 -a $rc -ne 124
+check "one socket name for two agents: %n suggested" \
+    contains "$WORK/samename.err" "Address already in use.*distinct names: --socket @NAME%n"
+check "one socket name for two agents: the other node told why" \
+    contains "$WORK/samename.err" "node [01] (.*) failed: cannot listen on @datahelix-[0-9]*-samename"
+[[ $fail -eq 0 ]] || cat "$WORK/samename.err"
+
 # A killed node: the survivors name it within the node timeout and print their accounting.
 # It dies once node 0's progress lines say 3 steps are done (a fixed delay killed it before
 # the first step on a loaded machine, leaving nothing to account for).

@@ -142,6 +142,12 @@ double cli_node_comm_cpu(cli_node *n)
     return n ? dh__comm_cpu(n->comm) : 0;
 }
 
+void cli_node_fail(cli_node *n, const char *why)
+{
+    if (n)
+        dh__comm_farewell(n->comm, why);
+}
+
 void cli_node_stop(cli_node *n)
 {
     if (!n)
@@ -187,6 +193,12 @@ double cli_node_comm_cpu(cli_node *n)
 {
     (void)n;
     return 0;
+}
+
+void cli_node_fail(cli_node *n, const char *why)
+{
+    (void)n;
+    (void)why;
 }
 
 void cli_node_stop(cli_node *n)

@@ -53,6 +53,9 @@ const char *cli_node_name(const cli_node *n); /* "node K (HOST, pid P)" */
 int cli_node_agree_mean(cli_node *n, double *value);
 /* CPU seconds this node's communication thread used so far. */
 double cli_node_comm_cpu(cli_node *n);
+/* This node failed before its run's first exchange: the others are told why at once (they
+ * would wait out $DH_NODE_TIMEOUT for a silent node); then cli_node_stop. */
+void cli_node_fail(cli_node *n, const char *why);
 void cli_node_stop(cli_node *n);
 
 /*

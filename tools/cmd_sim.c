@@ -594,6 +594,7 @@ static int sim_or_run(int argc, char **argv, int mode)
         cli_err("serve: --stream: several streams are served on one node only (on several "
                 "nodes, run an agent per stream, each under its own mpirun, on its own "
                 "--socket)");
+        cli_node_fail(node, "serve: --stream on several nodes");
         cli_node_stop(node);
         return CLI_USAGE;
     }
@@ -612,6 +613,7 @@ static int sim_or_run(int argc, char **argv, int mode)
     }
     dh_metrics *metrics = NULL;
     if (f->metrics && (rc = start_metrics(f->metrics, node, &metrics))) {
+        cli_node_fail(node, "its --metrics endpoint could not start (its own message says why)");
         cli_node_stop(node);
         return rc;
     }
@@ -647,9 +649,17 @@ static int sim_or_run(int argc, char **argv, int mode)
     for (int k = 1; k < n; k++)
         runs[k].cfg.cpu_cost_scale = cfg->cpu_cost_scale;
     double comm0 = cli_node_comm_cpu(node); /* MPI's start-up is not the run's */
+    char why[2100] = ""; /* a failure the other nodes are told of */
     if (!rc) {
         char err[2048] = "";
         rc = run_mode(mode, runs, n, node, err, sizeof err);
+        size_t len = strlen(err);
+        if (rc == DH_EEXIST && mode == MODE_SERVE && node && !pct) /* the likely cause */
+            snprintf(err + len, sizeof err - len, "; under mpirun, agents of several nodes on "
+                     "one host need distinct names: --socket @NAME%%n");
+        if (rc)
+            snprintf(why, sizeof why, "%s [%s]", err[0] ? err : dh_strerror(rc),
+                     dh_err_name(rc));
         /* another node's agent was stopped, every node with it: interrupted, as that node is
          * (it exited 0 here, as if the endless job had ended by itself: a trial) */
         if (rc == DH_ECANCELED && node && n == 1 && runs[0].res.engine[0] && !cli_interrupted()) {
@@ -691,6 +701,8 @@ static int sim_or_run(int argc, char **argv, int mode)
         dh_manifest_free(runs[k].m);
         dh_spec_free(runs[k].spec);
     }
+    if (rc && !runs[0].res.engine[0] && !cli_interrupted()) /* failed before any step */
+        cli_node_fail(node, why[0] ? why : "it stopped before the run (its messages say why)");
     cli_node_stop(node);
     dh_metrics_stop(metrics);
     /* Interrupted: the accounting of the completed steps is printed (and written), and the

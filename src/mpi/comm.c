@@ -65,7 +65,16 @@ static int pump(dh__comm *c, comm_pump *p)
         nx = m->next;
         free(m->req);
         m->req = NULL;
-        dh__comm_append(&c->in_head, &c->in_tail, m);
+        if (m->tag != MSG_FAREWELL) {
+            dh__comm_append(&c->in_head, &c->in_tail, m);
+            continue;
+        }
+        if (c->dead < 0) { /* its sender failed: every wait ends with its reason */
+            c->dead = m->peer;
+            snprintf(c->err, sizeof c->err, "%s failed: %.*s", c->names[m->peer],
+                     (int)m->len, m->len ? (const char *)m->data : "");
+        }
+        dh__comm_msg_free(m);
     }
     if (ag_done)
         c->ag = AG_DONE;
@@ -256,10 +265,9 @@ void dh__comm_set_chunk(dh__comm *c, size_t bytes)
     pthread_mutex_unlock(&c->mu);
 }
 
-int dh__comm_send(dh__comm *c, int to, int32_t tag, const void *buf, size_t len)
+/* Queues a message of any tag (dh__comm_send: the callers' own, >= 0). */
+static int queue_msg(dh__comm *c, int to, int32_t tag, const void *buf, size_t len)
 {
-    if (to < 0 || to >= c->size || to == c->rank || (len && !buf) || tag < 0)
-        return DH_EINVAL;
     msg *m = calloc(1, sizeof *m);
     uint8_t *copy = malloc(len ? len : 1);
     if (!m || !copy) {
@@ -283,6 +291,20 @@ int dh__comm_send(dh__comm *c, int to, int32_t tag, const void *buf, size_t len)
     if (dead)
         dh__comm_msg_free(m);
     return dead ? DH_EPEER : 0;
+}
+
+int dh__comm_send(dh__comm *c, int to, int32_t tag, const void *buf, size_t len)
+{
+    if (to < 0 || to >= c->size || to == c->rank || (len && !buf) || tag < 0)
+        return DH_EINVAL;
+    return queue_msg(c, to, tag, buf, len);
+}
+
+void dh__comm_farewell(dh__comm *c, const char *why)
+{
+    for (int k = 0; c && k < c->size; k++)
+        if (k != c->rank)
+            queue_msg(c, k, MSG_FAREWELL, why, strlen(why) + 1);
 }
 
 int dh__comm_recv(dh__comm *c, dh__comm_msg *out, double timeout_s, char *err, size_t errlen)

@@ -64,6 +64,14 @@ void dh__comm_set_chunk(dh__comm *c, size_t bytes);
 /* Queues len bytes of buf (copied) for node `to`; 0, DH_EINVAL, DH_ENOMEM or DH_EPEER. */
 int dh__comm_send(dh__comm *c, int to, int32_t tag, const void *buf, size_t len);
 
+/*
+ * This node fails before the others can hear why (it never reached the run's first
+ * exchange: a socket in use, an input it cannot read): every other node is told `why`, and
+ * its waits end at once with DH_EPEER and "node K (HOST, pid P) failed: why" instead of
+ * waiting out the timeout for a silent node. Call before dh__comm_stop.
+ */
+void dh__comm_farewell(dh__comm *c, const char *why);
+
 /* The next message from any node, waiting up to timeout_s: 0, DH_ETIMEDOUT, or DH_EPEER
  * (a node died; err says which). */
 int dh__comm_recv(dh__comm *c, dh__comm_msg *msg, double timeout_s, char *err, size_t errlen);

@@ -23,6 +23,8 @@
 #define DH_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 enum { TAG_HB = 1, TAG_HDR = 2, TAG_DATA = 3, TAG_AG = 4 };
+/* A message's own tag (callers' are >= 0): the sender failed, and says why (its text). */
+#define MSG_FAREWELL (-1)
 /*
  * Up to this many nodes the exchange is point to point: each node sends its record to every
  * other (small: MPI delivers it eagerly, with no call on the receiving side) and collects
@@ -61,7 +63,7 @@ struct dh__comm {
     int started, stop;
     int rc;          /* start failure */
     int dead;        /* first node found dead, or -1 */
-    char err[320];   /* the start failure, or who died */
+    char err[1024];  /* the start failure, who died, or a farewell */
     double timeout;
     size_t chunk;
     msg *out_head, *out_tail; /* queued by callers */
