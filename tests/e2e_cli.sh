@@ -516,6 +516,9 @@ check "index -o an input shard is refused, the shard untouched" test $? -eq 2 -a
     "$(cmp -s "$WORK/wds/keep.tar" "$WORK/wds/shards/00000.tar"; echo $?)" = 0
 check "index -o NAME.tar: told a manifest is .jsonl" contains "$WORK/ow.err" \
     "a manifest, not a shard: name it .jsonl"
+(cd "$WORK/wds" && "$DH" index nodir -o nodir/m.jsonl > /dev/null 2> ../nodir.err)
+check "index -o into a missing directory: both missing paths named" contains "$WORK/nodir.err" \
+    "cannot write nodir/m.jsonl: no directory nodir (and the input nodir does not exist either)"
 (cd "$WORK/wds" && "$DH" index blanks.txt -o blanks.txt > /dev/null 2> ../ow2.err)
 check "index -o its own list file is refused" contains "$WORK/ow2.err" \
     "is an input (blanks.txt): it would be overwritten"

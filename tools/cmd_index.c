@@ -308,6 +308,22 @@ int cli_index(int argc, char **argv)
             return drop(&args, &paths, CLI_USAGE);
         }
     }
+    char parent[4096]; /* -o's directory must exist: the failure named only -o (a trial) */
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash)
+        slash[slash == parent] = '\0'; /* "/m.jsonl": "/" */
+    struct stat pst;
+    if (slash && (stat(parent, &pst) != 0 || !S_ISDIR(pst.st_mode))) {
+        const char *missing = NULL; /* an input that is not there either, named too */
+        for (size_t k = 0; k < args.n && !missing; k++)
+            if (strncasecmp(args.v[k], "s3://", 5) && access(args.v[k], F_OK) != 0)
+                missing = args.v[k];
+        cli_err("index: cannot write %s: no directory %s%s%s%s", out, parent,
+                missing ? " (and the input " : "", missing ? missing : "",
+                missing ? " does not exist either)" : "");
+        return drop(&args, &paths, 1);
+    }
     char prefix_hint[512] = ""; /* an s3:// input like a prefix without its '/' */
     for (size_t k = 0; k < args.n && !prefix_hint[0]; k++) {
         const char *a = args.v[k], *last = strrchr(a, '/');
@@ -331,11 +347,12 @@ int cli_index(int argc, char **argv)
         cli_err("index: %s must be inside %s or a directory above it, so that manifest paths "
                 "stay inside the manifest's directory", out, dir ? dir : "every shard");
     else if (rc)
-        cli_err("index %s -> %s: %s", dir ? dir : "(shards)", out, dh_strerror(rc));
+        cli_err("index %s -> %s: %s", dir ? dir : args.n == 1 ? args.v[0] : "(its inputs)", out,
+                dh_strerror(rc));
     if (drop(&args, &paths, rc))
         return 1;
-    printf("index: %lld files: %lld probed + %lld skipped", (long long)st.files,
-           (long long)st.probed, (long long)st.skipped);
+    printf("index: %lld file%s: %lld probed + %lld skipped", (long long)st.files,
+           st.files == 1 ? "" : "s", (long long)st.probed, (long long)st.skipped);
     if (st.shards)
         printf(" + %lld tar shards: %lld samples + %lld skipped", (long long)st.shards,
                (long long)st.shard_samples, (long long)st.shard_skipped);
