@@ -448,6 +448,35 @@ START_TEST(no_agent_within_the_timeout_is_a_timeout)
 }
 END_TEST
 
+static void count_waits(void *user, const char *sentence)
+{
+    int *n = user;
+    if (strstr(sentence, "waiting for an agent to listen on") && strstr(sentence, "DH_JOB"))
+        (*n)++;
+}
+
+/* A user's trial: a trainer given a socket nobody serves sat silent for its whole 60 s;
+ * on_wait is now told it waits, after DH_CLIENT_WAIT_FIRST_S and then every
+ * DH_CLIENT_WAIT_EVERY_S (and not at all by a connect that ends before). */
+START_TEST(a_trainer_waiting_for_its_agent_says_so)
+{
+    new_socket_name();
+    dh_client_opts o = client_opts(0, 1, 4);
+    int told = 0;
+    o.on_wait = count_waits;
+    o.on_wait_user = &told;
+    o.timeout_ms = 300;
+    dh_client *c = NULL;
+    char err[512] = "";
+    ck_assert_int_eq(dh_client_connect(&o, &c, err, sizeof err), DH_ETIMEDOUT);
+    ck_assert_int_eq(told, 0);
+    o.timeout_ms = (DH_CLIENT_WAIT_FIRST_S + 1) * 1000;
+    ck_assert_int_eq(dh_client_connect(&o, &c, err, sizeof err), DH_ETIMEDOUT);
+    ck_assert_int_eq(told, 1);
+    ck_assert_ptr_null(c);
+}
+END_TEST
+
 START_TEST(a_dead_agent_is_an_error_for_every_trainer)
 {
     /* The agent (a child) is killed while a trainer waits for its next batch: the trainer's
@@ -2203,6 +2232,7 @@ int main(void)
     ADD_TEST(tc, a_trainer_that_fails_says_why_to_the_agent_and_the_others);
     ADD_TEST(tc, a_dead_agent_is_an_error_for_every_trainer);
     ADD_TEST(tc, no_agent_within_the_timeout_is_a_timeout);
+    ADD_TEST(tc, a_trainer_waiting_for_its_agent_says_so);
     ADD_TEST(tc, leases_are_bounded);
     ADD_TEST(tc, resume_continues_exactly_where_the_run_stopped);
     ADD_TEST(tc, a_path_socket_is_private_and_a_stale_one_is_replaced);

@@ -51,7 +51,15 @@ typedef struct {
     /* The agent's stream to take batches from (datahelix serve ... --stream NAME ...), at
      * most 31 bytes; NULL or "": its first (main) stream. */
     const char *stream;
+    /* Added in 0.3. While dh_client_connect waits for an agent to listen (a trainer started
+     * before its agent, or given a socket nobody serves), on_wait gets a sentence saying so
+     * after DH_CLIENT_WAIT_FIRST_S and then every DH_CLIENT_WAIT_EVERY_S: the trainer would
+     * otherwise sit silent until its timeout. NULL: silent. */
+    void (*on_wait)(void *user, const char *sentence);
+    void *on_wait_user;
 } dh_client_opts;
+#define DH_CLIENT_WAIT_FIRST_S 5
+#define DH_CLIENT_WAIT_EVERY_S 15
 
 DH_API void dh_client_opts_default(dh_client_opts *o);
 

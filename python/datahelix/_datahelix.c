@@ -37,6 +37,13 @@ PyObject *dhpy_raise(mod_state *st, int code, const char *msg)
 
 /* ----------------------------------------------------------------- Client */
 
+/* The connect's waiting sentences, on the trainer's stderr (called without the GIL). */
+static void say_waiting(void *user, const char *sentence)
+{
+    (void)user;
+    fprintf(stderr, "datahelix: %s\n", sentence);
+}
+
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"socket", "rank", "world_size", "global_batch", "manifest_hash",
@@ -59,6 +66,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         return -1;
     o.socket = sock;
     o.stream = stream;
+    o.on_wait = say_waiting;
     o.global_batch = G;
     o.manifest_hash = mh;
     o.spec_hash = sh;

@@ -227,8 +227,9 @@ int dh_client_connect(const dh_client_opts *opts, dh_client **out, char *err, si
     pthread_mutex_init(&c->lease_mu, NULL);
     /* A trainer may start before its agent: it waits for it to listen, as for the others
      * to attach when bounded, else timeout_ms. */
-    c->fd = dh__connect(o.socket, o.attach_timeout_ms > 0 ? o.attach_timeout_ms : c->timeout_ms,
-                        err, errlen);
+    c->fd = dh__connect_told(o.socket,
+                             o.attach_timeout_ms > 0 ? o.attach_timeout_ms : c->timeout_ms,
+                             o.on_wait, o.on_wait_user, err, errlen);
     int rc = c->fd < 0 ? c->fd : trust_agent(c->fd, o.socket, err, errlen);
     if (rc && c->fd >= 0) { /* an agent not trusted is told nothing, not even goodbye */
         close(c->fd);

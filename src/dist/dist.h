@@ -9,8 +9,11 @@
 
 /* A listening socket on name ("@abstract" or a 0600 path); the fd, or < 0 with a message. */
 int dh__listen(const char *name, int backlog, char *err, size_t errlen);
-/* A connected socket to name, retrying until timeout_ms while nobody listens yet. */
+/* A connected socket to name, retrying until timeout_ms while nobody listens yet (on_wait,
+ * if not NULL, told so now and then: dh_client_opts.on_wait). */
 int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen);
+int dh__connect_told(const char *name, int timeout_ms, void (*on_wait)(void *, const char *),
+                     void *user, char *err, size_t errlen);
 /* The connected peer's user and process ids. 0 or an error. */
 int dh__peer_uid(int fd, uint32_t *uid, int32_t *pid);
 

@@ -116,11 +116,17 @@ int dh__listen(const char *name, int backlog, char *err, size_t errlen)
 
 int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen)
 {
+    return dh__connect_told(name, timeout_ms, NULL, NULL, err, errlen);
+}
+
+int dh__connect_told(const char *name, int timeout_ms, void (*on_wait)(void *, const char *),
+                     void *user, char *err, size_t errlen)
+{
     struct sockaddr_un addr;
     socklen_t alen;
     if (make_addr(name, &addr, &alen))
         return dh__fail(err, errlen, DH_ERANGE, "socket name \"%s\" is empty or too long", name);
-    double t0 = dh__mono();
+    double t0 = dh__mono(), told = DH_CLIENT_WAIT_FIRST_S - DH_CLIENT_WAIT_EVERY_S;
     /* The agent may not listen yet, or its queue of connections is full (a non-blocking
      * connect then fails with EAGAIN instead of waiting past the timeout): retry until the
      * timeout. */
@@ -148,6 +154,15 @@ int dh__connect(const char *name, int timeout_ms, char *err, size_t errlen)
             return dh__fail(err, errlen, e == ENOENT || e == ECONNREFUSED ? DH_EPEER : -e,
                             "no agent listens on %s (%s): start `datahelix serve` first, with "
                             "the same --socket or DH_JOB", name, strerror(e));
+        }
+        double waited = dh__mono() - t0;
+        if (on_wait && e != EAGAIN && waited >= told + DH_CLIENT_WAIT_EVERY_S) {
+            char line[400];
+            snprintf(line, sizeof line, "waiting for an agent to listen on %s: %.0f s of %.0f "
+                     "(is `datahelix serve` started, with the same --socket or DH_JOB?)",
+                     name, waited, timeout_ms / 1e3);
+            on_wait(user, line);
+            told = waited;
         }
         poll(NULL, 0, 50);
     }
