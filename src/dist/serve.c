@@ -211,6 +211,15 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
                                                   : "stopped (Ctrl-C, SIGTERM or its caller) "
                                                     "with %d of %d ranks attached",
                              a->attached, a->hi - a->lo);
+            /* which ranks never came (a user's trial: "only 1 of 2" named none) */
+            int missing = a->hi - a->lo - a->attached, named = 0;
+            for (int r = a->lo; r < a->hi && named <= 3 && k > 0 && (size_t)k < sizeof why; r++)
+                if (a->conns[r].fd < 0)
+                    k += snprintf(why + k, sizeof why - (size_t)k, "%s%d",
+                                  named++ ? ", " : missing == 1 ? " (missing: rank "
+                                                                : " (missing: ranks ", r);
+            if (named && k > 0 && (size_t)k < sizeof why)
+                k += snprintf(why + k, sizeof why - (size_t)k, "%s)", named < missing ? ", ..." : "");
             if (a->refused && k > 0 && (size_t)k < sizeof why)
                 snprintf(why + k, sizeof why - (size_t)k, " (%d attach%s refused, the last: %s)",
                          a->refused, a->refused == 1 ? "" : "es", a->last_refused);
