@@ -516,6 +516,14 @@ check "index -o an input shard is refused, the shard untouched" test $? -eq 2 -a
     "$(cmp -s "$WORK/wds/keep.tar" "$WORK/wds/shards/00000.tar"; echo $?)" = 0
 check "index -o NAME.tar: told a manifest is .jsonl" contains "$WORK/ow.err" \
     "a manifest, not a shard: name it .jsonl"
+for cmd in sim run serve; do # each command's --help starts with its own usage (a trial)
+    check "$cmd --help: its own usage first" \
+        test "$("$DH" $cmd --help | head -n 1 | cut -d' ' -f1-3)" = "usage: datahelix $cmd"
+done
+"$DH" sim --workload omni-mix --ranks 2 --workers 2 --batch 4 --steps 2 --memory-budget 1 \
+    > /dev/null 2> "$WORK/budget1.err"
+check "--memory-budget 1: its bytes said" contains "$WORK/budget1.err" \
+    "memory budget 1 bytes (0.0 MiB) is below"
 (cd "$WORK/wds" && "$DH" index nodir -o nodir/m.jsonl > /dev/null 2> ../nodir.err)
 check "index -o into a missing directory: both missing paths named" contains "$WORK/nodir.err" \
     "cannot write nodir/m.jsonl: no directory nodir (and the input nodir does not exist either)"

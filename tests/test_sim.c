@@ -1001,7 +1001,7 @@ START_TEST(nodes_must_divide_ranks_and_workers)
     dh_result r = DH_RESULT_INIT;
     char err[256];
     ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
-    ck_assert_msg(strstr(err, "--nodes 3 must divide") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "3 nodes (--nodes, or mpirun -np) must divide") != NULL, "%s", err);
 }
 END_TEST
 

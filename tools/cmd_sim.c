@@ -14,12 +14,15 @@
 #include <strings.h>
 #include <unistd.h>
 
-static const char help[] =
-    "usage: datahelix sim (--workload NAME | --manifest M) --policy P [options]\n"
-    "       datahelix run --manifest M [--workload NAME] --policy P [options]\n"
-    "       datahelix serve --manifest M [--workload NAME] --ranks R --workers W --batch G\n"
+/* Each command's usage line first in its own --help (serve's began "usage: datahelix sim"). */
+static const char *const usage_of[] = {
+    "datahelix sim (--workload NAME | --manifest M) --policy P [options]\n",
+    "datahelix run --manifest M [--workload NAME] --policy P [options]\n",
+    "datahelix serve --manifest M [--workload NAME] --ranks R --workers W --batch G\n"
     "                       [--socket NAME] [--epochs N | --steps N] [options]\n"
-    "                       [--stream NAME --manifest M [options]]...\n"
+    "                       [--stream NAME --manifest M [options]]...\n"};
+
+static const char help[] =
     "\n"
     "sim: simulated figures; durations come from ground truth (the manifest's sim fields,\n"
     "or the workload's cost models times seeded noise), not from this machine.\n"
@@ -150,6 +153,9 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         if (r > 0)
             continue;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            for (int m = 0, own = !strcmp(cmd, "run") ? 1 : !strcmp(cmd, "serve") ? 2 : 0; m < 3;
+                 m++) /* its own first, then the two that share its options */
+                printf("%s%s", m ? "       " : "usage: ", usage_of[m ? (own + m) % 3 : own]);
             fputs(help, stdout);
             fputs(cli_run_help, stdout);
             fputs(cli_limits_help, stdout);

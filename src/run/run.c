@@ -404,8 +404,8 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
     const dh__workload *wl;
     rc = resolve_inputs(run, &wl, err, errlen);
     if (!rc && c->nodes > 1 && (c->ranks % c->nodes || c->workers % c->nodes)) {
-        dh__msg(err, errlen, "--nodes %d must divide ranks (%d) and workers (%d)", c->nodes,
-                c->ranks, c->workers);
+        dh__msg(err, errlen, "%d nodes (--nodes, or mpirun -np) must divide --ranks (%d) and "
+                "--workers (%d): each node runs the same share", c->nodes, c->ranks, c->workers);
         rc = DH_EINVAL;
     }
     if (!rc && c->augment && cfg->spec) { /* augment a copy: the caller's spec is theirs */
@@ -455,10 +455,11 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
     if (run->cfg.memory_budget >= need)
         return 0;
     return dh__fail(err, errlen, DH_EINVAL,
-                    "memory budget %.1f MiB is below the %.1f MiB this run needs: one of its "
-                    "largest batches, the pool's slack%s%s (--memory-budget; leave it out for "
-                    "the default)",
-                    run->cfg.memory_budget / 1048576.0, need / 1048576.0,
+                    "memory budget %lld bytes (%.1f MiB) is below the %lld bytes (%.1f MiB) this "
+                    "run needs: one of its largest batches, the pool's slack%s%s "
+                    "(--memory-budget BYTES; leave it out for the default)",
+                    (long long)run->cfg.memory_budget, run->cfg.memory_budget / 1048576.0,
+                    (long long)need, need / 1048576.0,
                     dh__run_arena_bytes(run) ? ", the move arena" : "",
                     leases ? ", the batches trainers may keep" : "");
 }
