@@ -19,7 +19,9 @@
  * batch plus the fixed cost), one core. Building the exchange records and
  * the wire are not in it (O(ranks) copies, and the engine reading each node's costs in
  * the step's order, O(G) a step).
- *   usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH] [STEPS] [WORKLOAD]
+ *   usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH] [STEPS] [WORKLOAD] [SAMPLES]
+ * SAMPLES: the dataset (default 8 global batches; an epoch's boundary falls every SAMPLES / G
+ * steps, where "max" shows what starting an epoch costs).
  */
 #include "bench_clock.h"
 #include "run/run.h"
@@ -33,7 +35,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: bench_control [NODES (1024)] [RANKS_PER_NODE (8)] [GLOBAL_BATCH (32768)] "
-               "[STEPS (20)] [WORKLOAD (omni-mix)]\n"
+               "[STEPS (20)] [WORKLOAD (omni-mix)] [SAMPLES (8 x GLOBAL_BATCH)]\n"
                "one agent's control plane per step on node 0 of NODES, against the step's "
                "simulated compute (bench/RESULTS.md, issue 25)\n");
         return 0;
@@ -41,9 +43,10 @@ int main(int argc, char **argv)
     int nodes = argc > 1 ? atoi(argv[1]) : 1024, rpn = argc > 2 ? atoi(argv[2]) : 8;
     int64_t G = argc > 3 ? atoll(argv[3]) : 32768, steps = argc > 4 ? atoll(argv[4]) : 20;
     const char *wl = argc > 5 ? argv[5] : "omni-mix";
-    if (nodes < 1 || rpn < 1 || steps < 2 || G < (int64_t)nodes * rpn) {
+    int64_t samples = argc > 6 ? atoll(argv[6]) : 8 * G; /* epochs go round it */
+    if (nodes < 1 || rpn < 1 || steps < 2 || G < (int64_t)nodes * rpn || samples < G) {
         fprintf(stderr, "usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH >= ranks] "
-                        "[STEPS >= 2] [WORKLOAD]\n");
+                        "[STEPS >= 2] [WORKLOAD] [SAMPLES >= GLOBAL_BATCH]\n");
         return 2;
     }
     dh_run_config cfg;
@@ -55,7 +58,7 @@ int main(int argc, char **argv)
     cfg.nodes = nodes;
     cfg.global_batch = G;
     cfg.steps = steps;
-    cfg.workload_samples = 8 * G; /* a dataset of 8 global batches: epochs go round it */
+    cfg.workload_samples = samples;
     char err[512];
     dh__run run;
     if (dh__run_setup(&cfg, &run, err, sizeof err)) {

@@ -145,6 +145,46 @@ START_TEST(resume_reproduces_uninterrupted_run)
 }
 END_TEST
 
+/* The next epoch's permutation is shuffled ahead, a share a step: every batch must be the
+ * one a fresh sampler put at that (epoch, step) draws (its epoch shuffled whole), across
+ * epochs, with padding, one step an epoch, and jumps of the state forward and back. */
+START_TEST(an_epoch_shuffled_ahead_is_the_same_order)
+{
+    static const struct {
+        int n, g, drop_last;
+    } shapes[] = {{83, 16, 1}, {83, 16, 0}, {1000, 7, 1}, {5, 8, 0}, {40, 40, 1}, {41, 2, 0}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int n = shapes[c].n, g = shapes[c].g;
+        dh_manifest *m = make_manifest(n, "a");
+        dh_sampler *run = make_sampler(m, g, 3, shapes[c].drop_last);
+        int64_t per = dh_sampler_steps_per_epoch(run);
+        int64_t got[64], want[64];
+        for (int k = 0; k < 60; k++) {
+            dh_sampler_state at;
+            dh_sampler_get_state(run, &at);
+            if (k == 25 || k == 40) { /* jump: into the next epoch, then back two */
+                at.epoch += k == 25 ? 1 : -2;
+                at.epoch = at.epoch < 0 ? 0 : at.epoch;
+                at.step = k == 25 ? per / 2 : 0;
+                ck_assert_int_eq(dh_sampler_set_state(run, &at), 0);
+            }
+            ck_assert_int_eq(dh_sampler_next(run, got, g), 0);
+            dh_sampler *fresh = make_sampler(m, g, 3, shapes[c].drop_last);
+            if (at.step == per) /* where `run` stood: past an epoch's last step */
+                at.epoch++, at.step = 0;
+            ck_assert_int_eq(dh_sampler_set_state(fresh, &at), 0);
+            ck_assert_int_eq(dh_sampler_next(fresh, want, g), 0);
+            ck_assert_msg(!memcmp(got, want, (size_t)g * sizeof *got),
+                          "n %d g %d: step %d (epoch %lld, step %lld) differs", n, g, k,
+                          (long long)at.epoch, (long long)at.step);
+            dh_sampler_free(fresh);
+        }
+        dh_sampler_free(run);
+        dh_manifest_free(m);
+    }
+}
+END_TEST
+
 START_TEST(a_shifted_epoch_continues_at_another_global_batch)
 {
     /* 9 samples: at G 1 the epoch order is plain; at G 3, epoch 0 resumed after 4 samples
@@ -217,6 +257,7 @@ int main(void)
     ADD_TEST(tc, each_epoch_is_a_permutation);
     ADD_TEST(tc, drop_last_and_padding);
     ADD_TEST(tc, resume_reproduces_uninterrupted_run);
+    ADD_TEST(tc, an_epoch_shuffled_ahead_is_the_same_order);
     ADD_TEST(tc, a_shifted_epoch_continues_at_another_global_batch);
     ADD_TEST(tc, state_from_another_run_is_rejected);
     ADD_TEST(tc, no_shuffle_and_bad_arguments);

@@ -7,12 +7,27 @@
  * that agree on them agree on every batch. The state is four integers; no
  * history is needed to resume. Global batch s of an epoch is positions
  * [s*G, (s+1)*G) of the (padded or truncated) order. The permutation of the
- * current epoch is materialised (4 bytes per sample) when the epoch starts.
+ * current epoch is materialised (4 bytes per sample). The next epoch's is
+ * shuffled ahead, a share at each step (about G swaps), into a second
+ * buffer: shuffled whole when the epoch began, a dataset of 10 million
+ * samples stopped its node's scheduler for 0.17 s there (26 million: 0.6 s;
+ * the swaps land at random in a table larger than the caches), every node at
+ * the same step. Same draws in the same order: the same permutation.
  */
 #include "catalog.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* A Fisher-Yates shuffle in progress: swaps done down to index i (it runs n-1 .. 1), the
+ * stream where its draws stopped, and the draws made ahead of their swap (index k's at
+ * j[k % FY_AHEAD], for k in [drawn, i]), so that their random reads are issued early. */
+#define FY_AHEAD 16
+typedef struct {
+    dh__rng rng;
+    int64_t i, drawn;
+    int64_t j[FY_AHEAD];
+} fy_state;
 
 struct dh_sampler {
     dh_sampler_opts opts;
@@ -23,24 +38,89 @@ struct dh_sampler {
     int64_t perm_epoch; /* epoch whose permutation perm holds; -1 none */
     int64_t shift;      /* positions the current epoch's batches are shifted by (a resume) */
     uint32_t *perm;
+    /* the next epoch's permutation, shuffled ahead: ahead_epoch's (-1 none), [0,
+     * ahead_filled) holding the identity it starts from; NULL when it could not be
+     * allocated (an epoch is then shuffled whole as it begins) */
+    uint32_t *ahead;
+    int64_t ahead_epoch, ahead_filled;
+    fy_state ahead_fy;
 };
 
+/* Starts epoch e's shuffle: the stream seeded, no swap done yet (it starts from the
+ * identity, which the caller writes). */
+static void fy_start(const dh_sampler *s, int64_t e, fy_state *f)
+{
+    dh__rng_seed(&f->rng, dh__mix64(s->manifest_hash ^ dh__mix64(s->opts.seed) ^
+                                    dh__mix64((uint64_t)e + 0x243f6a8885a308d3ULL)));
+    f->i = s->opts.shuffle ? s->n - 1 : 0;
+    f->drawn = f->i + 1;
+}
+
+/* Up to `swaps` more of the shuffle's swaps on p (0: every one left). The draws are the
+ * same, in the same order, as one swap after another: each is made FY_AHEAD - 1 swaps
+ * early and its place prefetched (the swaps' random reads were the shuffle's time: 0.20 ->
+ * 0.09 s at 10 million samples). */
+static void fy_swaps(uint32_t *p, fy_state *f, int64_t swaps)
+{
+    for (int64_t stop = swaps && f->i > swaps ? f->i - swaps : 0; f->i > stop; f->i--) {
+        while (f->drawn > 1 && f->drawn > f->i - (FY_AHEAD - 1)) {
+            f->drawn--;
+            int64_t j = (int64_t)dh__rng_below(&f->rng, (uint64_t)f->drawn + 1);
+            f->j[f->drawn % FY_AHEAD] = j;
+            __builtin_prefetch(&p[j], 1);
+        }
+        int64_t j = f->j[f->i % FY_AHEAD];
+        uint32_t t = p[f->i];
+        p[f->i] = p[j];
+        p[j] = t;
+    }
+}
+
+/* The identity in p[*filled, upto). */
+static void perm_fill(uint32_t *p, int64_t *filled, int64_t upto)
+{
+    for (; *filled < upto; (*filled)++)
+        p[*filled] = (uint32_t)*filled;
+}
+
+/* perm becomes the current epoch's: the one shuffled ahead, finished, when it is that. */
 static void build_perm(dh_sampler *s)
 {
-    for (int64_t i = 0; i < s->n; i++)
-        s->perm[i] = (uint32_t)i;
-    if (s->opts.shuffle) {
-        dh__rng r;
-        dh__rng_seed(&r, dh__mix64(s->manifest_hash ^ dh__mix64(s->opts.seed) ^
-                                   dh__mix64((uint64_t)s->epoch + 0x243f6a8885a308d3ULL)));
-        for (int64_t i = s->n - 1; i > 0; i--) {
-            int64_t j = (int64_t)dh__rng_below(&r, (uint64_t)i + 1);
-            uint32_t t = s->perm[i];
-            s->perm[i] = s->perm[j];
-            s->perm[j] = t;
-        }
+    if (s->ahead && s->ahead_epoch == s->epoch) {
+        perm_fill(s->ahead, &s->ahead_filled, s->n);
+        fy_swaps(s->ahead, &s->ahead_fy, 0);
+        uint32_t *t = s->perm;
+        s->perm = s->ahead;
+        s->ahead = t;
+    } else {
+        fy_state f;
+        int64_t filled = 0;
+        perm_fill(s->perm, &filled, s->n);
+        fy_start(s, s->epoch, &f);
+        fy_swaps(s->perm, &f, 0);
     }
     s->perm_epoch = s->epoch;
+    s->ahead_epoch = -1;
+}
+
+/* A step's share of shuffling the next epoch ahead: the identity written in the epoch's
+ * first quarter (sequential writes, cheap), then swaps at twice the pace that would just
+ * finish (each a random read and write: the cost), so that it is done by the epoch's end. */
+static void shuffle_ahead(dh_sampler *s)
+{
+    if (!s->ahead || !s->opts.shuffle)
+        return;
+    if (s->ahead_epoch != s->epoch + 1) {
+        fy_start(s, s->epoch + 1, &s->ahead_fy);
+        s->ahead_epoch = s->epoch + 1;
+        s->ahead_filled = 0;
+    }
+    int64_t steps = dh_sampler_steps_per_epoch(s), share = (s->n + steps - 1) / steps;
+    if (s->ahead_filled < s->n) {
+        perm_fill(s->ahead, &s->ahead_filled, DH_MIN(s->n, s->ahead_filled + 4 * share));
+        return;
+    }
+    fy_swaps(s->ahead, &s->ahead_fy, 2 * share);
 }
 
 int dh_sampler_new(const dh_manifest *m, const dh_sampler_opts *opts, dh_sampler **out)
@@ -60,6 +140,8 @@ int dh_sampler_new(const dh_manifest *m, const dh_sampler_opts *opts, dh_sampler
         free(s);
         return DH_ENOMEM;
     }
+    s->ahead = malloc((size_t)m->n * sizeof *s->ahead); /* NULL: each epoch shuffled whole */
+    s->ahead_epoch = -1;
     s->opts = *opts;
     s->manifest_hash = m->hash;
     s->n = m->n;
@@ -73,6 +155,7 @@ void dh_sampler_free(dh_sampler *s)
     if (!s)
         return;
     free(s->perm);
+    free(s->ahead);
     free(s);
 }
 
@@ -98,6 +181,7 @@ int dh_sampler_next(dh_sampler *s, int64_t *out, int64_t cap)
     for (int64_t k = 0; k < g; k++)
         out[k] = s->perm[(base + k) % s->n];
     s->step++;
+    shuffle_ahead(s);
     return 0;
 }
 
