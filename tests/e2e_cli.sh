@@ -523,7 +523,7 @@ done
 "$DH" sim --workload omni-mix --ranks 2 --workers 2 --batch 4 --steps 2 --memory-budget 1 \
     > /dev/null 2> "$WORK/budget1.err"
 check "--memory-budget 1: its bytes said" contains "$WORK/budget1.err" \
-    "memory budget 1 bytes (0.0 MiB) is below"
+    "memory budget 1 byte (0.0 MiB) is below"
 (cd "$WORK/wds" && "$DH" index nodir -o nodir/m.jsonl > /dev/null 2> ../nodir.err)
 check "index -o into a missing directory: both missing paths named" contains "$WORK/nodir.err" \
     "cannot write nodir/m.jsonl: no directory nodir (and the input nodir does not exist either)"

@@ -455,11 +455,11 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
     if (run->cfg.memory_budget >= need)
         return 0;
     return dh__fail(err, errlen, DH_EINVAL,
-                    "memory budget %lld bytes (%.1f MiB) is below the %lld bytes (%.1f MiB) this "
+                    "memory budget %lld byte%s (%.1f MiB) is below the %lld bytes (%.1f MiB) this "
                     "run needs: one of its largest batches, the pool's slack%s%s "
                     "(--memory-budget BYTES; leave it out for the default)",
-                    (long long)run->cfg.memory_budget, run->cfg.memory_budget / 1048576.0,
-                    (long long)need, need / 1048576.0,
+                    (long long)run->cfg.memory_budget, run->cfg.memory_budget == 1 ? "" : "s",
+                    run->cfg.memory_budget / 1048576.0, (long long)need, need / 1048576.0,
                     dh__run_arena_bytes(run) ? ", the move arena" : "",
                     leases ? ", the batches trainers may keep" : "");
 }
