@@ -391,6 +391,8 @@ print(json.dumps(passes))
             self.assertIn("samples finished failed, over the --max-failed share 0.50",
                           str(e.exception))
             self.assertIn("cannot open", str(e.exception))
+            # the file too: the trainer's only word of it (the sample's id alone before)
+            self.assertRegex(str(e.exception), r'"g[0-9]+" \([^)]*/gone/x[0-9]+\.jpg\): cannot open')
             rc, out, err = agent.wait()
             self.assertNotEqual(rc, 0, err)
             self.assertIn("DH_EFAILED", err)

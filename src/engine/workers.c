@@ -146,7 +146,8 @@ static int store_failure(const dh_engine *e, int64_t i, int rc)
  * and more than that fraction of the samples finished so far; or when the object store
  * failed the last DH__STORE_STREAK samples in a row (a store that went down in a long run
  * would otherwise need as many failures as the samples delivered before it). */
-static void too_many_failed(dh_engine *e, const dh__task *t, int rc, const char *why)
+static void too_many_failed(dh_engine *e, const dh__task *t, int rc, const char *path,
+                            const char *why)
 {
     double frac = e->run.cfg.max_failed_frac > 0 ? e->run.cfg.max_failed_frac : 0.5;
     e->store_streak = store_failure(e, t->sample, rc) ? e->store_streak + 1 : 0;
@@ -155,14 +156,18 @@ static void too_many_failed(dh_engine *e, const dh__task *t, int rc, const char 
         return;
     dh_sample_info si;
     dh_manifest_sample(e->run.m, t->sample, &si);
+    /* the sample, and its file when it had one to open: a trainer hears only of the last */
+    char last[1024];
+    snprintf(last, sizeof last, "\"%s\"%s%s%s", si.id, path && path[0] ? " (" : "",
+             path && path[0] ? path : "", path && path[0] ? ")" : "");
     if (share)
         snprintf(e->fail_msg, sizeof e->fail_msg, "%lld of the %lld samples finished failed, "
-                 "over the --max-failed share %.2f (the last, \"%s\": %s)",
-                 (long long)e->nfail, (long long)(e->nfail + e->nok), frac, si.id, why);
+                 "over the --max-failed share %.2f (the last, %s: %s)",
+                 (long long)e->nfail, (long long)(e->nfail + e->nok), frac, last, why);
     else
         snprintf(e->fail_msg, sizeof e->fail_msg, "the object store failed the last %d "
-                 "samples in a row: it looks unreachable or refuses us (the last, \"%s\": %s; "
-                 "--max-failed 1 goes on regardless)", e->store_streak, si.id, why);
+                 "samples in a row: it looks unreachable or refuses us (the last, %s: %s; "
+                 "--max-failed 1 goes on regardless)", e->store_streak, last, why);
     dh__eng_fail(e, DH_EFAILED);
 }
 
@@ -205,7 +210,7 @@ void dh__eng_finish_task(dh_engine *e, int w, const dh__task *t, batch_slot *b, 
             if (e->live)
                 dh__live_failure(e->live, rc);
             e->nfail++;
-            too_many_failed(e, t, rc, err[0] ? err : dh_strerror(rc));
+            too_many_failed(e, t, rc, path, err[0] ? err : dh_strerror(rc));
         }
         fail_sample(e, t, b, rc);
     } else if (dh__sched_last_part(e->sched, t) &&
