@@ -23,10 +23,12 @@ static void make_media(void)
 {
     media = tu_mkdtemp();
     const char *ff = tu_ffmpeg();
+    /* x264 on one thread: with its threads, v1.mp4 came out 48 bytes longer about one time
+     * in 15, which changed the manifest's hash, hence the sample order every test here sees */
     int rc = tu_sh(
         "cd %s && mkdir -p ok && cd ok && "
         "for i in 0 1 2 3; do %s -v error -y -nostdin -f lavfi -i testsrc2=size=$((160+i*32))x120:rate=25 "
-        "-t 2 -c:v libx264 -g 25 -bf 2 -pix_fmt yuv420p v$i.mp4 || exit 1; done && "
+        "-t 2 -c:v libx264 -threads 1 -g 25 -bf 2 -pix_fmt yuv420p v$i.mp4 || exit 1; done && "
         "for i in 0 1 2; do %s -v error -y -nostdin -f lavfi -i testsrc2=size=$((200+i*50))x150 "
         "-frames:v 1 i$i.jpg || exit 1; done && "
         "%s -v error -y -nostdin -f lavfi -i testsrc2=size=120x90 -frames:v 1 p.png && "
@@ -55,6 +57,9 @@ static dh_manifest *manifest_with(const char *extra)
     }
     dh_manifest *m;
     ck_assert_int_eq(dh_manifest_load(out, NULL, &m, NULL), 0);
+    if (getenv("DH_TEST_VERBOSE"))
+        fprintf(stderr, "manifest %s: hash %016llx\n", out,
+                (unsigned long long)dh_manifest_hash(m));
     return m;
 }
 
@@ -1279,25 +1284,44 @@ END_TEST
 
 START_TEST(several_nodes_run_every_policy_with_failures_counted_once)
 {
-    /* Emulated ranks on 2 nodes (the all-reduce is the step exchange), a missing file in
-     * every epoch: reported once per occurrence, by the node that prepared it. */
+    /* Emulated ranks on 2 nodes (the all-reduce is the step exchange), a missing file: reported
+     * once per occurrence, by the node that prepared it. 20 samples of 10 with the tail of each
+     * epoch dropped span 2.5 epochs: the missing one comes 1 to 3 times, as the order (seeded
+     * by the manifest's content, whose encoded media sizes can vary from one generation to
+     * the next) has it; the run's own sampler counts them. */
     dh_manifest *m = manifest_with("{\"id\":\"gone\",\"media\":[{\"type\":\"image\",\"path\":"
                                    "\"nope.png\",\"codec\":\"png\",\"width\":8,\"height\":8}]}\n");
+    int64_t gone = dh_manifest_find(m, "gone"), expect = 0;
     const char *const *pol = dh_policy_names();
     for (int p = 0; pol[p]; p++) {
-        dh_run_config c = config_of(m, pol[p], 4, 2, 0, 5); /* 20 samples over 10: the missing one twice */
+        dh_run_config c = config_of(m, pol[p], 4, 2, 0, 5);
+        if (p == 0) {
+            dh_sampler *s;
+            dh_sampler_opts so = {.global_batch = c.global_batch, .seed = c.seed,
+                                  .shuffle = !c.no_shuffle, .drop_last = !c.keep_last};
+            ck_assert_int_eq(dh_sampler_new(m, &so, &s), 0);
+            for (int st = 0; st < c.steps; st++) {
+                int64_t idx[64];
+                ck_assert_int_eq(dh_sampler_next(s, idx, 64), 0);
+                for (int64_t k = 0; k < c.global_batch; k++)
+                    expect += idx[k] == gone;
+            }
+            dh_sampler_free(s);
+            ck_assert_int_ge(expect, 1);
+        }
         hub_node n[2];
         run_nodes(&c, 2, 0, -1, 0, n, NULL);
         for (int x = 0; x < 2; x++) {
             ck_assert_msg(n[x].rc == 0, "%s node %d: %s", pol[p], x, n[x].err);
             ck_assert_int_eq(n[x].res.samples, 20);
-            ck_assert_msg(n[x].res.failed == 2, "%s node %d: failed %lld (errors %d, %d; last "
-                          "%s / %s)", pol[p], x, (long long)n[x].res.failed, n[0].errs.n,
-                          n[1].errs.n, n[0].errs.last, n[1].errs.last);
+            ck_assert_msg(n[x].res.failed == expect, "%s node %d: failed %lld of %lld expected "
+                          "(errors %d, %d; last %s / %s)", pol[p], x, (long long)n[x].res.failed,
+                          (long long)expect, n[0].errs.n, n[1].errs.n, n[0].errs.last,
+                          n[1].errs.last);
             ck_assert_int_eq(n[x].res.delivered + n[x].res.failed, 20);
             ck_assert_msg(n[x].res.memory_peak <= n[x].res.memory_budget, "%s", pol[p]);
         }
-        ck_assert_int_eq(n[0].errs.n + n[1].errs.n, 2);
+        ck_assert_int_eq(n[0].errs.n + n[1].errs.n, expect);
         free_nodes(n, 2);
     }
     dh_manifest_free(m);
