@@ -535,6 +535,18 @@ check "inspect on a shard is told to index it" contains "$WORK/itar.err" \
     "is a tar shard, not a manifest"
 check "a refused index says it wrote nothing in its summary" contains "$WORK/z.out" \
     "- not written: $WORK/wds/z/m.jsonl"
+# an empty directory, or an empty shard, index nothing: refused too (it
+# wrote an empty manifest and exited 0, and run failed later, further from the cause)
+mkdir -p "$WORK/wds/empty/.hidden" && touch "$WORK/wds/empty/.hidden/x.mp4" "$WORK/wds/empty/old.jsonl"
+"$DH" index "$WORK/wds/empty" -o "$WORK/wds/empty/m.jsonl" > /dev/null 2> "$WORK/empty.err"
+check "index of an empty directory fails, writes nothing" test $? -eq 1 -a ! -e "$WORK/wds/empty/m.jsonl"
+check "and says the directory holds no file to probe" contains "$WORK/empty.err" \
+    "nothing indexed: $WORK/wds/empty holds no file to probe"
+(cd "$WORK/wds/empty" && tar cf ../none.tar -T /dev/null &&
+    "$DH" index ../none.tar -o ../none.jsonl > /dev/null 2> ../../none.err)
+check "index of an empty shard fails, writes nothing" test $? -eq 1 -a ! -e "$WORK/wds/none.jsonl"
+check "and says the shard holds no member" contains "$WORK/none.err" \
+    "nothing indexed: the 1 tar shard holds no member; ../none.jsonl not written"
 "$DH" gen --workload kinetics-clips --out "$WORK/wds2" --format zip > /dev/null 2> "$WORK/wds.err"
 check "gen refuses an unknown format" contains "$WORK/wds.err" "--format files or wds"
 

@@ -349,6 +349,8 @@ int cli_index(int argc, char **argv)
     else if (rc)
         cli_err("index %s -> %s: %s", dir ? dir : args.n == 1 ? args.v[0] : "(its inputs)", out,
                 dh_strerror(rc));
+    char where[4096]; /* DIR's name outlives the arguments dropped here */
+    snprintf(where, sizeof where, "%s", dir ? dir : "the input");
     if (drop(&args, &paths, rc))
         return 1;
     printf("index: %lld file%s: %lld probed + %lld skipped", (long long)st.files,
@@ -371,14 +373,22 @@ int cli_index(int argc, char **argv)
         printf(" (read %.0f KiB of headers for %.0f KiB of media)", st.bytes_read / 1024.0,
                st.media_bytes / 1024.0);
     int64_t units = st.probed + st.skipped + st.shard_samples + st.shard_skipped;
-    int refused = (fail_on_error && (st.skipped || st.shard_skipped || st.shards_unread)) ||
-                  (st.files + st.skipped > 0 && st.probed + st.shard_samples == 0);
+    int none = st.probed + st.shard_samples == 0; /* an empty manifest only fails later */
+    int refused = (fail_on_error && (st.skipped || st.shard_skipped || st.shards_unread)) || none;
     printf(" in %.2f s (%.0f %s/s) %s %s\n", secs, secs > 0 ? units / secs : 0.0,
            st.shards ? "samples" : "files", refused ? "- not written:" : "->", out);
-    if (st.files + st.skipped > 0 && st.probed + st.shard_samples == 0) {
+    if (none) {
         unlink(out); /* an empty manifest would only fail later, further from the cause */
-        cli_err("index: nothing indexed: every input was skipped (see the reasons above); %s "
-                "not written", out);
+        if (st.skipped || st.shard_skipped || st.shards_unread)
+            cli_err("index: nothing indexed: every input was skipped (see the reasons above); "
+                    "%s not written", out);
+        else if (st.shards)
+            cli_err("index: nothing indexed: the %lld tar shard%s hold%s no member; %s not "
+                    "written", (long long)st.shards, st.shards == 1 ? "" : "s",
+                    st.shards == 1 ? "s" : "", out);
+        else
+            cli_err("index: nothing indexed: %s holds no file to probe (hidden entries and "
+                    ".jsonl manifests are not walked); %s not written", where, out);
         if (prefix_hint[0]) /* s3://b/train meant as a prefix? */
             cli_err("index: %s: a prefix to list ends in '/' (%s/)", prefix_hint, prefix_hint);
         return 1;
