@@ -8,9 +8,10 @@ agent, viewing its shared memory (nothing is copied).
             ...
             loader.report_step(batch["step"], seconds)
 
-Each batch dict holds, per modality present ("video", "image", "audio"), a list
-of tensors viewing the shared memory (one per media item, shaped as the
-preprocessing spec says; uint8 pixels, float32 audio), plus "step" (the global
+Each batch dict holds, per modality ("video", "image", "audio"), a list of
+tensors viewing the shared memory (one per media item, shaped as the
+preprocessing spec says; uint8 pixels, float32 audio; empty when the batch
+holds no item of that modality: every key is in every batch), plus "step" (the global
 step, counted from the start of training, also after a resume; "global_step"
 is the same number), "epoch", "epoch_step" (the step within its epoch), "ids",
 "samples", "tokens", "status" (0, or the negative error code of a sample that
@@ -91,6 +92,9 @@ class _Metas(collections.abc.Sequence):
         return repr(list(self))
 
 
+MODALITIES = ("video", "image", "audio")  # a batch's keys for them: each in every batch
+
+
 class _Draws(collections.abc.Mapping):
     """batch["draws"]: type -> per item (in batch["items"][type]'s order) what the spec's
     random augmentation drew for it, as a dict built when first read. Video and image:
@@ -132,13 +136,13 @@ class _Draws(collections.abc.Mapping):
         return self._built[typ]
 
     def __iter__(self):
-        return iter(dict.fromkeys(t for t, *_ in self._items))
+        return iter(dict.fromkeys(MODALITIES + tuple(t for t, *_ in self._items)))
 
     def __len__(self):
         return len(list(iter(self)))
 
     def __contains__(self, typ):
-        return any(t == typ for t, *_ in self._items)
+        return typ in MODALITIES or any(t == typ for t, *_ in self._items)
 
     def __repr__(self):
         return repr(dict(self))
@@ -177,7 +181,9 @@ def _views(raw, items, collate_samples=None):
     another rank's batch): numpy views say so; torch's cannot, and its warning about that
     is silenced here. A tensor to change in place: t.clone()."""
     whole = np.frombuffer(raw, dtype=np.uint8)  # holds `raw` alive while it lives
-    out, owner, where = {}, {}, {}
+    out = {typ: [] for typ in MODALITIES}  # every modality's key, in every batch
+    owner = {typ: [] for typ in MODALITIES}
+    where = {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         for typ, off, nbytes, is_f32, shape, k in items:
@@ -191,7 +197,7 @@ def _views(raw, items, collate_samples=None):
                 arr = torch.from_numpy(arr)  # shares the memory; keeps the array alive
             out.setdefault(typ, []).append(arr)
         per_item = dict(out)
-        for typ in list(out) if collate_samples else []:
+        for typ in list(where) if collate_samples else []:
             st = _stacked(whole, where[typ])  # None when ragged (shapes differ)
             if st is not None:
                 out[typ] = torch.from_numpy(st) if torch is not None else st
@@ -494,7 +500,7 @@ class Loader:
         whole, batch = _views(raw, items, len(samples) if self.collate else None)
         if self.collate == "strict":
             for typ, tensors in batch["items"].items():
-                if batch[typ] is tensors:  # still the list
+                if tensors and batch[typ] is tensors:  # still the list (of some items)
                     shapes = sorted({(tuple(t.shape), str(t.dtype)) for t in tensors})
                     why = ("differ in shape: %s%s" % ([s for s, _ in shapes[:3]],
                                                       " ..." if len(shapes) > 3 else "")

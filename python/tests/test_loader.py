@@ -673,8 +673,13 @@ print(json.dumps(rows))
                     self.assertEqual(tuple(x.shape), (len(items), 224, 224, 3))
                     for i in range(len(items)):
                         self.assertEqual(x[i].data_ptr(), items[i].data_ptr())
-                    counts.append((len(items), owner))
-                self.assertEqual(counts, [(4, [0, 1, 1, 3]), (4, [0, 1, 2, 3])])
+                    # every modality's key in every batch, empty when it holds none (a
+                    # user's loop met a KeyError on its first batch without video)
+                    self.assertEqual((b["video"], b["item_sample"]["video"],
+                                      b["items"]["video"], b["draws"]["video"]), ([],) * 4)
+                    self.assertIn("video", b["draws"])
+                    counts.append((len(items), owner, len(b["items"]["audio"])))
+                self.assertEqual(counts, [(4, [0, 1, 1, 3], 1), (4, [0, 1, 2, 3], 0)])
         # collate="strict" names a type that cannot be one tensor instead of a list
         native = os.path.join(self.tmp, "native.json")
         with open(native, "w") as f:
