@@ -397,7 +397,8 @@ int dh_index_dir(const char *dir, const char *out_path, const dh_index_opts *opt
     }
     if ((rc = walk(&j, "")))
         goto done;
-    qsort(j.rel, j.n, sizeof *j.rel, cmp_str);
+    if (j.n) /* an empty directory: no list to sort (qsort of NULL is undefined) */
+        qsort(j.rel, j.n, sizeof *j.rel, cmp_str);
     rc = index_run(&j, out_path, stats);
 done:
     job_free(&j);
