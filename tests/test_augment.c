@@ -206,6 +206,42 @@ START_TEST(without_random_keys_every_draw_is_the_plain_one)
 }
 END_TEST
 
+START_TEST(a_plain_spec_draws_plainly_whatever_its_random_keys)
+{
+    /* --no-augment (a validation stream beside augmented training): an augmented spec made
+     * plain draws the plain draw for every seed, epoch and id, keeps its shapes, says "off",
+     * and hashes apart from both the random spec and the spec it was augmented from. */
+    dh_spec *s = spec_json("{\"video\":{\"frames\":16,\"flip\":0.5}}"), *base = NULL;
+    ck_assert_int_eq(dh_spec_builtin("default", &base), 0);
+    ck_assert_int_eq(dh_spec_augment(s), 0);
+    int32_t kf[] = {0, 250};
+    dh_media_info v = tu_video(1280, 720, 30, 300, kf, 2);
+    dh_media_derived random_shape, plain_shape;
+    ck_assert_int_eq(dh_derive_media(s, &v, &random_shape), 0);
+    uint64_t random_hash = dh_spec_hash(s);
+    ck_assert_int_eq(dh_spec_is_random(s), 1);
+    ck_assert_int_eq(dh_spec_plain(s), 0);
+    ck_assert_int_eq(dh_spec_plain(NULL), DH_EINVAL);
+    ck_assert_int_eq(dh_spec_is_random(s), 0);
+    ck_assert_uint_ne(dh_spec_hash(s), random_hash);
+    ck_assert_uint_ne(dh_spec_hash(s), dh_spec_hash(base));
+    dh_media_draw plain, d;
+    ck_assert_int_eq(dh_media_draw_plain(s, &v, &plain), 0);
+    ck_assert_int_eq(plain.flip, 0);
+    for (int e = 0; e < 8; e++) {
+        ck_assert_int_eq(dh_media_draw_of(s, &v, 7, e, "clip", 0, &d), 0);
+        ck_assert_mem_eq(&plain, &d, sizeof d);
+    }
+    ck_assert_int_eq(dh_derive_media(s, &v, &plain_shape), 0);
+    ck_assert_mem_eq(plain_shape.shape, random_shape.shape, sizeof plain_shape.shape);
+    char text[400];
+    dh_spec_random_text(s, text, sizeof text);
+    ck_assert_str_eq(text, "off (--no-augment: every item its plain draw)");
+    dh_spec_free(base);
+    dh_spec_free(s);
+}
+END_TEST
+
 START_TEST(draws_are_pure_functions_within_their_ranges)
 {
     dh_spec *s = spec_json(
@@ -563,6 +599,7 @@ int main(void)
     ADD_TEST(tc, random_keys_parse_and_mistakes_are_named);
     ADD_TEST(tc, a_spec_starts_from_a_base_and_augment_adds_the_standard_keys);
     ADD_TEST(tc, without_random_keys_every_draw_is_the_plain_one);
+    ADD_TEST(tc, a_plain_spec_draws_plainly_whatever_its_random_keys);
     ADD_TEST(tc, draws_are_pure_functions_within_their_ranges);
     ADD_TEST(tc, a_draw_is_pinned);
     ADD_TEST(tc, the_cost_model_follows_the_draw);

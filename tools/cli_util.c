@@ -323,6 +323,9 @@ const char cli_run_help[] =
     "                          (default: dropped)\n"
     "  --augment               add the standard training augmentation to the spec: flips,\n"
     "                          random resized crops, random 4 s clips (docs/SPEC.md)\n"
+    "  --no-augment            every item its plain draw (centred clip, the resize's own\n"
+    "                          crop, no flip), over --augment and the spec's random keys:\n"
+    "                          a validation --stream beside augmented training\n"
     "  --rho X                 load factor to scale GPU costs to (default: the workload's)\n"
     "  --memory-budget BYTES   all the batch memory a run holds: admitted batches, the pool's\n"
     "                          slack and helix's move arena (default: what the DataLoader\n"
@@ -418,6 +421,9 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         return 1;
     } else if (!strcmp(opt, "--augment")) {
         cfg->augment = 1;
+        return 1;
+    } else if (!strcmp(opt, "--no-augment")) {
+        cfg->no_augment = 1;
         return 1;
     } else if (!strcmp(opt, "--understate-told")) {
         stress->understate_told = 1;

@@ -530,6 +530,7 @@ static int parse_streams(int argc, char **argv, int first, one_run *runs)
         r->cfg.stress = NULL;
         r->f.serve = runs[0].f.serve;
         r->f.limits = runs[0].f.limits;
+        r->f.spec = runs[0].f.spec; /* the options before it, its own given after --stream */
         int rc = parse(end - (i + 1), argv + i + 1, &r->cfg, &r->stress, &r->f, "serve");
         if (rc)
             return rc < 0 ? -CLI_USAGE : -rc;

@@ -197,6 +197,13 @@ typedef struct {
  * is never changed: "flip": 0 stays off. Output shapes stay as the spec derives them.
  */
 DH_API int dh_spec_augment(dh_spec *spec);
+/*
+ * Turns a spec's random augmentation off in place (`--no-augment`: a validation stream beside
+ * an augmented training one): every item takes its plain draw (the clip centred, the resize
+ * mode's own crop, no flip), whatever random keys the spec or dh_spec_augment gave; output
+ * shapes stay as they are, and dh_spec_is_random says 0. Added in 0.3.
+ */
+DH_API int dh_spec_plain(dh_spec *spec);
 /* What a spec's random keys do, in one line for people ("off" without any), written to buf
  * (truncated to len): what `serve` and `inspect` print. */
 DH_API void dh_spec_random_text(const dh_spec *spec, char *buf, size_t len);

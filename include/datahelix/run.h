@@ -166,6 +166,9 @@ typedef struct {
      * name) while the run goes on. NULL: none. */
     struct dh_metrics *metrics;
     const char *metrics_stream;
+    /* Added in 0.3. 1: every item takes its plain draw (dh_spec_plain, `--no-augment`), over
+     * augment and the spec's own random keys: a validation stream beside training. */
+    int no_augment;
 } dh_run_config;
 
 /* steps value of a run that goes on until it is stopped. */

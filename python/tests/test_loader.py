@@ -368,6 +368,47 @@ print(json.dumps(passes))
         self.assertIn("stream val: rank 1 attached", err)
         self.check_val_passes(outs)
 
+    def test_a_val_stream_takes_the_spec_before_it_and_no_augment_draws_plainly(self):
+        """A user trial: README says a stream's options not given after --stream are those
+        before it, yet the val stream decoded with the default spec (its images another
+        size than training's); and beside --augment a validation stream was augmented with
+        no way out. --no-augment gives each item its plain draw, the same every pass."""
+        self.nine()
+        spec = os.path.join(self.tmp, "small.json")
+        with open(spec, "w") as f:
+            json.dump({"image": {"resize": {"mode": "crop", "width": 64, "height": 48}}}, f)
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--epochs", "2", "--spec", spec,
+                   "--augment", "--stream", "val", "--manifest",
+                   os.path.join(self.tmp, "nine/m.jsonl"), "--batch", "4", "--no-shuffle",
+                   "--keep-last", "--no-augment") as agent:
+            train_draws, val_draws = {}, []
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as train, \
+                    datahelix.Loader(socket=s, rank=0, world_size=1, stream="val") as val:
+                for epoch in range(train.epoch, train.epochs):
+                    train.set_epoch(epoch)
+                    for b in train:
+                        for j, d in enumerate(b["draws"]["image"]):
+                            self.assertEqual(tuple(b["image"][j].shape), (48, 64, 3))
+                            i = b["ids"][b["item_sample"]["image"][j]]
+                            train_draws[(epoch, i)] = (d["crop"], d["flip"])
+                    drawn = {}
+                    for b in val:
+                        for j, d in enumerate(b["draws"]["image"]):
+                            self.assertEqual(tuple(b["image"][j].shape), (48, 64, 3))
+                            drawn[b["ids"][b["item_sample"]["image"][j]]] = (d["crop"], d["flip"])
+                    val_draws.append(drawn)
+            rc, out, err = agent.wait()
+            self.assertEqual(rc, 0, err)
+        self.assertEqual(len(val_draws[0]), 9)
+        self.assertEqual(val_draws[0], val_draws[1])  # plain: the same in every pass
+        self.assertFalse(any(flip for _, flip in val_draws[0].values()))
+        flips = [flip for _, flip in train_draws.values()]
+        self.assertTrue(any(flips) and not all(flips))  # training stays augmented (flips:
+        # the spec's own resize is kept, so its crops stay central)
+        self.assertIn("random augmentation: off (--no-augment", err)
+        self.assertNotIn("no --spec or --workload", err)
+
     def test_a_run_whose_samples_fail_stops_and_says_why(self):
         """Media gone (shards moved, a disk not mounted): every sample fails; the agent stops
         once 16 failed (--max-failed, default half) and the trainer's next batch raises with

@@ -19,7 +19,7 @@
 
 int dh_spec_is_random(const dh_spec *s)
 {
-    if (!s)
+    if (!s || s->plain)
         return 0;
     return s->video.random_start || s->video.fps_jitter > 0 || s->video.aug.flip > 0 ||
            s->video.resize.mode >= DH_RESIZE_RANDOM_RESIZED_CROP || s->image.aug.flip > 0 ||
@@ -64,6 +64,14 @@ int dh_spec_augment(dh_spec *s)
     return 0;
 }
 
+int dh_spec_plain(dh_spec *s)
+{
+    if (!s)
+        return DH_EINVAL;
+    s->plain = 1;
+    return 0;
+}
+
 /* Appends to the text in buf (len bytes in all), ", " first unless it is empty. */
 static void add(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -95,6 +103,10 @@ void dh_spec_random_text(const dh_spec *s, char *buf, size_t len)
 {
     if (!buf || !len)
         return;
+    if (s && s->plain) {
+        snprintf(buf, len, "off (--no-augment: every item its plain draw)");
+        return;
+    }
     char v[256] = "", im[256] = "", au[128] = "";
     if (s && s->video.sampling == DH_SAMPLE_CONSECUTIVE && s->video.random_start)
         add(v, sizeof v, "its %lld frames at a random start", (long long)s->video.frames);

@@ -114,6 +114,7 @@ enum { DH__GIVEN_VRESIZE = 1, DH__GIVEN_VFLIP = 2, DH__GIVEN_CLIP = 4, DH__GIVEN
 
 struct dh_spec {
     uint32_t given; /* DH__GIVEN_*: not part of what the spec means (not hashed) */
+    int plain;      /* dh_spec_plain: every item takes its plain draw, random keys or not */
     struct {
         dh__sampling sampling;
         int64_t frames;     /* UNIFORM, CONSECUTIVE: count */

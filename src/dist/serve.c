@@ -113,10 +113,12 @@ static int agent_init(agent *a, hub *h, const dh_serve_stream *st, const dh_serv
     dh_spec *own = NULL; /* the run's spec when it is not cfg->spec: the workload's, augmented */
     if (!cfg->spec && dh_spec_builtin(cfg->workload ? cfg->workload : "default", &own))
         return dh__fail(err, errlen, DH_ENOENT, "unknown workload \"%s\"", cfg->workload);
-    if (cfg->spec && cfg->augment && !(own = dh__spec_dup(cfg->spec)))
+    if (cfg->spec && (cfg->augment || cfg->no_augment) && !(own = dh__spec_dup(cfg->spec)))
         return DH_ENOMEM;
     if (cfg->augment)
         dh_spec_augment(own);
+    if (cfg->no_augment)
+        dh_spec_plain(own);
     a->spec_hash = dh_spec_hash(own ? own : cfg->spec);
     dh_spec_random_text(own ? own : cfg->spec, a->augment_text, sizeof a->augment_text);
     dh_spec_free(own);
@@ -194,7 +196,7 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
                   a->hi - a->lo == 1 ? "" : "s", a->lo, a->hi - 1);
         if (!a->gen)
             event(a, "random augmentation: %s%s", a->augment_text,
-                  a->cfg->augment ? " (--augment)" : "");
+                  a->cfg->augment && !a->cfg->no_augment ? " (--augment)" : "");
         if (!a->gen && a->o.max_leases < 2)
             event(a, "--max-leases %d: a Python Loader refuses it (`for batch in loader` holds "
                   "its batch while it takes the next: it needs 2)", a->o.max_leases);

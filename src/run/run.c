@@ -408,14 +408,17 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
                 "--workers (%d): each node runs the same share", c->nodes, c->ranks, c->workers);
         rc = DH_EINVAL;
     }
-    if (!rc && c->augment && cfg->spec) { /* augment a copy: the caller's spec is theirs */
+    int own = c->augment || c->no_augment; /* the run changes its spec */
+    if (!rc && own && cfg->spec) { /* a copy: the caller's spec is theirs */
         run->spec = dh__spec_dup(cfg->spec);
         rc = run->spec ? 0 : DH_ENOMEM;
     }
     if (!rc) {
-        run->use_spec = c->augment ? run->spec : cfg->spec ? cfg->spec : run->spec;
+        run->use_spec = own ? run->spec : cfg->spec ? cfg->spec : run->spec;
         if (c->augment)
             dh_spec_augment(run->spec);
+        if (c->no_augment)
+            dh_spec_plain(run->spec);
         rc = build_costs(run, wl, err, errlen);
     }
     if (!rc)
