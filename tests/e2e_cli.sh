@@ -560,12 +560,20 @@ check "serve without a manifest is a usage error" contains "$WORK/serve.err" "se
 check "unknown workload lists the built-ins" contains "$WORK/wl.err" "t2v-diffusion"
 echo '{"video":{"frame":8}}' > "$WORK/spec.json"
 "$DH" inspect "$WORK/data/manifest.jsonl" --spec "$WORK/spec.json" > /dev/null 2> "$WORK/spec.err"
-check "a spec typo is an error" contains "$WORK/spec.err" "video.frame: unknown key"
+check "a spec typo is an error naming its file" contains "$WORK/spec.err" \
+    "spec $WORK/spec.json: video.frame: unknown key"
 "$DH" inspect "$WORK/data/manifest.jsonl" --max-pixels abc > /dev/null 2>&1
 check "a bad limit value is a usage error" test $? -eq 2
 { echo; cat "$WORK/data/manifest.jsonl"; echo "   "; } > "$WORK/data/blank.jsonl"
 "$DH" inspect "$WORK/data/blank.jsonl" > "$WORK/blank.out" 2>&1
 check "blank lines are counted apart" contains "$WORK/blank.out" "6 lines: 6 loaded + 0 skipped (2 blank lines ignored)"
+"$DH" serve --manifest "$WORK/data/manifest.jsonl" --workers 2 --batch 4 > /dev/null \
+    2> "$WORK/noranks.err"
+check "serve without --ranks: its default named where it refuses" contains "$WORK/noranks.err" \
+    "is below --ranks 8 (the default; give --ranks R"
+"$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 2 > /dev/null 2> "$WORK/nobatch.err"
+check "serve without --batch: a usage error naming it" test $? -eq 2 -a \
+    -n "$(grep -F 'serve needs --batch G' "$WORK/nobatch.err")"
 "$DH" inspect /nonexistent.jsonl > /dev/null 2> "$WORK/nx.err"
 check "a missing manifest is named" contains "$WORK/nx.err" "/nonexistent.jsonl"
 

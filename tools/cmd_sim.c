@@ -91,6 +91,7 @@ typedef struct {
     int64_t calibrate; /* samples to decode for --calibrate; 0: none */
     dh_serve_opts serve;
     dh_limits limits;  /* the manifest's (as index and inspect take them) */
+    int ranks_given;   /* --ranks was given (a stream's: before its --stream) */
 } sim_files;
 
 enum { MODE_SIM, MODE_RUN, MODE_SERVE };
@@ -144,6 +145,7 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
     for (int i = 1; i < argc; i++) {
         steps_given |= !strcmp(argv[i], "--steps");
         epochs_given |= !strcmp(argv[i], "--epochs");
+        f->ranks_given |= !strcmp(argv[i], "--ranks");
         const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int r = cli_run_option(argc, argv, &i, cfg, stress);
         if (r == 0)
@@ -218,9 +220,15 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         list(stderr);
         return CLI_USAGE;
     }
+    if (!strcmp(cmd, "serve") && !cfg->global_batch) { /* the library's refusal named no flag */
+        cli_err("serve needs --batch G: the global batch, samples a step over every rank of "
+                "the job (see datahelix serve --help)");
+        return CLI_USAGE;
+    }
     if (cfg->global_batch && cfg->global_batch < cfg->ranks) {
-        cli_err("%s: --batch %lld is below --ranks %d: every rank needs at least one sample a "
-                "step", cmd, (long long)cfg->global_batch, cfg->ranks);
+        cli_err("%s: --batch %lld is below --ranks %d%s: every rank needs at least one sample a "
+                "step", cmd, (long long)cfg->global_batch, cfg->ranks,
+                f->ranks_given ? "" : " (the default; give --ranks R, the job's trainer processes)");
         return CLI_USAGE;
     }
     return 0;
@@ -531,6 +539,7 @@ static int parse_streams(int argc, char **argv, int first, one_run *runs)
         r->f.serve = runs[0].f.serve;
         r->f.limits = runs[0].f.limits;
         r->f.spec = runs[0].f.spec; /* the options before it, its own given after --stream */
+        r->f.ranks_given = runs[0].f.ranks_given;
         int rc = parse(end - (i + 1), argv + i + 1, &r->cfg, &r->stress, &r->f, "serve");
         if (rc)
             return rc < 0 ? -CLI_USAGE : -rc;

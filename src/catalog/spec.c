@@ -505,6 +505,11 @@ int dh_spec_load(const char *path, dh_spec **out, char *errbuf, size_t errlen)
     else
         rc = dh_spec_parse(buf, n, out, errbuf, errlen);
     free(buf);
+    if (rc && errbuf && errlen && !strncmp(errbuf, "spec: ", 6)) { /* which file said it */
+        char why[512];
+        snprintf(why, sizeof why, "%s", errbuf + 6);
+        snprintf(errbuf, errlen, "spec %s: %s", path, why);
+    }
     return rc;
 }
 
