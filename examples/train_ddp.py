@@ -182,7 +182,7 @@ def torch_batches(args, rank, world):
                                      prefetch_factor=2, persistent_workers=True,
                                      drop_last=True)
     step = 0
-    for epoch in range(args.epochs):
+    for epoch in range(2 if args.epochs is None else args.epochs):
         sampler.set_epoch(epoch)
         for clips_, ids, texts in dl:
             yield {"video": list(clips_), "ids": list(ids), "text": list(texts), "step": step,
@@ -195,6 +195,10 @@ def served_batches(loader, epochs):
     that the agent's order is at that epoch (a resumed job starts at loader.epoch, in the
     middle of an epoch when the state was saved there). `yield from` keeps no reference to
     a batch, so each goes back to the agent as soon as the loop body drops it."""
+    if epochs is None:  # the agent's job says how long (its --epochs)
+        epochs = loader.epochs
+        if epochs is None:
+            raise SystemExit("the agent runs endless or by --steps: give --epochs N here")
     for epoch in range(loader.epoch, epochs):
         loader.set_epoch(epoch)
         yield from loader
@@ -345,8 +349,9 @@ def main():
     ap.add_argument("--manifest", help="torch loader: the manifest to read")
     ap.add_argument("--workers", type=int, default=2, help="torch loader: CPU workers in all")
     ap.add_argument("--batch", type=int, default=8, help="torch loader: the global batch")
-    ap.add_argument("--epochs", type=int, default=2,
-                    help="epochs of the job (datahelix: as the agent's --epochs)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="epochs of the job (default: datahelix, the agent's --epochs; the "
+                         "torch loader, 2)")
     ap.add_argument("--torchrun", action="store_true",
                     help="ranks were started by torchrun (read RANK / WORLD_SIZE)")
     args = ap.parse_args()

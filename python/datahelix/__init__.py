@@ -37,6 +37,7 @@ garbage-collected, or on batch["release"]() once no view is left.
 import collections.abc
 import json
 import os
+import sys
 import time
 import threading
 import warnings
@@ -48,7 +49,12 @@ try:
     import torch
 except ImportError:  # numpy arrays instead
     torch = None
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # a user's `python3` was another interpreter than Debian's
+    raise ImportError("datahelix needs numpy, which this interpreter (%s) lacks: run the one "
+                      "your numpy and torch are installed for (Debian's python3-numpy and "
+                      "python3-torch: /usr/bin/python3)" % sys.executable) from e
 
 __all__ = ["Loader", "Client", "DataHelixError", "DataHelixTimeout", "PeerLost", "Mismatch",
            "default_socket", "error_name", "error_code", "NO_LABEL"]
@@ -395,6 +401,13 @@ class Loader:
         """Global batches in an epoch (the incomplete tail dropped); attaches if needed."""
         self._connect()
         return self._run["steps_per_epoch"]
+
+    @property
+    def global_batch(self):
+        """The agent's global batch G (its --batch): samples a step over every rank; a rank's
+        own batch may hold fewer or more (helix deals them by cost); attaches if needed."""
+        self._connect()
+        return self._run["global_batch"]
 
     def _position(self, taken):
         """(epoch, step within it) of the run's batch number `taken` (the library's reading:

@@ -385,6 +385,7 @@ print(json.dumps(passes))
             train_draws, val_draws = {}, []
             with datahelix.Loader(socket=s, rank=0, world_size=1) as train, \
                     datahelix.Loader(socket=s, rank=0, world_size=1, stream="val") as val:
+                self.assertEqual((train.global_batch, val.global_batch), (2, 4))
                 for epoch in range(train.epoch, train.epochs):
                     train.set_epoch(epoch)
                     for b in train:
