@@ -574,8 +574,9 @@ check "serve without --ranks: its default named where it refuses" contains "$WOR
 "$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 2 > /dev/null 2> "$WORK/nobatch.err"
 check "serve without --batch: a usage error naming it" test $? -eq 2 -a \
     -n "$(grep -F 'serve needs --batch G' "$WORK/nobatch.err")"
-"$DH" inspect /nonexistent.jsonl > /dev/null 2> "$WORK/nx.err"
+"$DH" inspect /nonexistent.jsonl > "$WORK/nx.out" 2> "$WORK/nx.err"
 check "a missing manifest is named" contains "$WORK/nx.err" "/nonexistent.jsonl"
+check "and no summary of lines it never read" not_contains "$WORK/nx.out" "0 lines"
 
 echo "e2e_cli: $pass passed, $fail failed"
 test "$fail" -eq 0

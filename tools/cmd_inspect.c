@@ -302,11 +302,13 @@ int cli_inspect(int argc, char **argv)
     double t0 = cli_now();
     rc = dh_manifest_load(a.manifest, &a.load, &m, &ls);
     double secs = cli_now() - t0;
-    printf("manifest %s: %lld lines: %lld loaded + %lld skipped", a.manifest, (long long)ls.lines,
-           (long long)ls.loaded, (long long)ls.skipped);
-    if (ls.blank)
-        printf(" (%lld blank lines ignored)", (long long)ls.blank);
-    printf(" in %.2f s\n", secs);
+    if (!rc || ls.lines) { /* a file it could not open has no lines to account for */
+        printf("manifest %s: %lld lines: %lld loaded + %lld skipped", a.manifest,
+               (long long)ls.lines, (long long)ls.loaded, (long long)ls.skipped);
+        if (ls.blank)
+            printf(" (%lld blank lines ignored)", (long long)ls.blank);
+        printf(" in %.2f s\n", secs);
+    }
     if (rc) {
         cli_err("inspect: %s: %s", a.manifest, dh_strerror(rc));
         dh_spec_free(spec);
