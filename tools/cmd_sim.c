@@ -220,11 +220,6 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
         list(stderr);
         return CLI_USAGE;
     }
-    if (!strcmp(cmd, "serve") && !cfg->global_batch) { /* the library's refusal named no flag */
-        cli_err("serve needs --batch G: the global batch, samples a step over every rank of "
-                "the job (see datahelix serve --help)");
-        return CLI_USAGE;
-    }
     if (cfg->global_batch && cfg->global_batch < cfg->ranks) {
         cli_err("%s: --batch %lld is below --ranks %d%s: every rank needs at least one sample a "
                 "step", cmd, (long long)cfg->global_batch, cfg->ranks,
@@ -599,6 +594,16 @@ static int sim_or_run(int argc, char **argv, int mode)
     int rc = parse(first, argv, cfg, &runs[0].stress, f, mode_name[mode]);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (mode == MODE_SERVE && !cfg->global_batch) { /* the library's refusal named no flag */
+        int later = 0; /* given after --stream: that stream's */
+        for (int i = first; i < argc; i++)
+            later |= !strcmp(argv[i], "--batch");
+        cli_err("serve needs --batch G: the global batch, samples a step over every rank of "
+                "the job%s", later ? " (a --batch after --stream NAME is that stream's: give "
+                                     "the agent's before the first --stream)"
+                                   : " (see datahelix serve --help)");
+        return CLI_USAGE;
+    }
     int n = parse_streams(argc, argv, first, runs);
     if (n < 0)
         return -n;
