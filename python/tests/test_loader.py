@@ -410,6 +410,37 @@ print(json.dumps(passes))
         self.assertIn("random augmentation: off (--no-augment", err)
         self.assertNotIn("no --spec or --workload", err)
 
+    def test_a_next_batch_larger_than_the_budget_beside_the_held_one_is_served(self):
+        """A user trial hung: one worker, 8 images then 4 clips in order, 2 a step; the
+        default budget, derived from the mean sample, held one two-clip batch but not two, and
+        the Loader keeps its batch until the next arrives, so the second two-clip step was
+        never admitted (the trainer waited forever). The batch a trainer holds is in the
+        pool's slack, not in the budget the window is admitted from."""
+        d = os.path.join(self.tmp, "mix")
+        os.makedirs(d, exist_ok=True)
+        for i in range(8):
+            shutil.copy(os.path.join(self.tmp, "i%d.jpg" % i), os.path.join(d, "a%d.jpg" % i))
+        for i in range(4):
+            subprocess.run([FFMPEG, "-v", "error", "-y", "-nostdin", "-f", "lavfi", "-i",
+                            "testsrc2=size=96x64:rate=25", "-t", "1", "-c:v", "libx264",
+                            "-threads", "1", "-pix_fmt", "yuv420p",
+                            os.path.join(d, "v%d.mp4" % i)], check=True)
+        subprocess.run([CLI, "index", d, "-o", os.path.join(d, "m.jsonl"), "-q"], check=True,
+                       stdout=subprocess.DEVNULL)
+        script = ("import datahelix, sys\n"
+                  "with datahelix.Loader(socket=sys.argv[1], rank=0, world_size=1) as L:\n"
+                  "    print([b['step'] for b in L])\n")
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--workers", "1", "--batch", "2", "--steps",
+                   "6", "--no-shuffle", manifest="mix/m.jsonl") as agent:
+            p = subprocess.run([sys.executable, "-c", script, s], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.strip(), "[0, 1, 2, 3, 4, 5]")
+            rc, out, err = agent.wait()
+            self.assertEqual(rc, 0, err)
+            self.assertIn("delivered 12 + failed 0 = 12", out)
+
     def test_a_run_whose_samples_fail_stops_and_says_why(self):
         """Media gone (shards moved, a disk not mounted): every sample fails; the agent stops
         once 16 failed (--max-failed, default half) and the trainer's next batch raises with

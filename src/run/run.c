@@ -512,6 +512,7 @@ void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc)
     sc->global_batch = run->cfg.global_batch;
     sc->steps = run->cfg.steps > 0 ? run->cfg.steps : 0;
     sc->memory_budget = dh__run_admission_budget(run, leases);
+    sc->held_in_slack = leases > 0;
     sc->rank_token_cap = run->cfg.rank_token_cap;
     sc->nodes = run->cfg.nodes;
     sc->net_bandwidth = run->cfg.net_bandwidth;

@@ -30,12 +30,16 @@
  * trainer keeping a tensor): they stay in memory, but must not starve the
  * window, or a single kept batch would stop the run. In lockstep runs (every
  * engine's emulated ranks, the simulator) steps before the latest one taken
- * are finished, so this is 0 there.
+ * are finished, so this is 0 there. Served, the latest taken step's batches
+ * count here too: the pool's slack holds what trainers keep, and a Loader
+ * keeps its batch until the next one arrives, so a next batch that did not
+ * fit beside it in the budget was never admitted (a user trial: one worker,
+ * two-clip batches twice the size the default budget was derived from).
  */
 static int64_t held_past_their_step(const dh__sched *s)
 {
-    int64_t bytes = 0;
-    for (int64_t st = s->lo; st < s->cur_step && st < s->planned; st++)
+    int64_t bytes = 0, end = s->cur_step + (s->cfg.held_in_slack ? 1 : 0);
+    for (int64_t st = s->lo; st < end && st < s->planned; st++)
         for (int r = 0; r < s->R; r++) {
             const batch_rec *b = batch_of(s, st, r);
             if (b->admitted && !b->finished && s->taken[r] > st && rank_here(s, r))
@@ -47,7 +51,7 @@ static int64_t held_past_their_step(const dh__sched *s)
 /* Admits batches in (step, rank) order while the memory budget allows. */
 static int admit(dh__sched *s)
 {
-    int64_t held = s->lo < s->cur_step ? held_past_their_step(s) : 0;
+    int64_t held = s->lo < s->cur_step + s->cfg.held_in_slack ? held_past_their_step(s) : 0;
     while (s->admit_next / s->R < s->N) {
         int64_t st = s->admit_next / s->R;
         int rc = dh__sched_ensure_planned(s, st);

@@ -79,6 +79,8 @@ typedef struct {
     int ranks, workers;
     int64_t global_batch, steps;
     int64_t memory_budget;   /* bytes of admitted, not yet consumed batches */
+    int held_in_slack;       /* served: a batch its trainer holds is in the pool's slack, not
+                              * in memory_budget (the latest taken step's too) */
     int64_t rank_token_cap, rank_byte_cap; /* balanced placement caps; 0: none */
     double move_bandwidth;   /* bytes/s of moving a prepared sample between ranks (0: 20 GB/s) */
     double move_latency;     /* seconds per move plan (0: 5 us: a shared-memory handoff) */
