@@ -1020,18 +1020,19 @@ START_TEST(ranks_that_attach_late_or_give_up_never_hang_the_agent)
      * with the one that left (it did before, and then waited forever). */
     new_socket_name();
     a = late_trainer(0, 0, 500);
-    pid_t a2 = late_trainer(0, 1000, 0);
-    b = late_trainer(1, 1500, 0);
+    pid_t a2 = late_trainer(0, 2000, 0);
+    b = late_trainer(1, 3000, 0);
     ck_assert_msg(run_agent(&c, &o, &r, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(wait_child(a), 6);
     ck_assert_int_eq(wait_child(a2), 0);
     ck_assert_int_eq(wait_child(b), 0);
     ck_assert_int_eq(r.steps, 3);
-    /* Both give up: the agent ends at its own attach timeout, saying how many it had. */
+    /* Both give up: the agent ends at its own attach timeout, saying how many it had (b comes
+     * 1.5 s after a gave up: 0.3 s were not always enough under TSan beside other load). */
     new_socket_name();
     a = late_trainer(0, 0, 500);
-    b = late_trainer(1, 800, 500);
-    o.attach_timeout_ms = 2500;
+    b = late_trainer(1, 2000, 500);
+    o.attach_timeout_ms = 4000;
     int rc = run_agent(&c, &o, &r, err, sizeof err);
     ck_assert_int_eq(rc, DH_ETIMEDOUT);
     ck_assert_msg(strstr(err, "only 0 of 2 ranks attached in time (missing: ranks 0, 1)"), "%s",
@@ -2041,7 +2042,22 @@ START_TEST(a_rank_failing_after_another_died_names_the_dead_one_first)
         dh_client *c;
         if (dh_client_connect(&o, &c, NULL, 0))
             _exit(2);
-        sleep(4); /* its collective with rank 0 fails after rank 0 died */
+        /* its collective with rank 0 fails after rank 0 died: waited for, not slept on (4 s
+         * were not always enough under TSan beside another job's load) */
+        char stat[64], buf[256];
+        snprintf(stat, sizeof stat, "/proc/%d/stat", (int)r0);
+        for (int t = 0; t < 3000; t++) { /* at most 60 s: a zombie (Z) or gone */
+            FILE *f = fopen(stat, "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[n] = 0;
+            const char *close = strrchr(buf, ')');
+            if (!f || (close && close[1] == ' ' && close[2] == 'Z'))
+                break;
+            usleep(20000);
+        }
+        usleep(200000);
         dh_client_fail(c, "RuntimeError: Connection closed by peer");
         _exit(0);
     }
