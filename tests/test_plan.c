@@ -180,15 +180,18 @@ START_TEST(lpt_order_is_gpu_then_cpu_descending_then_index)
     ck_assert(gpu && cpu && got && want);
     srand(7);
     /* the radix sort (large) and the merge sort (a node's share: small) give the same order */
-    static const int sizes[] = {N, 1023, 700, 33, 2, 1, N, N};
-    for (int trial = 0; trial < 4 * 8; trial++) {
-        int n = sizes[trial / 4], ties = trial / 4 >= 6; /* ties: runs of 1,024 and more */
+    static const int sizes[] = {N, 1023, 700, 33, 2, 1, N, N, N};
+    for (int trial = 0; trial < 4 * 9; trial++) {
+        int n = sizes[trial / 4], ties = trial / 4 == 6 || trial / 4 == 7; /* runs of 1,024+ */
+        int skew = trial / 4 == 8; /* the sort's buckets: one of thousands, some of tens, ones */
         for (int i = 0; i < n; i++) {
             /* many ties, zeros of both signs, negatives, tiny and huge values; or values
              * that differ in their last bits only (the radix sort's first pass leaves
              * their order to the second), long runs of them */
             int k = rand() % 9;
-            gpu[i] = ties && trial / 4 == 6 ? (rand() % 3 ? 1.0 : nextafter(1.0, 2.0))
+            gpu[i] = skew ? (k < 6 ? 2.0 + (rand() % 5) * 1e-12
+                            : k < 8 ? 3.0 + (rand() % 64) * 1e-9 : (rand() % 100000) * 1e-2)
+                   : ties && trial / 4 == 6 ? (rand() % 3 ? 1.0 : nextafter(1.0, 2.0))
                    : ties ? (k < 6 ? 1.0 + (rand() % 5) * 1e-15 : (rand() % 50) * 0.125)
                    : k == 0 ? 0.0 : k == 1 ? -0.0 : k == 2 ? 1.5 : k == 3 ? -2.0 - rand() % 3
                    : k == 4 ? 1e-300 * (rand() % 4) : k == 5 ? 1e300 : (rand() % 50) * 0.125;

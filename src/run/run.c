@@ -472,6 +472,8 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
  * step's true costs go to the engine's records (the bound's inputs), summed
  * in draw order.
  */
+#define DRAW_AHEAD 16 /* samples: a drawn sample's table entry is a cache miss, read ahead */
+
 static int draw_step(void *ctx, int64_t *out, float *cpu)
 {
     dh__run *run = ctx;
@@ -479,6 +481,8 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
     for (int64_t k = 0; !rc && k < run->cfg.global_batch; k++) {
         if (out[k] < 0 || out[k] >= run->samples.n)
             return DH_ERANGE;
+        if (k + DRAW_AHEAD < run->cfg.global_batch && out[k + DRAW_AHEAD] >= 0)
+            __builtin_prefetch(&run->samples.cpu_pred[out[k + DRAW_AHEAD]]);
         cpu[k] = (float)dh__run_drawn_cpu(run, run->drawn, out[k]);
     }
     if (rc || !run->rec) {

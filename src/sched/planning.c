@@ -96,12 +96,6 @@ static int partition_block(dh__sched *s, int n, int ranks, const double *gpu, co
     return rc;
 }
 
-/* The node that the i-th sample in LPT order is dealt to: 0..N-1, then N-1..0, ... */
-static int snake_node(int i, int N)
-{
-    return (i / N) % 2 ? N - 1 - i % N : i % N;
-}
-
 /* Each class's calibrated CPU per predicted second, as placement reads it (a replica: the
  * start's, so every node computes the same). */
 static void placement_scale(const dh__sched *s, double one[DH_CLS_COUNT])
@@ -146,15 +140,19 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
     if (rc)
         return rc;
     int32_t *start = s->plan_fill; /* R >= N: each node's block in the share arrays */
-    memset(start, 0, (size_t)N * sizeof *start);
-    for (int i = 0; i < G; i++)
-        start[snake_node(i, N)]++;
-    for (int node = 0, end = 0; node < N; node++) { /* counts become each block's end... */
-        end += start[node];
+    int rounds = G / N, rest = G % N; /* the last round, partial, runs up if rounds is even */
+    for (int node = 0, end = 0; node < N; node++) { /* each block's end... */
+        int extra = rounds % 2 ? node >= N - rest : node < rest;
+        end += rounds + extra;
         start[node] = end;
     }
-    for (int i = G - 1; i >= 0; i--) { /* ...and, filled from the back, its start */
-        int k = s->share_ord[i], node = snake_node(i, N), at = --start[node];
+    /* ...and, filled from the back, its start: the i-th sample in LPT order goes to node j of
+     * round i / N (j = i % N, kept as i goes down, with no division), counted up in even
+     * rounds and down in odd ones: 0..N-1, then N-1..0, ... */
+    for (int i = G - 1, round = rounds - (rest == 0), j = rest ? rest - 1 : N - 1; i >= 0; i--) {
+        int k = s->share_ord[i], node = round % 2 ? N - 1 - j : j, at = --start[node];
+        if (--j < 0)
+            j = N - 1, round--;
         s->share_pos[at] = k;
         if (!s->cfg.node_local || node == s->cfg.node) /* a share placed here (below) */
             placement_input(s, one, base + k, s->share_gpu, s->share_cpu, s->share_tokens,
@@ -165,8 +163,8 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
         int lo = start[node], hi = node + 1 < N ? start[node + 1] : G;
         settled[node] = !s->cfg.node_local || node == s->cfg.node;
         if (!settled[node]) { /* another node's: dealt round-robin in LPT order for now */
-            for (int a = lo; a < hi; a++)
-                rank_of[s->share_pos[a]] = node * per + (a - lo) % per;
+            for (int a = lo, r = 0; a < hi; a++, r = r + 1 == per ? 0 : r + 1)
+                rank_of[s->share_pos[a]] = node * per + r;
             continue;
         }
         if ((rc = partition_block(s, hi - lo, per, s->share_gpu + lo, s->share_cpu + lo,
