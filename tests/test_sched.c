@@ -543,6 +543,41 @@ static int skew_step(dh__sched *s, int64_t st, double *g)
     return r0;
 }
 
+/*
+ * The deal to nodes: heaviest first, snaking over the nodes, by classes of
+ * GPU cost a fraction of a percent wide (samples of one class by position),
+ * with everything lighter than the heaviest's 64 halvings (zero costs) in the
+ * last class. Every view agrees: the simulator's and each replica's.
+ */
+START_TEST(the_deal_to_nodes_is_heaviest_first_by_class)
+{
+    /* 16 samples over 4 nodes of 2 ranks; k2 costs nothing and k4 1e-30: both are
+     * in the last class, k2 first by position (an exact sort would put k4 first);
+     * k6 and k12 are apart by two millionths (one class: k6 first by position), k9 and
+     * k13 by 1% (two classes: the heavier k13 first) */
+    static const float v[16] = {3, 16, 0, 9, 1e-30f, 12, 5.01f, 14, 2,
+                                11, 7, 13, 5.01001f, 11.11f, 6, 15};
+    /* the deal's order, heaviest first, and the snake: 0 1 2 3, 3 2 1 0, 0 1 2 3, 3 2 1 0 */
+    static const int deal[16] = {1, 15, 7, 11, 5, 13, 9, 3, 10, 14, 6, 12, 0, 8, 2, 4};
+    static const int snake[16] = {0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3, 3, 2, 1, 0};
+    for (int node = -1; node < 4; node++) {
+        world w;
+        world_init(&w, DH_POL_HELIX, 8, 8, 16, 1);
+        w.cfg.nodes = 4;
+        w.cfg.node_local = node >= 0;
+        w.cfg.node = node >= 0 ? node : 0;
+        for (int k = 0; k < 16; k++)
+            w.feat[k].v = v[k];
+        dh__sched *s = make(&w);
+        for (int i = 0; i < 16; i++)
+            ck_assert_msg(dh__sched_rank_of(s, 0, deal[i]) / 2 == snake[i],
+                          "view %d: sample %d (the deal's %d-th) on node %d, not %d", node,
+                          deal[i], i, dh__sched_rank_of(s, 0, deal[i]) / 2, snake[i]);
+        dh__sched_free(s);
+    }
+}
+END_TEST
+
 START_TEST(rebalancing_finds_the_known_optimal_plan)
 {
     /* Four samples predicted equal: placed 2 | 2. Prepared, they turn out to cost 3, 1, 3, 1
@@ -1053,6 +1088,7 @@ int main(void)
     ADD_TEST(tc, a_split_samples_latest_start_counts_one_part);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
+    ADD_TEST(tc, the_deal_to_nodes_is_heaviest_first_by_class);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);
     ADD_TEST(tc, rebalancing_gate_follows_transfer_cost);
     ADD_TEST(tc, only_prepared_samples_move);

@@ -44,13 +44,9 @@ void dh__partition_stride(int n, int ranks, int32_t *rank_of)
         rank_of[i] = i % ranks;
 }
 
-/* A key whose unsigned order is x's order reversed (-0 is 0, as == has it). */
 static uint64_t desc_key(double x)
 {
-    uint64_t u;
-    x += 0.0;
-    memcpy(&u, &x, sizeof u);
-    return ~(u >> 63 ? ~u : u | 1ULL << 63);
+    return dh__part_desc_key(x);
 }
 
 #define RADIX_BITS 11

@@ -7,6 +7,18 @@
 
 #include "../core/core.h"
 
+#include <string.h>
+
+/* A key whose unsigned order is x's order reversed (-0 is 0, as == has it): LPT's order of
+ * GPU and CPU costs, heaviest first. */
+static inline uint64_t dh__part_desc_key(double x)
+{
+    uint64_t u;
+    x += 0.0;
+    memcpy(&u, &x, sizeof u);
+    return ~(u >> 63 ? ~u : u | 1ULL << 63);
+}
+
 /* Memory a caller keeps between plans (zero it first; dh__part_ws_free at the end). */
 typedef struct {
     void *mem;

@@ -115,63 +115,155 @@ static void placement_input(const dh__sched *s, const double *one, int64_t a, do
     bytes[k] = s->slot_bytes[a];
 }
 
+/*
+ * Places a node's share of step st, its samples at positions pos[0, n) of
+ * the step (ascending), over the node's ranks, as every replica places it:
+ * LPT's order over these samples alone (ties: position), then the node's own
+ * partition. Writes rank_of and orig_rank. count_caps: the share's samples
+ * no rank could take within the caps count as the run's (the node placing
+ * its own share; a replica settling another's does not count them again).
+ */
+static int place_share(dh__sched *s, int64_t st, int node, const int32_t *pos, int n,
+                       int count_caps)
+{
+    int per = s->ranks_per_node;
+    int64_t base = step_slot(s, st) * s->G;
+    double one[DH_CLS_COUNT];
+    placement_scale(s, one);
+    for (int i = 0; i < n; i++)
+        placement_input(s, one, base + pos[i], s->share_gpu, s->share_cpu, s->plan_tokens,
+                        s->plan_bytes, i);
+    dh__part_in in = {.n = n, .ranks = per, .gpu = s->share_gpu, .cpu = s->share_cpu,
+                      .ws = &s->part_ws};
+    int rc = dh__part_lpt_order(&in, s->share_ord);
+    for (int j = 0; !rc && j < n; j++) {
+        int i = s->share_ord[j];
+        s->plan_gpu[j] = s->share_gpu[i];
+        s->plan_cpu[j] = s->share_cpu[i];
+        s->share_tokens[j] = s->plan_tokens[i];
+        s->share_bytes[j] = s->plan_bytes[i];
+    }
+    int64_t violations = s->cap_violations;
+    if (!rc)
+        rc = partition_block(s, n, per, s->plan_gpu, s->plan_cpu, s->share_tokens,
+                             s->share_bytes, s->share_rank);
+    if (!count_caps)
+        s->cap_violations = violations;
+    if (rc)
+        return rc;
+    for (int j = 0; j < n; j++) {
+        int64_t a = base + pos[s->share_ord[j]];
+        s->rank_of[a] = s->orig_rank[a] = node * per + s->share_rank[j];
+    }
+    return 0;
+}
+
+/* Classes of a cost's span (deal_order): the heaviest's key, the lightest in the span's
+ * (at most 64 halvings below), and the shift that makes DEAL_CLASSES - 1 classes of it. */
+typedef struct {
+    uint64_t lo, hi;
+    int shift;
+} deal_span;
+
+static deal_span span_of(const double *x, int n)
+{
+    deal_span d = {UINT64_MAX, 0, 0};
+    for (int k = 0; k < n; k++) {
+        uint64_t key = dh__part_desc_key(x[k]);
+        d.lo = key < d.lo ? key : d.lo;
+        d.hi = x[k] > 0 && key > d.hi ? key : d.hi;
+    }
+    d.hi = d.hi < d.lo ? d.lo : d.hi;
+    d.hi = d.hi - d.lo > (64ULL << 52) ? d.lo + (64ULL << 52) : d.hi;
+    while (((d.hi - d.lo) >> d.shift) >= DEAL_CLASSES - 1)
+        d.shift++;
+    return d;
+}
+
+/* x's class: 0 the heaviest, DEAL_CLASSES - 1 what is lighter than the span (zero). */
+static int class_of(const deal_span *d, double x)
+{
+    uint64_t key = dh__part_desc_key(x);
+    return key > d->hi ? DEAL_CLASSES - 1 : (int)((key - d->lo) >> d->shift);
+}
+
+/* A stable counting sort of in[0, n) (sample indices) by class of x into out. */
+static void by_class(int32_t *cnt, const double *x, const int *in, int n, int *out)
+{
+    deal_span d = span_of(x, n);
+    memset(cnt, 0, (DEAL_CLASSES + 1) * sizeof *cnt);
+    for (int j = 0; j < n; j++)
+        cnt[class_of(&d, x[in ? in[j] : j]) + 1]++;
+    for (int c = 1; c <= DEAL_CLASSES; c++) /* cnt[c]: where class c starts */
+        cnt[c] += cnt[c - 1];
+    for (int j = 0; j < n; j++) {
+        int k = in ? in[j] : j;
+        out[cnt[class_of(&d, x[k])]++] = k;
+    }
+}
+
+/*
+ * The deal's order of the step's G samples (ord): heaviest GPU cost first,
+ * then heaviest CPU, then position, each cost in DEAL_CLASSES classes of its
+ * span: two stable counting sorts (CPU, then GPU; tmp: G). A sort by the
+ * exact costs was the largest part of a replica's planning at 1,024 nodes
+ * (about 14 radix passes over the step, bench/RESULTS.md); a class is a
+ * fraction of a percent of a cost wide (1/1,600 of a halving over omni-mix's
+ * GPU span). The classes cover the heaviest cost's 64 halvings; what is
+ * lighter (zero costs) is the last class.
+ */
+static void deal_order(dh__sched *s, const double *gpu, const double *cpu, int G, int *tmp,
+                       int *ord)
+{
+    by_class(s->deal_count, cpu, NULL, G, tmp);
+    by_class(s->deal_count, gpu, tmp, G, ord);
+}
+
 static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
 {
     int64_t base = step_slot(s, st) * s->G;
-    const int64_t *idx = s->order + base;
-    const float *pred = s->task_pred + base;
-    double *gpu = s->plan_gpu, *cpu = s->plan_cpu, one[DH_CLS_COUNT];
-    placement_scale(s, one); /* once a plan */
     if (s->nodes == 1 || s->ranks_per_node == 1) { /* one partition over every rank */
+        double one[DH_CLS_COUNT];
+        placement_scale(s, one); /* once a plan */
         for (int64_t k = 0; k < s->G; k++)
-            placement_input(s, one, base + k, gpu, cpu, s->plan_tokens, s->plan_bytes, k);
-        return partition_block(s, (int)s->G, s->R, gpu, cpu, s->plan_tokens, s->plan_bytes,
-                               rank_of);
+            placement_input(s, one, base + k, s->plan_gpu, s->plan_cpu, s->plan_tokens,
+                            s->plan_bytes, k);
+        return partition_block(s, (int)s->G, s->R, s->plan_gpu, s->plan_cpu, s->plan_tokens,
+                               s->plan_bytes, rank_of);
     }
-    gpu = s->slot_gpu + base; /* what the deal reads; caps: the shares placed */
-    for (int64_t k = 0; k < s->G; k++)
-        cpu[k] = pred[k] * one[s->cfg.pred.cls[idx[k]]];
-    /* Several nodes of several ranks: the step's samples are dealt to nodes in LPT order,
+    /* Several nodes of several ranks: the step's samples are dealt to nodes heaviest first,
      * snaking, so every node's share weighs about the same in GPU and, with it, in CPU and
      * no node is favoured; each node's ranks then partition its share among themselves. */
     int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
-    dh__part_in all = {.n = G, .ranks = s->R, .gpu = gpu, .cpu = cpu, .ws = &s->part_ws};
-    int rc = dh__part_lpt_order(&all, s->share_ord);
-    if (rc)
-        return rc;
-    int32_t *start = s->plan_fill; /* R >= N: each node's block in the share arrays */
+    deal_order(s, s->slot_gpu + base, s->plan_cpu, G, s->share_pos, s->share_ord);
+    /* the i-th sample of the deal goes to node j of round i / N (j = i % N, kept as i goes,
+     * with no division), counted up in even rounds and down in odd ones: 0..N-1, then
+     * N-1..0, ...; rank_of holds each position's node for now */
+    for (int i = 0, round = 0, j = 0; i < G; i++) {
+        rank_of[s->share_ord[i]] = round % 2 ? N - 1 - j : j;
+        if (++j == N)
+            j = 0, round++;
+    }
+    int32_t *start = s->plan_fill; /* R >= N: each node's block of share_pos */
     int rounds = G / N, rest = G % N; /* the last round, partial, runs up if rounds is even */
-    for (int node = 0, end = 0; node < N; node++) { /* each block's end... */
-        int extra = rounds % 2 ? node >= N - rest : node < rest;
-        end += rounds + extra;
-        start[node] = end;
+    for (int node = 0, at = 0; node < N; node++) {
+        start[node] = at;
+        at += rounds + (rounds % 2 ? node >= N - rest : node < rest);
     }
-    /* ...and, filled from the back, its start: the i-th sample in LPT order goes to node j of
-     * round i / N (j = i % N, kept as i goes down, with no division), counted up in even
-     * rounds and down in odd ones: 0..N-1, then N-1..0, ... */
-    for (int i = G - 1, round = rounds - (rest == 0), j = rest ? rest - 1 : N - 1; i >= 0; i--) {
-        int k = s->share_ord[i], node = round % 2 ? N - 1 - j : j, at = --start[node];
-        if (--j < 0)
-            j = N - 1, round--;
-        s->share_pos[at] = k;
-        if (!s->cfg.node_local || node == s->cfg.node) /* a share placed here (below) */
-            placement_input(s, one, base + k, s->share_gpu, s->share_cpu, s->share_tokens,
-                            s->share_bytes, at);
-    }
+    for (int k = 0; k < G; k++) /* each node's positions, ascending; start[] becomes ends */
+        s->share_pos[start[rank_of[k]]++] = k;
     uint8_t *settled = s->settled + step_slot(s, st) * N;
     for (int node = 0; node < N; node++) {
-        int lo = start[node], hi = node + 1 < N ? start[node + 1] : G;
+        int lo = node ? start[node - 1] : 0, hi = start[node];
         settled[node] = !s->cfg.node_local || node == s->cfg.node;
-        if (!settled[node]) { /* another node's: dealt round-robin in LPT order for now */
+        if (!settled[node]) { /* another node's: dealt round-robin for now */
             for (int a = lo, r = 0; a < hi; a++, r = r + 1 == per ? 0 : r + 1)
                 rank_of[s->share_pos[a]] = node * per + r;
             continue;
         }
-        if ((rc = partition_block(s, hi - lo, per, s->share_gpu + lo, s->share_cpu + lo,
-                                  s->share_tokens + lo, s->share_bytes + lo, s->share_rank + lo)))
+        int rc = place_share(s, st, node, s->share_pos + lo, hi - lo, 1);
+        if (rc)
             return rc;
-        for (int a = lo; a < hi; a++)
-            rank_of[s->share_pos[a]] = node * per + s->share_rank[a];
     }
     return 0;
 }
@@ -196,34 +288,9 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
             pos[n++] = (int32_t)(s->members[base + b->first + j] - st * G);
     }
     qsort(pos, (size_t)n, sizeof *pos, by_position);
-    /* the node's share in LPT order, as the step's order dealt it: the same sort over its
-     * samples alone (index ties in the step's order), then the node's own partition */
-    double one[DH_CLS_COUNT];
-    placement_scale(s, one);
-    for (int i = 0; i < n; i++)
-        placement_input(s, one, base + pos[i], s->share_gpu, s->share_cpu, s->plan_tokens,
-                        s->plan_bytes, i);
-    dh__part_in in = {.n = n, .ranks = per, .gpu = s->share_gpu, .cpu = s->share_cpu,
-                      .ws = &s->part_ws};
-    int rc = dh__part_lpt_order(&in, s->share_ord);
-    for (int j = 0; !rc && j < n; j++) {
-        int i = s->share_ord[j];
-        s->plan_gpu[j] = s->share_gpu[i];
-        s->plan_cpu[j] = s->share_cpu[i];
-        s->share_tokens[j] = s->plan_tokens[i];
-        s->share_bytes[j] = s->plan_bytes[i];
-    }
-    int64_t violations = s->cap_violations; /* counted by the node itself */
-    if (!rc)
-        rc = partition_block(s, n, per, s->plan_gpu, s->plan_cpu, s->share_tokens,
-                             s->share_bytes, s->share_rank);
-    s->cap_violations = violations;
+    int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)
         return dh__sched_fail(s, rc);
-    for (int j = 0; j < n; j++) {
-        int64_t a = base + pos[s->share_ord[j]];
-        s->rank_of[a] = s->orig_rank[a] = node * per + s->share_rank[j];
-    }
     /* The node's batches and its block of members, regrouped alone: its samples stayed on
      * its ranks (regroup() would walk the whole step) */
     batch_rec *b = batch_of(s, st, node * per);
@@ -267,13 +334,20 @@ static int plan_step(dh__sched *s, int64_t st)
             return DH_ERANGE;
     /* the drawn samples' metadata, read once at random from the dataset's tables: the reads
      * are independent, so they are issued ahead of their use */
+    int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 && s->ranks_per_node > 1;
+    double one[DH_CLS_COUNT];
+    placement_scale(s, one);
     for (int64_t k = 0; k < G; k++) {
         if (k + GATHER_AHEAD < G) {
             __builtin_prefetch(&s->cfg.pred.feat[idx[k + GATHER_AHEAD]]);
             __builtin_prefetch(&s->cfg.pred.bytes[idx[k + GATHER_AHEAD]]);
+            if (deal)
+                __builtin_prefetch(&s->cfg.pred.cls[idx[k + GATHER_AHEAD]]);
         }
         s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
         s->slot_bytes[base + k] = s->cfg.pred.bytes[idx[k]];
+        if (deal) /* the deal's CPU (place_balanced) */
+            s->plan_cpu[k] = pred[k] * one[s->cfg.pred.cls[idx[k]]];
     }
     int32_t *rank_of = s->rank_of + base;
     memset(s->settled + step_slot(s, st) * s->nodes, 1, (size_t)s->nodes);

@@ -22,6 +22,9 @@
 #include "../core/heap.h"
 #include "../plan/plan.h"
 
+/* Classes of GPU cost a step is dealt to nodes by (planning.c). */
+#define DEAL_CLASSES 16384
+
 typedef struct {
     int64_t bytes;
     double pred_gpu_raw; /* uncalibrated predicted compute (sum of sample costs) */
@@ -103,7 +106,8 @@ struct dh__sched {
     double *plan_gpu, *plan_cpu;       /* max(G, R) */
     int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;                /* R */
-    int *share_ord;                    /* G, several nodes: the step in LPT order */
+    int *share_ord;                    /* G, several nodes: the step in the deal's order */
+    int32_t *deal_count;               /* DEAL_CLASSES + 1, several nodes: the deal's counts */
     int32_t *share_pos, *share_rank;   /* G: node shares' positions and ranks, node by node */
     double *share_gpu, *share_cpu;     /* G */
     int64_t *share_tokens, *share_bytes; /* G */
