@@ -11,14 +11,16 @@
  *   from epoch to epoch); balanced placement partitions them with
  *   dh__partition(), stride placement deals sample k to rank k % R.
  * - Several nodes of several ranks: balanced placement deals the step's
- *   samples to nodes in LPT order, snaking (0..N-1, N-1..0, ...), so every
- *   node's share weighs about the same, and partitions each share over its
- *   node's own ranks. A node's placement then depends on its share alone, so
- *   a replica (node_local) partitions only its own node's share and deals the
- *   others round-robin over their ranks, in LPT order, until it plans moves
- *   with them (dh__sched_settle places a node's share as that node did, from
- *   its samples alone): the others' ranks are then right as to node, and
- *   what a replica's deadlines read of them is near (docs/MULTINODE.md). One
+ *   samples to nodes heaviest first (GPU, then CPU, each in classes a
+ *   fraction of a percent wide: deal_order), snaking (0..N-1, N-1..0, ...),
+ *   so every node's share weighs about the same, and partitions each share
+ *   over its node's own ranks (place_share: LPT over the share's samples
+ *   alone). A node's placement then depends on its share alone, so a replica
+ *   (node_local) partitions only its own node's share and deals the others
+ *   round-robin over their ranks until it plans moves with them
+ *   (dh__sched_settle places a node's share with place_share too, as that
+ *   node did): the others' ranks are then right as to node, and what a
+ *   replica's deadlines read of them is near (docs/MULTINODE.md). One
  *   partition over every rank gave the heaviest
  *   samples (heavy in CPU too) to the lowest ranks' nodes step after step,
  *   whose workers then ran late, and contiguous slices of the draw could be

@@ -113,6 +113,8 @@ struct dh__sched {
     int64_t *share_tokens, *share_bytes; /* G */
     int32_t *reb_i32;                  /* 3G + 3R + N: rebalancing's per-plan arrays */
     dh__lead_key *lead_keys;           /* ranks per node: lst.c's sort of a step's batches */
+    int32_t *rank_node;                /* R: each rank's node (node_of_rank: no division in
+                                        * the per-sample loops that read it) */
     dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */
     uint64_t calib_ver;                /* CPU calibration changes so far */
     double *reb_f64;                   /* 2R (a step's groups: their loads, before a plan) */
@@ -183,7 +185,7 @@ static inline double task_cost(const dh__sched *s, int64_t pos)
 
 static inline int node_of_rank(const dh__sched *s, int rank)
 {
-    return rank / s->ranks_per_node;
+    return s->rank_node[rank];
 }
 
 /* 1 when rank's batches are admitted, queued and counted here (sched.h: node_local). */

@@ -134,6 +134,7 @@ void dh__sched_free(dh__sched *s)
     free(s->first_lead);
     free(s->leads_ver);
     free(s->lead_keys);
+    free(s->rank_node);
     dh__part_ws_free(&s->part_ws);
     for (int n = 0; n < s->nodes; n++) {
         if (s->fifo)
@@ -209,6 +210,9 @@ static int alloc_fixed(dh__sched *s)
     s->reb_i32 = dh__malloc((3 * G + 3 * R + nodes) * sizeof *s->reb_i32);
     s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
     s->lead_keys = dh__malloc((size_t)s->ranks_per_node * sizeof *s->lead_keys);
+    s->rank_node = dh__malloc(R * sizeof *s->rank_node);
+    for (size_t r = 0; s->rank_node && r < R; r++)
+        s->rank_node[r] = (int32_t)(r / (size_t)s->ranks_per_node);
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
         s->deal_count = dh__malloc((DEAL_CLASSES + 1) * sizeof *s->deal_count);
@@ -224,7 +228,7 @@ static int alloc_fixed(dh__sched *s)
             !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
     }
-    if (!s->lead_keys || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
+    if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
         !s->plan_bytes || !s->reb_i32 || !s->reb_f64)
         return DH_ENOMEM;
