@@ -53,15 +53,18 @@ int dh__sched_fail(dh__sched *s, int rc)
  * task count, done count, bytes and predicted GPU time from rank_of; called
  * after planning and after a rebalancing plan moved samples.
  */
-static void regroup(dh__sched *s, int64_t st)
+static void regroup(dh__sched *s, int64_t st, int fresh)
 {
     int64_t G = s->G, base = step_slot(s, st) * G;
     const double *gpu = s->slot_gpu + base;
     const int64_t *bytes = s->slot_bytes + base;
     const int32_t *rank_of = s->rank_of + base;
     batch_rec *b = batch_of(s, st, 0);
-    for (int r = 0; r < s->R; r++)
-        b[r].ntasks = b[r].ndone = 0, b[r].bytes = 0, b[r].pred_gpu_raw = 0;
+    if (fresh) /* a step just planned: every field of its records starts at 0 */
+        memset(b, 0, (size_t)s->R * sizeof *b);
+    else
+        for (int r = 0; r < s->R; r++)
+            b[r].ntasks = b[r].ndone = 0, b[r].bytes = 0, b[r].pred_gpu_raw = 0;
     for (int64_t k = 0; k < G; k++) {
         batch_rec *br = &b[rank_of[k]];
         br->ntasks++;
@@ -82,7 +85,7 @@ static void regroup(dh__sched *s, int64_t st)
 
 void dh__sched_regroup(dh__sched *s, int64_t st)
 {
-    regroup(s, st);
+    regroup(s, st, 0);
 }
 
 /* Partitions n samples (the arrays given, contiguous) over `ranks` ranks into out. */
@@ -189,18 +192,24 @@ static int class_of(const deal_span *d, double x)
     return key > d->hi ? DEAL_CLASSES - 1 : (int)((key - d->lo) >> d->shift);
 }
 
-/* A stable counting sort of in[0, n) (sample indices) by class of x into out. */
-static void by_class(int32_t *cnt, const double *x, const int *in, int n, int *out)
+_Static_assert(DEAL_CLASSES <= 65536, "a sample's class in the deal is a uint16_t");
+
+/* A stable counting sort of in[0, n) (sample indices) by class of x into out; each sample's
+ * class is kept in cls (n, by sample) between the two passes. */
+static void by_class(int32_t *cnt, uint16_t *cls, const double *x, const int *in, int n,
+                     int *out)
 {
     deal_span d = span_of(x, n);
     memset(cnt, 0, (DEAL_CLASSES + 1) * sizeof *cnt);
-    for (int j = 0; j < n; j++)
-        cnt[class_of(&d, x[in ? in[j] : j]) + 1]++;
+    for (int k = 0; k < n; k++) {
+        cls[k] = (uint16_t)class_of(&d, x[k]);
+        cnt[cls[k] + 1]++;
+    }
     for (int c = 1; c <= DEAL_CLASSES; c++) /* cnt[c]: where class c starts */
         cnt[c] += cnt[c - 1];
     for (int j = 0; j < n; j++) {
         int k = in ? in[j] : j;
-        out[cnt[class_of(&d, x[k])]++] = k;
+        out[cnt[cls[k]]++] = k;
     }
 }
 
@@ -217,8 +226,8 @@ static void by_class(int32_t *cnt, const double *x, const int *in, int n, int *o
 static void deal_order(dh__sched *s, const double *gpu, const double *cpu, int G, int *tmp,
                        int *ord)
 {
-    by_class(s->deal_count, cpu, NULL, G, tmp);
-    by_class(s->deal_count, gpu, tmp, G, ord);
+    by_class(s->deal_count, s->deal_class, cpu, NULL, G, tmp);
+    by_class(s->deal_count, s->deal_class, gpu, tmp, G, ord);
 }
 
 static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
@@ -360,8 +369,6 @@ static int plan_step(dh__sched *s, int64_t st)
     if (rc)
         return rc;
     memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
-    batch_rec *b = batch_of(s, st, 0);
-    memset(b, 0, (size_t)s->R * sizeof *b);
     for (int64_t k = 0; k < G; k++) {
         s->parts_left[base + k] = 0;
         s->revealed[base + k] = -1.0f;
@@ -370,8 +377,9 @@ static int plan_step(dh__sched *s, int64_t st)
     s->finished_ranks[step_slot(s, st)] = 0;
     for (int j = 0; j < DH_MOVE_GROUP; j++)
         s->group[step_slot(s, st) * DH_MOVE_GROUP + j] = -1;
-    regroup(s, st);
+    regroup(s, st, 1);
     dh__lst_leads_stale(s, st);
+    const batch_rec *b = batch_of(s, st, 0);
     double step_gpu = 0;
     for (int r = 0; r < s->R; r++)
         step_gpu = DH_MAX(step_gpu, b[r].pred_gpu_raw);

@@ -108,6 +108,7 @@ struct dh__sched {
     int32_t *plan_fill;                /* R */
     int *share_ord;                    /* G, several nodes: the step in the deal's order */
     int32_t *deal_count;               /* DEAL_CLASSES + 1, several nodes: the deal's counts */
+    uint16_t *deal_class;              /* G, several nodes: each sample's class in the deal */
     int32_t *share_pos, *share_rank;   /* G: node shares' positions and ranks, node by node */
     double *share_gpu, *share_cpu;     /* G */
     int64_t *share_tokens, *share_bytes; /* G */

@@ -156,6 +156,7 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_bytes);
     free(s->share_ord);
     free(s->deal_count);
+    free(s->deal_class);
     free(s->groups);
     free(s->share_pos);
     free(s->share_rank);
@@ -216,6 +217,7 @@ static int alloc_fixed(dh__sched *s)
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
         s->deal_count = dh__malloc((DEAL_CLASSES + 1) * sizeof *s->deal_count);
+        s->deal_class = dh__malloc(G * sizeof *s->deal_class);
         s->groups = dh__malloc((3 * nodes + 1) * sizeof *s->groups);
         s->groups_step = -1;
         s->share_pos = dh__malloc(G * sizeof *s->share_pos);
@@ -224,7 +226,7 @@ static int alloc_fixed(dh__sched *s)
         s->share_cpu = dh__malloc(G * sizeof *s->share_cpu);
         s->share_tokens = dh__malloc(G * sizeof *s->share_tokens);
         s->share_bytes = dh__malloc(G * sizeof *s->share_bytes);
-        if (!s->share_ord || !s->deal_count || !s->groups || !s->share_pos || !s->share_rank || !s->share_gpu || !s->share_cpu ||
+        if (!s->share_ord || !s->deal_count || !s->deal_class || !s->groups || !s->share_pos || !s->share_rank || !s->share_gpu || !s->share_cpu ||
             !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
     }
