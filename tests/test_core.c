@@ -115,6 +115,22 @@ START_TEST(rng_below_is_in_range_and_covers)
     dh__rng_seed(&b, 5);
     for (int i = 0; i < 100; i++)
         ck_assert_uint_eq(dh__rng_next(&a), dh__rng_next(&b));
+    /* the draws are the rejection sampling every sampler order was made with: the exact
+     * limit of each draw, redrawn at or above it (bounds just above 2^63 reject half) */
+    static const uint64_t bounds[] = {1, 2, 7, 1000003, (1ULL << 63) + 1, 3ULL << 62,
+                                      UINT64_MAX - 1, UINT64_MAX};
+    for (size_t k = 0; k < sizeof bounds / sizeof *bounds; k++) {
+        uint64_t bound = bounds[k], limit = UINT64_MAX - UINT64_MAX % bound;
+        dh__rng_seed(&a, 9 + k);
+        dh__rng_seed(&b, 9 + k);
+        for (int i = 0; i < 2000; i++) {
+            uint64_t x;
+            do
+                x = dh__rng_next(&b);
+            while (x >= limit);
+            ck_assert_uint_eq(dh__rng_below(&a, bound), x % bound);
+        }
+    }
 }
 END_TEST
 

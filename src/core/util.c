@@ -65,12 +65,15 @@ uint64_t dh__rng_next(dh__rng *r)
 
 uint64_t dh__rng_below(dh__rng *r, uint64_t bound)
 {
-    /* Rejection sampling on the top of the range removes modulo bias. */
-    uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t x;
-    do {
-        x = dh__rng_next(r);
-    } while (x >= limit);
+    /* Rejection sampling on the top of the range removes modulo bias. The exact limit (a
+     * division) is needed only for a draw in the range's last `bound` values: every draw
+     * below that is under it (a shuffle's swaps called this once each, every step). */
+    uint64_t x = dh__rng_next(r);
+    if (x > UINT64_MAX - bound) {
+        uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+        while (x >= limit)
+            x = dh__rng_next(r);
+    }
     return x % bound;
 }
 
