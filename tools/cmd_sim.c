@@ -540,6 +540,15 @@ static int parse_streams(int argc, char **argv, int first, one_run *runs)
             return rc < 0 ? -CLI_USAGE : -rc;
         if (r->cfg.epochs && r->cfg.steps == DH_STEPS_FOREVER)
             r->cfg.steps = 0; /* --epochs N given: that many */
+        int own_augment = 0;
+        for (int k = i + 2; k < end; k++)
+            own_augment |= !strcmp(argv[k], "--augment");
+        if (r->cfg.augment && !own_augment && !r->cfg.no_augment && r->cfg.no_shuffle &&
+            r->cfg.keep_last) /* a user trial's val stream was augmented, unseen */
+            fprintf(stderr, "datahelix: warning: --stream %s: the --augment given before it "
+                    "applies to it too, and with --no-shuffle --keep-last it reads like a "
+                    "validation stream: add --no-augment after --stream %s for its items' "
+                    "plain draw (or --augment there to keep it quiet)\n", r->name, r->name);
         i = end;
     }
     if (n > 1 && runs[0].cfg.memory_budget) { /* the main --memory-budget: every stream's */

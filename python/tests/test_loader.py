@@ -409,6 +409,23 @@ print(json.dumps(passes))
         # the spec's own resize is kept, so its crops stay central)
         self.assertIn("random augmentation: off (--no-augment", err)
         self.assertNotIn("no --spec or --workload", err)
+        self.assertNotIn("reads like a validation stream", err)
+
+    def test_an_augmented_stream_that_reads_like_validation_is_warned_of(self):
+        """A user trial: --augment before --stream val reached the val stream too, and
+        nothing said so. With --no-shuffle --keep-last and no --augment or --no-augment of
+        its own, the agent warns as it starts."""
+        self.nine()
+        m = os.path.join(self.tmp, "nine/m.jsonl")
+        for extra, warned in (([], True), (["--no-augment"], False), (["--augment"], False)):
+            p = subprocess.run([CLI, "serve", "--manifest", m, "--ranks", "1", "--batch", "2",
+                                "--augment", "--attach-timeout", "1", "--socket", sock(),
+                                "--stream", "val", "--manifest", m, "--no-shuffle",
+                                "--keep-last"] + extra, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)  # nobody attached in 1 s
+            self.assertEqual("--stream val: the --augment given before it applies to it too"
+                             in p.stderr, warned, (extra, p.stderr))
 
     def test_a_next_batch_larger_than_the_budget_beside_the_held_one_is_served(self):
         """A user trial hung: one worker, 8 images then 4 clips in order, 2 a step; the
