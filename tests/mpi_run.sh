@@ -335,8 +335,14 @@ PYEOF
         contains "$WORK/tg$$.srv.out" "on 2 nodes, ${took:-none} steps,"
     # A rank given the wrong node's socket after that node's own rank attached: told at once
     # which node it belongs to (it heard nothing for 15 s, then "the agent said nothing").
+    # Rank 1's Python starts with rank 0's and waits for the go file before it connects: its
+    # start-up (seconds under load) is not inside node 1's --attach-timeout (CI once saw the
+    # run end before rank 1 reached node 0's agent).
     cat > "$WORK/wn.py" << 'PYEOF'
-import sys, datahelix
+import os, sys, time, datahelix
+if len(sys.argv) > 3:
+    while not os.path.exists(sys.argv[3]):
+        time.sleep(0.05)
 try:
     with datahelix.Loader(socket=sys.argv[2], rank=int(sys.argv[1]), world_size=2) as L:
         next(iter(L))
@@ -344,16 +350,20 @@ except datahelix.DataHelixError as e:
     print(e.name, e.message, flush=True)
 PYEOF
     setsid timeout 60 "${MPIRUN[@]}" -np 2 "$DH" serve --manifest "$M" --ranks 2 --workers 2 \
-        --batch 4 --steps 0 --attach-timeout 6 --socket "@dhmpi-%n-wn$$" > /dev/null \
+        --batch 4 --steps 0 --attach-timeout 12 --socket "@dhmpi-%n-wn$$" > /dev/null \
         2> "$WORK/wn$$.srv.err" &
     SRV=$!
     PYTHONPATH=$PYP timeout 50 $PY "$WORK/wn.py" 0 "@dhmpi-0-wn$$" > "$WORK/wn$$.t0" 2>&1 &
     T0=$!
-    for _ in $(seq 100); do
+    PYTHONPATH=$PYP timeout 50 $PY "$WORK/wn.py" 1 "@dhmpi-0-wn$$" "$WORK/wn$$.go" \
+        > "$WORK/wn$$.t1" 2>&1 &
+    T1=$!
+    for _ in $(seq 300); do
         grep -q "rank 0 attached" "$WORK/wn$$.srv.err" 2> /dev/null && break
         sleep 0.1
     done
-    PYTHONPATH=$PYP timeout 10 $PY "$WORK/wn.py" 1 "@dhmpi-0-wn$$" > "$WORK/wn$$.t1" 2>&1
+    touch "$WORK/wn$$.go"
+    wait "$T1"
     wait "$T0" "$SRV"
     check "serve, 2 nodes: a node stopped before the run began: no node died, none says so" \
         not_contains "$WORK/wn$$.srv.err" "one in flight when a node died"
@@ -411,7 +421,7 @@ PYEOF
     check "serve, 2 nodes, a trainer keeps step 0's tensor: every sample delivered" \
         contains "$WORK/kp$$.srv.out" "delivered [0-9]* + failed [0-9]* = 48"
     [[ $fail -eq 0 ]] || tail -n 5 "$WORK"/tr$$.* "$WORK"/nd$$.* "$WORK"/dp$$.* "$WORK"/lt$$.* \
-        "$WORK"/kp$$.* "$WORK"/cc$$.*
+        "$WORK"/kp$$.* "$WORK"/cc$$.* "$WORK"/wn$$.*
 else
     echo "skip: no Python package or numpy here (serve on 2 nodes)"
 fi
