@@ -184,6 +184,21 @@ START_TEST(grow_keeps_contents)
 }
 END_TEST
 
+/* The sample table's rows: aligned (a row in one cache line), any size, zero included;
+ * an impossible size is refused, not wrapped round. */
+START_TEST(aligned_alloc_aligns_and_refuses_impossible_sizes)
+{
+    for (size_t n = 0; n < 200; n += 7) {
+        char *p = dh__aligned_alloc(32, n);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_uint_eq((uintptr_t)p % 32, 0);
+        memset(p, 1, n);
+        free(p);
+    }
+    ck_assert_ptr_null(dh__aligned_alloc(64, SIZE_MAX - 8));
+}
+END_TEST
+
 START_TEST(vocabulary_round_trips)
 {
     for (int c = 1; c < DH_CODEC_COUNT; c++)
@@ -280,6 +295,7 @@ int main(void)
     ADD_TEST(tc, rng_below_is_in_range_and_covers);
     ADD_TEST(tc, draws_are_pure_functions_of_what_they_are_for);
     ADD_TEST(tc, grow_keeps_contents);
+    ADD_TEST(tc, aligned_alloc_aligns_and_refuses_impossible_sizes);
     ADD_TEST(tc, bitset_finds_the_next_member);
     ADD_TEST(tc, vocabulary_round_trips);
     ADD_TEST(tc, utf8_check_finds_the_first_bad_byte);

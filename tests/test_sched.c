@@ -12,12 +12,9 @@
 
 #define MAXS 128
 
-/* A tiny world: sample i has predicted CPU cpu[i] and GPU cost gpu[i] (a_enc = 1). */
+/* A tiny world: sample i has predicted CPU row[i].cpu_pred and GPU cost row[i].feat.v (a_enc = 1). */
 typedef struct {
-    float cpu[MAXS];
-    dh__gpu_feat feat[MAXS];
-    int64_t bytes[MAXS];
-    uint8_t cls[MAXS];
+    dh__sample_row row[MAXS]; /* cpu_pred, feat, bytes, cls */
     int32_t segments[MAXS];
     int64_t order[MAXS];
     int64_t drawn; /* steps the scheduler drew from order */
@@ -31,7 +28,7 @@ static int world_order(void *ctx, int64_t *out, float *cpu)
     int64_t G = w->cfg.global_batch;
     for (int64_t k = 0; k < G; k++) {
         out[k] = w->order[(w->drawn * G + k) % MAXS];
-        cpu[k] = w->cfg.pred.cpu_pred[out[k]];
+        cpu[k] = w->cfg.pred.row[out[k]].cpu_pred;
     }
     w->drawn++;
     return 0;
@@ -41,9 +38,9 @@ static void world_init(world *w, dh__policy p, int ranks, int workers, int64_t G
 {
     memset(w, 0, sizeof *w);
     for (int i = 0; i < MAXS; i++) {
-        w->cpu[i] = 0.1f;
-        w->feat[i].v = 1.0f;
-        w->bytes[i] = 10;
+        w->row[i].cpu_pred = 0.1f;
+        w->row[i].feat.v = 1.0f;
+        w->row[i].bytes = 10;
         w->segments[i] = 1;
         w->order[i] = i;
     }
@@ -51,8 +48,7 @@ static void world_init(world *w, dh__policy p, int ranks, int workers, int64_t G
                                 .global_batch = G, .steps = steps, .memory_budget = 1 << 30,
                                 .gpu = {.a_enc = 1.0}, .next_order = world_order,
                                 .order_ctx = w};
-    w->cfg.pred = (dh__pred){.n = MAXS, .cpu_pred = w->cpu, .feat = w->feat, .bytes = w->bytes,
-                             .cls = w->cls, .segments = w->segments};
+    w->cfg.pred = (dh__pred){.n = MAXS, .row = w->row, .segments = w->segments};
 }
 
 static dh__sched *make(world *w)
@@ -134,7 +130,7 @@ END_TEST
 static void one_worker_world(world *w, dh__policy p)
 {
     world_init(w, p, 1, 1, 1, 4);
-    w->cpu[3] = 2.5f; /* the heavy sample of step 3 */
+    w->row[3].cpu_pred = 2.5f; /* the heavy sample of step 3 */
 }
 
 START_TEST(the_window_not_the_run_sizes_the_scheduler)
@@ -248,7 +244,7 @@ START_TEST(a_steps_batches_are_due_smallest_cpu_first)
             world w;
             world_init(&w, DH_POL_HELIX_NOBALANCE, 4, 1, 4, 1);
             for (int i = 0; i < 4; i++)
-                w.cpu[i] = cpu[c][i];
+                w.row[i].cpu_pred = cpu[c][i];
             if (budget)
                 w.cfg.memory_budget = 10; /* one batch at a time: admitted as others finish */
             dh__sched *s = make(&w);
@@ -277,7 +273,7 @@ START_TEST(a_large_nodes_batches_are_due_smallest_cpu_first_too)
     world w;
     world_init(&w, DH_POL_HELIX_NOBALANCE, 100, 1, 100, 1);
     for (int i = 0; i < 100; i++)
-        w.cpu[i] = 1e-4f * (float)(100 - i);
+        w.row[i].cpu_pred = 1e-4f * (float)(100 - i);
     dh__sched *s = make(&w);
     dh__task t;
     for (int k = 0; k < 100; k++) {
@@ -364,7 +360,7 @@ START_TEST(heavy_late_sample_is_split_into_keyframe_parts)
      * complete only when every part is done. */
     world w;
     world_init(&w, DH_POL_HELIX, 1, 4, 1, 2);
-    w.cpu[0] = 4.0f;
+    w.row[0].cpu_pred = 4.0f;
     w.segments[0] = 8;
     dh__sched *s = make(&w);
     dh__task parts[4];
@@ -399,7 +395,7 @@ START_TEST(a_split_samples_latest_start_counts_one_part)
     for (int segs = 8; segs >= 1; segs -= 7) {
         world w;
         world_init(&w, DH_POL_HELIX, 1, 4, 1, 3);
-        w.cpu[1] = 3.0f;
+        w.row[1].cpu_pred = 3.0f;
         w.segments[1] = segs;
         dh__sched *s = make(&w);
         dh__task t;
@@ -422,7 +418,7 @@ START_TEST(balanced_placement_evens_predicted_gpu)
     world_init(&w, DH_POL_HELIX, 2, 2, 6, 1);
     float g[] = {4, 1, 4, 1, 1, 1};
     for (int i = 0; i < 6; i++)
-        w.feat[i].v = g[i];
+        w.row[i].feat.v = g[i];
     dh__sched *s = make(&w);
     double load[2] = {0};
     for (int k = 0; k < 6; k++)
@@ -449,7 +445,7 @@ START_TEST(each_node_places_its_share_of_the_draw)
         world_init(&w, DH_POL_HELIX, 4, 4, G, 1);
         w.cfg.nodes = 2;
         for (int i = 0; i < G; i++) /* the heavy half first, as the draw may bring them */
-            w.feat[i].v = i < G / 2 ? 4.0f : 1.0f;
+            w.row[i].feat.v = i < G / 2 ? 4.0f : 1.0f;
         int32_t want[10];
         for (int node = -1; node < 2; node++) { /* the simulator's view, then each replica */
             w.cfg.node_local = node >= 0;
@@ -477,7 +473,7 @@ START_TEST(each_node_places_its_share_of_the_draw)
             }
             for (int k = 0; k < G; k++) {
                 int r = dh__sched_rank_of(s, 0, k);
-                load[r] += w.feat[k].v;
+                load[r] += w.row[k].feat.v;
                 count[r / 2]++;
                 heavy[r / 2] += k < G / 2;
                 ck_assert_int_eq(r, want[k]); /* every replica agrees */
@@ -500,7 +496,7 @@ START_TEST(each_node_places_its_share_of_the_draw)
     w.cfg.nodes = 2;
     float g[] = {4, 4, 1, 1};
     for (int i = 0; i < 4; i++)
-        w.feat[i].v = g[i];
+        w.row[i].feat.v = g[i];
     dh__sched *s = make(&w);
     double load[2] = {0};
     for (int k = 0; k < 4; k++)
@@ -567,7 +563,7 @@ START_TEST(the_deal_to_nodes_is_heaviest_first_by_class)
         w.cfg.node_local = node >= 0;
         w.cfg.node = node >= 0 ? node : 0;
         for (int k = 0; k < 16; k++)
-            w.feat[k].v = v[k];
+            w.row[k].feat.v = v[k];
         dh__sched *s = make(&w);
         for (int i = 0; i < 16; i++)
             ck_assert_msg(dh__sched_rank_of(s, 0, deal[i]) / 2 == snake[i],
@@ -876,7 +872,7 @@ START_TEST(nodes_agree_their_moves_by_groups)
     world_init(&w, DH_POL_HELIX, R, R, G, 1);
     w.cfg.nodes = NODES;
     for (int i = 0; i < G; i++)
-        w.feat[i].v = 1.0f + (float)(i % 7);
+        w.row[i].feat.v = 1.0f + (float)(i % 7);
     float known[G];
     uint8_t frozen[R] = {0};
     static int32_t before[G], own[NODES][G], all[NODES][G];
@@ -890,7 +886,7 @@ START_TEST(nodes_agree_their_moves_by_groups)
             if (node == 0)
                 before[k] = r;
             ck_assert_int_eq(r / PER, before[k] / PER); /* every replica dealt the step alike */
-            known[k] = w.feat[k].v * (r / PER < 2 ? 10.0f : 1.0f);
+            known[k] = w.row[k].feat.v * (r / PER < 2 ? 10.0f : 1.0f);
         }
         dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, 0, 0};
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
@@ -956,8 +952,8 @@ static int lend_after_backlog(double gpu, dh__task *lent, int64_t *nlent)
     world_init(&w, DH_POL_HELIX, 2, 2, 6, 2);
     w.cfg.nodes = 2;
     for (int i = 0; i < 12; i++) {
-        w.cpu[i] = 8.0f;
-        w.feat[i].v = (float)gpu;
+        w.row[i].cpu_pred = 8.0f;
+        w.row[i].feat.v = (float)gpu;
     }
     dh__sched *s = make(&w);
     dh__task t;
@@ -1006,8 +1002,8 @@ START_TEST(the_latest_node_lends_first_ties_to_the_lower_node)
     world_init(&w, DH_POL_HELIX, 4, 4, 12, 2);
     w.cfg.nodes = 4;
     for (int i = 0; i < 24; i++) {
-        w.cpu[i] = 8.0f;
-        w.feat[i].v = 6.0f;
+        w.row[i].cpu_pred = 8.0f;
+        w.row[i].feat.v = 6.0f;
     }
     dh__sched *s = make(&w);
     dh__task t;

@@ -91,6 +91,8 @@ int dh__grow(void **buf, size_t *cap, size_t need, size_t elem);
 void *dh__malloc(size_t n);
 void *dh__calloc(size_t n, size_t size);
 void *dh__realloc(void *p, size_t n);
+/* Memory aligned to align (a power of two), freed by free(); size is rounded up to it. */
+void *dh__aligned_alloc(size_t align, size_t n);
 /*
  * Test hook: the n-th counted allocation from now fails, and every one after
  * it too while `sticky` (0: the failure hook is off). Thread-safe. Returns

@@ -154,6 +154,12 @@ void *dh__realloc(void *p, size_t n)
     return alloc_fails() ? NULL : realloc(p, n);
 }
 
+void *dh__aligned_alloc(size_t align, size_t n)
+{
+    size_t up = (n + align - 1) / align * align;
+    return alloc_fails() || up < n ? NULL : aligned_alloc(align, up ? up : align);
+}
+
 int64_t dh__alloc_fail_at(int64_t n, int sticky)
 {
     int64_t counted = alloc_count;

@@ -74,14 +74,10 @@ static int alloc_table(dh__samples *s, int64_t n)
     memset(s, 0, sizeof *s);
     s->n = n;
     size_t k = (size_t)(n > 0 ? n : 1);
-    s->cpu_pred = dh__malloc(k * sizeof *s->cpu_pred);
-    s->feat = dh__malloc(k * sizeof *s->feat);
-    s->bytes = dh__malloc(k * sizeof *s->bytes);
+    s->row = dh__aligned_alloc(sizeof *s->row, k * sizeof *s->row);
     s->segments = dh__malloc(k * sizeof *s->segments);
     s->tokens = dh__malloc(k * sizeof *s->tokens);
-    s->cls = dh__malloc(k * sizeof *s->cls);
-    if (!s->cpu_pred || !s->feat || !s->bytes || !s->segments ||
-        !s->tokens || !s->cls) {
+    if (!s->row || !s->segments || !s->tokens) {
         dh__samples_free(s);
         return DH_ENOMEM;
     }
@@ -114,15 +110,15 @@ static int build_one(const dh_manifest *m, const dh_spec *spec, const dh__cpu_mo
         v2 += (double)md[j].latents * (double)md[j].latents;
         segments += md[j].seeks;
     }
-    s->cpu_pred[i] = (float)cost;
-    s->cls[i] = (uint8_t)cls;
-    s->bytes[i] = sd.out_bytes;
+    s->row[i] = (dh__sample_row){.feat = {.t = (float)sd.tokens,
+                                          .t2 = (float)((double)sd.tokens * (double)sd.tokens),
+                                          .v = (float)v,
+                                          .v2 = (float)v2},
+                                 .bytes = sd.out_bytes,
+                                 .cpu_pred = (float)cost,
+                                 .cls = (uint8_t)cls};
     s->segments[i] = segments > 0 ? segments : 1;
     s->tokens[i] = sd.tokens;
-    s->feat[i] = (dh__gpu_feat){.t = (float)sd.tokens,
-                                .t2 = (float)((double)sd.tokens * (double)sd.tokens),
-                                .v = (float)v,
-                                .v2 = (float)v2};
     return 0;
 }
 
@@ -195,12 +191,9 @@ int dh__cpu_drawn_cost(const dh__cpu_model *cpu, const dh_spec *spec, const dh_m
 
 void dh__samples_free(dh__samples *s)
 {
-    free(s->cpu_pred);
-    free(s->feat);
-    free(s->bytes);
+    free(s->row);
     free(s->segments);
     free(s->tokens);
-    free(s->cls);
     memset(s, 0, sizeof *s);
 }
 
@@ -209,8 +202,8 @@ void dh__gpu_scale_for_rho(dh__gpu_model *g, const dh__samples *s, int ranks, in
 {
     double cpu = 0, gpu = 0;
     for (int64_t i = 0; i < s->n; i++) {
-        cpu += s->cpu_pred[i];
-        gpu += dh__gpu_sample_cost(g, &s->feat[i]);
+        cpu += s->row[i].cpu_pred;
+        gpu += dh__gpu_sample_cost(g, &s->row[i].feat);
     }
     if (s->n == 0 || gpu <= 0 || rho <= 0)
         return;

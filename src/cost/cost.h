@@ -45,15 +45,26 @@ static inline double dh__gpu_sample_cost(const dh__gpu_model *g, const dh__gpu_f
 enum { DH_CLS_VIDEO_H264, DH_CLS_VIDEO_OTHER, DH_CLS_JPEG, DH_CLS_IMAGE_OTHER, DH_CLS_AUDIO,
        DH_CLS_TEXT, DH_CLS_COUNT };
 
+/*
+ * One sample's predictions that planning reads for every drawn sample, packed in one
+ * 32-byte row (rows are 32-byte aligned, so one cache line): a drawn sample is a random
+ * read in a table larger than the caches, one miss instead of four (bench/RESULTS.md,
+ * "One row a sample").
+ */
+typedef struct {
+    dh__gpu_feat feat; /* GPU features */
+    int64_t bytes;     /* output bytes */
+    float cpu_pred;    /* seconds, uncalibrated model */
+    uint8_t cls;       /* DH_CLS_* */
+} dh__sample_row;
+_Static_assert(sizeof(dh__sample_row) == 32, "a sample's row is one aligned half cache line");
+
 /* The per-sample prediction table every policy and engine works from. */
 typedef struct {
     int64_t n;
-    float *cpu_pred;     /* seconds, uncalibrated model */
-    dh__gpu_feat *feat;  /* GPU features */
-    int64_t *bytes;      /* output bytes */
+    dh__sample_row *row; /* 32-byte aligned */
     int32_t *segments;   /* independently decodable keyframe segments (>= 1) */
     int64_t *tokens;     /* total tokens (text + media) */
-    uint8_t *cls;
 } dh__samples;
 
 /* Builds the prediction table for every sample of m under spec. */

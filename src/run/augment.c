@@ -39,19 +39,19 @@ int dh__run_draw(const dh__run *run, int64_t step, int64_t i, int32_t j, dh_medi
 double dh__run_drawn_cpu(const dh__run *run, int64_t step, int64_t i)
 {
     if (!run->random)
-        return run->samples.cpu_pred[i];
+        return run->samples.row[i].cpu_pred;
     dh__cpu_model cpu;
     dh__cpu_model_default(&cpu);
     double c;
     if (dh__cpu_drawn_cost(&cpu, run->use_spec, run->m, i, run->cfg.seed,
                            dh__run_epoch_of(run, step), &c))
-        return run->samples.cpu_pred[i]; /* the table derived it: a draw cannot fail */
+        return run->samples.row[i].cpu_pred; /* the table derived it: a draw cannot fail */
     return run->cfg.cpu_cost_scale > 0 ? (double)(float)(c * run->cfg.cpu_cost_scale) : c;
 }
 
 double dh__run_true_of(const dh__run *run, int64_t i, double drawn)
 {
-    double truth = run->truth.cpu[i], plain = run->samples.cpu_pred[i];
+    double truth = run->truth.cpu[i], plain = run->samples.row[i].cpu_pred;
     return !run->random || plain <= 0 ? truth : truth * drawn / plain;
 }
 

@@ -274,7 +274,7 @@ static int scale_gpu(dh__run *run, const dh__workload *wl, const dh__cpu_model *
         if (rc)
             return rc;
         for (int64_t i = 0; c->cpu_cost_scale > 0 && i < plain.n; i++)
-            plain.cpu_pred[i] *= (float)c->cpu_cost_scale;
+            plain.row[i].cpu_pred *= (float)c->cpu_cost_scale;
         base = &plain;
     }
     dh__gpu_scale_for_rho(&run->gpu, base, c->ranks, c->workers, c->global_batch, c->rho);
@@ -300,21 +300,21 @@ static int build_costs(dh__run *run, const dh__workload *wl, char *err, size_t e
                 (long long)run->samples.n);
     if (rc)
         return rc;
-    dh__truth_cpu(&run->truth, run->m, run->samples.cpu_pred, c->seed, c->cpu_cost_scale);
+    dh__truth_cpu(&run->truth, run->m, run->samples.row, c->seed, c->cpu_cost_scale);
     /* A measured machine factor moves the CPU predictions (and so rho) to this machine. */
     for (int64_t i = 0; c->cpu_cost_scale > 0 && i < run->samples.n; i++)
-        run->samples.cpu_pred[i] *= (float)c->cpu_cost_scale;
+        run->samples.row[i].cpu_pred *= (float)c->cpu_cost_scale;
     dh__stress st = stress_of(c);
     if (st.cpu_sigma > 0 || st.cpu_heavy_frac > 0)
-        dh__truth_cpu_stress(&run->truth, run->m, run->samples.cpu_pred, c->seed, &st);
+        dh__truth_cpu_stress(&run->truth, run->m, run->samples.row, c->seed, &st);
     run->gpu = wl ? wl->gpu : (dh__gpu_model){1.0, 1.0 / 8000, 1.0, 0, 0};
     if (!c->rho)
         c->rho = wl ? wl->rho : 1.0;
     if ((rc = scale_gpu(run, wl, &cpu, err, errlen)))
         return rc;
-    dh__truth_gpu(&run->truth, run->m, run->samples.feat, &run->gpu, c->seed);
+    dh__truth_gpu(&run->truth, run->m, run->samples.row, &run->gpu, c->seed);
     if (st.understate_frac > 0)
-        dh__truth_understate(&run->truth, run->m, run->samples.feat, &run->gpu, c->seed, &st);
+        dh__truth_understate(&run->truth, run->m, run->samples.row, &run->gpu, c->seed, &st);
     return 0;
 }
 
@@ -325,8 +325,8 @@ static int64_t max_sample_bytes(const dh__run *run, double *mean)
     int64_t mx = 0;
     double sum = 0;
     for (int64_t i = 0; i < run->samples.n; i++) {
-        mx = DH_MAX(mx, run->samples.bytes[i]);
-        sum += (double)run->samples.bytes[i];
+        mx = DH_MAX(mx, run->samples.row[i].bytes);
+        sum += (double)run->samples.row[i].bytes;
     }
     if (mean)
         *mean = sum / (double)(run->samples.n ? run->samples.n : 1);
@@ -374,7 +374,7 @@ static int64_t default_budget(const dh__run *run)
     const dh_run_config *c = &run->cfg;
     double mean = 0;
     for (int64_t i = 0; i < run->samples.n; i++)
-        mean += (double)run->samples.bytes[i];
+        mean += (double)run->samples.row[i].bytes;
     mean /= (double)(run->samples.n ? run->samples.n : 1);
     int k = c->workers / c->ranks > 1 ? c->workers / c->ranks : 1;
     double batches = (double)c->ranks * (2.0 * k + 1.0);
@@ -482,7 +482,7 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
         if (out[k] < 0 || out[k] >= run->samples.n)
             return DH_ERANGE;
         if (k + DRAW_AHEAD < run->cfg.global_batch && out[k + DRAW_AHEAD] >= 0)
-            __builtin_prefetch(&run->samples.cpu_pred[out[k + DRAW_AHEAD]]);
+            __builtin_prefetch(&run->samples.row[out[k + DRAW_AHEAD]]);
         cpu[k] = (float)dh__run_drawn_cpu(run, run->drawn, out[k]);
     }
     if (rc || !run->rec) {
@@ -524,10 +524,7 @@ void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc)
     sc->move_bandwidth = run->cfg.move_bandwidth;
     sc->rank_byte_cap = run->cfg.rank_byte_cap;
     sc->pred = (dh__pred){.n = run->samples.n,
-                          .cpu_pred = run->samples.cpu_pred,
-                          .feat = run->samples.feat,
-                          .bytes = run->samples.bytes,
-                          .cls = run->samples.cls,
+                          .row = run->samples.row,
                           .segments = run->samples.segments,
                           .tokens = run->samples.tokens};
     sc->gpu = run->gpu;

@@ -115,7 +115,7 @@ static void placement_input(const dh__sched *s, const double *one, int64_t a, do
 {
     int64_t i = s->order[a];
     gpu[k] = s->slot_gpu[a];
-    cpu[k] = s->task_pred[a] * one[s->cfg.pred.cls[i]];
+    cpu[k] = s->task_pred[a] * one[s->cfg.pred.row[i].cls];
     tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
     bytes[k] = s->slot_bytes[a];
 }
@@ -343,22 +343,18 @@ static int plan_step(dh__sched *s, int64_t st)
     for (int64_t k = 0; k < G; k++)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
-    /* the drawn samples' metadata, read once at random from the dataset's tables: the reads
-     * are independent, so they are issued ahead of their use */
+    /* the drawn samples' metadata, read once at random from the dataset's table (one row a
+     * sample): the reads are independent, so they are issued ahead of their use */
     int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 && s->ranks_per_node > 1;
     double one[DH_CLS_COUNT];
     placement_scale(s, one);
     for (int64_t k = 0; k < G; k++) {
-        if (k + GATHER_AHEAD < G) {
-            __builtin_prefetch(&s->cfg.pred.feat[idx[k + GATHER_AHEAD]]);
-            __builtin_prefetch(&s->cfg.pred.bytes[idx[k + GATHER_AHEAD]]);
-            if (deal)
-                __builtin_prefetch(&s->cfg.pred.cls[idx[k + GATHER_AHEAD]]);
-        }
+        if (k + GATHER_AHEAD < G)
+            __builtin_prefetch(&s->cfg.pred.row[idx[k + GATHER_AHEAD]]);
         s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
-        s->slot_bytes[base + k] = s->cfg.pred.bytes[idx[k]];
+        s->slot_bytes[base + k] = s->cfg.pred.row[idx[k]].bytes;
         if (deal) /* the deal's CPU (place_balanced) */
-            s->plan_cpu[k] = pred[k] * one[s->cfg.pred.cls[idx[k]]];
+            s->plan_cpu[k] = pred[k] * one[s->cfg.pred.row[idx[k]].cls];
     }
     int32_t *rank_of = s->rank_of + base;
     memset(s->settled + step_slot(s, st) * s->nodes, 1, (size_t)s->nodes);

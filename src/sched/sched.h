@@ -66,10 +66,7 @@ const char *dh__policy_list(void);
 /* The prediction columns of the sample table: what a policy may read. */
 typedef struct {
     int64_t n;
-    const float *cpu_pred;
-    const dh__gpu_feat *feat;
-    const int64_t *bytes;
-    const uint8_t *cls;
+    const dh__sample_row *row; /* CPU prediction, GPU features, bytes, class */
     const int32_t *segments; /* independently decodable keyframe segments per sample */
     const int64_t *tokens;   /* tokens per sample (for the token cap) */
 } dh__pred;

@@ -174,14 +174,14 @@ static inline int64_t sample_at(const dh__sched *s, int64_t pos)
 
 static inline double sample_gpu(const dh__sched *s, int64_t sample)
 {
-    return dh__gpu_sample_cost(&s->cfg.gpu, &s->cfg.pred.feat[sample]);
+    return dh__gpu_sample_cost(&s->cfg.gpu, &s->cfg.pred.row[sample].feat);
 }
 
 /* A queued task's calibrated predicted cost (whole sample). */
 static inline double task_cost(const dh__sched *s, int64_t pos)
 {
     int64_t a = at(s, pos);
-    return dh__calib_cpu(&s->calib, s->cfg.pred.cls[s->order[a]], s->task_pred[a]);
+    return dh__calib_cpu(&s->calib, s->cfg.pred.row[s->order[a]].cls, s->task_pred[a]);
 }
 
 static inline int node_of_rank(const dh__sched *s, int rank)

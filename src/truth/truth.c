@@ -36,7 +36,7 @@ static double stress_draw(uint64_t seed, int64_t i, uint64_t stream)
     return (double)(h >> 11) / 9007199254740992.0;
 }
 
-void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const float *cpu_pred_raw, uint64_t seed,
+void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row, uint64_t seed,
                    double cpu_scale)
 {
     for (int64_t i = 0; i < t->n; i++) {
@@ -44,13 +44,13 @@ void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const float *cpu_pred_raw
         dh_manifest_sample(m, i, &si);
         t->cpu[i] = si.sim_cpu_ms >= 0
                         ? (float)(si.sim_cpu_ms * 1e-3)
-                        : (float)(cpu_pred_raw[i] * dh__lognormal_noise(seed, i, 1, 0.25));
+                        : (float)(row[i].cpu_pred * dh__lognormal_noise(seed, i, 1, 0.25));
         if (cpu_scale > 0 && si.sim_cpu_ms < 0) /* model-derived truth follows the machine */
             t->cpu[i] *= (float)cpu_scale;
     }
 }
 
-void dh__truth_cpu_stress(dh__truth *t, const dh_manifest *m, const float *cpu_pred,
+void dh__truth_cpu_stress(dh__truth *t, const dh_manifest *m, const dh__sample_row *row,
                           uint64_t seed, const dh__stress *st)
 {
     double sigma = st->cpu_sigma > 0 ? st->cpu_sigma : 0.25;
@@ -60,23 +60,23 @@ void dh__truth_cpu_stress(dh__truth *t, const dh_manifest *m, const float *cpu_p
         if (si.sim_cpu_ms >= 0)
             continue;
         double heavy = stress_draw(seed, i, 0xc9e5) < st->cpu_heavy_frac ? st->cpu_heavy_k : 1.0;
-        t->cpu[i] = (float)(cpu_pred[i] * heavy * dh__lognormal_noise(seed, i, 1, sigma));
+        t->cpu[i] = (float)(row[i].cpu_pred * heavy * dh__lognormal_noise(seed, i, 1, sigma));
     }
 }
 
-void dh__truth_gpu(dh__truth *t, const dh_manifest *m, const dh__gpu_feat *feat,
+void dh__truth_gpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row,
                    const dh__gpu_model *g, uint64_t seed)
 {
     for (int64_t i = 0; i < t->n; i++) {
         dh_sample_info si;
         dh_manifest_sample(m, i, &si);
         t->gpu[i] = si.sim_gpu_ms >= 0 ? (float)(si.sim_gpu_ms * 1e-3)
-                                       : (float)(dh__gpu_sample_cost(g, &feat[i]) *
+                                       : (float)(dh__gpu_sample_cost(g, &row[i].feat) *
                                                  dh__lognormal_noise(seed, i, 2, 0.05));
     }
 }
 
-void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__gpu_feat *feat,
+void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__sample_row *row,
                           const dh__gpu_model *g, uint64_t seed, const dh__stress *st)
 {
     double k = st->understate_k;
@@ -85,13 +85,13 @@ void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__gpu_feat *feat
         dh_manifest_sample(m, i, &si);
         if (si.sim_gpu_ms >= 0 || stress_draw(seed, i, 0x5172e55) >= st->understate_frac)
             continue;
-        dh__gpu_feat f = feat[i];
+        dh__gpu_feat f = row[i].feat;
         f.t *= (float)k;
         f.v *= (float)k;
         f.t2 *= (float)(k * k);
         f.v2 *= (float)(k * k);
         t->gpu[i] = (float)(dh__gpu_sample_cost(g, &f) * dh__lognormal_noise(seed, i, 2, 0.05));
         if (st->understate_told) /* the reference: descriptors that tell the truth */
-            feat[i] = f;
+            row[i].feat = f;
     }
 }

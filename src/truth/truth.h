@@ -35,22 +35,22 @@ void dh__truth_free(dh__truth *t);
 
 /*
  * CPU truth from the manifest's sim.cpu_ms, else the raw (machine-neutral)
- * prediction times noise, scaled to this machine by cpu_scale (> 0).
+ * prediction (row[i].cpu_pred) times noise, scaled to this machine by cpu_scale (> 0).
  */
-void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const float *cpu_pred_raw, uint64_t seed,
+void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row, uint64_t seed,
                    double cpu_scale);
 /* The CPU stress: truth redrawn around the (scaled) prediction; given truth stays. */
-void dh__truth_cpu_stress(dh__truth *t, const dh_manifest *m, const float *cpu_pred,
+void dh__truth_cpu_stress(dh__truth *t, const dh_manifest *m, const dh__sample_row *row,
                           uint64_t seed, const dh__stress *st);
 /* GPU truth from sim.gpu_ms, else the (rho-scaled) model times noise. */
-void dh__truth_gpu(dh__truth *t, const dh_manifest *m, const dh__gpu_feat *feat,
+void dh__truth_gpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row,
                    const dh__gpu_model *g, uint64_t seed);
 /*
  * The GPU stress: a seeded fraction of samples truly carries k x the tokens
  * and latents of its descriptor. With understate_told the descriptors are
- * corrected too (feat is rewritten): the truthful reference run.
+ * corrected too (each row's feat is rewritten): the truthful reference run.
  */
-void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__gpu_feat *feat,
+void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__sample_row *row,
                           const dh__gpu_model *g, uint64_t seed, const dh__stress *st);
 
 #endif
