@@ -12,7 +12,7 @@
 
 #define MAXS 128
 
-/* A tiny world: sample i has predicted CPU row[i].cpu_pred and GPU cost row[i].feat.v (a_enc = 1). */
+/* A tiny world: sample i has predicted CPU row[i].cpu_pred, GPU cost row[i].feat.v (a_enc = 1). */
 typedef struct {
     dh__sample_row row[MAXS]; /* cpu_pred, feat, bytes, cls */
     int32_t segments[MAXS];
