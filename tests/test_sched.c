@@ -17,7 +17,8 @@ typedef struct {
     dh__sample_row row[MAXS]; /* cpu_pred, feat, bytes, cls */
     int32_t segments[MAXS];
     int64_t order[MAXS];
-    int64_t drawn; /* steps the scheduler drew from order */
+    int64_t drawn;   /* steps the scheduler drew from order */
+    float drawn_cpu; /* > 0: the CPU every draw gives (with cfg.order_cpu) */
     dh__sched_config cfg;
 } world;
 
@@ -28,7 +29,8 @@ static int world_order(void *ctx, int64_t *out, float *cpu)
     int64_t G = w->cfg.global_batch;
     for (int64_t k = 0; k < G; k++) {
         out[k] = w->order[(w->drawn * G + k) % MAXS];
-        cpu[k] = w->cfg.pred.row[out[k]].cpu_pred;
+        if (cpu) /* the order source draws each sample's CPU (cfg.order_cpu) */
+            cpu[k] = w->drawn_cpu > 0 ? w->drawn_cpu : w->cfg.pred.row[out[k]].cpu_pred;
     }
     w->drawn++;
     return 0;
@@ -182,6 +184,28 @@ START_TEST(an_order_source_failure_is_an_error_not_idleness)
     ck_assert_int_eq(dh__sched_error(s), DH_ENOMEM);
     ck_assert_int_lt(dh__sched_rank_of(s, 0, 0), 0);
     dh__sched_free(s);
+}
+END_TEST
+
+START_TEST(a_drawn_cpu_is_the_order_sources_only_when_it_draws_one)
+{
+    /* Without order_cpu the scheduler reads the table's prediction (and hands the source no
+     * array to write); with it, the prediction is what the step's draw made (a random
+     * augmentation's), whatever the table says. */
+    for (int order_cpu = 0; order_cpu <= 1; order_cpu++) {
+        world w;
+        world_init(&w, DH_POL_HELIX, 2, 2, 4, 3);
+        w.drawn_cpu = 0.3f; /* the table says 0.1 */
+        w.cfg.order_cpu = order_cpu;
+        dh__sched *s = make(&w);
+        dh__task t;
+        for (int k = 0; k < 4; k++) {
+            ck_assert_int_eq(dh__sched_next_task(s, k % 2, 0.0, &t), 0);
+            ck_assert_int_eq(t.step, 0);
+            ck_assert_double_eq_tol(t.pred_cost, order_cpu ? 0.3 : 0.1, 1e-6);
+        }
+        dh__sched_free(s);
+    }
 }
 END_TEST
 
@@ -1074,6 +1098,7 @@ int main(void)
     ADD_TEST(tc, local_prefetch_is_two_batches_per_worker);
     ADD_TEST(tc, the_window_not_the_run_sizes_the_scheduler);
     ADD_TEST(tc, an_order_source_failure_is_an_error_not_idleness);
+    ADD_TEST(tc, a_drawn_cpu_is_the_order_sources_only_when_it_draws_one);
     ADD_TEST(tc, local_with_more_ranks_than_workers_stays_in_bounds);
     ADD_TEST(tc, least_slack_starts_a_heavy_sample_three_steps_ahead_first);
     ADD_TEST(tc, window_is_bounded_by_memory);

@@ -468,9 +468,11 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
 }
 
 /*
- * The scheduler's order source: the sampler's next global batch. Each drawn
- * step's true costs go to the engine's records (the bound's inputs), summed
- * in draw order.
+ * The scheduler's order source: the sampler's next global batch, and with
+ * random keys each drawn sample's CPU prediction as this step's draw makes it
+ * (without them the scheduler reads the table's with the rest of the row).
+ * Each drawn step's true costs go to the engine's records (the bound's
+ * inputs), summed in draw order.
  */
 #define DRAW_AHEAD 16 /* samples: a drawn sample's table entry is a cache miss, read ahead */
 
@@ -478,7 +480,7 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
 {
     dh__run *run = ctx;
     int rc = dh_sampler_next(run->sampler, out, run->cfg.global_batch);
-    for (int64_t k = 0; !rc && k < run->cfg.global_batch; k++) {
+    for (int64_t k = 0; !rc && cpu && k < run->cfg.global_batch; k++) {
         if (out[k] < 0 || out[k] >= run->samples.n)
             return DH_ERANGE;
         if (k + DRAW_AHEAD < run->cfg.global_batch && out[k + DRAW_AHEAD] >= 0)
@@ -499,7 +501,8 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
         double g = run->truth.gpu[i];
         sp->gpu_sum += g;
         sp->gpu_max = DH_MAX(sp->gpu_max, g);
-        double c = dh__run_true_of(run, i, cpu[k]); /* the draw made above, not again */
+        /* the draw made above, not again (none without random keys: the truth's own) */
+        double c = dh__run_true_of(run, i, cpu ? cpu[k] : 0.0);
         sp->cpu_sum += c;
         run->rec->cpu_true_sum += c;
     }
@@ -530,6 +533,7 @@ void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc)
     sc->gpu = run->gpu;
     sc->next_order = draw_step;
     sc->order_ctx = run;
+    sc->order_cpu = run->random; /* without random keys the table's prediction is the draw's */
 }
 
 int dh__run_should_stop(const dh__run *run)

@@ -338,23 +338,27 @@ static int plan_step(dh__sched *s, int64_t st)
     int64_t G = s->G, base = step_slot(s, st) * G;
     int64_t *idx = s->order + base;
     float *pred = s->task_pred + base;
-    if ((rc = s->cfg.next_order(s->cfg.order_ctx, idx, pred)))
+    if ((rc = s->cfg.next_order(s->cfg.order_ctx, idx, s->cfg.order_cpu ? pred : NULL)))
         return rc;
     for (int64_t k = 0; k < G; k++)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
     /* the drawn samples' metadata, read once at random from the dataset's table (one row a
-     * sample): the reads are independent, so they are issued ahead of their use */
+     * sample, its CPU prediction too unless the order source drew it): the reads are
+     * independent, so they are issued ahead of their use */
     int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 && s->ranks_per_node > 1;
     double one[DH_CLS_COUNT];
     placement_scale(s, one);
     for (int64_t k = 0; k < G; k++) {
         if (k + GATHER_AHEAD < G)
             __builtin_prefetch(&s->cfg.pred.row[idx[k + GATHER_AHEAD]]);
+        const dh__sample_row *row = &s->cfg.pred.row[idx[k]];
+        if (!s->cfg.order_cpu)
+            pred[k] = row->cpu_pred;
         s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
-        s->slot_bytes[base + k] = s->cfg.pred.row[idx[k]].bytes;
+        s->slot_bytes[base + k] = row->bytes;
         if (deal) /* the deal's CPU (place_balanced) */
-            s->plan_cpu[k] = pred[k] * one[s->cfg.pred.row[idx[k]].cls];
+            s->plan_cpu[k] = pred[k] * one[row->cls];
     }
     int32_t *rank_of = s->rank_of + base;
     memset(s->settled + step_slot(s, st) * s->nodes, 1, (size_t)s->nodes);

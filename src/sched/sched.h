@@ -100,10 +100,13 @@ typedef struct {
      * (called once per step, in step order, when the step is planned);
      * returns 0 or a negative error, which stops the run.
      */
-    /* The next step's G sample indices (out) and each one's raw predicted CPU seconds (cpu):
-     * the table's, or what the sample's random augmentation drew in that step. */
+    /* The next step's G sample indices (out) and, when order_cpu is set, each one's raw
+     * predicted CPU seconds (cpu: what the sample's random augmentation drew in that step);
+     * otherwise cpu is NULL and the scheduler takes the table's (pred.row[i].cpu_pred) as it
+     * reads the drawn sample's row, one read of the row a drawn sample instead of two. */
     int (*next_order)(void *ctx, int64_t *out, float *cpu);
     void *order_ctx;
+    int order_cpu;
 } dh__sched_config;
 
 /* steps = 0 in the config: the run goes on until the engine stops it. */
