@@ -4,6 +4,7 @@
  * calibration on synthetic truth.
  */
 #include "sched/sched.h"
+#include "sched/sched_int.h" /* the step's batch records and members, to compare */
 #include "testutil.h"
 
 #include <math.h>
@@ -598,6 +599,54 @@ START_TEST(the_deal_to_nodes_is_heaviest_first_by_class)
 }
 END_TEST
 
+START_TEST(a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it)
+{
+    /* A step dealt to nodes is grouped by rank from each node's share (group_by_shares);
+     * regrouping it by a walk of the whole step (regroup, as after a rebalancing plan) must
+     * change nothing: the same members in the same order and the same sums, bit for bit,
+     * from every view (the whole job's, and each node's replica, whose other nodes' shares
+     * go round-robin over their ranks), with shares that do not divide evenly. */
+    static const int shapes[][3] = {{4, 2, 16}, {4, 2, 22}, {3, 3, 20}, {2, 4, 9}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        int N = shapes[sh][0], per = shapes[sh][1], G = shapes[sh][2], R = N * per;
+        for (int node = -1; node < N; node++) {
+            world w;
+            world_init(&w, DH_POL_HELIX, R, R, G, 2);
+            w.cfg.nodes = N;
+            w.cfg.node_local = node >= 0;
+            w.cfg.node = node >= 0 ? node : 0;
+            for (int k = 0; k < MAXS; k++) {
+                w.row[k].feat.v = 0.1f + (float)((k * 37) % 23) / 7.0f;
+                w.row[k].cpu_pred = 0.05f + (float)((k * 11) % 13) / 50.0f;
+                w.row[k].bytes = 100 + (k * 7919) % 1000;
+            }
+            dh__sched *s = make(&w);
+            ck_assert_int_ge(dh__sched_rank_of(s, 0, 0), 0); /* step 0 planned */
+            batch_rec before[16];
+            int64_t mem[32];
+            ck_assert_int_le(R, 16);
+            ck_assert_int_le(G, 32);
+            memcpy(before, batch_of(s, 0, 0), (size_t)R * sizeof *before);
+            memcpy(mem, s->members + step_slot(s, 0) * G, (size_t)G * sizeof *mem);
+            dh__sched_regroup(s, 0);
+            const batch_rec *after = batch_of(s, 0, 0);
+            for (int r = 0; r < R; r++) {
+                ck_assert_msg(before[r].first == after[r].first &&
+                                  before[r].ntasks == after[r].ntasks &&
+                                  before[r].ndone == after[r].ndone &&
+                                  before[r].bytes == after[r].bytes &&
+                                  before[r].pred_gpu_raw == after[r].pred_gpu_raw,
+                              "%d nodes x %d, G %d, view %d: rank %d's batch differs", N, per,
+                              G, node, r);
+            }
+            ck_assert_msg(!memcmp(mem, s->members + step_slot(s, 0) * G, (size_t)G * sizeof *mem),
+                          "%d nodes x %d, G %d, view %d: members differ", N, per, G, node);
+            dh__sched_free(s);
+        }
+    }
+}
+END_TEST
+
 START_TEST(rebalancing_finds_the_known_optimal_plan)
 {
     /* Four samples predicted equal: placed 2 | 2. Prepared, they turn out to cost 3, 1, 3, 1
@@ -1110,6 +1159,7 @@ int main(void)
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
     ADD_TEST(tc, the_deal_to_nodes_is_heaviest_first_by_class);
+    ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);
     ADD_TEST(tc, rebalancing_gate_follows_transfer_cost);
     ADD_TEST(tc, only_prepared_samples_move);

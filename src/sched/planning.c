@@ -230,6 +230,62 @@ static void deal_order(dh__sched *s, const double *gpu, const double *cpu, int G
     by_class(s->deal_count, s->deal_class, gpu, tmp, G, ord);
 }
 
+/*
+ * regroup(s, st, 1) for a step just dealt to nodes (place_balanced): each
+ * node's positions are its block of share_pos, ascending, ending at end[node];
+ * its ranks' members come from that block alone, rank by rank, each rank's in
+ * ascending position, so members and every sum are what regroup gives (the
+ * same additions in the same order): round-robin over an unsettled node's
+ * ranks, counted over the settled ones'. Members and the batch records are
+ * written in order; regroup's walk of the step wrote both at random (about a
+ * fifth of a replica's time at 1,024 nodes: bench/RESULTS.md).
+ */
+static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const uint8_t *settled)
+{
+    int N = s->nodes, per = s->ranks_per_node;
+    int64_t G = s->G, base = step_slot(s, st) * G;
+    const double *gpu = s->slot_gpu + base;
+    const int64_t *bytes = s->slot_bytes + base;
+    const int32_t *rank_of = s->rank_of + base;
+    int64_t *mem = s->members + base;
+    batch_rec *b = batch_of(s, st, 0);
+    memset(b, 0, (size_t)s->R * sizeof *b);
+    /* a settled node's cursors, per of them after the N ends: R = N x per >= N + per when N
+     * and per are both at least 2, as a deal has them */
+    int32_t *fill = s->plan_fill + N, at = 0;
+    for (int node = 0, lo = 0; node < N; lo = end[node++]) {
+        const int32_t *P = s->share_pos + lo;
+        int n = end[node] - lo;
+        batch_rec *nb = b + node * per;
+        if (!settled[node]) { /* rank r holds P[r], P[r + per], ... */
+            for (int r = 0; r < per; r++) {
+                nb[r].first = at;
+                for (int j = r; j < n; j += per) {
+                    nb[r].ntasks++;
+                    nb[r].bytes += bytes[P[j]];
+                    nb[r].pred_gpu_raw += gpu[P[j]];
+                    mem[at++] = st * G + P[j];
+                }
+            }
+            continue;
+        }
+        for (int j = 0; j < n; j++)
+            nb[rank_of[P[j]] - node * per].ntasks++;
+        for (int r = 0; r < per; r++) {
+            nb[r].first = fill[r] = at;
+            at += nb[r].ntasks;
+        }
+        for (int j = 0; j < n; j++) {
+            batch_rec *br = &nb[rank_of[P[j]] - node * per];
+            br->bytes += bytes[P[j]];
+            br->pred_gpu_raw += gpu[P[j]];
+            mem[fill[rank_of[P[j]] - node * per]++] = st * G + P[j];
+        }
+    }
+}
+
+/* Places step st's samples (rank_of); 1 when it grouped them by rank too (group_by_shares),
+ * 0 when the caller must (regroup), or an error. */
 static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
 {
     int64_t base = step_slot(s, st) * s->G;
@@ -276,7 +332,8 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
         if (rc)
             return rc;
     }
-    return 0;
+    group_by_shares(s, st, start, settled);
+    return 1;
 }
 
 static int by_position(const void *a, const void *b)
@@ -366,8 +423,9 @@ static int plan_step(dh__sched *s, int64_t st)
         rc = place_balanced(s, st, rank_of);
     else
         dh__partition_stride((int)G, s->R, rank_of);
-    if (rc)
+    if (rc < 0)
         return rc;
+    int grouped = rc;
     memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
     for (int64_t k = 0; k < G; k++) {
         s->parts_left[base + k] = 0;
@@ -377,7 +435,8 @@ static int plan_step(dh__sched *s, int64_t st)
     s->finished_ranks[step_slot(s, st)] = 0;
     for (int j = 0; j < DH_MOVE_GROUP; j++)
         s->group[step_slot(s, st) * DH_MOVE_GROUP + j] = -1;
-    regroup(s, st, 1);
+    if (!grouped)
+        regroup(s, st, 1);
     dh__lst_leads_stale(s, st);
     const batch_rec *b = batch_of(s, st, 0);
     double step_gpu = 0;
