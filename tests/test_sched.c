@@ -647,6 +647,77 @@ START_TEST(a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it)
 }
 END_TEST
 
+/* Step 0's batch records and members, to compare after regrouping it. */
+typedef struct {
+    batch_rec b[64];
+    int64_t mem[MAXS];
+} step_groups;
+
+static void groups_of(dh__sched *s, int R, int G, step_groups *g)
+{
+    ck_assert_int_le(R, 64);
+    ck_assert_int_le(G, MAXS);
+    memcpy(g->b, batch_of(s, 0, 0), (size_t)R * sizeof *g->b);
+    memcpy(g->mem, s->members + step_slot(s, 0) * G, (size_t)G * sizeof *g->mem);
+}
+
+static int groups_differ(const step_groups *x, const step_groups *y, int R, int G)
+{
+    for (int r = 0; r < R; r++)
+        if (x->b[r].first != y->b[r].first || x->b[r].ntasks != y->b[r].ntasks ||
+            x->b[r].ndone != y->b[r].ndone || x->b[r].bytes != y->b[r].bytes ||
+            x->b[r].pred_gpu_raw != y->b[r].pred_gpu_raw)
+            return r + 1;
+    return memcmp(x->mem, y->mem, (size_t)G * sizeof *x->mem) ? -1 : 0;
+}
+
+START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
+{
+    /* After agreed moves only the ranks samples moved to or from are regrouped
+     * (dh__sched_regroup_moved: a group's plan marks at most its 8 ranks of 64, the other
+     * groups' plans most ranks, which regroups the whole step); a walk of the whole step
+     * (regroup) must then change nothing, from the job's view and replicas', 32 nodes of
+     * 2 ranks in groups of 4. Exact costs 4 times or half the predictions, scattered, make
+     * moves pay. */
+    enum { N = 32, PER = 2, R = N * PER, G = 128 };
+    static const int views[] = {-1, 0, 5, 31};
+    int64_t moved_any = 0;
+    for (size_t v = 0; v < sizeof views / sizeof *views; v++) {
+        for (int others = 0; others <= 1; others++) {
+            int node = views[v];
+            world w;
+            world_init(&w, DH_POL_HELIX, R, R, G, 2);
+            w.cfg.nodes = N;
+            w.cfg.node_local = node >= 0;
+            w.cfg.node = node >= 0 ? node : 0;
+            for (int k = 0; k < MAXS; k++) {
+                w.row[k].feat.v = 1.0f;
+                w.row[k].bytes = 100 + k;
+            }
+            dh__sched *s = make(&w);
+            ck_assert_int_ge(dh__sched_rank_of(s, 0, 0), 0);
+            float known[G];
+            for (int k = 0; k < G; k++) /* a quarter of them heavy, scattered */
+                known[k] = ((uint32_t)k * 2654435761u >> 13) % 4 == 0 ? 4.0f : 0.5f;
+            uint8_t frozen[R] = {0};
+            dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, 1, others};
+            dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
+            moved_any += dh__sched_reb_stats(s)->moved;
+            step_groups x, y;
+            groups_of(s, R, G, &x);
+            dh__sched_regroup(s, 0);
+            groups_of(s, R, G, &y);
+            int d = groups_differ(&x, &y, R, G);
+            ck_assert_msg(d == 0, "view %d%s: %s %d differs from a walk of the step", node,
+                          others ? ", the other groups' plans" : "",
+                          d > 0 ? "rank" : "members", d > 0 ? d - 1 : 0);
+            dh__sched_free(s);
+        }
+    }
+    ck_assert_int_gt(moved_any, 0); /* the moves were made: the regrouping was tested */
+}
+END_TEST
+
 START_TEST(rebalancing_finds_the_known_optimal_plan)
 {
     /* Four samples predicted equal: placed 2 | 2. Prepared, they turn out to cost 3, 1, 3, 1
@@ -1160,6 +1231,7 @@ int main(void)
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
     ADD_TEST(tc, the_deal_to_nodes_is_heaviest_first_by_class);
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
+    ADD_TEST(tc, a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);
     ADD_TEST(tc, rebalancing_gate_follows_transfer_cost);
     ADD_TEST(tc, only_prepared_samples_move);

@@ -385,8 +385,14 @@ static int plan_group(dh__sched *s, int64_t st, const reb_in *in, reb_plan *p,
         s->reb.refused += moves;
         goto out;
     }
-    for (int64_t i = 0; i < p->n; i++)
-        s->rank_of[base + p->pos_of[i]] = p->plan[i];
+    for (int64_t i = 0; i < p->n; i++) {
+        int32_t *r = &s->rank_of[base + p->pos_of[i]];
+        if (*r != p->plan[i]) { /* both batches change: the caller regroups them */
+            dh__sched_mark_moved(s, *r);
+            dh__sched_mark_moved(s, p->plan[i]);
+            *r = p->plan[i];
+        }
+    }
     applied = 1;
     s->reb.plans_applied++;
     s->reb.moved += moves;
@@ -560,7 +566,7 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
         applied = plan_group(s, st, in, &p, &t, in->count, accept, ctx);
     }
     if (applied) {
-        dh__sched_regroup(s, st);
+        dh__sched_regroup_moved(s, st);
         dh__lst_leads_stale(s, st);
     }
 }

@@ -119,6 +119,12 @@ struct dh__sched {
     dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */
     uint64_t calib_ver;                /* CPU calibration changes so far */
     double *reb_f64;                   /* 2R (a step's groups: their loads, before a plan) */
+    /* ranks an applied plan moved samples to or from, since the step was last grouped:
+     * moved_list[0, nmoved) and moved_at[r] (its place in the list + 1, 0: not moved), and
+     * the regrouping's scratch (dh__sched_regroup_moved: G positions, G members) */
+    int32_t *moved_list, *moved_at, nmoved;
+    int32_t *moved_pos;
+    int64_t *moved_mem;
     /* the groups of nodes made for step groups_step's moves (rebalance.c), made once a step */
     int64_t groups_step;
     int ngroups;
@@ -225,6 +231,18 @@ int dh__sched_fail(dh__sched *s, int rc);
 int dh__sched_ensure_planned(dh__sched *s, int64_t st);
 /* Regroups step st's positions by rank after its placement changed. */
 void dh__sched_regroup(dh__sched *s, int64_t st);
+/* The same after plans that moved samples only between the ranks marked moved
+ * (dh__sched_mark_moved): only their batches and the members between them are rewritten;
+ * clears the marks. */
+void dh__sched_regroup_moved(dh__sched *s, int64_t st);
+
+static inline void dh__sched_mark_moved(dh__sched *s, int rank)
+{
+    if (!s->moved_at[rank]) {
+        s->moved_list[s->nmoved++] = rank;
+        s->moved_at[rank] = s->nmoved;
+    }
+}
 /* A replica places another node's share of step st as that node did, and regroups that
  * node's batches (planning.c). 1: placed now; 0: it was; < 0: an error (kept). */
 int dh__sched_settle(dh__sched *s, int64_t st, int node);
