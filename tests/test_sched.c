@@ -599,54 +599,6 @@ START_TEST(the_deal_to_nodes_is_heaviest_first_by_class)
 }
 END_TEST
 
-START_TEST(a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it)
-{
-    /* A step dealt to nodes is grouped by rank from each node's share (group_by_shares);
-     * regrouping it by a walk of the whole step (regroup, as after a rebalancing plan) must
-     * change nothing: the same members in the same order and the same sums, bit for bit,
-     * from every view (the whole job's, and each node's replica, whose other nodes' shares
-     * go round-robin over their ranks), with shares that do not divide evenly. */
-    static const int shapes[][3] = {{4, 2, 16}, {4, 2, 22}, {3, 3, 20}, {2, 4, 9}};
-    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
-        int N = shapes[sh][0], per = shapes[sh][1], G = shapes[sh][2], R = N * per;
-        for (int node = -1; node < N; node++) {
-            world w;
-            world_init(&w, DH_POL_HELIX, R, R, G, 2);
-            w.cfg.nodes = N;
-            w.cfg.node_local = node >= 0;
-            w.cfg.node = node >= 0 ? node : 0;
-            for (int k = 0; k < MAXS; k++) {
-                w.row[k].feat.v = 0.1f + (float)((k * 37) % 23) / 7.0f;
-                w.row[k].cpu_pred = 0.05f + (float)((k * 11) % 13) / 50.0f;
-                w.row[k].bytes = 100 + (k * 7919) % 1000;
-            }
-            dh__sched *s = make(&w);
-            ck_assert_int_ge(dh__sched_rank_of(s, 0, 0), 0); /* step 0 planned */
-            batch_rec before[16];
-            int64_t mem[32];
-            ck_assert_int_le(R, 16);
-            ck_assert_int_le(G, 32);
-            memcpy(before, batch_of(s, 0, 0), (size_t)R * sizeof *before);
-            memcpy(mem, s->members + step_slot(s, 0) * G, (size_t)G * sizeof *mem);
-            dh__sched_regroup(s, 0);
-            const batch_rec *after = batch_of(s, 0, 0);
-            for (int r = 0; r < R; r++) {
-                ck_assert_msg(before[r].first == after[r].first &&
-                                  before[r].ntasks == after[r].ntasks &&
-                                  before[r].ndone == after[r].ndone &&
-                                  before[r].bytes == after[r].bytes &&
-                                  before[r].pred_gpu_raw == after[r].pred_gpu_raw,
-                              "%d nodes x %d, G %d, view %d: rank %d's batch differs", N, per,
-                              G, node, r);
-            }
-            ck_assert_msg(!memcmp(mem, s->members + step_slot(s, 0) * G, (size_t)G * sizeof *mem),
-                          "%d nodes x %d, G %d, view %d: members differ", N, per, G, node);
-            dh__sched_free(s);
-        }
-    }
-}
-END_TEST
-
 /* Step 0's batch records and members, to compare after regrouping it. */
 typedef struct {
     batch_rec b[64];
@@ -671,6 +623,49 @@ static int groups_differ(const step_groups *x, const step_groups *y, int R, int 
     return memcmp(x->mem, y->mem, (size_t)G * sizeof *x->mem) ? -1 : 0;
 }
 
+/* A world of `nodes` nodes of R / nodes ranks, seen by the whole job (node < 0) or by node's
+ * replica, planning G samples a step. */
+static void node_world(world *w, int R, int64_t G, int nodes, int node)
+{
+    world_init(w, DH_POL_HELIX, R, R, G, 2);
+    w->cfg.nodes = nodes;
+    w->cfg.node_local = node >= 0;
+    w->cfg.node = node >= 0 ? node : 0;
+}
+
+START_TEST(a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it)
+{
+    /* A step dealt to nodes is grouped by rank from each node's share (group_by_shares);
+     * regrouping it by a walk of the whole step (regroup, as after a rebalancing plan) must
+     * change nothing: the same members in the same order and the same sums, bit for bit,
+     * from every view (the whole job's, and each node's replica, whose other nodes' shares
+     * go round-robin over their ranks), with shares that do not divide evenly. */
+    static const int shapes[][3] = {{4, 2, 16}, {4, 2, 22}, {3, 3, 20}, {2, 4, 9}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        int N = shapes[sh][0], per = shapes[sh][1], G = shapes[sh][2], R = N * per;
+        for (int node = -1; node < N; node++) {
+            world w;
+            node_world(&w, R, G, N, node);
+            for (int k = 0; k < MAXS; k++) {
+                w.row[k].feat.v = 0.1f + (float)((k * 37) % 23) / 7.0f;
+                w.row[k].cpu_pred = 0.05f + (float)((k * 11) % 13) / 50.0f;
+                w.row[k].bytes = 100 + (k * 7919) % 1000;
+            }
+            dh__sched *s = make(&w);
+            ck_assert_int_ge(dh__sched_rank_of(s, 0, 0), 0); /* step 0 planned */
+            step_groups x, y;
+            groups_of(s, R, G, &x);
+            dh__sched_regroup(s, 0);
+            groups_of(s, R, G, &y);
+            int d = groups_differ(&x, &y, R, G);
+            ck_assert_msg(d == 0, "%d nodes x %d, G %d, view %d: %s %d differs", N, per, G, node,
+                          d > 0 ? "rank" : "members", d > 0 ? d - 1 : 0);
+            dh__sched_free(s);
+        }
+    }
+}
+END_TEST
+
 START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
 {
     /* After agreed moves only the ranks samples moved to or from are regrouped
@@ -686,10 +681,7 @@ START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
         for (int others = 0; others <= 1; others++) {
             int node = views[v];
             world w;
-            world_init(&w, DH_POL_HELIX, R, R, G, 2);
-            w.cfg.nodes = N;
-            w.cfg.node_local = node >= 0;
-            w.cfg.node = node >= 0 ? node : 0;
+            node_world(&w, R, G, N, node);
             for (int k = 0; k < MAXS; k++) {
                 w.row[k].feat.v = 1.0f;
                 w.row[k].bytes = 100 + k;
