@@ -48,6 +48,16 @@ int dh__sched_fail(dh__sched *s, int rc)
 
 /* ---------------------------------------------------------------- planning */
 
+/* Counts the sample at slot a in its batch's task count, done count, bytes and predicted GPU
+ * (regrouping adds a batch's samples in ascending position, so its sums are the same). */
+static inline void batch_add(const dh__sched *s, batch_rec *br, int64_t a)
+{
+    br->ntasks++;
+    br->ndone += s->done[a];
+    br->bytes += s->slot_bytes[a];
+    br->pred_gpu_raw += s->slot_gpu[a];
+}
+
 /*
  * Groups step st's positions by rank (members) and recomputes each batch's
  * task count, done count, bytes and predicted GPU time from rank_of; called
@@ -56,8 +66,6 @@ int dh__sched_fail(dh__sched *s, int rc)
 static void regroup(dh__sched *s, int64_t st, int fresh)
 {
     int64_t G = s->G, base = step_slot(s, st) * G;
-    const double *gpu = s->slot_gpu + base;
-    const int64_t *bytes = s->slot_bytes + base;
     const int32_t *rank_of = s->rank_of + base;
     batch_rec *b = batch_of(s, st, 0);
     if (fresh) /* a step just planned: every field of its records starts at 0 */
@@ -65,13 +73,8 @@ static void regroup(dh__sched *s, int64_t st, int fresh)
     else
         for (int r = 0; r < s->R; r++)
             b[r].ntasks = b[r].ndone = 0, b[r].bytes = 0, b[r].pred_gpu_raw = 0;
-    for (int64_t k = 0; k < G; k++) {
-        batch_rec *br = &b[rank_of[k]];
-        br->ntasks++;
-        br->ndone += s->done[base + k];
-        br->bytes += bytes[k];
-        br->pred_gpu_raw += gpu[k];
-    }
+    for (int64_t k = 0; k < G; k++)
+        batch_add(s, &b[rank_of[k]], base + k);
     int32_t off = 0;
     for (int r = 0; r < s->R; r++) {
         b[r].first = off;
@@ -88,7 +91,8 @@ void dh__sched_regroup(dh__sched *s, int64_t st)
     regroup(s, st, 0);
 }
 
-static int by_int32(const void *a, const void *b)
+/* Positions (int32_t) in ascending order, for qsort. */
+static int by_position(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -114,27 +118,22 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
         batch_rec *b = batch_of(s, st, 0);
         int64_t *mem = s->members + base, *out = s->moved_mem;
         int32_t *pos = s->moved_pos, m = 0;
-        qsort(list, (size_t)n, sizeof *list, by_int32);
+        qsort(list, (size_t)n, sizeof *list, by_position);
         for (int i = 0; i < n; i++) {
             batch_rec *br = &b[list[i]];
             for (int32_t j = 0; j < br->ntasks; j++)
                 pos[m++] = (int32_t)(mem[br->first + j] - step0);
             br->ntasks = br->ndone = 0, br->bytes = 0, br->pred_gpu_raw = 0;
         }
-        qsort(pos, (size_t)m, sizeof *pos, by_int32);
-        for (int32_t j = 0; j < m; j++) {
-            batch_rec *br = &b[s->rank_of[base + pos[j]]];
-            br->ntasks++;
-            br->ndone += s->done[base + pos[j]];
-            br->bytes += s->slot_bytes[base + pos[j]];
-            br->pred_gpu_raw += s->slot_gpu[base + pos[j]];
-        }
+        qsort(pos, (size_t)m, sizeof *pos, by_position);
+        for (int32_t j = 0; j < m; j++)
+            batch_add(s, &b[s->rank_of[base + pos[j]]], base + pos[j]);
         /* the span's new layout into out: an unmarked rank's block as it was, a marked
          * one's samples by position (cur: each marked rank's next place; planning's
          * scratch, free here) */
         int32_t lo = b[list[0]].first, at = lo, *cur = s->plan_fill;
         for (int r = list[0]; r <= list[n - 1]; r++) {
-            if (!s->moved_at[r])
+            if (!s->moved[r])
                 memcpy(out + (at - lo), mem + b[r].first, (size_t)b[r].ntasks * sizeof *out);
             b[r].first = cur[r] = at;
             at += b[r].ntasks;
@@ -146,7 +145,7 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
         regroup(s, st, 0);
     }
     for (int i = 0; i < n; i++)
-        s->moved_at[list[i]] = 0;
+        s->moved[list[i]] = 0;
     s->nmoved = 0;
 }
 
@@ -398,12 +397,6 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
     return 1;
 }
 
-static int by_position(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 int dh__sched_settle(dh__sched *s, int64_t st, int node)
 {
     uint8_t *settled = s->settled + step_slot(s, st) * s->nodes + node;
@@ -421,26 +414,11 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
     int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)
         return dh__sched_fail(s, rc);
-    /* The node's batches and its block of members, regrouped alone: its samples stayed on
-     * its ranks (regroup() would walk the whole step) */
-    batch_rec *b = batch_of(s, st, node * per);
-    int32_t *fill = s->plan_fill, at = b[0].first;
-    for (int i = 0; i < per; i++)
-        b[i].ntasks = b[i].ndone = 0, b[i].bytes = 0, b[i].pred_gpu_raw = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t a = base + pos[i];
-        batch_rec *br = &b[s->rank_of[a] - node * per];
-        br->ntasks++;
-        br->ndone += s->done[a];
-        br->bytes += s->slot_bytes[a];
-        br->pred_gpu_raw += s->slot_gpu[a];
-    }
-    for (int i = 0; i < per; i++) {
-        b[i].first = fill[i] = at;
-        at += b[i].ntasks;
-    }
-    for (int i = 0; i < n; i++) /* in batch order: the step's */
-        s->members[base + fill[s->rank_of[base + pos[i]] - node * per]++] = st * G + pos[i];
+    /* The node's batches regrouped alone: its samples stayed on its ranks, so only they and
+     * its block of members change (a walk of the whole step would rewrite every batch) */
+    for (int r = node * per; r < (node + 1) * per; r++)
+        dh__sched_mark_moved(s, r);
+    dh__sched_regroup_moved(s, st);
     dh__lst_leads_stale(s, st);
     *settled = 1;
     return 1;

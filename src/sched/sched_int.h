@@ -119,10 +119,11 @@ struct dh__sched {
     dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */
     uint64_t calib_ver;                /* CPU calibration changes so far */
     double *reb_f64;                   /* 2R (a step's groups: their loads, before a plan) */
-    /* ranks an applied plan moved samples to or from, since the step was last grouped:
-     * moved_list[0, nmoved) and moved_at[r] (its place in the list + 1, 0: not moved), and
-     * the regrouping's scratch (dh__sched_regroup_moved: G positions, G members) */
-    int32_t *moved_list, *moved_at, nmoved;
+    /* ranks whose samples changed since their step was last grouped (an applied plan, a
+     * settled share): moved_list[0, nmoved), moved[r] set for each, and the regrouping's
+     * scratch (dh__sched_regroup_moved: G positions, G members) */
+    int32_t *moved_list, nmoved;
+    uint8_t *moved;
     int32_t *moved_pos;
     int64_t *moved_mem;
     /* the groups of nodes made for step groups_step's moves (rebalance.c), made once a step */
@@ -238,9 +239,9 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st);
 
 static inline void dh__sched_mark_moved(dh__sched *s, int rank)
 {
-    if (!s->moved_at[rank]) {
+    if (!s->moved[rank]) {
+        s->moved[rank] = 1;
         s->moved_list[s->nmoved++] = rank;
-        s->moved_at[rank] = s->nmoved;
     }
 }
 /* A replica places another node's share of step st as that node did, and regroups that

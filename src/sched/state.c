@@ -167,7 +167,7 @@ void dh__sched_free(dh__sched *s)
     free(s->reb_i32);
     free(s->reb_f64);
     free(s->moved_list);
-    free(s->moved_at);
+    free(s->moved);
     free(s->moved_pos);
     free(s->moved_mem);
     dh__lend_free(s);
@@ -215,7 +215,7 @@ static int alloc_fixed(dh__sched *s)
     s->reb_i32 = dh__malloc((3 * G + 3 * R + nodes) * sizeof *s->reb_i32);
     s->reb_f64 = dh__malloc(2 * R * sizeof *s->reb_f64);
     s->moved_list = dh__malloc(R * sizeof *s->moved_list);
-    s->moved_at = dh__calloc(R, sizeof *s->moved_at);
+    s->moved = dh__calloc(R, sizeof *s->moved);
     s->moved_pos = dh__malloc(G * sizeof *s->moved_pos);
     s->moved_mem = dh__malloc(G * sizeof *s->moved_mem);
     s->lead_keys = dh__malloc((size_t)s->ranks_per_node * sizeof *s->lead_keys);
@@ -240,7 +240,7 @@ static int alloc_fixed(dh__sched *s)
     }
     if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
-        !s->plan_bytes || !s->reb_i32 || !s->reb_f64 || !s->moved_list || !s->moved_at ||
+        !s->plan_bytes || !s->reb_i32 || !s->reb_f64 || !s->moved_list || !s->moved ||
         !s->moved_pos || !s->moved_mem)
         return DH_ENOMEM;
     return dh__lend_init(s);
