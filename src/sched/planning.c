@@ -292,7 +292,8 @@ static void deal_order(dh__sched *s, const double *gpu, const double *cpu, int G
 }
 
 /*
- * regroup(s, st, 1) for a step just dealt to nodes (place_balanced): each
+ * regroup(s, st, 1) for a step just dealt to nodes (place_balanced; its done
+ * flags are cleared only after this, so they are not read: none is done): each
  * node's positions are its block of share_pos, ascending, ending at end[node];
  * its ranks' members come from that block alone, rank by rank, each rank's in
  * ascending position, so members and every sum are what regroup gives (the
@@ -337,10 +338,10 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
             at += nb[r].ntasks;
         }
         for (int j = 0; j < n; j++) {
-            batch_rec *br = &nb[rank_of[P[j]] - node * per];
-            br->bytes += bytes[P[j]];
-            br->pred_gpu_raw += gpu[P[j]];
-            mem[fill[rank_of[P[j]] - node * per]++] = st * G + P[j];
+            int r = rank_of[P[j]] - node * per;
+            nb[r].bytes += bytes[P[j]];
+            nb[r].pred_gpu_raw += gpu[P[j]];
+            mem[fill[r]++] = st * G + P[j];
         }
     }
 }
