@@ -1180,6 +1180,9 @@ START_TEST(calibration_converges_on_synthetic_truth)
         double noise = exp(0.2 * ((rand() % 2001) / 1000.0 - 1.0));
         dh__calib_cpu_observe(&c, DH_CLS_VIDEO_H264, pred, 1.5 * pred * noise);
         dh__calib_gpu_observe(&c, pred, 0.8 * pred * noise);
+        /* the kept scale is the learnt log ratio's, after every observation, bit for bit */
+        ck_assert(dh__calib_cpu(&c, DH_CLS_VIDEO_H264, pred) ==
+                  pred * exp(c.cpu_log_ratio[DH_CLS_VIDEO_H264]));
     }
     ck_assert_double_eq_tol(dh__calib_cpu(&c, DH_CLS_VIDEO_H264, 1.0), 1.5, 0.15);
     ck_assert_double_eq_tol(dh__calib_gpu(&c, 1.0), 0.8, 0.08);

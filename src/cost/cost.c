@@ -221,6 +221,8 @@ void dh__gpu_scale_for_rho(dh__gpu_model *g, const dh__samples *s, int ranks, in
 void dh__calib_init(dh__calib *c)
 {
     memset(c, 0, sizeof *c);
+    for (int k = 0; k < DH_CLS_COUNT; k++)
+        c->cpu_scale[k] = 1.0; /* exp(0) */
     c->gpu_factor = 1.0;
 }
 
@@ -228,11 +230,6 @@ void dh__calib_init(dh__calib *c)
 static double ewma_weight(int64_t n)
 {
     return n < 64 ? 1.0 / (double)(n + 1) : 1.0 / 64.0;
-}
-
-double dh__calib_cpu(const dh__calib *c, int cls, double predicted)
-{
-    return predicted * exp(c->cpu_log_ratio[cls]);
 }
 
 void dh__calib_cpu_observe(dh__calib *c, int cls, double predicted_raw, double measured)
@@ -244,6 +241,7 @@ void dh__calib_cpu_observe(dh__calib *c, int cls, double predicted_raw, double m
     c->cpu_ape_n++;
     double w = ewma_weight(c->cpu_n[cls]++);
     c->cpu_log_ratio[cls] += w * (log(measured / predicted_raw) - c->cpu_log_ratio[cls]);
+    c->cpu_scale[cls] = exp(c->cpu_log_ratio[cls]); /* once here, not per prediction */
 }
 
 double dh__calib_gpu(const dh__calib *c, double predicted)

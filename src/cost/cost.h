@@ -96,6 +96,7 @@ double dh__lognormal_noise(uint64_t seed, int64_t i, uint64_t stream, double sig
  */
 typedef struct {
     double cpu_log_ratio[DH_CLS_COUNT];
+    double cpu_scale[DH_CLS_COUNT]; /* exp(cpu_log_ratio), set with it: read per task */
     int64_t cpu_n[DH_CLS_COUNT];
     double cpu_ape_sum;
     int64_t cpu_ape_n;
@@ -106,7 +107,11 @@ typedef struct {
 } dh__calib;
 
 void dh__calib_init(dh__calib *c);
-double dh__calib_cpu(const dh__calib *c, int cls, double predicted);
+/* A predicted CPU cost of class cls, calibrated (the scheduler asks for it per task). */
+static inline double dh__calib_cpu(const dh__calib *c, int cls, double predicted)
+{
+    return predicted * c->cpu_scale[cls];
+}
 void dh__calib_cpu_observe(dh__calib *c, int cls, double predicted_raw, double measured);
 double dh__calib_gpu(const dh__calib *c, double predicted);
 void dh__calib_gpu_observe(dh__calib *c, double predicted_raw, double measured);

@@ -174,10 +174,9 @@ static void placement_scale(const dh__sched *s, double one[DH_CLS_COUNT])
 static void placement_input(const dh__sched *s, const double *one, int64_t a, double *gpu,
                             double *cpu, int64_t *tokens, int64_t *bytes, int64_t k)
 {
-    int64_t i = s->order[a];
     gpu[k] = s->slot_gpu[a];
-    cpu[k] = s->task_pred[a] * one[s->cfg.pred.row[i].cls];
-    tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
+    cpu[k] = s->task_pred[a] * one[s->slot_cls[a]];
+    tokens[k] = s->cfg.pred.tokens ? s->cfg.pred.tokens[s->order[a]] : 0;
     bytes[k] = s->slot_bytes[a];
 }
 
@@ -455,6 +454,7 @@ static int plan_step(dh__sched *s, int64_t st)
             pred[k] = row->cpu_pred;
         s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
         s->slot_bytes[base + k] = row->bytes;
+        s->slot_cls[base + k] = (uint8_t)row->cls;
         if (deal) /* the deal's CPU (place_balanced) */
             s->plan_cpu[k] = pred[k] * one[row->cls];
     }

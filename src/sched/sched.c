@@ -156,7 +156,7 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
     }
     int64_t a = at(s, t->pos);
     if (measured >= 0) { /* a failed task's time says nothing about decoding */
-        dh__calib_cpu_observe(&s->calib, s->cfg.pred.row[t->sample].cls, s->task_pred[a] / n,
+        dh__calib_cpu_observe(&s->calib, s->slot_cls[a], s->task_pred[a] / n,
                               measured - (n > 1 ? DH_SPLIT_PART_OVERHEAD_S : 0));
         s->calib_ver++; /* the staggered leads of small nodes follow it (lst.c) */
     }

@@ -67,8 +67,9 @@ struct dh__sched {
     int64_t *members;        /* cap * G: global positions grouped by (step, rank) */
     float *task_pred;        /* cap * G: raw predicted cost */
     double *slot_gpu;        /* cap * G: the sample's predicted GPU cost (sample_gpu) */
-    int64_t *slot_bytes;     /* cap * G: its bytes; both read once when the step is drawn,
-                              * where a sample's own tables are a cache miss each time */
+    int64_t *slot_bytes;     /* cap * G: its bytes; these three read once when the step is
+                              * drawn, where a sample's own tables are a cache miss each time */
+    uint8_t *slot_cls;       /* cap * G: its class (the CPU calibration's) */
     int32_t *parts_left;     /* cap * G: parts of a split sample still running or queued */
     float *revealed;         /* cap * G: exact GPU cost once prepared; < 0 until then */
     uint8_t *done;           /* cap * G: sample fully prepared */
@@ -188,7 +189,7 @@ static inline double sample_gpu(const dh__sched *s, int64_t sample)
 static inline double task_cost(const dh__sched *s, int64_t pos)
 {
     int64_t a = at(s, pos);
-    return dh__calib_cpu(&s->calib, s->cfg.pred.row[s->order[a]].cls, s->task_pred[a]);
+    return dh__calib_cpu(&s->calib, s->slot_cls[a], s->task_pred[a]);
 }
 
 static inline int node_of_rank(const dh__sched *s, int rank)

@@ -24,6 +24,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     float *task_pred = dh__malloc((size_t)(ncap * G) * sizeof *task_pred);
     double *slot_gpu = dh__malloc((size_t)(ncap * G) * sizeof *slot_gpu);
     int64_t *slot_bytes = dh__malloc((size_t)(ncap * G) * sizeof *slot_bytes);
+    uint8_t *slot_cls = dh__malloc((size_t)(ncap * G));
     int32_t *parts_left = dh__calloc((size_t)(ncap * G), sizeof *parts_left);
     float *revealed = dh__malloc((size_t)(ncap * G) * sizeof *revealed);
     uint8_t *done = dh__calloc((size_t)(ncap * G), 1);
@@ -35,7 +36,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
-    int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
+    int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes && slot_cls &&
              parts_left && revealed && done &&
              orig_rank && step_start && finished_ranks && group && settled && first_lead && leads_ver;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
@@ -57,6 +58,7 @@ static int regrow(dh__sched *s, int64_t ncap)
         MOVE(task_pred);
         MOVE(slot_gpu);
         MOVE(slot_bytes);
+        MOVE(slot_cls);
         MOVE(parts_left);
         MOVE(revealed);
         MOVE(done);
@@ -76,6 +78,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(task_pred);
     SWAP(slot_gpu);
     SWAP(slot_bytes);
+    SWAP(slot_cls);
     SWAP(parts_left);
     SWAP(revealed);
     SWAP(done);
@@ -123,6 +126,7 @@ void dh__sched_free(dh__sched *s)
     free(s->task_pred);
     free(s->slot_gpu);
     free(s->slot_bytes);
+    free(s->slot_cls);
     free(s->parts_left);
     free(s->revealed);
     free(s->done);
