@@ -382,9 +382,14 @@ START_TEST(heavy_late_sample_is_split_into_keyframe_parts)
 {
     /* Step 0's sample costs 4 s with 8 keyframe segments, its deadline is 0: it is split
      * (8 parts at most, one per segment; 4 workers here cap it at 4), and the batch is
-     * complete only when every part is done. */
+     * complete only when every part is done. The same on a replica of its node (which reads
+     * a sample's segments when it queues its task, where a single node reads them when it
+     * draws the step). */
+    int local = _i;
     world w;
     world_init(&w, DH_POL_HELIX, 1, 4, 1, 2);
+    w.cfg.node_local = local;
+    w.cfg.node = 0;
     w.row[0].cpu_pred = 4.0f;
     w.segments[0] = 8;
     dh__sched *s = make(&w);
@@ -1220,7 +1225,7 @@ int main(void)
     ADD_TEST(tc, a_steps_batches_are_due_smallest_cpu_first);
     ADD_TEST(tc, a_large_nodes_batches_are_due_smallest_cpu_first_too);
     ADD_TEST(tc, steps_are_planned_ahead_of_admission_for_the_fetchers);
-    ADD_TEST(tc, heavy_late_sample_is_split_into_keyframe_parts);
+    ADD_LOOP_TEST(tc, heavy_late_sample_is_split_into_keyframe_parts, 0, 2);
     ADD_TEST(tc, a_split_samples_latest_start_counts_one_part);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);

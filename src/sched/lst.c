@@ -46,7 +46,7 @@ static heap_item heap_pop(dh__sched *s, int node)
 static double least_parts(const dh__sched *s, int64_t pos, double c, int32_t *segs)
 {
     int64_t st = pos / s->G;
-    *segs = s->cfg.pred.segments ? s->cfg.pred.segments[sample_at(s, pos)] : 1;
+    *segs = s->slot_segs[at(s, pos)];
     double step = D(s, st + 1) - D(s, st);
     if (!s->caps->split || *segs < 2 || c <= step)
         return 1;
@@ -62,6 +62,9 @@ int dh__lst_push(dh__sched *s, int node, int64_t pos, double lead, double first_
      * the first step's ranks waited 335 ms on average, now 146, for 136 ms of its CPU over
      * the workers). */
     int32_t segs = 1;
+    if (s->cfg.node_local) /* a replica reads only its own tasks' (planning read the rest) */
+        s->slot_segs[at(s, pos)] =
+            s->cfg.pred.segments ? s->cfg.pred.segments[sample_at(s, pos)] : 1;
     double c = task_cost(s, pos);
     c /= least_parts(s, pos, c, &segs);
     /* A task longer than the step's whole lead spread cannot wait for its batch's turn: it

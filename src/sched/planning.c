@@ -441,15 +441,24 @@ static int plan_step(dh__sched *s, int64_t st)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
     /* the drawn samples' metadata, read once at random from the dataset's table (one row a
-     * sample, its CPU prediction too unless the order source drew it): the reads are
-     * independent, so they are issued ahead of their use */
+     * sample, its CPU prediction too unless the order source drew it) and, when every task
+     * is queued here, its segments: the reads are independent, so they are issued ahead of
+     * their use; least slack reads the class and segments again at every pop, from the
+     * step's slots (a dependent miss each from the table). A replica queues its own node's
+     * tasks alone and reads their segments as it queues them (dh__lst_push). */
     int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 && s->ranks_per_node > 1;
     double one[DH_CLS_COUNT];
     placement_scale(s, one);
+    const int32_t *segs = s->cfg.node_local ? NULL : s->cfg.pred.segments;
     for (int64_t k = 0; k < G; k++) {
-        if (k + GATHER_AHEAD < G)
+        if (k + GATHER_AHEAD < G) {
             __builtin_prefetch(&s->cfg.pred.row[idx[k + GATHER_AHEAD]]);
+            if (segs)
+                __builtin_prefetch(&segs[idx[k + GATHER_AHEAD]]);
+        }
         const dh__sample_row *row = &s->cfg.pred.row[idx[k]];
+        if (!s->cfg.node_local)
+            s->slot_segs[base + k] = segs ? segs[idx[k]] : 1;
         if (!s->cfg.order_cpu)
             pred[k] = row->cpu_pred;
         s->slot_gpu[base + k] = sample_gpu(s, idx[k]);

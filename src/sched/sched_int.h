@@ -70,6 +70,8 @@ struct dh__sched {
     int64_t *slot_bytes;     /* cap * G: its bytes; these three read once when the step is
                               * drawn, where a sample's own tables are a cache miss each time */
     uint8_t *slot_cls;       /* cap * G: its class (the CPU calibration's) */
+    int32_t *slot_segs;      /* cap * G: its keyframe segments (1 without): drawn with the
+                              * rest, or on a replica when its task is queued (plan_step) */
     int32_t *parts_left;     /* cap * G: parts of a split sample still running or queued */
     float *revealed;         /* cap * G: exact GPU cost once prepared; < 0 until then */
     uint8_t *done;           /* cap * G: sample fully prepared */

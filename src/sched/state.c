@@ -25,6 +25,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     double *slot_gpu = dh__malloc((size_t)(ncap * G) * sizeof *slot_gpu);
     int64_t *slot_bytes = dh__malloc((size_t)(ncap * G) * sizeof *slot_bytes);
     uint8_t *slot_cls = dh__malloc((size_t)(ncap * G));
+    int32_t *slot_segs = dh__calloc((size_t)(ncap * G), sizeof *slot_segs); /* 0 until read */
     int32_t *parts_left = dh__calloc((size_t)(ncap * G), sizeof *parts_left);
     float *revealed = dh__malloc((size_t)(ncap * G) * sizeof *revealed);
     uint8_t *done = dh__calloc((size_t)(ncap * G), 1);
@@ -36,7 +37,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
-    int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes && slot_cls &&
+    int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes && slot_cls && slot_segs &&
              parts_left && revealed && done &&
              orig_rank && step_start && finished_ranks && group && settled && first_lead && leads_ver;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
@@ -59,6 +60,7 @@ static int regrow(dh__sched *s, int64_t ncap)
         MOVE(slot_gpu);
         MOVE(slot_bytes);
         MOVE(slot_cls);
+        MOVE(slot_segs);
         MOVE(parts_left);
         MOVE(revealed);
         MOVE(done);
@@ -79,6 +81,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(slot_gpu);
     SWAP(slot_bytes);
     SWAP(slot_cls);
+    SWAP(slot_segs);
     SWAP(parts_left);
     SWAP(revealed);
     SWAP(done);
@@ -127,6 +130,7 @@ void dh__sched_free(dh__sched *s)
     free(s->slot_gpu);
     free(s->slot_bytes);
     free(s->slot_cls);
+    free(s->slot_segs);
     free(s->parts_left);
     free(s->revealed);
     free(s->done);
