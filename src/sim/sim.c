@@ -363,6 +363,9 @@ static int dispatch(sim *s, int w, double now)
     /* A sample prepared on another node arrives after its network transfer; one on an
      * object store is decoded once its bytes are here. */
     s->rem[w] = true_cost(s, t) + t->ship_s;
+    /* its exact GPU cost is read when it is done (on_task_done), a miss at random in the
+     * workload's truth by then; fetched now, it is there */
+    __builtin_prefetch(&s->run->truth.gpu[t->sample]);
     if (s->fx.on && !t->ship_s)
         s->rem[w] += fetch_wait(s, t, now);
     if (share(s, ++s->busy) < 1.0 || share(s, s->busy - 1) < 1.0)
