@@ -363,7 +363,7 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
         "with tarfile.open('s0.tar', 'w') as t:  # pax, Python's default\n"
         "    add(t, 'a.jpg', path='x.jpg'); add(t, 'a.txt', 'a red \\u00e9 square'.encode())\n"
         "    add(t, 'a.cls', b'3\\n')\n"
-        "    add(t, 'dir/b.mp4', path='x.mp4'); add(t, 'dir/b.txt', b'a clip')\n"
+        "    add(t, 'dir/b.mp4', path='x.mp4'); add(t, 'dir/b.txt', b'a clip\\n')\n"
         "    add(t, 'c.jpg', path='x.jpg'); add(t, 'c.jpg', path='x.jpg')\n"
         "    add(t, 'd.txt', b'text only')\n"
         "    add(t, 'd.json', '{\"url\": \"http://x/\\u00e9\", \"video_metadata\": {\"w\": 96},'\n"
@@ -431,6 +431,7 @@ START_TEST(index_makes_one_line_per_sample_of_each_shard)
                               "\"n\":1.5}");
     dh_manifest_sample(m, b, &si);
     ck_assert_int_eq(si.media_count, 1);
+    ck_assert_str_eq(si.text, "a clip\n"); /* as stored: a caption's newline kept (WebDataset's) */
     dh_media_info mi;
     dh_manifest_media(m, b, 0, &mi);
     ck_assert_int_eq(mi.type, DH_MEDIA_VIDEO);
