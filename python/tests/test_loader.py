@@ -478,7 +478,7 @@ print(json.dumps(passes))
                             self.assertTrue(all(st < 0 for st in b["status"]))
                             self.assertEqual(datahelix.error_name(b["status"][0])[0],
                                              "DH_ENOENT")
-            self.assertIn("samples finished failed, over the --max-failed share 0.50",
+            self.assertIn("samples finished so far failed, over the --max-failed share 0.50",
                           str(e.exception))
             self.assertIn("cannot open", str(e.exception))
             # the file too: the trainer's only word of it (the sample's id alone before)
