@@ -449,16 +449,10 @@ static int plan_step(dh__sched *s, int64_t st)
     int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 && s->ranks_per_node > 1;
     double one[DH_CLS_COUNT];
     placement_scale(s, one);
-    const int32_t *segs = s->cfg.node_local ? NULL : s->cfg.pred.segments;
     for (int64_t k = 0; k < G; k++) {
-        if (k + GATHER_AHEAD < G) {
+        if (k + GATHER_AHEAD < G)
             __builtin_prefetch(&s->cfg.pred.row[idx[k + GATHER_AHEAD]]);
-            if (segs)
-                __builtin_prefetch(&segs[idx[k + GATHER_AHEAD]]);
-        }
         const dh__sample_row *row = &s->cfg.pred.row[idx[k]];
-        if (!s->cfg.node_local)
-            s->slot_segs[base + k] = segs ? segs[idx[k]] : 1;
         if (!s->cfg.order_cpu)
             pred[k] = row->cpu_pred;
         s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
@@ -466,6 +460,13 @@ static int plan_step(dh__sched *s, int64_t st)
         s->slot_cls[base + k] = (uint8_t)row->cls;
         if (deal) /* the deal's CPU (place_balanced) */
             s->plan_cpu[k] = pred[k] * one[row->cls];
+    }
+    const int32_t *segs = s->cfg.pred.segments;
+    for (int64_t k = 0; !s->cfg.node_local && k < G; k++) { /* a pass apart: a replica's
+                                                          * gather above stays as it was */
+        if (segs && k + GATHER_AHEAD < G)
+            __builtin_prefetch(&segs[idx[k + GATHER_AHEAD]]);
+        s->slot_segs[base + k] = segs ? segs[idx[k]] : 1;
     }
     int32_t *rank_of = s->rank_of + base;
     memset(s->settled + step_slot(s, st) * s->nodes, 1, (size_t)s->nodes);

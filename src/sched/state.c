@@ -37,9 +37,9 @@ static int regrow(dh__sched *s, int64_t ncap)
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
-    int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes && slot_cls && slot_segs &&
-             parts_left && revealed && done &&
-             orig_rank && step_start && finished_ranks && group && settled && first_lead && leads_ver;
+    int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
+             slot_cls && slot_segs && parts_left && revealed && done && orig_rank && step_start &&
+             finished_ranks && group && settled && first_lead && leads_ver;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
