@@ -498,6 +498,13 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
         int64_t i = out[k];
         if (i < 0 || i >= run->truth.n)
             return DH_ERANGE;
+        if (k + DRAW_AHEAD < run->cfg.global_batch) { /* two misses a sample, else one by one */
+            int64_t j = out[k + DRAW_AHEAD];
+            if (j >= 0 && j < run->truth.n) {
+                __builtin_prefetch(&run->truth.gpu[j]);
+                __builtin_prefetch(&run->truth.cpu[j]);
+            }
+        }
         double g = run->truth.gpu[i];
         sp->gpu_sum += g;
         sp->gpu_max = DH_MAX(sp->gpu_max, g);
