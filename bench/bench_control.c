@@ -8,7 +8,11 @@
  *     admission, leads, least slack, splitting, calibration);
  *   - its own ranks take and finish their batches;
  *   - the other nodes' ranks are applied as their STEP records say (batch
- *     taken, step done), as apply_step does after each exchange;
+ *     taken, step done), as apply_step does after each exchange, and the step
+ *     is closed in the job's records, which every engine keeps (each drawn
+ *     step's modelled truth is summed there for the bound as the step is
+ *     drawn: BENCH_NO_RECORDS=1 leaves the records out, as this benchmark did
+ *     before 2026-12-06);
  *   - the next step's moves are agreed, as at the step's exchange
  *     (dh__nodes_agree): from every node's exchanged exact costs the node
  *     plans its group's moves as every node of the group does (the
@@ -65,6 +69,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_control: %s\n", err);
         return 1;
     }
+    dh__records rec; /* the job's records, as an engine keeps them (the header) */
+    int with_rec = !getenv("BENCH_NO_RECORDS");
+    if (dh__records_init(&rec, cfg.ranks, G)) {
+        fprintf(stderr, "bench_control: no records\n");
+        return 1;
+    }
+    rec.step_fixed = run.gpu.c0;
+    run.rec = with_rec ? &rec : NULL;
     dh__sched_config sc;
     run.cfg.memory_budget = dh__run_node_budget(&run, 0, 0); /* as the engine sets a node's */
     dh__run_sched_config(&run, 0, &sc);
@@ -124,6 +136,8 @@ int main(int argc, char **argv)
             dh__sched_batch_taken(s, r, st, now);
             dh__sched_step_done(s, r, st, now + gpu[r], gpu[r]);
         }
+        if (with_rec)
+            dh__records_close(&rec, st);
         others = others < 0 ? 0 : bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - others; /* 1 node */
         now += step_s;
         double t_reb_start = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
@@ -169,6 +183,8 @@ int main(int argc, char **argv)
            (long long)rs->considered, (long long)rs->moved, (long long)rs->gated,
            (double)rs->considered / (double)(steps - 1));
     dh__sched_free(s);
+    run.rec = NULL;
+    dh__records_free(&rec);
     dh__run_free(&run);
     free(buf);
     free(gpu);
