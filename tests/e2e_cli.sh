@@ -361,6 +361,10 @@ check "serve waiting for ranks: progress lines" \
     grep -q "serve: waiting for ranks: 0 of 2 attached, [0-9]* s left" "$WORK/wait.err"
 check "serve -q waiting for ranks: none" not_contains "$WORK/wait-q.err" "waiting for ranks"
 check "serve -q: the timeout still said" contains "$WORK/wait-q.err" "attached in time"
+check "serve timed out before any step: one line, not a page of zeros" contains \
+    "$WORK/wait-q.err" "no step was completed: nothing delivered, nothing to account"
+check "serve timed out before any step: no empty accounting" not_contains "$WORK/wait-q.err" \
+    "delivered 0 + failed 0"
 if [[ -n $cg ]]; then
     (echo $BASHPID > "$cg/cgroup.procs" && exec "$DH" serve --manifest \
         "$WORK/data/manifest.jsonl" --ranks 1 --batch 2 --socket "@dhe2e-cg-$$" \

@@ -470,9 +470,13 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
                 strstr(err, "stopped responding") ? " (one in flight when a node died may be "
                                                     "counted by some survivors only)" : "");
         cli_print_result(res);
+    } else if (res->engine[0] && res->steps == 0) { /* a page of zeros said nothing */
+        cli_err("%s: no step was completed: nothing delivered, nothing to account",
+                mode_name[mode]);
     } else if (res->engine[0]) { /* a run cut short still accounts for what it completed */
-        cli_err("%s: the accounting of the %lld completed steps (a sample of a step left "
-                "unfinished is in none of its counts; each that failed is named above):",
+        cli_err("%s: the accounting of the %lld completed steps (the samples of steps "
+                "prepared ahead and left unfinished are in none of its counts, though their "
+                "failures were named above too):",
                 mode_name[mode], (long long)res->steps);
         cli_print_result(res);
     }
