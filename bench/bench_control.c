@@ -114,7 +114,7 @@ int main(int argc, char **argv)
                 }
                 for (int k = 0; k < n; k++)
                     dh__sched_task_done(s, &running[k], now, running[k].pred_cost,
-                                        run.truth.gpu[running[k].sample]);
+                                        run.truth.of[running[k].sample].gpu);
                 tasks += n;
             }
         }
@@ -125,7 +125,7 @@ int main(int argc, char **argv)
             int32_t n = dh__sched_batch_samples(s, st, r, buf, (int32_t)G);
             gpu[r] = 0;
             for (int32_t k = 0; k < n; k++)
-                gpu[r] += run.truth.gpu[buf[k]];
+                gpu[r] += run.truth.of[buf[k]].gpu;
             step_gpu = gpu[r] > step_gpu ? gpu[r] : step_gpu;
         }
         double step_s = step_gpu + run.gpu.c0;
@@ -152,7 +152,7 @@ int main(int argc, char **argv)
                 return 1;
             }
             for (int64_t j = 0; j < G; j++)
-                known[j] = (float)run.truth.gpu[order[j]];
+                known[j] = (float)run.truth.of[order[j]].gpu;
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
             dh__reb_agreed a = {frozen, known, dh__calib_gpu_mape(dh__sched_calib(s)), 1, 1, 1, 0};
             dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);

@@ -258,7 +258,7 @@ double dh_engine_batch_gpu_seconds(const dh_engine *e, const dh_batch *b)
 {
     double g = 0;
     for (int32_t k = 0; k < b->nsamples; k++)
-        g += e->run.truth.gpu[b->samples[k]];
+        g += e->run.truth.of[b->samples[k]].gpu;
     return g;
 }
 

@@ -127,7 +127,7 @@ static double revealed_gpu(dh_engine *e, const dh__task *t, const batch_slot *b,
     if (sample_failed(b, t->sample) || !dh__sched_last_part(e->sched, t))
         return -1.0;
     if (!e->run.cfg.sample_gpu_cost)
-        return e->run.truth.gpu[t->sample];
+        return e->run.truth.of[t->sample].gpu;
     int32_t n, first = dh__slot_items_of(b->items, b->nitems, t->sample, &n);
     return e->run.cfg.sample_gpu_cost(t->sample, b->items + first, n, base,
                                       e->run.cfg.sample_gpu_cost_user);

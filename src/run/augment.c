@@ -51,12 +51,12 @@ double dh__run_drawn_cpu(const dh__run *run, int64_t step, int64_t i)
 
 double dh__run_true_of(const dh__run *run, int64_t i, double drawn)
 {
-    double truth = run->truth.cpu[i], plain = run->samples.row[i].cpu_pred;
+    double truth = run->truth.of[i].cpu, plain = run->samples.row[i].cpu_pred;
     return !run->random || plain <= 0 ? truth : truth * drawn / plain;
 }
 
 double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i)
 {
     return run->random ? dh__run_true_of(run, i, dh__run_drawn_cpu(run, step, i))
-                       : run->truth.cpu[i];
+                       : run->truth.of[i].cpu;
 }

@@ -25,7 +25,7 @@ int dh_run_emulated_gpu(const dh_run_config *cfg, double *gpu_s, int64_t n, doub
                       (long long)run.truth.n, (long long)n);
     } else {
         for (int64_t i = 0; i < n; i++)
-            gpu_s[i] = run.truth.gpu[i];
+            gpu_s[i] = run.truth.of[i].gpu;
         if (step_fixed_s)
             *step_fixed_s = run.gpu.c0;
     }

@@ -498,14 +498,13 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
         int64_t i = out[k];
         if (i < 0 || i >= run->truth.n)
             return DH_ERANGE;
-        if (k + DRAW_AHEAD < run->cfg.global_batch) { /* two misses a sample, else one by one */
+        if (k + DRAW_AHEAD < run->cfg.global_batch) { /* a miss a sample, else one by one */
             int64_t j = out[k + DRAW_AHEAD];
             if (j >= 0 && j < run->truth.n) {
-                __builtin_prefetch(&run->truth.gpu[j]);
-                __builtin_prefetch(&run->truth.cpu[j]);
+                __builtin_prefetch(&run->truth.of[j]);
             }
         }
-        double g = run->truth.gpu[i];
+        double g = run->truth.of[i].gpu;
         sp->gpu_sum += g;
         sp->gpu_max = DH_MAX(sp->gpu_max, g);
         /* the draw made above, not again (none without random keys: the truth's own) */

@@ -362,10 +362,8 @@ static int dispatch(sim *s, int w, double now)
     s->task_start[w] = now;
     /* A sample prepared on another node arrives after its network transfer; one on an
      * object store is decoded once its bytes are here. */
-    s->rem[w] = true_cost(s, t) + t->ship_s;
-    /* its exact GPU cost is read when it is done (on_task_done), a miss at random in the
-     * workload's truth by then; fetched now, it is there */
-    __builtin_prefetch(&s->run->truth.gpu[t->sample]);
+    s->rem[w] = true_cost(s, t) + t->ship_s; /* its truth's line, its GPU cost in it too: read
+                                               * when it is done (on_task_done) */
     if (s->fx.on && !t->ship_s)
         s->rem[w] += fetch_wait(s, t, now);
     if (share(s, ++s->busy) < 1.0 || share(s, s->busy - 1) < 1.0)
@@ -407,7 +405,7 @@ static void start_compute(sim *s, int r, int64_t st, double now)
         return;
     }
     for (int32_t k = 0; k < n; k++)
-        gpu += s->run->truth.gpu[s->batch_buf[k]];
+        gpu += s->run->truth.of[s->batch_buf[k]].gpu;
     s->waiting[r] = -1;
     b->compute = gpu;
     dh__sched_batch_taken(s->sched, r, st, now);
@@ -450,7 +448,7 @@ static void on_task_done(sim *s, const event *e)
                    s->task_start[w], s->nworkers > s->cores ? wall : cost, t.step, t.rank,
                    t.sample);
     /* The sample's exact GPU cost becomes known once it is prepared (docs/DESIGN.md mech. 4). */
-    int rc = dh__sched_task_done(s->sched, &t, e->t, cost, s->run->truth.gpu[t.sample]);
+    int rc = dh__sched_task_done(s->sched, &t, e->t, cost, s->run->truth.of[t.sample].gpu);
     dh__rec_batch *b = dh__records_batch(&s->rec, t.step, t.rank);
     if (rc < 0 || !b) {
         fail(s, rc < 0 ? rc : s->rec.error);

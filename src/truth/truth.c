@@ -13,19 +13,15 @@ int dh__truth_init(dh__truth *t, int64_t n)
     memset(t, 0, sizeof *t);
     size_t k = (size_t)(n > 0 ? n : 1);
     t->n = n;
-    t->cpu = dh__malloc(k * sizeof *t->cpu);
-    t->gpu = dh__malloc(k * sizeof *t->gpu);
-    if (!t->cpu || !t->gpu) {
-        dh__truth_free(t);
+    t->of = dh__malloc(k * sizeof *t->of);
+    if (!t->of)
         return DH_ENOMEM;
-    }
     return 0;
 }
 
 void dh__truth_free(dh__truth *t)
 {
-    free(t->cpu);
-    free(t->gpu);
+    free(t->of);
     memset(t, 0, sizeof *t);
 }
 
@@ -42,11 +38,11 @@ void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row
     for (int64_t i = 0; i < t->n; i++) {
         dh_sample_info si;
         dh_manifest_sample(m, i, &si);
-        t->cpu[i] = si.sim_cpu_ms >= 0
+        t->of[i].cpu = si.sim_cpu_ms >= 0
                         ? (float)(si.sim_cpu_ms * 1e-3)
                         : (float)(row[i].cpu_pred * dh__lognormal_noise(seed, i, 1, 0.25));
         if (cpu_scale > 0 && si.sim_cpu_ms < 0) /* model-derived truth follows the machine */
-            t->cpu[i] *= (float)cpu_scale;
+            t->of[i].cpu *= (float)cpu_scale;
     }
 }
 
@@ -60,7 +56,7 @@ void dh__truth_cpu_stress(dh__truth *t, const dh_manifest *m, const dh__sample_r
         if (si.sim_cpu_ms >= 0)
             continue;
         double heavy = stress_draw(seed, i, 0xc9e5) < st->cpu_heavy_frac ? st->cpu_heavy_k : 1.0;
-        t->cpu[i] = (float)(row[i].cpu_pred * heavy * dh__lognormal_noise(seed, i, 1, sigma));
+        t->of[i].cpu = (float)(row[i].cpu_pred * heavy * dh__lognormal_noise(seed, i, 1, sigma));
     }
 }
 
@@ -70,7 +66,7 @@ void dh__truth_gpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row
     for (int64_t i = 0; i < t->n; i++) {
         dh_sample_info si;
         dh_manifest_sample(m, i, &si);
-        t->gpu[i] = si.sim_gpu_ms >= 0 ? (float)(si.sim_gpu_ms * 1e-3)
+        t->of[i].gpu = si.sim_gpu_ms >= 0 ? (float)(si.sim_gpu_ms * 1e-3)
                                        : (float)(dh__gpu_sample_cost(g, &row[i].feat) *
                                                  dh__lognormal_noise(seed, i, 2, 0.05));
     }
@@ -90,7 +86,7 @@ void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__sample_row *ro
         f.v *= (float)k;
         f.t2 *= (float)(k * k);
         f.v2 *= (float)(k * k);
-        t->gpu[i] = (float)(dh__gpu_sample_cost(g, &f) * dh__lognormal_noise(seed, i, 2, 0.05));
+        t->of[i].gpu = (float)(dh__gpu_sample_cost(g, &f) * dh__lognormal_noise(seed, i, 2, 0.05));
         if (st->understate_told) /* the reference: descriptors that tell the truth */
             row[i].feat = f;
     }

@@ -16,10 +16,16 @@
 
 #include "../cost/cost.h"
 
+/* A sample's truth: both costs side by side, one cache miss where a step, a task or the
+ * records read them at random (two arrays were two). */
+typedef struct {
+    float cpu; /* seconds of preparing the sample on one worker */
+    float gpu; /* seconds of computing it */
+} dh__truth_of;
+
 typedef struct {
     int64_t n;
-    float *cpu; /* seconds of preparing sample i on one worker */
-    float *gpu; /* seconds of computing sample i */
+    dh__truth_of *of; /* n: sample i's */
 } dh__truth;
 
 /* What the stress options ask for (all zero: none). */
