@@ -438,7 +438,7 @@ mkdir -p "$WORK/moved" && cp "$WORK/wds/manifest.jsonl" "$WORK/moved/"
     --workers 2 --batch 4 --epochs 4 > "$WORK/mv.out" 2> "$WORK/mv.err"
 check "missing shards: the run fails" test $? -eq 1
 check "missing shards: stopped by --max-failed, naming the last failure" contains \
-    "$WORK/mv.err" 'the run stopped: 1[6-9] of the 1[6-9] samples finished so far failed, over the --max-failed share 0.50 (the last, "shards/0000[0-2].tar:[^"]*" (.*shards/0000[0-2].tar[^)]*): cannot open: No such file'
+    "$WORK/mv.err" 'the run stopped: 1[6-9] of the 1[6-9] samples finished so far failed, over the --max-failed share 0.50 (the last, "shards/0000[0-2].tar:[^"]*" (.*shards/0000[0-2].tar[^)]*): cannot open: No such file[^;]*; the agent.s log names every one'
 "$DH" run --manifest "$WORK/moved/manifest.jsonl" --workload kinetics-clips --ranks 2 \
     --workers 2 --batch 4 --epochs 1 --max-failed 1 > "$WORK/mv1.out" 2> "$WORK/mv1.err"
 check "every sample failed: the run fails at its end" test $? -eq 1 -a \

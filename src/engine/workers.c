@@ -162,7 +162,8 @@ static void too_many_failed(dh_engine *e, const dh__task *t, int rc, const char 
              path && path[0] ? path : "", path && path[0] ? ")" : "");
     if (share)
         snprintf(e->fail_msg, sizeof e->fail_msg, "%lld of the %lld samples finished so far "
-                 "failed, over the --max-failed share %.2f (the last, %s: %s)",
+                 "failed, over the --max-failed share %.2f (the last, %s: %s; the agent's "
+                 "log names every one: more than one file may be missing)",
                  (long long)e->nfail, (long long)(e->nfail + e->nok), frac, last, why);
     else
         snprintf(e->fail_msg, sizeof e->fail_msg, "the object store failed the last %d "
