@@ -498,12 +498,10 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
         int64_t i = out[k];
         if (i < 0 || i >= run->truth.n)
             return DH_ERANGE;
-        if (k + DRAW_AHEAD < run->cfg.global_batch) { /* a miss a sample, else one by one */
-            int64_t j = out[k + DRAW_AHEAD];
-            if (j >= 0 && j < run->truth.n) {
-                __builtin_prefetch(&run->truth.of[j]);
-            }
-        }
+        /* a miss at random a sample: fetched ahead, not one after the other */
+        int64_t j = k + DRAW_AHEAD < run->cfg.global_batch ? out[k + DRAW_AHEAD] : -1;
+        if (j >= 0 && j < run->truth.n)
+            __builtin_prefetch(&run->truth.of[j]);
         double g = run->truth.of[i].gpu;
         sp->gpu_sum += g;
         sp->gpu_max = DH_MAX(sp->gpu_max, g);

@@ -24,7 +24,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     float *task_pred = dh__malloc((size_t)(ncap * G) * sizeof *task_pred);
     double *slot_gpu = dh__malloc((size_t)(ncap * G) * sizeof *slot_gpu);
     int64_t *slot_bytes = dh__malloc((size_t)(ncap * G) * sizeof *slot_bytes);
-    uint8_t *slot_cls = dh__malloc((size_t)(ncap * G));
+    uint8_t *slot_cls = dh__malloc((size_t)(ncap * G) * sizeof *slot_cls);
     int32_t *slot_segs = dh__calloc((size_t)(ncap * G), sizeof *slot_segs); /* 0 until read */
     int32_t *parts_left = dh__calloc((size_t)(ncap * G), sizeof *parts_left);
     float *revealed = dh__malloc((size_t)(ncap * G) * sizeof *revealed);

@@ -362,8 +362,8 @@ static int dispatch(sim *s, int w, double now)
     s->task_start[w] = now;
     /* A sample prepared on another node arrives after its network transfer; one on an
      * object store is decoded once its bytes are here. */
-    s->rem[w] = true_cost(s, t) + t->ship_s; /* its truth's line, its GPU cost in it too: read
-                                               * when it is done (on_task_done) */
+    s->rem[w] = true_cost(s, t) + t->ship_s; /* (its truth holds its GPU cost, read when it
+                                               * is done: the same line) */
     if (s->fx.on && !t->ship_s)
         s->rem[w] += fetch_wait(s, t, now);
     if (share(s, ++s->busy) < 1.0 || share(s, s->busy - 1) < 1.0)

@@ -39,8 +39,8 @@ void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row
         dh_sample_info si;
         dh_manifest_sample(m, i, &si);
         t->of[i].cpu = si.sim_cpu_ms >= 0
-                        ? (float)(si.sim_cpu_ms * 1e-3)
-                        : (float)(row[i].cpu_pred * dh__lognormal_noise(seed, i, 1, 0.25));
+                           ? (float)(si.sim_cpu_ms * 1e-3)
+                           : (float)(row[i].cpu_pred * dh__lognormal_noise(seed, i, 1, 0.25));
         if (cpu_scale > 0 && si.sim_cpu_ms < 0) /* model-derived truth follows the machine */
             t->of[i].cpu *= (float)cpu_scale;
     }
@@ -67,8 +67,8 @@ void dh__truth_gpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row
         dh_sample_info si;
         dh_manifest_sample(m, i, &si);
         t->of[i].gpu = si.sim_gpu_ms >= 0 ? (float)(si.sim_gpu_ms * 1e-3)
-                                       : (float)(dh__gpu_sample_cost(g, &row[i].feat) *
-                                                 dh__lognormal_noise(seed, i, 2, 0.05));
+                                          : (float)(dh__gpu_sample_cost(g, &row[i].feat) *
+                                                    dh__lognormal_noise(seed, i, 2, 0.05));
     }
 }
 
