@@ -487,6 +487,53 @@ print(json.dumps(passes))
             self.assertNotEqual(rc, 0, err)
             self.assertIn("DH_EFAILED", err)
 
+    def test_a_rank_failing_after_the_run_stopped_on_failed_samples_is_not_the_cause(self):
+        """Two ranks, media gone: rank 0 hears the --max-failed stop, and rank 1 then fails
+        holding its batch (under DDP its collective breaks as rank 0 leaves). The agent's
+        line about rank 1 says the run had stopped on failed samples first; a user's trial
+        read "rank 1 failed ... Connection closed by peer; the job cannot go on without it"
+        before the real reason and blamed gloo."""
+        with open(os.path.join(self.tmp, "gone2.jsonl"), "w") as f:
+            for k in range(40):
+                f.write(json.dumps({"id": "g%d" % k, "media": [
+                    {"type": "image", "path": "gone/x%d.jpg" % k, "width": 64,
+                     "height": 64}]}) + "\n")
+        s = sock()
+        stopped, said = threading.Event(), []
+
+        def rank1():
+            try:
+                with datahelix.Loader(socket=s, rank=1, world_size=2) as loader:
+                    next(iter(loader))  # holds step 0's batch
+                    stopped.wait(60)
+                    raise RuntimeError("Connection closed by peer (a collective, as rank 0 left)")
+            except Exception as e:  # noqa: BLE001 - what rank 1 ended with, for the assert
+                said.append(repr(e))
+
+        with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--epochs", "2",
+                   manifest="gone2.jsonl") as agent:
+            other = threading.Thread(target=rank1)
+            other.start()
+            try:
+                with datahelix.Loader(socket=s, rank=0, world_size=2) as loader:
+                    with self.assertRaises(datahelix.DataHelixError) as e:
+                        for _ in range(2):
+                            for b in loader:
+                                pass
+                self.assertIn("over the --max-failed share", str(e.exception))
+            finally:
+                stopped.set()
+                other.join(60)
+            self.assertIn("Connection closed by peer", said[0])
+            rc, out, err = agent.wait()
+            self.assertNotEqual(rc, 0, err)
+            self.assertIn("DH_EFAILED", err)
+            lines = [ln for ln in err.splitlines() if "rank 1" in ln and "trainer says" in ln]
+            self.assertTrue(lines, err)
+            self.assertIn("the run had stopped on too many failed samples (--max-failed", lines[0])
+            self.assertIn("; not the cause", lines[0])
+            self.assertNotIn("cannot go on without it", lines[0])
+
     def test_a_loop_left_early_leaves_the_rest_of_its_epoch(self):
         """break (or an exception) in epoch 0 after one batch: the next loop is all of epoch
         1, as a DataLoader's new iterator is a new epoch (it went on with epoch 0's rest

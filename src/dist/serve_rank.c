@@ -375,8 +375,15 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
     }
     char why[sizeof a->fault], by[200] = "";
     const char *other = a->e ? dh__engine_stopped_by(a->e) : NULL; /* not under a->mu */
+    /* its trainers were told the run failed on too many failed samples: one that fails then
+     * (its collective broke as a peer left) is not the cause (a user's trial blamed gloo) */
+    int failed = !other && a->e && dh__engine_fail_msg(a->e);
+    const char *tail = failed ? "not the cause" : dh__agent_fault_tail(a);
     if (other)
         snprintf(by, sizeof by, "%s, then ", other);
+    else if (failed)
+        snprintf(by, sizeof by, "the run had stopped on too many failed samples (--max-failed: "
+                                "the reason follows), then ");
     pthread_mutex_lock(&a->mu);
     int first = !a->died;
     if (!a->fault_code) { /* a rank that left earlier stays the cause */
@@ -388,7 +395,7 @@ static void lost(agent *a, conn *c, const char *at, int look_around)
         snprintf(a->fault, sizeof a->fault, "%s%s; %s",
                  a->stopping ? "the agent was stopped (Ctrl-C, SIGTERM or its caller), then "
                              : by, /* another node's agent was (every node stops with it) */
-                 how_lost(c, at, how, sizeof how), dh__agent_fault_tail(a));
+                 how_lost(c, at, how, sizeof how), tail);
     }
     a->died = 1;
     snprintf(why, sizeof why, "%s", a->fault);
