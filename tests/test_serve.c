@@ -15,6 +15,7 @@
 #include "dist/dist.h"
 #include "testutil.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -335,8 +336,11 @@ END_TEST
 START_TEST(a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done)
 {
     new_socket_name();
+    int past[2]; /* rank 0 says its release of step 2 was taken (a second's sleep assumed it) */
+    ck_assert_int_eq(pipe(past), 0);
     pid_t p1 = fork();
     if (!p1) {
+        close(past[1]);
         dh_batch kept, b;
         dh_client *c = took_first(1, 2, &kept);
         for (int n = 1; n <= 3; n++) {
@@ -345,12 +349,16 @@ START_TEST(a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done)
             if (n < 3)
                 dh_client_release(c, &b);
         }
-        usleep(1000 * 1000); /* rank 0 is past step 2 */
+        struct pollfd pf = {past[0], POLLIN, 0};
+        char x;
+        if (poll(&pf, 1, 60000) != 1 || read(past[0], &x, 1) != 1)
+            _exit(5);
         kill(getpid(), SIGKILL);
         _exit(4);
     }
     pid_t p0 = fork();
     if (!p0) {
+        close(past[0]);
         dh_client_opts o = client_opts(0, 2, 4);
         dh_client *c;
         if (dh_client_connect(&o, &c, NULL, 0))
@@ -360,10 +368,15 @@ START_TEST(a_dead_trainers_kept_batch_of_a_step_it_went_past_counts_as_done)
             int rc = dh_client_next(c, 10000, &b, NULL, 0);
             if (rc)
                 _exit(rc == DH_EPEER ? 0 : 4);
+            /* step 3's batch came after the agent took step 2's release (one connection) */
+            if (n == 3 && write(past[1], "x", 1) != 1)
+                _exit(6);
             dh_client_release(c, &b);
         }
         _exit(9);
     }
+    close(past[0]);
+    close(past[1]);
     dh_result r;
     char err[640] = "";
     int rc = serve_two_forever(p0, 0, p1, 100 + SIGKILL, NULL, NULL, &r, err, sizeof err);
