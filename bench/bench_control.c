@@ -9,10 +9,11 @@
  *   - its own ranks take and finish their batches;
  *   - the other nodes' ranks are applied as their STEP records say (batch
  *     taken, step done), as apply_step does after each exchange, and the step
- *     is closed in the job's records, which every engine keeps (each drawn
- *     step's modelled truth is summed there for the bound as the step is
- *     drawn: BENCH_NO_RECORDS=1 leaves the records out, as this benchmark did
- *     before 2026-12-06);
+ *     is closed in the job's records, which every engine keeps (each step's
+ *     modelled truth summed there for the bound: every node sums its own
+ *     batches' and adds the N nodes' shares from their records;
+ *     BENCH_NO_RECORDS=1 leaves the records out, as this benchmark did before
+ *     2026-12-06);
  *   - the next step's moves are agreed, as at the step's exchange
  *     (dh__nodes_agree): from every node's exchanged exact costs the node
  *     plans its group's moves as every node of the group does (the
@@ -77,6 +78,10 @@ int main(int argc, char **argv)
     }
     rec.step_fixed = run.gpu.c0;
     run.rec = with_rec ? &rec : NULL;
+    run.truth_by_nodes = 1; /* as an engine of several nodes: each sums its own batches' */
+    /* each node's share of a step's truth (gpu, max, cpu), as their records bring it: the
+     * others' left at 0 (computing them here, untimed, only evicted the agent's own data) */
+    double *part = calloc((size_t)nodes * 3, sizeof *part);
     dh__sched_config sc;
     run.cfg.memory_budget = dh__run_node_budget(&run, 0, 0); /* as the engine sets a node's */
     dh__run_sched_config(&run, 0, &sc);
@@ -93,7 +98,7 @@ int main(int argc, char **argv)
     float *known = malloc((size_t)G * sizeof *known);
     uint8_t *frozen = calloc((size_t)R, 1);
     dh__task *running = malloc((size_t)nw * sizeof *running);
-    if (!buf || !gpu || !running || !known || !frozen)
+    if (!buf || !gpu || !running || !known || !frozen || !part)
         return 1;
     double now = 0, ctl_sum = 0, ctl_max = 0, step_sum = 0, others_sum = 0, reb_sum = 0;
     int64_t tasks = 0;
@@ -121,6 +126,7 @@ int main(int argc, char **argv)
         double t_ready = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         /* the step's compute, from the workload's GPU model (simulated; not the agent's) */
         double step_gpu = 0;
+        memset(part, 0, 3 * sizeof *part);
         for (int r = 0; r < R; r++) {
             int32_t n = dh__sched_batch_samples(s, st, r, buf, (int32_t)G);
             gpu[r] = 0;
@@ -130,11 +136,22 @@ int main(int argc, char **argv)
         }
         double step_s = step_gpu + run.gpu.c0;
         double t1 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
+        for (int r = 0; with_rec && r < rpn; r++) { /* its own share, into its record */
+            int32_t n = dh__sched_batch_samples(s, st, r, buf, (int32_t)G);
+            dh__run_add_truth(&run, st, buf, n, part, part + 1, part + 2);
+        }
         for (int r = 0; r < R; r++) {
             if (r == rpn) /* the others', from their records */
                 others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
             dh__sched_batch_taken(s, r, st, now);
             dh__sched_step_done(s, r, st, now + gpu[r], gpu[r]);
+        }
+        dh__rec_step *sp = with_rec ? dh__records_step(&rec, st) : NULL;
+        for (int k = 0; sp && k < nodes; k++) { /* every node's share, as apply_step adds */
+            sp->gpu_sum += part[3 * k];
+            sp->gpu_max = part[3 * k + 1] > sp->gpu_max ? part[3 * k + 1] : sp->gpu_max;
+            sp->cpu_sum += part[3 * k + 2];
+            rec.cpu_true_sum += part[3 * k + 2];
         }
         if (with_rec)
             dh__records_close(&rec, st);
@@ -191,5 +208,6 @@ int main(int argc, char **argv)
     free(running);
     free(known);
     free(frozen);
+    free(part);
     return 0;
 }

@@ -1265,6 +1265,14 @@ START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
                 ck_assert_double_eq(n[x].res.makespan_s, n[0].res.makespan_s);
                 ck_assert_int_eq(n[x].res.memory_peak, n[0].res.memory_peak);
                 ck_assert_double_gt(n[x].res.exchange_mean_s, 0);
+                /* the bound from the steps' truth, each node summing its own batches': the
+                 * same on every node, and what one node summing every draw gets */
+                ck_assert_double_eq(n[x].res.bound_gpu_s, n[0].res.bound_gpu_s);
+                ck_assert_double_eq(n[x].res.model_bound_s, n[0].res.model_bound_s);
+                ck_assert_double_eq_tol(n[x].res.bound_gpu_s, one[0].res.bound_gpu_s,
+                                        1e-9 * one[0].res.bound_gpu_s);
+                ck_assert_double_eq_tol(n[x].res.model_bound_s, one[0].res.model_bound_s,
+                                        1e-9 * one[0].res.model_bound_s);
                 for (int64_t i = 0; i < n[x].seen_n; i++)
                     all[k++] = n[x].seen[i];
             }

@@ -86,6 +86,8 @@ static int nodes_init(dh_engine *e, dh__sched_config *sc)
     x->late = dh__calloc((size_t)e->nodes, sizeof *x->late);
     x->late_bytes = dh__calloc((size_t)e->nodes, sizeof *x->late_bytes);
     x->skip = dh__calloc((size_t)e->nodes, 1);
+    x->truth_buf = dh__calloc((size_t)e->G, sizeof *x->truth_buf);
+    e->run.truth_by_nodes = 1; /* each node sums its own batches' truth (nodes_step.c) */
     int64_t biggest = 0;
     for (int64_t i = 0; i < e->run.samples.n; i++)
         biggest = DH_MAX(biggest, e->run.samples.row[i].bytes);
@@ -100,7 +102,8 @@ static int nodes_init(dh_engine *e, dh__sched_config *sc)
         if (!x->mv_frozen || !x->mv_known || !x->mv_need)
             return DH_ENOMEM;
     }
-    return x->mine && x->all && x->late && x->late_bytes && x->skip ? 0 : DH_ENOMEM;
+    return x->mine && x->all && x->late && x->late_bytes && x->skip && x->truth_buf ? 0
+                                                                                 : DH_ENOMEM;
 }
 
 static void nodes_free(dh_engine *e)
@@ -114,6 +117,7 @@ static void nodes_free(dh_engine *e)
     free(x->late);
     free(x->late_bytes);
     free(x->skip);
+    free(x->truth_buf);
     free(x->lent);
     for (int k = 0; k < x->rq_n; k++)
         free(x->rq[(x->rq_head + k) % x->rq_cap]);

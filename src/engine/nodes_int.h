@@ -63,6 +63,7 @@ struct dh__xchg {
     int64_t more_steps, more_failed; /* steps every rank took past the last closed one, and
                                       * their failed samples (FINAL) */
     dh__wire_limits lim;  /* what the other nodes' records and messages are checked against */
+    int64_t *truth_buf;   /* G, scratch: a batch's samples, for the step's truth (STEP) */
     /* lending (send and recv set, a lending policy) */
     int lending;
     pthread_t mthread;

@@ -63,6 +63,22 @@ static void close_kept(dh_engine *e, int64_t st, int r)
     dh__sched_step_done(e->sched, r, st, done, rb ? rb->compute : 0);
 }
 
+/*
+ * The modelled truth of this node's batches of step st into its record: their GPU sum and
+ * largest, their CPU (each sample as this step's draw made it). Every sample of the step is
+ * in one node's batches (moves are made by now), so the N records add up to what one node
+ * sums as it draws the step, read at random over the whole step on every node: 0.2-0.6 ms a
+ * step at 1,024 nodes (bench/RESULTS.md), now G / N samples a node.
+ */
+static void node_truth(dh_engine *e, int64_t st, xrec *m)
+{
+    for (int r = e->rank_lo; r < e->rank_hi; r++) {
+        int32_t n = dh__sched_batch_samples(e->sched, st, r, e->x->truth_buf, (int32_t)e->G);
+        dh__run_add_truth(&e->run, st, e->x->truth_buf, n, &m->truth_gpu, &m->truth_gpu_max,
+                          &m->truth_cpu);
+    }
+}
+
 static void fill_step(dh_engine *e, int64_t st, int stop)
 {
     xrec *m = e->x->mine;
@@ -85,6 +101,7 @@ static void fill_step(dh_engine *e, int64_t st, int stop)
         if (s)
             m->r[i].taken = s->b[r].taken, m->r[i].released = s->b[r].released_at;
     }
+    node_truth(e, st, m);
     if (e->x->moving)
         dh__nodes_offer(e, m, st + 1);
 }
@@ -137,6 +154,13 @@ static int apply_step(dh_engine *e, int64_t st)
             *rb = (dh__rec_batch){o->r[i].asked, o->r[i].ready, o->r[i].compute, o->r[i].longest};
             sp = dh__records_step(&e->rec, st); /* the records' ring may have moved */
         }
+    }
+    for (int k = 0; sp && k < e->nodes; k++) { /* the step's truth: every node's, this one's too */
+        const xrec *o = rec_of(x, k);
+        sp->gpu_sum += o->truth_gpu;
+        sp->gpu_max = DH_MAX(sp->gpu_max, o->truth_gpu_max);
+        sp->cpu_sum += o->truth_cpu;
+        e->rec.cpu_true_sum += o->truth_cpu;
     }
     for (int k = 0; k < e->nodes; k++) { /* what lending reads, until the next round */
         x->late[k] = rec_of(x, k)->late;

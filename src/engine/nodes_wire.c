@@ -5,6 +5,7 @@
 #include "engine_int.h"
 #include "nodes_wire.h"
 
+#include <math.h>
 #include <string.h>
 
 size_t dh__wire_result_header(void)
@@ -140,11 +141,14 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
     r->msg[sizeof r->msg - 1] = 0;
     if (r->kind == X_STEP &&
         (r->step < 0 || r->mv_room < 0 || r->mv_ids < 0 || r->failed < 0 ||
-         r->failed > lim->global_batch || r->late_bytes < 0 || r->late_bytes > lim->max_bytes))
+         r->failed > lim->global_batch || r->late_bytes < 0 || r->late_bytes > lim->max_bytes ||
+         !(r->truth_gpu >= 0 && r->truth_gpu_max >= 0 && r->truth_cpu >= 0) ||
+         !isfinite(r->truth_gpu + r->truth_gpu_max + r->truth_cpu)))
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed step record (step "
-                        "%lld, %lld failed samples of %lld, a late task of %lld bytes)", k,
-                        (long long)r->step, (long long)r->failed, (long long)lim->global_batch,
-                        (long long)r->late_bytes);
+                        "%lld, %lld failed samples of %lld, a late task of %lld bytes, truth "
+                        "%g / %g / %g)", k, (long long)r->step, (long long)r->failed,
+                        (long long)lim->global_batch, (long long)r->late_bytes, r->truth_gpu,
+                        r->truth_gpu_max, r->truth_cpu);
     int more_ok = r->kind != X_FINAL || (r->more_steps >= 0 && r->more_steps <= DH__MORE_STEPS);
     for (int64_t j = 0; more_ok && r->kind == X_FINAL && j < r->more_steps; j++)
         more_ok = r->more_failed[j] >= 0 && r->more_failed[j] <= lim->global_batch;

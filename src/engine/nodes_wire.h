@@ -23,9 +23,10 @@
 #include "engine_int.h"
 
 #define DH__WIRE_MAGIC 0x57584844u /* "DHXW" */
-#define DH__WIRE_VERSION 4 /* 1: before the greeting; 2: greeting, checked messages; 3: when
+#define DH__WIRE_VERSION 5 /* 1: before the greeting; 2: greeting, checked messages; 3: when
                             * a node's fault happened (FINAL); 4: the steps taken past the
-                            * last closed one (FINAL) */
+                            * last closed one (FINAL); 5: each node's share of a step's truth
+                            * (STEP) */
 
 /* The first round of every run; never changes (a later version keeps these 32 bytes). */
 typedef struct {
@@ -55,6 +56,9 @@ typedef struct {
     int64_t failed;     /* the step's samples that failed here */
     double late;        /* this node's backlog's predicted worst lateness (lending) */
     int64_t late_bytes; /* output bytes of its least-slack task */
+    /* the modelled truth of this node's batches of the step (the records' bound: every
+     * node adds the N shares in node order, so all compute the same sums) */
+    double truth_gpu, truth_gpu_max, truth_cpu;
     /* STEP, agreed moves (x->moving): step + 1 is offered to the agreed plan (mv), with this
      * node's GPU prediction error, move factor and arena room; after r[]: per local rank
      * whether its batch is open to the plan, then per position of step + 1 the exact GPU

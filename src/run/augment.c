@@ -55,6 +55,20 @@ double dh__run_true_of(const dh__run *run, int64_t i, double drawn)
     return !run->random || plain <= 0 ? truth : truth * drawn / plain;
 }
 
+void dh__run_add_truth(const dh__run *run, int64_t step, const int64_t *samples, int32_t n,
+                       double *gpu, double *gpu_max, double *cpu)
+{
+    for (int32_t k = 0; k < n; k++) {
+        int64_t i = samples[k];
+        double g = run->truth.of[i].gpu;
+        *gpu += g;
+        *gpu_max = DH_MAX(*gpu_max, g);
+        /* the draw as the order source made it (a float), none without random keys */
+        double drawn = run->random ? (float)dh__run_drawn_cpu(run, step, i) : 0.0;
+        *cpu += dh__run_true_of(run, i, drawn);
+    }
+}
+
 double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i)
 {
     return run->random ? dh__run_true_of(run, i, dh__run_drawn_cpu(run, step, i))

@@ -494,7 +494,7 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
     dh__rec_step *sp = dh__records_step(run->rec, run->drawn);
     if (!sp)
         return run->rec->error ? run->rec->error : DH_EINVAL;
-    for (int64_t k = 0; k < run->cfg.global_batch; k++) {
+    for (int64_t k = 0; !run->truth_by_nodes && k < run->cfg.global_batch; k++) {
         int64_t i = out[k];
         if (i < 0 || i >= run->truth.n)
             return DH_ERANGE;

@@ -26,6 +26,8 @@ typedef struct {
     int64_t epoch0, step0;    /* where the sampler began (step 0 of the run) */
     int random;               /* the spec has random keys: costs follow each step's draws */
     dh__records *rec;         /* where drawn steps' truth goes (set by the engine) */
+    int truth_by_nodes;       /* several nodes: each node sums its own batches' truth into
+                               * its STEP record (nodes_step.c), not every draw's */
     dh__policy policy;
     char workload[64];
 } dh__run;
@@ -46,6 +48,10 @@ double dh__run_drawn_cpu(const dh__run *run, int64_t step, int64_t i);
 double dh__run_true_cpu(const dh__run *run, int64_t step, int64_t i);
 /* The same for a drawn prediction already made (the order source's). */
 double dh__run_true_of(const dh__run *run, int64_t i, double drawn);
+/* Adds the modelled truth of samples[0, n) of step `step` (as its draw made them) to *gpu,
+ * *gpu_max and *cpu: a node's share of a step's records (truth_by_nodes). */
+void dh__run_add_truth(const dh__run *run, int64_t step, const int64_t *samples, int32_t n,
+                       double *gpu, double *gpu_max, double *cpu);
 void dh__run_free(dh__run *run);
 /* Every result field both engines fill alike (metrics, calibration, counters); out is whole. */
 void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,
