@@ -33,6 +33,15 @@ def sock():
     return "@dh-pytest-%d-%d" % (os.getpid(), N[0])
 
 
+def gone_manifest(tmp, name):
+    """A manifest of 40 images whose files are not there (media moved, a disk not mounted)."""
+    with open(os.path.join(tmp, name), "w") as f:
+        for k in range(40):
+            f.write(json.dumps({"id": "g%d" % k, "media": [
+                {"type": "image", "path": "gone/x%d.jpg" % k, "width": 64,
+                 "height": 64}]}) + "\n")
+
+
 class Agent:
     """`datahelix serve` as a subprocess; stopped (and reaped) on exit."""
 
@@ -463,11 +472,7 @@ print(json.dumps(passes))
         once 16 failed (--max-failed, default half) and the trainer's next batch raises with
         the reason and the last sample's error (it trained on zeros to the end before, and
         the agent exited 0)."""
-        with open(os.path.join(self.tmp, "gone.jsonl"), "w") as f:
-            for k in range(40):
-                f.write(json.dumps({"id": "g%d" % k, "media": [
-                    {"type": "image", "path": "gone/x%d.jpg" % k, "width": 64,
-                     "height": 64}]}) + "\n")
+        gone_manifest(self.tmp, "gone.jsonl")
         s = sock()
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--epochs", "2",
                    manifest="gone.jsonl") as agent:
@@ -493,11 +498,7 @@ print(json.dumps(passes))
         line about rank 1 says the run had stopped on failed samples first; a user's trial
         read "rank 1 failed ... Connection closed by peer; the job cannot go on without it"
         before the real reason and blamed gloo."""
-        with open(os.path.join(self.tmp, "gone2.jsonl"), "w") as f:
-            for k in range(40):
-                f.write(json.dumps({"id": "g%d" % k, "media": [
-                    {"type": "image", "path": "gone/x%d.jpg" % k, "width": 64,
-                     "height": 64}]}) + "\n")
+        gone_manifest(self.tmp, "gone.jsonl")
         s = sock()
         stopped, said = threading.Event(), []
 
@@ -511,7 +512,7 @@ print(json.dumps(passes))
                 said.append(repr(e))
 
         with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--epochs", "2",
-                   manifest="gone2.jsonl") as agent:
+                   manifest="gone.jsonl") as agent:
             other = threading.Thread(target=rank1)
             other.start()
             try:
