@@ -965,6 +965,8 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
         ((xrec *)(h->in + bytes))->step = 7;
     if (corrupt == 4 && me->node == 1 && me->calls == 5)
         ((xrec *)(h->in + bytes))->failed = 1000000;
+    if (corrupt == 5 && me->node == 1 && me->calls == 5) /* its share of the step's truth */
+        ((xrec *)(h->in + bytes))->truth_cpu = NAN;
     int64_t gen = h->gen;
     if (++h->arrived == h->n) {
         h->arrived = 0;
@@ -1796,6 +1798,7 @@ START_TEST(a_node_that_sends_what_cannot_be_read_is_named)
         {2, "node 1 sent the record of step 7 in the exchange of step 1"},
         {3, "node 0 sent a task claiming 1000 items in"},
         {4, "node 1 sent a malformed step record (step 1, 1000000 failed samples"},
+        {5, " / nan)"}, /* a malformed step record: its truth is no number */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         corrupt = cases[i].what;
