@@ -10,7 +10,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const dh__wire_limits lim = {4, 2, 100, 16, 1 << 20, 8, 0};
+static const dh__wire_limits lim = {4, 2, 100, 16, 1 << 20, 8, 0, 64};
 
 static void message(int from, const uint8_t *m, size_t len)
 {
@@ -69,8 +69,10 @@ static void record(int k, const uint8_t *m, size_t len)
     int rc = dh__wire_check_record(&lim, k, r, why, sizeof why);
     if (rc && !why[0])
         abort();
-    if (!rc && (r->node != k || r->kind < X_HELLO || r->kind > X_BEGIN ||
+    if (!rc && (r->node != k || r->kind < X_HELLO || r->kind > X_CUTOFF ||
                 !memchr(r->msg, 0, sizeof r->msg) || !memchr(r->policy, 0, sizeof r->policy)))
+        abort();
+    if (!rc && r->kind == X_CUTOFF && (r->step < -1 || r->step >= lim.steps))
         abort();
     free(r);
 }

@@ -935,7 +935,8 @@ typedef struct {
 
 /* What the hub spoils: 1 node 1's greeting, 2 its record of step 1, 3 node 1's first
  * message becomes a TASK of node 0 claiming 1000 items, 4 node 1's record of step 1 claims
- * more failed samples than a step has (0: nothing). */
+ * more failed samples than a step has, 5 its truth is no number, 6 its cutoff record after
+ * a stop claims step 1000 (0: nothing). */
 static int corrupt;
 
 static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, char *err,
@@ -967,6 +968,8 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
         ((xrec *)(h->in + bytes))->failed = 1000000;
     if (corrupt == 5 && me->node == 1 && me->calls == 5) /* its share of the step's truth */
         ((xrec *)(h->in + bytes))->truth_cpu = NAN;
+    if (corrupt == 6 && me->node == 1 && ((xrec *)(h->in + bytes))->kind == X_CUTOFF)
+        ((xrec *)(h->in + bytes))->step = 1000; /* after a stop: a step past the run's */
     int64_t gen = h->gen;
     if (++h->arrived == h->n) {
         h->arrived = 0;
@@ -1086,13 +1089,22 @@ static int slow_node_ms[HUB_NODES];       /* per node: its consumers hold each b
 static reveal_ctx *hold_until_prepared;
 static int heavy_batch_n[16];
 static int take_before_release; /* consumers release batch st only once they took st + 1 */
+/* A stop racing a take (several nodes): node 0's trainer takes st + 1 before it releases st,
+ * and asks for st only once st - 2 was exchanged (a synchronous job keeps it that close);
+ * node 1's releases at once and asks for step 3 only once step 2 was exchanged, which is
+ * when the stop node 1 asked at step 2's record is applied. */
+static int stop_race;
 
 static void *consume_rank(void *p)
 {
     node_consumer *c = p;
     dh_batch prev;
     int held = 0;
-    for (;;) {
+    for (int64_t taken = 0;; taken++) {
+        if (stop_race && c->n->node == 0 && taken >= 2)
+            c->e->nops->wait_exchanged(c->e, taken - 2);
+        if (stop_race && c->n->node == 1 && taken == 3)
+            c->e->nops->wait_exchanged(c->e, 2);
         dh_batch b;
         int rc = dh_engine_next_batch(c->e, c->rank, &b);
         if (held) /* a Python trainer's batch, released when the next one replaced it */
@@ -1128,7 +1140,7 @@ static void *consume_rank(void *p)
                     nanosleep(&(struct timespec){0, 1000000L}, NULL);
             }
         }
-        if (take_before_release) {
+        if (take_before_release || (stop_race && c->n->node == 0)) {
             prev = b;
             held = 1;
         } else {
@@ -1683,6 +1695,42 @@ static void node_1_has_another_seed(int node, dh_run_config *c)
     c->seed = 1 + (uint64_t)node;
 }
 
+/* The highest step node k's consumers were served, or -1. */
+static int64_t last_step_seen(const hub_node *n)
+{
+    int64_t last = -1;
+    for (int64_t i = 0; i < n->seen_n; i++)
+        last = DH_MAX(last, n->seen[i] / 1000000);
+    return last;
+}
+
+START_TEST(a_stop_ends_every_node_after_the_same_step)
+{
+    /* Node 1 is stopped at step 2's record while node 0's trainer already took step 3 (it
+     * takes the next batch before it releases one). A stop applied as each node completed
+     * the round served step 3 on node 0 and refused it on node 1 (under DDP node 0's trainer
+     * then failed in its collective): now the nodes agree on the furthest step any rank
+     * took, serve it everywhere and stop after it, with the same accounting. */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config_of(m, "pool", 2, 2, 4, 10);
+    hub_node n[2];
+    stop_race = 1;
+    node_1_polls = 0;
+    run_nodes(&c, 2, 1, -1, 0, n, node_1_is_stopped);
+    stop_race = 0;
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
+        ck_assert_msg(last_step_seen(&n[k]) == 3, "node %d's trainer got steps up to %lld",
+                      k, (long long)last_step_seen(&n[k]));
+        ck_assert_int_eq(n[k].res.steps, 4);
+        ck_assert_int_eq(n[k].res.delivered + n[k].res.failed, n[k].res.samples);
+        ck_assert_int_eq(n[k].res.samples, 16);
+    }
+    free_nodes(n, 2);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(several_nodes_agree_on_stopping_and_on_the_job)
 {
     dh_manifest *m = manifest_with(NULL);
@@ -1799,10 +1847,12 @@ START_TEST(a_node_that_sends_what_cannot_be_read_is_named)
         {3, "node 0 sent a task claiming 1000 items in"},
         {4, "node 1 sent a malformed step record (step 1, 1000000 failed samples"},
         {5, " / nan)"}, /* a malformed step record: its truth is no number */
+        {6, "node 1 sent a malformed cutoff record (its ranks took step 1000, of 6)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         corrupt = cases[i].what;
-        run_nodes(&c, 2, 0, -1, 0, n, NULL);
+        node_1_polls = 0; /* case 6: node 1 is stopped at step 2 */
+        run_nodes(&c, 2, 0, -1, 0, n, cases[i].what == 6 ? node_1_is_stopped : NULL);
         corrupt = 0;
         int named = 0;
         for (int k = 0; k < 2; k++) {
@@ -1880,6 +1930,7 @@ int main(void)
     ADD_TEST(tc, a_malformed_move_stops_the_run_with_its_reason);
     ADD_TEST(tc, a_dead_node_stops_every_node_with_its_name);
     ADD_TEST(tc, several_nodes_agree_on_stopping_and_on_the_job);
+    ADD_TEST(tc, a_stop_ends_every_node_after_the_same_step);
     ADD_TEST(tc, nodes_of_another_job_are_refused_naming_the_setting);
     ADD_TEST(tc, a_node_that_sends_what_cannot_be_read_is_named);
     ADD_TEST(tc, greetings_name_a_differing_batch_or_ranks);

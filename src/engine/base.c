@@ -103,6 +103,13 @@ static int one_pending(dh_engine *e, int64_t st, int rank)
     return 0;
 }
 
+static int one_held(const dh_engine *e, int64_t st)
+{
+    (void)e;
+    (void)st;
+    return 0;
+}
+
 static int one_take_back(dh_engine *e, dh__task *t)
 {
     (void)e;
@@ -145,6 +152,7 @@ const dh__node_ops dh__one_node = {
     .refuse = one_reason,
     .moving = one_moving,
     .plan_pending = one_pending,
+    .held = one_held,
     .take_back = one_take_back,
     .lend_work = one_lend_work,
     .drain = one_none,

@@ -146,11 +146,11 @@ void dh_engine_stop(dh_engine *e)
 /* -------------------------------------------------------------- consumers */
 
 /* 1 when batch (st, rank) may be handed out: prepared, and on several nodes neither waiting
- * for the nodes' plan nor for samples moved to it. */
+ * for the nodes' plan nor for samples moved to it, nor held back by a stop. */
 static int ready(dh_engine *e, int64_t st, int rank, const batch_slot *b)
 {
     return dh__sched_batch_ready(e->sched, st, rank) && !b->agreeing && !b->incoming &&
-           !b->departing && !e->nops->plan_pending(e, st, rank);
+           !b->departing && !e->nops->plan_pending(e, st, rank) && !e->nops->held(e, st);
 }
 
 /* Waits until batch (st, rank) is ready or the run stops; 0 or the reason it cannot be had. */

@@ -254,6 +254,9 @@ typedef struct dh__node_ops {
      * takes st at once, the exchange waiting for its release). */
     int (*moving)(const dh_engine *e);
     int (*plan_pending)(dh_engine *e, int64_t st, int rank);
+    /* Under e->mu: a rank's new batch of step st is held back while the nodes agree where a
+     * stop ends, and refused past it (nodes_step.c: the run stops once every rank took it). */
+    int (*held)(const dh_engine *e, int64_t st);
     /* Under e->mu, for an idle worker. take_back: a task popped for a lender that could not
      * be lent, which this node runs first (1 with *t). lend_work: another node's late task
      * prepared here and shipped back (1: it ran one, dropping e->mu meanwhile; 0: none, and

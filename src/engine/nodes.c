@@ -29,7 +29,9 @@
  *   step when every rank is in. So every node holds the whole run's records
  *   and computes the same result.
  * - Stopping is agreed: should_stop is read when a node builds its STEP
- *   record, and every node stops after the first step any node asked to.
+ *   record; after a round where any node asked, a CUTOFF round agrees the
+ *   furthest step any rank took, and every node serves up to it and stops
+ *   (nodes_step.c).
  * - One thread per node does the exchanges (never holding e->mu while it
  *   waits); emulated ranks wait for their step's exchange (the all-reduce of
  *   a synchronous job), trainers attached to `serve` do not.
@@ -82,6 +84,7 @@ static int nodes_init(dh_engine *e, dh__sched_config *sc)
     x->all = dh__calloc((size_t)e->nodes, x->bytes);
     pthread_cond_init(&x->cv, NULL);
     x->asking = -1;
+    x->stop_from = -1;
     x->lending = c->send && c->recv && caps->lend;
     x->late = dh__calloc((size_t)e->nodes, sizeof *x->late);
     x->late_bytes = dh__calloc((size_t)e->nodes, sizeof *x->late_bytes);
@@ -93,7 +96,7 @@ static int nodes_init(dh_engine *e, dh__sched_config *sc)
         biggest = DH_MAX(biggest, e->run.samples.row[i].bytes);
     x->lim = (dh__wire_limits){e->nodes, per, e->run.samples.n, e->G,
                                biggest + ITEM_ALIGN * DH__WIRE_MAX_ITEMS, DH_MAX(1, c->workers),
-                               x->bytes};
+                               x->bytes, e->N};
     if (x->moving) {
         x->mv_frozen = dh__calloc((size_t)e->R, 1);
         x->mv_known = dh__calloc((size_t)e->G, sizeof *x->mv_known);
@@ -215,6 +218,7 @@ const dh__node_ops dh__several_nodes = {
     .refuse = nodes_refuse,
     .moving = dh__nodes_moving,
     .plan_pending = dh__nodes_plan_pending,
+    .held = dh__nodes_held,
     .take_back = dh__nodes_take_back,
     .lend_work = dh__nodes_lend_work,
     .drain = dh__nodes_drain,

@@ -54,7 +54,10 @@ struct dh__xchg {
     char err[384];        /* why another node (or the exchange) stopped this one */
     int own;              /* err is this node's own reason (told to the others) */
     double err_at;        /* when this node's own reason came (the shared clock) */
-    char stopped_by[160]; /* another node asked to stop, this one did not (nodes_step.c) */
+    char stopped_by[256]; /* another node asked to stop, this one did not (nodes_step.c) */
+    int stop_from;        /*   that node (-1: none) */
+    int cutting;          /* a stop's cutoff: 0 none, CUT_AGREEING, CUT_AGREED (nodes_step.c) */
+    int64_t cut;          /*   agreed: the last step served on every node */
     char first[448];      /* another node's own fault that came before this node's, or "" */
     int greeted;          /* the GREETING round: 0 not yet, 1 passed, -1 failed (no more rounds) */
     int began;            /* the HELLO round passed */
@@ -91,6 +94,8 @@ struct dh__xchg {
     int nparked, capparked;
 };
 
+
+enum { CUT_AGREEING = 1, CUT_AGREED };
 
 static inline xrec *rec_of(const struct dh__xchg *x, int node)
 {
@@ -136,6 +141,8 @@ int dh__nodes_wait_exchanged(dh_engine *e, int64_t st);
 void dh__nodes_drain(dh_engine *e);
 void dh__nodes_finish(dh_engine *e, dh__node_totals *t);
 void dh__nodes_result(const dh_engine *e, const dh__node_totals *t, dh_result *full);
+/* nodes_step.c: dh__several_nodes' held (a stop's cutoff is being agreed, or is past st). */
+int dh__nodes_held(const dh_engine *e, int64_t st);
 
 /* nodes_lend.c, from the message thread: a STEAL, a TASK (queued for this node's workers)
  * and a RESULT, each checked already. */

@@ -39,8 +39,8 @@ int dh__nodes_moving(const dh_engine *e)
 int dh__nodes_plan_pending(dh_engine *e, int64_t st, int rank)
 {
     struct dh__xchg *x = e->x;
-    if (!x->moving || st < 1 || x->exchanged >= st || x->done || e->stop)
-        return 0;
+    if (!x->moving || st < 1 || x->exchanged >= st || x->done || e->stop || x->cutting)
+        return 0; /* no plan is made after a stop (nodes_step.c: agree_cutoff) */
     eng_step *prev = st - 1 >= e->lo ? dh__eng_step(e, st - 1) : NULL;
     return !prev || prev->b[rank].released_at > 0;
 }

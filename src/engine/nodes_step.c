@@ -13,7 +13,9 @@
  *   stopped: the step is not applied (no node closes it) and this node stops
  *   too, so every node counts the same steps.
  * - Stopping is agreed: should_stop is read when a node builds its STEP
- *   record, and every node stops after the first step any node asked to.
+ *   record; after a round where any node asked, a CUTOFF round agrees the
+ *   furthest step any rank of any node took, and every node serves its
+ *   ranks up to it and stops (agree_cutoff).
  * - FINAL is repeated until every node's record is FINAL (its totals: CPU,
  *   memory, moves); the nodes' closed steps and failed samples must agree.
  */
@@ -106,7 +108,24 @@ static void fill_step(dh_engine *e, int64_t st, int stop)
         dh__nodes_offer(e, m, st + 1);
 }
 
-/* Applies the other nodes' step st; 1 when every node stops after it (or could not go on). */
+/* How apply_step ends: the run goes on; a stop was agreed (every node's record asked it or
+ * not, all of step st); or another node stopped (its FINAL) or is out of step. */
+enum { STEP_ON, STEP_STOP, STEP_ENDED };
+
+/* A round that met node k's FINAL record: that node stopped, so this one does (naming its
+ * reason when it failed). Under e->mu. */
+static void node_ended(dh_engine *e, int k)
+{
+    struct dh__xchg *x = e->x;
+    const xrec *o = rec_of(x, k);
+    if (o->error && !x->err[0])
+        dh__msg(x->err, sizeof x->err, "node %d stopped the run: %s", k,
+                o->msg[0] ? o->msg : dh_strerror(o->error));
+    if (o->error && !e->error)
+        e->error = DH_EPEER;
+}
+
+/* Applies the other nodes' step st (STEP_ON, STEP_STOP or STEP_ENDED: above). */
 static int apply_step(dh_engine *e, int64_t st)
 {
     struct dh__xchg *x = e->x;
@@ -116,11 +135,8 @@ static int apply_step(dh_engine *e, int64_t st)
         if (o->kind == X_STEP && o->step == st) {
             stop |= o->stop != 0;
             e->count_taken |= o->stop != 0; /* a rank failing after the stop follows it */
-            if (o->stop && !rec_of(x, e->node)->stop && !x->stopped_by[0])
-                dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped "
-                        "(Ctrl-C, SIGTERM or its caller): every node stops serving new batches "
-                        "(agreed at step %lld's exchange)",
-                        k, (long long)st);
+            if (o->stop && !rec_of(x, e->node)->stop && x->stop_from < 0)
+                x->stop_from = k; /* told once the cutoff is agreed (agree_cutoff) */
             continue;
         }
         if (o->kind != X_FINAL) { /* a HELLO now, or another step's record: out of step */
@@ -130,14 +146,10 @@ static int apply_step(dh_engine *e, int64_t st)
                         "another DataHelix version)", k, o->kind == X_STEP ? "record" : "hello",
                         (long long)o->step, (long long)st);
             e->error = e->error ? e->error : DH_EPARSE;
-            return 1;
+            return STEP_ENDED;
         }
-        if (o->kind == X_FINAL && o->error && !x->err[0])
-            dh__msg(x->err, sizeof x->err, "node %d stopped the run: %s", k,
-                     o->msg[0] ? o->msg : dh_strerror(o->error));
-        if (o->kind == X_FINAL && o->error && !e->error)
-            e->error = DH_EPEER;
-        return 1; /* node k stopped: step st closes nowhere */
+        node_ended(e, k);
+        return STEP_ENDED; /* node k stopped: step st closes nowhere */
     }
     dh__rec_step *sp = dh__records_step(&e->rec, st);
     for (int k = 0; sp && k < e->nodes; k++) { /* every record first: the releases close it */
@@ -177,7 +189,106 @@ static int apply_step(dh_engine *e, int64_t st)
             dh__eng_step_released(e, st);
         }
     }
-    return stop;
+    return stop ? STEP_STOP : STEP_ON;
+}
+
+/* No plan of moves is coming for a step after this one: batches offered to it go out as they
+ * are. Under e->mu. */
+static void no_plan_coming(dh_engine *e)
+{
+    for (int64_t st = e->lo; e->x->moving && st < e->hi; st++)
+        for (int r = e->rank_lo; r < e->rank_hi; r++)
+            dh__eng_step(e, st)->b[r].agreeing = 0;
+}
+
+/* 1 when every rank of this node took step st. Under e->mu. */
+static int all_took(const dh_engine *e, int64_t st)
+{
+    for (int r = e->rank_lo; r < e->rank_hi; r++)
+        if (e->next_step[r] <= st)
+            return 0;
+    return 1;
+}
+
+/* What this node's trainers are told when another node's stop ends the run, with the steps
+ * every node served (cut + 1; cut < 0: not agreed). Written once, under e->mu: it is read
+ * without it (dh__engine_stopped_by). */
+static void tell_stop(dh_engine *e, int64_t cut)
+{
+    struct dh__xchg *x = e->x;
+    if (x->stop_from < 0 || x->stopped_by[0])
+        return;
+    if (cut >= 0)
+        dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped (Ctrl-C, "
+                "SIGTERM or its caller): every node served %lld steps, as far as any rank had "
+                "gone, and stopped", x->stop_from, (long long)cut + 1);
+    else
+        dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped (Ctrl-C, "
+                "SIGTERM or its caller): every node stops serving new batches", x->stop_from);
+}
+
+/*
+ * A stop agreed at step st's exchange ends on every node after the same step: the furthest
+ * any rank of any node took (the cutoff). A stop is applied as each node completes the STEP
+ * round, and its ranks may be ahead of the exchange, so a rank asking for its next step just
+ * then was served on one node and refused on another; under DDP its peers then failed in
+ * their collective (a trial: 3 Ctrl-Cs in 8). Here every node first holds back every new
+ * step (dh__nodes_held), so what its ranks took is final when it says so in a CUTOFF round;
+ * then its ranks may take up to the furthest step any node's took, and this node stops once
+ * every one of them did (or the run stopped otherwise: a rank left, a fault). Under e->mu
+ * (dropped for the round).
+ */
+static void agree_cutoff(dh_engine *e, int64_t st)
+{
+    struct dh__xchg *x = e->x;
+    x->cutting = CUT_AGREEING;
+    no_plan_coming(e); /* none is made after a stop */
+    int64_t took = -1;
+    for (int r = e->rank_lo; r < e->rank_hi; r++)
+        took = DH_MAX(took, e->next_step[r] - 1);
+    memset(x->mine, 0, x->bytes);
+    x->mine->kind = X_CUTOFF;
+    x->mine->step = took;
+    char err[384];
+    pthread_mutex_unlock(&e->mu);
+    int rc = dh__nodes_round(e, err, sizeof err);
+    pthread_mutex_lock(&e->mu);
+    if (rc) {
+        dh__msg(x->err, sizeof x->err, "%s", err);
+        dh__eng_fail(e, rc);
+        return;
+    }
+    int64_t cut = took;
+    for (int k = 0; k < e->nodes; k++) {
+        const xrec *o = rec_of(x, k);
+        if (o->kind == X_FINAL) { /* it stopped before it could say: so does this node */
+            node_ended(e, k);
+            tell_stop(e, -1);
+            return;
+        }
+        if (o->kind != X_CUTOFF || o->step >= e->N) {
+            if (!x->err[0])
+                dh__msg(x->err, sizeof x->err, "node %d sent a record of kind %d (step %lld) "
+                        "where every node says the last step its ranks took after the stop "
+                        "agreed at step %lld: the nodes are out of step", k, (int)o->kind,
+                        (long long)o->step, (long long)st);
+            dh__eng_fail(e, DH_EPARSE);
+            return;
+        }
+        cut = DH_MAX(cut, o->step);
+    }
+    x->cut = cut;
+    x->cutting = CUT_AGREED;
+    tell_stop(e, cut);
+    pthread_cond_broadcast(&e->ready);
+    while (!e->stop && !all_took(e, cut))
+        pthread_cond_wait(&x->cv, &e->mu);
+}
+
+int dh__nodes_held(const dh_engine *e, int64_t st)
+{
+    const struct dh__xchg *x = e->x;
+    return x->cutting == CUT_AGREEING || (x->cutting == CUT_AGREED && st > x->cut);
 }
 
 void *dh__nodes_exchange_main(void *arg)
@@ -211,7 +322,7 @@ void *dh__nodes_exchange_main(void *arg)
         }
         double t3 = dh__eng_elapsed(e), carried = x->carry_s;
         int stop = apply_step(e, st);
-        if (!stop && x->moving)
+        if (stop == STEP_ON && x->moving)
             dh__nodes_agree(e, st + 1);
         /* the control plane's own cost: copying moved data is the data plane's (reb_move_s) */
         x->ctrl += held + dh__eng_elapsed(e) - t3 - (x->carry_s - carried);
@@ -229,6 +340,8 @@ void *dh__nodes_exchange_main(void *arg)
                 break;
             }
         }
+        if (stop == STEP_STOP)
+            agree_cutoff(e, st);
         if (stop) {
             if (e->error)
                 dh__eng_fail(e, e->error);
@@ -237,9 +350,7 @@ void *dh__nodes_exchange_main(void *arg)
             break;
         }
     }
-    for (int64_t st = e->lo; x->moving && st < e->hi; st++) /* no plan is coming now */
-        for (int r = e->rank_lo; r < e->rank_hi; r++)
-            dh__eng_step(e, st)->b[r].agreeing = 0;
+    no_plan_coming(e);
     x->done = 1;
     pthread_cond_broadcast(&x->cv);
     pthread_cond_broadcast(&e->ready);

@@ -133,7 +133,7 @@ int dh__wire_check_msg(const dh__wire_limits *lim, int from, const void *data, s
 
 int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why, size_t whylen)
 {
-    if (r->node != k || r->kind < X_HELLO || r->kind > X_BEGIN)
+    if (r->node != k || r->kind < X_HELLO || r->kind > X_CUTOFF)
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed exchange record (kind "
                         "%d, signed node %d)", k, (int)r->kind, (int)r->node);
     r->policy[sizeof r->policy - 1] = 0; /* strings another node wrote: terminated here */
@@ -149,6 +149,10 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
                         "%g / %g / %g)", k, (long long)r->step, (long long)r->failed,
                         (long long)lim->global_batch, (long long)r->late_bytes, r->truth_gpu,
                         r->truth_gpu_max, r->truth_cpu);
+    if (r->kind == X_CUTOFF && (r->step < -1 || r->step >= lim->steps))
+        return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed cutoff record (its "
+                        "ranks took step %lld, of %lld)", k, (long long)r->step,
+                        (long long)lim->steps);
     int more_ok = r->kind != X_FINAL || (r->more_steps >= 0 && r->more_steps <= DH__MORE_STEPS);
     for (int64_t j = 0; more_ok && r->kind == X_FINAL && j < r->more_steps; j++)
         more_ok = r->more_failed[j] >= 0 && r->more_failed[j] <= lim->global_batch;

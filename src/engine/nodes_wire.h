@@ -23,10 +23,10 @@
 #include "engine_int.h"
 
 #define DH__WIRE_MAGIC 0x57584844u /* "DHXW" */
-#define DH__WIRE_VERSION 5 /* 1: before the greeting; 2: greeting, checked messages; 3: when
+#define DH__WIRE_VERSION 6 /* 1: before the greeting; 2: greeting, checked messages; 3: when
                             * a node's fault happened (FINAL); 4: the steps taken past the
                             * last closed one (FINAL); 5: each node's share of a step's truth
-                            * (STEP) */
+                            * (STEP); 6: the CUTOFF round after a stop */
 
 /* The first round of every run; never changes (a later version keeps these 32 bytes). */
 typedef struct {
@@ -39,7 +39,8 @@ typedef struct {
 
 /* Exchange records (the allgather's rounds). */
 #define DH__MORE_STEPS 8 /* steps a rank may be ahead of the exchange, at most counted */
-enum { X_HELLO = 1, X_STEP, X_FINAL, X_BEGIN };
+/* CUTOFF: the round after the STEP round where a stop was agreed (nodes_step.c) */
+enum { X_HELLO = 1, X_STEP, X_FINAL, X_BEGIN, X_CUTOFF };
 
 typedef struct {
     double asked, ready, compute, longest, taken, released;
@@ -47,7 +48,8 @@ typedef struct {
 
 typedef struct {
     int32_t kind, node;
-    int64_t step;
+    int64_t step;  /* STEP: its step; CUTOFF: the furthest step a rank of this node took (-1:
+                    * none) */
     int32_t stop;  /* STEP: stop every node after this step */
     int32_t error; /* FINAL: what stopped this node (0: its run ended or was stopped) */
     double err_at; /* FINAL: when this node's own fault happened (shared clock; 0: none) */
@@ -127,6 +129,7 @@ typedef struct {
     int64_t max_bytes;    /* a task's or a sample's bytes are at most (its largest batch) */
     int max_parts;        /* a split sample's parts are at most (the job's workers) */
     size_t record_bytes;  /* every record's size */
+    int64_t steps;        /* of the run: a step a rank took is below */
 } dh__wire_limits;
 
 #define DH__WIRE_MAX_ITEMS 4096 /* items of one sample (the manifest's limits are lower) */
