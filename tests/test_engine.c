@@ -1847,7 +1847,7 @@ START_TEST(a_node_that_sends_what_cannot_be_read_is_named)
         {3, "node 0 sent a task claiming 1000 items in"},
         {4, "node 1 sent a malformed step record (step 1, 1000000 failed samples"},
         {5, " / nan)"}, /* a malformed step record: its truth is no number */
-        {6, "node 1 sent a malformed cutoff record (its ranks took step 1000, of 6)"},
+        {6, "node 1 sent a malformed cutoff record (its ranks took step 1000 in a run of 6 steps)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         corrupt = cases[i].what;

@@ -151,7 +151,7 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
                         r->truth_gpu_max, r->truth_cpu);
     if (r->kind == X_CUTOFF && (r->step < -1 || r->step >= lim->steps))
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed cutoff record (its "
-                        "ranks took step %lld, of %lld)", k, (long long)r->step,
+                        "ranks took step %lld in a run of %lld steps)", k, (long long)r->step,
                         (long long)lim->steps);
     int more_ok = r->kind != X_FINAL || (r->more_steps >= 0 && r->more_steps <= DH__MORE_STEPS);
     for (int64_t j = 0; more_ok && r->kind == X_FINAL && j < r->more_steps; j++)
