@@ -300,7 +300,7 @@ PYEOF
     check "serve, 2 nodes, Ctrl-C on node 1's agent: node 0 says it was interrupted too (it exited 0)" \
         contains "$WORK/cc$$.srv.err" "node 0 (.*): interrupted: node 1's agent was stopped"
     check "serve, 2 nodes, Ctrl-C on node 1's agent: node 1 says it was interrupted" \
-        contains "$WORK/cc$$.srv.err" "node 1 (.*): interrupted: every node stopped with it after"
+        contains "$WORK/cc$$.srv.err" "node 1 (.*): interrupted (Ctrl-C or SIGTERM here): every node stopped after the same"
     # The stop is agreed at a step's exchange, when the trainers may hold one or two steps
     # more: the nodes then agree on the furthest step any rank took and serve it everywhere
     # (a rank asking just as the stop was applied was served on one node and refused on the
@@ -312,6 +312,32 @@ PYEOF
         test "$took_0" = "$took_both"
     check "serve, 2 nodes, Ctrl-C on node 1's agent: the accounting covers the $took_both steps both ranks took" \
         contains "$WORK/cc$$.srv.out" "delivered [0-9]* + failed [0-9]* = $((4 * took_both)) "
+    # A trainer started for 2 x 2 ranks against agents of 2 ranks in all: refused naming the
+    # job's --ranks and this agent's share (it read "this agent serves 2 ranks", the whole
+    # job's, when each served 1: a user's trial); the agents then stop at --attach-timeout
+    # with no step, in one line each (a page of zeros followed "the accounting of the 0 steps").
+    setsid timeout 120 "${MPIRUN[@]}" -np 2 "$DH" serve --manifest "$M" --ranks 2 --workers 2 \
+        --batch 4 --steps 4 --attach-timeout 4 --socket "@dhmpi-%n-ws$$" \
+        > "$WORK/ws$$.srv.out" 2> "$WORK/ws$$.srv.err" &
+    SRV=$!
+    PYTHONPATH=$PYP timeout 60 $PY -c '
+import sys, time, datahelix
+for _ in range(100):
+    try:
+        for b in datahelix.Loader(socket=sys.argv[1], rank=0, world_size=4):
+            pass
+    except datahelix.DataHelixError as e:
+        if "no agent listened" in e.message and _ < 99:
+            time.sleep(0.1); continue
+        print(e.name, e.message)
+    break' "@dhmpi-0-ws$$" > "$WORK/ws$$.t0" 2>&1
+    wait "$SRV"
+    check "serve, 2 nodes, a trainer of another world size: told the job's --ranks and its node's share" \
+        contains "$WORK/ws$$.t0" "DH_EMISMATCH.*world size 4, but the job's agents were started with --ranks 2 (every node's ranks; this agent, node 0, serves ranks 0..0)"
+    check "serve, 2 nodes, no step: one line, no page of zeros" \
+        contains "$WORK/ws$$.srv.err" "node 0 (.*): no step was completed by every node: nothing delivered"
+    check "serve, 2 nodes, no step: ...no accounting of 0 steps" \
+        not_contains "$WORK/ws$$.srv.err" "the accounting of the 0 steps"
     # 2 nodes x 2 ranks whose trainers read two epochs of an endless stream and leave
     # together: the job ended before its last step was exchanged, and the accounting said 7
     # steps where every rank took 8 (a user's validation stream).

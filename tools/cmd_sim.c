@@ -464,15 +464,15 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
 {
     cli_err("%s%s%s: %s [%s]", mode_name[mode], node ? ": " : "", node ? cli_node_name(node) : "",
             err[0] ? err : dh_strerror(rc), dh_err_name(rc));
-    if (node && res->engine[0]) { /* the survivors of a lost node still account for the steps */
+    if (res->engine[0] && res->steps == 0) { /* a page of zeros said nothing */
+        cli_err("%s: no step was completed%s: nothing delivered, nothing to account",
+                node ? cli_node_name(node) : mode_name[mode], node ? " by every node" : "");
+    } else if (node && res->engine[0]) { /* the survivors of a lost node account for the steps */
         cli_err("%s: the accounting of the %lld steps this node saw every node complete%s:",
                 cli_node_name(node), (long long)res->steps,
                 strstr(err, "stopped responding") ? " (one in flight when a node died may be "
                                                     "counted by some survivors only)" : "");
         cli_print_result(res);
-    } else if (res->engine[0] && res->steps == 0) { /* a page of zeros said nothing */
-        cli_err("%s: no step was completed: nothing delivered, nothing to account",
-                mode_name[mode]);
     } else if (res->engine[0]) { /* a run cut short still accounts for what it completed */
         cli_err("%s: the accounting of the %lld completed steps (the samples of steps "
                 "prepared ahead and left unfinished are in none of its counts, though their "
@@ -722,9 +722,10 @@ static int sim_or_run(int argc, char **argv, int mode)
         if (!rc && n == 1 && lead)
             rc = report_result(cfg, &runs[0].json, &runs[0].res, node);
         if (!lead && (cli_interrupted() || peer_stop)) /* node 0 prints the job's accounting */
-            fprintf(stderr, "\rdatahelix: %s: interrupted: every node stopped%s after %lld "
-                    "complete steps; node 0 prints the accounting\n", cli_node_name(node),
-                    peer_stop ? "" : " with it", (long long)runs[0].res.steps);
+            fprintf(stderr, "\rdatahelix: %s: interrupted%s: every node stopped after the "
+                    "same %lld complete steps; node 0 prints the accounting\n",
+                    cli_node_name(node), peer_stop ? "" : " (Ctrl-C or SIGTERM here)",
+                    (long long)runs[0].res.steps);
         if (!rc && lead && node && runs[0].res.wall_s > 0) /* the control plane's own CPU */
             printf("  node 0's communication thread: %.1f ms of CPU during the run, %.2f%% of "
                    "a core\n", 1e3 * (cli_node_comm_cpu(node) - comm0),

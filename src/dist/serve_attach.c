@@ -76,10 +76,15 @@ static const char *start_of(const dh__attach *q, char *buf, size_t len)
 static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
 {
     const dh__attach *q = &c->req;
-    if (q->world_size != a->R)
+    if (q->world_size != a->R && a->hi - a->lo == a->R)
         return dh__fail(why, len, DH_EMISMATCH, "world size %d, but this agent serves %d ranks "
                         "(a Loader takes RANK and WORLD_SIZE from its environment, as torchrun "
                         "sets them; elsewhere give rank= and world_size=)", q->world_size, a->R);
+    if (q->world_size != a->R) /* several nodes: --ranks is the job's (a trial read "serves 2") */
+        return dh__fail(why, len, DH_EMISMATCH, "world size %d, but the job's agents were "
+                        "started with --ranks %d (every node's ranks; this agent, node %d, "
+                        "serves ranks %d..%d)", q->world_size, a->R, a->lo / (a->hi - a->lo),
+                        a->lo, a->hi - 1);
     if (q->rank < 0 || q->rank >= a->R)
         return dh__fail(why, len, DH_EMISMATCH, "rank %d is outside 0..%d", q->rank, a->R - 1);
     if (q->rank < a->lo || q->rank >= a->hi)
@@ -95,7 +100,8 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
     if (q->manifest_hash && q->manifest_hash != a->manifest_hash)
         return dh__fail(why, len, DH_EMISMATCH, "the manifest differs from the one the "
                         "trainer expects (its saved state's, or the one it names): descriptor "
-                        "hashes differ (re-indexed or edited since?)");
+                        "hashes differ (a saved state of another dataset, or the manifest was "
+                        "re-indexed or edited since it was saved?)");
     if (q->spec_hash && q->spec_hash != a->spec_hash)
         return dh__fail(why, len, DH_EMISMATCH, "the agent's preprocessing spec differs from "
                         "the one the trainer expects (its saved state's, or the one it names: "
