@@ -1712,21 +1712,24 @@ START_TEST(a_stop_ends_every_node_after_the_same_step)
      * then failed in its collective): now the nodes agree on the furthest step any rank
      * took, serve it everywhere and stop after it, with the same accounting. */
     dh_manifest *m = manifest_with(NULL);
-    dh_run_config c = config_of(m, "pool", 2, 2, 4, 10);
-    hub_node n[2];
-    stop_race = 1;
-    node_1_polls = 0;
-    run_nodes(&c, 2, 1, -1, 0, n, node_1_is_stopped);
-    stop_race = 0;
-    for (int k = 0; k < 2; k++) {
-        ck_assert_msg(n[k].rc == 0, "node %d: %s", k, n[k].err);
-        ck_assert_msg(last_step_seen(&n[k]) == 3, "node %d's trainer got steps up to %lld",
-                      k, (long long)last_step_seen(&n[k]));
-        ck_assert_int_eq(n[k].res.steps, 4);
-        ck_assert_int_eq(n[k].res.delivered + n[k].res.failed, n[k].res.samples);
-        ck_assert_int_eq(n[k].res.samples, 16);
+    const char *pols[] = {"pool", "helix"}; /* helix: moves agreed at the exchange too */
+    for (int p = 0; p < 2; p++) {
+        dh_run_config c = config_of(m, pols[p], 2, 2, 4, 10);
+        hub_node n[2];
+        stop_race = 1;
+        node_1_polls = 0;
+        run_nodes(&c, 2, 1, -1, 0, n, node_1_is_stopped);
+        stop_race = 0;
+        for (int k = 0; k < 2; k++) {
+            ck_assert_msg(n[k].rc == 0, "%s, node %d: %s", pols[p], k, n[k].err);
+            ck_assert_msg(last_step_seen(&n[k]) == 3, "%s: node %d's trainer got steps up to "
+                          "%lld", pols[p], k, (long long)last_step_seen(&n[k]));
+            ck_assert_int_eq(n[k].res.steps, 4);
+            ck_assert_int_eq(n[k].res.delivered + n[k].res.failed, n[k].res.samples);
+            ck_assert_int_eq(n[k].res.samples, 16);
+        }
+        free_nodes(n, 2);
     }
-    free_nodes(n, 2);
     dh_manifest_free(m);
 }
 END_TEST
