@@ -335,7 +335,7 @@ for _ in range(100):
     check "serve, 2 nodes, a trainer of another world size: told the job's --ranks and its node's share" \
         contains "$WORK/ws$$.t0" "DH_EMISMATCH.*world size 4, but the job's agents were started with --ranks 2 (every node's ranks; this agent, node 0, serves ranks 0..0)"
     check "serve, 2 nodes, no step: one line, no page of zeros" \
-        contains "$WORK/ws$$.srv.err" "node 0 (.*): no step was completed by every node: nothing delivered"
+        contains "$WORK/ws$$.srv.err" "node 0 (.*): the nodes completed no step together: nothing delivered"
     check "serve, 2 nodes, no step: ...no accounting of 0 steps" \
         not_contains "$WORK/ws$$.srv.err" "the accounting of the 0 steps"
     # 2 nodes x 2 ranks whose trainers read two epochs of an endless stream and leave

@@ -465,8 +465,9 @@ static void report_failure(int mode, const cli_node *node, const char *err, int 
     cli_err("%s%s%s: %s [%s]", mode_name[mode], node ? ": " : "", node ? cli_node_name(node) : "",
             err[0] ? err : dh_strerror(rc), dh_err_name(rc));
     if (res->engine[0] && res->steps == 0) { /* a page of zeros said nothing */
-        cli_err("%s: no step was completed%s: nothing delivered, nothing to account",
-                node ? cli_node_name(node) : mode_name[mode], node ? " by every node" : "");
+        cli_err("%s: %s: nothing delivered, nothing to account",
+                node ? cli_node_name(node) : mode_name[mode],
+                node ? "the nodes completed no step together" : "no step was completed");
     } else if (node && res->engine[0]) { /* the survivors of a lost node account for the steps */
         cli_err("%s: the accounting of the %lld steps this node saw every node complete%s:",
                 cli_node_name(node), (long long)res->steps,
