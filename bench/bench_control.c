@@ -21,9 +21,11 @@
  *     the whole job's).
  * It prints the CPU seconds of that work per step against the step's
  * simulated compute time (the workload's GPU model: the slowest rank's
- * batch plus the fixed cost), one core. Building the exchange records and
- * the wire are not in it (O(ranks) copies, and the engine reading each node's costs in
- * the step's order, O(G) a step).
+ * batch plus the fixed cost), one core. Node 0's share of the records it sends (its
+ * samples' exact costs of the next step and its load) is in it; copying the records and
+ * the wire are not (O(ranks) copies). BENCH_WALK=1 agrees the moves as the engine did
+ * before 2026-12-06: node 0's costs found by a walk of the step, and every exchanged cost
+ * placed at its position by another walk (this benchmark timed neither).
  *   usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH] [STEPS] [WORKLOAD] [SAMPLES]
  * SAMPLES: the dataset (default 8 global batches; an epoch's boundary falls every SAMPLES / G
  * steps, where "max" shows what starting an epoch costs).
@@ -35,6 +37,48 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The exact costs every node's STEP record carries (the benchmark takes them from the
+ * truth, as if every sample were prepared), and each node's load. */
+typedef struct {
+    float *costs; /* nodes x ncost */
+    double *load; /* nodes */
+    int64_t ncost;
+} record_set;
+
+static const float *record_costs(const void *ctx, int node)
+{
+    const record_set *c = ctx;
+    return c->costs + node * c->ncost;
+}
+
+/* Node k's costs of step ns as dh__nodes_offer found them before 2026-12-06: a walk of the
+ * step's positions until ncost of its own (BENCH_WALK=1). */
+static void walk_costs(dh__sched *s, int64_t ns, int k, int rpn, int64_t G,
+                       const int64_t *order, const dh__run *run, float *cost, int64_t ncost)
+{
+    int64_t n = 0;
+    for (int64_t j = 0; j < G && n < ncost; j++)
+        if (dh__sched_rank_of(s, ns, j) / rpn == k)
+            cost[n++] = (float)run->truth.of[order[j]].gpu;
+    for (; n < ncost; n++)
+        cost[n] = -1;
+}
+
+/* Node k's costs of step ns in the step's order (as far as ncost) and its load, as
+ * dh__nodes_offer computes them over its own positions. */
+static void node_costs(const dh__sched *s, int64_t ns, int k, const int64_t *order,
+                       const dh__run *run, float *cost, int64_t ncost, double *load)
+{
+    int32_t n = 0;
+    const int32_t *pos = dh__sched_node_positions(s, ns, k, &n);
+    int64_t i = 0;
+    for (; i < n && i < ncost; i++)
+        cost[i] = (float)run->truth.of[order[pos[i]]].gpu;
+    for (; i < ncost; i++)
+        cost[i] = -1;
+    load[k] = dh__sched_node_load(s, ns, k, cost, ncost);
+}
 
 int main(int argc, char **argv)
 {
@@ -72,6 +116,7 @@ int main(int argc, char **argv)
     }
     dh__records rec; /* the job's records, as an engine keeps them (the header) */
     int with_rec = !getenv("BENCH_NO_RECORDS");
+    int walk = getenv("BENCH_WALK") != NULL; /* the agreement as before 2026-12-06 */
     if (dh__records_init(&rec, cfg.ranks, G)) {
         fprintf(stderr, "bench_control: no records\n");
         return 1;
@@ -96,9 +141,13 @@ int main(int argc, char **argv)
     int64_t *buf = malloc((size_t)G * sizeof *buf);
     double *gpu = calloc((size_t)R, sizeof *gpu);
     float *known = malloc((size_t)G * sizeof *known);
+    record_set cc = {NULL, NULL, G < 2 * ((G + nodes - 1) / nodes) + 8 ? G
+                                 : 2 * ((G + nodes - 1) / nodes) + 8}; /* as nodes.c */
+    cc.costs = malloc((size_t)(nodes * cc.ncost) * sizeof *cc.costs);
+    cc.load = malloc((size_t)nodes * sizeof *cc.load);
     uint8_t *frozen = calloc((size_t)R, 1);
     dh__task *running = malloc((size_t)nw * sizeof *running);
-    if (!buf || !gpu || !running || !known || !frozen || !part)
+    if (!buf || !gpu || !running || !known || !frozen || !part || !cc.costs || !cc.load)
         return 1;
     double now = 0, ctl_sum = 0, ctl_max = 0, step_sum = 0, others_sum = 0, reb_sum = 0;
     int64_t tasks = 0;
@@ -168,10 +217,35 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_control: step %lld not planned\n", (long long)ns);
                 return 1;
             }
-            for (int64_t j = 0; j < G; j++)
+            /* Every node's STEP record carries its samples' exact costs of ns in the step's
+             * order and its load, which each node computes over its own share (node 0's
+             * timed: dh__nodes_offer); without a deal to nodes, every cost */
+            int32_t n0;
+            int by_node = dh__sched_node_positions(s, ns, 0, &n0) != NULL && !walk;
+            for (int k = by_node ? 1 : nodes; k < nodes; k++)
+                node_costs(s, ns, k, order, &run, cc.costs + k * cc.ncost, cc.ncost, cc.load);
+            for (int64_t j = 0; !by_node && !walk && j < G; j++)
                 known[j] = (float)run.truth.of[order[j]].gpu;
+            for (int k = 0; walk && k < nodes; k++) /* the records, as the others sent them */
+                walk_costs(s, ns, k, rpn, G, order, &run, cc.costs + k * cc.ncost, cc.ncost);
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
-            dh__reb_agreed a = {frozen, known, dh__calib_gpu_mape(dh__sched_calib(s)), 1, 1, 1, 0};
+            if (by_node)
+                node_costs(s, ns, 0, order, &run, cc.costs, cc.ncost, cc.load);
+            if (walk) { /* before 2026-12-06: node 0's costs and every known by walks of G */
+                walk_costs(s, ns, 0, rpn, G, order, &run, cc.costs, cc.ncost);
+                int64_t *seen = (int64_t *)cc.load; /* nodes, scratch */
+                memset(seen, 0, (size_t)nodes * sizeof *seen);
+                for (int64_t j = 0; j < G; j++) {
+                    int k = dh__sched_rank_of(s, ns, j) / rpn;
+                    int64_t i = seen[k]++;
+                    known[j] = i < cc.ncost ? cc.costs[k * cc.ncost + i] : -1;
+                }
+            }
+            dh__reb_agreed a = {.frozen = frozen, .known = by_node ? NULL : known,
+                                .gpu_mape = dh__calib_gpu_mape(dh__sched_calib(s)),
+                                .move_factor = 1, .net_factor = 1, .count = 1,
+                                .costs_of = by_node ? record_costs : NULL, .costs_ctx = &cc,
+                                .ncost = cc.ncost, .node_load = by_node ? cc.load : NULL};
             dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t_reb;
             /* the other groups' moves, which their nodes plan (not this agent's time): the
@@ -207,6 +281,8 @@ int main(int argc, char **argv)
     free(gpu);
     free(running);
     free(known);
+    free(cc.costs);
+    free(cc.load);
     free(frozen);
     free(part);
     return 0;

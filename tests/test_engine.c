@@ -936,7 +936,7 @@ typedef struct {
 /* What the hub spoils: 1 node 1's greeting, 2 its record of step 1, 3 node 1's first
  * message becomes a TASK of node 0 claiming 1000 items, 4 node 1's record of step 1 claims
  * more failed samples than a step has, 5 its truth is no number, 6 its cutoff record after
- * a stop claims step 1000 (0: nothing). */
+ * a stop claims step 1000, 7 its load of the next step is no number (0: nothing). */
 static int corrupt;
 
 static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, char *err,
@@ -968,6 +968,8 @@ static int hub_exchange(void *user, const void *mine, void *all, size_t bytes, c
         ((xrec *)(h->in + bytes))->failed = 1000000;
     if (corrupt == 5 && me->node == 1 && me->calls == 5) /* its share of the step's truth */
         ((xrec *)(h->in + bytes))->truth_cpu = NAN;
+    if (corrupt == 7 && me->node == 1 && me->calls == 5) /* its load of step 2 */
+        ((xrec *)(h->in + bytes))->mv_load = NAN;
     if (corrupt == 6 && me->node == 1 && ((xrec *)(h->in + bytes))->kind == X_CUTOFF)
         ((xrec *)(h->in + bytes))->step = 1000; /* after a stop: a step past the run's */
     int64_t gen = h->gen;
@@ -1849,7 +1851,8 @@ START_TEST(a_node_that_sends_what_cannot_be_read_is_named)
         {2, "node 1 sent the record of step 7 in the exchange of step 1"},
         {3, "node 0 sent a task claiming 1000 items in"},
         {4, "node 1 sent a malformed step record (step 1, 1000000 failed samples"},
-        {5, " / nan)"}, /* a malformed step record: its truth is no number */
+        {5, " / nan, load"}, /* a malformed step record: its truth is no number */
+        {7, ", load nan)"},  /* ...its load of the next step */
         {6, "node 1 sent a malformed cutoff record (its ranks took step 1000 in a run of 6 steps)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -498,7 +498,8 @@ START_TEST(each_node_places_its_share_of_the_draw)
                 uint8_t frozen[4] = {0};
                 for (int k = 0; k < G; k++)
                     unknown[k] = -1;
-                dh__reb_agreed a = {frozen, unknown, 0.0, 1.0, 1.0, 0, 0};
+                dh__reb_agreed a = {.frozen = frozen, .known = unknown, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
+                    .count = 0, .other_groups = 0};
                 dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
             }
             for (int k = 0; k < G; k++) {
@@ -697,7 +698,8 @@ START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
             for (int k = 0; k < G; k++) /* a quarter of them heavy, scattered */
                 known[k] = ((uint32_t)k * 2654435761u >> 13) % 4 == 0 ? 4.0f : 0.5f;
             uint8_t frozen[R] = {0};
-            dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, 1, others};
+            dh__reb_agreed a = {.frozen = frozen, .known = known, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
+                    .count = 1, .other_groups = others};
             dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
             moved_any += dh__sched_reb_stats(s)->moved;
             step_groups x, y;
@@ -712,6 +714,89 @@ START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
         }
     }
     ck_assert_int_gt(moved_any, 0); /* the moves were made: the regrouping was tested */
+}
+END_TEST
+
+/* Each node's list of exact costs in a test: node n's i-th sample of the step (cost_list). */
+typedef struct {
+    float list[32][8];
+    int64_t ncost;
+} node_lists;
+
+static const float *list_of(const void *ctx, int node)
+{
+    return ((const node_lists *)ctx)->list[node];
+}
+
+START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
+{
+    /* A replica learns the exact costs of the nodes it plans with from their lists (each
+     * node's samples in the step's order, as far as ncost) and every node's load as the node
+     * computed it (dh__sched_node_load), where it read every cost of the step: the plans must
+     * be the same, bit for bit, with costs unknown (not prepared, or past ncost). 32 nodes of
+     * 2 ranks in groups of 4, replicas' views, their own group's plan and the others'. */
+    enum { N = 32, PER = 2, R = N * PER, G = 128 };
+    static const int views[] = {0, 5, 31};
+    int64_t moved_any = 0;
+    for (size_t v = 0; v < sizeof views / sizeof *views; v++) {
+        for (int variant = 0; variant < 4; variant++) {
+            int node = views[v], others = variant & 1, loads = !(variant & 2);
+            dh__sched *s[2];
+            for (int j = 0; j < 2; j++) {
+                world w;
+                node_world(&w, R, G, N, node);
+                for (int k = 0; k < MAXS; k++) {
+                    w.row[k].feat.v = 1.0f;
+                    w.row[k].bytes = 100 + k;
+                }
+                s[j] = make(&w);
+                ck_assert_int_ge(dh__sched_rank_of(s[j], 0, 0), 0);
+            }
+            static node_lists nl;
+            nl.ncost = 3; /* shares of about 4: the last ones unknown */
+            int seen[N] = {0};
+            float known[G];
+            for (int k = 0; k < G; k++) { /* a walk of the step, as the engine made known */
+                int n = dh__sched_rank_of(s[0], 0, k) / PER, i = seen[n]++;
+                float c = k % 7 == 0 ? -1.0f /* not prepared */
+                          : ((uint32_t)k * 2654435761u >> 13) % 4 == 0 ? 4.0f : 0.5f;
+                if (i < nl.ncost)
+                    nl.list[n][i] = c;
+                known[k] = i < nl.ncost ? c : -1.0f;
+            }
+            double load[N];
+            for (int n = 0; n < N; n++)
+                load[n] = dh__sched_node_load(s[1], 0, n, nl.list[n], nl.ncost);
+            uint8_t frozen[R] = {0};
+            dh__reb_agreed a = {.frozen = frozen, .known = known, .move_factor = 1.0,
+                                .net_factor = 1.0, .count = 1, .other_groups = others};
+            dh__sched_rebalance_agreed(s[0], 0, &a, NULL, NULL);
+            dh__reb_agreed b = {.frozen = frozen, .move_factor = 1.0, .net_factor = 1.0,
+                                .count = 1, .other_groups = others, .costs_of = list_of,
+                                .costs_ctx = &nl, .ncost = nl.ncost,
+                                .node_load = loads ? load : NULL};
+            dh__sched_rebalance_agreed(s[1], 0, &b, NULL, NULL);
+            const dh__reb_stats *x = dh__sched_reb_stats(s[0]), *y = dh__sched_reb_stats(s[1]);
+            ck_assert_int_eq(x->considered, y->considered);
+            ck_assert_int_eq(x->moved, y->moved);
+            ck_assert(x->predicted_gain_s == y->predicted_gain_s);
+            for (int k = 0; k < G; k++) /* the same costs learnt: the plans read them */
+                ck_assert_msg(dh__sched_prepared_cost(s[0], 0, k) ==
+                                  dh__sched_prepared_cost(s[1], 0, k),
+                              "view %d, variant %d: position %d learnt %g, from the lists %g",
+                              node, variant, k, dh__sched_prepared_cost(s[0], 0, k),
+                              dh__sched_prepared_cost(s[1], 0, k));
+            for (int k = 0; k < G; k++)
+                ck_assert_msg(dh__sched_rank_of(s[0], 0, k) == dh__sched_rank_of(s[1], 0, k),
+                              "view %d, variant %d: position %d on rank %d, from the lists %d",
+                              node, variant, k, dh__sched_rank_of(s[0], 0, k),
+                              dh__sched_rank_of(s[1], 0, k));
+            moved_any += x->moved;
+            dh__sched_free(s[0]);
+            dh__sched_free(s[1]);
+        }
+    }
+    ck_assert_int_gt(moved_any, 0); /* plans were made: their inputs were compared */
 }
 END_TEST
 
@@ -982,7 +1067,8 @@ START_TEST(an_agreed_plan_is_applied_by_every_node_and_counted_by_one)
             known[k] = (float)g[k];
         prepare_step0(s, g, 4);
         uint8_t frozen[2] = {0, 0};
-        dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, count, 0};
+        dh__reb_agreed a = {.frozen = frozen, .known = known, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
+                    .count = count, .other_groups = 0};
         frozen[r0] = 1;
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
         ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9); /* frozen: nothing moves */
@@ -1029,7 +1115,8 @@ START_TEST(nodes_agree_their_moves_by_groups)
             ck_assert_int_eq(r / PER, before[k] / PER); /* every replica dealt the step alike */
             known[k] = w.row[k].feat.v * (r / PER < 2 ? 10.0f : 1.0f);
         }
-        dh__reb_agreed a = {frozen, known, 0.0, 1.0, 1.0, 0, 0};
+        dh__reb_agreed a = {.frozen = frozen, .known = known, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
+                    .count = 0, .other_groups = 0};
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
         for (int k = 0; k < G; k++)
             own[node][k] = dh__sched_rank_of(s, 0, k);
@@ -1232,6 +1319,7 @@ int main(void)
     ADD_TEST(tc, the_deal_to_nodes_is_heaviest_first_by_class);
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
     ADD_TEST(tc, a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives);
+    ADD_TEST(tc, an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);
     ADD_TEST(tc, rebalancing_gate_follows_transfer_cost);
     ADD_TEST(tc, only_prepared_samples_move);

@@ -99,10 +99,10 @@ static int nodes_init(dh_engine *e, dh__sched_config *sc)
                                x->bytes, e->N};
     if (x->moving) {
         x->mv_frozen = dh__calloc((size_t)e->R, 1);
-        x->mv_known = dh__calloc((size_t)e->G, sizeof *x->mv_known);
+        x->mv_load = dh__calloc((size_t)e->nodes, sizeof *x->mv_load);
         x->mv_need = dh__calloc((size_t)e->nodes * 2, sizeof *x->mv_need);
         x->mv_n = x->mv_need ? x->mv_need + e->nodes : NULL;
-        if (!x->mv_frozen || !x->mv_known || !x->mv_need)
+        if (!x->mv_frozen || !x->mv_load || !x->mv_need)
             return DH_ENOMEM;
     }
     return x->mine && x->all && x->late && x->late_bytes && x->skip && x->truth_buf ? 0
@@ -127,7 +127,7 @@ static void nodes_free(dh_engine *e)
     free(x->rq);
     free(x->back);
     free(x->mv_frozen);
-    free(x->mv_known);
+    free(x->mv_load);
     free(x->mv_need);
     for (int k = 0; k < x->nout; k++)
         free(x->out[k].items);

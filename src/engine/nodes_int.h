@@ -86,7 +86,7 @@ struct dh__xchg {
     size_t open_at, cost_at; /* where a record's open flags and costs begin */
     int64_t ncost;           /* costs a record carries: its node's first samples of the step */
     uint8_t *mv_frozen;      /* R, scratch */
-    float *mv_known;         /* G, scratch: every exchanged exact cost of the step */
+    double *mv_load;         /* N, scratch: every node's load of the step (its record) */
     int64_t *mv_need, *mv_n; /* per node, scratch: arena bytes and buffers a plan needs */
     departure *out;          /* left by a plan, packed and sent once the lock is dropped */
     int nout, capout;

@@ -72,12 +72,26 @@ void dh__nodes_offer(dh_engine *e, xrec *m, int64_t ns)
                   !b->incoming && e->next_step[r] <= ns && dh__sched_batch_ready(e->sched, ns, r);
         b->agreeing = open[i];
     }
-    int64_t n = 0; /* this node's samples of ns, in the step's order, as far as ncost */
-    for (int64_t k = 0; k < e->G && n < x->ncost; k++)
+    /* this node's samples of ns, in the step's order, as far as ncost: its positions of the
+     * deal (a walk of the whole step without one), and its load over them */
+    int32_t mine = 0;
+    const int32_t *pos = dh__sched_node_positions(e->sched, ns, e->node, &mine);
+    int64_t n = 0;
+    for (int32_t i = 0; pos && i < mine && n < x->ncost; i++)
+        cost[n++] = (float)dh__sched_prepared_cost(e->sched, ns, pos[i]);
+    for (int64_t k = 0; !pos && k < e->G && n < x->ncost; k++)
         if (dh__eng_rank_here(e, dh__sched_rank_of(e->sched, ns, k)))
             cost[n++] = (float)dh__sched_prepared_cost(e->sched, ns, k);
     for (; n < x->ncost; n++)
         cost[n] = -1;
+    m->mv_load = dh__sched_node_load(e->sched, ns, e->node, cost, x->ncost);
+}
+
+/* Node k's exact costs of step ns, as its record carried them (dh__reb_agreed.costs_of). */
+static const float *costs_in_record(const void *ctx, int node)
+{
+    const struct dh__xchg *x = ctx;
+    return rec_cost(x, rec_of(x, node));
 }
 
 /* Sample k of step st leaves this node's batch `from` (rank r) for node `to`: noted with its
@@ -211,8 +225,13 @@ void dh__nodes_agree(dh_engine *e, int64_t ns)
     int all = s != NULL;
     for (int k = 0; all && k < e->nodes; k++)
         all = rec_of(x, k)->mv;
-    dh__reb_agreed a = {x->mv_frozen, x->mv_known, 0, 0, 0, e->node == 0, 0};
-    int64_t *seen = x->mv_need; /* per node: its samples met so far (scratch, before carry) */
+    /* Each node's costs are of its samples in the step's order: the same on every replica,
+     * since no plan of ns was made anywhere yet. A sample prepared here after the record
+     * went out stays unknown, as it is for the others. The plan reads the costs of the
+     * nodes it plans with, and every node's load as the node said it. */
+    dh__reb_agreed a = {.frozen = x->mv_frozen, .count = e->node == 0,
+                        .costs_of = costs_in_record, .costs_ctx = x, .ncost = x->ncost,
+                        .node_load = x->mv_load};
     for (int k = 0; all && k < e->nodes; k++) {
         xrec *o = rec_of(x, k);
         const uint8_t *open = rec_open(x, o);
@@ -221,16 +240,9 @@ void dh__nodes_agree(dh_engine *e, int64_t ns)
         a.gpu_mape = DH_MAX(a.gpu_mape, o->mv_mape);
         a.move_factor = DH_MAX(a.move_factor, o->mv_factor);
         a.net_factor = DH_MAX(a.net_factor, o->mv_net);
-        seen[k] = 0;
-    }
-    /* Each node's costs are of its samples in the step's order: the same on every replica,
-     * since no plan of ns was made anywhere yet. A sample prepared here after the record
-     * went out stays unknown, as it is for the others. The plan learns the costs of the
-     * samples it reads. */
-    for (int64_t j = 0; all && j < e->G; j++) {
-        int k = dh__sched_rank_of(e->sched, ns, j) / rpn(e);
-        int64_t i = seen[k]++;
-        x->mv_known[j] = i < x->ncost ? rec_cost(x, rec_of(x, k))[i] : -1;
+        x->mv_load[k] = o->mv_load;
+        if (o->mv_load < 0) /* not dealt to nodes: the plan reads every cost */
+            a.node_load = NULL;
     }
     if (all) {
         double moved_before = s->moves_at;

@@ -143,12 +143,12 @@ int dh__wire_check_record(const dh__wire_limits *lim, int k, xrec *r, char *why,
         (r->step < 0 || r->mv_room < 0 || r->mv_ids < 0 || r->failed < 0 ||
          r->failed > lim->global_batch || r->late_bytes < 0 || r->late_bytes > lim->max_bytes ||
          !(r->truth_gpu >= 0 && r->truth_gpu_max >= 0 && r->truth_cpu >= 0) ||
-         !isfinite(r->truth_gpu + r->truth_gpu_max + r->truth_cpu)))
+         !isfinite(r->truth_gpu + r->truth_gpu_max + r->truth_cpu) || !isfinite(r->mv_load)))
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed step record (step "
                         "%lld, %lld failed samples of %lld, a late task of %lld bytes, truth "
-                        "%g / %g / %g)", k, (long long)r->step, (long long)r->failed,
+                        "%g / %g / %g, load %g)", k, (long long)r->step, (long long)r->failed,
                         (long long)lim->global_batch, (long long)r->late_bytes, r->truth_gpu,
-                        r->truth_gpu_max, r->truth_cpu);
+                        r->truth_gpu_max, r->truth_cpu, r->mv_load);
     if (r->kind == X_CUTOFF && (r->step < -1 || r->step >= lim->steps))
         return dh__fail(why, whylen, DH_EPARSE, "node %d sent a malformed cutoff record (its "
                         "ranks took step %lld in a run of %lld steps)", k, (long long)r->step,

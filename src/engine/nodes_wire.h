@@ -26,7 +26,8 @@
 #define DH__WIRE_VERSION 6 /* 1: before the greeting; 2: greeting, checked messages; 3: when
                             * a node's fault happened (FINAL); 4: the steps taken past the
                             * last closed one (FINAL); 5: each node's share of a step's truth
-                            * (STEP); 6: the CUTOFF round after a stop */
+                            * (STEP); 6: the CUTOFF round after a stop, each
+                            * node's load of the next step (STEP) */
 
 /* The first round of every run; never changes (a later version keeps these 32 bytes). */
 typedef struct {
@@ -67,6 +68,7 @@ typedef struct {
      * cost of a sample prepared here (< 0: not prepared here) */
     int32_t mv;
     double mv_mape, mv_factor, mv_net;
+    double mv_load; /* its load of step + 1 (dh__sched_node_load; < 0: not dealt to nodes) */
     int64_t mv_room, mv_ids;
     /* HELLO: what every node must agree on (the job's identity) */
     uint64_t manifest_hash, spec_hash, seed;

@@ -293,7 +293,7 @@ static void deal_order(dh__sched *s, const double *gpu, const double *cpu, int G
 /*
  * regroup(s, st, 1) for a step just dealt to nodes (place_balanced; its done
  * flags are cleared only after this, so they are not read: none is done): each
- * node's positions are its block of share_pos, ascending, ending at end[node];
+ * node's positions are its block of the step's node_pos, ascending, ending at end[node];
  * its ranks' members come from that block alone, rank by rank, each rank's in
  * ascending position, so members and every sum are what regroup gives (the
  * same additions in the same order): round-robin over an unsettled node's
@@ -315,7 +315,7 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
      * and per are both at least 2, as a deal has them */
     int32_t *fill = s->plan_fill + N, at = 0;
     for (int node = 0, lo = 0; node < N; lo = end[node++]) {
-        const int32_t *P = s->share_pos + lo;
+        const int32_t *P = s->node_pos + base + lo;
         int n = end[node] - lo;
         batch_rec *nb = b + node * per;
         if (!settled[node]) { /* rank r holds P[r], P[r + per], ... */
@@ -363,7 +363,8 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
      * snaking, so every node's share weighs about the same in GPU and, with it, in CPU and
      * no node is favoured; each node's ranks then partition its share among themselves. */
     int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
-    deal_order(s, s->slot_gpu + base, s->plan_cpu, G, s->share_pos, s->share_ord);
+    int32_t *pos = s->node_pos + base; /* kept with the step (dh__sched_node_positions) */
+    deal_order(s, s->slot_gpu + base, s->plan_cpu, G, pos, s->share_ord);
     /* the i-th sample of the deal goes to node j of round i / N (j = i % N, kept as i goes,
      * with no division), counted up in even rounds and down in odd ones: 0..N-1, then
      * N-1..0, ...; rank_of holds each position's node for now */
@@ -372,24 +373,27 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
         if (++j == N)
             j = 0, round++;
     }
-    int32_t *start = s->plan_fill; /* R >= N: each node's block of share_pos */
+    int32_t *start = s->plan_fill; /* R >= N: each node's block of pos */
     int rounds = G / N, rest = G % N; /* the last round, partial, runs up if rounds is even */
     for (int node = 0, at = 0; node < N; node++) {
         start[node] = at;
         at += rounds + (rounds % 2 ? node >= N - rest : node < rest);
     }
     for (int k = 0; k < G; k++) /* each node's positions, ascending; start[] becomes ends */
-        s->share_pos[start[rank_of[k]]++] = k;
+        pos[start[rank_of[k]]++] = k;
+    int32_t *end = s->node_end + step_slot(s, st) * (N + 1);
+    end[0] = 0;
+    memcpy(end + 1, start, (size_t)N * sizeof *end);
     uint8_t *settled = s->settled + step_slot(s, st) * N;
     for (int node = 0; node < N; node++) {
         int lo = node ? start[node - 1] : 0, hi = start[node];
         settled[node] = !s->cfg.node_local || node == s->cfg.node;
         if (!settled[node]) { /* another node's: dealt round-robin for now */
             for (int a = lo, r = 0; a < hi; a++, r = r + 1 == per ? 0 : r + 1)
-                rank_of[s->share_pos[a]] = node * per + r;
+                rank_of[pos[a]] = node * per + r;
             continue;
         }
-        int rc = place_share(s, st, node, s->share_pos + lo, hi - lo, 1);
+        int rc = place_share(s, st, node, pos + lo, hi - lo, 1);
         if (rc)
             return rc;
     }

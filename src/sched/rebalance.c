@@ -183,7 +183,43 @@ typedef struct {
     int need_admitted; /* every batch of the step admitted here (one node) */
     int count;         /* agreed over every rank: this node counts the plan */
     int other_groups;  /* a replica plans the other groups' moves, not its own (benchmarks) */
+    /* agreed, by node (dh__reb_agreed): known is filled from these for the nodes planned */
+    const float *(*costs_of)(const void *ctx, int node);
+    const void *costs_ctx;
+    int64_t ncost;
+    const double *node_load; /* N, or NULL */
 } reb_in;
+
+/* known (s->reb_known) at node `node`'s positions of step st, from its list of costs (its
+ * samples in the step's order, as far as in->ncost). */
+static void known_of_node(dh__sched *s, int64_t st, const reb_in *in, int node)
+{
+    int32_t n = 0;
+    const int32_t *P = dh__sched_node_positions(s, st, node, &n);
+    const float *c = in->costs_of(in->costs_ctx, node);
+    for (int32_t i = 0; i < n; i++)
+        s->reb_known[P[i]] = i < in->ncost ? c[i] : -1;
+}
+
+/* known at every position of step st from the nodes' lists: by the deal's positions, or by
+ * a walk of the step when it was not dealt (nodes of one rank). */
+static void known_of_all(dh__sched *s, int64_t st, const reb_in *in)
+{
+    int32_t n;
+    if (dh__sched_node_positions(s, st, 0, &n)) {
+        for (int node = 0; node < s->nodes; node++)
+            known_of_node(s, st, in, node);
+        return;
+    }
+    int64_t base = step_slot(s, st) * s->G;
+    int32_t *seen = s->reb_i32; /* per node: its samples met so far */
+    memset(seen, 0, (size_t)s->nodes * sizeof *seen);
+    for (int64_t k = 0; k < s->G; k++) {
+        int node = node_of_rank(s, s->rank_of[base + k]);
+        int32_t i = seen[node]++;
+        s->reb_known[k] = i < in->ncost ? in->costs_of(in->costs_ctx, node)[i] : -1;
+    }
+}
 
 /* The exact cost of the k-th sample of step st (at slot a) the plan may use, else < 0. */
 static double exact_cost(const dh__sched *s, const reb_in *in, int64_t k, int64_t a)
@@ -449,9 +485,9 @@ static double group_nodes(dh__sched *s, int64_t st, const reb_in *in, node_group
     node_key *key = dh__malloc((size_t)N * sizeof *key);
     if (!key)
         return -1;
-    for (int n = 0; n < N; n++)
-        key[n] = (node_key){0, n};
-    for (int64_t k = 0; k < s->G; k++) {
+    for (int n = 0; n < N; n++) /* each node's load as it said (dh__sched_node_load) */
+        key[n] = (node_key){in->node_load ? in->node_load[n] : 0, n};
+    for (int64_t k = 0; !in->node_load && k < s->G; k++) {
         int64_t a = base + k;
         double exact = exact_cost(s, in, k, a);
         key[node_of_rank(s, s->rank_of[a])].load +=
@@ -505,6 +541,10 @@ static int rebalance_groups(dh__sched *s, int64_t st, const reb_in *in, reb_plan
         s->groups_step = st;
     }
     int mine = g.group_of[me];
+    for (int i = 0; in->costs_of && in->node_load && i < g.ngroups; i++) /* what it reads */
+        for (int j = g.first[i]; j < g.first[i + 1] && (in->other_groups ? i != mine : i == mine);
+             j++)
+            known_of_node(s, st, in, g.list[j]);
     /* a replica places the other nodes of the groups it plans as they placed their shares */
     for (int i = 0; s->cfg.node_local && i < g.ngroups; i++)
         for (int j = g.first[i]; j < g.first[i + 1] && (in->other_groups ? i != mine : i == mine);
@@ -547,6 +587,13 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
     }
     reb_plan p;
     plan_scratch(s, &p);
+    reb_in by_node = *in;
+    if (in->costs_of) { /* the exact costs from the nodes' lists: as far as the plan reads */
+        by_node.known = s->reb_known;
+        if (!by_groups(s) || !in->node_load || !dh__sched_node_positions(s, st, 0, &(int32_t){0}))
+            by_node.node_load = NULL, known_of_all(s, st, &by_node);
+        in = &by_node;
+    }
     int applied;
     if (by_groups(s) && s->cfg.node_local && in->need_admitted) {
         /* a replica's plan of its own batches alone (when no plan could be agreed) */
@@ -576,7 +623,7 @@ void dh__sched_rebalance(dh__sched *s, int64_t st, double now, const uint8_t *fr
 {
     (void)now;
     reb_in in = {frozen, NULL, dh__calib_gpu_mape(&s->calib), s->reb.move_factor,
-                 s->reb.net_factor, 1, 1, 0};
+                 s->reb.net_factor, 1, 1, 0, NULL, NULL, 0, NULL};
     rebalance(s, st, &in, accept, ctx);
 }
 
@@ -584,8 +631,33 @@ void dh__sched_rebalance_agreed(dh__sched *s, int64_t st, const dh__reb_agreed *
                                 dh__reb_accept accept, void *ctx)
 {
     reb_in in = {a->frozen, a->known, a->gpu_mape, a->move_factor, a->net_factor, 0, a->count,
-                 a->other_groups};
+                 a->other_groups, a->costs_of, a->costs_ctx, a->ncost, a->node_load};
     rebalance(s, st, &in, accept, ctx);
+}
+
+const int32_t *dh__sched_node_positions(const dh__sched *s, int64_t st, int node, int32_t *n)
+{
+    if (st < s->lo || st >= s->planned || node < 0 || node >= s->nodes || !s->node_pos)
+        return NULL;
+    const int32_t *end = s->node_end + step_slot(s, st) * (s->nodes + 1);
+    if (end[s->nodes] != s->G) /* not dealt to nodes */
+        return NULL;
+    *n = end[node + 1] - end[node];
+    return s->node_pos + step_slot(s, st) * s->G + end[node];
+}
+
+double dh__sched_node_load(const dh__sched *s, int64_t st, int node, const float *cost,
+                           int64_t ncost)
+{
+    int32_t n;
+    const int32_t *P = dh__sched_node_positions(s, st, node, &n);
+    if (!P)
+        return -1;
+    int64_t base = step_slot(s, st) * s->G;
+    double load = 0; /* group_nodes' sum: the same additions in the same order */
+    for (int32_t i = 0; i < n; i++)
+        load += i < ncost && cost[i] >= 0 ? (double)cost[i] : s->slot_gpu[base + P[i]];
+    return load;
 }
 
 double dh__sched_prepared_cost(const dh__sched *s, int64_t st, int64_t k)

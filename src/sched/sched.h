@@ -218,9 +218,25 @@ typedef struct {
     int count;
     int other_groups; /* plan the other groups' moves instead of this node's group's (the step
                        * the whole job takes, for bench_control); the groups are the same */
+    /* Or, instead of known, by node (a replica: what the step records carry): node k's exact
+     * costs of its samples in the step's order, as far as ncost (< 0: unknown), read only
+     * for the nodes the plan reads; and every node's load (dh__sched_node_load, N), or NULL
+     * (then every cost is read, as known is) */
+    const float *(*costs_of)(const void *ctx, int node);
+    const void *costs_ctx;
+    int64_t ncost;
+    const double *node_load;
 } dh__reb_agreed;
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t step, const dh__reb_agreed *in,
                                 dh__reb_accept accept, void *ctx);
+/* Node `node`'s positions of `step`, ascending (*n of them), as the step was dealt to nodes:
+ * NULL when it was not (one node, nodes of one rank, or not planned). Moves leave them. */
+const int32_t *dh__sched_node_positions(const dh__sched *s, int64_t step, int node, int32_t *n);
+/* Node `node`'s load of `step` as an agreed plan groups nodes by: its samples' GPU costs, the
+ * exact one for the i-th of them when i < ncost and cost[i] >= 0, else the predicted one;
+ * < 0 when the step was not dealt to nodes. */
+double dh__sched_node_load(const dh__sched *s, int64_t step, int node, const float *cost,
+                           int64_t ncost);
 /* The exact GPU cost of the k-th sample of step if it is prepared here (or was learnt), else
  * < 0. */
 double dh__sched_prepared_cost(const dh__sched *s, int64_t step, int64_t k);

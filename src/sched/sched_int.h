@@ -80,6 +80,10 @@ struct dh__sched {
     int32_t *finished_ranks; /* cap: ranks done with the step */
     int32_t *group;          /* cap * DH_MOVE_GROUP: a replica's group of nodes in the step's
                               * moves, -1 ended (none: no plan), rebalance.c */
+    int32_t *node_pos;       /* cap * G, a deal to nodes: each node's positions, ascending,
+                              * node after node (place_balanced); NULL without a deal */
+    int32_t *node_end;       /* cap * (nodes + 1): node n's are node_pos[end[n], end[n + 1]);
+                              * end[nodes] == G once the step was dealt */
     uint8_t *settled;        /* cap * nodes: the node's share is placed as the node places it
                               * (a replica's other nodes: once their moves are planned here) */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
@@ -122,6 +126,8 @@ struct dh__sched {
     dh__part_ws part_ws;               /* the partitioner's memory, kept between plans */
     uint64_t calib_ver;                /* CPU calibration changes so far */
     double *reb_f64;                   /* 2R (a step's groups: their loads, before a plan) */
+    float *reb_known;                  /* G, several nodes: the exact costs an agreed plan
+                                        * reads, from the nodes' lists (rebalance.c) */
     /* ranks whose samples changed since their step was last grouped (an applied plan, a
      * settled share): moved_list[0, nmoved), moved[r] set for each, and the regrouping's
      * scratch (dh__sched_regroup_moved: G positions, G members) */

@@ -34,12 +34,16 @@ static int regrow(dh__sched *s, int64_t ncap)
     int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
     int32_t *group = dh__malloc((size_t)ncap * DH_MOVE_GROUP * sizeof *group);
     uint8_t *settled = dh__calloc((size_t)ncap * (size_t)s->nodes, 1);
+    int deals = s->nodes > 1 && s->ranks_per_node > 1; /* node_pos: only a deal fills it */
+    int32_t *node_pos = dh__malloc((size_t)(deals ? ncap * G : 1) * sizeof *node_pos);
+    int32_t *node_end = dh__calloc((size_t)ncap * (size_t)(s->nodes + 1), sizeof *node_end);
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
              slot_cls && slot_segs && parts_left && revealed && done && orig_rank && step_start &&
-             finished_ranks && group && settled && first_lead && leads_ver;
+             finished_ranks && group && settled && first_lead && leads_ver && node_pos &&
+             node_end;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
@@ -49,6 +53,10 @@ static int regrow(dh__sched *s, int64_t ncap)
         memcpy(group + n * DH_MOVE_GROUP, s->group + o * DH_MOVE_GROUP,
                DH_MOVE_GROUP * sizeof *group);
         memcpy(settled + n * s->nodes, s->settled + o * s->nodes, (size_t)s->nodes);
+        memcpy(node_end + n * (s->nodes + 1), s->node_end + o * (s->nodes + 1),
+               (size_t)(s->nodes + 1) * sizeof *node_end);
+        if (deals)
+            memcpy(node_pos + n * G, s->node_pos + o * G, (size_t)G * sizeof *node_pos);
         memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
         memcpy(first_lead + n * (int64_t)nn, s->first_lead + o * (int64_t)nn, nn * sizeof *first_lead);
         memcpy(leads_ver + n * (int64_t)nn, s->leads_ver + o * (int64_t)nn, nn * sizeof *leads_ver);
@@ -90,6 +98,8 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(finished_ranks);
     SWAP(group);
     SWAP(settled);
+    SWAP(node_pos);
+    SWAP(node_end);
     SWAP(first_lead);
     SWAP(leads_ver);
 #undef SWAP
@@ -139,6 +149,9 @@ void dh__sched_free(dh__sched *s)
     free(s->finished_ranks);
     free(s->group);
     free(s->settled);
+    free(s->node_pos);
+    free(s->node_end);
+    free(s->reb_known);
     free(s->first_lead);
     free(s->leads_ver);
     free(s->lead_keys);
@@ -230,6 +243,8 @@ static int alloc_fixed(dh__sched *s)
     s->rank_node = dh__malloc(R * sizeof *s->rank_node);
     for (size_t r = 0; s->rank_node && r < R; r++)
         s->rank_node[r] = (int32_t)(r / (size_t)s->ranks_per_node);
+    if (s->nodes > 1 && !(s->reb_known = dh__malloc(G * sizeof *s->reb_known)))
+        return DH_ENOMEM;
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
         s->deal_count = dh__malloc((DEAL_CLASSES + 1) * sizeof *s->deal_count);
