@@ -23,9 +23,11 @@
  * simulated compute time (the workload's GPU model: the slowest rank's
  * batch plus the fixed cost), one core. Node 0's share of the records it sends (its
  * samples' exact costs of the next step and its load) is in it; copying the records and
- * the wire are not (O(ranks) copies). BENCH_WALK=1 agrees the moves as the engine did
- * before 2026-12-06: node 0's costs found by a walk of the step, and every exchanged cost
- * placed at its position by another walk (this benchmark timed neither).
+ * the wire are not (O(ranks) copies); of carrying out its group's plan, finding the
+ * batches that get samples is, the copies are not (the data plane's). BENCH_WALK=1 agrees
+ * the moves as the engine did before 2026-12-06: node 0's costs found by a walk of the
+ * step, every exchanged cost placed at its position by another walk, and the plan's
+ * receivers found by a third (this benchmark timed none of them).
  *   usage: bench_control [NODES] [RANKS_PER_NODE] [GLOBAL_BATCH] [STEPS] [WORKLOAD] [SAMPLES]
  * SAMPLES: the dataset (default 8 global batches; an epoch's boundary falls every SAMPLES / G
  * steps, where "max" shows what starting an epoch costs).
@@ -63,6 +65,56 @@ static void walk_costs(dh__sched *s, int64_t ns, int k, int rpn, int64_t G,
             cost[n++] = (float)run->truth.of[order[j]].gpu;
     for (; n < ncost; n++)
         cost[n] = -1;
+}
+
+/* The engine's accept callback for its group's plan finds the batches that get samples
+ * (their layouts and the room they need: here only counted) before carrying it out, which
+ * is the data plane's (copies: not here). */
+static int64_t receivers, walk_G; /* walk_G: the global batch, walk_R the ranks */
+static int walk_R;
+
+static int count_receiver(void *ctx, int r, const int64_t *samples, int32_t n)
+{
+    (void)ctx;
+    (void)r;
+    receivers += n > 0 && samples[0] >= 0;
+    return 0;
+}
+
+static int accept_plan(void *ctx, int64_t st, const int32_t *rank_of)
+{
+    return dh__sched_receivers(ctx, st, rank_of, count_receiver, NULL);
+}
+
+/* ...as it did before 2026-12-06 (BENCH_WALK=1): the plan's samples grouped by rank by a
+ * walk of the whole step. */
+static int accept_walking(void *ctx, int64_t st, const int32_t *rank_of)
+{
+    dh__sched *s = ctx;
+    int64_t G = walk_G;
+    int R = walk_R;
+    const int64_t *order = dh__sched_step_order(s, st);
+    int64_t *samples = malloc((size_t)G * sizeof *samples);
+    int32_t *end = calloc((size_t)R + 1, sizeof *end);
+    uint8_t *gets = calloc((size_t)R, 1);
+    if (!samples || !end || !gets)
+        return free(samples), free(end), free(gets), 1;
+    for (int64_t k = 0; k < G; k++) {
+        end[rank_of[k] + 1]++;
+        gets[rank_of[k]] |= dh__sched_rank_of(s, st, k) != rank_of[k];
+    }
+    for (int r = 0; r < R; r++)
+        end[r + 1] += end[r];
+    for (int64_t k = 0; k < G; k++)
+        samples[end[rank_of[k]]++] = order[k];
+    for (int r = 0; r < R; r++)
+        if (gets[r])
+            count_receiver(NULL, r, samples + (r ? end[r - 1] : 0),
+                           end[r] - (r ? end[r - 1] : 0));
+    free(samples);
+    free(end);
+    free(gets);
+    return 0;
 }
 
 /* Node k's costs of step ns in the step's order (as far as ncost) and its load, as
@@ -117,6 +169,7 @@ int main(int argc, char **argv)
     dh__records rec; /* the job's records, as an engine keeps them (the header) */
     int with_rec = !getenv("BENCH_NO_RECORDS");
     int walk = getenv("BENCH_WALK") != NULL; /* the agreement as before 2026-12-06 */
+    walk_G = G;
     if (dh__records_init(&rec, cfg.ranks, G)) {
         fprintf(stderr, "bench_control: no records\n");
         return 1;
@@ -137,7 +190,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_control: no scheduler\n");
         return 1;
     }
-    int R = cfg.ranks, first = 0, nw = dh__sched_node_workers(s, 0, &first);
+    int R = walk_R = cfg.ranks, first = 0, nw = dh__sched_node_workers(s, 0, &first);
     int64_t *buf = malloc((size_t)G * sizeof *buf);
     double *gpu = calloc((size_t)R, sizeof *gpu);
     float *known = malloc((size_t)G * sizeof *known);
@@ -246,7 +299,7 @@ int main(int argc, char **argv)
                                 .move_factor = 1, .net_factor = 1, .count = 1,
                                 .costs_of = by_node ? record_costs : NULL, .costs_ctx = &cc,
                                 .ncost = cc.ncost, .node_load = by_node ? cc.load : NULL};
-            dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
+            dh__sched_rebalance_agreed(s, ns, &a, walk ? accept_walking : accept_plan, s);
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t_reb;
             /* the other groups' moves, which their nodes plan (not this agent's time): the
              * step the job takes, and the job's moves in the counts below */

@@ -728,6 +728,52 @@ static const float *list_of(const void *ctx, int node)
     return ((const node_lists *)ctx)->list[node];
 }
 
+/* dh__sched_receivers against a walk of the whole step: every rank the plan gives a sample,
+ * with its samples under the plan in the step's order (an accept callback; carries out). */
+typedef struct {
+    dh__sched *s;
+    const int32_t *rank_of;
+    int64_t st, G;
+    int R, next, calls; /* the first rank not yet met; receivers met in all */
+} receivers_check;
+
+static int check_receiver(void *ctx, int r, const int64_t *samples, int32_t n)
+{
+    receivers_check *c = ctx;
+    const int64_t *order = dh__sched_step_order(c->s, c->st);
+    int32_t at = 0, gets = 0;
+    for (int q = c->next; q < r; q++) /* no rank between the last one and r gets a sample */
+        for (int64_t k = 0; k < c->G; k++)
+            ck_assert(!(c->rank_of[k] == q && dh__sched_rank_of(c->s, c->st, k) != q));
+    for (int64_t k = 0; k < c->G; k++)
+        if (c->rank_of[k] == r) {
+            ck_assert_int_lt(at, n);
+            ck_assert_int_eq(samples[at++], order[k]);
+            gets |= dh__sched_rank_of(c->s, c->st, k) != r;
+        }
+    ck_assert_int_eq(at, n);
+    ck_assert(gets);
+    c->next = r + 1;
+    c->calls++;
+    return 0;
+}
+
+static receivers_check *receivers_of;
+
+static int accept_checking_receivers(void *ctx, int64_t st, const int32_t *rank_of)
+{
+    (void)ctx;
+    receivers_check *c = receivers_of;
+    c->rank_of = rank_of;
+    c->st = st;
+    c->next = 0;
+    int rc = dh__sched_receivers(c->s, st, rank_of, check_receiver, c);
+    for (int q = c->next; q < c->R; q++) /* nor any rank after the last */
+        for (int64_t k = 0; k < c->G; k++)
+            ck_assert(!(rank_of[k] == q && dh__sched_rank_of(c->s, st, k) != q));
+    return rc;
+}
+
 START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
 {
     /* A replica learns the exact costs of the nodes it plans with from their lists (each
@@ -737,7 +783,7 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
      * 2 ranks in groups of 4, replicas' views, their own group's plan and the others'. */
     enum { N = 32, PER = 2, R = N * PER, G = 128 };
     static const int views[] = {0, 5, 31};
-    int64_t moved_any = 0;
+    int64_t moved_any = 0, receivers_met = 0;
     for (size_t v = 0; v < sizeof views / sizeof *views; v++) {
         for (int variant = 0; variant < 4; variant++) {
             int node = views[v], others = variant & 1, loads = !(variant & 2);
@@ -775,7 +821,10 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
                                 .count = 1, .other_groups = others, .costs_of = list_of,
                                 .costs_ctx = &nl, .ncost = nl.ncost,
                                 .node_load = loads ? load : NULL};
-            dh__sched_rebalance_agreed(s[1], 0, &b, NULL, NULL);
+            receivers_check rc = {s[1], NULL, 0, G, R, 0, 0};
+            receivers_of = &rc; /* and its receivers, from its group's positions */
+            dh__sched_rebalance_agreed(s[1], 0, &b, accept_checking_receivers, NULL);
+            receivers_met += rc.calls;
             const dh__reb_stats *x = dh__sched_reb_stats(s[0]), *y = dh__sched_reb_stats(s[1]);
             ck_assert_int_eq(x->considered, y->considered);
             ck_assert_int_eq(x->moved, y->moved);
@@ -797,6 +846,7 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
         }
     }
     ck_assert_int_gt(moved_any, 0); /* plans were made: their inputs were compared */
+    ck_assert_int_gt(receivers_met, 0);
 }
 END_TEST
 

@@ -138,6 +138,25 @@ static int departures(dh_engine *e, int64_t st, batch_slot *slots, const int32_t
     return 0;
 }
 
+/* What a batch that gets samples under an agreed plan needs of its node's move arena
+ * (dh__sched_receivers' callback): its laid-out bytes and one buffer. 0 or DH_ENOMEM. */
+static int receiver_room(void *ctx, int r, const int64_t *samples, int32_t n)
+{
+    dh_engine *e = ctx;
+    struct dh__xchg *x = e->x;
+    batch_slot probe = {.block = -1};
+    int64_t *mine = dh__malloc((size_t)DH_MAX(n, 1) * sizeof *mine);
+    int rc = mine ? 0 : DH_ENOMEM;
+    if (mine) {
+        memcpy(mine, samples, (size_t)n * sizeof *mine);
+        rc = dh__lay_out_samples(e, &probe, mine, n); /* the same layout on every node */
+    }
+    x->mv_need[r / rpn(e)] += dh__ring_aligned(probe.bytes);
+    x->mv_n[r / rpn(e)]++;
+    dh__slot_clear_layout(&probe);
+    return rc;
+}
+
 /* The scheduler's accept callback for an agreed plan (its group's, rebalance.c): every node
  * of the group decides alike whether every node's receiving batches fit the arena room it
  * published; then this node carries out its part. 0: carried out; 1: refused (by every node
@@ -150,39 +169,11 @@ static int carry_agreed(void *ctx, int64_t st, const int32_t *rank_of)
     if (!order)
         return 1; /* not on any node: every replica plans the same steps */
     memset(x->mv_need, 0, (size_t)e->nodes * 2 * sizeof *x->mv_need);
-    /* The plan's samples grouped by rank, in the step's order (O(G + R): a scan per rank was
-     * O(G R), a third of a second a step at 1,024 nodes of 8 ranks); a batch that gets a
-     * sample is laid out as every node lays it out. */
-    int64_t *samples = dh__malloc((size_t)e->G * sizeof *samples);
-    int32_t *end = dh__calloc((size_t)e->R + 1, sizeof *end);
-    uint8_t *gets = dh__calloc((size_t)e->R, 1);
-    int rc = samples && end && gets ? 0 : DH_ENOMEM;
-    for (int64_t k = 0; !rc && k < e->G; k++) {
-        end[rank_of[k] + 1]++;
-        gets[rank_of[k]] |= dh__sched_rank_of(e->sched, st, k) != rank_of[k];
-    }
-    for (int r = 0; !rc && r < e->R; r++)
-        end[r + 1] += end[r];
-    for (int64_t k = 0; !rc && k < e->G; k++) /* end[r] walks from r's start to its end */
-        samples[end[rank_of[k]]++] = order[k];
-    for (int r = 0; !rc && r < e->R; r++) {
-        if (!gets[r])
-            continue;
-        int32_t from = r ? end[r - 1] : 0, n = end[r] - from;
-        batch_slot probe = {.block = -1};
-        int64_t *mine = dh__malloc((size_t)DH_MAX(n, 1) * sizeof *mine);
-        rc = mine ? 0 : DH_ENOMEM;
-        if (mine) {
-            memcpy(mine, samples + from, (size_t)n * sizeof *mine);
-            rc = dh__lay_out_samples(e, &probe, mine, n); /* the same layout on every node */
-        }
-        x->mv_need[r / rpn(e)] += dh__ring_aligned(probe.bytes);
-        x->mv_n[r / rpn(e)]++;
-        dh__slot_clear_layout(&probe);
-    }
-    free(samples);
-    free(end);
-    free(gets);
+    /* Every batch that gets a sample, laid out as every node lays it out: the scheduler gives
+     * each with its samples in the step's order, from the group's positions alone (a walk
+     * of the whole step before; a scan per rank, O(G R), took a third of a second a step at
+     * 1,024 nodes of 8 ranks). */
+    int rc = dh__sched_receivers(e->sched, st, rank_of, receiver_room, e);
     if (rc) {
         if (!e->stop)
             dh__eng_fail(e, rc);

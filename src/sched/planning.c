@@ -91,8 +91,7 @@ void dh__sched_regroup(dh__sched *s, int64_t st)
     regroup(s, st, 0);
 }
 
-/* Positions (int32_t) in ascending order, for qsort. */
-static int by_position(const void *a, const void *b)
+int dh__sched_by_position(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -118,14 +117,14 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
         batch_rec *b = batch_of(s, st, 0);
         int64_t *mem = s->members + base, *out = s->moved_mem;
         int32_t *pos = s->moved_pos, m = 0;
-        qsort(list, (size_t)n, sizeof *list, by_position);
+        qsort(list, (size_t)n, sizeof *list, dh__sched_by_position);
         for (int i = 0; i < n; i++) {
             batch_rec *br = &b[list[i]];
             for (int32_t j = 0; j < br->ntasks; j++)
                 pos[m++] = (int32_t)(mem[br->first + j] - step0);
             br->ntasks = br->ndone = 0, br->bytes = 0, br->pred_gpu_raw = 0;
         }
-        qsort(pos, (size_t)m, sizeof *pos, by_position);
+        qsort(pos, (size_t)m, sizeof *pos, dh__sched_by_position);
         for (int32_t j = 0; j < m; j++)
             batch_add(s, &b[s->rank_of[base + pos[j]]], base + pos[j]);
         /* the span's new layout into out: an unmarked rank's block as it was, a marked
@@ -414,7 +413,7 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
         for (int32_t j = 0; j < b->ntasks; j++)
             pos[n++] = (int32_t)(s->members[base + b->first + j] - st * G);
     }
-    qsort(pos, (size_t)n, sizeof *pos, by_position);
+    qsort(pos, (size_t)n, sizeof *pos, dh__sched_by_position);
     int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)
         return dh__sched_fail(s, rc);

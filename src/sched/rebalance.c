@@ -646,6 +646,47 @@ const int32_t *dh__sched_node_positions(const dh__sched *s, int64_t st, int node
     return s->node_pos + step_slot(s, st) * s->G + end[node];
 }
 
+int dh__sched_receivers(dh__sched *s, int64_t st, const int32_t *rank_of, dh__reb_receiver got,
+                        void *ctx)
+{
+    if (st < s->lo || st >= s->planned)
+        return 0;
+    int64_t G = s->G, base = step_slot(s, st) * G;
+    int32_t *pos = s->moved_pos, n = 0, cnt; /* scratch until the plan is regrouped */
+    const int32_t *grp = s->group + step_slot(s, st) * DH_MOVE_GROUP;
+    if (s->cfg.node_local && by_groups(s) && grp[0] >= 0 &&
+        dh__sched_node_positions(s, st, grp[0], &cnt)) { /* only its group's samples move */
+        for (int j = 0; j < DH_MOVE_GROUP && grp[j] >= 0; j++) {
+            const int32_t *P = dh__sched_node_positions(s, st, grp[j], &cnt);
+            memcpy(pos + n, P, (size_t)cnt * sizeof *pos);
+            n += cnt;
+        }
+        qsort(pos, (size_t)n, sizeof *pos, dh__sched_by_position);
+    } else {
+        for (int64_t k = 0; k < G; k++)
+            pos[n++] = (int32_t)k;
+    }
+    int32_t *end = dh__calloc((size_t)s->R + 1, sizeof *end);
+    uint8_t *gets = dh__calloc((size_t)s->R, 1);
+    int rc = end && gets ? 0 : DH_ENOMEM;
+    for (int32_t i = 0; !rc && i < n; i++) { /* the samples by rank, each in the step's order */
+        int32_t k = pos[i];
+        end[rank_of[k] + 1]++;
+        gets[rank_of[k]] |= rank_of[k] != s->rank_of[base + k];
+    }
+    for (int r = 0; !rc && r < s->R; r++)
+        end[r + 1] += end[r];
+    int64_t *samples = s->moved_mem;
+    for (int32_t i = 0; !rc && i < n; i++) /* end[r] walks from r's start to its end */
+        samples[end[rank_of[pos[i]]]++] = s->order[base + pos[i]];
+    for (int r = 0; !rc && r < s->R; r++)
+        if (gets[r])
+            rc = got(ctx, r, samples + (r ? end[r - 1] : 0), end[r] - (r ? end[r - 1] : 0));
+    free(end);
+    free(gets);
+    return rc;
+}
+
 double dh__sched_node_load(const dh__sched *s, int64_t st, int node, const float *cost,
                            int64_t ncost)
 {

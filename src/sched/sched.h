@@ -229,6 +229,14 @@ typedef struct {
 } dh__reb_agreed;
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t step, const dh__reb_agreed *in,
                                 dh__reb_accept accept, void *ctx);
+/* An agreed plan's receivers, for its accept callback: got(ctx, r, samples, n) for each rank
+ * r the plan (rank_of: every position's rank under it) gives a sample, in rank order, with
+ * r's samples under the plan in the step's order. A replica whose step was dealt to nodes
+ * reads only its group's positions (no other sample moves); else the whole step. 0, got's
+ * first non-zero return, or DH_ENOMEM. */
+typedef int (*dh__reb_receiver)(void *ctx, int rank, const int64_t *samples, int32_t n);
+int dh__sched_receivers(dh__sched *s, int64_t step, const int32_t *rank_of,
+                        dh__reb_receiver got, void *ctx);
 /* Node `node`'s positions of `step`, ascending (*n of them), as the step was dealt to nodes:
  * NULL when it was not (one node, nodes of one rank, or not planned). Moves leave them. */
 const int32_t *dh__sched_node_positions(const dh__sched *s, int64_t step, int node, int32_t *n);

@@ -237,6 +237,8 @@ void dh__sched_retire(dh__sched *s);
 
 /* planning.c */
 /* Records the scheduler's first failure (rc < 0); every later call returns it. */
+/* planning.c: positions (int32_t) in ascending order, for qsort. */
+int dh__sched_by_position(const void *a, const void *b);
 int dh__sched_fail(dh__sched *s, int rc);
 int dh__sched_ensure_planned(dh__sched *s, int64_t st);
 /* Regroups step st's positions by rank after its placement changed. */
