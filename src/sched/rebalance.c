@@ -212,7 +212,8 @@ static void known_of_all(dh__sched *s, int64_t st, const reb_in *in)
         return;
     }
     int64_t base = step_slot(s, st) * s->G;
-    int32_t *seen = s->reb_i32; /* per node: its samples met so far */
+    int32_t *seen = s->reb_i32; /* per node: its samples met so far (the plan's start[],
+                                 * written by the plan before it reads it) */
     memset(seen, 0, (size_t)s->nodes * sizeof *seen);
     for (int64_t k = 0; k < s->G; k++) {
         int node = node_of_rank(s, s->rank_of[base + k]);
