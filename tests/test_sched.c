@@ -498,8 +498,8 @@ START_TEST(each_node_places_its_share_of_the_draw)
                 uint8_t frozen[4] = {0};
                 for (int k = 0; k < G; k++)
                     unknown[k] = -1;
-                dh__reb_agreed a = {.frozen = frozen, .known = unknown, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
-                    .count = 0, .other_groups = 0};
+                dh__reb_agreed a = {.frozen = frozen, .known = unknown, .move_factor = 1.0,
+                                    .net_factor = 1.0};
                 dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
             }
             for (int k = 0; k < G; k++) {
@@ -698,8 +698,8 @@ START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
             for (int k = 0; k < G; k++) /* a quarter of them heavy, scattered */
                 known[k] = ((uint32_t)k * 2654435761u >> 13) % 4 == 0 ? 4.0f : 0.5f;
             uint8_t frozen[R] = {0};
-            dh__reb_agreed a = {.frozen = frozen, .known = known, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
-                    .count = 1, .other_groups = others};
+            dh__reb_agreed a = {.frozen = frozen, .known = known, .move_factor = 1.0,
+                                .net_factor = 1.0, .count = 1, .other_groups = others};
             dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
             moved_any += dh__sched_reb_stats(s)->moved;
             step_groups x, y;
@@ -1117,8 +1117,8 @@ START_TEST(an_agreed_plan_is_applied_by_every_node_and_counted_by_one)
             known[k] = (float)g[k];
         prepare_step0(s, g, 4);
         uint8_t frozen[2] = {0, 0};
-        dh__reb_agreed a = {.frozen = frozen, .known = known, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
-                    .count = count, .other_groups = 0};
+        dh__reb_agreed a = {.frozen = frozen, .known = known, .move_factor = 1.0,
+                            .net_factor = 1.0, .count = count};
         frozen[r0] = 1;
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
         ck_assert_double_eq_tol(rank_load(s, r0, g), 6.0, 1e-9); /* frozen: nothing moves */
@@ -1165,8 +1165,8 @@ START_TEST(nodes_agree_their_moves_by_groups)
             ck_assert_int_eq(r / PER, before[k] / PER); /* every replica dealt the step alike */
             known[k] = w.row[k].feat.v * (r / PER < 2 ? 10.0f : 1.0f);
         }
-        dh__reb_agreed a = {.frozen = frozen, .known = known, .gpu_mape = 0.0, .move_factor = 1.0, .net_factor = 1.0,
-                    .count = 0, .other_groups = 0};
+        dh__reb_agreed a = {.frozen = frozen, .known = known, .move_factor = 1.0,
+                            .net_factor = 1.0};
         dh__sched_rebalance_agreed(s, 0, &a, NULL, NULL);
         for (int k = 0; k < G; k++)
             own[node][k] = dh__sched_rank_of(s, 0, k);

@@ -180,6 +180,7 @@ static void nodes_wake(dh_engine *e)
 static int nodes_begin(dh_engine *e, char *err, size_t errlen)
 {
     struct dh__xchg *x = e->x;
+    x->lim.steps = e->N; /* what remains of the job once resumed: a cutoff is checked by it */
     int rc = dh__nodes_meet(e, X_BEGIN, err, errlen);
     if (rc)
         return rc;

@@ -218,13 +218,12 @@ static void tell_stop(dh_engine *e, int64_t cut)
     struct dh__xchg *x = e->x;
     if (x->stop_from < 0 || x->stopped_by[0])
         return;
+    char how[96] = "stops serving new batches";
     if (cut >= 0)
-        dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped (Ctrl-C, "
-                "SIGTERM or its caller): every node served %lld steps, as far as any rank had "
-                "gone, and stopped", x->stop_from, (long long)cut + 1);
-    else
-        dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped (Ctrl-C, "
-                "SIGTERM or its caller): every node stops serving new batches", x->stop_from);
+        dh__msg(how, sizeof how, "served %lld steps, as far as any rank had gone, and stopped",
+                (long long)cut + 1);
+    dh__msg(x->stopped_by, sizeof x->stopped_by, "node %d's agent was stopped (Ctrl-C, SIGTERM "
+            "or its caller): every node %s", x->stop_from, how);
 }
 
 /*
@@ -266,7 +265,7 @@ static void agree_cutoff(dh_engine *e, int64_t st)
             tell_stop(e, -1);
             return;
         }
-        if (o->kind != X_CUTOFF || o->step >= e->N) {
+        if (o->kind != X_CUTOFF) { /* its step was checked against the run (nodes_wire.c) */
             if (!x->err[0])
                 dh__msg(x->err, sizeof x->err, "node %d sent a record of kind %d (step %lld) "
                         "where every node says the last step its ranks took after the stop "

@@ -542,15 +542,15 @@ static int rebalance_groups(dh__sched *s, int64_t st, const reb_in *in, reb_plan
         s->groups_step = st;
     }
     int mine = g.group_of[me];
-    for (int i = 0; in->costs_of && in->node_load && i < g.ngroups; i++) /* what it reads */
-        for (int j = g.first[i]; j < g.first[i + 1] && (in->other_groups ? i != mine : i == mine);
-             j++)
-            known_of_node(s, st, in, g.list[j]);
-    /* a replica places the other nodes of the groups it plans as they placed their shares */
+    /* the nodes of the groups a replica plans: the exact costs its plan reads, and their
+     * shares placed as they placed them */
     for (int i = 0; s->cfg.node_local && i < g.ngroups; i++)
         for (int j = g.first[i]; j < g.first[i + 1] && (in->other_groups ? i != mine : i == mine);
-             j++)
+             j++) {
+            if (in->costs_of && in->node_load)
+                known_of_node(s, st, in, g.list[j]);
             dh__sched_settle(s, st, g.list[j]);
+        }
     if (s->error)
         return 0;
     for (int i = 0; i < g.ngroups && !s->error; i++) {
