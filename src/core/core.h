@@ -29,8 +29,17 @@ uint64_t dh__hash_bytes(const void *data, size_t len, uint64_t seed);
 /* Where the first byte of s[0..n) that is not well-formed UTF-8 is (overlong forms,
  * surrogates and code points over U+10FFFF included), or n when all of it is. */
 size_t dh__utf8_check(const char *s, size_t n);
-/* Finaliser of splitmix64: a bijective 64-bit mix. */
-uint64_t dh__mix64(uint64_t x);
+/* Finaliser of splitmix64: a bijective 64-bit mix (inline, as the two below: a shuffle's
+ * swap called the three, one after another, bench/RESULTS.md). */
+static inline uint64_t dh__mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
 
 /*
  * Bytes this process's control groups still allow it (the least limit - usage over its
@@ -71,9 +80,26 @@ static inline void dh__rng_seed(dh__rng *r, uint64_t seed)
     r->state = seed;
 }
 
-uint64_t dh__rng_next(dh__rng *r);
+static inline uint64_t dh__rng_next(dh__rng *r)
+{
+    r->state += 0x9e3779b97f4a7c15ULL;
+    return dh__mix64(r->state);
+}
+
 /* Uniform integer in [0, bound), bound > 0, without modulo bias. */
-uint64_t dh__rng_below(dh__rng *r, uint64_t bound);
+static inline uint64_t dh__rng_below(dh__rng *r, uint64_t bound)
+{
+    /* Rejection sampling on the top of the range removes modulo bias. The exact limit (a
+     * division) is needed only for a draw in the range's last `bound` values: every draw
+     * below that is under it (a shuffle's swaps called this once each, every step). */
+    uint64_t x = dh__rng_next(r);
+    if (x > UINT64_MAX - bound) {
+        uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+        while (x >= limit)
+            x = dh__rng_next(r);
+    }
+    return x % bound;
+}
 
 /*
  * Makes *buf hold at least need elements of elem bytes, growing the capacity

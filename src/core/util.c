@@ -14,16 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t dh__mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 uint64_t dh__hash_bytes(const void *data, size_t len, uint64_t seed)
 {
     const unsigned char *p = data;
@@ -55,26 +45,6 @@ double dh__progress_seconds(void)
     char *end = NULL;
     double s = env && *env ? strtod(env, &end) : 30.0;
     return (!end || !*end) && s >= 0.05 ? s : 30.0; /* as the CLI reads it (it warns) */
-}
-
-uint64_t dh__rng_next(dh__rng *r)
-{
-    r->state += 0x9e3779b97f4a7c15ULL;
-    return dh__mix64(r->state);
-}
-
-uint64_t dh__rng_below(dh__rng *r, uint64_t bound)
-{
-    /* Rejection sampling on the top of the range removes modulo bias. The exact limit (a
-     * division) is needed only for a draw in the range's last `bound` values: every draw
-     * below that is under it (a shuffle's swaps called this once each, every step). */
-    uint64_t x = dh__rng_next(r);
-    if (x > UINT64_MAX - bound) {
-        uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-        while (x >= limit)
-            x = dh__rng_next(r);
-    }
-    return x % bound;
 }
 
 int dh__grow(void **buf, size_t *cap, size_t need, size_t elem)
