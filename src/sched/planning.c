@@ -127,19 +127,28 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
         qsort(pos, (size_t)m, sizeof *pos, dh__sched_by_position);
         for (int32_t j = 0; j < m; j++)
             batch_add(s, &b[s->rank_of[base + pos[j]]], base + pos[j]);
-        /* the span's new layout into out: an unmarked rank's block as it was, a marked
-         * one's samples by position (cur: each marked rank's next place; planning's
-         * scratch, free here) */
+        /* the span's new layout into out: an unmarked rank's block as it was (none for a
+         * node a replica has not settled: its members are not written), a marked one's
+         * samples by position (cur: each marked rank's next place; planning's scratch, free
+         * here) */
+        const uint8_t *settled = s->settled + step_slot(s, st) * s->nodes;
         int32_t lo = b[list[0]].first, at = lo, *cur = s->plan_fill;
         for (int r = list[0]; r <= list[n - 1]; r++) {
-            if (!s->moved[r])
+            if (!s->moved[r] && settled[node_of_rank(s, r)])
                 memcpy(out + (at - lo), mem + b[r].first, (size_t)b[r].ntasks * sizeof *out);
             b[r].first = cur[r] = at;
             at += b[r].ntasks;
         }
         for (int32_t j = 0; j < m; j++)
             out[cur[s->rank_of[base + pos[j]]]++ - lo] = step0 + pos[j];
-        memcpy(mem + lo, out, (size_t)(at - lo) * sizeof *out);
+        /* back into members: the settled nodes' blocks of the span, each whole */
+        for (int node = node_of_rank(s, list[0]); node <= node_of_rank(s, list[n - 1]); node++) {
+            int per = s->ranks_per_node, r0 = DH_MAX(node * per, list[0]),
+                r1 = DH_MIN((node + 1) * per - 1, list[n - 1]);
+            if (settled[node])
+                memcpy(mem + b[r0].first, out + (b[r0].first - lo),
+                       (size_t)(b[r1].first + b[r1].ntasks - b[r0].first) * sizeof *out);
+        }
     } else if (n > 0) {
         regroup(s, st, 0);
     }
@@ -290,58 +299,78 @@ static void deal_order(dh__sched *s, const double *gpu, const double *cpu, int G
 }
 
 /*
- * regroup(s, st, 1) for a step just dealt to nodes (place_balanced; its done
- * flags are cleared only after this, so they are not read: none is done): each
- * node's positions are its block of the step's node_pos, ascending, ending at end[node];
- * its ranks' members come from that block alone, rank by rank, each rank's in
- * ascending position, so members and every sum are what regroup gives (the
- * same additions in the same order): round-robin over an unsettled node's
- * ranks, counted over the settled ones'. Members and the batch records are
- * written in order; regroup's walk of the step wrote both at random (about a
- * fifth of a replica's time at 1,024 nodes: bench/RESULTS.md).
+ * Groups a node's share of step st (its positions P[0, n), ascending, its
+ * block of the step's node_pos) into its ranks' batches, their members from
+ * place `at` on; returns where the next node's start. Every sum is what
+ * regroup gives (the same additions in the same order: each rank's samples
+ * in ascending position).
+ * - A settled node (placed as it placed it: rank_of): its ranks' counts,
+ *   done counts (count_done: a replica settling it later, when some of its
+ *   exact costs may be learnt; a step just dealt has none done, and its done
+ *   flags are cleared only after this), bytes, predicted GPU and members.
+ * - A node a replica has not settled (dealt round-robin: rank r of the node
+ *   holds P[r], P[r + per], ...): only what the replica reads of it, each
+ *   batch's count and predicted GPU (the step's predicted start); its
+ *   members are not written, nor its bytes summed (a replica admits only its
+ *   own ranks' batches): dh__sched_batch_samples reads them from node_pos,
+ *   and settling the node writes them. Writing them was about a fifth of
+ *   planning a step on a replica at 1,024 nodes (bench/RESULTS.md).
+ */
+static int32_t group_node(dh__sched *s, int64_t st, int node, const int32_t *P, int n,
+                          int32_t at, int settled, int count_done)
+{
+    int per = s->ranks_per_node;
+    int64_t G = s->G, base = step_slot(s, st) * G;
+    const double *gpu = s->slot_gpu + base;
+    batch_rec *nb = batch_of(s, st, node * per);
+    if (!settled) {
+        for (int r = 0; r < per; r++) {
+            nb[r].first = at;
+            for (int j = r; j < n; j += per) {
+                nb[r].ntasks++;
+                nb[r].pred_gpu_raw += gpu[P[j]];
+            }
+            at += nb[r].ntasks;
+        }
+        return at;
+    }
+    const int32_t *rank_of = s->rank_of + base;
+    int64_t *mem = s->members + base;
+    /* the node's cursors, after the N ends of a deal (R = N x per >= N + per when N and per
+     * are both at least 2, as a deal has them) */
+    int32_t *fill = s->plan_fill + s->nodes;
+    for (int r = 0; r < per; r++)
+        nb[r].ntasks = nb[r].ndone = 0, nb[r].bytes = 0, nb[r].pred_gpu_raw = 0;
+    for (int j = 0; j < n; j++)
+        nb[rank_of[P[j]] - node * per].ntasks++;
+    for (int r = 0; r < per; r++) {
+        nb[r].first = fill[r] = at;
+        at += nb[r].ntasks;
+    }
+    for (int j = 0; j < n; j++) {
+        batch_rec *br = &nb[rank_of[P[j]] - node * per];
+        br->ndone += count_done && s->done[base + P[j]];
+        br->bytes += s->slot_bytes[base + P[j]];
+        br->pred_gpu_raw += gpu[P[j]];
+        mem[fill[br - nb]++] = st * G + P[j];
+    }
+    return at;
+}
+
+/*
+ * regroup(s, st, 1) for a step just dealt to nodes (place_balanced), node by
+ * node (group_node), each node's positions its block of the step's node_pos,
+ * ending at end[node]: members and the batch records are written in order;
+ * regroup's walk of the step wrote both at random (about a fifth of a
+ * replica's time at 1,024 nodes: bench/RESULTS.md).
  */
 static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const uint8_t *settled)
 {
-    int N = s->nodes, per = s->ranks_per_node;
-    int64_t G = s->G, base = step_slot(s, st) * G;
-    const double *gpu = s->slot_gpu + base;
-    const int64_t *bytes = s->slot_bytes + base;
-    const int32_t *rank_of = s->rank_of + base;
-    int64_t *mem = s->members + base;
-    batch_rec *b = batch_of(s, st, 0);
-    memset(b, 0, (size_t)s->R * sizeof *b);
-    /* a settled node's cursors, per of them after the N ends: R = N x per >= N + per when N
-     * and per are both at least 2, as a deal has them */
-    int32_t *fill = s->plan_fill + N, at = 0;
-    for (int node = 0, lo = 0; node < N; lo = end[node++]) {
-        const int32_t *P = s->node_pos + base + lo;
-        int n = end[node] - lo;
-        batch_rec *nb = b + node * per;
-        if (!settled[node]) { /* rank r holds P[r], P[r + per], ... */
-            for (int r = 0; r < per; r++) {
-                nb[r].first = at;
-                for (int j = r; j < n; j += per) {
-                    nb[r].ntasks++;
-                    nb[r].bytes += bytes[P[j]];
-                    nb[r].pred_gpu_raw += gpu[P[j]];
-                    mem[at++] = st * G + P[j];
-                }
-            }
-            continue;
-        }
-        for (int j = 0; j < n; j++)
-            nb[rank_of[P[j]] - node * per].ntasks++;
-        for (int r = 0; r < per; r++) {
-            nb[r].first = fill[r] = at;
-            at += nb[r].ntasks;
-        }
-        for (int j = 0; j < n; j++) {
-            int r = rank_of[P[j]] - node * per;
-            nb[r].bytes += bytes[P[j]];
-            nb[r].pred_gpu_raw += gpu[P[j]];
-            mem[fill[r]++] = st * G + P[j];
-        }
-    }
+    int64_t base = step_slot(s, st) * s->G;
+    memset(batch_of(s, st, 0), 0, (size_t)s->R * sizeof(batch_rec));
+    for (int node = 0, lo = 0, at = 0; node < s->nodes; lo = end[node++])
+        at = group_node(s, st, node, s->node_pos + base + lo, end[node] - lo, at, settled[node],
+                        0);
 }
 
 /* Places step st's samples (rank_of); 1 when it grouped them by rank too (group_by_shares),
@@ -405,23 +434,17 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
     uint8_t *settled = s->settled + step_slot(s, st) * s->nodes + node;
     if (*settled)
         return 0;
-    int per = s->ranks_per_node, n = 0;
-    int64_t G = s->G, base = step_slot(s, st) * G;
-    int32_t *pos = s->share_pos;
-    for (int r = node * per; r < (node + 1) * per; r++) { /* its samples, in the step's order */
-        const batch_rec *b = batch_of(s, st, r);
-        for (int32_t j = 0; j < b->ntasks; j++)
-            pos[n++] = (int32_t)(s->members[base + b->first + j] - st * G);
-    }
-    qsort(pos, (size_t)n, sizeof *pos, dh__sched_by_position);
+    /* An unsettled node's samples are its share as dealt (a replica settles a node before it
+     * plans moves with it): its block of node_pos, ascending */
+    const int32_t *end = s->node_end + step_slot(s, st) * (s->nodes + 1);
+    const int32_t *pos = s->node_pos + step_slot(s, st) * s->G + end[node];
+    int n = end[node + 1] - end[node];
     int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)
         return dh__sched_fail(s, rc);
     /* The node's batches regrouped alone: its samples stayed on its ranks, so only they and
      * its block of members change (a walk of the whole step would rewrite every batch) */
-    for (int r = node * per; r < (node + 1) * per; r++)
-        dh__sched_mark_moved(s, r);
-    dh__sched_regroup_moved(s, st);
+    group_node(s, st, node, pos, n, batch_of(s, st, node * s->ranks_per_node)->first, 1, 1);
     dh__lst_leads_stale(s, st);
     *settled = 1;
     return 1;
@@ -480,7 +503,9 @@ static int plan_step(dh__sched *s, int64_t st)
     if (rc < 0)
         return rc;
     int grouped = rc;
-    memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
+    if (!grouped) /* a deal wrote each settled node's (place_share); a replica's others are
+                   * written when it settles them */
+        memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
     for (int64_t k = 0; k < G; k++) {
         s->parts_left[base + k] = 0;
         s->revealed[base + k] = -1.0f;

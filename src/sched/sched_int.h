@@ -75,7 +75,8 @@ struct dh__sched {
     int32_t *parts_left;     /* cap * G: parts of a split sample still running or queued */
     float *revealed;         /* cap * G: exact GPU cost once prepared; < 0 until then */
     uint8_t *done;           /* cap * G: sample fully prepared */
-    int32_t *orig_rank;      /* cap * G: placement before rebalancing (realised gain) */
+    int32_t *orig_rank;      /* cap * G: placement before rebalancing (realised gain); on a
+                              * replica, for a node's samples once it is settled */
     double *step_start;      /* cap: D(s), predicted start of step s, for s in [lo, planned] */
     int32_t *finished_ranks; /* cap: ranks done with the step */
     int32_t *group;          /* cap * DH_MOVE_GROUP: a replica's group of nodes in the step's
@@ -85,7 +86,9 @@ struct dh__sched {
     int32_t *node_end;       /* cap * (nodes + 1): node n's are node_pos[end[n], end[n + 1]);
                               * end[nodes] == G once the step was dealt */
     uint8_t *settled;        /* cap * nodes: the node's share is placed as the node places it
-                              * (a replica's other nodes: once their moves are planned here) */
+                              * (a replica's other nodes: once their moves are planned here);
+                              * until then its batches' members are not written nor their
+                              * bytes summed (planning.c, group_node) */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
     uint64_t *leads_ver;     /* cap * nodes: calib_ver + 1 when the step's leads on the node
                               * were set, 0: not set (lst.c) */
@@ -116,7 +119,7 @@ struct dh__sched {
     int *share_ord;                    /* G, several nodes: the step in the deal's order */
     int32_t *deal_count;               /* DEAL_CLASSES + 1, several nodes: the deal's counts */
     uint16_t *deal_class;              /* G, several nodes: each sample's class in the deal */
-    int32_t *share_pos, *share_rank;   /* G: node shares' positions and ranks, node by node */
+    int32_t *share_rank;               /* G: a node share's ranks */
     double *share_gpu, *share_cpu;     /* G */
     int64_t *share_tokens, *share_bytes; /* G */
     int32_t *reb_i32;                  /* 3G + 3R + N: rebalancing's per-plan arrays */

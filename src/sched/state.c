@@ -179,7 +179,6 @@ void dh__sched_free(dh__sched *s)
     free(s->deal_count);
     free(s->deal_class);
     free(s->groups);
-    free(s->share_pos);
     free(s->share_rank);
     free(s->share_gpu);
     free(s->share_cpu);
@@ -251,14 +250,13 @@ static int alloc_fixed(dh__sched *s)
         s->deal_class = dh__malloc(G * sizeof *s->deal_class);
         s->groups = dh__malloc((3 * nodes + 1) * sizeof *s->groups);
         s->groups_step = -1;
-        s->share_pos = dh__malloc(G * sizeof *s->share_pos);
         s->share_rank = dh__malloc(G * sizeof *s->share_rank);
         s->share_gpu = dh__malloc(G * sizeof *s->share_gpu);
         s->share_cpu = dh__malloc(G * sizeof *s->share_cpu);
         s->share_tokens = dh__malloc(G * sizeof *s->share_tokens);
         s->share_bytes = dh__malloc(G * sizeof *s->share_bytes);
-        if (!s->share_ord || !s->deal_count || !s->deal_class || !s->groups || !s->share_pos || !s->share_rank || !s->share_gpu || !s->share_cpu ||
-            !s->share_tokens || !s->share_bytes)
+        if (!s->share_ord || !s->deal_count || !s->deal_class || !s->groups || !s->share_rank ||
+            !s->share_gpu || !s->share_cpu || !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
     }
     if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
