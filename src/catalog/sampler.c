@@ -63,13 +63,16 @@ static void fy_start(const dh_sampler *s, int64_t e, fy_state *f)
 static void fy_swaps(uint32_t *p, fy_state *f, int64_t swaps)
 {
     for (int64_t stop = swaps && f->i > swaps ? f->i - swaps : 0; f->i > stop; f->i--) {
-        while (f->drawn > 1 && f->drawn > f->i - (FY_AHEAD - 1)) {
+        /* drawn down to i - (FY_AHEAD - 1), at least 1 (indices are positive: their slots
+         * by unsigned remainder, a mask) */
+        int64_t upto = DH_MAX(1, f->i - (FY_AHEAD - 1));
+        while (f->drawn > upto) {
             f->drawn--;
             int64_t j = (int64_t)dh__rng_below(&f->rng, (uint64_t)f->drawn + 1);
-            f->j[f->drawn % FY_AHEAD] = j;
+            f->j[(uint64_t)f->drawn % FY_AHEAD] = j;
             __builtin_prefetch(&p[j], 1);
         }
-        int64_t j = f->j[f->i % FY_AHEAD];
+        int64_t j = f->j[(uint64_t)f->i % FY_AHEAD];
         uint32_t t = p[f->i];
         p[f->i] = p[j];
         p[j] = t;

@@ -275,10 +275,10 @@ static void by_class(int32_t *cnt, uint16_t *cls, const double *x, const int *in
     }
     for (int c = 1; c <= DEAL_CLASSES; c++) /* cnt[c]: where class c starts */
         cnt[c] += cnt[c - 1];
-    for (int j = 0; j < n; j++) {
-        int k = in ? in[j] : j;
+    for (int j = 0; in && j < n; j++)
+        out[cnt[cls[in[j]]]++] = in[j];
+    for (int k = 0; !in && k < n; k++)
         out[cnt[cls[k]]++] = k;
-    }
 }
 
 /*
@@ -393,13 +393,13 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
     int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
     int32_t *pos = s->node_pos + base; /* kept with the step (dh__sched_node_positions) */
     deal_order(s, s->slot_gpu + base, s->plan_cpu, G, pos, s->share_ord);
-    /* the i-th sample of the deal goes to node j of round i / N (j = i % N, kept as i goes,
+    /* the i-th sample of the deal goes to node j of round i / N (j = i % N: round by round,
      * with no division), counted up in even rounds and down in odd ones: 0..N-1, then
      * N-1..0, ...; rank_of holds each position's node for now */
-    for (int i = 0, round = 0, j = 0; i < G; i++) {
-        rank_of[s->share_ord[i]] = round % 2 ? N - 1 - j : j;
-        if (++j == N)
-            j = 0, round++;
+    for (int i = 0, round = 0; i < G; i += N, round++) {
+        const int *o = s->share_ord + i;
+        for (int j = 0, n = DH_MIN(N, G - i); j < n; j++)
+            rank_of[o[j]] = round % 2 ? N - 1 - j : j;
     }
     int32_t *start = s->plan_fill; /* R >= N: each node's block of pos */
     int rounds = G / N, rest = G % N; /* the last round, partial, runs up if rounds is even */
@@ -417,8 +417,9 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
         int lo = node ? start[node - 1] : 0, hi = start[node];
         settled[node] = !s->cfg.node_local || node == s->cfg.node;
         if (!settled[node]) { /* another node's: dealt round-robin for now */
-            for (int a = lo, r = 0; a < hi; a++, r = r + 1 == per ? 0 : r + 1)
-                rank_of[pos[a]] = node * per + r;
+            for (int a = lo; a < hi; a += per)
+                for (int r = 0, n = DH_MIN(per, hi - a); r < n; r++)
+                    rank_of[pos[a + r]] = node * per + r;
             continue;
         }
         int rc = place_share(s, st, node, pos + lo, hi - lo, 1);
