@@ -12,7 +12,9 @@
 #     && cmake --build /tmp/old/b -j2 --target bench_control
 #   bash bench/count_control.sh /tmp/old/b/bench_control build/release/bench_control
 # A bench_control built without valgrind's header (valgrind/callgrind.h) counts nothing: the
-# script says so. usage: [ARGS="NODES RPN G"] [WORKLOAD=omni-mix] [STEPS_A=12] [STEPS_B=44]
+# script says so. SAMPLES sets the dataset (bench_control's default: 8 global batches; under
+# valgrind a large one takes minutes to generate).
+# usage: [ARGS="NODES RPN G"] [WORKLOAD=omni-mix] [SAMPLES=N] [STEPS_A=12] [STEPS_B=44]
 #   bash bench/count_control.sh BENCH_CONTROL [BENCH_CONTROL...]
 set -euo pipefail
 (($# >= 1)) || { echo "usage: count_control.sh BENCH_CONTROL [BENCH_CONTROL...]" >&2; exit 2; }
@@ -27,7 +29,7 @@ OUT=$(mktemp -d "${TMPDIR:-/tmp}/dhcount.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT
 count() { # count BINARY STEPS: the instructions callgrind collected
     valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$OUT/cg.out" \
-        "$1" "${args[@]}" "$2" "$wl" > "$OUT/stdout" 2> "$OUT/stderr" || {
+        "$1" "${args[@]}" "$2" "$wl" ${SAMPLES:+"$SAMPLES"} > "$OUT/stdout" 2> "$OUT/stderr" || {
         echo "count_control.sh: $1 failed:" >&2
         tail -n 5 "$OUT/stderr" >&2
         exit 1
