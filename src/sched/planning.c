@@ -446,13 +446,17 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
      * plans moves with it): its block of node_pos, ascending */
     const int32_t *end = s->node_end + step_slot(s, st) * (s->nodes + 1);
     const int32_t *pos = s->node_pos + step_slot(s, st) * s->G + end[node];
-    int n = end[node + 1] - end[node];
+    int n = end[node + 1] - end[node], per = s->ranks_per_node, held = 0;
+    for (int r = node * per; r < (node + 1) * per; r++)
+        held += batch_of(s, st, r)->ntasks;
+    if (held != n) /* its batches are not its share as dealt: a move touched it unsettled */
+        return dh__sched_fail(s, DH_EMISMATCH);
     int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)
         return dh__sched_fail(s, rc);
     /* The node's batches regrouped alone: its samples stayed on its ranks, so only they and
      * its block of members change (a walk of the whole step would rewrite every batch) */
-    group_node(s, st, node, pos, n, batch_of(s, st, node * s->ranks_per_node)->first, 1, 1);
+    group_node(s, st, node, pos, n, batch_of(s, st, node * per)->first, 1, 1);
     dh__lst_leads_stale(s, st);
     *settled = 1;
     return 1;

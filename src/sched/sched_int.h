@@ -88,7 +88,8 @@ struct dh__sched {
     uint8_t *settled;        /* cap * nodes: the node's share is placed as the node places it
                               * (a replica's other nodes: once their moves are planned here);
                               * until then its batches' members are not written nor their
-                              * bytes summed (planning.c, group_node) */
+                              * bytes summed (planning.c, group_node): a reader of another
+                              * node's batch checks this first (dh__sched_batch_samples) */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
     uint64_t *leads_ver;     /* cap * nodes: calib_ver + 1 when the step's leads on the node
                               * were set, 0: not set (lst.c) */
