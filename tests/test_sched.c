@@ -689,6 +689,28 @@ START_TEST(a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it)
 }
 END_TEST
 
+START_TEST(a_replica_settles_a_node_once_and_refuses_one_a_move_touched)
+{
+    /* A replica settles another node's share from the deal's positions, once; if that node's
+     * batches no longer hold its share as dealt (a move reached it before it was settled),
+     * settling fails and the failure is kept, instead of grouping the wrong samples. */
+    for (int touched = 0; touched <= 1; touched++) {
+        world w;
+        node_world(&w, 8, 16, 4, 0);
+        for (int k = 0; k < MAXS; k++)
+            w.row[k].feat.v = 0.5f + (float)(k % 5);
+        dh__sched *s = make(&w);
+        ck_assert_int_ge(dh__sched_rank_of(s, 0, 0), 0);
+        if (touched)
+            batch_of(s, 0, 2)->ntasks++; /* node 1's first rank */
+        ck_assert_int_eq(dh__sched_settle(s, 0, 1), touched ? DH_EMISMATCH : 1);
+        ck_assert_int_eq(dh__sched_settle(s, 0, 1), touched ? DH_EMISMATCH : 0);
+        ck_assert_int_eq(dh__sched_settle(s, 0, 2), touched ? DH_EMISMATCH : 1);
+        dh__sched_free(s);
+    }
+}
+END_TEST
+
 START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
 {
     /* After agreed moves only the ranks samples moved to or from are regrouped
@@ -1385,6 +1407,7 @@ int main(void)
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
     ADD_TEST(tc, the_deal_to_nodes_is_heaviest_first_by_class);
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
+    ADD_TEST(tc, a_replica_settles_a_node_once_and_refuses_one_a_move_touched);
     ADD_TEST(tc, a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives);
     ADD_TEST(tc, an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);

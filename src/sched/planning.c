@@ -440,6 +440,8 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
 int dh__sched_settle(dh__sched *s, int64_t st, int node)
 {
     uint8_t *settled = s->settled + step_slot(s, st) * s->nodes + node;
+    if (s->error) /* a kept failure, as every later call returns it */
+        return s->error;
     if (*settled)
         return 0;
     /* An unsettled node's samples are its share as dealt (a replica settles a node before it
