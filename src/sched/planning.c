@@ -446,12 +446,11 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
         return 0;
     /* An unsettled node's samples are its share as dealt (a replica settles a node before it
      * plans moves with it): its block of node_pos, ascending */
-    const int32_t *end = s->node_end + step_slot(s, st) * (s->nodes + 1);
-    const int32_t *pos = s->node_pos + step_slot(s, st) * s->G + end[node];
-    int n = end[node + 1] - end[node], per = s->ranks_per_node, held = 0;
+    int32_t n = 0, held = 0, per = s->ranks_per_node;
+    const int32_t *pos = dh__sched_node_positions(s, st, node, &n);
     for (int r = node * per; r < (node + 1) * per; r++)
         held += batch_of(s, st, r)->ntasks;
-    if (held != n) /* its batches are not its share as dealt: a move touched it unsettled */
+    if (!pos || held != n) /* its batches are not its share as dealt: a move touched it */
         return dh__sched_fail(s, DH_EMISMATCH);
     int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)

@@ -270,11 +270,10 @@ int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *o
     if (!s->settled[step_slot(s, step) * s->nodes + node]) {
         /* another node's batch as a replica dealt it, round-robin: members not written
          * (planning.c, group_node) */
-        const int32_t *end = s->node_end + step_slot(s, step) * (s->nodes + 1);
-        const int32_t *pos = s->node_pos + step_slot(s, step) * s->G + end[node];
+        int32_t n = 0, k = 0, per = s->ranks_per_node;
+        const int32_t *pos = dh__sched_node_positions(s, step, node, &n);
         const int64_t *order = s->order + step_slot(s, step) * s->G;
-        int32_t k = 0, per = s->ranks_per_node;
-        for (int32_t j = rank - node * per; j < end[node + 1] - end[node] && k < cap; j += per)
+        for (int32_t j = rank - node * per; pos && j < n && k < cap; j += per)
             out[k++] = order[pos[j]];
         return b->ntasks;
     }
