@@ -1918,6 +1918,7 @@ static pid_t idle_rank(int rank, int delay_s, const char *want)
 
 /* A rank that takes and gives back batches until it must wait (its partner takes nothing). */
 static _Atomic long long last_take_ms; /* when take_until_stuck last had a batch (0: never) */
+static _Atomic long long take_gap_ms;  /* the longest it waited between two batches, so far */
 
 static long long now_ms(void)
 {
@@ -1933,20 +1934,24 @@ static void *take_until_stuck(void *arg)
     static int rc;
     while ((rc = dh_client_next(c, 600000, &b, NULL, 0)) == 0) {
         dh_client_release(c, &b);
-        last_take_ms = now_ms();
+        long long t = now_ms(), gap = last_take_ms ? t - last_take_ms : 0; /* not the first */
+        take_gap_ms = gap > take_gap_ms ? gap : take_gap_ms;
+        last_take_ms = t;
     }
     return &rc;
 }
 
-/* Until rank 0's request waits in the agent: a batch was taken and none for 2 s (a fixed
- * sleep was too short under TSan on a loaded machine: rank 0 died still holding a batch,
- * which the agent names without the other rank's fault; 0.5 s without a take was too short
- * too, once, in CI under TSan beside test_engine; at most 60 s). */
+/* Until rank 0's request waits in the agent: a batch was taken and none for 2 s, or for 4
+ * times the longest it waited between two batches (a fixed sleep was too short under TSan on a
+ * loaded machine: rank 0 died still holding a batch, which the agent names without the other
+ * rank's fault; 0.5 s without a take was too short too, once, in CI under TSan beside
+ * test_engine, and 2 s once more, on a slow hour of the VM; at most 60 s). */
 static void wait_until_stuck(void)
 {
     long long start = now_ms();
     while (now_ms() - start < 60000 &&
-           (!last_take_ms || now_ms() - last_take_ms < 2000 || now_ms() - start < 1000))
+           (!last_take_ms || now_ms() - start < 1000 ||
+            now_ms() - last_take_ms < (4 * take_gap_ms > 2000 ? 4 * take_gap_ms : 2000)))
         usleep(20000);
 }
 
@@ -1963,7 +1968,7 @@ static pid_t rank_0_stuck(int die)
     if (dh_client_connect(&o, &c, NULL, 0))
         _exit(2);
     pthread_t t;
-    last_take_ms = 0;
+    last_take_ms = take_gap_ms = 0;
     pthread_create(&t, NULL, take_until_stuck, c);
     wait_until_stuck();
     if (die)
