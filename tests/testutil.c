@@ -86,6 +86,24 @@ const char *tu_ffprobe(void)
     return e && *e ? e : "ffprobe";
 }
 
+int tu_wanted(const char *name)
+{
+    static long seen; /* the tests offered so far, in the order the suite adds them */
+    const char *only = getenv("DH_TEST_ONLY");
+    if (only && !strstr(name, only))
+        return 0;
+    const char *shard = getenv("DH_TEST_SHARD");
+    if (!shard || !*shard)
+        return 1;
+    long k = 0, n = 0;
+    char end = 0;
+    if (sscanf(shard, "%ld/%ld%c", &k, &n, &end) != 2 || n < 1 || k < 1 || k > n) {
+        fprintf(stderr, "DH_TEST_SHARD=%s: expected k/n with 1 <= k <= n\n", shard);
+        exit(2);
+    }
+    return seen++ % n == k - 1;
+}
+
 int tu_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);

@@ -38,21 +38,27 @@ int64_t tu_min_budget(const dh_run_config *c, int leases);
 /* Runs an SRunner over one suite and returns the process exit status. */
 int tu_run(Suite *s);
 
-/* DH_TEST_ONLY=part runs only the tests whose name contains it (a flaky test, in a loop;
- * every suite). */
+/*
+ * Whether a test is run, by its name: DH_TEST_ONLY=part runs only the tests whose name
+ * contains it (a flaky test, in a loop; every suite); DH_TEST_SHARD=k/n only every n-th
+ * test from the k-th (k in [1, n]), in the order the suite adds them, so that n processes
+ * run a long suite between them (tests/CMakeLists.txt splits the suites that mostly wait).
+ */
+int tu_wanted(const char *name);
+
 #define ADD_TEST(tc, t)                                                                  \
     do {                                                                                 \
-        const char *only_ = getenv("DH_TEST_ONLY");                                      \
-        if (!only_ || strstr(#t, only_))                                                 \
+        if (tu_wanted(#t))                                                               \
             tcase_add_test(tc, t);                                                       \
     } while (0)
 
-/* The same for a loop test (its body sees _i in [lo, hi)). */
+/* The same for a loop test (its body sees _i in [lo, hi)); each _i counts as a test of its
+ * own for DH_TEST_SHARD. */
 #define ADD_LOOP_TEST(tc, t, lo, hi)                                                     \
     do {                                                                                 \
-        const char *only_ = getenv("DH_TEST_ONLY");                                      \
-        if (!only_ || strstr(#t, only_))                                                 \
-            tcase_add_loop_test(tc, t, lo, hi);                                          \
+        for (int i_ = (lo); i_ < (hi); i_++)                                             \
+            if (tu_wanted(#t))                                                           \
+                tcase_add_loop_test(tc, t, i_, i_ + 1);                                  \
     } while (0)
 
 #endif
