@@ -6,8 +6,10 @@
 #                  (all but e2e_torch: its time goes to the Python contenders' processes)
 #   build/tsan     ThreadSanitizer, on the threaded parts (index, engine, agent)
 #   build/fuzz     every libFuzzer target for 15 s on its committed corpus (clang)
-# Tests of a configuration run two at a time (ctest -j): most of their time is waiting
-# on trainers, agents and nodes, and none asserts a timing.
+# Tests of a configuration run one a core at once, plus those that mostly wait (agents and
+# trainers on each other's timeouts) beside them: tests/CMakeLists.txt gives each test that
+# keeps a core busy one slot of `cpus`, this script one slot a core (--resource-spec-file).
+# None asserts a timing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -23,7 +25,10 @@ run_config() { # run_config DIR CTEST-ARGS -- CMAKE-ARGS...
         || { cat "$dir.configure.log"; return 1; }
     cmake --build "$dir" -j "$jobs" > "$dir.build.log" 2>&1 \
         || { cat "$dir.build.log"; return 1; }
-    (cd "$dir" && ctest -j "$jobs" --output-on-failure "${ctest_args[@]}")
+    printf '{"version": {"major": 1, "minor": 0}, "local": [{"cpus": [{"id": "0", "slots": %d}]}]}\n' \
+        "$jobs" > "$dir/cpus.json"
+    (cd "$dir" && ctest -j $((jobs + 3)) --resource-spec-file cpus.json --output-on-failure \
+        "${ctest_args[@]}")
 }
 
 mkdir -p build
