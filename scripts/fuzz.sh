@@ -4,7 +4,8 @@
 # never modified). Each target asserts its invariants (fuzz/*.c); a crash, a
 # broken invariant, a leak or an input slower than 10 s fails the script and
 # leaves the input in build/fuzz/crashes/. Prints executions, coverage and
-# features per target (libFuzzer's final stats).
+# features per target (libFuzzer's final stats). Targets run one a core at once
+# (DH_FUZZ_JOBS sets how many).
 #   usage: bash scripts/fuzz.sh [SECONDS] [TARGET...]   (default 30 s, every target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,29 +26,49 @@ if [[ -z ${DH_FUZZ_NO_BUILD:-} ]]; then # set by bench/run_fuzz.sh, which builds
 fi
 
 mkdir -p "$B/crashes"
-failed=0
-for t in "${TARGETS[@]}"; do
-    corpus=fuzz/corpus/${t#fuzz_}
+# fuzz_one TARGET: runs one target, leaves its libFuzzer log in $B/TARGET.log and its
+# line of the summary (and, when it failed, the log's telling lines) in $B/TARGET.out;
+# returns non-zero when it failed.
+fuzz_one() {
+    local t=$1 corpus=fuzz/corpus/${1#fuzz_} work log=$B/$1.log out=$B/$1.out status=ok
     work=$(mktemp -d "${TMPDIR:-/tmp}/dhfuzz.XXXXXX")
     [[ -d $corpus ]] && cp -r "$corpus"/. "$work"/
-    log=$B/$t.log
-    if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         "$B/fuzz/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
             -max_len=65536 -print_final_stats=1 -artifact_prefix="$B/crashes/$t-" \
-            "$work" > "$log" 2>&1; then
-        status=ok
-    else
-        status=FAILED
-        failed=1
-    fi
+            "$work" > "$log" 2>&1 || status=FAILED
+    local execs cov ft
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
-    ft=$(grep -o 'ft: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2) || true
+    ft=$(grep -o 'ft: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2) || true
     printf '%-20s %s: %s executions in %s s, coverage %s edges, %s features\n' "$t" "$status" \
-        "${execs:-?}" "$SECONDS_EACH" "${cov:-?}" "${ft:-?}"
+        "${execs:-?}" "$SECONDS_EACH" "${cov:-?}" "${ft:-?}" > "$out"
     if [[ $status != ok ]]; then
-        grep -m 20 -E 'ERROR|invariant|SUMMARY|deadly|timeout|leak' "$log" >&2 || tail -n 30 "$log" >&2
+        grep -m 20 -E 'ERROR|invariant|SUMMARY|deadly|timeout|leak' "$log" >> "$out" \
+            || tail -n 30 "$log" >> "$out"
     fi
     rm -rf "$work"
+    [[ $status == ok ]]
+}
+
+# Each target is one process on one core: DH_FUZZ_JOBS of them (default one a core) run at
+# once; their summaries are printed in the targets' order.
+jobs=${DH_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
+failed=0
+running=0
+for t in "${TARGETS[@]}"; do
+    if ((running >= jobs)); then
+        wait -n || failed=1
+        running=$((running - 1))
+    fi
+    fuzz_one "$t" &
+    running=$((running + 1))
+done
+while ((running > 0)); do
+    wait -n || failed=1
+    running=$((running - 1))
+done
+for t in "${TARGETS[@]}"; do
+    if grep -q ' FAILED: ' "$B/$t.out"; then cat "$B/$t.out" >&2; else cat "$B/$t.out"; fi
 done
 exit $failed
