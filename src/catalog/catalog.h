@@ -194,6 +194,30 @@ typedef struct {
  */
 int dh__sampler_shift(dh_sampler *s, int64_t shift);
 
+/*
+ * A stratified epoch order whose node shares are found alone (strata.c; issue 25's per-node
+ * control plane: built and measured, not yet used by the sampler or the engine). cls[i]:
+ * sample i's class of predicted cost, in [0, classes), 0 the heaviest; n < 2^31; classes
+ * at most DH__STRATA_MAX; key: the job's (manifest hash and seed); shuffle 0: each class
+ * in id order. 0, DH_EINVAL or DH_ENOMEM; free with dh__strata_free. Not thread-safe.
+ */
+#define DH__STRATA_MAX 1024
+typedef struct dh__strata dh__strata;
+int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, int shuffle,
+                   dh__strata **out);
+void dh__strata_free(dh__strata *t);
+int64_t dh__strata_class_size(const dh__strata *t, int c);
+/* cnt[c] (classes entries): how many of class c the first h positions of an epoch hold. */
+void dh__strata_counts(const dh__strata *t, int64_t h, int64_t *cnt);
+/* Positions [h0, h0 + G) of epoch `epoch` (wrapping to its start), class by class, heaviest
+ * first: G sample indices into out. 0 <= h0 < n, 1 <= G <= n; 0 or DH_EINVAL. */
+int dh__strata_step(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int64_t *out);
+/* Node `node` of `nodes`' share of that step, found without the rest of it: one sample of
+ * every run of `nodes` of the step laid out (run r's in out[r]), G / nodes in all; the
+ * nodes' shares partition the step. `nodes` must divide G; 0 or DH_EINVAL. */
+int dh__strata_share(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes, int node,
+                     int64_t *out);
+
 /* A media item's size as stored: its "bytes", else an estimate from its descriptor (the
  * simulator's fetch model): video at 0.1 bit per pixel per frame (H.264 at common rates),
  * JPEG at 2 bits per pixel and PNG at 12, audio at 10 bits per sample (FLAC). */

@@ -1,0 +1,267 @@
+/*
+ * strata.c - a stratified epoch order whose node shares are found alone: the
+ * first part of the per-node control plane of issue 25 (docs/MULTINODE.md,
+ * "What a per-node replica needs"). Built, tested and measured
+ * (bench_strata); the sampler and the engine do not use it yet.
+ *
+ * DESIGN: the samples are in K classes of predicted cost (the caller's: 0
+ * the heaviest; the GPU model's features are the sample's own, so every node
+ * computes the same classes). An epoch interleaves the classes evenly: class
+ * c's a-th sample (in the class's own permutation) sits at key (2a + 1) /
+ * (2 n_c), and the epoch is every sample by key, the lower class first on a
+ * tie. That is Webster's sequential apportionment: every prefix of the epoch
+ * holds each class within about one sample of its proportion, and how many of
+ * each class the first h positions hold is computed directly (O(K) at h / n,
+ * then at most K / 2 single moves of O(K)), so a step's samples are known
+ * class by class without laying out the epoch. A class's permutation is a
+ * keyed bijection on [0, n_c): a 4-round Feistel network over the next even
+ * power of two, walking its cycle back into range (under two evaluations a
+ * position on average), so any position's sample costs a few hashes, with no
+ * table, no shuffle ahead and nothing kept between epochs.
+ *
+ * A step is laid out class by class, heaviest first (by cost, as the deal's
+ * snake lays it), and dealt to N nodes one sample of every run of N to each,
+ * the run's rotation drawn from (epoch, step position, run): node k finds
+ * its G / N samples from the K class counts alone, O(K^2 + G / N) a step
+ * where a replica today draws and deals all G. The rotation, not a snake,
+ * because node k must find its run's sample without the others' costs; each
+ * run is of nearly equal cost (the classes sorted), so every share weighs
+ * about the same.
+ *
+ * Nothing here is thread-safe: a dh__strata keeps its step's workspace (as a
+ * dh_sampler belongs to one thread).
+ */
+#include "catalog.h"
+
+#include <stdlib.h>
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+
+struct dh__strata {
+    int64_t n;
+    int classes;
+    int shuffle;
+    uint64_t key;
+    int64_t *first; /* classes + 1: class c's samples are ids[first[c], first[c + 1]) */
+    uint32_t *ids;  /* the samples class by class, by id within a class */
+    /* the last step laid out (step_segments): class c's indices in its permutation are
+     * [lo[c], hi[c]) then, when the step wraps to the epoch's start, [lo2[c], hi2[c]);
+     * at[c]: where class c starts in the step (at[classes] = G); ckey[c]: its permutation's
+     * key in that epoch */
+    int64_t *lo, *hi, *lo2, *hi2, *at;
+    uint64_t *ckey;
+    uint8_t *half; /* classes: class c's network is on [0, 4^half[c]) */
+};
+
+static int64_t class_size(const dh__strata *t, int c)
+{
+    return t->first[c + 1] - t->first[c];
+}
+
+/* Whether class c's a-th sample comes before class d's b-th in an epoch: key (2a + 1) /
+ * (2 n_c) against (2b + 1) / (2 n_d), exactly (products below 2^63: n < 2^31). */
+static int before(const dh__strata *t, int c, int64_t a, int d, int64_t b)
+{
+    uint64_t x = (uint64_t)(2 * a + 1) * (uint64_t)class_size(t, d);
+    uint64_t y = (uint64_t)(2 * b + 1) * (uint64_t)class_size(t, c);
+    return x < y || (x == y && c < d);
+}
+
+/* The class whose next sample comes first (cnt: each class's taken), or -1. */
+static int next_class(const dh__strata *t, const int64_t *cnt)
+{
+    int best = -1;
+    for (int c = 0; c < t->classes; c++)
+        if (cnt[c] < class_size(t, c) && (best < 0 || before(t, c, cnt[c], best, cnt[best])))
+            best = c;
+    return best;
+}
+
+/* The class whose last taken sample comes last, or -1. */
+static int last_class(const dh__strata *t, const int64_t *cnt)
+{
+    int best = -1;
+    for (int c = 0; c < t->classes; c++)
+        if (cnt[c] > 0 && (best < 0 || before(t, best, cnt[best] - 1, c, cnt[c] - 1)))
+            best = c;
+    return best;
+}
+
+void dh__strata_counts(const dh__strata *t, int64_t h, int64_t *cnt)
+{
+    /* the samples whose key is below h / n: (2a + 1) n < 2 h n_c, within K / 2 of h */
+    h = DH_MAX(0, DH_MIN(h, t->n));
+    uint64_t n = (uint64_t)t->n;
+    int64_t total = 0;
+    for (int c = 0; c < t->classes; c++) {
+        uint64_t twice = 2 * (uint64_t)h * (uint64_t)class_size(t, c);
+        int64_t k = twice > n ? (int64_t)((twice - n + 2 * n - 1) / (2 * n)) : 0;
+        cnt[c] = DH_MIN(k, class_size(t, c));
+        total += cnt[c];
+    }
+    for (; total < h; total++)
+        cnt[next_class(t, cnt)]++;
+    for (; total > h; total--)
+        cnt[last_class(t, cnt)]--;
+}
+
+/* A 4-round Feistel network on [0, 4^half): a bijection for every key. */
+static uint64_t feistel(uint64_t x, uint64_t key, int half)
+{
+    uint64_t mask = (1ULL << half) - 1, l = x >> half, r = x & mask;
+    for (uint64_t round = 1; round <= 4; round++) {
+        uint64_t f = dh__mix64((key ^ (round * GOLDEN)) + r) & mask;
+        uint64_t nl = r;
+        r = l ^ f;
+        l = nl;
+    }
+    return (l << half) | r;
+}
+
+/* Position a's place in a permutation of [0, m) keyed by key (cycle walking: the network's
+ * domain is under 4 m, and a's cycle comes back into [0, m) since a is in it). */
+static int64_t permute(int64_t a, int64_t m, uint64_t key, int half)
+{
+    uint64_t y = (uint64_t)a;
+    do
+        y = feistel(y, key, half);
+    while (y >= (uint64_t)m);
+    return (int64_t)y;
+}
+
+/* Class c's sample at index a of its epoch's permutation. */
+static int64_t sample_at(const dh__strata *t, int c, int64_t a)
+{
+    int64_t m = class_size(t, c);
+    int64_t p = t->shuffle && m > 1 ? permute(a, m, t->ckey[c], t->half[c]) : a;
+    return t->ids[t->first[c] + p];
+}
+
+int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, int shuffle,
+                   dh__strata **out)
+{
+    if (!cls || !out || n < 1 || n >= (1LL << 31) || classes < 1 || classes > DH__STRATA_MAX)
+        return DH_EINVAL;
+    *out = NULL;
+    for (int64_t i = 0; i < n; i++)
+        if (cls[i] >= classes)
+            return DH_EINVAL;
+    dh__strata *t = calloc(1, sizeof *t);
+    size_t k1 = (size_t)classes + 1;
+    if (!t || !(t->first = calloc(k1, sizeof *t->first)) ||
+        !(t->ids = malloc((size_t)n * sizeof *t->ids)) || !(t->lo = malloc(k1 * sizeof(int64_t))) ||
+        !(t->hi = malloc(k1 * sizeof(int64_t))) || !(t->lo2 = malloc(k1 * sizeof(int64_t))) ||
+        !(t->hi2 = malloc(k1 * sizeof(int64_t))) || !(t->at = malloc(k1 * sizeof(int64_t))) ||
+        !(t->ckey = malloc(k1 * sizeof(uint64_t))) || !(t->half = malloc(k1))) {
+        dh__strata_free(t);
+        return DH_ENOMEM;
+    }
+    t->n = n;
+    t->classes = classes;
+    t->shuffle = shuffle;
+    t->key = key;
+    for (int64_t i = 0; i < n; i++) /* a counting sort by class, stable */
+        t->first[cls[i] + 1]++;
+    for (int c = 0; c < classes; c++)
+        t->first[c + 1] += t->first[c];
+    for (int c = 0; c < classes; c++) /* at: where the next of class c goes */
+        t->at[c] = t->first[c];
+    for (int64_t i = 0; i < n; i++)
+        t->ids[t->at[cls[i]]++] = (uint32_t)i;
+    for (int c = 0; c < classes; c++) { /* the network's half width: 4^half >= the class */
+        t->half[c] = 1;
+        while ((1LL << (2 * t->half[c])) < class_size(t, c))
+            t->half[c]++;
+    }
+    *out = t;
+    return 0;
+}
+
+void dh__strata_free(dh__strata *t)
+{
+    if (!t)
+        return;
+    free(t->first);
+    free(t->ids);
+    free(t->lo);
+    free(t->hi);
+    free(t->lo2);
+    free(t->hi2);
+    free(t->at);
+    free(t->ckey);
+    free(t->half);
+    free(t);
+}
+
+int64_t dh__strata_class_size(const dh__strata *t, int c)
+{
+    return c >= 0 && c < t->classes ? class_size(t, c) : 0;
+}
+
+/* Lays out positions [h0, h0 + G) of the epoch (wrapping to its start, as padding does)
+ * class by class into the workspace. */
+static void step_segments(dh__strata *t, int64_t epoch, int64_t h0, int64_t G)
+{
+    uint64_t ek = dh__mix64(t->key ^ dh__mix64((uint64_t)epoch + GOLDEN));
+    dh__strata_counts(t, h0, t->lo);
+    if (h0 + G <= t->n) {
+        dh__strata_counts(t, h0 + G, t->hi);
+        for (int c = 0; c < t->classes; c++)
+            t->lo2[c] = t->hi2[c] = 0;
+    } else {
+        dh__strata_counts(t, h0 + G - t->n, t->hi2);
+        for (int c = 0; c < t->classes; c++) {
+            t->hi[c] = class_size(t, c);
+            t->lo2[c] = 0;
+        }
+    }
+    t->at[0] = 0;
+    for (int c = 0; c < t->classes; c++) {
+        t->at[c + 1] = t->at[c] + (t->hi[c] - t->lo[c]) + (t->hi2[c] - t->lo2[c]);
+        t->ckey[c] = dh__mix64(ek + (uint64_t)(c + 1) * GOLDEN);
+    }
+}
+
+/* The sample at place u of class c's part of the step laid out. */
+static int64_t step_sample(const dh__strata *t, int c, int64_t u)
+{
+    int64_t first = t->hi[c] - t->lo[c];
+    return sample_at(t, c, u < first ? t->lo[c] + u : t->lo2[c] + (u - first));
+}
+
+static int step_args(const dh__strata *t, int64_t epoch, int64_t h0, int64_t G)
+{
+    return t && epoch >= 0 && h0 >= 0 && h0 < t->n && G >= 1 && G <= t->n ? 0 : DH_EINVAL;
+}
+
+int dh__strata_step(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int64_t *out)
+{
+    if (step_args(t, epoch, h0, G) || !out)
+        return DH_EINVAL;
+    step_segments(t, epoch, h0, G);
+    for (int c = 0; c < t->classes; c++)
+        for (int64_t u = 0; u < t->at[c + 1] - t->at[c]; u++)
+            out[t->at[c] + u] = step_sample(t, c, u);
+    return 0;
+}
+
+int dh__strata_share(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes, int node,
+                     int64_t *out)
+{
+    if (step_args(t, epoch, h0, G) || !out || nodes < 1 || G % nodes || node < 0 ||
+        node >= nodes)
+        return DH_EINVAL;
+    step_segments(t, epoch, h0, G);
+    uint64_t rk = dh__mix64(t->key ^ dh__mix64((uint64_t)epoch + GOLDEN) ^
+                            dh__mix64((uint64_t)h0 + 2 * GOLDEN));
+    int c = 0;
+    for (int64_t r = 0; r < G / nodes; r++) {
+        /* run r's rotation: node k takes its place (k + rotation) mod N */
+        uint64_t rot = dh__mix64(rk + (uint64_t)(r + 1) * GOLDEN) % (uint64_t)nodes;
+        int64_t j = r * nodes + (int64_t)(((uint64_t)node + rot) % (uint64_t)nodes);
+        while (j >= t->at[c + 1])
+            c++;
+        out[r] = step_sample(t, c, j - t->at[c]);
+    }
+    return 0;
+}
