@@ -249,6 +249,114 @@ START_TEST(no_shuffle_and_bad_arguments)
 }
 END_TEST
 
+/* Sample i's class in the stratified tests: a skewed mix of 6 classes. */
+static uint16_t *classes_of(int64_t n)
+{
+    uint16_t *cls = malloc((size_t)n * sizeof *cls);
+    ck_assert_ptr_nonnull(cls);
+    for (int64_t i = 0; i < n; i++)
+        cls[i] = (uint16_t)(dh__mix64((uint64_t)i) % 21 / 4 % 6); /* 0-4 of 4 values, 5 of 1 */
+    return cls;
+}
+
+static dh_sampler *stratified(const dh_manifest *m, int64_t g, int drop_last, const uint16_t *cls)
+{
+    dh_sampler *s = make_sampler(m, g, 5, drop_last);
+    ck_assert_int_eq(dh__sampler_stratify(s, cls, 6), 0);
+    return s;
+}
+
+START_TEST(a_stratified_order_resumes_and_shifts_as_the_plain_one)
+{
+    dh_manifest *m = make_manifest(1000, "s");
+    uint16_t *cls = classes_of(1000);
+    for (int drop_last = 0; drop_last <= 1; drop_last++) {
+        int64_t g = 96, per = drop_last ? 1000 / 96 : (1000 + 95) / 96, all[96 * 40];
+        dh_sampler *s = stratified(m, g, drop_last, cls);
+        draw(s, g, 40, all);
+        /* every epoch holds every sample, each class in proportion in every step */
+        int seen[1000] = {0};
+        for (int64_t k = 0; k < per * g; k++)
+            seen[all[k]]++;
+        for (int i = 0; i < 1000; i++)
+            ck_assert(drop_last ? seen[i] <= 1 : seen[i] >= 1);
+        /* resumed at every step of the first three epochs: the same batches after it */
+        for (int64_t at = 1; at < 3 * per; at++) {
+            dh_sampler *r = stratified(m, g, drop_last, cls);
+            dh_sampler_state st = {dh_manifest_hash(m), 5, at / per, at % per};
+            ck_assert_int_eq(dh_sampler_set_state(r, &st), 0);
+            int64_t got[96];
+            draw(r, g, 1, got);
+            ck_assert_mem_eq(got, all + at * g, sizeof got);
+            dh_sampler_free(r);
+        }
+        /* shifted by -5: batch s is the stratified epoch's positions s * G - 5 ... */
+        dh_sampler *sh = stratified(m, g, drop_last, cls);
+        dh_sampler_state st = {dh_manifest_hash(m), 5, 1, 2};
+        ck_assert_int_eq(dh_sampler_set_state(sh, &st), 0);
+        ck_assert_int_eq(dh__sampler_shift(sh, -5), 0);
+        dh__strata *t = NULL;
+        ck_assert_int_eq(dh__strata_new(cls, 1000, 6, 0, 1, &t), 0);
+        int64_t got[96], want_cls[6] = {0}, got_cls[6] = {0}, lo[6], hi[6];
+        draw(sh, g, 1, got);
+        dh__strata_counts(t, 2 * g - 5, lo);
+        dh__strata_counts(t, 3 * g - 5, hi);
+        for (int c = 0; c < 6; c++)
+            want_cls[c] = hi[c] - lo[c];
+        for (int k = 0; k < g; k++)
+            got_cls[cls[got[k]]]++;
+        ck_assert_mem_eq(got_cls, want_cls, sizeof got_cls);
+        dh__strata_free(t);
+        dh_sampler_free(sh);
+        dh_sampler_free(s);
+    }
+    free(cls);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(node_shares_of_a_stratified_order_make_its_steps)
+{
+    dh_manifest *m = make_manifest(1000, "s");
+    uint16_t *cls = classes_of(1000);
+    int64_t g = 96;
+    dh_sampler *whole = stratified(m, g, 0, cls), *node[4];
+    for (int k = 0; k < 4; k++)
+        node[k] = stratified(m, g, 0, cls);
+    for (int step = 0; step < 25; step++) { /* two epochs and a half, padding included */
+        int64_t want[96], got[96];
+        draw(whole, g, 1, want);
+        for (int k = 0; k < 4; k++)
+            ck_assert_int_eq(dh__sampler_next_share(node[k], 4, k, got + k * 24), 0);
+        /* the same samples: each of the step's, as many times */
+        for (int k = 0; k < 96; k++) {
+            int a = 0, b = 0;
+            for (int j = 0; j < 96; j++) {
+                a += want[j] == want[k];
+                b += got[j] == want[k];
+            }
+            ck_assert_int_eq(a, b);
+        }
+    }
+    int64_t out[96];
+    ck_assert_int_eq(dh__sampler_next_share(node[0], 5, 0, out), DH_EINVAL); /* 5 of 96 */
+    ck_assert_int_eq(dh__sampler_next_share(node[0], 4, 4, out), DH_EINVAL);
+    dh_sampler *plain = make_sampler(m, g, 5, 0);
+    ck_assert_int_eq(dh__sampler_next_share(plain, 4, 0, out), DH_EINVAL); /* not stratified */
+    dh_sampler *big = make_sampler(m, 1001, 5, 0);
+    ck_assert_int_eq(dh__sampler_stratify(big, cls, 6), DH_ERANGE);
+    ck_assert_int_eq(dh__sampler_stratify(plain, cls, 5), DH_EINVAL); /* class 5 of 5 */
+    draw(plain, g, 1, out); /* a refused stratification leaves the order as it was */
+    dh_sampler_free(big);
+    dh_sampler_free(plain);
+    for (int k = 0; k < 4; k++)
+        dh_sampler_free(node[k]);
+    dh_sampler_free(whole);
+    free(cls);
+    dh_manifest_free(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sampler");
@@ -261,6 +369,8 @@ int main(void)
     ADD_TEST(tc, a_shifted_epoch_continues_at_another_global_batch);
     ADD_TEST(tc, state_from_another_run_is_rejected);
     ADD_TEST(tc, no_shuffle_and_bad_arguments);
+    ADD_TEST(tc, a_stratified_order_resumes_and_shifts_as_the_plain_one);
+    ADD_TEST(tc, node_shares_of_a_stratified_order_make_its_steps);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

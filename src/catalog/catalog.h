@@ -218,6 +218,21 @@ int dh__strata_step(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int64_t
 int dh__strata_share(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes, int node,
                      int64_t *out);
 
+/*
+ * Makes the sampler's order the stratified one over these classes (cls: n entries, as
+ * dh__strata_new), keyed by the manifest's hash and the seed: dh_sampler_next then gives
+ * each step laid out class by class, the state, resume and shift as before (positions of
+ * the stratified epoch). A step that passes the epoch's end (keep_last) repeats the
+ * epoch's first positions inside their classes, not at the step's end. 0, DH_EINVAL,
+ * DH_ERANGE (a global batch larger than the dataset) or DH_ENOMEM (the order unchanged).
+ * Not yet used by the engine (issue 25).
+ */
+int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes);
+/* Node `node` of `nodes`' share of the next step of a stratified sampler (dh__strata_share:
+ * G / nodes samples), the sampler moving on a step as dh_sampler_next does; DH_EINVAL
+ * without dh__sampler_stratify or when `nodes` does not divide G. */
+int dh__sampler_next_share(dh_sampler *s, int nodes, int node, int64_t *out);
+
 /* A media item's size as stored: its "bytes", else an estimate from its descriptor (the
  * simulator's fetch model): video at 0.1 bit per pixel per frame (H.264 at common rates),
  * JPEG at 2 bits per pixel and PNG at 12, audio at 10 bits per sample (FLAC). */

@@ -13,6 +13,11 @@
  * samples stopped its node's scheduler for 0.17 s there (26 million: 0.6 s;
  * the swaps land at random in a table larger than the caches), every node at
  * the same step. Same draws in the same order: the same permutation.
+ *
+ * Stratified (dh__sampler_stratify, strata.c): the epoch is strata.c's order
+ * over the caller's classes of cost instead; positions, steps, the state and
+ * shifts mean the same, nothing is materialised or shuffled ahead, and a
+ * node's share of a step is found alone (issue 25).
  */
 #include "catalog.h"
 
@@ -44,6 +49,7 @@ struct dh_sampler {
     uint32_t *ahead;
     int64_t ahead_epoch, ahead_filled;
     fy_state ahead_fy;
+    dh__strata *strata; /* the stratified order (dh__sampler_stratify) in place of perm */
 };
 
 /* Starts epoch e's shuffle: the stream seeded, no swap done yet (it starts from the
@@ -159,6 +165,7 @@ void dh_sampler_free(dh_sampler *s)
         return;
     free(s->perm);
     free(s->ahead);
+    dh__strata_free(s->strata);
     free(s);
 }
 
@@ -168,18 +175,29 @@ int64_t dh_sampler_steps_per_epoch(const dh_sampler *s)
     return s->opts.drop_last ? s->n / g : (s->n + g - 1) / g;
 }
 
-int dh_sampler_next(dh_sampler *s, int64_t *out, int64_t cap)
+/* The next step's first position in its epoch (the epoch moved on when the last one ended). */
+static int64_t next_base(dh_sampler *s)
 {
-    if (!s || !out || cap < s->opts.global_batch)
-        return DH_EINVAL;
     if (s->step >= dh_sampler_steps_per_epoch(s)) {
         s->epoch++;
         s->step = 0;
         s->shift = 0;
     }
+    return s->step * s->opts.global_batch + s->shift;
+}
+
+int dh_sampler_next(dh_sampler *s, int64_t *out, int64_t cap)
+{
+    if (!s || !out || cap < s->opts.global_batch)
+        return DH_EINVAL;
+    int64_t g = s->opts.global_batch, base = next_base(s);
+    if (s->strata) {
+        int rc = dh__strata_step(s->strata, s->epoch, base, g, out);
+        s->step += !rc;
+        return rc;
+    }
     if (s->perm_epoch != s->epoch)
         build_perm(s);
-    int64_t g = s->opts.global_batch, base = s->step * g + s->shift;
     /* Padding wraps to the start of this epoch's order, like DistributedSampler: copied in
      * runs up to the order's end (a division per sample was a tenth of a replica's control
      * time at 1,024 nodes, bench/RESULTS.md; a wrap test per sample kept the copy from being
@@ -223,4 +241,32 @@ int dh__sampler_shift(dh_sampler *s, int64_t shift)
         return DH_EINVAL;
     s->shift = shift;
     return 0;
+}
+
+int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes)
+{
+    if (!s || !cls)
+        return DH_EINVAL;
+    if (s->opts.global_batch > s->n)
+        return DH_ERANGE; /* a stratified step lies inside one epoch */
+    dh__strata *t = NULL;
+    uint64_t key = dh__mix64(s->manifest_hash ^ dh__mix64(s->opts.seed ^ 0x7374726174614bULL));
+    int rc = dh__strata_new(cls, s->n, classes, key, s->opts.shuffle, &t);
+    if (rc)
+        return rc;
+    dh__strata_free(s->strata);
+    s->strata = t;
+    free(s->ahead); /* nothing is shuffled ahead any more */
+    s->ahead = NULL;
+    return 0;
+}
+
+int dh__sampler_next_share(dh_sampler *s, int nodes, int node, int64_t *out)
+{
+    int64_t g = s ? s->opts.global_batch : 0;
+    if (!s || !s->strata || !out || nodes < 1 || g % nodes || node < 0 || node >= nodes)
+        return DH_EINVAL;
+    int rc = dh__strata_share(s->strata, s->epoch, next_base(s), g, nodes, node, out);
+    s->step += !rc;
+    return rc;
 }
