@@ -257,6 +257,35 @@ START_TEST(the_order_is_a_function_of_key_and_epoch)
 }
 END_TEST
 
+START_TEST(a_class_permutation_puts_a_sample_anywhere_alike)
+{
+    /* over 100 m epochs, where a sample lands is uniform over the m places (chi-square, m - 1
+     * degrees of freedom, under mean + 6 sd); 48 walks the Feistel network's cycles (its
+     * domain is 64), 64 does not, 100 has unequal halves (3 and 4 bits) */
+    static const int sizes[] = {48, 64, 100};
+    for (size_t i = 0; i < 3; i++) {
+        int m = sizes[i], epochs = 100 * m;
+        uint16_t cls[100] = {0};
+        dh__strata *t = make(cls, m, 1, 1234);
+        int64_t out[100], at[4][100] = {{0}};
+        for (int e = 0; e < epochs; e++) {
+            ck_assert_int_eq(dh__strata_step(t, e, 0, m, out), 0);
+            for (int p = 0; p < m; p++)
+                if (out[p] < 4)
+                    at[out[p]][p]++;
+        }
+        for (int k = 0; k < 4; k++) {
+            double chi2 = 0, want = (double)epochs / m;
+            for (int p = 0; p < m; p++)
+                chi2 += (at[k][p] - want) * (at[k][p] - want) / want;
+            ck_assert_msg(chi2 < (m - 1) + 6 * sqrt(2.0 * (m - 1)),
+                          "m %d: sample %d's place has chi-square %.1f", m, k, chi2);
+        }
+        dh__strata_free(t);
+    }
+}
+END_TEST
+
 START_TEST(bad_arguments_are_refused)
 {
     uint16_t cls[10] = {0, 1, 2, 0, 1, 2, 0, 1, 2, 3};
@@ -287,6 +316,7 @@ int main(void)
     ADD_TEST(tc, node_shares_partition_their_step);
     ADD_TEST(tc, shares_weigh_about_the_same);
     ADD_TEST(tc, the_order_is_a_function_of_key_and_epoch);
+    ADD_TEST(tc, a_class_permutation_puts_a_sample_anywhere_alike);
     ADD_TEST(tc, bad_arguments_are_refused);
     suite_add_tcase(s, tc);
     return tu_run(s);

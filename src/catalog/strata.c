@@ -14,7 +14,7 @@
  * each class the first h positions hold is computed directly (O(K) at h / n,
  * then at most K / 2 single moves of O(K)), so a step's samples are known
  * class by class without laying out the epoch. A class's permutation is a
- * keyed bijection on [0, n_c): a 4-round Feistel network over the next even
+ * keyed bijection on [0, n_c): a 4-round Feistel network over the next
  * power of two, walking its cycle back into range (under two evaluations a
  * position on average), so any position's sample costs a few hashes, with no
  * table, no shuffle ahead and nothing kept between epochs.
@@ -50,7 +50,7 @@ struct dh__strata {
      * key in that epoch */
     int64_t *lo, *hi, *lo2, *hi2, *at;
     uint64_t *ckey;
-    uint8_t *half; /* classes: class c's network is on [0, 4^half[c]) */
+    uint8_t *bits; /* classes: class c's network is on [0, 2^bits[c]) */
 };
 
 static int64_t class_size(const dh__strata *t, int c)
@@ -105,26 +105,34 @@ void dh__strata_counts(const dh__strata *t, int64_t h, int64_t *cnt)
         cnt[last_class(t, cnt)]--;
 }
 
-/* A 4-round Feistel network on [0, 4^half): a bijection for every key. */
-static uint64_t feistel(uint64_t x, uint64_t key, int half)
+/* A 4-round Feistel network on [0, 2^bits), bits >= 2: the halves are bits / 2 and the
+ * rest wide, and swap widths each round (back where they were after four), so the domain
+ * is under twice the class and cycle walking takes under two evaluations a position on
+ * average. Each round is invertible (the new left half is the old right), so the whole
+ * is a bijection for every key. */
+static uint64_t feistel(uint64_t x, uint64_t key, int bits)
 {
-    uint64_t mask = (1ULL << half) - 1, l = x >> half, r = x & mask;
+    int wl = bits / 2, wr = bits - wl;
+    uint64_t l = x >> wr, r = x & ((1ULL << wr) - 1);
     for (uint64_t round = 1; round <= 4; round++) {
-        uint64_t f = dh__mix64((key ^ (round * GOLDEN)) + r) & mask;
+        uint64_t f = dh__mix64((key ^ (round * GOLDEN)) + r) & ((1ULL << wl) - 1);
         uint64_t nl = r;
+        int nw = wr;
         r = l ^ f;
+        wr = wl;
         l = nl;
+        wl = nw;
     }
-    return (l << half) | r;
+    return (l << wr) | r;
 }
 
-/* Position a's place in a permutation of [0, m) keyed by key (cycle walking: the network's
- * domain is under 4 m, and a's cycle comes back into [0, m) since a is in it). */
-static int64_t permute(int64_t a, int64_t m, uint64_t key, int half)
+/* Position a's place in a permutation of [0, m) keyed by key (cycle walking: a's cycle in
+ * the network's domain comes back into [0, m), since a is in it). */
+static int64_t permute(int64_t a, int64_t m, uint64_t key, int bits)
 {
     uint64_t y = (uint64_t)a;
     do
-        y = feistel(y, key, half);
+        y = feistel(y, key, bits);
     while (y >= (uint64_t)m);
     return (int64_t)y;
 }
@@ -133,7 +141,7 @@ static int64_t permute(int64_t a, int64_t m, uint64_t key, int half)
 static int64_t sample_at(const dh__strata *t, int c, int64_t a)
 {
     int64_t m = class_size(t, c);
-    int64_t p = t->shuffle && m > 1 ? permute(a, m, t->ckey[c], t->half[c]) : a;
+    int64_t p = t->shuffle && m > 1 ? permute(a, m, t->ckey[c], t->bits[c]) : a;
     return t->ids[t->first[c] + p];
 }
 
@@ -152,7 +160,7 @@ int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, in
         !(t->ids = malloc((size_t)n * sizeof *t->ids)) || !(t->lo = malloc(k1 * sizeof(int64_t))) ||
         !(t->hi = malloc(k1 * sizeof(int64_t))) || !(t->lo2 = malloc(k1 * sizeof(int64_t))) ||
         !(t->hi2 = malloc(k1 * sizeof(int64_t))) || !(t->at = malloc(k1 * sizeof(int64_t))) ||
-        !(t->ckey = malloc(k1 * sizeof(uint64_t))) || !(t->half = malloc(k1))) {
+        !(t->ckey = malloc(k1 * sizeof(uint64_t))) || !(t->bits = malloc(k1))) {
         dh__strata_free(t);
         return DH_ENOMEM;
     }
@@ -168,10 +176,10 @@ int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, in
         t->at[c] = t->first[c];
     for (int64_t i = 0; i < n; i++)
         t->ids[t->at[cls[i]]++] = (uint32_t)i;
-    for (int c = 0; c < classes; c++) { /* the network's half width: 4^half >= the class */
-        t->half[c] = 1;
-        while ((1LL << (2 * t->half[c])) < class_size(t, c))
-            t->half[c]++;
+    for (int c = 0; c < classes; c++) { /* the network's width: 2^bits >= the class */
+        t->bits[c] = 2;
+        while ((1LL << t->bits[c]) < class_size(t, c))
+            t->bits[c]++;
     }
     *out = t;
     return 0;
@@ -189,7 +197,7 @@ void dh__strata_free(dh__strata *t)
     free(t->hi2);
     free(t->at);
     free(t->ckey);
-    free(t->half);
+    free(t->bits);
     free(t);
 }
 
