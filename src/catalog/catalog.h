@@ -196,7 +196,7 @@ int dh__sampler_shift(dh_sampler *s, int64_t shift);
 
 /*
  * A stratified epoch order whose node shares are found alone (strata.c; issue 25's per-node
- * control plane: built and measured, not yet used by the sampler or the engine). cls[i]:
+ * control plane: the sampler's stratified mode below; the engine does not use it yet). cls[i]:
  * sample i's class of predicted cost, in [0, classes), 0 the heaviest; n < 2^31; classes
  * at most DH__STRATA_MAX; key: the job's (manifest hash and seed); shuffle 0: each class
  * in id order. 0, DH_EINVAL or DH_ENOMEM; free with dh__strata_free. Not thread-safe.

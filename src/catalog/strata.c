@@ -2,7 +2,8 @@
  * strata.c - a stratified epoch order whose node shares are found alone: the
  * first part of the per-node control plane of issue 25 (docs/MULTINODE.md,
  * "What a per-node replica needs"). Built, tested and measured
- * (bench_strata); the sampler and the engine do not use it yet.
+ * (bench_strata); the sampler's stratified mode (dh__sampler_stratify) draws
+ * from it, and nothing in the engine asks for that mode yet.
  *
  * DESIGN: the samples are in K classes of predicted cost (the caller's: 0
  * the heaviest; the GPU model's features are the sample's own, so every node
