@@ -144,8 +144,7 @@ START_TEST(every_step_holds_each_class_in_proportion)
         }
         for (int c = 0; c < classes; c++) {
             double ideal = (double)G * (double)dh__strata_class_size(t, c) / (double)n;
-            int64_t off = (int64_t)(per[c] > ideal ? per[c] - ideal + 0.999 : ideal - per[c] + 0.999);
-            worst = DH_MAX(worst, off);
+            worst = DH_MAX(worst, (int64_t)ceil(fabs((double)per[c] - ideal)));
         }
     }
     /* a uniform draw of 512 from these classes strays by tens; the apportionment by about one */
@@ -220,8 +219,8 @@ START_TEST(shares_weigh_about_the_same)
         double load = 0;
         for (int64_t r = 0; r < G / nodes; r++)
             load += ldexp(1.0, -cls[share[r]]);
-        ck_assert_msg(fabs(load - total / nodes) <= spread, "node %d: %.3f against %.3f (spread %.3f)",
-                      k, load, total / nodes, spread);
+        ck_assert_msg(fabs(load - total / nodes) <= spread,
+                      "node %d: %.3f against %.3f (spread %.3f)", k, load, total / nodes, spread);
     }
     ck_assert(spread < 0.1 * total / nodes); /* the bound above is tight enough to mean it */
     free(share);
