@@ -218,33 +218,54 @@ START_TEST(two_trainers_get_every_sample_of_each_epoch_once)
 }
 END_TEST
 
+static char events[8192]; /* what the agent told (keep_event, below) */
+static void keep_event(const char *msg, void *user);
+
 START_TEST(mismatched_trainers_are_refused_with_the_reason)
 {
     new_socket_name();
     dh_client_opts bad_world = client_opts(0, 3, 4), bad_spec = client_opts(1, 2, 4);
+    dh_client_opts bad_data = client_opts(1, 2, 4);
     bad_spec.spec_hash ^= 1;
+    bad_data.manifest_hash ^= 1;
     pid_t a = fork();
-    if (!a) { /* a wrong world size, then a wrong spec: both refused, with the reason */
+    if (!a) { /* a wrong world size, a wrong spec, then another dataset: each refused, with
+               * the reason */
         dh_client *c;
-        char err[256] = "";
+        char err[512] = "";
         int rc = dh_client_connect(&bad_world, &c, err, sizeof err);
         if (rc != DH_EMISMATCH || !strstr(err, "world size 3"))
             _exit(6);
         rc = dh_client_connect(&bad_spec, &c, err, sizeof err);
-        _exit(rc == DH_EMISMATCH && strstr(err, "spec") ? 0 : 7);
+        if (rc != DH_EMISMATCH || !strstr(err, "spec"))
+            _exit(7);
+        usleep(1200 * 1000); /* past a progress line of the agent's that names two */
+        rc = dh_client_connect(&bad_data, &c, err, sizeof err);
+        _exit(rc == DH_EMISMATCH && strstr(err, "manifest differs") ? 0 : 8);
     }
     dh_run_config c = agent_config("pool", 2, 4);
     c.steps = 1;
     dh_serve_opts o;
     dh_serve_opts_default(&o);
     o.attach_timeout_ms = 3000;
+    o.on_event = keep_event;
+    events[0] = 0;
+    setenv("DH_PROGRESS_SECONDS", "0.5", 1); /* the agent's waiting lines, in this process */
     dh_result r;
-    char err[512] = "";
+    char err[1024] = "";
     ck_assert_int_eq(run_agent(&c, &o, &r, err, sizeof err), DH_ETIMEDOUT);
+    unsetenv("DH_PROGRESS_SECONDS");
     ck_assert_msg(strstr(err, "0 of 2 ranks"), "%s", err);
-    /* the timeout names what it refused (a trial: "0 of 4 attached", and not why) */
-    ck_assert_msg(strstr(err, "(2 attaches refused, the last: the agent's preprocessing spec"),
+    /* the timeout names what it refused (a trial: "0 of 4 attached", and not why), whole (a
+     * trial: the manifest's reason ended "edited si)", cut at 200 characters) */
+    ck_assert_msg(strstr(err, "(3 attaches refused, the last: the manifest differs") &&
+                      strstr(err, "re-indexed or edited since it was saved?))"),
                   "%s", err);
+    /* and so do its waiting lines (a trial: they said only "0 of 3 attached" while it had
+     * refused every trainer) */
+    ck_assert_msg(strstr(events, "waiting for ranks: 0 of 2 attached") &&
+                      strstr(events, "; 2 attaches refused, the last: the agent's preprocessing"),
+                  "%s", events);
     ck_assert_int_eq(wait_child(a), 0);
 }
 END_TEST
@@ -757,8 +778,6 @@ START_TEST(stopping_the_agent_tells_every_trainer_why)
 }
 END_TEST
 
-static char events[8192]; /* what the agent told (keep_event, below) */
-static void keep_event(const char *msg, void *user);
 
 /* A user's trial of issue 25: Ctrl-C on the agent; rank 1 is told and stops, rank 0 then
  * fails in its collective ("Connection closed by peer") and says so. The agent's last word

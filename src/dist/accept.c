@@ -38,7 +38,7 @@ void dh__serve_say(const hub *h, const char *stream, const char *fmt, va_list ap
 {
     if (!h->on_event)
         return;
-    char msg[480];
+    char msg[1024]; /* a refusal names its reason whole */
     int k = h->n > 1 && stream ? snprintf(msg, sizeof msg, "stream %s: ", stream) : 0;
     vsnprintf(msg + k, sizeof msg - (size_t)k, fmt, ap);
     h->on_event(msg, h->event_user);

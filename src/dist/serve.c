@@ -207,7 +207,7 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
                   (long long)(a->samples - tail), (long long)tail);
         a->refused = 0; /* this generation's */
         if ((rc = dh__agent_wait_for_ranks(a))) {
-            char why[400];
+            char why[1024]; /* the counts, the missing ranks and a whole refusal (it cut one) */
             int k = snprintf(why, sizeof why, rc == DH_ETIMEDOUT
                                                   ? "only %d of %d ranks attached in time"
                                                   : "stopped (Ctrl-C, SIGTERM or its caller) "

@@ -322,8 +322,15 @@ int dh__agent_wait_for_ranks(agent *a)
         int tell = dh__mono() - told >= 1.0;
         if (!serving && dh__mono() - said >= every) { /* a heartbeat in the agent's log */
             said = dh__mono();
-            event(a, DH_SERVE_WAITING_EVENT " %d of %d attached, %.0f s left (--attach-timeout)",
-                  a->attached, a->hi - a->lo, DH_MAX(0.0, until - said));
+            /* and what it refused (a trial: the agent waited out its timeout after refusing
+             * every trainer, its log saying only that it waits) */
+            char refused[600] = "";
+            if (a->refused)
+                snprintf(refused, sizeof refused, "; %d attach%s refused, the last: %s",
+                         a->refused, a->refused == 1 ? "" : "es", a->last_refused);
+            event(a, DH_SERVE_WAITING_EVENT " %d of %d attached, %.0f s left (--attach-timeout)%s",
+                  a->attached, a->hi - a->lo, DH_MAX(0.0, until - said), refused);
+
         }
         if (ready > 0 || tell) {
             tend_attaches(a, pf, ready > 0 ? n : 0, until, tell);

@@ -75,7 +75,7 @@ struct agent {
     struct pollfd *pf;      /* the listening socket and each held attach */
     int attached;
     int refused;            /* attaches refused while ranks attach, the last one's why */
-    char last_refused[200];
+    char last_refused[512]; /* whole: as long as any refusal's (take_attach's why) */
     uint64_t manifest_hash, spec_hash;
     char augment_text[400];     /* what the spec's random keys do (dh_spec_random_text) */
     int64_t steps_per_epoch, samples;
