@@ -383,12 +383,15 @@ class Loader:
         """Leaves as a failed rank: the agent treats this rank as dead (it stops the run, or
         waits for the job to restart with --on-rank-exit wait), not as one that finished, and
         prints `why` (at most 200 characters, ASCII). Leaving the `with` block on an exception
-        does this, with the exception's type and message as why."""
+        does this, with the exception's type and message as why (not on sys.exit(0), which
+        closes as the block's end does)."""
         if self._client is not None:
             self._client.abort(why)
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
+        # sys.exit(0) (or exit()) is a process ending on purpose, as after a checkpoint: it
+        # leaves (a user's trial saw "rank 1 failed ..., its trainer says: SystemExit: 0")
+        if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (None, 0)):
             self.close()
         else:
             text = str(exc).splitlines()[0] if str(exc) else ""

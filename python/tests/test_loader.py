@@ -1067,6 +1067,26 @@ with datahelix.Loader(socket=sock, rank=rank, world_size=world) as loader:
             self.assertRegex(err, r"its trainer says: ValueError: (a long reason )+a +\.\.\.; "
                                   r"the job cannot go on")
 
+    def test_sys_exit_0_in_the_with_block_leaves_it_is_no_failure(self):
+        """A trainer that saves its state and calls sys.exit(0) inside the block stops on
+        purpose (a preemption): the agent says it left after its steps, and not "failed ...,
+        its trainer says: SystemExit: 0" (a user's trial); sys.exit(3) is still a failure."""
+        s = sock()
+        for code, says in ((0, r"rank 0 \(pid \d+\) left after 2 of the run's 8 steps"),
+                           (3, r"rank 0 \(pid \d+\) failed holding step 1, its trainer says: "
+                               r"SystemExit: 3")):
+            with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--steps", "8") as agent:
+                with self.assertRaises(SystemExit):
+                    with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                        for b in loader:
+                            if b["step"] == 1:
+                                sys.exit(code)
+                rc, out, err = agent.wait()
+                self.assertEqual(rc, 1, err)  # a job cut short, as the README says
+                self.assertRegex(err, says)
+                if code == 0:
+                    self.assertNotIn("SystemExit", err)
+
     def test_a_dead_agent_is_an_error_not_a_hang(self):
         s = sock()
         with Agent(self.tmp, s, "--ranks", "1", "--batch", "4", "--steps", "0") as agent:
