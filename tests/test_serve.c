@@ -550,12 +550,13 @@ START_TEST(leases_are_bounded)
     if (!p) {
         dh_client_opts o = client_opts(0, 1, 4);
         dh_client *c;
-        char err[256] = "";
+        char err[512] = "";
         dh_batch b[3];
         if (dh_client_connect(&o, &c, err, sizeof err) || dh_client_next(c, -1, &b[0], NULL, 0) ||
             dh_client_next(c, -1, &b[1], NULL, 0))
             _exit(2);
-        if (dh_client_next(c, -1, &b[2], err, sizeof err) != DH_ELIMIT || !strstr(err, "holds 2"))
+        if (dh_client_next(c, -1, &b[2], err, sizeof err) != DH_ELIMIT || !strstr(err, "holds 2") ||
+            !strstr(err, "keep a .clone() of what outlives its step)"))
             _exit(10);
         if (dh_client_release(c, &b[0]) || dh_client_next(c, -1, &b[2], NULL, 0))
             _exit(11); /* one released: the next is served */

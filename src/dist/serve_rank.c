@@ -145,9 +145,11 @@ static void release_lease(agent *a, conn *c, lease *l, int reclaimed);
 static int on_next(agent *a, conn *c)
 {
     if (c->nleases >= a->o.max_leases) {
-        char msg[160];
+        char msg[320]; /* (a trial kept tensors of each batch and read only the first part) */
         snprintf(msg, sizeof msg, "rank %d holds %d batches: release one before taking another "
-                 "(max_leases %d)", c->rank, c->nleases, a->o.max_leases);
+                 "(max_leases %d; a Python batch is held while any tensor viewing it lives: "
+                 "keep a .clone() of what outlives its step)", c->rank, c->nleases,
+                 a->o.max_leases);
         return dh__proto_send_error(c->fd, DH_ELIMIT, msg);
     }
     pthread_mutex_lock(&a->mu);
