@@ -47,6 +47,11 @@ class Mismatch(DataHelixError):
 
 _BY_NAME = {"DH_ETIMEDOUT": DataHelixTimeout, "DH_EPEER": PeerLost, "DH_EMISMATCH": Mismatch}
 
+# Tracebacks name them as the docs do, datahelix.Mismatch (a user's trial read
+# datahelix._errors.Mismatch and looked for it).
+for _cls in (DataHelixError, DataHelixTimeout, PeerLost, Mismatch):
+    _cls.__module__ = "datahelix"
+
 
 def make(code, name, message):
     """The exception for an error of the C library: its subclass when it has one."""

@@ -948,6 +948,10 @@ with datahelix.Loader(socket=sock, rank=rank, world_size=world) as loader:
                                                 "DH_EMISMATCH"))
             self.assertIn("world size 3", e.message)
             self.assertEqual(e.args, (e.code, e.name, e.message))
+            # a traceback names it as the docs do (it read datahelix._errors.Mismatch)
+            import traceback
+            self.assertTrue(traceback.format_exception_only(type(e), e)[0]
+                            .startswith("datahelix.Mismatch: "))
             agent.wait()
         with self.assertRaises(datahelix.DataHelixTimeout):  # nobody listened in time
             datahelix.Client(sock(), 0, 1, timeout_ms=300)
