@@ -365,6 +365,14 @@ check "serve timed out before any step: one line, not a page of zeros" contains 
     "$WORK/wait-q.err" "no step was completed: nothing delivered, nothing to account"
 check "serve timed out before any step: no empty accounting" not_contains "$WORK/wait-q.err" \
     "delivered 0 + failed 0"
+# the same with two streams (a user's trial: a page of zeros for each)
+timeout 30 "$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 2 --workers 2 --batch 2 \
+    --socket "@dhe2e-wait2-$$" --attach-timeout 2 -q --stream val \
+    --manifest "$WORK/data/manifest.jsonl" --batch 2 > "$WORK/wait2.out" 2> "$WORK/wait2.err"
+check "serve, 2 streams, timed out before any step: each stream says so in one line" \
+    test "$(grep -c 'nothing delivered, nothing to account' "$WORK/wait2.out")" -eq 2
+check "serve, 2 streams, timed out before any step: no empty accounting" not_contains \
+    "$WORK/wait2.out" "delivered 0 + failed 0"
 if [[ -n $cg ]]; then
     (echo $BASHPID > "$cg/cgroup.procs" && exec "$DH" serve --manifest \
         "$WORK/data/manifest.jsonl" --ranks 1 --batch 2 --socket "@dhe2e-cg-$$" \

@@ -715,7 +715,9 @@ static int sim_or_run(int argc, char **argv, int mode)
             dh_result *res = &runs[k].res;
             printf("stream %s:%s\n", runs[k].name ? runs[k].name : "train",
                    res->engine[0] ? "" : " not run (no trainer attached)");
-            if (res->engine[0] && rc)
+            if (res->engine[0] && rc && res->steps == 0) /* as one stream says it (a trial) */
+                printf("  no step was completed: nothing delivered, nothing to account\n");
+            else if (res->engine[0] && rc)
                 cli_print_result(res);
             else if (res->engine[0])
                 rc = report_result(&runs[k].cfg, &runs[k].json, res, node);
