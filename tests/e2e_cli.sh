@@ -201,6 +201,17 @@ check "inspect names only the random keys a spec has" contains "$WORK/iaug3.out"
 "$DH" gen --workload laion-images --out "$WORK/g" --augment > /dev/null 2> "$WORK/gen.err"
 check "gen names an unknown option as unknown" contains "$WORK/gen.err" \
     'gen: unexpected argument "--augment"'
+# a mistyped option is named with the nearest one (a user's trial typed --epoch); an option
+# near none is named alone
+rc=0; "$DH" serve --manifest "$WORK/data/manifest.jsonl" --epoch 2 2> "$WORK/typo.err" || rc=$?
+check "a mistyped option: a usage error" test "$rc" -eq 2
+check "a mistyped option: the nearest named" contains "$WORK/typo.err" \
+    'serve: unexpected argument "--epoch" (did you mean --epochs? see datahelix serve --help)'
+"$DH" sim --workload omni-mix --stpes 3 2> "$WORK/typo2.err" || true
+check "a mistyped option: two letters swapped" contains "$WORK/typo2.err" "did you mean --steps?"
+"$DH" index --frobnicate 2> "$WORK/typo3.err" || true
+check "an option near none: no guess" contains "$WORK/typo3.err" \
+    'index: unexpected argument "--frobnicate" (see datahelix index --help)'
 echo '{"video": {"random_start": true}}' > "$WORK/badaug.json"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --spec "$WORK/badaug.json" --ranks 2 \
     --workers 2 --batch 2 > /dev/null 2> "$WORK/badaug.err"

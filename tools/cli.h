@@ -73,6 +73,12 @@ void cli_print_result(const dh_result *r);
 /* Prints "datahelix: " + message to stderr. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The usage error of an argument `cmd` does not take: "CMD: unexpected argument "ARG" (did you
+ * mean --OPTION? see datahelix CMD --help)", the suggestion the option of the help texts
+ * (NULL-terminated) nearest to it, when one is within two edits (a user's trial typed --epoch
+ * for --epochs). Returns CLI_USAGE. */
+int cli_unexpected(const char *cmd, const char *arg, const char *const *help_texts);
+
 /* Parses an integer / a number option value; prints a usage error and returns -1 when invalid. */
 int cli_int(const char *opt, const char *val, int64_t min, int64_t max, int64_t *out);
 int cli_num(const char *opt, const char *val, double min, double max, double *out);

@@ -27,6 +27,52 @@ void cli_err(const char *fmt, ...)
     fprintf(stderr, "datahelix: %s%s\n", line, n >= (int)sizeof line ? "..." : "");
 }
 
+/* Edits (insertions, deletions, substitutions, two neighbours swapped) from a[0, na) to
+ * b[0, nb); both short (a typo's "--stpes" is one edit from --steps, two from --spec). */
+static int edits(const char *a, size_t na, const char *b, size_t nb)
+{
+    int d[64][64];
+    if (na >= 64 || nb >= 64)
+        return 64;
+    for (size_t i = 0; i <= na; i++)
+        for (size_t j = 0; j <= nb; j++) {
+            if (!i || !j) {
+                d[i][j] = (int)(i + j);
+                continue;
+            }
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int gap = (d[i - 1][j] < d[i][j - 1] ? d[i - 1][j] : d[i][j - 1]) + 1;
+            d[i][j] = sub < gap ? sub : gap;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < d[i][j])
+                d[i][j] = d[i - 2][j - 2] + 1;
+        }
+    return d[na][nb];
+}
+
+int cli_unexpected(const char *cmd, const char *arg, const char *const *help_texts)
+{
+    const char *best = NULL;
+    size_t best_len = 0;
+    int best_d = 3; /* two edits at most */
+    for (int t = 0; help_texts && help_texts[t]; t++)
+        for (const char *p = strstr(help_texts[t], "--"); p; p = strstr(p + 2, "--")) {
+            size_t n = 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz0123456789-");
+            int d = n > 2 ? edits(arg, strlen(arg), p, n) : 3;
+            if (d < best_d && d > 0) {
+                best = p;
+                best_len = n;
+                best_d = d;
+            }
+        }
+    if (arg[0] == '-' && best)
+        cli_err("%s: unexpected argument \"%s\" (did you mean %.*s? see datahelix %s --help)",
+                cmd, arg, (int)best_len, best, cmd);
+    else
+        cli_err("%s: unexpected argument \"%s\" (see datahelix %s --help)", cmd, arg, cmd);
+    return CLI_USAGE;
+}
+
 int cli_int(const char *opt, const char *val, int64_t min, int64_t max, int64_t *out)
 {
     char *end;

@@ -268,8 +268,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o)
         }
         if (!val || (strcmp(opt, "--mode") && strcmp(opt, "--workloads") &&
                      strcmp(opt, "--policies") && strcmp(opt, "--json") && strcmp(opt, "--data"))) {
-            cli_err("bench: unexpected argument \"%s\" (see datahelix bench --help)", opt);
-            return CLI_USAGE;
+            return cli_unexpected("bench", opt, (const char *const[]){help, NULL});
         }
         i++;
         if (!strcmp(opt, "--mode"))

@@ -41,8 +41,7 @@ int cli_demo(int argc, char **argv)
         else if (i + 1 < argc && !strcmp(argv[i], "--run-seconds"))
             secs = argv[++i];
         else {
-            cli_err("demo: unexpected argument \"%s\" (see datahelix demo --help)", argv[i]);
-            return CLI_USAGE;
+            return cli_unexpected("demo", argv[i], (const char *const[]){help, NULL});
         }
     }
     if (mkdir(out, 0777) != 0 && errno != EEXIST) {

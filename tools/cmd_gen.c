@@ -46,8 +46,7 @@ int cli_gen(int argc, char **argv)
         for (size_t k = 0; k < sizeof known / sizeof *known; k++)
             ok |= !strcmp(o, known[k]);
         if (!ok) { /* an unknown option is named as such, with or without a value after it */
-            cli_err("gen: unexpected argument \"%s\" (see datahelix gen --help)", o);
-            return CLI_USAGE;
+            return cli_unexpected("gen", o, (const char *const[]){help, NULL});
         }
         if (!val) {
             cli_err("gen: %s needs a value (see datahelix gen --help)", o);
@@ -73,8 +72,7 @@ int cli_gen(int argc, char **argv)
             if (cli_int(o, val, 0, INT64_MAX, &seed))
                 return CLI_USAGE;
         } else {
-            cli_err("gen: unexpected argument \"%s\" (see datahelix gen --help)", o);
-            return CLI_USAGE;
+            return cli_unexpected("gen", o, (const char *const[]){help, NULL});
         }
     }
     if (strcmp(format, "files") && strcmp(format, "wds")) {

@@ -242,8 +242,8 @@ int cli_index(int argc, char **argv)
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (a[0] == '-') {
-            cli_err("index: unexpected argument \"%s\" (see datahelix index --help)", a);
-            return drop(&args, &paths, CLI_USAGE);
+            return drop(&args, &paths,
+                        cli_unexpected("index", a, (const char *const[]){help, NULL}));
         } else if (push(&args, a, strlen(a))) {
             return drop(&args, &paths, 1);
         }

@@ -91,8 +91,7 @@ static int parse_args(int argc, char **argv, inspect_args *a)
         } else if (!strcmp(o, "--augment")) {
             a->augment = 1;
         } else if (o[0] == '-' || a->manifest) {
-            cli_err("inspect: unexpected argument \"%s\" (see datahelix inspect --help)", o);
-            return CLI_USAGE;
+            return cli_unexpected("inspect", o, (const char *const[]){help, NULL});
         } else {
             a->manifest = o;
         }

@@ -846,7 +846,7 @@ int cli_report(int argc, char **argv)
             }
             *(a[1] == 'o' || a[2] == 'o' ? &out : &trace_path) = argv[++i];
         } else if (a[0] == '-' && a[1]) {
-            cli_err("report: unexpected argument \"%s\" (see datahelix report --help)", a);
+            cli_unexpected("report", a, (const char *const[]){help, NULL});
             free(in);
             return CLI_USAGE;
         } else {

@@ -187,8 +187,8 @@ static int parse(int argc, char **argv, dh_run_config *cfg, dh_stress *stress, s
                             : !strcmp(o, "--metrics")  ? &f->metrics
                                                        : NULL;
         if (!slot) {
-            cli_err("%s: unexpected argument \"%s\" (see datahelix %s --help)", cmd, o, cmd);
-            return CLI_USAGE;
+            return cli_unexpected(cmd, o, (const char *const[]){help, cli_run_help,
+                                                                 cli_limits_help, NULL});
         }
         if (!val) {
             cli_err("%s needs a value", o);
