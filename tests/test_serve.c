@@ -1917,8 +1917,9 @@ static void keep_event(const char *msg, void *user)
     snprintf(events + n, sizeof events - n, "%s\n", msg);
 }
 
-/* A rank that takes nothing for delay_s, then asks once: exits 0 when told `want`. */
-static pid_t idle_rank(int rank, int delay_s, const char *want)
+/* A rank that takes nothing for delay_s seconds (or until a byte can be read from go, when
+ * go >= 0), then takes until an error: exits 0 when it is DH_EPEER saying `want`. */
+static pid_t idle_rank_until(int rank, int delay_s, int go, const char *want)
 {
     pid_t pid = fork();
     if (pid)
@@ -1928,7 +1929,10 @@ static pid_t idle_rank(int rank, int delay_s, const char *want)
     char err[512] = "";
     if (dh_client_connect(&o, &c, err, sizeof err))
         _exit(2);
-    sleep((unsigned)delay_s);
+    if (go < 0)
+        sleep((unsigned)delay_s);
+    else /* until told (a fixed delay was too short on a loaded machine under TSan) */
+        poll(&(struct pollfd){.fd = go, .events = POLLIN}, 1, delay_s * 1000);
     dh_batch b;
     int rc;
     while ((rc = dh_client_next(c, 20000, &b, err, sizeof err)) == 0)
@@ -1977,8 +1981,9 @@ static void wait_until_stuck(void)
 
 /* Forks rank 0 of 2: it takes until its request must wait in the agent (rank 1 takes
  * nothing). die: it dies (exit 9) once its request waits; else another thread detaches
- * then, and it exits 0 once its request ends DH_ECANCELED (5 otherwise). */
-static pid_t rank_0_stuck(int die)
+ * then, and it exits 0 once its request ends DH_ECANCELED (5 otherwise). go (>= 0): a byte
+ * written there as it dies or detaches, for the rank 1 that takes nothing until then. */
+static pid_t rank_0_stuck_then(int die, int go)
 {
     pid_t pid = fork();
     if (pid)
@@ -1992,11 +1997,18 @@ static pid_t rank_0_stuck(int die)
     pthread_create(&t, NULL, take_until_stuck, c);
     wait_until_stuck();
     if (die)
-        _exit(9);
+        _exit(go < 0 || write(go, "x", 1) == 1 ? 9 : 8);
     dh_client_detach(c);
+    if (go >= 0 && write(go, "x", 1) != 1)
+        _exit(8);
     void *res;
     pthread_join(t, &res);
     _exit(*(int *)res == DH_ECANCELED ? 0 : 5);
+}
+
+static pid_t rank_0_stuck(int die)
+{
+    return rank_0_stuck_then(die, -1);
 }
 
 /* From the user trial of issue 22: a trainer killed while its request waited in the agent
@@ -2007,8 +2019,15 @@ static pid_t rank_0_stuck(int die)
 START_TEST(a_rank_lost_while_its_request_waits_is_named)
 {
     new_socket_name();
-    pid_t r1 = idle_rank(1, 4, "rank 0 (pid ");
-    pid_t r0 = rank_0_stuck(1);
+    /* rank 1 takes nothing until rank 0 is gone (it slept 4 s, and 3 s in the part below:
+     * on a loaded machine under TSan rank 0 was not stuck yet when rank 1 began to take, so
+     * its detach met a batch, not a waiting request) */
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t r1 = idle_rank_until(1, 120, go[0], "rank 0 (pid ");
+    pid_t r0 = rank_0_stuck_then(1, go[1]);
+    close(go[0]);
+    close(go[1]);
     dh_run_config c = agent_config("pool", 2, 4);
     c.steps = DH_STEPS_FOREVER;
     dh_serve_opts o;
@@ -2031,8 +2050,11 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
     ck_assert_int_eq(r.delivered + r.failed, r.samples);
     /* close() from another thread: rank 0 left, named so to rank 1 */
     new_socket_name();
-    r1 = idle_rank(1, 3, ") left after step");
-    r0 = rank_0_stuck(0);
+    ck_assert_int_eq(pipe(go), 0);
+    r1 = idle_rank_until(1, 120, go[0], ") left after step");
+    r0 = rank_0_stuck_then(0, go[1]);
+    close(go[0]);
+    close(go[1]);
     int rc = run_agent(&c, &o, &r, err, sizeof err);
     ck_assert_msg(rc == 0 || rc == DH_EPEER, "%d %s", rc, err); /* endless: leaving ends it */
     ck_assert_int_eq(wait_child(r0), 0);
@@ -2042,7 +2064,9 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
      * the agent says so at once (it did once its thread was back from the engine, 30 s later
      * in the trial, serving the other rank meanwhile). */
     new_socket_name();
-    r1 = idle_rank(1, 4, ") left after step");
+    int closed[2]; /* rank 1 takes nothing until rank 0 has timed out and closed (as above) */
+    ck_assert_int_eq(pipe(closed), 0);
+    r1 = idle_rank_until(1, 120, closed[0], ") left after step");
     r0 = fork();
     if (!r0) {
         dh_client_opts o0 = client_opts(0, 2, 4);
@@ -2054,8 +2078,10 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
         while ((got = dh_client_next(cl, 1000, &b, NULL, 0)) == 0)
             dh_client_release(cl, &b);
         dh_client_close(cl);
-        _exit(got == DH_ETIMEDOUT ? 0 : 5);
+        _exit(got == DH_ETIMEDOUT && write(closed[1], "x", 1) == 1 ? 0 : 5);
     }
+    close(closed[0]);
+    close(closed[1]);
     events[0] = 0;
     rc = run_agent(&c, &o, &r, err, sizeof err);
     ck_assert_msg(rc == 0 || rc == DH_EPEER, "%d %s", rc, err);
