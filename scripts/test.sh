@@ -8,7 +8,8 @@
 #   build/fuzz     every libFuzzer target for 15 s on its committed corpus (clang)
 # Tests of a configuration run one a core at once, plus those that mostly wait (agents and
 # trainers on each other's timeouts) beside them: tests/CMakeLists.txt gives each test that
-# keeps a core busy one slot of `cpus`, this script one slot a core (--resource-spec-file).
+# keeps a core busy one slot of `cpus` (under TSan serve's too), this script one slot a core
+# (--resource-spec-file).
 # None asserts a timing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
