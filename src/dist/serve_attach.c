@@ -330,7 +330,6 @@ int dh__agent_wait_for_ranks(agent *a)
                          a->refused, a->refused == 1 ? "" : "es", a->last_refused);
             event(a, DH_SERVE_WAITING_EVENT " %d of %d attached, %.0f s left (--attach-timeout)%s",
                   a->attached, a->hi - a->lo, DH_MAX(0.0, until - said), refused);
-
         }
         if (ready > 0 || tell) {
             tend_attaches(a, pf, ready > 0 ? n : 0, until, tell);
