@@ -256,8 +256,9 @@ int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes)
         return rc;
     dh__strata_free(s->strata);
     s->strata = t;
-    free(s->ahead); /* nothing is shuffled ahead any more */
-    s->ahead = NULL;
+    free(s->perm); /* nothing is materialised or shuffled ahead any more */
+    free(s->ahead);
+    s->perm = s->ahead = NULL;
     return 0;
 }
 

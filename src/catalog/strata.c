@@ -48,10 +48,9 @@ struct dh__strata {
     /* the last step laid out (step_segments): class c's indices in its permutation are
      * [lo[c], hi[c]) then, when the step wraps to the epoch's start, [lo2[c], hi2[c]);
      * at[c]: where class c starts in the step (at[classes] = G); ckey[c]: its permutation's
-     * key in that epoch */
+     * key in that epoch. One allocation with first, classes + 1 entries each. */
     int64_t *lo, *hi, *lo2, *hi2, *at;
     uint64_t *ckey;
-    uint8_t *bits; /* classes: class c's network is on [0, 2^bits[c]) */
 };
 
 static int64_t class_size(const dh__strata *t, int c)
@@ -138,11 +137,13 @@ static int64_t permute(int64_t a, int64_t m, uint64_t key, int bits)
     return (int64_t)y;
 }
 
-/* Class c's sample at index a of its epoch's permutation. */
+/* Class c's sample at index a of its epoch's permutation (the network's width: the fewest
+ * bits, at least 2, that hold the class's indices). */
 static int64_t sample_at(const dh__strata *t, int c, int64_t a)
 {
     int64_t m = class_size(t, c);
-    int64_t p = t->shuffle && m > 1 ? permute(a, m, t->ckey[c], t->bits[c]) : a;
+    int bits = m <= 4 ? 2 : 64 - __builtin_clzll((uint64_t)(m - 1));
+    int64_t p = t->shuffle && m > 1 ? permute(a, m, t->ckey[c], bits) : a;
     return t->ids[t->first[c] + p];
 }
 
@@ -157,14 +158,17 @@ int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, in
             return DH_EINVAL;
     dh__strata *t = calloc(1, sizeof *t);
     size_t k1 = (size_t)classes + 1;
-    if (!t || !(t->first = calloc(k1, sizeof *t->first)) ||
-        !(t->ids = malloc((size_t)n * sizeof *t->ids)) || !(t->lo = malloc(k1 * sizeof(int64_t))) ||
-        !(t->hi = malloc(k1 * sizeof(int64_t))) || !(t->lo2 = malloc(k1 * sizeof(int64_t))) ||
-        !(t->hi2 = malloc(k1 * sizeof(int64_t))) || !(t->at = malloc(k1 * sizeof(int64_t))) ||
-        !(t->ckey = malloc(k1 * sizeof(uint64_t))) || !(t->bits = malloc(k1))) {
+    if (!t || !(t->first = calloc(7 * k1, sizeof *t->first)) ||
+        !(t->ids = malloc((size_t)n * sizeof *t->ids))) {
         dh__strata_free(t);
         return DH_ENOMEM;
     }
+    t->lo = t->first + k1;
+    t->hi = t->lo + k1;
+    t->lo2 = t->hi + k1;
+    t->hi2 = t->lo2 + k1;
+    t->at = t->hi2 + k1;
+    t->ckey = (uint64_t *)(t->at + k1); /* (int64_t's unsigned twin may alias it) */
     t->n = n;
     t->classes = classes;
     t->shuffle = shuffle;
@@ -177,11 +181,6 @@ int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, in
         t->at[c] = t->first[c];
     for (int64_t i = 0; i < n; i++)
         t->ids[t->at[cls[i]]++] = (uint32_t)i;
-    for (int c = 0; c < classes; c++) { /* the network's width: 2^bits >= the class */
-        t->bits[c] = 2;
-        while ((1LL << t->bits[c]) < class_size(t, c))
-            t->bits[c]++;
-    }
     *out = t;
     return 0;
 }
@@ -190,15 +189,8 @@ void dh__strata_free(dh__strata *t)
 {
     if (!t)
         return;
-    free(t->first);
+    free(t->first); /* and the step's workspace */
     free(t->ids);
-    free(t->lo);
-    free(t->hi);
-    free(t->lo2);
-    free(t->hi2);
-    free(t->at);
-    free(t->ckey);
-    free(t->bits);
     free(t);
 }
 
