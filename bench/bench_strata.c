@@ -1,12 +1,13 @@
 /*
- * bench_strata.c - what drawing a step's order costs one node (issue 25): today's
- * sampler, which every node's replica runs over the whole global batch (its
- * shuffle of the next epoch ahead included), against the stratified order
- * (src/catalog/strata.c), laid out whole and as one node's share found alone.
- * The classes are drawn at random, skewed to the heavy ones (the order's cost
- * does not depend on which sample is in which class). CPU time of one thread,
- * per step, over STEPS steps that cross an epoch's boundary when SAMPLES / G <
- * STEPS.
+ * bench_strata.c - what drawing a step's order costs one node (issue 25): the
+ * uniform order, which every node's replica draws over the whole global batch,
+ * against the stratified order (src/catalog/strata.c: `--order stratified`),
+ * laid out class by class, laid out node by node (what every replica draws
+ * with it), and as one node's share found alone; each sampler's shuffle of
+ * the next epoch ahead included. The classes are drawn at random, skewed to
+ * the heavy ones (the order's cost does not depend on which sample is in which
+ * class). CPU time of one thread, per step, over STEPS steps that cross an
+ * epoch's boundary when SAMPLES / G < STEPS.
  *   usage: bench_strata [SAMPLES] [GLOBAL_BATCH] [NODES] [CLASSES] [STEPS]
  *   (default 1048576 32768 1024 64 200)
  */
@@ -38,35 +39,30 @@ static dh_manifest *make_manifest(int64_t n)
     return m;
 }
 
-/* Seconds of this thread's CPU a step of the sampler's whole-step draw. */
-static double time_sampler(const dh_manifest *m, int64_t G, int steps, int64_t *out)
+enum { UNIFORM, STRATIFIED, BY_NODE, SHARE };
+
+/* Seconds of this thread's CPU a step of a sampler's draw: uniform, stratified (the whole
+ * step class by class, or node by node), or node 0's share. */
+static double time_sampler(const dh_manifest *m, int64_t G, int steps, int64_t *out,
+                           const uint16_t *cls, int classes, int nodes, int how)
 {
     dh_sampler_opts so = {.global_batch = G, .seed = 1, .shuffle = 1, .drop_last = 1};
     dh_sampler *s = NULL;
-    if (dh_sampler_new(m, &so, &s))
+    if (dh_sampler_new(m, &so, &s) || (how != UNIFORM && dh__sampler_stratify(s, cls, classes)))
         return -1;
-    dh_sampler_next(s, out, G); /* the first epoch's shuffle, which a run pays once */
-    double t0 = bench_seconds(CLOCK_THREAD_CPUTIME_ID);
-    for (int k = 0; k < steps; k++)
-        dh_sampler_next(s, out, G);
+    double t0 = 0;
+    for (int k = 0; k <= steps; k++) { /* step 0: the first epoch's shuffle, paid once */
+        int rc = how == BY_NODE ? dh__sampler_next_by_node(s, nodes, out)
+                 : how == SHARE ? dh__sampler_next_share(s, nodes, 0, out)
+                                : dh_sampler_next(s, out, G);
+        if (rc)
+            return -1;
+        if (k == 0)
+            t0 = bench_seconds(CLOCK_THREAD_CPUTIME_ID);
+    }
     double t = (bench_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) / steps;
     dh_sampler_free(s);
     return t;
-}
-
-/* Seconds a step of the stratified order: the whole step (nodes 0) or node 0's share. */
-static double time_strata(dh__strata *t, int64_t n, int64_t G, int nodes, int steps, int64_t *out)
-{
-    int64_t per = n / G;
-    double t0 = bench_seconds(CLOCK_THREAD_CPUTIME_ID);
-    for (int k = 0; k < steps; k++) {
-        int64_t epoch = k / per, h0 = (k % per) * G;
-        int rc = nodes ? dh__strata_share(t, epoch, h0, G, nodes, 0, out)
-                       : dh__strata_step(t, epoch, h0, G, out);
-        if (rc)
-            return -1;
-    }
-    return (bench_seconds(CLOCK_THREAD_CPUTIME_ID) - t0) / steps;
 }
 
 int main(int argc, char **argv)
@@ -83,7 +79,6 @@ int main(int argc, char **argv)
     uint16_t *cls = malloc((size_t)n * sizeof *cls);
     int64_t *out = malloc((size_t)G * sizeof *out);
     dh_manifest *m = make_manifest(n);
-    dh__strata *t = NULL;
     if (!cls || !out || !m)
         return fprintf(stderr, "bench_strata: out of memory\n"), 1;
     dh__rng r;
@@ -92,21 +87,22 @@ int main(int argc, char **argv)
         uint64_t a = dh__rng_below(&r, (uint64_t)classes), b = dh__rng_below(&r, (uint64_t)classes);
         cls[i] = (uint16_t)DH_MIN(a, b);
     }
-    if (dh__strata_new(cls, n, classes, 7, 1, &t))
-        return fprintf(stderr, "bench_strata: out of memory\n"), 1;
-    double whole = time_sampler(m, G, steps, out), laid = time_strata(t, n, G, 0, steps, out);
-    double share = time_strata(t, n, G, nodes, steps, out);
+    double whole = time_sampler(m, G, steps, out, cls, classes, nodes, UNIFORM);
+    double laid = time_sampler(m, G, steps, out, cls, classes, nodes, STRATIFIED);
+    double by_node = time_sampler(m, G, steps, out, cls, classes, nodes, BY_NODE);
+    double share = time_sampler(m, G, steps, out, cls, classes, nodes, SHARE);
     printf("samples %lld, global batch %lld, %d nodes, %d classes, %d steps; CPU per step:\n",
            (long long)n, (long long)G, nodes, classes, steps);
-    printf("  sampler, whole step (every replica today)  %9.1f us  (%.1f ns a sample)\n",
+    printf("  uniform, whole step                        %9.1f us  (%.1f ns a sample)\n",
            whole * 1e6, whole * 1e9 / (double)G);
-    printf("  stratified, whole step                     %9.1f us  (%.1f ns a sample)\n",
+    printf("  stratified, whole step class by class      %9.1f us  (%.1f ns a sample)\n",
            laid * 1e6, laid * 1e9 / (double)G);
+    printf("  stratified, whole step node by node        %9.1f us  (%.1f ns a sample)\n",
+           by_node * 1e6, by_node * 1e9 / (double)G);
     printf("  stratified, node 0's share alone           %9.1f us  (%.1f ns a sample of it)\n",
            share * 1e6, share * 1e9 / (double)(G / nodes));
-    dh__strata_free(t);
     dh_manifest_free(m);
     free(out);
     free(cls);
-    return whole < 0 || laid < 0 || share < 0;
+    return whole < 0 || laid < 0 || by_node < 0 || share < 0;
 }

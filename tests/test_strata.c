@@ -26,7 +26,7 @@ static uint16_t *random_classes(int64_t n, int classes, uint64_t seed)
 static dh__strata *make(const uint16_t *cls, int64_t n, int classes, uint64_t key)
 {
     dh__strata *t = NULL;
-    ck_assert_int_eq(dh__strata_new(cls, n, classes, key, 1, &t), 0);
+    ck_assert_int_eq(dh__strata_new(cls, n, classes, key, &t), 0);
     return t;
 }
 
@@ -156,14 +156,20 @@ START_TEST(every_step_holds_each_class_in_proportion)
 }
 END_TEST
 
-/* Node shares of the step at h0: each in its run, together the step, each sample once. */
+/* Node shares of the step at h0: each in its run, together the step, each sample once; the
+ * step laid out by node is the shares one after the other. */
 static void check_shares(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes)
 {
     int64_t *step = malloc((size_t)G * sizeof *step), *share = malloc((size_t)G * sizeof *share);
+    int64_t *by_node = malloc((size_t)G * sizeof *by_node);
     char *taken = calloc((size_t)G, 1);
     ck_assert_int_eq(dh__strata_step(t, epoch, h0, G, step), 0);
+    ck_assert_int_eq(dh__strata_step_by_node(t, epoch, h0, G, nodes, by_node), 0);
     for (int k = 0; k < nodes; k++) {
         ck_assert_int_eq(dh__strata_share(t, epoch, h0, G, nodes, k, share), 0);
+        if (memcmp(share, by_node + k * (G / nodes), (size_t)(G / nodes) * sizeof *share))
+            ck_abort_msg("node %d of %d: its block of the step laid out by node is not its "
+                         "share", k, nodes);
         for (int64_t r = 0; r < G / nodes; r++) {
             int64_t j = r * nodes; /* its run: the step's places [r N, (r + 1) N) */
             while (j < (r + 1) * nodes && (step[j] != share[r] || taken[j]))
@@ -178,6 +184,7 @@ static void check_shares(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, in
         if (!taken[j])
             ck_abort_msg("place %lld of the step is in no node's share", (long long)j);
     free(taken);
+    free(by_node);
     free(share);
     free(step);
 }
@@ -230,58 +237,41 @@ START_TEST(shares_weigh_about_the_same)
 }
 END_TEST
 
-START_TEST(the_order_is_a_function_of_key_and_epoch)
+START_TEST(each_class_is_read_from_the_order_given)
 {
     int64_t n = 3000, G = 300;
     uint16_t *cls = random_classes(n, 5, 2);
-    dh__strata *a = make(cls, n, 5, 77), *b = make(cls, n, 5, 77), *c = make(cls, n, 5, 78);
+    dh__strata *t = make(cls, n, 5, 77), *other = make(cls, n, 5, 78);
     int64_t x[300], y[300];
-    ck_assert_int_eq(dh__strata_step(a, 4, 600, G, x), 0);
-    ck_assert_int_eq(dh__strata_step(b, 4, 600, G, y), 0);
-    ck_assert_mem_eq(x, y, sizeof x);
-    ck_assert_int_eq(dh__strata_step(a, 5, 600, G, y), 0); /* another epoch */
-    ck_assert(memcmp(x, y, sizeof x) != 0);
-    ck_assert_int_eq(dh__strata_step(c, 4, 600, G, y), 0); /* another key */
-    ck_assert(memcmp(x, y, sizeof x) != 0);
-    dh__strata *plain = NULL; /* without shuffle: each class in id order */
-    ck_assert_int_eq(dh__strata_new(cls, n, 5, 77, 0, &plain), 0);
-    ck_assert_int_eq(dh__strata_step(plain, 4, 0, G, y), 0);
+    /* none given: each class in id order, the classes heaviest first */
+    ck_assert_int_eq(dh__strata_step(t, 4, 0, G, y), 0);
     for (int64_t j = 1; j < G; j++)
         ck_assert(cls[y[j - 1]] < cls[y[j]] || (cls[y[j - 1]] == cls[y[j]] && y[j - 1] < y[j]));
-    dh__strata_free(plain);
-    dh__strata_free(a);
-    dh__strata_free(b);
-    dh__strata_free(c);
+    /* each class reversed: the step takes each class's first indices of that order */
+    const int64_t *first = NULL;
+    const uint32_t *ids = dh__strata_ids(t, &first);
+    uint32_t *rev = malloc((size_t)n * sizeof *rev);
+    for (int c = 0; c < 5; c++)
+        for (int64_t a = first[c]; a < first[c + 1]; a++)
+            rev[a] = ids[first[c + 1] - 1 - (a - first[c])];
+    dh__strata_use(t, rev);
+    ck_assert_int_eq(dh__strata_step(t, 4, 0, G, x), 0);
+    for (int64_t j = 0; j < G; j++) /* the same classes at the same places, each reversed */
+        ck_assert(cls[x[j]] == cls[y[j]] && (j == 0 || cls[x[j - 1]] < cls[x[j]] ||
+                                             x[j - 1] > x[j]));
+    dh__strata_use(t, NULL); /* back to id order */
+    ck_assert_int_eq(dh__strata_step(t, 4, 0, G, x), 0);
+    ck_assert_mem_eq(x, y, sizeof x);
+    /* the key and the epoch draw the shares' rotations: the same step, other shares */
+    ck_assert_int_eq(dh__strata_share(t, 4, 600, G, 10, 0, x), 0);
+    ck_assert_int_eq(dh__strata_share(other, 4, 600, G, 10, 0, y), 0);
+    ck_assert(memcmp(x, y, (size_t)(G / 10) * sizeof *x) != 0);
+    ck_assert_int_eq(dh__strata_share(t, 5, 600, G, 10, 0, y), 0);
+    ck_assert(memcmp(x, y, (size_t)(G / 10) * sizeof *x) != 0);
+    free(rev);
+    dh__strata_free(other);
+    dh__strata_free(t);
     free(cls);
-}
-END_TEST
-
-START_TEST(a_class_permutation_puts_a_sample_anywhere_alike)
-{
-    /* over 100 m epochs, where a sample lands is uniform over the m places (chi-square, m - 1
-     * degrees of freedom, under mean + 6 sd); 48 walks the Feistel network's cycles (its
-     * domain is 64), 64 does not, 100 has unequal halves (3 and 4 bits) */
-    static const int sizes[] = {48, 64, 100};
-    for (size_t i = 0; i < 3; i++) {
-        int m = sizes[i], epochs = 100 * m;
-        uint16_t cls[100] = {0};
-        dh__strata *t = make(cls, m, 1, 1234);
-        int64_t out[100], at[4][100] = {{0}};
-        for (int e = 0; e < epochs; e++) {
-            ck_assert_int_eq(dh__strata_step(t, e, 0, m, out), 0);
-            for (int p = 0; p < m; p++)
-                if (out[p] < 4)
-                    at[out[p]][p]++;
-        }
-        for (int k = 0; k < 4; k++) {
-            double chi2 = 0, want = (double)epochs / m;
-            for (int p = 0; p < m; p++)
-                chi2 += (at[k][p] - want) * (at[k][p] - want) / want;
-            ck_assert_msg(chi2 < (m - 1) + 6 * sqrt(2.0 * (m - 1)),
-                          "m %d: sample %d's place has chi-square %.1f", m, k, chi2);
-        }
-        dh__strata_free(t);
-    }
 }
 END_TEST
 
@@ -290,16 +280,18 @@ START_TEST(bad_arguments_are_refused)
     uint16_t cls[10] = {0, 1, 2, 0, 1, 2, 0, 1, 2, 3};
     dh__strata *t = NULL;
     int64_t out[10];
-    ck_assert_int_eq(dh__strata_new(cls, 10, 3, 1, 1, &t), DH_EINVAL); /* class 3 of 3 */
+    ck_assert_int_eq(dh__strata_new(cls, 10, 3, 1, &t), DH_EINVAL); /* class 3 of 3 */
     ck_assert_ptr_null(t);
-    ck_assert_int_eq(dh__strata_new(cls, 0, 4, 1, 1, &t), DH_EINVAL);
-    ck_assert_int_eq(dh__strata_new(cls, 10, DH__STRATA_MAX + 1, 1, 1, &t), DH_EINVAL);
-    ck_assert_int_eq(dh__strata_new(cls, 10, 4, 1, 1, &t), 0);
+    ck_assert_int_eq(dh__strata_new(cls, 0, 4, 1, &t), DH_EINVAL);
+    ck_assert_int_eq(dh__strata_new(cls, 10, DH__STRATA_MAX + 1, 1, &t), DH_EINVAL);
+    ck_assert_int_eq(dh__strata_new(cls, 10, 4, 1, &t), 0);
     ck_assert_int_eq(dh__strata_step(t, 0, 10, 5, out), DH_EINVAL);  /* past the epoch */
     ck_assert_int_eq(dh__strata_step(t, 0, 0, 11, out), DH_EINVAL);  /* more than the epoch */
     ck_assert_int_eq(dh__strata_step(t, -1, 0, 5, out), DH_EINVAL);
     ck_assert_int_eq(dh__strata_share(t, 0, 0, 6, 4, 0, out), DH_EINVAL); /* 4 nodes, 6 */
     ck_assert_int_eq(dh__strata_share(t, 0, 0, 8, 4, 4, out), DH_EINVAL); /* node 4 of 4 */
+    ck_assert_int_eq(dh__strata_step_by_node(t, 0, 0, 6, 4, out), DH_EINVAL);
+    ck_assert_int_eq(dh__strata_step_by_node(t, 0, 0, 8, 0, out), DH_EINVAL);
     ck_assert_int_eq(dh__strata_share(t, 0, 0, 8, 4, 3, out), 0);
     dh__strata_free(t);
 }
@@ -314,8 +306,7 @@ int main(void)
     ADD_TEST(tc, every_step_holds_each_class_in_proportion);
     ADD_TEST(tc, node_shares_partition_their_step);
     ADD_TEST(tc, shares_weigh_about_the_same);
-    ADD_TEST(tc, the_order_is_a_function_of_key_and_epoch);
-    ADD_TEST(tc, a_class_permutation_puts_a_sample_anywhere_alike);
+    ADD_TEST(tc, each_class_is_read_from_the_order_given);
     ADD_TEST(tc, bad_arguments_are_refused);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -196,16 +196,22 @@ int dh__sampler_shift(dh_sampler *s, int64_t shift);
 
 /*
  * A stratified epoch order whose node shares are found alone (strata.c; issue 25's per-node
- * control plane: the sampler's stratified mode below; the engine does not use it yet). cls[i]:
- * sample i's class of predicted cost, in [0, classes), 0 the heaviest; n < 2^31; classes
- * at most DH__STRATA_MAX; key: the job's (manifest hash and seed); shuffle 0: each class
- * in id order. 0, DH_EINVAL or DH_ENOMEM; free with dh__strata_free. Not thread-safe.
+ * control plane: the sampler's stratified mode below, `--order stratified`). cls[i]: sample
+ * i's class of predicted cost, in [0, classes), 0 the heaviest; n < 2^31; classes at most
+ * DH__STRATA_MAX; key: the job's (manifest hash and seed), for the rotations of node
+ * shares. Each class is in id order until dh__strata_use gives an epoch's order. 0,
+ * DH_EINVAL or DH_ENOMEM; free with dh__strata_free. Not thread-safe.
  */
 #define DH__STRATA_MAX 1024
 typedef struct dh__strata dh__strata;
-int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, int shuffle,
-                   dh__strata **out);
+int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, dh__strata **out);
 void dh__strata_free(dh__strata *t);
+/* The samples class by class, by id within a class (n entries; class c's at [first[c],
+ * first[c + 1]), first: classes + 1 entries): where an epoch's order of each class starts. */
+const uint32_t *dh__strata_ids(const dh__strata *t, const int64_t **first);
+/* The epoch's order of each class from now on (n entries laid out as dh__strata_ids, each
+ * class's own samples permuted; kept by the caller while it is used); NULL: id order. */
+void dh__strata_use(dh__strata *t, const uint32_t *order);
 int64_t dh__strata_class_size(const dh__strata *t, int c);
 /* cnt[c] (classes entries): how many of class c the first h positions of an epoch hold. */
 void dh__strata_counts(const dh__strata *t, int64_t h, int64_t *cnt);
@@ -217,21 +223,29 @@ int dh__strata_step(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int64_t
  * nodes' shares partition the step. `nodes` must divide G; 0 or DH_EINVAL. */
 int dh__strata_share(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes, int node,
                      int64_t *out);
+/* The whole step laid out node by node: node k's share (as dh__strata_share gives it) at
+ * out[k G / nodes, (k + 1) G / nodes). `nodes` must divide G; 0 or DH_EINVAL. */
+int dh__strata_step_by_node(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes,
+                            int64_t *out);
 
 /*
  * Makes the sampler's order the stratified one over these classes (cls: n entries, as
- * dh__strata_new), keyed by the manifest's hash and the seed: dh_sampler_next then gives
- * each step laid out class by class, the state, resume and shift as before (positions of
- * the stratified epoch). A step that passes the epoch's end (keep_last) repeats the
- * epoch's first positions inside their classes, not at the step's end. 0, DH_EINVAL,
- * DH_ERANGE (a global batch larger than the dataset) or DH_ENOMEM (the order unchanged).
- * Not yet used by the engine (issue 25).
+ * dh__strata_new; each class in its own Fisher-Yates order, keyed by the manifest's hash,
+ * the seed and the epoch as the uniform order is): dh_sampler_next then gives each step
+ * laid out class by class, the state, resume and shift as before (positions of the
+ * stratified epoch). A step that passes the epoch's end (keep_last) repeats the epoch's
+ * first positions inside their classes, not at the step's end. 0, DH_EINVAL, DH_ERANGE (a
+ * global batch larger than the dataset) or DH_ENOMEM (the order unchanged). The run's
+ * `--order stratified` (run.c).
  */
 int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes);
 /* Node `node` of `nodes`' share of the next step of a stratified sampler (dh__strata_share:
  * G / nodes samples), the sampler moving on a step as dh_sampler_next does; DH_EINVAL
  * without dh__sampler_stratify or when `nodes` does not divide G. */
 int dh__sampler_next_share(dh_sampler *s, int nodes, int node, int64_t *out);
+/* The next step of a stratified sampler laid out node by node (dh__strata_step_by_node: node
+ * k's share in the k-th block of G / nodes), the sampler moving on a step. */
+int dh__sampler_next_by_node(dh_sampler *s, int nodes, int64_t *out);
 
 /* A media item's size as stored: its "bytes", else an estimate from its descriptor (the
  * simulator's fetch model): video at 0.1 bit per pixel per frame (H.264 at common rates),

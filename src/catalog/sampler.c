@@ -15,9 +15,11 @@
  * the same step. Same draws in the same order: the same permutation.
  *
  * Stratified (dh__sampler_stratify, strata.c): the epoch is strata.c's order
- * over the caller's classes of cost instead; positions, steps, the state and
- * shifts mean the same, nothing is materialised or shuffled ahead, and a
- * node's share of a step is found alone (issue 25).
+ * over the caller's classes of cost instead, each class in its own
+ * Fisher-Yates order (the same shuffle and stream, each swap drawn inside its
+ * class; materialised and shuffled ahead as above); positions, steps, the
+ * state and shifts mean the same, and a node's share of a step is found
+ * without the rest of it (issue 25).
  */
 #include "catalog.h"
 
@@ -26,12 +28,16 @@
 
 /* A Fisher-Yates shuffle in progress: swaps done down to index i (it runs n-1 .. 1), the
  * stream where its draws stopped, and the draws made ahead of their swap (index k's at
- * j[k % FY_AHEAD], for k in [drawn, i]), so that their random reads are issued early. */
+ * j[k % FY_AHEAD], for k in [drawn, i]), so that their random reads are issued early. Each
+ * index swaps inside its class, [first[c], first[c + 1]) (c: drawn's), in a stratified order
+ * (first NULL: the uniform order, one class). */
 #define FY_AHEAD 16
 typedef struct {
     dh__rng rng;
     int64_t i, drawn;
     int64_t j[FY_AHEAD];
+    const int64_t *first;
+    int c;
 } fy_state;
 
 struct dh_sampler {
@@ -49,7 +55,12 @@ struct dh_sampler {
     uint32_t *ahead;
     int64_t ahead_epoch, ahead_filled;
     fy_state ahead_fy;
-    dh__strata *strata; /* the stratified order (dh__sampler_stratify) in place of perm */
+    /* a stratified order's classes, which the shuffle keeps each index in, and what an
+     * epoch's permutation starts from (NULL: the identity) */
+    const int64_t *first;
+    int classes;
+    const uint32_t *start; /* NULL: the identity */
+    dh__strata *strata;    /* the stratified order (dh__sampler_stratify), reading perm */
 };
 
 /* Starts epoch e's shuffle: the stream seeded, no swap done yet (it starts from the
@@ -60,13 +71,16 @@ static void fy_start(const dh_sampler *s, int64_t e, fy_state *f)
                                     dh__mix64((uint64_t)e + 0x243f6a8885a308d3ULL)));
     f->i = s->opts.shuffle ? s->n - 1 : 0;
     f->drawn = f->i + 1;
+    f->first = s->strata ? s->first : NULL;
+    f->c = s->classes - 1;
 }
 
 /* Up to `swaps` more of the shuffle's swaps on p (0: every one left). The draws are the
  * same, in the same order, as one swap after another: each is made FY_AHEAD - 1 swaps
  * early and its place prefetched (the swaps' random reads were the shuffle's time: 0.20 ->
  * 0.09 s at 10 million samples). */
-static void fy_swaps(uint32_t *p, fy_state *f, int64_t swaps)
+static inline __attribute__((always_inline)) void fy_run(uint32_t *p, fy_state *f,
+                                                         int64_t swaps, int classes)
 {
     for (int64_t stop = swaps && f->i > swaps ? f->i - swaps : 0; f->i > stop; f->i--) {
         /* drawn down to i - (FY_AHEAD - 1), at least 1 (indices are positive: their slots
@@ -74,7 +88,13 @@ static void fy_swaps(uint32_t *p, fy_state *f, int64_t swaps)
         int64_t upto = DH_MAX(1, f->i - (FY_AHEAD - 1));
         while (f->drawn > upto) {
             f->drawn--;
-            int64_t j = (int64_t)dh__rng_below(&f->rng, (uint64_t)f->drawn + 1);
+            int64_t lo = 0;
+            if (classes) { /* drawn's class */
+                while (f->drawn < f->first[f->c])
+                    f->c--;
+                lo = f->first[f->c];
+            }
+            int64_t j = lo + (int64_t)dh__rng_below(&f->rng, (uint64_t)(f->drawn - lo) + 1);
             f->j[(uint64_t)f->drawn % FY_AHEAD] = j;
             __builtin_prefetch(&p[j], 1);
         }
@@ -85,9 +105,22 @@ static void fy_swaps(uint32_t *p, fy_state *f, int64_t swaps)
     }
 }
 
-/* The identity in p[*filled, upto). */
-static void perm_fill(uint32_t *p, int64_t *filled, int64_t upto)
+/* (The uniform order's loop has no class to find: testing for one cost its shuffle about a
+ * tenth more instructions.) */
+static void fy_swaps(uint32_t *p, fy_state *f, int64_t swaps)
 {
+    if (f->first)
+        fy_run(p, f, swaps, 1);
+    else
+        fy_run(p, f, swaps, 0);
+}
+
+/* Where an epoch's permutation starts (the identity, or the classes' samples by id) in
+ * p[*filled, upto). */
+static void perm_fill(const dh_sampler *s, uint32_t *p, int64_t *filled, int64_t upto)
+{
+    for (; s->start && *filled < upto; (*filled)++)
+        p[*filled] = s->start[*filled];
     for (; *filled < upto; (*filled)++)
         p[*filled] = (uint32_t)*filled;
 }
@@ -96,7 +129,7 @@ static void perm_fill(uint32_t *p, int64_t *filled, int64_t upto)
 static void build_perm(dh_sampler *s)
 {
     if (s->ahead && s->ahead_epoch == s->epoch) {
-        perm_fill(s->ahead, &s->ahead_filled, s->n);
+        perm_fill(s, s->ahead, &s->ahead_filled, s->n);
         fy_swaps(s->ahead, &s->ahead_fy, 0);
         uint32_t *t = s->perm;
         s->perm = s->ahead;
@@ -104,7 +137,7 @@ static void build_perm(dh_sampler *s)
     } else {
         fy_state f;
         int64_t filled = 0;
-        perm_fill(s->perm, &filled, s->n);
+        perm_fill(s, s->perm, &filled, s->n);
         fy_start(s, s->epoch, &f);
         fy_swaps(s->perm, &f, 0);
     }
@@ -126,7 +159,7 @@ static void shuffle_ahead(dh_sampler *s)
     }
     int64_t steps = dh_sampler_steps_per_epoch(s), share = (s->n + steps - 1) / steps;
     if (s->ahead_filled < s->n) {
-        perm_fill(s->ahead, &s->ahead_filled, DH_MIN(s->n, s->ahead_filled + 4 * share));
+        perm_fill(s, s->ahead, &s->ahead_filled, DH_MIN(s->n, s->ahead_filled + 4 * share));
         return;
     }
     fy_swaps(s->ahead, &s->ahead_fy, 2 * share);
@@ -155,6 +188,7 @@ int dh_sampler_new(const dh_manifest *m, const dh_sampler_opts *opts, dh_sampler
     s->manifest_hash = m->hash;
     s->n = m->n;
     s->perm_epoch = -1;
+    s->classes = 1;
     *out = s;
     return 0;
 }
@@ -191,13 +225,17 @@ int dh_sampler_next(dh_sampler *s, int64_t *out, int64_t cap)
     if (!s || !out || cap < s->opts.global_batch)
         return DH_EINVAL;
     int64_t g = s->opts.global_batch, base = next_base(s);
-    if (s->strata) {
-        int rc = dh__strata_step(s->strata, s->epoch, base, g, out);
-        s->step += !rc;
-        return rc;
-    }
     if (s->perm_epoch != s->epoch)
         build_perm(s);
+    if (s->strata) {
+        dh__strata_use(s->strata, s->perm);
+        int rc = dh__strata_step(s->strata, s->epoch, base, g, out);
+        if (rc)
+            return rc;
+        s->step++;
+        shuffle_ahead(s);
+        return 0;
+    }
     /* Padding wraps to the start of this epoch's order, like DistributedSampler: copied in
      * runs up to the order's end (a division per sample was a tenth of a replica's control
      * time at 1,024 nodes, bench/RESULTS.md; a wrap test per sample kept the copy from being
@@ -251,23 +289,43 @@ int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes)
         return DH_ERANGE; /* a stratified step lies inside one epoch */
     dh__strata *t = NULL;
     uint64_t key = dh__mix64(s->manifest_hash ^ dh__mix64(s->opts.seed ^ 0x7374726174614bULL));
-    int rc = dh__strata_new(cls, s->n, classes, key, s->opts.shuffle, &t);
+    int rc = dh__strata_new(cls, s->n, classes, key, &t);
     if (rc)
         return rc;
     dh__strata_free(s->strata);
     s->strata = t;
-    free(s->perm); /* nothing is materialised or shuffled ahead any more */
-    free(s->ahead);
-    s->perm = s->ahead = NULL;
+    s->start = dh__strata_ids(t, &s->first);
+    s->classes = classes;
+    s->perm_epoch = s->ahead_epoch = -1; /* each epoch's permutation is the classes' now */
+    return 0;
+}
+
+/* A stratified sampler's next step (as the node's share or the whole step laid out by node),
+ * the sampler moving on a step as dh_sampler_next does. */
+static int next_stratified(dh_sampler *s, int nodes, int node, int64_t *out)
+{
+    int64_t g = s ? s->opts.global_batch : 0;
+    if (!s || !s->strata || !out || nodes < 1 || g % nodes || node < -1 || node >= nodes)
+        return DH_EINVAL;
+    int64_t base = next_base(s);
+    if (s->perm_epoch != s->epoch)
+        build_perm(s);
+    dh__strata_use(s->strata, s->perm);
+    int rc = node < 0 ? dh__strata_step_by_node(s->strata, s->epoch, base, g, nodes, out)
+                      : dh__strata_share(s->strata, s->epoch, base, g, nodes, node, out);
+    if (rc)
+        return rc;
+    s->step++;
+    shuffle_ahead(s);
     return 0;
 }
 
 int dh__sampler_next_share(dh_sampler *s, int nodes, int node, int64_t *out)
 {
-    int64_t g = s ? s->opts.global_batch : 0;
-    if (!s || !s->strata || !out || nodes < 1 || g % nodes || node < 0 || node >= nodes)
-        return DH_EINVAL;
-    int rc = dh__strata_share(s->strata, s->epoch, next_base(s), g, nodes, node, out);
-    s->step += !rc;
-    return rc;
+    return node < 0 ? DH_EINVAL : next_stratified(s, nodes, node, out);
+}
+
+int dh__sampler_next_by_node(dh_sampler *s, int nodes, int64_t *out)
+{
+    return next_stratified(s, nodes, -1, out);
 }

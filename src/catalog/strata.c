@@ -14,11 +14,19 @@
  * holds each class within about one sample of its proportion, and how many of
  * each class the first h positions hold is computed directly (O(K) at h / n,
  * then at most K / 2 single moves of O(K)), so a step's samples are known
- * class by class without laying out the epoch. A class's permutation is a
- * keyed bijection on [0, n_c): a 4-round Feistel network over the next
- * power of two, walking its cycle back into range (under two evaluations a
- * position on average), so any position's sample costs a few hashes, with no
- * table, no shuffle ahead and nothing kept between epochs.
+ * class by class without laying out the epoch. Each class's own order in an
+ * epoch is the caller's (dh__strata_use: the sampler's Fisher-Yates shuffle
+ * of each class, drawn ahead as its uniform order is), read at the class's
+ * indices; none given, the classes in id order.
+ *
+ * A keyed Feistel network (no table, nothing shuffled ahead: any index's
+ * sample in a few hashes) was the class order first. Measured and dropped
+ * (bench/RESULTS.md): four rounds of it placed neighbouring ids at biased
+ * distances in small classes (a pair test, z = 9 at 100 samples over 20,000
+ * epochs), six rounds cost about 270 instructions a sample for a whole step,
+ * where a Fisher-Yates shuffle ahead costs a swap; a node drawing only its
+ * share would pay that for G / N samples, but every replica still lays out
+ * the whole step (docs/MULTINODE.md).
  *
  * A step is laid out class by class, heaviest first (by cost, as the deal's
  * snake lays it), and dealt to N nodes one sample of every run of N to each,
@@ -41,16 +49,15 @@
 struct dh__strata {
     int64_t n;
     int classes;
-    int shuffle;
     uint64_t key;
-    int64_t *first; /* classes + 1: class c's samples are ids[first[c], first[c + 1]) */
-    uint32_t *ids;  /* the samples class by class, by id within a class */
-    /* the last step laid out (step_segments): class c's indices in its permutation are
-     * [lo[c], hi[c]) then, when the step wraps to the epoch's start, [lo2[c], hi2[c]);
-     * at[c]: where class c starts in the step (at[classes] = G); ckey[c]: its permutation's
-     * key in that epoch. One allocation with first, classes + 1 entries each. */
+    int64_t *first;        /* classes + 1: class c's samples are ids[first[c], first[c + 1]) */
+    uint32_t *ids;         /* the samples class by class, by id within a class */
+    const uint32_t *order; /* the epoch's order of each class, laid out as ids (or ids) */
+    /* the last step laid out (step_segments): class c's indices in its order are [lo[c],
+     * hi[c]) then, when the step wraps to the epoch's start, [lo2[c], hi2[c]); at[c]: where
+     * class c starts in the step (at[classes] = G). One allocation with first, classes + 1
+     * entries each. */
     int64_t *lo, *hi, *lo2, *hi2, *at;
-    uint64_t *ckey;
 };
 
 static int64_t class_size(const dh__strata *t, int c)
@@ -105,50 +112,7 @@ void dh__strata_counts(const dh__strata *t, int64_t h, int64_t *cnt)
         cnt[last_class(t, cnt)]--;
 }
 
-/* A 4-round Feistel network on [0, 2^bits), bits >= 2: the halves are bits / 2 and the
- * rest wide, and swap widths each round (back where they were after four), so the domain
- * is under twice the class and cycle walking takes under two evaluations a position on
- * average. Each round is invertible (the new left half is the old right), so the whole
- * is a bijection for every key. */
-static uint64_t feistel(uint64_t x, uint64_t key, int bits)
-{
-    int wl = bits / 2, wr = bits - wl;
-    uint64_t l = x >> wr, r = x & ((1ULL << wr) - 1);
-    for (uint64_t round = 1; round <= 4; round++) {
-        uint64_t f = dh__mix64((key ^ (round * GOLDEN)) + r) & ((1ULL << wl) - 1);
-        uint64_t nl = r;
-        int nw = wr;
-        r = l ^ f;
-        wr = wl;
-        l = nl;
-        wl = nw;
-    }
-    return (l << wr) | r;
-}
-
-/* Position a's place in a permutation of [0, m) keyed by key (cycle walking: a's cycle in
- * the network's domain comes back into [0, m), since a is in it). */
-static int64_t permute(int64_t a, int64_t m, uint64_t key, int bits)
-{
-    uint64_t y = (uint64_t)a;
-    do
-        y = feistel(y, key, bits);
-    while (y >= (uint64_t)m);
-    return (int64_t)y;
-}
-
-/* Class c's sample at index a of its epoch's permutation (the network's width: the fewest
- * bits, at least 2, that hold the class's indices). */
-static int64_t sample_at(const dh__strata *t, int c, int64_t a)
-{
-    int64_t m = class_size(t, c);
-    int bits = m <= 4 ? 2 : 64 - __builtin_clzll((uint64_t)(m - 1));
-    int64_t p = t->shuffle && m > 1 ? permute(a, m, t->ckey[c], bits) : a;
-    return t->ids[t->first[c] + p];
-}
-
-int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, int shuffle,
-                   dh__strata **out)
+int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, dh__strata **out)
 {
     if (!cls || !out || n < 1 || n >= (1LL << 31) || classes < 1 || classes > DH__STRATA_MAX)
         return DH_EINVAL;
@@ -158,7 +122,7 @@ int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, in
             return DH_EINVAL;
     dh__strata *t = calloc(1, sizeof *t);
     size_t k1 = (size_t)classes + 1;
-    if (!t || !(t->first = calloc(7 * k1, sizeof *t->first)) ||
+    if (!t || !(t->first = calloc(6 * k1, sizeof *t->first)) ||
         !(t->ids = malloc((size_t)n * sizeof *t->ids))) {
         dh__strata_free(t);
         return DH_ENOMEM;
@@ -168,10 +132,8 @@ int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, in
     t->lo2 = t->hi + k1;
     t->hi2 = t->lo2 + k1;
     t->at = t->hi2 + k1;
-    t->ckey = (uint64_t *)(t->at + k1); /* (int64_t's unsigned twin may alias it) */
     t->n = n;
     t->classes = classes;
-    t->shuffle = shuffle;
     t->key = key;
     for (int64_t i = 0; i < n; i++) /* a counting sort by class, stable */
         t->first[cls[i] + 1]++;
@@ -181,6 +143,7 @@ int dh__strata_new(const uint16_t *cls, int64_t n, int classes, uint64_t key, in
         t->at[c] = t->first[c];
     for (int64_t i = 0; i < n; i++)
         t->ids[t->at[cls[i]]++] = (uint32_t)i;
+    t->order = t->ids;
     *out = t;
     return 0;
 }
@@ -194,6 +157,17 @@ void dh__strata_free(dh__strata *t)
     free(t);
 }
 
+const uint32_t *dh__strata_ids(const dh__strata *t, const int64_t **first)
+{
+    *first = t->first;
+    return t->ids;
+}
+
+void dh__strata_use(dh__strata *t, const uint32_t *order)
+{
+    t->order = order ? order : t->ids;
+}
+
 int64_t dh__strata_class_size(const dh__strata *t, int c)
 {
     return c >= 0 && c < t->classes ? class_size(t, c) : 0;
@@ -201,9 +175,8 @@ int64_t dh__strata_class_size(const dh__strata *t, int c)
 
 /* Lays out positions [h0, h0 + G) of the epoch (wrapping to its start, as padding does)
  * class by class into the workspace. */
-static void step_segments(dh__strata *t, int64_t epoch, int64_t h0, int64_t G)
+static void step_segments(dh__strata *t, int64_t h0, int64_t G)
 {
-    uint64_t ek = dh__mix64(t->key ^ dh__mix64((uint64_t)epoch + GOLDEN));
     dh__strata_counts(t, h0, t->lo);
     if (h0 + G <= t->n) {
         dh__strata_counts(t, h0 + G, t->hi);
@@ -217,17 +190,15 @@ static void step_segments(dh__strata *t, int64_t epoch, int64_t h0, int64_t G)
         }
     }
     t->at[0] = 0;
-    for (int c = 0; c < t->classes; c++) {
+    for (int c = 0; c < t->classes; c++)
         t->at[c + 1] = t->at[c] + (t->hi[c] - t->lo[c]) + (t->hi2[c] - t->lo2[c]);
-        t->ckey[c] = dh__mix64(ek + (uint64_t)(c + 1) * GOLDEN);
-    }
 }
 
 /* The sample at place u of class c's part of the step laid out. */
 static int64_t step_sample(const dh__strata *t, int c, int64_t u)
 {
     int64_t first = t->hi[c] - t->lo[c];
-    return sample_at(t, c, u < first ? t->lo[c] + u : t->lo2[c] + (u - first));
+    return t->order[t->first[c] + (u < first ? t->lo[c] + u : t->lo2[c] + (u - first))];
 }
 
 static int step_args(const dh__strata *t, int64_t epoch, int64_t h0, int64_t G)
@@ -239,30 +210,67 @@ int dh__strata_step(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int64_t
 {
     if (step_args(t, epoch, h0, G) || !out)
         return DH_EINVAL;
-    step_segments(t, epoch, h0, G);
+    step_segments(t, h0, G);
     for (int c = 0; c < t->classes; c++)
         for (int64_t u = 0; u < t->at[c + 1] - t->at[c]; u++)
             out[t->at[c] + u] = step_sample(t, c, u);
     return 0;
 }
 
+/* The rotations' key of the step at h0 of epoch `epoch`, and run r's rotation: node k takes
+ * the run's place (k + rotation) mod N. */
+static uint64_t rotation_key(const dh__strata *t, int64_t epoch, int64_t h0)
+{
+    return dh__mix64(t->key ^ dh__mix64((uint64_t)epoch + GOLDEN) ^
+                     dh__mix64((uint64_t)h0 + 2 * GOLDEN));
+}
+
+static int64_t rotation(uint64_t rk, int64_t r, int nodes)
+{
+    return (int64_t)(dh__mix64(rk + (uint64_t)(r + 1) * GOLDEN) % (uint64_t)nodes);
+}
+
+static int share_args(const dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes,
+                      const int64_t *out)
+{
+    return step_args(t, epoch, h0, G) || !out || nodes < 1 || G % nodes ? DH_EINVAL : 0;
+}
+
 int dh__strata_share(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes, int node,
                      int64_t *out)
 {
-    if (step_args(t, epoch, h0, G) || !out || nodes < 1 || G % nodes || node < 0 ||
-        node >= nodes)
+    if (share_args(t, epoch, h0, G, nodes, out) || node < 0 || node >= nodes)
         return DH_EINVAL;
-    step_segments(t, epoch, h0, G);
-    uint64_t rk = dh__mix64(t->key ^ dh__mix64((uint64_t)epoch + GOLDEN) ^
-                            dh__mix64((uint64_t)h0 + 2 * GOLDEN));
+    step_segments(t, h0, G);
+    uint64_t rk = rotation_key(t, epoch, h0);
     int c = 0;
     for (int64_t r = 0; r < G / nodes; r++) {
-        /* run r's rotation: node k takes its place (k + rotation) mod N */
-        uint64_t rot = dh__mix64(rk + (uint64_t)(r + 1) * GOLDEN) % (uint64_t)nodes;
-        int64_t j = r * nodes + (int64_t)(((uint64_t)node + rot) % (uint64_t)nodes);
+        int64_t j = r * nodes + (node + rotation(rk, r, nodes)) % nodes;
         while (j >= t->at[c + 1])
             c++;
         out[r] = step_sample(t, c, j - t->at[c]);
     }
+    return 0;
+}
+
+int dh__strata_step_by_node(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes,
+                            int64_t *out)
+{
+    if (share_args(t, epoch, h0, G, nodes, out))
+        return DH_EINVAL;
+    step_segments(t, h0, G);
+    uint64_t rk = rotation_key(t, epoch, h0);
+    int64_t per = G / nodes;
+    /* the step class by class, place j of run r going to the node whose place it is:
+     * node (j - r N - rotation) mod N, counted up from the run's first place */
+    for (int c = 0, r = 0, k = 0, at = 0; c < t->classes; c++)
+        for (int64_t u = 0; u < t->at[c + 1] - t->at[c]; u++) {
+            if (at == 0)
+                k = (int)((nodes - rotation(rk, r, nodes)) % nodes);
+            out[k * per + r] = step_sample(t, c, u);
+            k = k + 1 == nodes ? 0 : k + 1;
+            if (++at == nodes)
+                at = 0, r++;
+        }
     return 0;
 }
