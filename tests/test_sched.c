@@ -605,6 +605,42 @@ START_TEST(the_deal_to_nodes_is_heaviest_first_by_class)
 }
 END_TEST
 
+/*
+ * A stratified order lays each step out node by node (--order stratified): the deal is that
+ * layout, node k taking positions [k G / N, (k + 1) G / N) whatever their costs, from every
+ * view; its ranks then partition them (each rank of the node gets some).
+ */
+START_TEST(a_step_laid_out_by_node_is_dealt_as_laid_out)
+{
+    static const int shapes[][3] = {{4, 2, 16}, {3, 3, 21}, {2, 4, 8}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        int N = shapes[sh][0], per = shapes[sh][1], G = shapes[sh][2];
+        for (int node = -1; node < N; node++) {
+            world w;
+            world_init(&w, DH_POL_HELIX, N * per, N * per, G, 1);
+            w.cfg.nodes = N;
+            w.cfg.node_local = node >= 0;
+            w.cfg.node = node >= 0 ? node : 0;
+            w.cfg.order_by_node = 1;
+            for (int k = 0; k < MAXS; k++) /* heavy first: a snake would spread them */
+                w.row[k].feat.v = (float)(MAXS - k);
+            dh__sched *s = make(&w);
+            ck_assert_int_ge(dh__sched_rank_of(s, 0, 0), 0); /* step 0 planned */
+            const int64_t *order = dh__sched_step_order(s, 0);
+            for (int k = 0; k < G; k++) {
+                ck_assert_int_eq(order[k], k); /* the draw's positions as drawn */
+                ck_assert_msg(dh__sched_rank_of(s, 0, k) / per == k / (G / N),
+                              "%d nodes x %d, view %d: position %d on node %d, not %d", N, per,
+                              node, k, dh__sched_rank_of(s, 0, k) / per, k / (G / N));
+            }
+            for (int r = 0; r < N * per; r++)
+                ck_assert_int_gt(batch_of(s, 0, r)->ntasks, 0);
+            dh__sched_free(s);
+        }
+    }
+}
+END_TEST
+
 /* Step 0's batch records and each rank's samples, rank after rank, to compare after
  * regrouping it. */
 typedef struct {
@@ -664,11 +700,16 @@ START_TEST(a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it)
      * from every view (the whole job's, and each node's replica, whose other nodes' shares
      * go round-robin over their ranks), with shares that do not divide evenly. */
     static const int shapes[][3] = {{4, 2, 16}, {4, 2, 22}, {3, 3, 20}, {2, 4, 9}};
-    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
-        int N = shapes[sh][0], per = shapes[sh][1], G = shapes[sh][2], R = N * per;
+    for (size_t sh = 0; sh < 2 * sizeof shapes / sizeof *shapes; sh++) {
+        /* the second time each shape dividing evenly, its step laid out by node */
+        int laid = sh >= sizeof shapes / sizeof *shapes, i = (int)(sh % 4);
+        int N = shapes[i][0], per = shapes[i][1], G = shapes[i][2], R = N * per;
+        if (laid && G % N)
+            continue;
         for (int node = -1; node < N; node++) {
             world w;
             node_world(&w, R, G, N, node);
+            w.cfg.order_by_node = laid;
             for (int k = 0; k < MAXS; k++) {
                 w.row[k].feat.v = 0.1f + (float)((k * 37) % 23) / 7.0f;
                 w.row[k].cpu_pred = 0.05f + (float)((k * 11) % 13) / 50.0f;
@@ -1407,6 +1448,7 @@ int main(void)
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
     ADD_TEST(tc, the_deal_to_nodes_is_heaviest_first_by_class);
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
+    ADD_TEST(tc, a_step_laid_out_by_node_is_dealt_as_laid_out);
     ADD_TEST(tc, a_replica_settles_a_node_once_and_refuses_one_a_move_touched);
     ADD_TEST(tc, a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives);
     ADD_TEST(tc, an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost);

@@ -380,6 +380,33 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
                         0);
 }
 
+/*
+ * The step's samples dealt to nodes heaviest first, snaking (deal_order): node k's
+ * positions, ascending, into pos[start[k - 1], start[k]) (start[k]: the end of node k's
+ * block; start[-1] = 0); rank_of holds each position's node meanwhile.
+ */
+static void deal_snake(dh__sched *s, int64_t base, int32_t *pos, int32_t *rank_of,
+                       int32_t *start)
+{
+    int N = s->nodes, G = (int)s->G;
+    deal_order(s, s->slot_gpu + base, s->plan_cpu, G, pos, s->share_ord);
+    /* the i-th sample of the deal goes to node j of round i / N (j = i % N: round by round,
+     * with no division), counted up in even rounds and down in odd ones: 0..N-1, then
+     * N-1..0, ...; rank_of holds each position's node for now */
+    for (int i = 0, round = 0; i < G; i += N, round++) {
+        const int *o = s->share_ord + i;
+        for (int j = 0, n = DH_MIN(N, G - i); j < n; j++)
+            rank_of[o[j]] = round % 2 ? N - 1 - j : j;
+    }
+    int rounds = G / N, rest = G % N; /* the last round, partial, runs up if rounds is even */
+    for (int node = 0, at = 0; node < N; node++) {
+        start[node] = at;
+        at += rounds + (rounds % 2 ? node >= N - rest : node < rest);
+    }
+    for (int k = 0; k < G; k++) /* each node's positions, ascending; start[] becomes ends */
+        pos[start[rank_of[k]]++] = k;
+}
+
 /* Places step st's samples (rank_of); 1 when it grouped them by rank too (group_by_shares),
  * 0 when the caller must (regroup), or an error. */
 static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
@@ -396,26 +423,19 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
     }
     /* Several nodes of several ranks: the step's samples are dealt to nodes heaviest first,
      * snaking, so every node's share weighs about the same in GPU and, with it, in CPU and
-     * no node is favoured; each node's ranks then partition its share among themselves. */
+     * no node is favoured (a stratified order comes dealt so: each node one sample of every
+     * run of N of the step laid out heaviest first); each node's ranks then partition its
+     * share among themselves. */
     int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
     int32_t *pos = s->node_pos + base; /* kept with the step (dh__sched_node_positions) */
-    deal_order(s, s->slot_gpu + base, s->plan_cpu, G, pos, s->share_ord);
-    /* the i-th sample of the deal goes to node j of round i / N (j = i % N: round by round,
-     * with no division), counted up in even rounds and down in odd ones: 0..N-1, then
-     * N-1..0, ...; rank_of holds each position's node for now */
-    for (int i = 0, round = 0; i < G; i += N, round++) {
-        const int *o = s->share_ord + i;
-        for (int j = 0, n = DH_MIN(N, G - i); j < n; j++)
-            rank_of[o[j]] = round % 2 ? N - 1 - j : j;
-    }
     int32_t *start = s->plan_fill; /* R >= N: each node's block of pos */
-    int rounds = G / N, rest = G % N; /* the last round, partial, runs up if rounds is even */
-    for (int node = 0, at = 0; node < N; node++) {
-        start[node] = at;
-        at += rounds + (rounds % 2 ? node >= N - rest : node < rest);
-    }
-    for (int k = 0; k < G; k++) /* each node's positions, ascending; start[] becomes ends */
-        pos[start[rank_of[k]]++] = k;
+    if (s->cfg.order_by_node) { /* the order's layout is the deal: node k's block k */
+        for (int k = 0; k < G; k++)
+            pos[k] = k;
+        for (int node = 0; node < N; node++)
+            start[node] = (int32_t)((int64_t)(node + 1) * G / N);
+    } else
+        deal_snake(s, base, pos, rank_of, start);
     int32_t *end = s->node_end + step_slot(s, st) * (N + 1);
     end[0] = 0;
     memcpy(end + 1, start, (size_t)N * sizeof *end);
@@ -485,7 +505,8 @@ static int plan_step(dh__sched *s, int64_t st)
      * their use; least slack reads the class and segments again at every pop, from the
      * step's slots (a dependent miss each from the table). A replica queues its own node's
      * tasks alone and reads their segments as it queues them (dh__lst_push). */
-    int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 && s->ranks_per_node > 1;
+    int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 &&
+               s->ranks_per_node > 1 && !s->cfg.order_by_node;
     double one[DH_CLS_COUNT];
     placement_scale(s, one);
     for (int64_t k = 0; k < G; k++) {

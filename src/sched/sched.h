@@ -107,6 +107,10 @@ typedef struct {
     int (*next_order)(void *ctx, int64_t *out, float *cpu);
     void *order_ctx;
     int order_cpu;
+    /* 1: the order source lays each step out node by node (a stratified order: node k's
+     * share at positions [k G / N, (k + 1) G / N)), and the deal to nodes is that layout
+     * (no sort, no snake). Several nodes of several ranks, N dividing G. */
+    int order_by_node;
 } dh__sched_config;
 
 /* steps = 0 in the config: the run goes on until the engine stops it. */
