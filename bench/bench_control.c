@@ -173,6 +173,8 @@ int main(int argc, char **argv)
     cfg.global_batch = G;
     cfg.steps = steps;
     cfg.workload_samples = samples;
+    const char *kind = getenv("BENCH_ORDER"); /* "stratified": --order stratified */
+    cfg.order = kind && !strcmp(kind, "stratified") ? DH_ORDER_STRATIFIED : DH_ORDER_UNIFORM;
     char err[512];
     dh__run run;
     if (dh__run_setup(&cfg, &run, err, sizeof err)) {

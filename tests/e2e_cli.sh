@@ -243,6 +243,26 @@ check "run json says engine real" contains "$WORK/run.json" '"engine":"real"'
 check "run with rebalancing exits 0" test $? -eq 0
 check "run json counts refused moves" contains "$WORK/reb.json" '"reb_refused":'
 check "run with rebalancing accounts for all" contains "$WORK/reb.out" "delivered 18 + failed 0 = 18"
+# The stratified order: the simulator on 4 nodes of 2 ranks (each step laid out by node).
+"$DH" sim --workload omni-mix --nodes 4 --ranks 8 --workers 16 --batch 64 --steps 12 \
+    --order stratified --json "$WORK/strat.json" > "$WORK/strat.out" 2>&1
+check "sim --order stratified on 4 nodes exits 0" test $? -eq 0
+check "sim json says the order" contains "$WORK/strat.json" '"order":"stratified"'
+check "sim --order stratified delivers every scheduled sample" \
+    test "$(json_field "$WORK/strat.json" delivered)" = 768
+"$DH" sim --workload omni-mix --steps 2 --json "$WORK/unif.json" > /dev/null 2>&1
+check "sim json says the uniform order by default" contains "$WORK/unif.json" '"order":"uniform"'
+"$DH" sim --workload omni-mix --order random > /dev/null 2> "$WORK/order.err"
+check "an unknown --order is a usage error naming the choices" \
+    contains "$WORK/order.err" 'order expects uniform or stratified, got "random"'
+"$DH" sim --workload omni-mix --nodes 3 --ranks 6 --workers 12 --batch 64 --order stratified \
+    > /dev/null 2> "$WORK/order3.err"
+check "--order stratified refuses a batch the nodes do not divide" \
+    contains "$WORK/order3.err" "needs a global batch that is a multiple of them"
+"$DH" run --manifest "$WORK/data/manifest.jsonl" --order stratified --keep-last \
+    > /dev/null 2> "$WORK/orderkl.err"
+check "--order stratified refuses --keep-last, naming it" \
+    contains "$WORK/orderkl.err" "does not go with --keep-last"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --nodes 2 > /dev/null 2> "$WORK/nodes.err"
 check "the real engine refuses --nodes without mpirun" contains "$WORK/nodes.err" "mpirun"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --move-gbps 0 > /dev/null 2>&1

@@ -1306,6 +1306,41 @@ START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
 }
 END_TEST
 
+START_TEST(a_stratified_order_on_several_nodes_delivers_what_one_node_does)
+{
+    /* --order stratified: each step comes laid out by node and the deal is that layout (no
+     * sort or snake on any replica); 2 nodes of 2 ranks deliver, step by step, the samples
+     * one node delivers with the same order (each step's, once, byte-equal), and every node
+     * reports the same accounting and its order. */
+    dh_manifest *m = manifest_with(NULL);
+    dh_run_config c = config_of(m, "helix", 4, 4, 8, 5);
+    c.order = DH_ORDER_STRATIFIED;
+    hub_node one[1], n[2];
+    run_nodes(&c, 1, 1, -1, 0, one, NULL);
+    ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
+    run_nodes(&c, 2, 1, -1, 0, n, NULL);
+    int64_t all[40], k = 0;
+    for (int x = 0; x < 2; x++) {
+        ck_assert_msg(n[x].rc == 0, "node %d: %s", x, n[x].err);
+        ck_assert_int_eq(n[x].res.delivered, 40);
+        ck_assert_int_eq(n[x].res.failed, 0);
+        ck_assert_str_eq(n[x].res.order, "stratified");
+        ck_assert_double_eq(n[x].res.makespan_s, n[0].res.makespan_s);
+        for (int64_t i = 0; i < n[x].seen_n; i++)
+            all[k++] = n[x].seen[i];
+    }
+    ck_assert_int_eq(k, 40);
+    ck_assert_int_eq(one[0].seen_n, 40);
+    qsort(all, (size_t)k, sizeof *all, cmp_i64);
+    qsort(one[0].seen, 40, sizeof *all, cmp_i64);
+    for (int i = 0; i < 40; i++)
+        ck_assert_int_eq(all[i], one[0].seen[i]);
+    free_nodes(one, 1);
+    free_nodes(n, 2);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(several_nodes_run_every_policy_with_failures_counted_once)
 {
     /* Emulated ranks on 2 nodes (the all-reduce is the step exchange), a missing file: reported
@@ -1787,6 +1822,11 @@ static void node_1_has_another_network(int node, dh_run_config *c)
     c->net_latency = node ? 1e-3 : 0;
 }
 
+static void node_1_has_another_order(int node, dh_run_config *c)
+{
+    c->order = node ? DH_ORDER_STRATIFIED : DH_ORDER_UNIFORM;
+}
+
 /* Defect 7 of issue 22: every setting that changes data or scheduling is part of the job the
  * nodes compare, and the refusal names it (another --spec was not refused: lent samples were
  * decoded under the other node's spec; other settings read "--memory-budget differs", and
@@ -1807,6 +1847,8 @@ START_TEST(nodes_of_another_job_are_refused_naming_the_setting)
     } cases[] = {
         {node_1_has_another_spec, 0, 0, "the preprocessing spec (--spec or --augment)"},
         {node_1_has_another_network, 0, 0, "the network model"},
+        {node_1_has_another_order, 0, 0, "the sample order (--order, --no-shuffle, "
+                                         "--keep-last)"},
         {NULL, 1, 0, "the command: one node serves trainers (datahelix serve), another runs "
                      "emulated ranks (datahelix run)"},
         /* agents: refused when they start, before they wait for trainers (user trial 2) */
@@ -1938,6 +1980,7 @@ int main(void)
     ADD_TEST(tc, several_nodes_agree_on_stopping_and_on_the_job);
     ADD_TEST(tc, a_stop_ends_every_node_after_the_same_step);
     ADD_TEST(tc, nodes_of_another_job_are_refused_naming_the_setting);
+    ADD_TEST(tc, a_stratified_order_on_several_nodes_delivers_what_one_node_does);
     ADD_TEST(tc, a_node_that_sends_what_cannot_be_read_is_named);
     ADD_TEST(tc, greetings_name_a_differing_batch_or_ranks);
     ADD_TEST(tc, gen_writes_real_media_and_a_measured_manifest); /* adds files: last */

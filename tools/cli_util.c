@@ -364,6 +364,12 @@ const char cli_run_help[] =
     "  --epochs N              run N whole epochs of the manifest (or the workload's dataset)\n"
     "  --seed S                seed of data, noise and sampler order (default 1)\n"
     "  --no-shuffle            every epoch in the manifest's order (validation)\n"
+    "  --order uniform|stratified\n"
+    "                          the sample order: uniform, each epoch a shuffle (default); or\n"
+    "                          stratified, each step holding every class of GPU cost in\n"
+    "                          proportion and, on several nodes, each node's share fixed by\n"
+    "                          the order (no replica sorts and deals the step; for many nodes:\n"
+    "                          docs/MULTINODE.md). Part of the job: resume with the same\n"
     "  --keep-last             keep an epoch's incomplete last batch, filled up with samples\n"
     "                          from the epoch's start, marked as padding in served batches\n"
     "                          (default: dropped)\n"
@@ -462,6 +468,13 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
     } else if (!strcmp(opt, "-q") || !strcmp(opt, "--quiet")) {
         cli_progress_quiet();
         return 1;
+    } else if (!strcmp(opt, "--order")) {
+        if (!val || (strcmp(val, "uniform") && strcmp(val, "stratified"))) {
+            cli_err("--order expects uniform or stratified, got \"%s\"", val ? val : "");
+            return -1;
+        }
+        cfg->order = val[0] == 's' ? DH_ORDER_STRATIFIED : DH_ORDER_UNIFORM;
+        rc = 0;
     } else if (!strcmp(opt, "--no-shuffle") || !strcmp(opt, "--keep-last")) {
         *(opt[2] == 'n' ? &cfg->no_shuffle : &cfg->keep_last) = 1;
         return 1;

@@ -169,7 +169,15 @@ typedef struct {
     /* Added in 0.3. 1: every item takes its plain draw (dh_spec_plain, `--no-augment`), over
      * augment and the spec's own random keys: a validation stream beside training. */
     int no_augment;
+    /* Added in 0.3. The order's kind (`--order`): DH_ORDER_UNIFORM (0), each epoch a uniform
+     * shuffle; DH_ORDER_STRATIFIED, each epoch interleaves classes of predicted GPU cost
+     * evenly (every step holds each class in proportion) and, on several nodes of several
+     * ranks, each node's share of a step is fixed by the order itself, so no replica sorts
+     * and deals the step (docs/MULTINODE.md). A resumed job keeps its order's kind. */
+    int order;
 } dh_run_config;
+
+enum { DH_ORDER_UNIFORM = 0, DH_ORDER_STRATIFIED = 1 };
 
 /* steps value of a run that goes on until it is stopped. */
 #define DH_STEPS_FOREVER (-1)
@@ -265,6 +273,8 @@ typedef struct {
      * efficiency_ordered = bound_ordered_s / makespan_s: how near the run came to what any
      * schedule of these batches could (another placement has its own bound). */
     double bound_ordered_s, efficiency_ordered;
+    /* Added in 0.3. The sample order's kind (--order): "uniform" or "stratified". */
+    char order[16];
 } dh_result;
 
 #define DH_RESULT_INIT {.struct_size = sizeof(dh_result)}

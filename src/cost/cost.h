@@ -85,6 +85,11 @@ int dh__cpu_drawn_cost(const dh__cpu_model *cpu, const dh_spec *spec, const dh_m
 void dh__gpu_scale_for_rho(dh__gpu_model *g, const dh__samples *s, int ranks, int workers,
                            int64_t global_batch, double rho);
 
+/* Each sample's class of predicted GPU cost for a stratified order (dh__sampler_stratify):
+ * class c holds the costs c half-halvings (factors of sqrt 2) below the heaviest, the last
+ * class what is lighter and zero costs. cls: s->n entries; classes in [1, 65536]. */
+void dh__gpu_classes(const dh__gpu_model *g, const dh__samples *s, int classes, uint16_t *cls);
+
 /* Standard log-normal multiplier with mean 1, deterministic in (seed, i, stream). */
 double dh__lognormal_noise(uint64_t seed, int64_t i, uint64_t stream, double sigma);
 

@@ -78,7 +78,8 @@ static void fill_hello(dh_engine *e, xrec *m)
     dh_sampler_get_state(e->run.sampler, &where);
     m->start_epoch = where.epoch;
     m->start_step = where.step;
-    m->order = (c->no_shuffle ? 1 : 0) | (c->keep_last ? 2 : 0);
+    m->order = (c->no_shuffle ? 1 : 0) | (c->keep_last ? 2 : 0) |
+               (c->order == DH_ORDER_STRATIFIED ? 4 : 0);
     m->serving = e->shared > 0;
     m->leases = e->shared;
     m->resume = c->resume;
@@ -115,7 +116,8 @@ static const char *job_differs(const xrec *a, const xrec *b)
            : a->workers != b->workers             ? "--workers"
            : a->batch != b->batch                 ? "--batch"
            : a->steps != b->steps                 ? "the run's length (--steps, --epochs)"
-           : a->order != b->order                 ? "the sample order (--no-shuffle, --keep-last)"
+           : a->order != b->order                 ? "the sample order (--order, --no-shuffle, "
+                                                    "--keep-last)"
            : a->leases != b->leases               ? "--max-leases"
            : a->cpu_scale != b->cpu_scale         ? "the CPU calibration (--cpu-cost-scale, "
                                                     "--calibrate)"

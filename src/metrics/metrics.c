@@ -378,7 +378,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             "\"fetch_ahead_waited\":%lld,\"fetch_ahead_missed\":%lld,"
             "\"fetch_ahead_dropped\":%lld,\"fetch_latency_s\":%.6g,\"fetch_bandwidth\":%.6g,"
             "\"fetch_cache_hits\":%lld,\"fetch_cache_bytes\":%lld,\"setup_s\":%.6g,"
-            "\"model_bound_s\":%.9g,\"bound_ordered_s\":%.9g,\"efficiency_ordered\":%.6f}",
+            "\"model_bound_s\":%.9g,\"bound_ordered_s\":%.9g,\"efficiency_ordered\":%.6f,"
+            "\"order\":\"%s\"}",
             r->workload, r->policy, r->engine, r->ranks, r->workers, (long long)r->steps,
             (long long)r->samples, (long long)r->delivered, (long long)r->failed, r->makespan_s,
             r->throughput_sps, r->bound_s, r->efficiency, r->miss_rate, r->fill_wait_ms,
@@ -399,7 +400,8 @@ int dh_result_write_json(const dh_result *r, void *file)
             (long long)r->fetch_ahead_waited, (long long)r->fetch_ahead_missed,
             (long long)r->fetch_ahead_dropped, r->fetch_latency_s, r->fetch_bandwidth,
             (long long)r->fetch_cache_hits, (long long)r->fetch_cache_bytes, r->setup_s,
-            r->model_bound_s, r->bound_ordered_s, r->efficiency_ordered);
+            r->model_bound_s, r->bound_ordered_s, r->efficiency_ordered,
+            r->order[0] ? r->order : "uniform");
     return ferror(f) ? DH_EIO : 0;
 }
 

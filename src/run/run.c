@@ -103,6 +103,36 @@ static int resolve_inputs(dh__run *run, const dh__workload **wl, char *err, size
     return rc;
 }
 
+const char *dh__order_name(int order)
+{
+    return order == DH_ORDER_STRATIFIED ? "stratified" : "uniform";
+}
+
+#define ORDER_CLASSES 64 /* a stratified order's classes: 32 halvings of GPU cost */
+
+/* The stratified order (--order stratified) over classes of the run's predicted GPU cost;
+ * on several nodes of several ranks each step comes laid out by node (run->by_node). */
+static int stratify(dh__run *run, char *err, size_t errlen)
+{
+    dh_run_config *c = &run->cfg;
+    int nodes = DH_MAX(1, c->nodes);
+    if (c->global_batch % nodes)
+        return dh__fail(err, errlen, DH_EINVAL, "--order stratified on %d nodes needs a global "
+                        "batch that is a multiple of them (each node takes one sample of every "
+                        "%d): %lld is not", nodes, nodes, (long long)c->global_batch);
+    uint16_t *cls = malloc((size_t)run->samples.n * sizeof *cls);
+    if (!cls)
+        return dh__fail(err, errlen, DH_ENOMEM, "out of memory for the classes of %lld samples",
+                        (long long)run->samples.n);
+    dh__gpu_classes(&run->gpu, &run->samples, ORDER_CLASSES, cls);
+    int rc = dh__sampler_stratify(run->sampler, cls, ORDER_CLASSES);
+    free(cls);
+    if (rc)
+        return dh__fail(err, errlen, rc, "--order stratified: %s", dh_strerror(rc));
+    run->by_node = nodes > 1 && c->ranks / nodes > 1;
+    return 0;
+}
+
 static int build_sampler(dh__run *run, char *err, size_t errlen)
 {
     dh_run_config *c = &run->cfg;
@@ -115,6 +145,15 @@ static int build_sampler(dh__run *run, char *err, size_t errlen)
         return rc;
     }
     run->random = dh_spec_is_random(run->use_spec);
+    if (c->order != DH_ORDER_UNIFORM && c->order != DH_ORDER_STRATIFIED)
+        return dh__fail(err, errlen, DH_EINVAL, "order %d is neither DH_ORDER_UNIFORM nor "
+                        "DH_ORDER_STRATIFIED", c->order);
+    if (c->order == DH_ORDER_STRATIFIED && (c->no_shuffle || c->keep_last))
+        return dh__fail(err, errlen, DH_EINVAL, "--order stratified does not go with %s: it "
+                        "reorders every epoch by cost (a validation stream keeps the uniform "
+                        "order, --order uniform)", c->no_shuffle ? "--no-shuffle" : "--keep-last");
+    if (c->order == DH_ORDER_STRATIFIED && (rc = stratify(run, err, errlen)))
+        return rc;
     if (c->resume) {
         dh__run_begin_at(run, c->start_epoch, c->start_step);
         dh_sampler_state st = {dh_manifest_hash(run->m), c->seed, c->start_epoch, c->start_step};
@@ -479,7 +518,8 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
 static int draw_step(void *ctx, int64_t *out, float *cpu)
 {
     dh__run *run = ctx;
-    int rc = dh_sampler_next(run->sampler, out, run->cfg.global_batch);
+    int rc = run->by_node ? dh__sampler_next_by_node(run->sampler, run->cfg.nodes, out)
+                          : dh_sampler_next(run->sampler, out, run->cfg.global_batch);
     for (int64_t k = 0; !rc && cpu && k < run->cfg.global_batch; k++) {
         if (out[k] < 0 || out[k] >= run->samples.n)
             return DH_ERANGE;
@@ -538,6 +578,7 @@ void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc)
     sc->next_order = draw_step;
     sc->order_ctx = run;
     sc->order_cpu = run->random; /* without random keys the table's prediction is the draw's */
+    sc->order_by_node = run->by_node;
 }
 
 int dh__run_should_stop(const dh__run *run)
@@ -562,6 +603,7 @@ void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records
     snprintf(out->workload, sizeof out->workload, "%s", run->workload);
     snprintf(out->policy, sizeof out->policy, "%s", dh__policy_name(run->policy));
     snprintf(out->engine, sizeof out->engine, "%s", engine);
+    snprintf(out->order, sizeof out->order, "%s", dh__order_name(run->cfg.order));
     out->ranks = run->cfg.ranks;
     out->workers = run->cfg.workers;
     out->nodes = DH_MAX(1, run->cfg.nodes);

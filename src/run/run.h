@@ -25,6 +25,8 @@ typedef struct {
     int64_t drawn;            /* steps drawn from the sampler so far */
     int64_t epoch0, step0;    /* where the sampler began (step 0 of the run) */
     int random;               /* the spec has random keys: costs follow each step's draws */
+    int by_node;              /* the order lays each step out node by node (stratified, on
+                               * several nodes of several ranks): the scheduler's deal */
     dh__records *rec;         /* where drawn steps' truth goes (set by the engine) */
     int truth_by_nodes;       /* several nodes: each node sums its own batches' truth into
                                * its STEP record (nodes_step.c), not every draw's */
@@ -52,6 +54,8 @@ double dh__run_true_of(const dh__run *run, int64_t i, double drawn);
  * *gpu_max and *cpu: a node's share of a step's records (truth_by_nodes). */
 void dh__run_add_truth(const dh__run *run, int64_t step, const int64_t *samples, int32_t n,
                        double *gpu, double *gpu_max, double *cpu);
+/* "uniform" or "stratified" (dh_run_config.order, --order). */
+const char *dh__order_name(int order);
 void dh__run_free(dh__run *run);
 /* Every result field both engines fill alike (metrics, calibration, counters); out is whole. */
 void dh__run_fill_result(const dh__run *run, const dh__sched *sched, dh__records *rec,
