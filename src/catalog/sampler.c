@@ -82,27 +82,32 @@ static void fy_start(const dh_sampler *s, int64_t e, fy_state *f)
 static inline __attribute__((always_inline)) void fy_run(uint32_t *p, fy_state *f,
                                                          int64_t swaps, int classes)
 {
-    for (int64_t stop = swaps && f->i > swaps ? f->i - swaps : 0; f->i > stop; f->i--) {
+    /* the state in locals (stores to f->j would otherwise reload it a draw); lo: where
+     * drawn's class starts */
+    int64_t i = f->i, drawn = f->drawn, lo = 0;
+    int c = f->c;
+    if (classes)
+        lo = f->first[c];
+    for (int64_t stop = swaps && i > swaps ? i - swaps : 0; i > stop; i--) {
         /* drawn down to i - (FY_AHEAD - 1), at least 1 (indices are positive: their slots
          * by unsigned remainder, a mask) */
-        int64_t upto = DH_MAX(1, f->i - (FY_AHEAD - 1));
-        while (f->drawn > upto) {
-            f->drawn--;
-            int64_t lo = 0;
-            if (classes) { /* drawn's class */
-                while (f->drawn < f->first[f->c])
-                    f->c--;
-                lo = f->first[f->c];
-            }
-            int64_t j = lo + (int64_t)dh__rng_below(&f->rng, (uint64_t)(f->drawn - lo) + 1);
-            f->j[(uint64_t)f->drawn % FY_AHEAD] = j;
+        int64_t upto = DH_MAX(1, i - (FY_AHEAD - 1));
+        while (drawn > upto) {
+            drawn--;
+            while (classes && drawn < lo)
+                lo = f->first[--c];
+            int64_t j = lo + (int64_t)dh__rng_below(&f->rng, (uint64_t)(drawn - lo) + 1);
+            f->j[(uint64_t)drawn % FY_AHEAD] = j;
             __builtin_prefetch(&p[j], 1);
         }
-        int64_t j = f->j[(uint64_t)f->i % FY_AHEAD];
-        uint32_t t = p[f->i];
-        p[f->i] = p[j];
+        int64_t j = f->j[(uint64_t)i % FY_AHEAD];
+        uint32_t t = p[i];
+        p[i] = p[j];
         p[j] = t;
     }
+    f->i = i;
+    f->drawn = drawn;
+    f->c = c;
 }
 
 /* (The uniform order's loop has no class to find: testing for one cost its shuffle about a
@@ -119,8 +124,10 @@ static void fy_swaps(uint32_t *p, fy_state *f, int64_t swaps)
  * p[*filled, upto). */
 static void perm_fill(const dh_sampler *s, uint32_t *p, int64_t *filled, int64_t upto)
 {
-    for (; s->start && *filled < upto; (*filled)++)
-        p[*filled] = s->start[*filled];
+    if (s->start && *filled < upto) {
+        memcpy(p + *filled, s->start + *filled, (size_t)(upto - *filled) * sizeof *p);
+        *filled = upto;
+    }
     for (; *filled < upto; (*filled)++)
         p[*filled] = (uint32_t)*filled;
 }

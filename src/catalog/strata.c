@@ -253,24 +253,44 @@ int dh__strata_share(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int no
     return 0;
 }
 
+/* Laying out a step node by node: run r's next place goes to node k, whose block holds its
+ * samples at out[k per, (k + 1) per); at: places of run r laid out. */
+typedef struct {
+    int64_t *out, per, r;
+    int nodes, k, at;
+    uint64_t rk;
+} by_node;
+
+/* The next n places of the step laid out class by class, samples src[0, n), to their nodes'
+ * blocks (a segment of one class's order: read in a run, not sample by sample). */
+static void lay_out(by_node *d, const uint32_t *src, int64_t n)
+{
+    int64_t per = d->per, r = d->r;
+    int nodes = d->nodes, k = d->k, at = d->at;
+    for (int64_t u = 0; u < n; u++) {
+        if (at == 0)
+            k = (int)((nodes - rotation(d->rk, r, nodes)) % nodes);
+        d->out[k * per + r] = src[u];
+        k = k + 1 == nodes ? 0 : k + 1;
+        if (++at == nodes)
+            at = 0, r++;
+    }
+    d->r = r, d->k = k, d->at = at;
+}
+
 int dh__strata_step_by_node(dh__strata *t, int64_t epoch, int64_t h0, int64_t G, int nodes,
                             int64_t *out)
 {
     if (share_args(t, epoch, h0, G, nodes, out))
         return DH_EINVAL;
     step_segments(t, h0, G);
-    uint64_t rk = rotation_key(t, epoch, h0);
-    int64_t per = G / nodes;
     /* the step class by class, place j of run r going to the node whose place it is:
      * node (j - r N - rotation) mod N, counted up from the run's first place */
-    for (int c = 0, r = 0, k = 0, at = 0; c < t->classes; c++)
-        for (int64_t u = 0; u < t->at[c + 1] - t->at[c]; u++) {
-            if (at == 0)
-                k = (int)((nodes - rotation(rk, r, nodes)) % nodes);
-            out[k * per + r] = step_sample(t, c, u);
-            k = k + 1 == nodes ? 0 : k + 1;
-            if (++at == nodes)
-                at = 0, r++;
-        }
+    by_node d = {out, G / nodes, 0, nodes, 0, 0, rotation_key(t, epoch, h0)};
+    for (int c = 0; c < t->classes; c++) {
+        const uint32_t *o = t->order + t->first[c];
+        lay_out(&d, o + t->lo[c], t->hi[c] - t->lo[c]);
+        lay_out(&d, o + t->lo2[c], t->hi2[c] - t->lo2[c]);
+    }
     return 0;
 }
