@@ -916,6 +916,9 @@ START_TEST(a_state_from_another_job_is_refused_with_the_reason)
     o.check_seed = 1, o.resume_seed = 2; /* saved by a seed-2 run */
     refused(&c, &o, "seed 2, this agent runs seed 1");
     o.resume_seed = 1;
+    o.check_order = 1, o.resume_order = DH_ORDER_STRATIFIED; /* saved by a stratified run */
+    refused(&c, &o, "from a run with --order stratified, this agent runs --order uniform");
+    o.resume_order = DH_ORDER_UNIFORM;
     o.manifest_hash ^= 1; /* saved on another manifest */
     refused(&c, &o, "manifest differs");
     o.manifest_hash ^= 1;

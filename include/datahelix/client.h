@@ -57,6 +57,10 @@ typedef struct {
      * otherwise sit silent until its timeout. NULL: silent. */
     void (*on_wait)(void *user, const char *sentence);
     void *on_wait_user;
+    /* Added in 0.3. Resuming a saved state: its order's kind (dh_client_order when it was
+     * saved: DH_ORDER_UNIFORM or DH_ORDER_STRATIFIED), checked when check_order; the agent
+     * refuses a state of the other order (a position in one is other samples in the other). */
+    int check_order, resume_order;
 } dh_client_opts;
 #define DH_CLIENT_WAIT_FIRST_S 5
 #define DH_CLIENT_WAIT_EVERY_S 15
@@ -91,6 +95,9 @@ DH_API int dh_client_run_get(const dh_client *c, dh_client_run *out);
  * a next beyond them is DH_ELIMIT. A loop that keeps its batch until it takes the next
  * (Python's `for batch in loader`) needs 2. */
 DH_API int dh_client_max_leases(const dh_client *c);
+/* Added in 0.3: the agent's sample order (its --order): DH_ORDER_UNIFORM or
+ * DH_ORDER_STRATIFIED; a saved state keeps it to resume with (dh_client_opts.resume_order). */
+DH_API int dh_client_order(const dh_client *c);
 /* The epoch of global step `step` of this run (>= its first) and the step within it: the
  * run's first epoch may start part-way (a resume), the next ones at 0. Any thread. */
 DH_API int dh_client_step_position(const dh_client *c, int64_t step, int64_t *epoch,

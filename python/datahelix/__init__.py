@@ -353,6 +353,8 @@ class Loader:
                     kw["resume_shift"] = int(r["shift"])
                 if r.get("global_step") is not None:
                     kw["resume_global_step"] = int(r["global_step"])
+                if r.get("order"):
+                    kw["resume_order"] = r["order"]
                 # The state's manifest and spec must be the agent's, unless the caller
                 # names its own.
                 for key in ("manifest_hash", "spec_hash"):
@@ -573,15 +575,17 @@ class Loader:
         """Where a resumed job continues after this rank's last batch: epoch, step (within
         that epoch; batch["step"] is the global step, here global_step), and the shift of an
         epoch resumed at another global batch; with what it must match: manifest_hash,
-        spec_hash, seed; global_batch says how to read step; world_size is informative."""
+        spec_hash, seed, order (the agent's --order); global_batch says how to read step;
+        world_size is informative."""
         if self._client is None:
             return dict(self._resume or {"epoch": 0, "step": 0})
         return self._client.state()
 
     def load_state_dict(self, state):
         """Resume at a saved state (before iterating). The agent refuses a state from another
-        manifest, spec or seed, or ranks that disagree; the world size and the global batch
-        may change: the job goes on at the first sample the saved one had not consumed."""
+        manifest, spec, seed or --order, or ranks that disagree; the world size and the global
+        batch may change: the job goes on at the first sample the saved one had not
+        consumed."""
         if self._client is not None:
             raise _fail("DH_EINVAL", "load_state_dict must come before iterating (or len, "
                         "set_epoch)")
@@ -594,4 +598,9 @@ class Loader:
                     "shift", "global_step"):
             if state.get(key) is not None:
                 resume[key] = int(state[key])
+        if state.get("order") is not None:  # a state saved before 0.3 says none
+            if state["order"] not in ("uniform", "stratified"):
+                raise _fail("DH_EINVAL", "not a DataHelix state: its order is %r (uniform or "
+                            "stratified)" % (state["order"],))
+            resume["order"] = state["order"]
         self._resume = resume

@@ -49,8 +49,9 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"socket", "rank", "world_size", "global_batch", "manifest_hash",
                              "spec_hash", "timeout_ms", "resume_epoch", "resume_step",
                              "attach_timeout_ms", "resume_seed", "resume_global_batch",
-                             "resume_shift", "resume_global_step", "stream", NULL};
-    const char *sock = NULL, *stream = NULL;
+                             "resume_shift", "resume_global_step", "stream", "resume_order",
+                             NULL};
+    const char *sock = NULL, *stream = NULL, *order = NULL;
     dh_client_opts o;
     dh_client_opts_default(&o);
     long long G = 0, epoch = -1, step = -1, rG = 0, shift = 0, gstep = -1;
@@ -59,11 +60,18 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     if (self->c)
         return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "this Client is initialised "
                         "already: make a new one"), -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLLLz", kwlist, &sock, &o.rank,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "zii|LKKiLLiOLLLzz", kwlist, &sock, &o.rank,
                                      &o.world_size, &G, &mh, &sh, &o.timeout_ms, &epoch, &step,
                                      &o.attach_timeout_ms, &seed, &rG, &shift, &gstep,
-                                     &stream))
+                                     &stream, &order))
         return -1;
+    if (order) { /* a saved state's order: checked by the agent */
+        if (strcmp(order, "uniform") && strcmp(order, "stratified"))
+            return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "resume_order must "
+                              "be \"uniform\" or \"stratified\""), -1;
+        o.check_order = 1;
+        o.resume_order = order[0] == 's' ? DH_ORDER_STRATIFIED : DH_ORDER_UNIFORM;
+    }
     o.socket = sock;
     o.stream = stream;
     o.on_wait = say_waiting;
@@ -186,12 +194,14 @@ static PyObject *client_state(ClientObject *self, PyObject *unused)
     dh_client_state st;
     if (!self->c || dh_client_state_get(self->c, &st))
         return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "the client is closed");
-    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L,s:L,s:L}", "manifest_hash",
+    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:L,s:L,s:L,s:L,s:L,s:s}", "manifest_hash",
                          (unsigned long long)st.manifest_hash, "spec_hash",
                          (unsigned long long)st.spec_hash, "seed", (unsigned long long)st.seed,
                          "world_size", st.world_size, "global_batch", (long long)st.global_batch,
                          "epoch", (long long)st.epoch, "step", (long long)st.step, "shift",
-                         (long long)st.shift, "global_step", (long long)st.global_step);
+                         (long long)st.shift, "global_step", (long long)st.global_step, "order",
+                         dh_client_order(self->c) == DH_ORDER_STRATIFIED ? "stratified"
+                                                                        : "uniform");
 }
 
 static PyObject *client_close(ClientObject *self, PyObject *unused)

@@ -280,7 +280,10 @@ class LoaderTest(unittest.TestCase):
                 next(iter(loader))
                 state = loader.state_dict()
         self.assertEqual(state["seed"], 1)
+        self.assertEqual(state["order"], "uniform")
         for bad, why in ((dict(state, seed=2), "seed 2, this agent runs seed 1"),
+                         (dict(state, order="stratified"),
+                          "from a run with --order stratified, this agent runs --order uniform"),
                          (dict(state, manifest_hash=state["manifest_hash"] ^ 1),
                           "manifest differs"),
                          (dict(state, step=20), "not a position of this manifest")):
@@ -294,6 +297,26 @@ class LoaderTest(unittest.TestCase):
                 self.assertIn(why, str(ctx.exception))
                 rc, out, err = agent.wait()
                 self.assertNotEqual(rc, 0)
+
+    def test_a_stratified_job_resumes_with_its_order(self):
+        """--order stratified: the state says it, and a resumed agent of that order goes on
+        where the state left off (the batch an uninterrupted run serves next)."""
+        args = ("--ranks", "1", "--batch", "4", "--steps", "0", "--seed", "1",
+                "--order", "stratified", "--attach-timeout", "3")
+        s = sock()
+        with Agent(self.tmp, s, *args):
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                it = iter(loader)
+                next(it)
+                state = loader.state_dict()
+                want = list(next(it)["ids"])
+        self.assertEqual(state["order"], "stratified")
+        s = sock()
+        with Agent(self.tmp, s, *args):
+            loader = datahelix.Loader(socket=s, rank=0, world_size=1)
+            loader.load_state_dict(state)
+            with loader:
+                self.assertEqual(list(next(iter(loader))["ids"]), want)
 
     VAL_SCRIPT = r"""
 import json, sys, datahelix

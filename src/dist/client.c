@@ -151,6 +151,7 @@ static int attach(dh_client *c, const dh_client_opts *o, char *err, size_t errle
                     .epoch = o->epoch, .step = o->step, .resume_seed = o->resume_seed,
                     .resume_global_batch = o->resume_global_batch,
                     .check_seed = o->check_seed, .resume_shift = o->resume_shift,
+                    .resume_order = o->resume && o->check_order ? o->resume_order + 1 : 0,
                     .resume_global_step = o->resume ? o->resume_global_step : -1};
     if (o->stream && strlen(o->stream) >= sizeof q.stream)
         return dh__fail(err, errlen, DH_EINVAL, "stream name \"%.40s...\" is longer than %d "
@@ -478,6 +479,11 @@ int dh_client_report_step(dh_client *c, int64_t step, double seconds)
 int dh_client_max_leases(const dh_client *c)
 {
     return c ? c->info.max_leases : DH_EINVAL;
+}
+
+int dh_client_order(const dh_client *c)
+{
+    return c ? c->info.order : DH_EINVAL;
 }
 
 int dh_client_step_position(const dh_client *c, int64_t step, int64_t *epoch,

@@ -18,8 +18,8 @@
 #include "../core/core.h"
 
 #define DH__PROTO_MAGIC 0x584c4844u /* "DHLX" */
-#define DH__PROTO_VERSION 5 /* 2: resume checks, WAITING, global steps; 3: streams; 4: meta;
-                            * 5: each item's draw */
+#define DH__PROTO_VERSION 6 /* 2: resume checks, WAITING, global steps; 3: streams; 4: meta;
+                            * 5: each item's draw; 6: the order's kind */
 #define DH__STREAM_NAME 32 /* a stream's name, NUL included */
 #define DH__PROTO_MAX (64u << 20)
 #define DH__SEND_MS 5000 /* a peer that takes no byte of a message for so long is stuck */
@@ -59,7 +59,8 @@ typedef struct {
      * of another global batch when the position falls on one of its step boundaries. */
     uint64_t resume_seed;
     int64_t resume_global_batch;       /* 0: the agent's */
-    int32_t check_seed, reserved;
+    int32_t check_seed;
+    int32_t resume_order;              /* the state's order (DH_ORDER_*) + 1; 0: not said */
     int64_t resume_shift;              /* the state's epoch shifted by so many samples */
     int64_t resume_global_step;        /* the state's steps trained so far; -1: unknown */
     char stream[DH__STREAM_NAME];      /* the stream to attach to; "": the agent's first */
@@ -81,6 +82,7 @@ typedef struct {
     int32_t rank_lo, rank_hi;          /* the ranks this agent serves */
     int64_t shift;                     /* the first epoch's batches shifted (a resume) */
     int64_t step_base;                 /* the global step of the run's step 0 */
+    int32_t order, reserved;           /* the run's order (DH_ORDER_*) */
 } dh__attached;
 
 typedef struct {

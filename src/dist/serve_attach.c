@@ -110,6 +110,11 @@ static int refuse_reason(agent *a, const conn *c, char *why, size_t len)
         return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with seed %llu, "
                         "this agent runs seed %llu (--seed)", (unsigned long long)q->resume_seed,
                         (unsigned long long)a->cfg->seed);
+    if (q->resume && q->resume_order && q->resume_order - 1 != a->cfg->order)
+        return dh__fail(why, len, DH_EMISMATCH, "the saved state is from a run with --order %s, "
+                        "this agent runs --order %s (a position in one order holds other samples "
+                        "in the other: serve with the state's --order)",
+                        dh__order_name(q->resume_order - 1), dh__order_name(a->cfg->order));
     start_point p;
     int rc = q->resume ? dh__agent_resume_point(a, q, &p, why, len) : 0;
     if (rc)
@@ -376,5 +381,5 @@ void dh__agent_fill_info(agent *a)
                              .max_leases = a->o.max_leases, .global_batch = c->global_batch,
                              .epoch = p.epoch, .step = p.step, .shift = p.shift,
                              .steps_per_epoch = a->steps_per_epoch, .rank_lo = a->lo,
-                             .rank_hi = a->hi, .step_base = p.base};
+                             .rank_hi = a->hi, .step_base = p.base, .order = c->order};
 }
