@@ -1,7 +1,7 @@
 /*
  * mpi_nodes.c - the real engine on several nodes under mpirun (tests/mpi_run.sh),
  * through the public API and the agent's MPI layer only.
- *   mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy] [augment]
+ *   mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy] [augment] [stratified]
  * Started by mpirun, each process is one node: it runs the engine with its
  * own ranks' consumers (as trainers attached to `serve` would) and writes one
  * line per delivered sample to LOG.nodeK: "step sample status crc", crc over
@@ -15,6 +15,7 @@
  * meanwhile), so rebalancing moves samples off sample 0's rank, across nodes.
  * "augment": the spec with --augment's random crops, clips and flips; the crc then also
  * covers each item's draw, which must not depend on the node that decoded it.
+ * "stratified": --order stratified (each step laid out by node, dealt as laid out).
  */
 #include "mpi/comm.h"
 
@@ -101,14 +102,15 @@ static int recv_msg(void *user, int *from, void **data, size_t *len, double time
 
 int main(int argc, char **argv)
 {
-    int augment = 0;
+    int augment = 0, stratified = 0;
     for (int k = 8; k < argc; k++) {
         heavy |= !strcmp(argv[k], "heavy");
         augment |= !strcmp(argv[k], "augment");
+        stratified |= !strcmp(argv[k], "stratified");
     }
-    if (argc < 8 || argc - 8 != heavy + augment) {
+    if (argc < 8 || argc - 8 != heavy + augment + stratified) {
         fprintf(stderr, "usage: mpi_nodes MANIFEST POLICY RANKS WORKERS BATCH STEPS LOG [heavy] "
-                "[augment]\n");
+                "[augment] [stratified]\n");
         return 2;
     }
     dh__comm *comm = NULL;
@@ -134,6 +136,7 @@ int main(int argc, char **argv)
     if (heavy)
         c.sample_gpu_cost = heavy_cost;
     c.augment = augment;
+    c.order = stratified ? DH_ORDER_STRATIFIED : DH_ORDER_UNIFORM;
     int node = 0;
     if (comm) {
         c.nodes = dh__comm_size(comm);

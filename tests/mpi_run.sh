@@ -52,6 +52,17 @@ check "augment on 2 nodes: exit 0" test $? -eq 0
 cat "$WORK/aug2".node* | sort > "$WORK/aug2.sorted"
 check "augment on 2 nodes: each sample once, the same bytes and draws as on one node" \
     cmp -s "$WORK/aug2.sorted" "$WORK/aug1.sorted"
+# --order stratified: each step comes laid out by node and is dealt as laid out; 2 nodes of 2
+# ranks deliver what one node delivers with that order.
+"$NODES" "$M" helix 4 4 8 6 "$WORK/strat1" stratified > /dev/null 2> "$WORK/strat1.err"
+check "stratified: one node runs" test $? -eq 0
+sort "$WORK/strat1" > "$WORK/strat1.sorted"
+timeout 120 "${MPIRUN[@]}" -np 2 "$NODES" "$M" helix 4 4 8 6 "$WORK/strat2" stratified \
+    > "$WORK/strat2.out" 2> "$WORK/strat2.err"
+check "stratified on 2 nodes: exit 0" test $? -eq 0
+cat "$WORK/strat2".node* | sort > "$WORK/strat2.sorted"
+check "stratified on 2 nodes: each sample once, the same bytes as on one node" \
+    cmp -s "$WORK/strat2.sorted" "$WORK/strat1.sorted"
 grep -h "lent" "$WORK"/n*.helix.out | sed 's/^/  helix lending (by timing): /'
 
 # Rebalancing moves over the wire: sample 0 costs 100 s once prepared (every other 1 s) and
