@@ -40,29 +40,25 @@ for pol in helix pool local; do
     done
 done
 check "the cut clip failed and was delivered marked" grep -q ' -[0-9]* ' "$WORK/one.helix.sorted"
-# Random augmentation (--augment's crops, clips, flips): every sample's bytes and draw on 2
-# nodes are the one-node run's, whichever node decoded it.
-"$NODES" "$M" helix 4 4 8 6 "$WORK/aug1" augment > /dev/null 2> "$WORK/aug1.err"
-check "augment: one node runs" test $? -eq 0
-sort "$WORK/aug1" > "$WORK/aug1.sorted"
-check "augment: the draws change the bytes" bash -c "! cmp -s '$WORK/aug1.sorted' '$WORK/one.helix.sorted'"
-timeout 120 "${MPIRUN[@]}" -np 2 "$NODES" "$M" helix 4 4 8 6 "$WORK/aug2" augment \
-    > "$WORK/aug2.out" 2> "$WORK/aug2.err"
-check "augment on 2 nodes: exit 0" test $? -eq 0
-cat "$WORK/aug2".node* | sort > "$WORK/aug2.sorted"
-check "augment on 2 nodes: each sample once, the same bytes and draws as on one node" \
-    cmp -s "$WORK/aug2.sorted" "$WORK/aug1.sorted"
-# --order stratified: each step comes laid out by node and is dealt as laid out; 2 nodes of 2
-# ranks deliver what one node delivers with that order.
-"$NODES" "$M" helix 4 4 8 6 "$WORK/strat1" stratified > /dev/null 2> "$WORK/strat1.err"
-check "stratified: one node runs" test $? -eq 0
-sort "$WORK/strat1" > "$WORK/strat1.sorted"
-timeout 120 "${MPIRUN[@]}" -np 2 "$NODES" "$M" helix 4 4 8 6 "$WORK/strat2" stratified \
-    > "$WORK/strat2.out" 2> "$WORK/strat2.err"
-check "stratified on 2 nodes: exit 0" test $? -eq 0
-cat "$WORK/strat2".node* | sort > "$WORK/strat2.sorted"
-check "stratified on 2 nodes: each sample once, the same bytes as on one node" \
-    cmp -s "$WORK/strat2.sorted" "$WORK/strat1.sorted"
+# A mode of mpi_nodes on 2 nodes of 2 ranks against one node in that mode: each sample once,
+# the same bytes (and draws) whichever node decoded it. against_one_node MODE WHAT
+against_one_node() {
+    "$NODES" "$M" helix 4 4 8 6 "$WORK/$1.1" "$1" > /dev/null 2> "$WORK/$1.1.err"
+    check "$1: one node runs" test $? -eq 0
+    sort "$WORK/$1.1" > "$WORK/$1.1.sorted"
+    timeout 120 "${MPIRUN[@]}" -np 2 "$NODES" "$M" helix 4 4 8 6 "$WORK/$1.2" "$1" \
+        > "$WORK/$1.2.out" 2> "$WORK/$1.2.err"
+    check "$1 on 2 nodes: exit 0" test $? -eq 0
+    cat "$WORK/$1.2".node* | sort > "$WORK/$1.2.sorted"
+    check "$1 on 2 nodes: each sample once, $2 as on one node" \
+        cmp -s "$WORK/$1.2.sorted" "$WORK/$1.1.sorted"
+}
+# Random augmentation (--augment's crops, clips, flips): every sample's bytes and draw.
+against_one_node augment "the same bytes and draws"
+check "augment: the draws change the bytes" \
+    bash -c "! cmp -s '$WORK/augment.1.sorted' '$WORK/one.helix.sorted'"
+# --order stratified: each step comes laid out by node and is dealt as laid out.
+against_one_node stratified "the same bytes"
 grep -h "lent" "$WORK"/n*.helix.out | sed 's/^/  helix lending (by timing): /'
 
 # Rebalancing moves over the wire: sample 0 costs 100 s once prepared (every other 1 s) and

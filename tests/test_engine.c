@@ -1252,6 +1252,23 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The nodes' deliveries together (each node's seen: step and sample, each sample's bytes
+ * checked as it came) are one node's, total of them: each sample of each step once. */
+static void nodes_deliver_what_one_does(hub_node *one, hub_node *n, int nodes, int64_t total)
+{
+    int64_t *all = malloc((size_t)total * sizeof *all), k = 0;
+    for (int x = 0; x < nodes; x++)
+        for (int64_t i = 0; i < n[x].seen_n && k < total; i++)
+            all[k++] = n[x].seen[i];
+    ck_assert_int_eq(k, total);
+    ck_assert_int_eq(one->seen_n, total);
+    qsort(all, (size_t)k, sizeof *all, cmp_i64);
+    qsort(one->seen, (size_t)total, sizeof *all, cmp_i64);
+    for (int64_t i = 0; i < total; i++)
+        ck_assert_int_eq(all[i], one->seen[i]);
+    free(all);
+}
+
 START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
 {
     /* Each node decodes only its own ranks' batches; together they deliver exactly what one
@@ -1269,7 +1286,6 @@ START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
             run_nodes(&c, 1, 1, -1, 0, one, NULL); /* nodes = 1: the plain engine */
             ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
             run_nodes(&c, nodes, 1, -1, 0, n, NULL);
-            int64_t all[64], k = 0;
             for (int x = 0; x < nodes; x++) {
                 ck_assert_msg(n[x].rc == 0, "%s on %d nodes, node %d: %s", pols[p], nodes, x,
                               n[x].err);
@@ -1289,15 +1305,8 @@ START_TEST(several_nodes_deliver_every_sample_once_byte_equal)
                                         1e-9 * one[0].res.bound_gpu_s);
                 ck_assert_double_eq_tol(n[x].res.model_bound_s, one[0].res.model_bound_s,
                                         1e-9 * one[0].res.model_bound_s);
-                for (int64_t i = 0; i < n[x].seen_n; i++)
-                    all[k++] = n[x].seen[i];
             }
-            ck_assert_int_eq(k, 40);
-            ck_assert_int_eq(one[0].seen_n, 40);
-            qsort(all, (size_t)k, sizeof *all, cmp_i64);
-            qsort(one[0].seen, 40, sizeof *all, cmp_i64);
-            for (int i = 0; i < 40; i++)
-                ck_assert_int_eq(all[i], one[0].seen[i]);
+            nodes_deliver_what_one_does(one, n, nodes, 40);
             free_nodes(one, 1);
             free_nodes(n, nodes);
         }
@@ -1319,22 +1328,14 @@ START_TEST(a_stratified_order_on_several_nodes_delivers_what_one_node_does)
     run_nodes(&c, 1, 1, -1, 0, one, NULL);
     ck_assert_msg(one[0].rc == 0, "%s", one[0].err);
     run_nodes(&c, 2, 1, -1, 0, n, NULL);
-    int64_t all[40], k = 0;
     for (int x = 0; x < 2; x++) {
         ck_assert_msg(n[x].rc == 0, "node %d: %s", x, n[x].err);
         ck_assert_int_eq(n[x].res.delivered, 40);
         ck_assert_int_eq(n[x].res.failed, 0);
         ck_assert_str_eq(n[x].res.order, "stratified");
         ck_assert_double_eq(n[x].res.makespan_s, n[0].res.makespan_s);
-        for (int64_t i = 0; i < n[x].seen_n; i++)
-            all[k++] = n[x].seen[i];
     }
-    ck_assert_int_eq(k, 40);
-    ck_assert_int_eq(one[0].seen_n, 40);
-    qsort(all, (size_t)k, sizeof *all, cmp_i64);
-    qsort(one[0].seen, 40, sizeof *all, cmp_i64);
-    for (int i = 0; i < 40; i++)
-        ck_assert_int_eq(all[i], one[0].seen[i]);
+    nodes_deliver_what_one_does(one, n, 2, 40);
     free_nodes(one, 1);
     free_nodes(n, 2);
     dh_manifest_free(m);
