@@ -248,6 +248,7 @@ check "run with rebalancing accounts for all" contains "$WORK/reb.out" "delivere
     --order stratified --json "$WORK/strat.json" > "$WORK/strat.out" 2>&1
 check "sim --order stratified on 4 nodes exits 0" test $? -eq 0
 check "sim json says the order" contains "$WORK/strat.json" '"order":"stratified"'
+check "sim's summary says the order" contains "$WORK/strat.out" "768 samples, stratified order"
 check "sim --order stratified delivers every scheduled sample" \
     test "$(json_field "$WORK/strat.json" delivered)" = 768
 "$DH" sim --workload omni-mix --steps 2 --json "$WORK/unif.json" > /dev/null 2>&1

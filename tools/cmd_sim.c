@@ -234,10 +234,11 @@ void cli_print_result(const dh_result *r)
     char nodes[32] = "";
     if (r->nodes > 1)
         snprintf(nodes, sizeof nodes, " on %d nodes", r->nodes);
-    printf("%s / %s (%s): R=%d W=%d%s, %lld step%s, %lld samples\n", r->workload, r->policy,
+    int strat = !strcmp(r->order, "stratified"); /* the default order is not said */
+    printf("%s / %s (%s): R=%d W=%d%s, %lld step%s, %lld samples%s\n", r->workload, r->policy,
            strcmp(r->engine, "real") ? "sim: simulated figures" : "real: measured on this machine",
            r->ranks, r->workers, nodes, (long long)r->steps, r->steps == 1 ? "" : "s",
-           (long long)r->samples);
+           (long long)r->samples, strat ? ", stratified order" : "");
     /* a run that took no time (a text-only manifest in the simulator: its GPU time is scaled
      * to CPU time, and text costs none) has no efficiency to read: the JSON keeps 0 */
     char eff[32] = "n/a (nothing to compute)", eff_o[32] = "n/a";
