@@ -262,8 +262,15 @@ check "--order stratified refuses a batch the nodes do not divide" \
     contains "$WORK/order3.err" "needs a global batch that is a multiple of them"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --order stratified --keep-last \
     > /dev/null 2> "$WORK/orderkl.err"
+check "--order stratified with --keep-last is a usage error" test $? -eq 2
 check "--order stratified refuses --keep-last, naming it" \
     contains "$WORK/orderkl.err" "does not go with --keep-last"
+"$DH" serve --manifest "$WORK/data/manifest.jsonl" --ranks 1 --batch 2 --order stratified \
+    --stream val --manifest "$WORK/data/manifest.jsonl" --no-shuffle \
+    > /dev/null 2> "$WORK/orderv.err"
+check "a validation stream under --order stratified is a usage error" test $? -eq 2
+check "a validation stream under --order stratified is told to add --order uniform" \
+    contains "$WORK/orderv.err" "add --order uniform after --stream val"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --nodes 2 > /dev/null 2> "$WORK/nodes.err"
 check "the real engine refuses --nodes without mpirun" contains "$WORK/nodes.err" "mpirun"
 "$DH" run --manifest "$WORK/data/manifest.jsonl" --move-gbps 0 > /dev/null 2>&1

@@ -1848,8 +1848,8 @@ START_TEST(nodes_of_another_job_are_refused_naming_the_setting)
     } cases[] = {
         {node_1_has_another_spec, 0, 0, "the preprocessing spec (--spec or --augment)"},
         {node_1_has_another_network, 0, 0, "the network model"},
-        {node_1_has_another_order, 0, 0, "the sample order (--order, --no-shuffle, "
-                                         "--keep-last)"},
+        {node_1_has_another_order, 0, 0, "--order (uniform on node 0, stratified on the "
+                                         "other)"},
         {NULL, 1, 0, "the command: one node serves trainers (datahelix serve), another runs "
                      "emulated ranks (datahelix run)"},
         /* agents: refused when they start, before they wait for trainers (user trial 2) */

@@ -1724,6 +1724,31 @@ START_TEST(one_agent_serves_several_streams)
 END_TEST
 
 /*
+ * A stream that cannot start (a validation stream given --order stratified and --keep-last
+ * through the C API) is what the agent names: the training stream it ended, which then
+ * ended unrun saying "no trainer attached while the other streams ran", was named instead
+ * (a user trial).
+ */
+START_TEST(a_stream_that_cannot_start_is_named_not_the_one_it_ended)
+{
+    new_socket_name();
+    dh_run_config t = agent_config("helix", 1, 2), v = agent_config("helix", 1, 2);
+    t.steps = 3;
+    v.keep_last = 1;
+    v.order = DH_ORDER_STRATIFIED;
+    dh_result rt, rv;
+    dh_serve_stream s[2];
+    train_and_val(s, &t, &rt, &v, &rv);
+    dh_serve_opts o;
+    char err[320] = "";
+    int rc = serve_and_reap(s, 2, &o, 3000, NULL, 0, err, sizeof err);
+    ck_assert_int_eq(rc, DH_EINVAL);
+    ck_assert_msg(strstr(err, "stream val: ") && strstr(err, "does not go with --keep-last"),
+                  "%s", err);
+}
+END_TEST
+
+/*
  * A validation Loader attaches at the first pass, maybe long after training began: a stream
  * with no trainer yet waits as long as another stream runs, whatever the attach timeout
  * (3 s here; the val trainers come after 5 s of training). Also: the val stream's default
@@ -2344,6 +2369,7 @@ int main(void)
     ADD_TEST(tc, a_rank_lost_while_its_request_waits_is_named);
     ADD_TEST(tc, a_rank_failing_after_another_died_names_the_dead_one_first);
     ADD_TEST(tc, one_agent_serves_several_streams);
+    ADD_TEST(tc, a_stream_that_cannot_start_is_named_not_the_one_it_ended);
     ADD_TEST(tc, a_stream_waits_for_its_first_trainer_while_another_runs);
     ADD_TEST(tc, unused_streams_end_the_agent_and_a_finite_one_fails);
     suite_add_tcase(s, tc);

@@ -471,7 +471,8 @@ int cli_run_option(int argc, char **argv, int *i, dh_run_config *cfg, dh_stress 
         return 1;
     } else if (!strcmp(opt, "--order")) {
         if (!val || (strcmp(val, "uniform") && strcmp(val, "stratified"))) {
-            cli_err("--order expects uniform or stratified, got \"%s\"", val ? val : "");
+            cli_err("--order expects uniform or stratified, got \"%s\"",
+                    val ? val : "(nothing)");
             return -1;
         }
         cfg->order = val[0] == 's' ? DH_ORDER_STRATIFIED : DH_ORDER_UNIFORM;

@@ -65,14 +65,15 @@ static const char help[] =
     "  --stream NAME ...       serve another stream from the same agent and socket, say val:\n"
     "                          the options after it (up to the next --stream) are that\n"
     "                          stream's: --manifest (required), --spec, --workload, --batch,\n"
-    "                          --seed, --no-shuffle, --keep-last, --policy, --memory-budget,\n"
-    "                          --json, --trace, --steps/--epochs (default: endless, one pass\n"
-    "                          per loop of its Loader); the rest is taken from the options\n"
-    "                          before the first --stream (that stream is \"train\"). Trainers\n"
-    "                          pick one with Loader(stream=\"val\"). The streams share the\n"
-    "                          --workers (a stream whose rank waits for a batch goes first,\n"
-    "                          then least slack) and, given before any --stream,\n"
-    "                          --memory-budget (split in proportion to each one's default)\n";
+    "                          --seed, --order, --no-shuffle, --keep-last, --policy,\n"
+    "                          --memory-budget, --json, --trace, --steps/--epochs (default:\n"
+    "                          endless, one pass per loop of its Loader); the rest is taken\n"
+    "                          from the options before the first --stream (that stream is\n"
+    "                          \"train\"). Trainers pick one with Loader(stream=\"val\"). The\n"
+    "                          streams share the --workers (a stream whose rank waits for a\n"
+    "                          batch goes first, then least slack) and, given before any\n"
+    "                          --stream, --memory-budget (split in proportion to each one's\n"
+    "                          default)\n";
 
 static void list(FILE *out)
 {
@@ -489,6 +490,25 @@ static const char *const agent_options[] = {
     "--ranks", "--workers", "--socket", "--max-leases", "--attach-timeout", "--on-rank-exit",
     "--nodes", "--calibrate", "--cpu-cost-scale", "--metrics", NULL};
 
+/* A stratified order with --no-shuffle or --keep-last is a usage error, said before anything
+ * starts (stream: NULL for the main run; inherited: its --order came from before the first
+ * --stream). 0 or CLI_USAGE. */
+static int order_fits(const dh_run_config *c, const char *stream, int inherited)
+{
+    if (c->order != DH_ORDER_STRATIFIED || (!c->no_shuffle && !c->keep_last))
+        return 0;
+    const char *what = c->no_shuffle ? "--no-shuffle" : "--keep-last";
+    if (inherited)
+        cli_err("--stream %s: %s needs the uniform order, and the --order stratified given "
+                "before the first --stream applies to it too: add --order uniform after "
+                "--stream %s", stream, what, stream);
+    else
+        cli_err("%s%s%s--order stratified does not go with %s: it reorders every epoch by cost "
+                "(a validation stream takes --order uniform)", stream ? "--stream " : "",
+                stream ? stream : "", stream ? ": " : "", what);
+    return CLI_USAGE;
+}
+
 /*
  * serve ... --stream NAME [options] ...: each --stream starts another stream's options,
  * which default to the main run's except its inputs (--manifest, --spec, --json, --trace),
@@ -544,6 +564,11 @@ static int parse_streams(int argc, char **argv, int first, one_run *runs)
         int rc = parse(end - (i + 1), argv + i + 1, &r->cfg, &r->stress, &r->f, "serve");
         if (rc)
             return rc < 0 ? -CLI_USAGE : -rc;
+        int own_order = 0;
+        for (int k = i + 2; k < end; k++)
+            own_order |= !strcmp(argv[k], "--order");
+        if ((rc = order_fits(&r->cfg, r->name, !own_order)))
+            return -rc;
         if (r->cfg.epochs && r->cfg.steps == DH_STEPS_FOREVER)
             r->cfg.steps = 0; /* --epochs N given: that many */
         int own_augment = 0;
@@ -609,6 +634,8 @@ static int sim_or_run(int argc, char **argv, int mode)
     int rc = parse(first, argv, cfg, &runs[0].stress, f, mode_name[mode]);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if ((rc = order_fits(cfg, NULL, 0)))
+        return rc;
     if (mode == MODE_SERVE && !cfg->global_batch) { /* the library's refusal named no flag */
         int later = 0; /* given after --stream: that stream's */
         for (int i = first; i < argc; i++)

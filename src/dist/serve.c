@@ -202,9 +202,10 @@ static int serve_generation(agent *a, dh_sample_error_cb on_error, void *user, d
                   "its batch while it takes the next: it needs 2)", a->o.max_leases);
         if (!a->gen && tail)
             event(a, "an epoch of %lld samples in global batches of %lld uses %lld: the last "
-                  "%lld of each epoch's order are dropped (--keep-last keeps them)",
-                  (long long)a->samples, (long long)a->cfg->global_batch,
-                  (long long)(a->samples - tail), (long long)tail);
+                  "%lld of each epoch's order are dropped%s", (long long)a->samples,
+                  (long long)a->cfg->global_batch, (long long)(a->samples - tail),
+                  (long long)tail, a->cfg->order == DH_ORDER_UNIFORM ? " (--keep-last keeps them)"
+                                                                     : "");
         a->refused = 0; /* this generation's */
         if ((rc = dh__agent_wait_for_ranks(a))) {
             char why[1024]; /* the counts, the missing ranks and a whole refusal (it cut one) */
@@ -490,12 +491,17 @@ int dh_serve_streams(const dh_serve_stream *streams, int n, const dh_serve_opts 
         dh__serve_accept(&h, h.s[0].o.io_timeout_ms);
     for (int k = 0; k < started; k++)
         pthread_join(h.s[k].thread, NULL);
-    for (int k = 0; k < started && !rc; k++)
-        if (h.s[k].rc) { /* the first stream that failed says why */
-            rc = h.s[k].rc;
-            dh__msg(err, errlen, "%s%s%s%s", n > 1 ? "stream " : "", n > 1 ? h.s[k].stream : "",
-                    n > 1 ? ": " : "", h.s[k].err);
-        }
+    /* The first stream that failed says why; one that failed only because the others ended
+     * before any trainer came for it (unused) comes after those that failed on their own (a
+     * validation stream that could not start ended the job's, whose "no trainer attached"
+     * hid the cause) */
+    for (int pass = 0; pass < 2 && !rc; pass++)
+        for (int k = 0; k < started && !rc; k++)
+            if (h.s[k].rc && h.s[k].unused == pass) {
+                rc = h.s[k].rc;
+                dh__msg(err, errlen, "%s%s%s%s", n > 1 ? "stream " : "",
+                        n > 1 ? h.s[k].stream : "", n > 1 ? ": " : "", h.s[k].err);
+            }
     if (h.listen_fd >= 0) {
         close(h.listen_fd);
         if (h.name[0] != '@')

@@ -372,9 +372,10 @@ void dh__agent_fill_info(agent *a)
     int64_t Gs = q->resume_global_batch;
     if (q->resume && Gs && Gs != c->global_batch && p.dropped > 0 && p.epoch == q->epoch)
         event(a, "resuming a state of global batch %lld at %lld: the last %lld samples of epoch "
-              "%lld fill no batch of %lld and are dropped, as an epoch's incomplete tail is "
-              "(--keep-last keeps it)", (long long)Gs, (long long)c->global_batch,
-              (long long)p.dropped, (long long)p.epoch, (long long)c->global_batch);
+              "%lld fill no batch of %lld and are dropped, as an epoch's incomplete tail is%s",
+              (long long)Gs, (long long)c->global_batch, (long long)p.dropped,
+              (long long)p.epoch, (long long)c->global_batch,
+              c->order == DH_ORDER_UNIFORM ? " (--keep-last keeps it)" : "");
     a->N = dh__agent_job_left(a, &p);
     a->info = (dh__attached){.steps = a->N, .manifest_hash = a->manifest_hash,
                              .spec_hash = a->spec_hash, .seed = c->seed, .world_size = a->R,

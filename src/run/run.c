@@ -150,8 +150,8 @@ static int build_sampler(dh__run *run, char *err, size_t errlen)
                         "DH_ORDER_STRATIFIED", c->order);
     if (c->order == DH_ORDER_STRATIFIED && (c->no_shuffle || c->keep_last))
         return dh__fail(err, errlen, DH_EINVAL, "--order stratified does not go with %s: it "
-                        "reorders every epoch by cost (a validation stream keeps the uniform "
-                        "order, --order uniform)", c->no_shuffle ? "--no-shuffle" : "--keep-last");
+                        "reorders every epoch by cost (a validation stream takes --order "
+                        "uniform)", c->no_shuffle ? "--no-shuffle" : "--keep-last");
     if (c->order == DH_ORDER_STRATIFIED && (rc = stratify(run, err, errlen)))
         return rc;
     if (c->resume) {
