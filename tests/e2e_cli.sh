@@ -253,6 +253,9 @@ check "sim --order stratified delivers every scheduled sample" \
     test "$(json_field "$WORK/strat.json" delivered)" = 768
 "$DH" sim --workload omni-mix --steps 2 --json "$WORK/unif.json" > /dev/null 2>&1
 check "sim json says the uniform order by default" contains "$WORK/unif.json" '"order":"uniform"'
+"$DH" report "$WORK/strat.json" "$WORK/unif.json" -o "$WORK/orders.html" > /dev/null 2>&1
+check "report draws a stratified run apart from a uniform one" \
+    contains "$WORK/orders.html" "helix+stratified"
 "$DH" sim --workload omni-mix --order random > /dev/null 2> "$WORK/order.err"
 check "an unknown --order is a usage error naming the choices" \
     contains "$WORK/order.err" 'order expects uniform or stratified, got "random"'

@@ -107,6 +107,11 @@ static int add_row(rows *rs, json_t *o, const char *file, int predicted)
     snprintf(r->file, sizeof r->file, "%s", base ? base + 1 : file);
     str(o, "workload", r->workload, sizeof r->workload);
     str(o, "policy", r->policy, sizeof r->policy);
+    char order[16] = "";
+    str(o, "order", order, sizeof order);
+    if (!strcmp(order, "stratified")) /* its own bars and rows: another configuration */
+        snprintf(r->policy + strlen(r->policy), sizeof r->policy - strlen(r->policy),
+                 "+stratified");
     str(o, "engine", r->engine, sizeof r->engine);
     if (!r->workload[0])
         snprintf(r->workload, sizeof r->workload, "manifest");
