@@ -414,6 +414,13 @@ class Loader:
         self._connect()
         return self._run["global_batch"]
 
+    @property
+    def order(self):
+        """The agent's sample order (its --order): "uniform" or "stratified"; a saved state
+        resumes only with its own; attaches if needed."""
+        self._connect()
+        return self._run["order"]
+
     def _position(self, taken):
         """(epoch, step within it) of the run's batch number `taken` (the library's reading:
         the run's first epoch may start part-way after a resume)."""

@@ -171,13 +171,19 @@ static PyObject *client_position(ClientObject *self, PyObject *args)
 }
 
 /* What the agent runs (dh_client_run) as a dict. */
+/* The agent's order as a saved state says it. */
+static const char *order_name(const dh_client *c)
+{
+    return dh_client_order(c) == DH_ORDER_STRATIFIED ? "stratified" : "uniform";
+}
+
 static PyObject *client_run(ClientObject *self, PyObject *unused)
 {
     (void)unused;
     dh_client_run r;
     if (!self->c || dh_client_run_get(self->c, &r))
         return dhpy_raise(dhpy_state_of((PyObject *)self), DH_EINVAL, "the client is closed");
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K,s:L,s:i}", "steps",
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:i,s:i,s:i,s:K,s:K,s:K,s:L,s:i,s:s}", "steps",
                          (long long)r.steps, "start_epoch", (long long)r.start_epoch,
                          "start_step", (long long)r.start_step, "steps_per_epoch",
                          (long long)r.steps_per_epoch, "global_batch", (long long)r.global_batch,
@@ -185,7 +191,7 @@ static PyObject *client_run(ClientObject *self, PyObject *unused)
                          "manifest_hash", (unsigned long long)r.manifest_hash, "spec_hash",
                          (unsigned long long)r.spec_hash, "seed", (unsigned long long)r.seed,
                          "step_base", (long long)r.step_base, "max_leases",
-                         dh_client_max_leases(self->c));
+                         dh_client_max_leases(self->c), "order", order_name(self->c));
 }
 
 static PyObject *client_state(ClientObject *self, PyObject *unused)
@@ -200,8 +206,7 @@ static PyObject *client_state(ClientObject *self, PyObject *unused)
                          "world_size", st.world_size, "global_batch", (long long)st.global_batch,
                          "epoch", (long long)st.epoch, "step", (long long)st.step, "shift",
                          (long long)st.shift, "global_step", (long long)st.global_step, "order",
-                         dh_client_order(self->c) == DH_ORDER_STRATIFIED ? "stratified"
-                                                                        : "uniform");
+                         order_name(self->c));
 }
 
 static PyObject *client_close(ClientObject *self, PyObject *unused)

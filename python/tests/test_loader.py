@@ -311,6 +311,7 @@ class LoaderTest(unittest.TestCase):
                 state = loader.state_dict()
                 want = list(next(it)["ids"])
         self.assertEqual(state["order"], "stratified")
+        self.assertEqual(loader.order, "stratified")
         s = sock()
         with Agent(self.tmp, s, *args):
             loader = datahelix.Loader(socket=s, rank=0, world_size=1)
