@@ -571,22 +571,21 @@ static int skew_step(dh__sched *s, int64_t st, double *g)
 }
 
 /*
- * The deal to nodes: heaviest first, snaking over the nodes, by classes of
- * GPU cost a fraction of a percent wide (samples of one class by position),
- * with everything lighter than the heaviest's 64 halvings (zero costs) in the
- * last class. Every view agrees: the simulator's and each replica's.
+ * The deal to nodes: the step's samples by classes of GPU cost (two to an octave below the
+ * step's heaviest, by position within a class; zero costs and what is 64 half-octaves
+ * lighter in the last class), each run of N of that order giving one sample to every node
+ * (at a rotation drawn per run). Every view agrees: the simulator's and each replica's.
  */
-START_TEST(the_deal_to_nodes_is_heaviest_first_by_class)
+START_TEST(the_deal_to_nodes_gives_every_node_one_of_each_run_of_classes)
 {
-    /* 16 samples over 4 nodes of 2 ranks; k2 costs nothing and k4 1e-30: both are
-     * in the last class, k2 first by position (an exact sort would put k4 first);
-     * k6 and k12 are apart by two millionths (one class: k6 first by position), k9 and
-     * k13 by 1% (two classes: the heavier k13 first) */
+    /* 16 samples over 4 nodes of 2 ranks; the heaviest costs 16, so [16, 24) is class 0,
+     * [12, 16) class 1, [8, 12) 2, [6, 8) 3, [4, 6) 4, [3, 4) 5, [2, 3) 6; k2 costs nothing
+     * and k4 1e-30: both in the last class, k2 first by position */
     static const float v[16] = {3, 16, 0, 9, 1e-30f, 12, 5.01f, 14, 2,
                                 11, 7, 13, 5.01001f, 11.11f, 6, 15};
-    /* the deal's order, heaviest first, and the snake: 0 1 2 3, 3 2 1 0, 0 1 2 3, 3 2 1 0 */
-    static const int deal[16] = {1, 15, 7, 11, 5, 13, 9, 3, 10, 14, 6, 12, 0, 8, 2, 4};
-    static const int snake[16] = {0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3, 3, 2, 1, 0};
+    /* the deal's order by class, then position: its runs of 4 go one to each node */
+    static const int deal[16] = {1, 5, 7, 11, 15, 3, 9, 13, 10, 14, 6, 12, 0, 8, 2, 4};
+    int node_of[5][16];
     for (int node = -1; node < 4; node++) {
         world w;
         world_init(&w, DH_POL_HELIX, 8, 8, 16, 1);
@@ -596,10 +595,17 @@ START_TEST(the_deal_to_nodes_is_heaviest_first_by_class)
         for (int k = 0; k < 16; k++)
             w.row[k].feat.v = v[k];
         dh__sched *s = make(&w);
-        for (int i = 0; i < 16; i++)
-            ck_assert_msg(dh__sched_rank_of(s, 0, deal[i]) / 2 == snake[i],
-                          "view %d: sample %d (the deal's %d-th) on node %d, not %d", node,
-                          deal[i], i, dh__sched_rank_of(s, 0, deal[i]) / 2, snake[i]);
+        for (int k = 0; k < 16; k++)
+            node_of[node + 1][k] = dh__sched_rank_of(s, 0, k) / 2;
+        for (int run = 0; run < 4; run++) {
+            int seen = 0;
+            for (int j = 0; j < 4; j++)
+                seen |= 1 << node_of[node + 1][deal[4 * run + j]];
+            ck_assert_msg(seen == 15, "view %d: run %d of the deal (samples %d %d %d %d) is "
+                          "not one sample a node", node, run, deal[4 * run], deal[4 * run + 1],
+                          deal[4 * run + 2], deal[4 * run + 3]);
+        }
+        ck_assert_mem_eq(node_of[node + 1], node_of[0], sizeof node_of[0]);
         dh__sched_free(s);
     }
 }
@@ -1446,7 +1452,7 @@ int main(void)
     ADD_TEST(tc, a_split_samples_latest_start_counts_one_part);
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
-    ADD_TEST(tc, the_deal_to_nodes_is_heaviest_first_by_class);
+    ADD_TEST(tc, the_deal_to_nodes_gives_every_node_one_of_each_run_of_classes);
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
     ADD_TEST(tc, a_step_laid_out_by_node_is_dealt_as_laid_out);
     ADD_TEST(tc, a_replica_settles_a_node_once_and_refuses_one_a_move_touched);

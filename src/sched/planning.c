@@ -11,9 +11,9 @@
  *   from epoch to epoch); balanced placement partitions them with
  *   dh__partition(), stride placement deals sample k to rank k % R.
  * - Several nodes of several ranks: balanced placement deals the step's
- *   samples to nodes heaviest first (GPU, then CPU, each in classes a
- *   fraction of a percent wide: deal_order), snaking (0..N-1, N-1..0, ...),
- *   so every node's share weighs about the same, and partitions each share
+ *   samples to nodes by classes of GPU cost, each node one of every run of N
+ *   of them heaviest first, at a rotation drawn per run (deal_to_nodes), so
+ *   every node's share weighs about the same, and partitions each share
  *   over its node's own ranks (place_share: LPT over the share's samples
  *   alone). A node's placement then depends on its share alone, so a replica
  *   (node_local) partitions only its own node's share and deals the others
@@ -238,73 +238,6 @@ static int place_share(dh__sched *s, int64_t st, int node, const int32_t *pos, i
     return 0;
 }
 
-/* Classes of a cost's span (deal_order): the heaviest's key, the lightest in the span's
- * (at most 64 halvings below), and the shift that makes DEAL_CLASSES - 1 classes of it. */
-typedef struct {
-    uint64_t lo, hi;
-    int shift;
-} deal_span;
-
-static deal_span span_of(const double *x, int n)
-{
-    deal_span d = {UINT64_MAX, 0, 0};
-    for (int k = 0; k < n; k++) {
-        uint64_t key = dh__part_desc_key(x[k]);
-        d.lo = key < d.lo ? key : d.lo;
-        d.hi = x[k] > 0 && key > d.hi ? key : d.hi;
-    }
-    d.hi = d.hi < d.lo ? d.lo : d.hi;
-    d.hi = d.hi - d.lo > (64ULL << 52) ? d.lo + (64ULL << 52) : d.hi;
-    while (((d.hi - d.lo) >> d.shift) >= DEAL_CLASSES - 1)
-        d.shift++;
-    return d;
-}
-
-/* x's class: 0 the heaviest, DEAL_CLASSES - 1 what is lighter than the span (zero). */
-static int class_of(const deal_span *d, double x)
-{
-    uint64_t key = dh__part_desc_key(x);
-    return key > d->hi ? DEAL_CLASSES - 1 : (int)((key - d->lo) >> d->shift);
-}
-
-_Static_assert(DEAL_CLASSES <= 65536, "a sample's class in the deal is a uint16_t");
-
-/* A stable counting sort of in[0, n) (sample indices) by class of x into out; each sample's
- * class is kept in cls (n, by sample) between the two passes. */
-static void by_class(int32_t *cnt, uint16_t *cls, const double *x, const int *in, int n,
-                     int *out)
-{
-    deal_span d = span_of(x, n);
-    memset(cnt, 0, (DEAL_CLASSES + 1) * sizeof *cnt);
-    for (int k = 0; k < n; k++) {
-        cls[k] = (uint16_t)class_of(&d, x[k]);
-        cnt[cls[k] + 1]++;
-    }
-    for (int c = 1; c <= DEAL_CLASSES; c++) /* cnt[c]: where class c starts */
-        cnt[c] += cnt[c - 1];
-    for (int j = 0; in && j < n; j++)
-        out[cnt[cls[in[j]]]++] = in[j];
-    for (int k = 0; !in && k < n; k++)
-        out[cnt[cls[k]]++] = k;
-}
-
-/*
- * The deal's order of the step's G samples (ord): heaviest GPU cost first,
- * then heaviest CPU, then position, each cost in DEAL_CLASSES classes of its
- * span: two stable counting sorts (CPU, then GPU; tmp: G). A sort by the
- * exact costs was the largest part of a replica's planning at 1,024 nodes
- * (about 14 radix passes over the step, bench/RESULTS.md); a class is a
- * fraction of a percent of a cost wide (1/1,600 of a halving over omni-mix's
- * GPU span). The classes cover the heaviest cost's 64 halvings; what is
- * lighter (zero costs) is the last class.
- */
-static void deal_order(dh__sched *s, const double *gpu, const double *cpu, int G, int *tmp,
-                       int *ord)
-{
-    by_class(s->deal_count, s->deal_class, cpu, NULL, G, tmp);
-    by_class(s->deal_count, s->deal_class, gpu, tmp, G, ord);
-}
-
 /*
  * Groups a node's share of step st (its positions P[0, n), ascending, its
  * block of the step's node_pos) into its ranks' batches, their members from
@@ -381,27 +314,59 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
 }
 
 /*
- * The step's samples dealt to nodes heaviest first, snaking (deal_order): node k's
- * positions, ascending, into pos[start[k - 1], start[k]) (start[k]: the end of node k's
- * block; start[-1] = 0); rank_of holds each position's node meanwhile.
+ * The step's G samples dealt to nodes by classes of GPU cost: sorted by class, heaviest
+ * first (DEAL_CLASSES classes, two to an octave: a cost's binary exponent and first mantissa
+ * bit below the step's heaviest; zero costs and what is lighter in the last class; one
+ * stable counting sort), each run of N of that order gives one sample to every node, the
+ * node taking place (node + rotation) mod N of it, the rotation drawn from (step, run).
+ * Every node's share then weighs about the same in GPU and, with it, in CPU, and no node is
+ * favoured. Node k's positions, ascending, go to pos[start[k - 1], start[k]) (start[k]: the
+ * end of node k's block; start[-1] = 0); rank_of holds each position's node meanwhile.
+ * The snake it replaced (heaviest first, 0..N-1 then N-1..0, over two counting sorts of
+ * 16,384 classes, GPU then CPU) read the same efficiency in the simulator and cost a replica
+ * a fifth more at 1,024 nodes (bench/RESULTS.md, "The class-rotation deal"); this deal is
+ * also what a node can compute from the step's classes alone.
  */
-static void deal_snake(dh__sched *s, int64_t base, int32_t *pos, int32_t *rank_of,
-                       int32_t *start)
+static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
+                          int32_t *rank_of, int32_t *start)
 {
     int N = s->nodes, G = (int)s->G;
-    deal_order(s, s->slot_gpu + base, s->plan_cpu, G, pos, s->share_ord);
-    /* the i-th sample of the deal goes to node j of round i / N (j = i % N: round by round,
-     * with no division), counted up in even rounds and down in odd ones: 0..N-1, then
-     * N-1..0, ...; rank_of holds each position's node for now */
-    for (int i = 0, round = 0; i < G; i += N, round++) {
-        const int *o = s->share_ord + i;
-        for (int j = 0, n = DH_MIN(N, G - i); j < n; j++)
-            rank_of[o[j]] = round % 2 ? N - 1 - j : j;
+    const double *gpu = s->slot_gpu + base;
+    uint16_t *cls = s->deal_class;
+    uint64_t top = 0;
+    for (int k = 0; k < G; k++) { /* each cost's half-octave (0: none) and the heaviest's */
+        uint64_t u;
+        memcpy(&u, &gpu[k], sizeof u);
+        u = gpu[k] > 0 ? u >> 51 : 0; /* positive: below 2^12 */
+        cls[k] = (uint16_t)u;
+        top = u > top ? u : top;
     }
-    int rounds = G / N, rest = G % N; /* the last round, partial, runs up if rounds is even */
-    for (int node = 0, at = 0; node < N; node++) {
+    int32_t cnt[DEAL_CLASSES + 1] = {0};
+    for (int k = 0; k < G; k++) {
+        int c = cls[k] ? (int)DH_MIN(DEAL_CLASSES - 1, top - cls[k]) : DEAL_CLASSES - 1;
+        cls[k] = (uint16_t)c;
+        cnt[c + 1]++;
+    }
+    for (int c = 1; c <= DEAL_CLASSES; c++) /* cnt[c]: where class c starts */
+        cnt[c] += cnt[c - 1];
+    int *ord = s->share_ord;
+    for (int k = 0; k < G; k++)
+        ord[cnt[cls[k]]++] = k;
+    memset(start, 0, (size_t)N * sizeof *start);
+    for (int i = 0, run = 0; i < G; i += N, run++) {
+        uint64_t rot = dh__mix64(((uint64_t)st << 32) + (uint64_t)run + 0x9e3779b97f4a7c15ULL) %
+                       (uint64_t)N;
+        int node = rot ? N - (int)rot : 0; /* place j goes to node (j - rotation) mod N */
+        for (int j = 0, n = DH_MIN(N, G - i); j < n; j++) {
+            rank_of[ord[i + j]] = node;
+            start[node]++;
+            node = node + 1 == N ? 0 : node + 1;
+        }
+    }
+    for (int node = 0, at = 0; node < N; node++) { /* counts to where each block starts */
+        int c = start[node];
         start[node] = at;
-        at += rounds + (rounds % 2 ? node >= N - rest : node < rest);
+        at += c;
     }
     for (int k = 0; k < G; k++) /* each node's positions, ascending; start[] becomes ends */
         pos[start[rank_of[k]]++] = k;
@@ -421,11 +386,10 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
         return partition_block(s, (int)s->G, s->R, s->plan_gpu, s->plan_cpu, s->plan_tokens,
                                s->plan_bytes, rank_of);
     }
-    /* Several nodes of several ranks: the step's samples are dealt to nodes heaviest first,
-     * snaking, so every node's share weighs about the same in GPU and, with it, in CPU and
-     * no node is favoured (a stratified order comes dealt so: each node one sample of every
-     * run of N of the step laid out heaviest first); each node's ranks then partition its
-     * share among themselves. */
+    /* Several nodes of several ranks: the step's samples are dealt to nodes by classes of
+     * cost, each node one of every run of N of them (deal_to_nodes; a stratified order comes
+     * dealt so), so every node's share weighs about the same; each node's ranks then
+     * partition its share among themselves. */
     int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
     int32_t *pos = s->node_pos + base; /* kept with the step (dh__sched_node_positions) */
     int32_t *start = s->plan_fill; /* R >= N: each node's block of pos */
@@ -435,7 +399,7 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
         for (int node = 0; node < N; node++)
             start[node] = (int32_t)((int64_t)(node + 1) * G / N);
     } else
-        deal_snake(s, base, pos, rank_of, start);
+        deal_to_nodes(s, st, base, pos, rank_of, start);
     int32_t *end = s->node_end + step_slot(s, st) * (N + 1);
     end[0] = 0;
     memcpy(end + 1, start, (size_t)N * sizeof *end);
@@ -505,10 +469,6 @@ static int plan_step(dh__sched *s, int64_t st)
      * their use; least slack reads the class and segments again at every pop, from the
      * step's slots (a dependent miss each from the table). A replica queues its own node's
      * tasks alone and reads their segments as it queues them (dh__lst_push). */
-    int deal = s->caps->placement == DH_PLACE_BALANCED && s->nodes > 1 &&
-               s->ranks_per_node > 1 && !s->cfg.order_by_node;
-    double one[DH_CLS_COUNT];
-    placement_scale(s, one);
     for (int64_t k = 0; k < G; k++) {
         if (k + GATHER_AHEAD < G)
             __builtin_prefetch(&s->cfg.pred.row[idx[k + GATHER_AHEAD]]);
@@ -518,8 +478,6 @@ static int plan_step(dh__sched *s, int64_t st)
         s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
         s->slot_bytes[base + k] = row->bytes;
         s->slot_cls[base + k] = (uint8_t)row->cls;
-        if (deal) /* the deal's CPU (place_balanced) */
-            s->plan_cpu[k] = pred[k] * one[row->cls];
     }
     const int32_t *segs = s->cfg.pred.segments;
     for (int64_t k = 0; !s->cfg.node_local && k < G; k++) { /* a pass apart: a replica's

@@ -22,8 +22,8 @@
 #include "../core/heap.h"
 #include "../plan/plan.h"
 
-/* Classes of GPU cost a step is dealt to nodes by (planning.c). */
-#define DEAL_CLASSES 16384
+/* Classes of GPU cost a step is dealt to nodes by (planning.c): two to an octave. */
+#define DEAL_CLASSES 64
 
 typedef struct {
     int64_t bytes;
@@ -118,7 +118,6 @@ struct dh__sched {
     int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;                /* R */
     int *share_ord;                    /* G, several nodes: the step in the deal's order */
-    int32_t *deal_count;               /* DEAL_CLASSES + 1, several nodes: the deal's counts */
     uint16_t *deal_class;              /* G, several nodes: each sample's class in the deal */
     int32_t *share_rank;               /* G: a node share's ranks */
     double *share_gpu, *share_cpu;     /* G */

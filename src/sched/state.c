@@ -176,7 +176,6 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_tokens);
     free(s->plan_bytes);
     free(s->share_ord);
-    free(s->deal_count);
     free(s->deal_class);
     free(s->groups);
     free(s->share_rank);
@@ -246,7 +245,6 @@ static int alloc_fixed(dh__sched *s)
         return DH_ENOMEM;
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
-        s->deal_count = dh__malloc((DEAL_CLASSES + 1) * sizeof *s->deal_count);
         s->deal_class = dh__malloc(G * sizeof *s->deal_class);
         s->groups = dh__malloc((3 * nodes + 1) * sizeof *s->groups);
         s->groups_step = -1;
@@ -255,7 +253,7 @@ static int alloc_fixed(dh__sched *s)
         s->share_cpu = dh__malloc(G * sizeof *s->share_cpu);
         s->share_tokens = dh__malloc(G * sizeof *s->share_tokens);
         s->share_bytes = dh__malloc(G * sizeof *s->share_bytes);
-        if (!s->share_ord || !s->deal_count || !s->deal_class || !s->groups || !s->share_rank ||
+        if (!s->share_ord || !s->deal_class || !s->groups || !s->share_rank ||
             !s->share_gpu || !s->share_cpu || !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
     }
