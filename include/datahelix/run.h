@@ -170,7 +170,8 @@ typedef struct {
      * augment and the spec's own random keys: a validation stream beside training. */
     int no_augment;
     /* Added in 0.3. The order's kind (`--order`): DH_ORDER_UNIFORM (0), each epoch a uniform
-     * shuffle; DH_ORDER_STRATIFIED, each epoch interleaves classes of predicted GPU cost
+     * shuffle; DH_ORDER_STRATIFIED (experimental: a later release may retire it, and take
+     * it for uniform), each epoch interleaves classes of predicted GPU cost
      * evenly (every step holds each class in proportion) and, on several nodes of several
      * ranks, each node's share of a step is fixed by the order itself, so no replica sorts
      * and deals the step (docs/MULTINODE.md). A resumed job keeps its order's kind. */
