@@ -28,14 +28,14 @@
  * share would pay that for G / N samples, but every replica still lays out
  * the whole step (docs/MULTINODE.md).
  *
- * A step is laid out class by class, heaviest first (by cost, as the deal's
- * snake lays it), and dealt to N nodes one sample of every run of N to each,
- * the run's rotation drawn from (epoch, step position, run): node k finds
- * its G / N samples from the K class counts alone, O(K^2 + G / N) a step
- * where a replica today draws and deals all G. The rotation, not a snake,
- * because node k must find its run's sample without the others' costs; each
- * run is of nearly equal cost (the classes sorted), so every share weighs
- * about the same.
+ * A step is laid out class by class, heaviest first, and dealt to N nodes
+ * one sample of every run of N to each, the run's rotation drawn from
+ * (epoch, step position, run), as the scheduler deals a uniform step
+ * (planning.c): node k finds its G / N samples from the K class counts
+ * alone, O(K^2 + G / N) a step, where a replica draws and deals all G. A
+ * rotation, because node k must find its run's sample without the others'
+ * costs; each run is of nearly equal cost (the classes sorted), so every
+ * share weighs about the same.
  *
  * Nothing here is thread-safe: a dh__strata keeps its step's workspace (as a
  * dh_sampler belongs to one thread).

@@ -109,7 +109,7 @@ typedef struct {
     int order_cpu;
     /* 1: the order source lays each step out node by node (a stratified order: node k's
      * share at positions [k G / N, (k + 1) G / N)), and the deal to nodes is that layout
-     * (no sort, no snake). Several nodes of several ranks, N dividing G. */
+     * (no sort by class). Several nodes of several ranks, N dividing G. */
     int order_by_node;
 } dh__sched_config;
 
