@@ -1938,11 +1938,18 @@ START_TEST(a_second_thread_taking_batches_is_refused)
 }
 END_TEST
 
+/* >= 0: a byte is written there when the agent first says rank 0's request has waited (a
+ * rank 0 told so by the agent itself, not guessing from its takes' pace: rank_0_stuck_then) */
+static int stuck_fd = -1;
+
 static void keep_event(const char *msg, void *user)
 {
     (void)user;
     size_t n = strlen(events);
     snprintf(events + n, sizeof events - n, "%s\n", msg);
+    if (stuck_fd >= 0 && strstr(msg, "rank 0 has waited") &&
+        write(stuck_fd, "x", 1) != 1)
+        fprintf(stderr, "test_serve: cannot tell rank 0 its request waits\n");
 }
 
 /* A rank that takes nothing for delay_s seconds (or until a byte can be read from go, when
@@ -1971,6 +1978,8 @@ static pid_t idle_rank_until(int rank, int delay_s, int go, const char *want)
 /* A rank that takes and gives back batches until it must wait (its partner takes nothing). */
 static _Atomic long long last_take_ms; /* when take_until_stuck last had a batch (0: never) */
 static _Atomic long long take_gap_ms;  /* the longest it waited between two batches, so far */
+static _Atomic long long takes;        /* batches it took */
+static _Atomic int in_next;            /* 1 while it waits in dh_client_next */
 
 static long long now_ms(void)
 {
@@ -1984,7 +1993,13 @@ static void *take_until_stuck(void *arg)
     dh_client *c = arg;
     dh_batch b;
     static int rc;
-    while ((rc = dh_client_next(c, 600000, &b, NULL, 0)) == 0) {
+    for (;;) {
+        in_next = 1;
+        rc = dh_client_next(c, 600000, &b, NULL, 0);
+        in_next = 0;
+        if (rc)
+            break;
+        takes++;
         dh_client_release(c, &b);
         long long t = now_ms(), gap = last_take_ms ? t - last_take_ms : 0; /* not the first */
         take_gap_ms = gap > take_gap_ms ? gap : take_gap_ms;
@@ -2010,8 +2025,13 @@ static void wait_until_stuck(void)
 /* Forks rank 0 of 2: it takes until its request must wait in the agent (rank 1 takes
  * nothing). die: it dies (exit 9) once its request waits; else another thread detaches
  * then, and it exits 0 once its request ends DH_ECANCELED (5 otherwise). go (>= 0): a byte
- * written there as it dies or detaches, for the rank 1 that takes nothing until then. */
-static pid_t rank_0_stuck_then(int die, int go)
+ * written there as it dies or detaches, for the rank 1 that takes nothing until then.
+ * stuck (>= 0): its request waits once a byte can be read there (the agent said so:
+ * stuck_fd) and its thread is still in that request a moment later (a batch prepared
+ * slowly may still come: then it waits for the agent's next word); else when its takes
+ * stopped (wait_until_stuck: under TSan in CI a batch once took longer than that guess, and
+ * rank 0 died holding it, or between two requests). */
+static pid_t rank_0_stuck_then(int die, int go, int stuck)
 {
     pid_t pid = fork();
     if (pid)
@@ -2023,7 +2043,18 @@ static pid_t rank_0_stuck_then(int die, int go)
     pthread_t t;
     last_take_ms = take_gap_ms = 0;
     pthread_create(&t, NULL, take_until_stuck, c);
-    wait_until_stuck();
+    for (int waits = 0; stuck >= 0 && !waits;) {
+        struct pollfd pf = {.fd = stuck, .events = POLLIN};
+        char x;
+        if (poll(&pf, 1, 120000) != 1 || read(stuck, &x, 1) != 1)
+            _exit(7);
+        long long seen = takes;
+        usleep(200000);
+        waits = in_next && takes == seen;
+    }
+    if (stuck < 0) {
+        wait_until_stuck();
+    }
     if (die)
         _exit(go < 0 || write(go, "x", 1) == 1 ? 9 : 8);
     dh_client_detach(c);
@@ -2036,7 +2067,7 @@ static pid_t rank_0_stuck_then(int die, int go)
 
 static pid_t rank_0_stuck(int die)
 {
-    return rank_0_stuck_then(die, -1);
+    return rank_0_stuck_then(die, -1, -1);
 }
 
 /* From the user trial of issue 22: a trainer killed while its request waited in the agent
@@ -2050,24 +2081,35 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
     /* rank 1 takes nothing until rank 0 is gone (it slept 4 s, and 3 s in the part below:
      * on a loaded machine under TSan rank 0 was not stuck yet when rank 1 began to take, so
      * its detach met a batch, not a waiting request) */
-    int go[2];
+    int go[2], stuck[2];
     ck_assert_int_eq(pipe(go), 0);
+    ck_assert_int_eq(pipe(stuck), 0);
     pid_t r1 = idle_rank_until(1, 120, go[0], "rank 0 (pid ");
-    pid_t r0 = rank_0_stuck_then(1, go[1]);
+    pid_t r0 = rank_0_stuck_then(1, go[1], stuck[0]);
     close(go[0]);
     close(go[1]);
+    close(stuck[0]);
+    stuck_fd = stuck[1]; /* keep_event tells rank 0 when the agent says it waits */
     dh_run_config c = agent_config("pool", 2, 4);
     c.steps = DH_STEPS_FOREVER;
     dh_serve_opts o;
     dh_serve_opts_default(&o);
     o.on_event = keep_event;
     events[0] = 0;
-    dh__serve_test_stall(0.3); /* the stall is told first: rank 1 takes nothing */
+    /* the stall is told first (rank 1 takes nothing), and tells rank 0 to die: after 3 s of
+     * waiting (0.3 s was once too short under TSan beside a loaded machine) */
+    dh__serve_test_stall(3.0);
     dh_result r;
     char err[512] = "";
     ck_assert_int_eq(run_agent(&c, &o, &r, err, sizeof err), DH_EPEER);
+    stuck_fd = -1;
+    close(stuck[1]);
     dh__serve_test_stall(10);
-    ck_assert_msg(strstr(err, "rank 0 (pid") && strstr(err, "while it waited for step"), "%s",
+    /* the watch names it "while it waited for step N"; on a machine loaded enough that rank
+     * 0's batch was prepared after 3 s of waiting, just as it died, its own thread names it
+     * holding that step (or between two requests): the death is named either way, and a
+     * death the watch missed would leave this run waiting for ever */
+    ck_assert_msg(strstr(err, "rank 0 (pid") && strstr(err, "died or disconnected"), "%s",
                   err);
     ck_assert_msg(strstr(events, "rank 0 has waited") &&
                   strstr(events, "rank 1 (pid") && strstr(events, "has taken nothing for") &&
@@ -2080,7 +2122,7 @@ START_TEST(a_rank_lost_while_its_request_waits_is_named)
     new_socket_name();
     ck_assert_int_eq(pipe(go), 0);
     r1 = idle_rank_until(1, 120, go[0], ") left after step");
-    r0 = rank_0_stuck_then(0, go[1]);
+    r0 = rank_0_stuck_then(0, go[1], -1);
     close(go[0]);
     close(go[1]);
     int rc = run_agent(&c, &o, &r, err, sizeof err);
