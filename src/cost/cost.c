@@ -218,26 +218,14 @@ void dh__gpu_scale_for_rho(dh__gpu_model *g, const dh__samples *s, int ranks, in
     g->c0 = 0.05 * per_rank * gpu / s->n * k;
 }
 
-/* A cost's half-halving (a factor of sqrt 2): 2 x its binary exponent, and 1 more in the
- * upper half of its octave; exact, so every node computes the same. */
-static int half_halving(double x)
-{
-    int e;
-    double m = frexp(x, &e); /* x = m 2^e, m in [0.5, 1) */
-    return 2 * e + (m >= M_SQRT1_2);
-}
-
 void dh__gpu_classes(const dh__gpu_model *g, const dh__samples *s, int classes, uint16_t *cls)
 {
-    int top = INT32_MIN;
+    uint64_t top = 0;
+    for (int64_t i = 0; i < s->n; i++)
+        top = DH_MAX(top, dh__cost_half_octave(dh__gpu_sample_cost(g, &s->row[i].feat)));
     for (int64_t i = 0; i < s->n; i++) {
-        double x = dh__gpu_sample_cost(g, &s->row[i].feat);
-        top = x > 0 ? DH_MAX(top, half_halving(x)) : top;
-    }
-    for (int64_t i = 0; i < s->n; i++) {
-        double x = dh__gpu_sample_cost(g, &s->row[i].feat);
-        int64_t c = x > 0 ? (int64_t)top - half_halving(x) : classes - 1;
-        cls[i] = (uint16_t)DH_MIN(c, classes - 1);
+        uint64_t h = dh__cost_half_octave(dh__gpu_sample_cost(g, &s->row[i].feat));
+        cls[i] = (uint16_t)(h ? DH_MIN(top - h, (uint64_t)classes - 1) : (uint64_t)classes - 1);
     }
 }
 

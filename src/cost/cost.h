@@ -12,6 +12,8 @@
 
 #include "../core/core.h"
 
+#include <string.h>
+
 /* Seconds to prepare media on one worker, from descriptor-derived work. */
 typedef struct {
     double open_s;      /* container open, per video/audio item */
@@ -39,6 +41,17 @@ typedef struct {
 static inline double dh__gpu_sample_cost(const dh__gpu_model *g, const dh__gpu_feat *f)
 {
     return g->a_llm * f->t + g->b_llm * f->t2 + g->a_enc * f->v + g->b_enc * f->v2;
+}
+
+/* A cost's half-octave: its binary exponent and first mantissa bit (two a factor of two,
+ * increasing with the cost; exact, so every node computes the same); 0 for none (x <= 0).
+ * Classes of cost (the deal of a step to nodes, a stratified order) count half-octaves
+ * below the heaviest. */
+static inline uint64_t dh__cost_half_octave(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return x > 0 ? u >> 51 : 0; /* positive: below 2^12 */
 }
 
 /* Cost classes for calibration: what dominates a sample's preparation. */
@@ -86,8 +99,8 @@ void dh__gpu_scale_for_rho(dh__gpu_model *g, const dh__samples *s, int ranks, in
                            int64_t global_batch, double rho);
 
 /* Each sample's class of predicted GPU cost for a stratified order (dh__sampler_stratify):
- * class c holds the costs c half-halvings (factors of sqrt 2) below the heaviest, the last
- * class what is lighter and zero costs. cls: s->n entries; classes in [1, 65536]. */
+ * class c holds the costs c half-octaves (dh__cost_half_octave) below the heaviest, the
+ * last class what is lighter and zero costs. cls: s->n entries; classes in [1, 65536]. */
 void dh__gpu_classes(const dh__gpu_model *g, const dh__samples *s, int classes, uint16_t *cls);
 
 /* Standard log-normal multiplier with mean 1, deterministic in (seed, i, stream). */

@@ -108,7 +108,7 @@ const char *dh__order_name(int order)
     return order == DH_ORDER_STRATIFIED ? "stratified" : "uniform";
 }
 
-#define ORDER_CLASSES 64 /* a stratified order's classes: 32 halvings of GPU cost */
+#define ORDER_CLASSES 64 /* a stratified order's classes: 32 octaves of GPU cost */
 
 /* The stratified order (--order stratified) over classes of the run's predicted GPU cost;
  * on several nodes of several ranks each step comes laid out by node (run->by_node). */

@@ -315,8 +315,8 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
 
 /*
  * The step's G samples dealt to nodes by classes of GPU cost: sorted by class, heaviest
- * first (DEAL_CLASSES classes, two to an octave: a cost's binary exponent and first mantissa
- * bit below the step's heaviest; zero costs and what is lighter in the last class; one
+ * first (DEAL_CLASSES classes of half-octaves below the step's heaviest, as a stratified
+ * order's: dh__cost_half_octave; zero costs and what is lighter in the last class; one
  * stable counting sort), each run of N of that order gives one sample to every node, the
  * node taking place (node + rotation) mod N of it, the rotation drawn from (step, run).
  * Every node's share then weighs about the same in GPU and, with it, in CPU, and no node is
@@ -335,9 +335,7 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     uint16_t *cls = s->deal_class;
     uint64_t top = 0;
     for (int k = 0; k < G; k++) { /* each cost's half-octave (0: none) and the heaviest's */
-        uint64_t u;
-        memcpy(&u, &gpu[k], sizeof u);
-        u = gpu[k] > 0 ? u >> 51 : 0; /* positive: below 2^12 */
+        uint64_t u = dh__cost_half_octave(gpu[k]);
         cls[k] = (uint16_t)u;
         top = u > top ? u : top;
     }
