@@ -758,6 +758,80 @@ START_TEST(a_replica_settles_a_node_once_and_refuses_one_a_move_touched)
 }
 END_TEST
 
+START_TEST(a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settles)
+{
+    /* A replica deals a step from its table of each sample's half-octave of cost as the
+     * whole job deals it from the costs: every node's positions are the same. It reads the
+     * rows of the nodes it settles alone: another node's batches hold only their counts as
+     * dealt round-robin (no predicted GPU, no bytes) until it is settled, and then what the
+     * whole job's hold; its
+     * GPU calibration observes only batches it knows the prediction of; the step's predicted
+     * start is its own node's slowest rank. Costs spread over many half-octaves, shares that
+     * do not divide evenly. */
+    enum { N = 4, PER = 2, R = N * PER, G = 22 };
+    for (int node = 0; node < N; node++) {
+        world wj, wr;
+        node_world(&wj, R, G, N, -1);
+        node_world(&wr, R, G, N, node);
+        for (int k = 0; k < MAXS; k++) {
+            float v = 0.05f * (float)(1u << ((k * 7) % 11)) + (float)((k * 13) % 5) / 9.0f;
+            wj.row[k].feat.v = wr.row[k].feat.v = v;
+            wj.row[k].bytes = wr.row[k].bytes = 100 + (k * 7919) % 1000;
+            wj.row[k].cpu_pred = wr.row[k].cpu_pred = 0.05f + (float)((k * 11) % 13) / 50.0f;
+        }
+        dh__sched *job = make(&wj), *rep = make(&wr);
+        ck_assert_int_ge(dh__sched_rank_of(job, 0, 0), 0);
+        ck_assert_int_ge(dh__sched_rank_of(rep, 0, 0), 0);
+        double own_max = 0;
+        for (int n = 0; n < N; n++) {
+            int32_t nj = 0, nr = 0;
+            const int32_t *pj = dh__sched_node_positions(job, 0, n, &nj),
+                          *pr = dh__sched_node_positions(rep, 0, n, &nr);
+            ck_assert(pj && pr);
+            ck_assert_int_eq(nj, nr);
+            ck_assert_msg(!memcmp(pj, pr, (size_t)nj * sizeof *pj), "view %d: node %d's share",
+                          node, n);
+        }
+        for (int r = 0; r < R; r++) {
+            const batch_rec *bj = batch_of(job, 0, r), *br = batch_of(rep, 0, r);
+            if (r / PER == node) {
+                ck_assert(bj->ntasks == br->ntasks && bj->pred_gpu_raw == br->pred_gpu_raw &&
+                          bj->bytes == br->bytes);
+                own_max = DH_MAX(own_max, br->pred_gpu_raw);
+            } else {
+                ck_assert(br->pred_gpu_raw == 0 && br->bytes == 0);
+            }
+        }
+        ck_assert(own_max > 0);
+        ck_assert(rep->step_start[step_slot(rep, 1)] ==
+                  rep->step_start[step_slot(rep, 0)] +
+                      dh__calib_gpu(&rep->calib, wr.cfg.gpu.c0 + own_max));
+        /* a batch of a node not settled says nothing to the calibration; its own do */
+        int other = (node + 1) % N;
+        int64_t seen = rep->calib.gpu_n;
+        dh__sched_step_done(rep, other * PER, 0, 1.0, 0.5);
+        ck_assert_int_eq(rep->calib.gpu_n, seen);
+        dh__sched_step_done(rep, node * PER, 0, 1.0, 0.5);
+        ck_assert_int_eq(rep->calib.gpu_n, seen + 1);
+        for (int n = 0; n < N; n++) /* settled: its rows read, its batches the job's */
+            ck_assert_int_eq(dh__sched_settle(rep, 0, n), n != node);
+        for (int r = 0; r < R; r++) {
+            const batch_rec *bj = batch_of(job, 0, r), *br = batch_of(rep, 0, r);
+            ck_assert_msg(bj->ntasks == br->ntasks && bj->bytes == br->bytes &&
+                              bj->pred_gpu_raw == br->pred_gpu_raw,
+                          "view %d: rank %d once settled", node, r);
+            int64_t a[G], b[G];
+            int32_t na = dh__sched_batch_samples(job, 0, r, a, G),
+                    nb = dh__sched_batch_samples(rep, 0, r, b, G);
+            ck_assert_int_eq(na, nb);
+            ck_assert(!memcmp(a, b, (size_t)na * sizeof *a));
+        }
+        dh__sched_free(job);
+        dh__sched_free(rep);
+    }
+}
+END_TEST
+
 START_TEST(a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives)
 {
     /* After agreed moves only the ranks samples moved to or from are regrouped
@@ -873,15 +947,16 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
     for (size_t v = 0; v < sizeof views / sizeof *views; v++) {
         for (int variant = 0; variant < 4; variant++) {
             int node = views[v], others = variant & 1, loads = !(variant & 2);
-            dh__sched *s[2];
-            for (int j = 0; j < 2; j++) {
-                world w;
-                node_world(&w, R, G, N, node);
+            dh__sched *s[3]; /* two replicas of node, and the whole job */
+            world w[3];      /* as long as the schedulers: a replica reads rows when it
+                              * settles a node */
+            for (int j = 0; j < 3; j++) {
+                node_world(&w[j], R, G, N, j < 2 ? node : -1);
                 for (int k = 0; k < MAXS; k++) {
-                    w.row[k].feat.v = 1.0f;
-                    w.row[k].bytes = 100 + k;
+                    w[j].row[k].feat.v = 1.0f;
+                    w[j].row[k].bytes = 100 + k;
                 }
-                s[j] = make(&w);
+                s[j] = make(&w[j]);
                 ck_assert_int_ge(dh__sched_rank_of(s[j], 0, 0), 0);
             }
             static node_lists nl;
@@ -896,9 +971,17 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
                     nl.list[n][i] = c;
                 known[k] = i < nl.ncost ? c : -1.0f;
             }
-            double load[N];
-            for (int n = 0; n < N; n++)
-                load[n] = dh__sched_node_load(s[1], 0, n, nl.list[n], nl.ncost);
+            double load[N]; /* each node's, as it computes it over its own share: a replica
+                             * reads the rows of the nodes it settles alone, so from the whole
+                             * job's view, which deals the step alike */
+            for (int n = 0; n < N; n++) {
+                int32_t n1 = 0, n2 = 0;
+                const int32_t *p1 = dh__sched_node_positions(s[1], 0, n, &n1),
+                              *p2 = dh__sched_node_positions(s[2], 0, n, &n2);
+                ck_assert(p1 && p2 && n1 == n2 && !memcmp(p1, p2, (size_t)n1 * sizeof *p1));
+                load[n] = dh__sched_node_load(s[2], 0, n, nl.list[n], nl.ncost);
+            }
+            dh__sched_free(s[2]);
             uint8_t frozen[R] = {0};
             dh__reb_agreed a = {.frozen = frozen, .known = known, .move_factor = 1.0,
                                 .net_factor = 1.0, .count = 1, .other_groups = others};
@@ -1456,6 +1539,7 @@ int main(void)
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
     ADD_TEST(tc, a_step_laid_out_by_node_is_dealt_as_laid_out);
     ADD_TEST(tc, a_replica_settles_a_node_once_and_refuses_one_a_move_touched);
+    ADD_TEST(tc, a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settles);
     ADD_TEST(tc, a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives);
     ADD_TEST(tc, an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost);
     ADD_TEST(tc, rebalancing_finds_the_known_optimal_plan);

@@ -36,6 +36,7 @@
 
 #include "../plan/plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,8 +74,15 @@ static void regroup(dh__sched *s, int64_t st, int fresh)
     else
         for (int r = 0; r < s->R; r++)
             b[r].ntasks = b[r].ndone = 0, b[r].bytes = 0, b[r].pred_gpu_raw = 0;
-    for (int64_t k = 0; k < G; k++)
-        batch_add(s, &b[rank_of[k]], base + k);
+    if (!rows_lazy(s))
+        for (int64_t k = 0; k < G; k++)
+            batch_add(s, &b[rank_of[k]], base + k);
+    else /* a replica sums only the batches of the nodes it settled (group_node) */
+        for (int64_t k = 0; k < G; k++)
+            if (batch_settled(s, st, rank_of[k]))
+                batch_add(s, &b[rank_of[k]], base + k);
+            else
+                b[rank_of[k]].ntasks++;
     int32_t off = 0;
     for (int r = 0; r < s->R; r++) {
         b[r].first = off;
@@ -164,6 +172,34 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
     s->nmoved = 0;
 }
 
+#define GATHER_AHEAD 16 /* samples */
+
+/*
+ * Reads the rows of step st's samples at positions pos[0, n) (NULL: the
+ * step's first n) into the step's slots: the CPU prediction (unless the
+ * order source drew it), the predicted GPU cost, bytes and class. Each row
+ * is a random read in the dataset's table, independent of the others, so it
+ * is issued ahead of its use. A replica (rows_lazy) reads only the rows of
+ * the nodes it settles, when it settles them.
+ */
+static void gather_rows(dh__sched *s, int64_t st, const int32_t *pos, int64_t n)
+{
+    int64_t base = step_slot(s, st) * s->G;
+    const int64_t *idx = s->order + base;
+    const dh__sample_row *rows = s->cfg.pred.row;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + GATHER_AHEAD < n)
+            __builtin_prefetch(&rows[idx[pos ? pos[i + GATHER_AHEAD] : i + GATHER_AHEAD]]);
+        int64_t k = pos ? pos[i] : i, a = base + k;
+        const dh__sample_row *row = &rows[idx[k]];
+        if (!s->cfg.order_cpu)
+            s->task_pred[a] = row->cpu_pred;
+        s->slot_gpu[a] = sample_gpu(s, idx[k]);
+        s->slot_bytes[a] = row->bytes;
+        s->slot_cls[a] = (uint8_t)row->cls;
+    }
+}
+
 /* Partitions n samples (the arrays given, contiguous) over `ranks` ranks into out. */
 static int partition_block(dh__sched *s, int n, int ranks, const double *gpu, const double *cpu,
                            const int64_t *tokens, const int64_t *bytes, int32_t *out)
@@ -249,12 +285,13 @@ static int place_share(dh__sched *s, int64_t st, int node, const int32_t *pos, i
  *   exact costs may be learnt; a step just dealt has none done, and its done
  *   flags are cleared only after this), bytes, predicted GPU and members.
  * - A node a replica has not settled (dealt round-robin: rank r of the node
- *   holds P[r], P[r + per], ...): only what the replica reads of it, each
- *   batch's count and predicted GPU (the step's predicted start); its
- *   members are not written, nor its bytes summed (a replica admits only its
- *   own ranks' batches): dh__sched_batch_samples reads them from node_pos,
- *   and settling the node writes them. Writing them made grouping a step
- *   on a replica at 1,024 nodes 0.36 ms instead of 0.21 (bench/RESULTS.md).
+ *   holds P[r], P[r + per], ...): only each batch's count, what the replica
+ *   reads of it; its members are not written, nor its bytes and predicted
+ *   GPU summed (a replica admits only its own ranks' batches, and has not
+ *   read the node's samples' rows: rows_lazy): dh__sched_batch_samples reads
+ *   its members from node_pos, and settling the node writes them. Writing
+ *   them made grouping a step on a replica at 1,024 nodes 0.36 ms instead of
+ *   0.21 (bench/RESULTS.md).
  */
 static int32_t group_node(dh__sched *s, int64_t st, int node, const int32_t *P, int n,
                           int32_t at, int settled, int count_done)
@@ -263,13 +300,10 @@ static int32_t group_node(dh__sched *s, int64_t st, int node, const int32_t *P, 
     int64_t G = s->G, base = step_slot(s, st) * G;
     const double *gpu = s->slot_gpu + base;
     batch_rec *nb = batch_of(s, st, node * per);
-    if (!settled) {
+    if (!settled) { /* rank r of the node holds P[r], P[r + per], ... */
         for (int r = 0; r < per; r++) {
             nb[r].first = at;
-            for (int j = r; j < n; j += per) {
-                nb[r].ntasks++;
-                nb[r].pred_gpu_raw += gpu[P[j]];
-            }
+            nb[r].ntasks = r < n ? (n - r + per - 1) / per : 0;
             at += nb[r].ntasks;
         }
         return at;
@@ -332,10 +366,12 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
 {
     int N = s->nodes, G = (int)s->G;
     const double *gpu = s->slot_gpu + base;
+    const int64_t *idx = s->order + base;
+    const uint16_t *half = s->half; /* a replica's: the same half-octaves, from its table */
     uint16_t *cls = s->deal_class;
     uint64_t top = 0;
     for (int k = 0; k < G; k++) { /* each cost's half-octave (0: none) and the heaviest's */
-        uint64_t u = dh__cost_half_octave(gpu[k]);
+        uint64_t u = half ? half[idx[k]] : dh__cost_half_octave(gpu[k]);
         cls[k] = (uint16_t)u;
         top = u > top ? u : top;
     }
@@ -411,12 +447,25 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
                     rank_of[pos[a + r]] = node * per + r;
             continue;
         }
+        if (rows_lazy(s)) /* a replica reads the rows of the nodes it settles */
+            gather_rows(s, st, pos + lo, hi - lo);
         int rc = place_share(s, st, node, pos + lo, hi - lo, 1);
         if (rc)
             return rc;
     }
     group_by_shares(s, st, start, settled);
     return 1;
+}
+
+void dh__sched_gather_unsettled(dh__sched *s, int64_t st)
+{
+    const uint8_t *settled = s->settled + step_slot(s, st) * s->nodes;
+    for (int node = 0; node < s->nodes; node++) {
+        int32_t n = 0;
+        const int32_t *pos = dh__sched_node_positions(s, st, node, &n);
+        if (pos && !settled[node])
+            gather_rows(s, st, pos, n);
+    }
 }
 
 int dh__sched_settle(dh__sched *s, int64_t st, int node)
@@ -434,6 +483,7 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
         held += batch_of(s, st, r)->ntasks;
     if (!pos || held != n) /* its batches are not its share as dealt: a move touched it */
         return dh__sched_fail(s, DH_EMISMATCH);
+    gather_rows(s, st, pos, n); /* its samples' rows, read only now (rows_lazy) */
     int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)
         return dh__sched_fail(s, rc);
@@ -444,8 +494,6 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
     *settled = 1;
     return 1;
 }
-
-#define GATHER_AHEAD 16 /* samples */
 
 /* Draws step st's samples, places them, groups them by rank, fills its records. */
 static int plan_step(dh__sched *s, int64_t st)
@@ -462,21 +510,21 @@ static int plan_step(dh__sched *s, int64_t st)
         if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
             return DH_ERANGE;
     /* the drawn samples' metadata, read once at random from the dataset's table (one row a
-     * sample, its CPU prediction too unless the order source drew it) and, when every task
-     * is queued here, its segments: the reads are independent, so they are issued ahead of
-     * their use; least slack reads the class and segments again at every pop, from the
-     * step's slots (a dependent miss each from the table). A replica queues its own node's
-     * tasks alone and reads their segments as it queues them (dh__lst_push). */
-    for (int64_t k = 0; k < G; k++) {
-        if (k + GATHER_AHEAD < G)
-            __builtin_prefetch(&s->cfg.pred.row[idx[k + GATHER_AHEAD]]);
-        const dh__sample_row *row = &s->cfg.pred.row[idx[k]];
-        if (!s->cfg.order_cpu)
-            pred[k] = row->cpu_pred;
-        s->slot_gpu[base + k] = sample_gpu(s, idx[k]);
-        s->slot_bytes[base + k] = row->bytes;
-        s->slot_cls[base + k] = (uint8_t)row->cls;
-    }
+     * sample: gather_rows) and, when every task is queued here, its segments; least slack
+     * reads the class and segments again at every pop, from the step's slots (a dependent
+     * miss each from the table). A replica queues its own node's tasks alone and reads
+     * their segments as it queues them (dh__lst_push), and reads the rows of the nodes it
+     * settles alone, once they are dealt (rows_lazy: the deal reads s->half). */
+    if (!rows_lazy(s))
+        gather_rows(s, st, NULL, G);
+#ifndef NDEBUG
+    else /* a debug build: a read of a row not gathered is a NaN or a negative size */
+        for (int64_t k = 0; k < G; k++) {
+            s->slot_gpu[base + k] = NAN, s->slot_bytes[base + k] = -1;
+            if (!s->cfg.order_cpu)
+                pred[k] = NAN;
+        }
+#endif
     const int32_t *segs = s->cfg.pred.segments;
     for (int64_t k = 0; !s->cfg.node_local && k < G; k++) { /* a pass apart: a replica's
                                                           * gather above stays as it was */
@@ -507,6 +555,10 @@ static int plan_step(dh__sched *s, int64_t st)
     if (!grouped)
         regroup(s, st, 1);
     dh__lst_leads_stale(s, st);
+    /* The step's predicted start: its slowest rank's predicted GPU. A replica knows only the
+     * batches of the nodes it settled (its own, until it plans moves), whose slowest rank it
+     * takes for the step's (the deal makes every node's share weigh about the same; the
+     * other nodes' batches count 0 here). */
     const batch_rec *b = batch_of(s, st, 0);
     double step_gpu = 0;
     for (int r = 0; r < s->R; r++)

@@ -130,6 +130,8 @@ static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_
     int ok = 1;
     int64_t *byt = tok + s->R;
     for (int64_t k = 0; ok && k < s->G; k++) {
+        if (!batch_settled(s, st, s->rank_of[base + k]))
+            continue; /* a node a replica has not settled: no plan of its moves reaches it */
         int64_t i = s->order[base + k];
         tok[rank_of[k]] += s->cfg.pred.tokens ? s->cfg.pred.tokens[i] : 0;
         byt[rank_of[k]] += s->slot_bytes[base + k];
@@ -589,6 +591,10 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
     reb_plan p;
     plan_scratch(s, &p);
     reb_in by_node = *in;
+    if (rows_lazy(s) && !in->node_load && !in->need_admitted) /* an agreed plan without the
+                                                               * nodes' loads reads every
+                                                               * node's predictions */
+        dh__sched_gather_unsettled(s, st);
     if (in->costs_of) { /* the exact costs from the nodes' lists: as far as the plan reads */
         by_node.known = s->reb_known;
         if (!by_groups(s) || !in->node_load || !dh__sched_node_positions(s, st, 0, &(int32_t){0}))

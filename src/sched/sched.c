@@ -205,7 +205,8 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
     b->finished = 1;
     if (rank_here(s, rank))
         s->mem_in_use -= b->bytes;
-    if (b->ntasks > 0)
+    if (b->ntasks > 0 && batch_settled(s, step, rank)) /* a replica knows the prediction of
+                                                       * the batches it settled alone */
         dh__calib_gpu_observe(&s->calib, b->pred_gpu_raw, gpu_time);
     if (++s->finished_ranks[step_slot(s, step)] == s->R && s->caps->rebalance)
         dh__reb_step_finished(s, step);

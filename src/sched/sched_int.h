@@ -89,7 +89,9 @@ struct dh__sched {
                               * (a replica's other nodes: once their moves are planned here);
                               * until then its batches' members are not written nor their
                               * bytes summed (planning.c, group_node): a reader of another
-                              * node's batch checks this first (dh__sched_batch_samples) */
+                              * node's batch checks this first (dh__sched_batch_samples);
+                              * on a replica (rows_lazy) nor its samples' rows gathered: its
+                              * slot_* are not written and its batches' predicted GPU is 0 */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
     uint64_t *leads_ver;     /* cap * nodes: calib_ver + 1 when the step's leads on the node
                               * were set, 0: not set (lst.c) */
@@ -119,6 +121,9 @@ struct dh__sched {
     int32_t *plan_fill;                /* R */
     int *share_ord;                    /* G, several nodes: the step in the deal's order */
     uint16_t *deal_class;              /* G, several nodes: each sample's class in the deal */
+    uint16_t *half;                    /* pred.n, a replica dealing by classes: each sample's
+                                        * predicted GPU cost's half-octave (the deal's input;
+                                        * rows_lazy) */
     int32_t *share_rank;               /* G: a node share's ranks */
     double *share_gpu, *share_cpu;     /* G */
     int64_t *share_tokens, *share_bytes; /* G */
@@ -208,6 +213,26 @@ static inline int node_of_rank(const dh__sched *s, int rank)
     return s->rank_node[rank];
 }
 
+/*
+ * 1 on a replica that deals its steps to nodes (several nodes of several ranks, balanced
+ * placement): it reads the rows of a step's samples (slot_gpu, slot_bytes, slot_cls and,
+ * unless the order source drew it, task_pred) only for the nodes it settles, when it settles
+ * them, and deals the step by each sample's half-octave (half), a denser table
+ * (planning.c). Until a node is settled, what a replica knows of its batches is their counts.
+ */
+static inline int rows_lazy(const dh__sched *s)
+{
+    return s->cfg.node_local && s->nodes > 1 && s->ranks_per_node > 1 &&
+           s->caps->placement == DH_PLACE_BALANCED;
+}
+
+/* 1 when the replica placed rank's batch of step st as its node did (settled): its members,
+ * bytes and predicted GPU are known here. */
+static inline int batch_settled(const dh__sched *s, int64_t st, int rank)
+{
+    return s->settled[step_slot(s, st) * s->nodes + node_of_rank(s, rank)];
+}
+
 /* 1 when rank's batches are admitted, queued and counted here (sched.h: node_local). */
 static inline int rank_here(const dh__sched *s, int rank)
 {
@@ -261,6 +286,9 @@ static inline void dh__sched_mark_moved(dh__sched *s, int rank)
 /* A replica places another node's share of step st as that node did, and regroups that
  * node's batches (planning.c). 1: placed now; 0: it was; < 0: an error (kept). */
 int dh__sched_settle(dh__sched *s, int64_t st, int node);
+/* A replica (rows_lazy) reads the rows of step st's samples on the nodes it has not settled,
+ * for a plan that reads every node's predictions (one agreed without the nodes' loads). */
+void dh__sched_gather_unsettled(dh__sched *s, int64_t st);
 
 /* lst.c: least slack first, with keyframe-aligned splitting */
 /* lead: seconds before its step's predicted start that the task's batch is due;

@@ -177,6 +177,7 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_bytes);
     free(s->share_ord);
     free(s->deal_class);
+    free(s->half);
     free(s->groups);
     free(s->share_rank);
     free(s->share_gpu);
@@ -256,6 +257,13 @@ static int alloc_fixed(dh__sched *s)
         if (!s->share_ord || !s->deal_class || !s->groups || !s->share_rank ||
             !s->share_gpu || !s->share_cpu || !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
+    }
+    if (rows_lazy(s) && !s->cfg.order_by_node) { /* the deal's input, once for the dataset:
+                                                  * 2 bytes a sample read a step, not a row */
+        if (!(s->half = dh__malloc((size_t)s->cfg.pred.n * sizeof *s->half)))
+            return DH_ENOMEM;
+        for (int64_t i = 0; i < s->cfg.pred.n; i++)
+            s->half[i] = (uint16_t)dh__cost_half_octave(sample_gpu(s, i));
     }
     if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
