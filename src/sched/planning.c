@@ -355,55 +355,81 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
  * node taking place (node + rotation) mod N of it, the rotation drawn from (step, run).
  * Every node's share then weighs about the same in GPU and, with it, in CPU, and no node is
  * favoured. Node k's positions, ascending, go to pos[start[k - 1], start[k]) (start[k]: the
- * end of node k's block; start[-1] = 0); rank_of holds each position's node meanwhile.
+ * end of node k's block; start[-1] = 0), and each position's rank to rank_of as dealt
+ * round-robin over its node's ranks (rank r of a node: its positions r, r + per, ...),
+ * which placing the node's share replaces.
  * The snake it replaced (heaviest first, 0..N-1 then N-1..0, over two counting sorts of
  * 16,384 classes, GPU then CPU) read the same efficiency in the simulator and cost a replica
  * a fifth more at 1,024 nodes (bench/RESULTS.md, "The class-rotation deal"); this deal is
- * also what a node can compute from the step's classes alone.
+ * also what a node can compute from the step's classes alone. A replica (rows_lazy) reads
+ * each sample's half-octave from its table (s->half), not the sample's row.
  */
+#define DEAL_AHEAD 32 /* samples */
+
 static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
                           int32_t *rank_of, int32_t *start)
 {
-    int N = s->nodes, G = (int)s->G;
-    const double *gpu = s->slot_gpu + base;
+    int N = s->nodes, G = (int)s->G, per = s->ranks_per_node;
     const int64_t *idx = s->order + base;
-    const uint16_t *half = s->half; /* a replica's: the same half-octaves, from its table */
-    uint16_t *cls = s->deal_class;
-    uint64_t top = 0;
-    for (int k = 0; k < G; k++) { /* each cost's half-octave (0: none) and the heaviest's */
-        uint64_t u = half ? half[idx[k]] : dh__cost_half_octave(gpu[k]);
-        cls[k] = (uint16_t)u;
-        top = u > top ? u : top;
+    uint16_t *u = s->deal_class;
+    int32_t *hist = s->deal_hist, *turn = s->deal_turn;
+    /* each sample's half-octave, counted by half-octave (one pass: the classes follow from
+     * the heaviest, which the counts give) */
+    memset(hist, 0, DH_HALF_OCTAVES * sizeof *hist);
+    if (s->half) {
+        for (int k = 0; k < G; k++) { /* a read at random a sample: issued ahead */
+            if (k + DEAL_AHEAD < G)
+                __builtin_prefetch(&s->half[idx[k + DEAL_AHEAD]]);
+            u[k] = s->half[idx[k]];
+        }
+        for (int k = 0; k < G; k++)
+            hist[u[k]]++;
+    } else
+        for (int k = 0; k < G; k++)
+            hist[u[k] = (uint16_t)dh__cost_half_octave(s->slot_gpu[base + k])]++;
+    int top = DH_HALF_OCTAVES - 1;
+    while (top > 0 && !hist[top])
+        top--;
+    /* class c < DEAL_CLASSES - 1: half-octave top - c (when above 0); the last: the rest */
+    int32_t at[DEAL_CLASSES], n = 0;
+    for (int c = 0; c < DEAL_CLASSES - 1; c++) {
+        at[c] = n;
+        n += top - c >= 1 ? hist[top - c] : 0;
     }
-    int32_t cnt[DEAL_CLASSES + 1] = {0};
-    for (int k = 0; k < G; k++) {
-        int c = cls[k] ? (int)DH_MIN(DEAL_CLASSES - 1, top - cls[k]) : DEAL_CLASSES - 1;
-        cls[k] = (uint16_t)c;
-        cnt[c + 1]++;
-    }
-    for (int c = 1; c <= DEAL_CLASSES; c++) /* cnt[c]: where class c starts */
-        cnt[c] += cnt[c - 1];
+    at[DEAL_CLASSES - 1] = n;
     int *ord = s->share_ord;
-    for (int k = 0; k < G; k++)
-        ord[cnt[cls[k]]++] = k;
-    memset(start, 0, (size_t)N * sizeof *start);
+    for (int k = 0; k < G; k++) { /* (selects, not branches: the classes come at random) */
+        int v = u[k], d = top - v, c = d < DEAL_CLASSES - 1 ? d : DEAL_CLASSES - 1;
+        c = v ? c : DEAL_CLASSES - 1;
+        ord[at[c]++] = k;
+    }
+    for (int node = 0; node < N; node++) /* one of every full run; the last run's below */
+        start[node] = G / N;
     for (int i = 0, run = 0; i < G; i += N, run++) {
         uint64_t rot = dh__mix64(((uint64_t)st << 32) + (uint64_t)run + 0x9e3779b97f4a7c15ULL) %
                        (uint64_t)N;
-        int node = rot ? N - (int)rot : 0; /* place j goes to node (j - rotation) mod N */
-        for (int j = 0, n = DH_MIN(N, G - i); j < n; j++) {
+        /* place j goes to node (j - rotation) mod N: nodes first.. N - 1, then 0.. */
+        int first = rot ? N - (int)rot : 0, m = DH_MIN(N, G - i), j = 0;
+        for (int node = first; node < N && j < m; node++, j++)
             rank_of[ord[i + j]] = node;
-            start[node]++;
-            node = node + 1 == N ? 0 : node + 1;
-        }
+        for (int node = 0; j < m; node++, j++)
+            rank_of[ord[i + j]] = node;
+        for (int jj = 0, node = first; m < N && jj < m; jj++, node = node + 1 == N ? 0 : node + 1)
+            start[node]++; /* a last run short of N */
     }
-    for (int node = 0, at = 0; node < N; node++) { /* counts to where each block starts */
+    for (int node = 0, a = 0; node < N; node++) { /* counts to where each block starts */
         int c = start[node];
-        start[node] = at;
-        at += c;
+        start[node] = a;
+        a += c;
     }
-    for (int k = 0; k < G; k++) /* each node's positions, ascending; start[] becomes ends */
-        pos[start[rank_of[k]]++] = k;
+    memset(turn, 0, (size_t)N * sizeof *turn);
+    for (int k = 0; k < G; k++) { /* each node's positions, ascending (start[] becomes ends),
+                                   * and their ranks round-robin */
+        int node = rank_of[k];
+        pos[start[node]++] = k;
+        rank_of[k] = node * per + turn[node];
+        turn[node] = turn[node] + 1 == per ? 0 : turn[node] + 1;
+    }
 }
 
 /* Places step st's samples (rank_of); 1 when it grouped them by rank too (group_by_shares),
@@ -441,8 +467,8 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
     for (int node = 0; node < N; node++) {
         int lo = node ? start[node - 1] : 0, hi = start[node];
         settled[node] = !s->cfg.node_local || node == s->cfg.node;
-        if (!settled[node]) { /* another node's: dealt round-robin for now */
-            for (int a = lo; a < hi; a += per)
+        if (!settled[node]) { /* another node's: dealt round-robin for now (the deal did) */
+            for (int a = lo; s->cfg.order_by_node && a < hi; a += per)
                 for (int r = 0, n = DH_MIN(per, hi - a); r < n; r++)
                     rank_of[pos[a + r]] = node * per + r;
             continue;
@@ -506,9 +532,11 @@ static int plan_step(dh__sched *s, int64_t st)
     float *pred = s->task_pred + base;
     if ((rc = s->cfg.next_order(s->cfg.order_ctx, idx, s->cfg.order_cpu ? pred : NULL)))
         return rc;
+    uint64_t outside = 0; /* one test a step (a loop the compiler vectorises) */
     for (int64_t k = 0; k < G; k++)
-        if (idx[k] < 0 || idx[k] >= s->cfg.pred.n)
-            return DH_ERANGE;
+        outside |= (uint64_t)idx[k] >= (uint64_t)s->cfg.pred.n;
+    if (outside)
+        return DH_ERANGE;
     /* the drawn samples' metadata, read once at random from the dataset's table (one row a
      * sample: gather_rows) and, when every task is queued here, its segments; least slack
      * reads the class and segments again at every pop, from the step's slots (a dependent
@@ -544,11 +572,10 @@ static int plan_step(dh__sched *s, int64_t st)
     if (!grouped) /* a deal wrote each settled node's (place_share); a replica's others are
                    * written when it settles them */
         memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
-    for (int64_t k = 0; k < G; k++) {
-        s->parts_left[base + k] = 0;
+    memset(s->parts_left + base, 0, (size_t)G * sizeof *s->parts_left);
+    memset(s->done + base, 0, (size_t)G * sizeof *s->done);
+    for (int64_t k = 0; k < G; k++)
         s->revealed[base + k] = -1.0f;
-        s->done[base + k] = 0;
-    }
     s->finished_ranks[step_slot(s, st)] = 0;
     for (int j = 0; j < DH_MOVE_GROUP; j++)
         s->group[step_slot(s, st) * DH_MOVE_GROUP + j] = -1;

@@ -24,6 +24,7 @@
 
 /* Classes of GPU cost a step is dealt to nodes by (planning.c): two to an octave. */
 #define DEAL_CLASSES 64
+#define DH_HALF_OCTAVES 4096 /* dh__cost_half_octave's values */
 
 typedef struct {
     int64_t bytes;
@@ -120,7 +121,9 @@ struct dh__sched {
     int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;                /* R */
     int *share_ord;                    /* G, several nodes: the step in the deal's order */
-    uint16_t *deal_class;              /* G, several nodes: each sample's class in the deal */
+    uint16_t *deal_class;              /* G, several nodes: each sample's half-octave */
+    int32_t *deal_hist;                /* DH_HALF_OCTAVES, several nodes: the deal's counts */
+    int32_t *deal_turn;                /* nodes, several nodes: the deal's round-robin */
     uint16_t *half;                    /* pred.n, a replica dealing by classes: each sample's
                                         * predicted GPU cost's half-octave (the deal's input;
                                         * rows_lazy) */

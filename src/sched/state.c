@@ -177,6 +177,8 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_bytes);
     free(s->share_ord);
     free(s->deal_class);
+    free(s->deal_hist);
+    free(s->deal_turn);
     free(s->half);
     free(s->groups);
     free(s->share_rank);
@@ -247,6 +249,8 @@ static int alloc_fixed(dh__sched *s)
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
         s->deal_class = dh__malloc(G * sizeof *s->deal_class);
+        s->deal_hist = dh__malloc(DH_HALF_OCTAVES * sizeof *s->deal_hist);
+        s->deal_turn = dh__malloc(nodes * sizeof *s->deal_turn);
         s->groups = dh__malloc((3 * nodes + 1) * sizeof *s->groups);
         s->groups_step = -1;
         s->share_rank = dh__malloc(G * sizeof *s->share_rank);
@@ -254,7 +258,8 @@ static int alloc_fixed(dh__sched *s)
         s->share_cpu = dh__malloc(G * sizeof *s->share_cpu);
         s->share_tokens = dh__malloc(G * sizeof *s->share_tokens);
         s->share_bytes = dh__malloc(G * sizeof *s->share_bytes);
-        if (!s->share_ord || !s->deal_class || !s->groups || !s->share_rank ||
+        if (!s->share_ord || !s->deal_class || !s->deal_hist || !s->deal_turn || !s->groups ||
+            !s->share_rank ||
             !s->share_gpu || !s->share_cpu || !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
     }
