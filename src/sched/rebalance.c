@@ -450,14 +450,6 @@ typedef struct {
     int node;
 } node_key;
 
-static int by_load(const void *a, const void *b)
-{
-    const node_key *x = a, *y = b;
-    if (x->load != y->load)
-        return x->load < y->load ? 1 : -1;
-    return (x->node > y->node) - (x->node < y->node);
-}
-
 /* The group the i-th node in order goes to among g groups: 0..g-1, then g-1..0, ... */
 static int snake_group(int i, int g)
 {
@@ -486,17 +478,33 @@ static double group_nodes(dh__sched *s, int64_t st, const reb_in *in, node_group
     int N = s->nodes, per = s->ranks_per_node;
     int64_t base = step_slot(s, st) * s->G;
     node_key *key = dh__malloc((size_t)N * sizeof *key);
-    if (!key)
+    double *load = dh__malloc((size_t)N * sizeof *load);
+    int *ord = dh__malloc((size_t)N * sizeof *ord);
+    if (!key || !load || !ord) {
+        free(key);
+        free(load);
+        free(ord);
         return -1;
+    }
     for (int n = 0; n < N; n++) /* each node's load as it said (dh__sched_node_load) */
-        key[n] = (node_key){in->node_load ? in->node_load[n] : 0, n};
+        load[n] = in->node_load ? in->node_load[n] : 0;
     for (int64_t k = 0; !in->node_load && k < s->G; k++) {
         int64_t a = base + k;
         double exact = exact_cost(s, in, k, a);
-        key[node_of_rank(s, s->rank_of[a])].load +=
-            exact >= 0 ? exact : s->slot_gpu[a];
+        load[node_of_rank(s, s->rank_of[a])] += exact >= 0 ? exact : s->slot_gpu[a];
     }
-    qsort(key, (size_t)N, sizeof *key, by_load);
+    /* heaviest first, ties to the lower node: LPT's order (a radix sort; qsort's
+     * comparisons were 4% of a replica's instructions a step at 1,024 nodes) */
+    dh__part_in by_load = {.n = N, .ranks = 1, .gpu = load, .ws = &s->part_ws};
+    int rc = dh__part_lpt_order(&by_load, ord);
+    for (int i = 0; !rc && i < N; i++)
+        key[i] = (node_key){load[ord[i]], ord[i]};
+    free(load);
+    free(ord);
+    if (rc) {
+        free(key);
+        return -1;
+    }
     s->groups_step_max = key[0].load / per;
     g->ngroups = (N + DH_MOVE_GROUP - 1) / DH_MOVE_GROUP;
     double *gsum = s->reb_f64; /* per group: its load, then its nodes */
