@@ -767,14 +767,21 @@ START_TEST(a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settle
      * whole job's hold; its
      * GPU calibration observes only batches it knows the prediction of; the step's predicted
      * start is its own node's slowest rank. Costs spread over many half-octaves, shares that
-     * do not divide evenly. */
+     * do not divide evenly; its table (a byte a sample) clips what is 254 half-octaves or
+     * more below the dataset's heaviest: with such costs in the step (variant 1), and with
+     * a step so much lighter than the dataset's heaviest that it reads its rows (2). */
     enum { N = 4, PER = 2, R = N * PER, G = 22 };
-    for (int node = 0; node < N; node++) {
+    for (int variant = 0; variant < 3 * N; variant++) {
+        int node = variant % N, spread = variant / N;
         world wj, wr;
         node_world(&wj, R, G, N, -1);
         node_world(&wr, R, G, N, node);
         for (int k = 0; k < MAXS; k++) {
             float v = 0.05f * (float)(1u << ((k * 7) % 11)) + (float)((k * 13) % 5) / 9.0f;
+            if (spread == 1 && k % 5 == 1) /* 2^133 apart: clipped, and in the step */
+                v = k % 2 ? 1e38f : 1e-2f;
+            if (spread == 2 && k == MAXS - 1) /* not drawn in step 0 */
+                v = 1e38f;
             wj.row[k].feat.v = wr.row[k].feat.v = v;
             wj.row[k].bytes = wr.row[k].bytes = 100 + (k * 7919) % 1000;
             wj.row[k].cpu_pred = wr.row[k].cpu_pred = 0.05f + (float)((k * 11) % 13) / 50.0f;
@@ -803,6 +810,13 @@ START_TEST(a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settle
             }
         }
         ck_assert(own_max > 0);
+        int clipped = 0; /* the paths the variants are for were taken */
+        for (int k = 0; k < MAXS; k++)
+            clipped += rep->below[k] == BELOW_CLIP;
+        ck_assert(spread ? clipped > 0 : clipped == 0);
+        for (int k = 0; spread == 2 && k < G; k++) /* every row read, for the deal */
+            ck_assert(rep->slot_gpu[step_slot(rep, 0) * G + k] ==
+                      job->slot_gpu[step_slot(job, 0) * G + k]);
         ck_assert(rep->step_start[step_slot(rep, 1)] ==
                   rep->step_start[step_slot(rep, 0)] +
                       dh__calib_gpu(&rep->calib, wr.cfg.gpu.c0 + own_max));

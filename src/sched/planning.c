@@ -362,7 +362,7 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
  * 16,384 classes, GPU then CPU) read the same efficiency in the simulator and cost a replica
  * a fifth more at 1,024 nodes (bench/RESULTS.md, "The class-rotation deal"); this deal is
  * also what a node can compute from the step's classes alone. A replica (rows_lazy) reads
- * each sample's half-octave from its table (s->half), not the sample's row.
+ * each sample's half-octave from its table (s->below), not the sample's row.
  */
 #define DEAL_AHEAD 32 /* samples */
 
@@ -375,21 +375,35 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     int32_t *hist = s->deal_hist, *turn = s->deal_turn;
     /* each sample's half-octave, counted by half-octave (one pass: the classes follow from
      * the heaviest, which the counts give) */
+    int top = DH_HALF_OCTAVES - 1, from_rows = !s->below;
     memset(hist, 0, DH_HALF_OCTAVES * sizeof *hist);
-    if (s->half) {
+    if (s->below) { /* a replica: from its table, a byte a sample */
         for (int k = 0; k < G; k++) { /* a read at random a sample: issued ahead */
             if (k + DEAL_AHEAD < G)
-                __builtin_prefetch(&s->half[idx[k + DEAL_AHEAD]]);
-            u[k] = s->half[idx[k]];
+                __builtin_prefetch(&s->below[idx[k + DEAL_AHEAD]]);
+            u[k] = s->half_of[s->below[idx[k]]];
         }
         for (int k = 0; k < G; k++)
             hist[u[k]]++;
-    } else
+        while (top > 0 && !hist[top])
+            top--;
+        /* A cost the table clipped (BELOW_CLIP half-octaves or more below the dataset's
+         * heaviest) stands for the lightest it may be: exact while it is in the last class,
+         * that is while the step's heaviest is at most BELOW_CLIP - (DEAL_CLASSES - 1) below
+         * the dataset's. A step lighter than that reads its rows. */
+        from_rows = top && s->half_top - top > BELOW_CLIP - (DEAL_CLASSES - 1);
+        if (from_rows) {
+            gather_rows(s, st, NULL, G);
+            memset(hist, 0, DH_HALF_OCTAVES * sizeof *hist);
+            top = DH_HALF_OCTAVES - 1;
+        }
+    }
+    if (from_rows) {
         for (int k = 0; k < G; k++)
             hist[u[k] = (uint16_t)dh__cost_half_octave(s->slot_gpu[base + k])]++;
-    int top = DH_HALF_OCTAVES - 1;
-    while (top > 0 && !hist[top])
-        top--;
+        while (top > 0 && !hist[top])
+            top--;
+    }
     /* class c < DEAL_CLASSES - 1: half-octave top - c (when above 0); the last: the rest */
     int32_t at[DEAL_CLASSES], n = 0;
     for (int c = 0; c < DEAL_CLASSES - 1; c++) {
@@ -542,7 +556,7 @@ static int plan_step(dh__sched *s, int64_t st)
      * reads the class and segments again at every pop, from the step's slots (a dependent
      * miss each from the table). A replica queues its own node's tasks alone and reads
      * their segments as it queues them (dh__lst_push), and reads the rows of the nodes it
-     * settles alone, once they are dealt (rows_lazy: the deal reads s->half). */
+     * settles alone, once they are dealt (rows_lazy: the deal reads s->below). */
     if (!rows_lazy(s))
         gather_rows(s, st, NULL, G);
 #ifndef NDEBUG

@@ -25,6 +25,8 @@
 /* Classes of GPU cost a step is dealt to nodes by (planning.c): two to an octave. */
 #define DEAL_CLASSES 64
 #define DH_HALF_OCTAVES 4096 /* dh__cost_half_octave's values */
+#define BELOW_CLIP 254           /* a replica's table of half-octaves: 254 or more below */
+#define BELOW_NONE 255           /* and no cost */
 
 typedef struct {
     int64_t bytes;
@@ -124,9 +126,12 @@ struct dh__sched {
     uint16_t *deal_class;              /* G, several nodes: each sample's half-octave */
     int32_t *deal_hist;                /* DH_HALF_OCTAVES, several nodes: the deal's counts */
     int32_t *deal_turn;                /* nodes, several nodes: the deal's round-robin */
-    uint16_t *half;                    /* pred.n, a replica dealing by classes: each sample's
-                                        * predicted GPU cost's half-octave (the deal's input;
-                                        * rows_lazy) */
+    uint8_t *below;                    /* pred.n, a replica dealing by classes: each sample's
+                                        * predicted GPU cost in half-octaves below the
+                                        * dataset's heaviest (BELOW_CLIP: that many or more;
+                                        * BELOW_NONE: no cost): the deal's input (rows_lazy) */
+    uint16_t half_of[256];             /* below -> the half-octave it stands for (0: none) */
+    int half_top;                      /* the dataset's heaviest half-octave */
     int32_t *share_rank;               /* G: a node share's ranks */
     double *share_gpu, *share_cpu;     /* G */
     int64_t *share_tokens, *share_bytes; /* G */
@@ -220,7 +225,7 @@ static inline int node_of_rank(const dh__sched *s, int rank)
  * 1 on a replica that deals its steps to nodes (several nodes of several ranks, balanced
  * placement): it reads the rows of a step's samples (slot_gpu, slot_bytes, slot_cls and,
  * unless the order source drew it, task_pred) only for the nodes it settles, when it settles
- * them, and deals the step by each sample's half-octave (half), a denser table
+ * them, and deals the step by each sample's half-octave (below), a denser table
  * (planning.c). Until a node is settled, what a replica knows of its batches is their counts.
  */
 static inline int rows_lazy(const dh__sched *s)

@@ -179,7 +179,7 @@ void dh__sched_free(dh__sched *s)
     free(s->deal_class);
     free(s->deal_hist);
     free(s->deal_turn);
-    free(s->half);
+    free(s->below);
     free(s->groups);
     free(s->share_rank);
     free(s->share_gpu);
@@ -264,11 +264,18 @@ static int alloc_fixed(dh__sched *s)
             return DH_ENOMEM;
     }
     if (rows_lazy(s) && !s->cfg.order_by_node) { /* the deal's input, once for the dataset:
-                                                  * 2 bytes a sample read a step, not a row */
-        if (!(s->half = dh__malloc((size_t)s->cfg.pred.n * sizeof *s->half)))
+                                                  * a byte a sample read a step, not a row */
+        if (!(s->below = dh__malloc((size_t)s->cfg.pred.n)))
             return DH_ENOMEM;
+        s->half_top = 0;
         for (int64_t i = 0; i < s->cfg.pred.n; i++)
-            s->half[i] = (uint16_t)dh__cost_half_octave(sample_gpu(s, i));
+            s->half_top = DH_MAX(s->half_top, (int)dh__cost_half_octave(sample_gpu(s, i)));
+        for (int64_t i = 0; i < s->cfg.pred.n; i++) {
+            int u = (int)dh__cost_half_octave(sample_gpu(s, i));
+            s->below[i] = (uint8_t)(u ? DH_MIN(BELOW_CLIP, s->half_top - u) : BELOW_NONE);
+        }
+        for (int b = 0; b < 256; b++)
+            s->half_of[b] = (uint16_t)(b == BELOW_NONE ? 0 : DH_MAX(0, s->half_top - b));
     }
     if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
