@@ -347,6 +347,8 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
                         0);
 }
 
+#define DEAL_AHEAD 32 /* samples */
+
 /*
  * The step's G samples dealt to nodes by classes of GPU cost: sorted by class, heaviest
  * first (DEAL_CLASSES classes of half-octaves below the step's heaviest, as a stratified
@@ -364,8 +366,6 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
  * also what a node can compute from the step's classes alone. A replica (rows_lazy) reads
  * each sample's half-octave from its table (s->below), not the sample's row.
  */
-#define DEAL_AHEAD 32 /* samples */
-
 static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
                           int32_t *rank_of, int32_t *start)
 {
@@ -546,7 +546,7 @@ static int plan_step(dh__sched *s, int64_t st)
     float *pred = s->task_pred + base;
     if ((rc = s->cfg.next_order(s->cfg.order_ctx, idx, s->cfg.order_cpu ? pred : NULL)))
         return rc;
-    uint64_t outside = 0; /* one test a step (a loop the compiler vectorises) */
+    uint64_t outside = 0; /* one test a step, not a branch a sample */
     for (int64_t k = 0; k < G; k++)
         outside |= (uint64_t)idx[k] >= (uint64_t)s->cfg.pred.n;
     if (outside)
