@@ -764,12 +764,12 @@ START_TEST(a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settle
      * whole job deals it from the costs: every node's positions are the same. It reads the
      * rows of the nodes it settles alone: another node's batches hold only their counts as
      * dealt round-robin (no predicted GPU, no bytes) until it is settled, and then what the
-     * whole job's hold; its
-     * GPU calibration observes only batches it knows the prediction of; the step's predicted
-     * start is its own node's slowest rank. Costs spread over many half-octaves, shares that
-     * do not divide evenly; its table (a byte a sample) clips what is 254 half-octaves or
-     * more below the dataset's heaviest: with such costs in the step (variant 1), and with
-     * a step so much lighter than the dataset's heaviest that it reads its rows (2). */
+     * whole job's hold; its GPU calibration observes only batches it knows the prediction
+     * of; the step's predicted start is its own node's slowest rank. Costs spread over many
+     * half-octaves, shares that do not divide evenly; its table (a byte a sample) clips what
+     * is 254 half-octaves or more below the dataset's heaviest: with such costs in the step
+     * (spread 1), and with a step so much lighter than the dataset's heaviest that it reads
+     * its rows (spread 2). */
     enum { N = 4, PER = 2, R = N * PER, G = 22 };
     for (int variant = 0; variant < 3 * N; variant++) {
         int node = variant % N, spread = variant / N;
