@@ -820,6 +820,9 @@ START_TEST(a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settle
         ck_assert(rep->step_start[step_slot(rep, 1)] ==
                   rep->step_start[step_slot(rep, 0)] +
                       dh__calib_gpu(&rep->calib, wr.cfg.gpu.c0 + own_max));
+        for (int n = 0; n < N; n++) /* a node's load with no exact cost: its predictions */
+            ck_assert(dh__sched_node_load(rep, 0, n, NULL, 0) ==
+                      dh__sched_node_load(job, 0, n, NULL, 0));
         /* a batch of a node not settled says nothing to the calibration; its own do */
         int other = (node + 1) % N;
         int64_t seen = rep->calib.gpu_n;

@@ -710,9 +710,14 @@ double dh__sched_node_load(const dh__sched *s, int64_t st, int node, const float
     if (!P)
         return -1;
     int64_t base = step_slot(s, st) * s->G;
+    /* a node a replica has not settled: its rows were not read into the step (rows_lazy),
+     * so a prediction comes from the sample's row (the same value) */
+    int from_rows = !s->settled[step_slot(s, st) * s->nodes + node];
     double load = 0; /* group_nodes' sum: the same additions in the same order */
     for (int32_t i = 0; i < n; i++)
-        load += i < ncost && cost[i] >= 0 ? (double)cost[i] : s->slot_gpu[base + P[i]];
+        load += i < ncost && cost[i] >= 0 ? (double)cost[i]
+                : from_rows               ? sample_gpu(s, s->order[base + P[i]])
+                                          : s->slot_gpu[base + P[i]];
     return load;
 }
 

@@ -245,8 +245,9 @@ int dh__sched_receivers(dh__sched *s, int64_t step, const int32_t *rank_of,
  * NULL when it was not (one node, nodes of one rank, or not planned). Moves leave them. */
 const int32_t *dh__sched_node_positions(const dh__sched *s, int64_t step, int node, int32_t *n);
 /* Node `node`'s load of `step` as an agreed plan groups nodes by: its samples' GPU costs, the
- * exact one for the i-th of them when i < ncost and cost[i] >= 0, else the predicted one;
- * < 0 when the step was not dealt to nodes. */
+ * exact one for the i-th of them when i < ncost and cost[i] >= 0, else the predicted one (of
+ * a node a replica has not placed, read from the sample's row); < 0 when the step was not
+ * dealt to nodes. */
 double dh__sched_node_load(const dh__sched *s, int64_t step, int node, const float *cost,
                            int64_t ncost);
 /* The exact GPU cost of the k-th sample of step if it is prepared here (or was learnt), else
