@@ -596,10 +596,9 @@ static int plan_step(dh__sched *s, int64_t st)
     if (!grouped)
         regroup(s, st, 1);
     dh__lst_leads_stale(s, st);
-    /* The step's predicted start: its slowest rank's predicted GPU. A replica knows only the
-     * batches of the nodes it settled (its own, until it plans moves), whose slowest rank it
-     * takes for the step's (the deal makes every node's share weigh about the same; the
-     * other nodes' batches count 0 here). */
+    /* The step's predicted start: its slowest rank's predicted GPU. A replica has placed only
+     * its own node's batches by now, whose slowest rank it takes for the step's (the deal
+     * makes every node's share weigh about the same; the other nodes' batches count 0). */
     const batch_rec *b = batch_of(s, st, 0);
     double step_gpu = 0;
     for (int r = 0; r < s->R; r++)
