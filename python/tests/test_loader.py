@@ -523,41 +523,50 @@ print(json.dumps(passes))
         read "rank 1 failed ... Connection closed by peer; the job cannot go on without it"
         before the real reason and blamed gloo."""
         gone_manifest(self.tmp, "gone.jsonl")
-        s = sock()
-        stopped, said = threading.Event(), []
+        # Rank 1 must ask for its first batch before the stop reaches it; on a loaded
+        # machine the stop (every sample fails at once) can come first (CI saw it once),
+        # and rank 1 then ends with the stop itself: the scenario did not happen, so it is
+        # run again, at most three times.
+        for attempt in range(3):
+            s = sock()
+            stopped, said = threading.Event(), []
 
-        def rank1():
-            try:
-                with datahelix.Loader(socket=s, rank=1, world_size=2) as loader:
-                    next(iter(loader))  # holds step 0's batch
-                    stopped.wait(60)
-                    raise RuntimeError("Connection closed by peer (a collective, as rank 0 left)")
-            except Exception as e:  # noqa: BLE001 - what rank 1 ended with, for the assert
-                said.append(repr(e))
+            def rank1():
+                try:
+                    with datahelix.Loader(socket=s, rank=1, world_size=2) as loader:
+                        next(iter(loader))  # holds step 0's batch
+                        stopped.wait(60)
+                        raise RuntimeError(
+                            "Connection closed by peer (a collective, as rank 0 left)")
+                except Exception as e:  # noqa: BLE001 - what rank 1 ended with, for the assert
+                    said.append(repr(e))
 
-        with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--epochs", "2",
-                   manifest="gone.jsonl") as agent:
-            other = threading.Thread(target=rank1)
-            other.start()
-            try:
-                with datahelix.Loader(socket=s, rank=0, world_size=2) as loader:
-                    with self.assertRaises(datahelix.DataHelixError) as e:
-                        for _ in range(2):
-                            for b in loader:
-                                pass
-                self.assertIn("over the --max-failed share", str(e.exception))
-            finally:
-                stopped.set()
-                other.join(60)
-            self.assertIn("Connection closed by peer", said[0])
-            rc, out, err = agent.wait()
-            self.assertNotEqual(rc, 0, err)
-            self.assertIn("DH_EFAILED", err)
-            lines = [ln for ln in err.splitlines() if "rank 1" in ln and "trainer says" in ln]
-            self.assertTrue(lines, err)
-            self.assertIn("the run had stopped on too many failed samples (--max-failed", lines[0])
-            self.assertIn("; not the cause", lines[0])
-            self.assertNotIn("cannot go on without it", lines[0])
+            with Agent(self.tmp, s, "--ranks", "2", "--batch", "4", "--epochs", "2",
+                       manifest="gone.jsonl") as agent:
+                other = threading.Thread(target=rank1)
+                other.start()
+                try:
+                    with datahelix.Loader(socket=s, rank=0, world_size=2) as loader:
+                        with self.assertRaises(datahelix.DataHelixError) as e:
+                            for _ in range(2):
+                                for b in loader:
+                                    pass
+                    self.assertIn("over the --max-failed share", str(e.exception))
+                finally:
+                    stopped.set()
+                    other.join(60)
+                rc, out, err = agent.wait()
+            if "Connection closed by peer" in said[0] or attempt == 2:
+                break
+            self.assertIn("over the --max-failed share", said[0])  # the stop came first
+        self.assertIn("Connection closed by peer", said[0])
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("DH_EFAILED", err)
+        lines = [ln for ln in err.splitlines() if "rank 1" in ln and "trainer says" in ln]
+        self.assertTrue(lines, err)
+        self.assertIn("the run had stopped on too many failed samples (--max-failed", lines[0])
+        self.assertIn("; not the cause", lines[0])
+        self.assertNotIn("cannot go on without it", lines[0])
 
     def test_a_loop_left_early_leaves_the_rest_of_its_epoch(self):
         """break (or an exception) in epoch 0 after one batch: the next loop is all of epoch
