@@ -780,6 +780,8 @@ START_TEST(a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settle
             float v = 0.05f * (float)(1u << ((k * 7) % 11)) + (float)((k * 13) % 5) / 9.0f;
             if (spread == 1 && k % 5 == 1) /* 2^133 apart: clipped, and in the step */
                 v = k % 2 ? 1e38f : 1e-2f;
+            if (spread == 1 && k % 7 == 3) /* no cost: the table's last entry too */
+                v = 0.0f;
             if (spread == 2 && k == MAXS - 1) /* not drawn in step 0 */
                 v = 1e38f;
             wj.row[k].feat.v = wr.row[k].feat.v = v;

@@ -225,7 +225,7 @@ void dh__gpu_classes(const dh__gpu_model *g, const dh__samples *s, int classes, 
         top = DH_MAX(top, dh__cost_half_octave(dh__gpu_sample_cost(g, &s->row[i].feat)));
     for (int64_t i = 0; i < s->n; i++) {
         uint64_t h = dh__cost_half_octave(dh__gpu_sample_cost(g, &s->row[i].feat));
-        cls[i] = (uint16_t)(h ? DH_MIN(top - h, (uint64_t)classes - 1) : (uint64_t)classes - 1);
+        cls[i] = (uint16_t)dh__cost_class(h, top, (uint64_t)classes);
     }
 }
 

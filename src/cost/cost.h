@@ -54,6 +54,16 @@ static inline uint64_t dh__cost_half_octave(double x)
     return x > 0 ? u >> 51 : 0; /* positive: below 2^12 */
 }
 
+/* The class of a cost of half-octave h among `classes` classes counted down from the
+ * heaviest's half-octave (top >= h): top - h, and the last class for anything lighter and for
+ * no cost (h 0). One definition for the deal of a step to nodes, a stratified order's classes
+ * and a replica's table of them (selects, not branches: the classes come at random). */
+static inline uint64_t dh__cost_class(uint64_t h, uint64_t top, uint64_t classes)
+{
+    uint64_t c = top - h < classes - 1 ? top - h : classes - 1;
+    return h ? c : classes - 1;
+}
+
 /* Cost classes for calibration: what dominates a sample's preparation. */
 enum { DH_CLS_VIDEO_H264, DH_CLS_VIDEO_OTHER, DH_CLS_JPEG, DH_CLS_IMAGE_OTHER, DH_CLS_AUDIO,
        DH_CLS_TEXT, DH_CLS_COUNT };

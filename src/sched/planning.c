@@ -388,9 +388,9 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
         while (top > 0 && !hist[top])
             top--;
         /* A cost the table clipped (BELOW_CLIP half-octaves or more below the dataset's
-         * heaviest) stands for the lightest it may be: exact while it is in the last class,
-         * that is while the step's heaviest is at most BELOW_CLIP - (DEAL_CLASSES - 1) below
-         * the dataset's. A step lighter than that reads its rows. */
+         * heaviest, or none) stands for the heaviest it may be: exact while that falls in
+         * the last class, that is while the step's heaviest is at most BELOW_CLIP -
+         * (DEAL_CLASSES - 1) below the dataset's. A step lighter than that reads its rows. */
         from_rows = top && s->half_top - top > BELOW_CLIP - (DEAL_CLASSES - 1);
         if (from_rows) {
             gather_rows(s, st, NULL, G);
@@ -412,11 +412,8 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     }
     at[DEAL_CLASSES - 1] = n;
     int *ord = s->share_ord;
-    for (int k = 0; k < G; k++) { /* (selects, not branches: the classes come at random) */
-        int v = u[k], d = top - v, c = d < DEAL_CLASSES - 1 ? d : DEAL_CLASSES - 1;
-        c = v ? c : DEAL_CLASSES - 1;
-        ord[at[c]++] = k;
-    }
+    for (int k = 0; k < G; k++)
+        ord[at[dh__cost_class(u[k], (uint64_t)top, DEAL_CLASSES)]++] = k;
     for (int node = 0; node < N; node++) /* one of every full run; the last run's below */
         start[node] = G / N;
     for (int i = 0, run = 0; i < G; i += N, run++) {

@@ -25,8 +25,7 @@
 /* Classes of GPU cost a step is dealt to nodes by (planning.c): two to an octave. */
 #define DEAL_CLASSES 64
 #define DH_HALF_OCTAVES 4096 /* dh__cost_half_octave's values */
-#define BELOW_CLIP 254           /* a replica's table of half-octaves: 254 or more below */
-#define BELOW_NONE 255           /* and no cost */
+#define BELOW_CLIP 254 /* a replica's table of half-octaves: 254 or more below, or no cost */
 
 typedef struct {
     int64_t bytes;
@@ -128,9 +127,9 @@ struct dh__sched {
     int32_t *deal_turn;                /* nodes, several nodes: the deal's round-robin */
     uint8_t *below;                    /* pred.n, a replica dealing by classes: each sample's
                                         * predicted GPU cost in half-octaves below the
-                                        * dataset's heaviest (BELOW_CLIP: that many or more;
-                                        * BELOW_NONE: no cost): the deal's input (rows_lazy) */
-    uint16_t half_of[256];             /* below -> the half-octave it stands for (0: none) */
+                                        * dataset's heaviest (BELOW_CLIP: that many or more,
+                                        * or no cost): the deal's input (rows_lazy) */
+    uint16_t half_of[BELOW_CLIP + 1];  /* below -> the half-octave it stands for (0: none) */
     int half_top;                      /* the dataset's heaviest half-octave */
     int32_t *share_rank;               /* G: a node share's ranks */
     double *share_gpu, *share_cpu;     /* G */

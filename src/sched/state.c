@@ -270,12 +270,11 @@ static int alloc_fixed(dh__sched *s)
         s->half_top = 0;
         for (int64_t i = 0; i < s->cfg.pred.n; i++)
             s->half_top = DH_MAX(s->half_top, (int)dh__cost_half_octave(sample_gpu(s, i)));
-        for (int64_t i = 0; i < s->cfg.pred.n; i++) {
-            int u = (int)dh__cost_half_octave(sample_gpu(s, i));
-            s->below[i] = (uint8_t)(u ? DH_MIN(BELOW_CLIP, s->half_top - u) : BELOW_NONE);
-        }
-        for (int b = 0; b < 256; b++)
-            s->half_of[b] = (uint16_t)(b == BELOW_NONE ? 0 : DH_MAX(0, s->half_top - b));
+        for (int64_t i = 0; i < s->cfg.pred.n; i++) /* no cost: the last class, as clipped */
+            s->below[i] = (uint8_t)dh__cost_class(dh__cost_half_octave(sample_gpu(s, i)),
+                                                  (uint64_t)s->half_top, BELOW_CLIP + 1);
+        for (int b = 0; b <= BELOW_CLIP; b++)
+            s->half_of[b] = (uint16_t)DH_MAX(0, s->half_top - b);
     }
     if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
