@@ -352,8 +352,8 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
 /*
  * The step's G samples dealt to nodes by classes of GPU cost: sorted by class, heaviest
  * first (DEAL_CLASSES classes of half-octaves below the step's heaviest, as a stratified
- * order's: dh__cost_half_octave; zero costs and what is lighter in the last class; one
- * stable counting sort), each run of N of that order gives one sample to every node, the
+ * order's: dh__cost_half_octave; zero costs and what is lighter in the last class; in step
+ * order within a class), each run of N of that order gives one sample to every node, the
  * node taking place (node + rotation) mod N of it, the rotation drawn from (step, run).
  * Every node's share then weighs about the same in GPU and, with it, in CPU, and no node is
  * favoured. Node k's positions, ascending, go to pos[start[k - 1], start[k]) (start[k]: the
@@ -404,34 +404,45 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
         while (top > 0 && !hist[top])
             top--;
     }
-    /* class c < DEAL_CLASSES - 1: half-octave top - c (when above 0); the last: the rest */
-    int32_t at[DEAL_CLASSES], n = 0;
-    for (int c = 0; c < DEAL_CLASSES - 1; c++) {
-        at[c] = n;
-        n += top - c >= 1 ? hist[top - c] : 0;
+    /* Sorted by class, heaviest first (stably), sample k's place in the deal's order is its
+     * class's next; that place's run and place in the run give its node (place j of run r:
+     * node (j - rotation(r)) mod N), so a pass in step order deals each sample without
+     * laying the sorted order out (it was scattered, then each run written back at random:
+     * bench/RESULTS.md "The deal without its sorted order"). cls: each half-octave's class
+     * (the last: what is lighter, and no cost). */
+    uint8_t cls[DH_HALF_OCTAVES];
+    for (int h = 0; h < DH_HALF_OCTAVES; h++)
+        cls[h] = (uint8_t)dh__cost_class((uint64_t)h, (uint64_t)top, DEAL_CLASSES);
+    int32_t run[DEAL_CLASSES], place[DEAL_CLASSES], n = 0;
+    for (int c = 0; c < DEAL_CLASSES; c++) { /* where each class starts: its run and place */
+        run[c] = n / N, place[c] = n % N;
+        n += c < DEAL_CLASSES - 1 ? (top - c >= 1 ? hist[top - c] : 0) : 0;
     }
-    at[DEAL_CLASSES - 1] = n;
-    int *ord = s->share_ord;
-    for (int k = 0; k < G; k++)
-        ord[at[dh__cost_class(u[k], (uint64_t)top, DEAL_CLASSES)]++] = k;
-    for (int node = 0; node < N; node++) /* one of every full run; the last run's below */
+    int *rot = s->share_ord; /* each run's rotation (G >= the runs) */
+    int runs = (G + N - 1) / N;
+    for (int r = 0; r < runs; r++)
+        rot[r] = (int)(dh__mix64(((uint64_t)st << 32) + (uint64_t)r + 0x9e3779b97f4a7c15ULL) %
+                       (uint64_t)N);
+    /* each node's count: one of every full run, and of the last run's places if short */
+    for (int node = 0; node < N; node++)
         start[node] = G / N;
-    for (int i = 0, run = 0; i < G; i += N, run++) {
-        uint64_t rot = dh__mix64(((uint64_t)st << 32) + (uint64_t)run + 0x9e3779b97f4a7c15ULL) %
-                       (uint64_t)N;
-        /* place j goes to node (j - rotation) mod N: nodes first.. N - 1, then 0.. */
-        int first = rot ? N - (int)rot : 0, m = DH_MIN(N, G - i), j = 0;
-        for (int node = first; node < N && j < m; node++, j++)
-            rank_of[ord[i + j]] = node;
-        for (int node = 0; j < m; node++, j++)
-            rank_of[ord[i + j]] = node;
-        for (int jj = 0, node = first; m < N && jj < m; jj++, node = node + 1 == N ? 0 : node + 1)
-            start[node]++; /* a last run short of N */
+    for (int j = 0, m = G % N; j < m; j++) {
+        int node = j - rot[runs - 1];
+        start[node < 0 ? node + N : node]++;
     }
     for (int node = 0, a = 0; node < N; node++) { /* counts to where each block starts */
         int c = start[node];
         start[node] = a;
         a += c;
+    }
+    for (int k = 0; k < G; k++) { /* each sample's node, in rank_of for the pass below (one
+                                   * pass doing both ran a third slower) */
+        int c = cls[u[k]], j = place[c], node = j - rot[run[c]];
+        node += node < 0 ? N : 0;
+        if (++j == N)
+            j = 0, run[c]++;
+        place[c] = j;
+        rank_of[k] = node;
     }
     memset(turn, 0, (size_t)N * sizeof *turn);
     for (int k = 0; k < G; k++) { /* each node's positions, ascending (start[] becomes ends),
