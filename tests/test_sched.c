@@ -612,6 +612,66 @@ START_TEST(the_deal_to_nodes_gives_every_node_one_of_each_run_of_classes)
 END_TEST
 
 /*
+ * The deal by its definition, on a shape the test above does not reach: 3 nodes (no power of
+ * two) and 38 samples a step (a last run of 2), over four steps (their runs' rotations
+ * differ), costs over many half-octaves with zeros and ties. Place i of the step sorted by
+ * class (then position) is run i / N's place i % N, which goes to node (place - rotation)
+ * mod N, the rotation drawn from (step, run). Every view deals so: the whole job's and each
+ * replica's (from its byte table).
+ */
+START_TEST(the_deal_follows_its_definition_with_a_short_last_run)
+{
+    enum { N = 3, PER = 2, G = 38, STEPS = 4 };
+    for (int view = -1; view < N; view++) {
+        world w;
+        world_init(&w, DH_POL_HELIX, N * PER, 2 * N * PER, G, STEPS);
+        w.cfg.nodes = N;
+        w.cfg.node_local = view >= 0;
+        w.cfg.node = view >= 0 ? view : 0;
+        for (int i = 0; i < MAXS; i++) /* 0, then costs from 2^-9 to 2^9 (with repeats) */
+            w.row[i].feat.v = i % 11 == 0 ? 0.0f : ldexpf(1.0f + (float)(i % 7) / 7, i % 19 - 9);
+        dh__sched *s = make(&w);
+        for (int st = 0; st < STEPS; st++) {
+            uint64_t h[G], top = 0;
+            for (int k = 0; k < G; k++) {
+                h[k] = dh__cost_half_octave(w.row[w.order[(st * G + k) % MAXS]].feat.v);
+                top = h[k] > top ? h[k] : top;
+            }
+            int sorted[G], node_of[G], n = 0; /* positions by class, then position */
+            for (uint64_t c = 0; c < DEAL_CLASSES; c++)
+                for (int k = 0; k < G; k++)
+                    if (dh__cost_class(h[k], top, DEAL_CLASSES) == c)
+                        sorted[n++] = k;
+            ck_assert_int_eq(n, G);
+            for (int i = 0; i < G; i++) {
+                uint64_t run = (uint64_t)(i / N);
+                int rot = (int)(dh__mix64(((uint64_t)st << 32) + run + 0x9e3779b97f4a7c15ULL) %
+                                N);
+                int want = ((i % N) - rot + N) % N, got = dh__sched_rank_of(s, st, sorted[i]);
+                ck_assert_msg(got >= 0 && got / PER == want,
+                              "view %d, step %d: position %d (place %d of the deal) on rank %d, "
+                              "not node %d",
+                              view, st, sorted[i], i, got, want);
+                node_of[sorted[i]] = want;
+            }
+            for (int node = 0; node < N; node++) { /* its block: its positions, ascending */
+                int32_t cnt = -1, at = 0;
+                const int32_t *pos = dh__sched_node_positions(s, st, node, &cnt);
+                ck_assert_ptr_nonnull(pos);
+                for (int k = 0; k < G; k++)
+                    if (node_of[k] == node) {
+                        ck_assert_int_lt(at, cnt);
+                        ck_assert_int_eq(pos[at++], k);
+                    }
+                ck_assert_int_eq(at, cnt);
+            }
+        }
+        dh__sched_free(s);
+    }
+}
+END_TEST
+
+/*
  * A stratified order lays each step out node by node (--order stratified): the deal is that
  * layout, node k taking positions [k G / N, (k + 1) G / N) whatever their costs, from every
  * view; its ranks then partition them (each rank of the node gets some).
@@ -1555,6 +1615,7 @@ int main(void)
     ADD_TEST(tc, balanced_placement_evens_predicted_gpu);
     ADD_TEST(tc, each_node_places_its_share_of_the_draw);
     ADD_TEST(tc, the_deal_to_nodes_gives_every_node_one_of_each_run_of_classes);
+    ADD_TEST(tc, the_deal_follows_its_definition_with_a_short_last_run);
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
     ADD_TEST(tc, a_step_laid_out_by_node_is_dealt_as_laid_out);
     ADD_TEST(tc, a_replica_settles_a_node_once_and_refuses_one_a_move_touched);
