@@ -605,9 +605,11 @@ class Loader:
                     "shift", "global_step"):
             if state.get(key) is not None:
                 resume[key] = int(state[key])
-        if state.get("order") is not None:  # a state saved before 0.3 says none
-            if state["order"] not in ("uniform", "stratified"):
-                raise _fail("DH_EINVAL", "not a DataHelix state: its order is %r (uniform or "
-                            "stratified)" % (state["order"],))
-            resume["order"] = state["order"]
+        # A state saved before states said their order says none: it is the uniform order's
+        # (the only one then), which an agent of --order stratified refuses.
+        order = state.get("order") or "uniform"
+        if order not in ("uniform", "stratified"):
+            raise _fail("DH_EINVAL", "not a DataHelix state: its order is %r (uniform or "
+                        "stratified)" % (order,))
+        resume["order"] = order
         self._resume = resume

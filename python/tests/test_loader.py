@@ -318,6 +318,19 @@ class LoaderTest(unittest.TestCase):
             loader.load_state_dict(state)
             with loader:
                 self.assertEqual(list(next(iter(loader))["ids"]), want)
+        # a state saved before states said their order (the uniform order's, the only one
+        # then) is refused too, not resumed at the same position of the other order
+        old = {k: v for k, v in state.items() if k != "order"}
+        s = sock()
+        with Agent(self.tmp, s, *args) as agent:
+            loader = datahelix.Loader(socket=s, rank=0, world_size=1)
+            loader.load_state_dict(old)
+            with self.assertRaises(datahelix.DataHelixError) as ctx:
+                iter(loader)
+            self.assertIn("from a run with --order uniform, this agent runs --order stratified",
+                          str(ctx.exception))
+            rc, out, err = agent.wait()
+            self.assertNotEqual(rc, 0)
 
     VAL_SCRIPT = r"""
 import json, sys, datahelix
