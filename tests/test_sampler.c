@@ -267,6 +267,81 @@ static dh_sampler *stratified(const dh_manifest *m, int64_t g, int drop_last, co
     return s;
 }
 
+/*
+ * Bytes carried with the uniform order (dh__sampler_carry: a replica's class of each sample,
+ * in its permutation's entries): the same batches as without, across epochs, padding, a
+ * resume, a shift and no shuffle, each step's bytes those of its samples in order; carrying
+ * from the middle of a run changes nothing drawn; a stratified sampler carries none.
+ */
+START_TEST(carried_bytes_come_with_their_samples_and_change_no_batch)
+{
+    dh_manifest *m = make_manifest(1000, "s");
+    uint8_t bytes[1000];
+    for (int i = 0; i < 1000; i++)
+        bytes[i] = (uint8_t)(dh__mix64((uint64_t)i) >> 56); /* 0 and 255 among them */
+    for (int variant = 0; variant < 4; variant++) {
+        /* 0: keep-last padding, 1: drop-last, 2: resumed mid-epoch and shifted, carried
+         * after a step was drawn, 3: no shuffle */
+        int64_t g = 96, steps = 40, plain[96 * 40], got[96];
+        dh_sampler_opts o = {.global_batch = g, .seed = 3, .shuffle = variant != 3,
+                             .drop_last = variant == 1};
+        dh_sampler *a = NULL, *b = NULL;
+        ck_assert_int_eq(dh_sampler_new(m, &o, &a), 0);
+        ck_assert_int_eq(dh_sampler_new(m, &o, &b), 0);
+        if (variant == 2) {
+            dh_sampler_state st = {dh_manifest_hash(m), 3, 2, 4};
+            ck_assert_int_eq(dh_sampler_set_state(a, &st), 0);
+            ck_assert_int_eq(dh_sampler_set_state(b, &st), 0);
+            ck_assert_int_eq(dh__sampler_shift(a, -7), 0);
+            ck_assert_int_eq(dh__sampler_shift(b, -7), 0);
+        }
+        draw(a, g, (int)steps, plain);
+        ck_assert_ptr_null(dh__sampler_drawn_bytes(b));
+        for (int64_t st = 0; st < steps; st++) {
+            if (st == (variant == 2 ? 1 : 0))
+                ck_assert_int_eq(dh__sampler_carry(b, bytes), 0);
+            ck_assert_int_eq(dh_sampler_next(b, got, g), 0);
+            ck_assert_mem_eq(got, plain + st * g, sizeof got);
+            const uint8_t *drawn = dh__sampler_drawn_bytes(b);
+            if (!drawn) {
+                ck_assert_int_eq(st, 0); /* not carried yet */
+                continue;
+            }
+            for (int64_t k = 0; k < g; k++)
+                ck_assert_msg(drawn[k] == bytes[got[k]], "variant %d step %lld: byte %d at %lld, "
+                              "sample %lld's is %d", variant, (long long)st, drawn[k],
+                              (long long)k, (long long)got[k], bytes[got[k]]);
+        }
+        dh_sampler_free(a);
+        dh_sampler_free(b);
+    }
+    uint16_t *cls = classes_of(1000);
+    dh_sampler *t = stratified(m, 96, 1, cls);
+    ck_assert_int_eq(dh__sampler_carry(t, bytes), DH_EINVAL);
+    ck_assert_int_eq(dh__sampler_carry(NULL, bytes), DH_EINVAL);
+    ck_assert_ptr_null(dh__sampler_drawn_bytes(t));
+    dh_sampler_free(t);
+    dh_sampler *u = make_sampler(m, 96, 5, 1); /* carrying, then none; then stratified */
+    int64_t one[96], two[96];
+    ck_assert_int_eq(dh__sampler_carry(u, bytes), 0);
+    draw(u, 96, 1, one);
+    ck_assert_int_eq(dh__sampler_carry(u, NULL), 0);
+    ck_assert_ptr_null(dh__sampler_drawn_bytes(u));
+    draw(u, 96, 1, two); /* indices alone again */
+    dh_sampler *v = make_sampler(m, 96, 5, 1);
+    draw(v, 96, 1, one);
+    draw(v, 96, 1, one);
+    ck_assert_mem_eq(one, two, sizeof one);
+    dh_sampler_free(v);
+    ck_assert_int_eq(dh__sampler_carry(u, bytes), 0);
+    ck_assert_int_eq(dh__sampler_stratify(u, cls, 6), 0);
+    ck_assert_ptr_null(dh__sampler_drawn_bytes(u));
+    dh_sampler_free(u);
+    free(cls);
+    dh_manifest_free(m);
+}
+END_TEST
+
 START_TEST(a_stratified_order_resumes_and_shifts_as_the_plain_one)
 {
     dh_manifest *m = make_manifest(1000, "s");
@@ -425,6 +500,7 @@ int main(void)
     ADD_TEST(tc, state_from_another_run_is_rejected);
     ADD_TEST(tc, no_shuffle_and_bad_arguments);
     ADD_TEST(tc, a_stratified_order_resumes_and_shifts_as_the_plain_one);
+    ADD_TEST(tc, carried_bytes_come_with_their_samples_and_change_no_batch);
     ADD_TEST(tc, node_shares_of_a_stratified_order_make_its_steps);
     ADD_TEST(tc, a_stratified_class_puts_a_sample_anywhere_alike);
     suite_add_tcase(s, tc);

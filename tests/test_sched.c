@@ -20,6 +20,8 @@ typedef struct {
     int64_t order[MAXS];
     int64_t drawn;   /* steps the scheduler drew from order */
     float drawn_cpu; /* > 0: the CPU every draw gives (with cfg.order_cpu) */
+    const uint8_t *carry; /* a replica's byte a sample, carried with each draw (world_carry) */
+    uint8_t carried[MAXS];
     dh__sched_config cfg;
 } world;
 
@@ -30,11 +32,21 @@ static int world_order(void *ctx, int64_t *out, float *cpu)
     int64_t G = w->cfg.global_batch;
     for (int64_t k = 0; k < G; k++) {
         out[k] = w->order[(w->drawn * G + k) % MAXS];
+        if (w->carry)
+            w->carried[k] = w->carry[out[k]];
         if (cpu) /* the order source draws each sample's CPU (cfg.order_cpu) */
             cpu[k] = w->drawn_cpu > 0 ? w->drawn_cpu : w->cfg.pred.row[out[k]].cpu_pred;
     }
     w->drawn++;
     return 0;
+}
+
+/* The order source carrying a replica's bytes (cfg.carry_bytes), as the sampler does. */
+static const uint8_t *world_carry(void *ctx, const uint8_t *bytes)
+{
+    world *w = ctx;
+    w->carry = bytes;
+    return bytes ? w->carried : NULL;
 }
 
 static void world_init(world *w, dh__policy p, int ranks, int workers, int64_t G, int64_t steps)
@@ -617,20 +629,24 @@ END_TEST
  * differ), costs over many half-octaves with zeros and ties. Place i of the step sorted by
  * class (then position) is run i / N's place i % N, which goes to node (place - rotation)
  * mod N, the rotation drawn from (step, run). Every view deals so: the whole job's and each
- * replica's (from its byte table).
+ * replica's (from its byte table, read at random or carried by the order with each draw).
  */
 START_TEST(the_deal_follows_its_definition_with_a_short_last_run)
 {
     enum { N = 3, PER = 2, G = 38, STEPS = 4 };
-    for (int view = -1; view < N; view++) {
+    for (int v = -1; v < 2 * N; v++) {
+        int view = v < N ? v : v - N, carried = v >= N;
         world w;
         world_init(&w, DH_POL_HELIX, N * PER, 2 * N * PER, G, STEPS);
         w.cfg.nodes = N;
         w.cfg.node_local = view >= 0;
         w.cfg.node = view >= 0 ? view : 0;
+        if (carried)
+            w.cfg.carry_bytes = world_carry;
         for (int i = 0; i < MAXS; i++) /* 0, then costs from 2^-9 to 2^9 (with repeats) */
             w.row[i].feat.v = i % 11 == 0 ? 0.0f : ldexpf(1.0f + (float)(i % 7) / 7, i % 19 - 9);
         dh__sched *s = make(&w);
+        ck_assert(carried ? s->drawn_below && w.carry == s->below : !s->drawn_below);
         for (int st = 0; st < STEPS; st++) {
             uint64_t h[G], top = 0;
             for (int k = 0; k < G; k++) {
@@ -649,9 +665,9 @@ START_TEST(the_deal_follows_its_definition_with_a_short_last_run)
                                 N);
                 int want = ((i % N) - rot + N) % N, got = dh__sched_rank_of(s, st, sorted[i]);
                 ck_assert_msg(got >= 0 && got / PER == want,
-                              "view %d, step %d: position %d (place %d of the deal) on rank %d, "
-                              "not node %d",
-                              view, st, sorted[i], i, got, want);
+                              "view %d%s, step %d: position %d (place %d of the deal) on rank "
+                              "%d, not node %d",
+                              view, carried ? " (carried)" : "", st, sorted[i], i, got, want);
                 node_of[sorted[i]] = want;
             }
             for (int node = 0; node < N; node++) { /* its block: its positions, ascending */
@@ -667,6 +683,7 @@ START_TEST(the_deal_follows_its_definition_with_a_short_last_run)
             }
         }
         dh__sched_free(s);
+        ck_assert_ptr_null(w.carry); /* carried no more once the table is freed */
     }
 }
 END_TEST

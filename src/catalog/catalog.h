@@ -195,6 +195,19 @@ typedef struct {
 int dh__sampler_shift(dh_sampler *s, int64_t shift);
 
 /*
+ * The uniform order carries bytes[i] with sample i (a replica's class of cost, the deal's
+ * input), so that each dh_sampler_next gives the drawn samples' bytes in step order too
+ * (dh__sampler_drawn_bytes): the same order, each byte in the top of its sample's 4-byte
+ * entry, moved by the shuffle with it. bytes: n entries, read as each epoch's permutation
+ * is filled, so valid while the sampler draws; NULL: carried no more. 0; DH_ERANGE past
+ * 2^24 samples (an index keeps 24 bits), DH_EINVAL for a stratified sampler, DH_ENOMEM.
+ */
+int dh__sampler_carry(dh_sampler *s, const uint8_t *bytes);
+/* The last step's carried bytes, global_batch of them in the step's order; NULL without
+ * dh__sampler_carry. */
+const uint8_t *dh__sampler_drawn_bytes(const dh_sampler *s);
+
+/*
  * A stratified epoch order whose node shares are found alone (strata.c; issue 25's per-node
  * control plane: the sampler's stratified mode below, `--order stratified`). cls[i]: sample
  * i's class of predicted cost, in [0, classes), 0 the heaviest; n < 2^31; classes at most

@@ -20,6 +20,13 @@
  * class; materialised and shuffled ahead as above); positions, steps, the
  * state and shifts mean the same, and a node's share of a step is found
  * without the rest of it (issue 25).
+ *
+ * Carried bytes (dh__sampler_carry): the caller's byte a sample (a replica's
+ * class of cost, the deal's input) rides in the top byte of each entry of
+ * the uniform order's permutation, the sample's index in the other 24 bits,
+ * so a step's bytes come in step order with its draw instead of a read at
+ * random a sample (the shuffle moves them with the indices, at no cost: an
+ * entry is still 4 bytes). The order is the same.
  */
 #include "catalog.h"
 
@@ -61,7 +68,12 @@ struct dh_sampler {
     int classes;
     const uint32_t *start; /* NULL: the identity */
     dh__strata *strata;    /* the stratified order (dh__sampler_stratify), reading perm */
+    const uint8_t *carry;  /* n: the byte each entry carries (dh__sampler_carry); NULL none */
+    uint8_t *drawn_bytes;  /* global_batch: the last step's carried bytes */
 };
+
+#define CARRY_SHIFT 24 /* an entry: the sample's index below, its carried byte above */
+#define CARRY_MAX ((int64_t)1 << CARRY_SHIFT)
 
 /* Starts epoch e's shuffle: the stream seeded, no swap done yet (it starts from the
  * identity, which the caller writes). */
@@ -128,6 +140,9 @@ static void perm_fill(const dh_sampler *s, uint32_t *p, int64_t *filled, int64_t
         memcpy(p + *filled, s->start + *filled, (size_t)(upto - *filled) * sizeof *p);
         *filled = upto;
     }
+    if (s->carry)
+        for (; *filled < upto; (*filled)++)
+            p[*filled] = (uint32_t)*filled | (uint32_t)s->carry[*filled] << CARRY_SHIFT;
     for (; *filled < upto; (*filled)++)
         p[*filled] = (uint32_t)*filled;
 }
@@ -206,8 +221,33 @@ void dh_sampler_free(dh_sampler *s)
         return;
     free(s->perm);
     free(s->ahead);
+    free(s->drawn_bytes);
     dh__strata_free(s->strata);
     free(s);
+}
+
+int dh__sampler_carry(dh_sampler *s, const uint8_t *bytes)
+{
+    if (!s || (bytes && s->strata))
+        return DH_EINVAL;
+    if (!bytes) { /* carried no more */
+        if (s->carry)
+            s->perm_epoch = s->ahead_epoch = -1;
+        s->carry = NULL;
+        return 0;
+    }
+    if (s->n > CARRY_MAX)
+        return DH_ERANGE; /* an index needs more than the entry's 24 bits */
+    if (!s->drawn_bytes && !(s->drawn_bytes = malloc((size_t)s->opts.global_batch)))
+        return DH_ENOMEM;
+    s->carry = bytes;
+    s->perm_epoch = s->ahead_epoch = -1; /* each epoch's entries carry them from now */
+    return 0;
+}
+
+const uint8_t *dh__sampler_drawn_bytes(const dh_sampler *s)
+{
+    return s && s->carry ? s->drawn_bytes : NULL;
 }
 
 int64_t dh_sampler_steps_per_epoch(const dh_sampler *s)
@@ -249,8 +289,18 @@ int dh_sampler_next(dh_sampler *s, int64_t *out, int64_t cap)
      * vectorised) */
     for (int64_t k = 0, at = base % s->n; k < g; at = 0) {
         int64_t run = DH_MIN(g - k, s->n - at);
-        for (int64_t j = 0; j < run; j++)
-            out[k + j] = s->perm[at + j];
+        const uint32_t *restrict p = s->perm + at;
+        int64_t *restrict o = out + k;
+        uint8_t *restrict b = s->carry ? s->drawn_bytes + k : NULL; /* (restrict: a byte's
+                                                                      * store may alias) */
+        if (s->carry)
+            for (int64_t j = 0; j < run; j++) {
+                o[j] = p[j] & (CARRY_MAX - 1);
+                b[j] = (uint8_t)(p[j] >> CARRY_SHIFT);
+            }
+        else
+            for (int64_t j = 0; j < run; j++)
+                o[j] = p[j];
         k += run;
     }
     s->step++;
@@ -301,6 +351,7 @@ int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes)
         return rc;
     dh__strata_free(s->strata);
     s->strata = t;
+    s->carry = NULL; /* a stratified entry is an index alone */
     s->start = dh__strata_ids(t, &s->first);
     s->classes = classes;
     s->perm_epoch = s->ahead_epoch = -1; /* each epoch's permutation is the classes' now */

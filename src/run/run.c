@@ -554,6 +554,15 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
     return 0;
 }
 
+/* A replica's byte a sample (its deal's class of cost), carried by the sampler's uniform
+ * order in its permutation's entries: the deal then reads a step's bytes in order, not one at
+ * random a sample (bench/RESULTS.md, "The deal's bytes carried by the order"). */
+static const uint8_t *carry_bytes(void *ctx, const uint8_t *bytes)
+{
+    dh__run *run = ctx;
+    return dh__sampler_carry(run->sampler, bytes) ? NULL : dh__sampler_drawn_bytes(run->sampler);
+}
+
 void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc)
 {
     memset(sc, 0, sizeof *sc);
@@ -576,6 +585,7 @@ void dh__run_sched_config(dh__run *run, int leases, dh__sched_config *sc)
                           .tokens = run->samples.tokens};
     sc->gpu = run->gpu;
     sc->next_order = draw_step;
+    sc->carry_bytes = run->by_node ? NULL : carry_bytes;
     sc->order_ctx = run;
     sc->order_cpu = run->random; /* without random keys the table's prediction is the draw's */
     sc->order_by_node = run->by_node;

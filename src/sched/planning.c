@@ -36,6 +36,7 @@
 
 #include "../plan/plan.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,13 +379,27 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     int top = DH_HALF_OCTAVES - 1, from_rows = !s->below;
     memset(hist, 0, DH_HALF_OCTAVES * sizeof *hist);
     if (s->below) { /* a replica: from its table, a byte a sample */
-        for (int k = 0; k < G; k++) { /* a read at random a sample: issued ahead */
-            if (k + DEAL_AHEAD < G)
-                __builtin_prefetch(&s->below[idx[k + DEAL_AHEAD]]);
-            u[k] = s->half_of[s->below[idx[k]]];
+        const uint8_t *drawn = s->drawn_below;
+        if (drawn) { /* carried by the order with the step's draw, in order; counted by byte
+                      * four ways (one count's chain of increments was the pass's time) */
+            int32_t four[4][BELOW_CLIP + 1];
+            memset(four, 0, sizeof four);
+            for (int k = 0; k < G; k++) {
+                assert(drawn[k] == s->below[idx[k]]);
+                u[k] = s->half_of[drawn[k]];
+                four[k & 3][drawn[k]]++;
+            }
+            for (int b = 0; b <= BELOW_CLIP; b++)
+                hist[s->half_of[b]] += four[0][b] + four[1][b] + four[2][b] + four[3][b];
+        } else { /* a read at random a sample: issued ahead */
+            for (int k = 0; k < G; k++) {
+                if (k + DEAL_AHEAD < G)
+                    __builtin_prefetch(&s->below[idx[k + DEAL_AHEAD]]);
+                u[k] = s->half_of[s->below[idx[k]]];
+            }
+            for (int k = 0; k < G; k++)
+                hist[u[k]]++;
         }
-        for (int k = 0; k < G; k++)
-            hist[u[k]]++;
         while (top > 0 && !hist[top])
             top--;
         /* A cost the table clipped (BELOW_CLIP half-octaves or more below the dataset's

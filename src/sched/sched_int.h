@@ -129,6 +129,8 @@ struct dh__sched {
                                         * predicted GPU cost in half-octaves below the
                                         * dataset's heaviest (BELOW_CLIP: that many or more,
                                         * or no cost): the deal's input (rows_lazy) */
+    const uint8_t *drawn_below;        /* G, NULL: each drawn sample's below, carried by the
+                                        * order source with its draw (cfg.carry_bytes) */
     uint16_t half_of[BELOW_CLIP + 1];  /* below -> the half-octave it stands for (0: none) */
     int half_top;                      /* the dataset's heaviest half-octave */
     int32_t *share_rank;               /* G: a node share's ranks */

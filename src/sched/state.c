@@ -132,6 +132,8 @@ void dh__sched_free(dh__sched *s)
 {
     if (!s)
         return;
+    if (s->drawn_below) /* the order source stops carrying the table freed here */
+        s->cfg.carry_bytes(s->cfg.order_ctx, NULL);
     free(s->batch);
     free(s->order);
     free(s->rank_of);
@@ -275,6 +277,8 @@ static int alloc_fixed(dh__sched *s)
                                                   (uint64_t)s->half_top, BELOW_CLIP + 1);
         for (int b = 0; b <= BELOW_CLIP; b++)
             s->half_of[b] = (uint16_t)DH_MAX(0, s->half_top - b);
+        if (s->cfg.carry_bytes)
+            s->drawn_below = s->cfg.carry_bytes(s->cfg.order_ctx, s->below);
     }
     if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
