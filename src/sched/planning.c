@@ -609,7 +609,6 @@ static int plan_step(dh__sched *s, int64_t st)
     if (!grouped) /* a deal wrote each settled node's (place_share); a replica's others are
                    * written when it settles them */
         memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
-    memset(s->parts_left + base, 0, (size_t)G * sizeof *s->parts_left);
     memset(s->done + base, 0, (size_t)G * sizeof *s->done);
     for (int64_t k = 0; k < G; k++)
         s->revealed[base + k] = -1.0f;

@@ -74,7 +74,10 @@ struct dh__sched {
     uint8_t *slot_cls;       /* cap * G: its class (the CPU calibration's) */
     int32_t *slot_segs;      /* cap * G: its keyframe segments (1 without): drawn with the
                               * rest, or on a replica when its task is queued (plan_step) */
-    int32_t *parts_left;     /* cap * G: parts of a split sample still running or queued */
+    int32_t *parts_left;     /* cap * G: parts of a split sample still running or queued,
+                              * written when it is split (dh__lst_next) and read only for a
+                              * split sample's tasks: not cleared as a step is planned (its
+                              * G entries a step were a tenth of a replica's writes) */
     float *revealed;         /* cap * G: exact GPU cost once prepared; < 0 until then */
     uint8_t *done;           /* cap * G: sample fully prepared */
     int32_t *orig_rank;      /* cap * G: placement before rebalancing (realised gain); on a
