@@ -271,7 +271,8 @@ static dh_sampler *stratified(const dh_manifest *m, int64_t g, int drop_last, co
  * Bytes carried with the uniform order (dh__sampler_carry: a replica's class of each sample,
  * in its permutation's entries): the same batches as without, across epochs, padding, a
  * resume, a shift and no shuffle, each step's bytes those of its samples in order; carrying
- * from the middle of a run changes nothing drawn; a stratified sampler carries none.
+ * from the middle of a run changes nothing drawn; a stratified sampler carries none, and a
+ * carrying one is not stratified; indices of more than 16 bits keep their bytes.
  */
 START_TEST(carried_bytes_come_with_their_samples_and_change_no_batch)
 {
@@ -333,12 +334,38 @@ START_TEST(carried_bytes_come_with_their_samples_and_change_no_batch)
     draw(v, 96, 1, one);
     ck_assert_mem_eq(one, two, sizeof one);
     dh_sampler_free(v);
-    ck_assert_int_eq(dh__sampler_carry(u, bytes), 0);
+    ck_assert_int_eq(dh__sampler_carry(u, bytes), 0); /* its reader expects bytes a step */
+    ck_assert_int_eq(dh__sampler_stratify(u, cls, 6), DH_EINVAL);
+    ck_assert_int_eq(dh__sampler_carry(u, NULL), 0);
     ck_assert_int_eq(dh__sampler_stratify(u, cls, 6), 0);
     ck_assert_ptr_null(dh__sampler_drawn_bytes(u));
     dh_sampler_free(u);
     free(cls);
     dh_manifest_free(m);
+    /* past 2^16 samples (an index of more than 16 bits beside its byte), across an epoch */
+    enum { BIG = 70001, BG = 8192 };
+    dh_manifest *big = make_manifest(BIG, "b");
+    uint8_t *bb = malloc(BIG);
+    int64_t *x = malloc(BG * sizeof *x), *y = malloc(BG * sizeof *y);
+    ck_assert(bb && x && y);
+    for (int i = 0; i < BIG; i++)
+        bb[i] = (uint8_t)(i * 7 + (i >> 16) * 101);
+    dh_sampler *p = make_sampler(big, BG, 9, 0), *q = make_sampler(big, BG, 9, 0);
+    ck_assert_int_eq(dh__sampler_carry(q, bb), 0);
+    for (int st = 0; st < 12; st++) { /* 9 steps an epoch: the second epoch shuffled ahead */
+        draw(p, BG, 1, x);
+        draw(q, BG, 1, y);
+        ck_assert_mem_eq(x, y, BG * sizeof *x);
+        const uint8_t *drawn = dh__sampler_drawn_bytes(q);
+        for (int k = 0; k < BG; k++)
+            ck_assert_int_eq(drawn[k], bb[y[k]]);
+    }
+    dh_sampler_free(p);
+    dh_sampler_free(q);
+    free(bb);
+    free(x);
+    free(y);
+    dh_manifest_free(big);
 }
 END_TEST
 

@@ -201,6 +201,7 @@ int dh__sampler_shift(dh_sampler *s, int64_t shift);
  * entry, moved by the shuffle with it. bytes: n entries, read as each epoch's permutation
  * is filled, so valid while the sampler draws; NULL: carried no more. 0; DH_ERANGE past
  * 2^24 samples (an index keeps 24 bits), DH_EINVAL for a stratified sampler, DH_ENOMEM.
+ * A carrying sampler is not stratified (dh__sampler_stratify: DH_EINVAL).
  */
 int dh__sampler_carry(dh_sampler *s, const uint8_t *bytes);
 /* The last step's carried bytes, global_batch of them in the step's order; NULL without

@@ -340,7 +340,7 @@ int dh__sampler_shift(dh_sampler *s, int64_t shift)
 
 int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes)
 {
-    if (!s || !cls)
+    if (!s || !cls || s->carry) /* a carrying sampler's reader expects its bytes each step */
         return DH_EINVAL;
     if (s->opts.global_batch > s->n)
         return DH_ERANGE; /* a stratified step lies inside one epoch */
@@ -351,7 +351,6 @@ int dh__sampler_stratify(dh_sampler *s, const uint16_t *cls, int classes)
         return rc;
     dh__strata_free(s->strata);
     s->strata = t;
-    s->carry = NULL; /* a stratified entry is an index alone */
     s->start = dh__strata_ids(t, &s->first);
     s->classes = classes;
     s->perm_epoch = s->ahead_epoch = -1; /* each epoch's permutation is the classes' now */

@@ -110,8 +110,9 @@ typedef struct {
     /* Optional: offered a replica's byte a sample (its deal's class of cost, made at start),
      * the order source may carry it with its draws: it returns where each next_order then
      * leaves the drawn samples' bytes in step order (G bytes), or NULL (the deal reads each
-     * drawn sample's byte from the table, at random). dh__sched_free offers NULL: carry them
-     * no more (the table is freed). */
+     * drawn sample's byte from the table, at random); having returned a place, it fills it
+     * at every draw until dh__sched_free offers NULL (carry them no more: the table is
+     * freed). */
     const uint8_t *(*carry_bytes)(void *ctx, const uint8_t *bytes);
     /* 1: the order source lays each step out node by node (a stratified order: node k's
      * share at positions [k G / N, (k + 1) G / N)), and the deal to nodes is that layout

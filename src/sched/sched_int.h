@@ -124,7 +124,8 @@ struct dh__sched {
     double *plan_gpu, *plan_cpu;       /* max(G, R) */
     int64_t *plan_tokens, *plan_bytes; /* G */
     int32_t *plan_fill;                /* R */
-    int *share_ord;                    /* G, several nodes: the step in the deal's order */
+    int *share_ord;                    /* G, several nodes: scratch, the deal's rotation of
+                                        * each run, then a share's LPT order (place_share) */
     uint16_t *deal_class;              /* G, several nodes: each sample's half-octave */
     int32_t *deal_hist;                /* DH_HALF_OCTAVES, several nodes: the deal's counts */
     int32_t *deal_turn;                /* nodes, several nodes: the deal's round-robin */
