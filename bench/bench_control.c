@@ -16,9 +16,13 @@
  *     2026-12-06);
  *   - the next step's moves are agreed, as at the step's exchange
  *     (dh__nodes_agree): from every node's exchanged exact costs the node
- *     plans its group's moves as every node of the group does (the
- *     other groups' moves are then made too, untimed: the step's compute is
- *     the whole job's).
+ *     plans its group's moves as every node of the group does.
+ * The whole job (untimed) is a second replica of node 0, which also places
+ * every other node's share and plans every other group's moves as those
+ * nodes do: the step's compute is read from it. Until 2026-12-07 the timed
+ * replica planned the other groups itself, which settled every node on it
+ * (an engine's replica settles only its own node and its group's), so the
+ * other nodes' batches it then applied were all settled ones.
  * It prints the CPU seconds of that work per step against the step's
  * simulated compute time (the workload's GPU model: the slowest rank's
  * batch plus the fixed cost), one core. Node 0's share of the records it sends (its
@@ -130,6 +134,23 @@ static int accept_walking(void *ctx, int64_t st, const int32_t *rank_of)
     return 0;
 }
 
+/* The whole job's replica draws the steps the timed one drew (the same order). */
+typedef struct {
+    const dh__sched *timed;
+    int64_t G, drawn;
+} job_order;
+
+static int job_next(void *ctx, int64_t *out, float *cpu)
+{
+    job_order *j = ctx;
+    const int64_t *order = dh__sched_step_order(j->timed, j->drawn);
+    if (!order || cpu)
+        return DH_EINVAL; /* drawn there first; no drawn CPU (checked at start) */
+    memcpy(out, order, (size_t)j->G * sizeof *out);
+    j->drawn++;
+    return 0;
+}
+
 /* Node k's costs of step ns in the step's order (as far as ncost) and its load, as
  * dh__nodes_offer computes them over its own positions. */
 static void node_costs(const dh__sched *s, int64_t ns, int k, const int64_t *order,
@@ -200,8 +221,18 @@ int main(int argc, char **argv)
     dh__run_sched_config(&run, 0, &sc);
     sc.node_local = 1;
     sc.node = 0;
-    dh__sched *s = NULL;
-    if (dh__sched_new(&sc, &s)) {
+    dh__sched *s = NULL, *job = NULL;
+    if (sc.order_cpu) { /* the job's replica would place on other CPU predictions */
+        fprintf(stderr, "bench_control: %s draws each sample's CPU (random augmentation "
+                        "keys), which the job's view does not copy\n", wl);
+        return 2;
+    }
+    job_order jo = {NULL, G, 0};
+    dh__sched_config jc = sc;
+    jc.next_order = job_next;
+    jc.order_ctx = &jo;
+    jc.carry_bytes = NULL; /* the same deal from its table */
+    if (dh__sched_new(&sc, &s) || (jo.timed = s, dh__sched_new(&jc, &job))) {
         fprintf(stderr, "bench_control: no scheduler\n");
         return 1;
     }
@@ -243,11 +274,17 @@ int main(int argc, char **argv)
         }
         double t_ready = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         TIMED_MARK(); /* ...to here, as timed */
-        /* the step's compute, from the workload's GPU model (simulated; not the agent's) */
+        /* the step's compute, from the workload's GPU model (simulated; not the agent's), over
+         * the batches as the job's nodes placed them and moved */
         double step_gpu = 0;
         memset(part, 0, 3 * sizeof *part);
         for (int r = 0; r < R; r++) {
-            int32_t n = dh__sched_batch_samples(s, st, r, buf, (int32_t)G);
+            int32_t n = dh__sched_batch_samples(job, st, r, buf, (int32_t)G);
+            if (n < 0) {
+                fprintf(stderr, "bench_control: the job's step %lld: %s\n", (long long)st,
+                        dh_strerror(n));
+                return 1;
+            }
             gpu[r] = 0;
             for (int32_t k = 0; k < n; k++)
                 gpu[r] += run.truth.of[buf[k]].gpu;
@@ -279,6 +316,10 @@ int main(int argc, char **argv)
         now += step_s;
         double t_reb_start = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         TIMED_MARK();
+        for (int r = 0; r < R; r++) { /* the job's replica: every rank's step done */
+            dh__sched_batch_taken(job, r, st, now - step_s);
+            dh__sched_step_done(job, r, st, now - step_s + gpu[r], gpu[r]);
+        }
         /* the next step's agreed moves: every sample's exact cost came in the records (the
          * benchmark reads them from the truth: not the agent's time) */
         int64_t ns = st + 1;
@@ -322,10 +363,17 @@ int main(int argc, char **argv)
             dh__sched_rebalance_agreed(s, ns, &a, walk ? accept_walking : accept_plan, s);
             t_reb = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t_reb;
             TIMED_MARK();
-            /* the other groups' moves, which their nodes plan (not this agent's time): the
-             * step the job takes, and the job's moves in the counts below */
+            /* the job's moves (not this agent's time), on the job's replica: node 0's group's
+             * as the timed one planned them, then the other groups', which their nodes plan:
+             * the step the job takes, and the job's moves in the counts below */
+            if (dh__sched_rank_of(job, ns, 0) < 0) {
+                fprintf(stderr, "bench_control: the job's step %lld not planned\n",
+                        (long long)ns);
+                return 1;
+            }
+            dh__sched_rebalance_agreed(job, ns, &a, NULL, NULL);
             a.other_groups = 1;
-            dh__sched_rebalance_agreed(s, ns, &a, NULL, NULL);
+            dh__sched_rebalance_agreed(job, ns, &a, NULL, NULL);
         }
         double ctl = (t_reb_start - t1) + t_reb + (t_ready - t0);
         if (st > 0) { /* step 0 plans the window's first steps at once */
@@ -343,10 +391,11 @@ int main(int argc, char **argv)
            nodes, rpn, (long long)G, wl, 1e3 * ctl_sum / n, 1e3 * ctl_max, 1e3 * others_sum / n,
            1e3 * reb_sum / n,
            1e3 * step_sum / n, 100.0 * ctl_sum / step_sum, (long long)tasks);
-    const dh__reb_stats *rs = dh__sched_reb_stats(s);
+    const dh__reb_stats *rs = dh__sched_reb_stats(job);
     printf("  agreed plans: %lld moves considered, %lld made, %lld gated off (%.0f a step)\n",
            (long long)rs->considered, (long long)rs->moved, (long long)rs->gated,
            (double)rs->considered / (double)(steps - 1));
+    dh__sched_free(job);
     dh__sched_free(s);
     run.rec = NULL;
     dh__records_free(&rec);
