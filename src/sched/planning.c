@@ -613,6 +613,7 @@ static int plan_step(dh__sched *s, int64_t st)
     for (int64_t k = 0; k < G; k++)
         s->revealed[base + k] = -1.0f;
     s->finished_ranks[step_slot(s, st)] = 0;
+    memset(s->rank_finished + step_slot(s, st) * s->R, 0, (size_t)s->R);
     for (int j = 0; j < DH_MOVE_GROUP; j++)
         s->group[step_slot(s, st) * DH_MOVE_GROUP + j] = -1;
     if (!grouped)

@@ -593,7 +593,7 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
         return;
     for (int r = 0; in->need_admitted && r < s->R; r++) {
         const batch_rec *b = batch_of(s, st, r);
-        if (!b->admitted || b->finished)
+        if (!b->admitted || s->rank_finished[step_slot(s, st) * s->R + r])
             return; /* moves stay inside admitted, untaken batches */
     }
     reb_plan p;

@@ -42,7 +42,8 @@ static int64_t held_past_their_step(const dh__sched *s)
     for (int64_t st = s->lo; st < end && st < s->planned; st++)
         for (int r = 0; r < s->R; r++) {
             const batch_rec *b = batch_of(s, st, r);
-            if (b->admitted && !b->finished && s->taken[r] > st && rank_here(s, r))
+            if (b->admitted && !s->rank_finished[step_slot(s, st) * s->R + r] &&
+                s->taken[r] > st && rank_here(s, r))
                 bytes += b->bytes;
         }
     return bytes;
@@ -199,15 +200,19 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
     (void)now;
     if (step < s->lo || step >= s->planned)
         return;
-    batch_rec *b = batch_of(s, step, rank);
-    if (b->finished)
+    uint8_t *finished = &s->rank_finished[step_slot(s, step) * s->R + rank];
+    if (*finished)
         return;
-    b->finished = 1;
-    if (rank_here(s, rank))
-        s->mem_in_use -= b->bytes;
-    if (b->ntasks > 0 && batch_settled(s, step, rank)) /* a replica knows the prediction of
-                                                       * the batches it settled alone */
-        dh__calib_gpu_observe(&s->calib, b->pred_gpu_raw, gpu_time);
+    *finished = 1;
+    /* a replica reads nothing of another node's batch it has not settled (whose record's line
+     * is long out of the caches by now): nothing of it is its own, nor its prediction */
+    if (batch_settled(s, step, rank)) {
+        const batch_rec *b = batch_of(s, step, rank);
+        if (rank_here(s, rank))
+            s->mem_in_use -= b->bytes;
+        if (b->ntasks > 0) /* a replica knows the predictions of the batches it settled */
+            dh__calib_gpu_observe(&s->calib, b->pred_gpu_raw, gpu_time);
+    }
     if (++s->finished_ranks[step_slot(s, step)] == s->R && s->caps->rebalance)
         dh__reb_step_finished(s, step);
     dh__sched_retire(s);

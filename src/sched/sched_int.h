@@ -33,7 +33,7 @@ typedef struct {
     double lead;         /* its staggered lead (lst.c), once its step's leads are set */
     int32_t first;       /* into members[] of the step: positions of this batch */
     int32_t ntasks, ndone, nissued;
-    uint8_t admitted, finished;
+    uint8_t admitted; /* (finished: s->rank_finished) */
 } batch_rec;
 
 typedef struct {
@@ -84,6 +84,9 @@ struct dh__sched {
                               * replica, for a node's samples once it is settled */
     double *step_start;      /* cap: D(s), predicted start of step s, for s in [lo, planned] */
     int32_t *finished_ranks; /* cap: ranks done with the step */
+    uint8_t *rank_finished;  /* cap * R: rank r done with the step (step_done); apart from its
+                              * batch record, whose line is long cold when another node's rank
+                              * finishes (bench/RESULTS.md, "A replica's step is memory") */
     int32_t *group;          /* cap * DH_MOVE_GROUP: a replica's group of nodes in the step's
                               * moves, -1 ended (none: no plan), rebalance.c */
     int32_t *node_pos;       /* cap * G, a deal to nodes: each node's positions, ascending,

@@ -32,6 +32,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     int32_t *orig_rank = dh__malloc((size_t)(ncap * G) * sizeof *orig_rank);
     double *step_start = dh__calloc((size_t)ncap, sizeof *step_start);
     int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
+    uint8_t *rank_finished = dh__calloc((size_t)(ncap * R), 1);
     int32_t *group = dh__malloc((size_t)ncap * DH_MOVE_GROUP * sizeof *group);
     uint8_t *settled = dh__calloc((size_t)ncap * (size_t)s->nodes, 1);
     int deals = s->nodes > 1 && s->ranks_per_node > 1; /* node_pos: only a deal fills it */
@@ -42,8 +43,8 @@ static int regrow(dh__sched *s, int64_t ncap)
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
              slot_cls && slot_segs && parts_left && revealed && done && orig_rank && step_start &&
-             finished_ranks && group && settled && first_lead && leads_ver && node_pos &&
-             node_end;
+             finished_ranks && rank_finished && group && settled && first_lead && leads_ver &&
+             node_pos && node_end;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
@@ -58,6 +59,7 @@ static int regrow(dh__sched *s, int64_t ncap)
         if (deals)
             memcpy(node_pos + n * G, s->node_pos + o * G, (size_t)G * sizeof *node_pos);
         memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
+        memcpy(rank_finished + n * R, s->rank_finished + o * R, (size_t)R);
         memcpy(first_lead + n * (int64_t)nn, s->first_lead + o * (int64_t)nn, nn * sizeof *first_lead);
         memcpy(leads_ver + n * (int64_t)nn, s->leads_ver + o * (int64_t)nn, nn * sizeof *leads_ver);
 #define MOVE(a) memcpy(a + n * G, s->a + o * G, (size_t)G * sizeof *a)
@@ -96,6 +98,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(orig_rank);
     SWAP(step_start);
     SWAP(finished_ranks);
+    SWAP(rank_finished);
     SWAP(group);
     SWAP(settled);
     SWAP(node_pos);
@@ -149,6 +152,7 @@ void dh__sched_free(dh__sched *s)
     free(s->orig_rank);
     free(s->step_start);
     free(s->finished_ranks);
+    free(s->rank_finished);
     free(s->group);
     free(s->settled);
     free(s->node_pos);
