@@ -350,6 +350,15 @@ static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const 
 
 #define DEAL_AHEAD 32 /* samples */
 
+/* The heaviest half-octave counted (0: none above no cost). */
+static int heaviest(const int32_t *hist)
+{
+    int top = DH_HALF_OCTAVES - 1;
+    while (top > 0 && !hist[top])
+        top--;
+    return top;
+}
+
 /*
  * The step's G samples dealt to nodes by classes of GPU cost: sorted by class, heaviest
  * first (DEAL_CLASSES classes of half-octaves below the step's heaviest, as a stratified
@@ -376,7 +385,7 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     int32_t *hist = s->deal_hist, *turn = s->deal_turn;
     /* each sample's half-octave, counted by half-octave (one pass: the classes follow from
      * the heaviest, which the counts give) */
-    int top = DH_HALF_OCTAVES - 1, from_rows = !s->below;
+    int top = 0, from_rows = !s->below;
     memset(hist, 0, DH_HALF_OCTAVES * sizeof *hist);
     if (s->below) { /* a replica: from its table, a byte a sample */
         const uint8_t *drawn = s->drawn_below;
@@ -400,8 +409,7 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
             for (int k = 0; k < G; k++)
                 hist[u[k]]++;
         }
-        while (top > 0 && !hist[top])
-            top--;
+        top = heaviest(hist);
         /* A cost the table clipped (BELOW_CLIP half-octaves or more below the dataset's
          * heaviest, or none) stands for the heaviest it may be: exact while that falls in
          * the last class, that is while the step's heaviest is at most BELOW_CLIP -
@@ -410,14 +418,12 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
         if (from_rows) {
             gather_rows(s, st, NULL, G);
             memset(hist, 0, DH_HALF_OCTAVES * sizeof *hist);
-            top = DH_HALF_OCTAVES - 1;
         }
     }
     if (from_rows) {
         for (int k = 0; k < G; k++)
             hist[u[k] = (uint16_t)dh__cost_half_octave(s->slot_gpu[base + k])]++;
-        while (top > 0 && !hist[top])
-            top--;
+        top = heaviest(hist);
     }
     /* Sorted by class, heaviest first (stably), sample k's place in the deal's order is its
      * class's next; that place's run and place in the run give its node (place j of run r:
@@ -425,8 +431,8 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
      * laying the sorted order out (it was scattered, then each run written back at random:
      * bench/RESULTS.md "The deal without its sorted order"). cls: each half-octave's class
      * (the last: what is lighter, and no cost). */
-    uint8_t cls[DH_HALF_OCTAVES];
-    for (int h = 0; h < DH_HALF_OCTAVES; h++)
+    uint8_t cls[DH_HALF_OCTAVES]; /* (no sample's is above top) */
+    for (int h = 0; h <= top; h++)
         cls[h] = (uint8_t)dh__cost_class((uint64_t)h, (uint64_t)top, DEAL_CLASSES);
     int32_t run[DEAL_CLASSES], place[DEAL_CLASSES], n = 0;
     for (int c = 0; c < DEAL_CLASSES; c++) { /* where each class starts: its run and place */
