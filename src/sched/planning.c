@@ -60,6 +60,15 @@ static inline void batch_add(const dh__sched *s, batch_rec *br, int64_t a)
     br->pred_gpu_raw += s->slot_gpu[a];
 }
 
+/* Where each node's block of step st's members starts, from its first rank's batch (after a
+ * walk of the step wrote every batch's). */
+static void set_node_mem(dh__sched *s, int64_t st)
+{
+    int32_t *mem = s->node_mem + step_slot(s, st) * s->nodes;
+    for (int node = 0; s->nodes > 1 && node < s->nodes; node++)
+        mem[node] = batch_of(s, st, node * s->ranks_per_node)->first;
+}
+
 /*
  * Groups step st's positions by rank (members) and recomputes each batch's
  * task count, done count, bytes and predicted GPU time from rank_of; called
@@ -89,6 +98,7 @@ static void regroup(dh__sched *s, int64_t st, int fresh)
         b[r].first = off;
         off += b[r].ntasks;
     }
+    set_node_mem(s, st);
     int32_t *fill = s->plan_fill;
     memset(fill, 0, (size_t)s->R * sizeof *fill);
     for (int64_t k = 0; k < G; k++) /* positions grouped by rank, in batch order */
@@ -121,6 +131,14 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
 {
     int n = s->nmoved, R = s->R;
     int32_t *list = s->moved_list;
+    const uint8_t *settled = s->settled + step_slot(s, st) * s->nodes;
+    for (int i = 0; i < n; i++)
+        if (!settled[node_of_rank(s, list[i])]) { /* a replica moves only the samples of
+                                                   * nodes it settled: it keeps no batch of
+                                                   * the others to move them in */
+            dh__sched_fail(s, DH_EMISMATCH);
+            n = 0;
+        }
     if (n > 0 && n <= R / 4) {
         int64_t G = s->G, base = step_slot(s, st) * G, step0 = st * G;
         batch_rec *b = batch_of(s, st, 0);
@@ -136,14 +154,25 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
         qsort(pos, (size_t)m, sizeof *pos, dh__sched_by_position);
         for (int32_t j = 0; j < m; j++)
             batch_add(s, &b[s->rank_of[base + pos[j]]], base + pos[j]);
-        /* the span's new layout into out: an unmarked rank's block as it was (none for a
-         * node a replica has not settled: its members are not written), a marked one's
-         * samples by position (cur: each marked rank's next place; planning's scratch, free
-         * here) */
-        const uint8_t *settled = s->settled + step_slot(s, st) * s->nodes;
+        /* the span's new layout into out: an unmarked rank's block as it was, a marked
+         * one's samples by position (cur: each marked rank's next place; planning's scratch,
+         * free here); a node a replica has not settled, whose members and batches it does
+         * not write, only moves its block's start (node_mem) */
+        int per = s->ranks_per_node;
         int32_t lo = b[list[0]].first, at = lo, *cur = s->plan_fill;
+        int32_t *nmem = s->node_mem + step_slot(s, st) * s->nodes;
+        const int32_t *end = s->node_end + step_slot(s, st) * (s->nodes + 1);
         for (int r = list[0]; r <= list[n - 1]; r++) {
-            if (!s->moved[r] && settled[node_of_rank(s, r)])
+            int node = node_of_rank(s, r);
+            if (!settled[node]) { /* entered at its first rank: its whole share, as dealt */
+                nmem[node] = at;
+                at += end[node + 1] - end[node];
+                r = (node + 1) * per - 1;
+                continue;
+            }
+            if (r == node * per)
+                nmem[node] = at;
+            if (!s->moved[r])
                 memcpy(out + (at - lo), mem + b[r].first, (size_t)b[r].ntasks * sizeof *out);
             b[r].first = cur[r] = at;
             at += b[r].ntasks;
@@ -152,7 +181,7 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
             out[cur[s->rank_of[base + pos[j]]]++ - lo] = step0 + pos[j];
         /* back into members: the span's runs of settled nodes, each run's blocks at once
          * (the whole span when every node is settled) */
-        int per = s->ranks_per_node, last = node_of_rank(s, list[n - 1]);
+        int last = node_of_rank(s, list[n - 1]);
         for (int node = node_of_rank(s, list[0]); node <= last;) {
             int first = node;
             while (node <= last && settled[node])
@@ -168,7 +197,7 @@ void dh__sched_regroup_moved(dh__sched *s, int64_t st)
     } else if (n > 0) {
         regroup(s, st, 0);
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < s->nmoved; i++)
         s->moved[list[i]] = 0;
     s->nmoved = 0;
 }
@@ -276,46 +305,30 @@ static int place_share(dh__sched *s, int64_t st, int node, const int32_t *pos, i
 }
 
 /*
- * Groups a node's share of step st (its positions P[0, n), ascending, its
- * block of the step's node_pos) into its ranks' batches, their members from
- * place `at` on; returns where the next node's members start. Every sum is what
- * regroup gives (the same additions in the same order: each rank's samples
- * in ascending position).
- * - A settled node (placed as it placed it: rank_of): its ranks' counts,
- *   done counts (count_done: a replica settling it later, when some of its
- *   exact costs may be learnt; a step just dealt has none done, and its done
- *   flags are cleared only after this), bytes, predicted GPU and members.
- * - A node a replica has not settled (dealt round-robin: rank r of the node
- *   holds P[r], P[r + per], ...): only each batch's count, what the replica
- *   reads of it; its members are not written, nor its bytes and predicted
- *   GPU summed (a replica admits only its own ranks' batches, and has not
- *   read the node's samples' rows: rows_lazy): dh__sched_batch_samples reads
- *   its members from node_pos, and settling the node writes them. Writing
- *   them made grouping a step on a replica at 1,024 nodes 0.36 ms instead of
- *   0.21 (bench/RESULTS.md).
+ * Groups a settled node's share of step st (its positions P[0, n), ascending,
+ * its block of the step's node_pos; placed as the node placed it: rank_of)
+ * into its ranks' batches, their members from place `at` on: its batch
+ * records written whole (counts, bytes, predicted GPU, members; nothing of
+ * it is done yet). Every sum is what regroup gives (the same additions in the
+ * same order: each rank's samples in ascending position).
+ * A node a replica has not settled is not grouped at all: none of its batch
+ * records is written (their lines are never brought in; writing them, as
+ * this did until 2026-12-07, was a replica's first write of 8,192 records a
+ * step at 1,024 nodes), dh__sched_batch_samples reads its batches from
+ * node_pos, and settling the node groups it here.
  */
-static int32_t group_node(dh__sched *s, int64_t st, int node, const int32_t *P, int n,
-                          int32_t at, int settled, int count_done)
+static void group_node(dh__sched *s, int64_t st, int node, const int32_t *P, int n, int32_t at)
 {
     int per = s->ranks_per_node;
     int64_t G = s->G, base = step_slot(s, st) * G;
     const double *gpu = s->slot_gpu + base;
     batch_rec *nb = batch_of(s, st, node * per);
-    if (!settled) { /* rank r of the node holds P[r], P[r + per], ... */
-        for (int r = 0; r < per; r++) {
-            nb[r].first = at;
-            nb[r].ntasks = r < n ? (n - r + per - 1) / per : 0;
-            at += nb[r].ntasks;
-        }
-        return at;
-    }
     const int32_t *rank_of = s->rank_of + base;
     int64_t *mem = s->members + base;
     /* the node's cursors, after the N ends of a deal (R = N x per >= N + per when N and per
      * are both at least 2, as a deal has them) */
     int32_t *fill = s->plan_fill + s->nodes;
-    for (int r = 0; r < per; r++)
-        nb[r].ntasks = nb[r].ndone = 0, nb[r].bytes = 0, nb[r].pred_gpu_raw = 0;
+    memset(nb, 0, (size_t)per * sizeof *nb);
     for (int j = 0; j < n; j++)
         nb[rank_of[P[j]] - node * per].ntasks++;
     for (int r = 0; r < per; r++) {
@@ -324,12 +337,20 @@ static int32_t group_node(dh__sched *s, int64_t st, int node, const int32_t *P, 
     }
     for (int j = 0; j < n; j++) {
         batch_rec *br = &nb[rank_of[P[j]] - node * per];
-        br->ndone += count_done && s->done[base + P[j]];
         br->bytes += s->slot_bytes[base + P[j]];
         br->pred_gpu_raw += gpu[P[j]];
         mem[fill[br - nb]++] = st * G + P[j];
     }
-    return at;
+}
+
+/* A node's samples of step st at positions P[0, n) not prepared, nor their exact costs
+ * known: where a replica keeps these flags only for the nodes it settled, written when it
+ * settles them (for a whole step they are cleared at once: plan_step). */
+static void clear_flags(dh__sched *s, int64_t st, const int32_t *P, int n)
+{
+    int64_t base = step_slot(s, st) * s->G;
+    for (int j = 0; j < n; j++)
+        s->done[base + P[j]] = 0, s->revealed[base + P[j]] = -1.0f;
 }
 
 /*
@@ -337,15 +358,18 @@ static int32_t group_node(dh__sched *s, int64_t st, int node, const int32_t *P, 
  * node (group_node), each node's positions its block of the step's node_pos,
  * ending at end[node]: members and the batch records are written in order;
  * regroup's walk of the step wrote both at random (about a fifth of a
- * replica's time at 1,024 nodes: bench/RESULTS.md).
+ * replica's time at 1,024 nodes: bench/RESULTS.md). Each node's members start
+ * where its positions do; a node a replica has not settled is not grouped.
  */
 static void group_by_shares(dh__sched *s, int64_t st, const int32_t *end, const uint8_t *settled)
 {
     int64_t base = step_slot(s, st) * s->G;
-    memset(batch_of(s, st, 0), 0, (size_t)s->R * sizeof(batch_rec));
-    for (int node = 0, lo = 0, at = 0; node < s->nodes; lo = end[node++])
-        at = group_node(s, st, node, s->node_pos + base + lo, end[node] - lo, at, settled[node],
-                        0);
+    int32_t *nmem = s->node_mem + step_slot(s, st) * s->nodes;
+    for (int node = 0, lo = 0; node < s->nodes; lo = end[node++]) {
+        nmem[node] = lo;
+        if (settled[node])
+            group_node(s, st, node, s->node_pos + base + lo, end[node] - lo, lo);
+    }
 }
 
 #define DEAL_AHEAD 32 /* samples */
@@ -545,20 +569,21 @@ int dh__sched_settle(dh__sched *s, int64_t st, int node)
     if (*settled)
         return 0;
     /* An unsettled node's samples are its share as dealt (a replica settles a node before it
-     * plans moves with it): its block of node_pos, ascending */
-    int32_t n = 0, held = 0, per = s->ranks_per_node;
+     * plans moves with it, and moves no sample of a node it has not settled:
+     * dh__sched_regroup_moved): its block of node_pos, ascending */
+    int32_t n = 0;
     const int32_t *pos = dh__sched_node_positions(s, st, node, &n);
-    for (int r = node * per; r < (node + 1) * per; r++)
-        held += batch_of(s, st, r)->ntasks;
-    if (!pos || held != n) /* its batches are not its share as dealt: a move touched it */
+    if (!pos) /* a step not dealt to nodes has no node to settle */
         return dh__sched_fail(s, DH_EMISMATCH);
     gather_rows(s, st, pos, n); /* its samples' rows, read only now (rows_lazy) */
     int rc = place_share(s, st, node, pos, n, 0); /* as the node placed it */
     if (rc)
         return dh__sched_fail(s, rc);
-    /* The node's batches regrouped alone: its samples stayed on its ranks, so only they and
-     * its block of members change (a walk of the whole step would rewrite every batch) */
-    group_node(s, st, node, pos, n, batch_of(s, st, node * per)->first, 1, 1);
+    /* The node's batches grouped alone, its flags and records written now: its samples
+     * stayed on its ranks, so only they and its block of members change (a walk of the
+     * whole step would rewrite every batch) */
+    clear_flags(s, st, pos, n);
+    group_node(s, st, node, pos, n, s->node_mem[step_slot(s, st) * s->nodes + node]);
     dh__lst_leads_stale(s, st);
     *settled = 1;
     return 1;
@@ -615,9 +640,23 @@ static int plan_step(dh__sched *s, int64_t st)
     if (!grouped) /* a deal wrote each settled node's (place_share); a replica's others are
                    * written when it settles them */
         memcpy(s->orig_rank + base, rank_of, (size_t)G * sizeof *rank_of);
-    memset(s->done + base, 0, (size_t)G * sizeof *s->done);
-    for (int64_t k = 0; k < G; k++)
-        s->revealed[base + k] = -1.0f;
+    const uint8_t *settled = s->settled + step_slot(s, st) * s->nodes;
+    if (rows_lazy(s)) { /* a replica: the flags of the nodes it settled (the rest when it
+                         * settles them: dh__sched_settle) */
+#ifndef NDEBUG /* a debug build: a read of another node's flag is a NaN or a count of 64 */
+        memset(s->done + base, 64, (size_t)G * sizeof *s->done);
+        for (int64_t k = 0; k < G; k++)
+            s->revealed[base + k] = NAN;
+#endif
+        const int32_t *end = s->node_end + step_slot(s, st) * (s->nodes + 1);
+        for (int node = 0; node < s->nodes; node++) /* (a replica's step is always dealt) */
+            if (settled[node])
+                clear_flags(s, st, s->node_pos + base + end[node], end[node + 1] - end[node]);
+    } else {
+        memset(s->done + base, 0, (size_t)G * sizeof *s->done);
+        for (int64_t k = 0; k < G; k++)
+            s->revealed[base + k] = -1.0f;
+    }
     s->finished_ranks[step_slot(s, st)] = 0;
     memset(s->rank_finished + step_slot(s, st) * s->R, 0, (size_t)s->R);
     for (int j = 0; j < DH_MOVE_GROUP; j++)
@@ -627,11 +666,15 @@ static int plan_step(dh__sched *s, int64_t st)
     dh__lst_leads_stale(s, st);
     /* The step's predicted start: its slowest rank's predicted GPU. A replica has placed only
      * its own node's batches by now, whose slowest rank it takes for the step's (the deal
-     * makes every node's share weigh about the same; the other nodes' batches count 0). */
+     * makes every node's share weigh about the same; the other nodes' batches, which it
+     * has not written, are not read). */
     const batch_rec *b = batch_of(s, st, 0);
     double step_gpu = 0;
-    for (int r = 0; r < s->R; r++)
+    for (int r = 0; !rows_lazy(s) && r < s->R; r++)
         step_gpu = DH_MAX(step_gpu, b[r].pred_gpu_raw);
+    for (int node = 0, per = s->ranks_per_node; rows_lazy(s) && node < s->nodes; node++)
+        for (int r = node * per; settled[node] && r < (node + 1) * per; r++)
+            step_gpu = DH_MAX(step_gpu, b[r].pred_gpu_raw);
     s->step_start[step_slot(s, st + 1)] = D(s, st) + dh__calib_gpu(&s->calib, s->cfg.gpu.c0 + step_gpu);
     s->planned = st + 1;
     return 0;

@@ -173,6 +173,9 @@ static void plan_scratch(dh__sched *s, reb_plan *p)
 /* The exact GPU cost of the sample at slot a if this scheduler saw it prepared, else -1. */
 static double seen_prepared(const dh__sched *s, int64_t a)
 {
+    if (rows_lazy(s) && !s->settled[a / s->G * s->nodes + node_of_rank(s, s->rank_of[a])])
+        return -1; /* a node a replica has not settled: none prepared here, its flags not
+                    * written (planning.c, clear_flags) */
     return s->done[a] && s->revealed[a] >= 0 ? s->revealed[a] : -1;
 }
 
@@ -591,11 +594,12 @@ static void rebalance(dh__sched *s, int64_t st, const reb_in *in, dh__reb_accept
 {
     if (!s->caps->rebalance || st < s->lo || st >= s->planned || s->error)
         return;
-    for (int r = 0; in->need_admitted && r < s->R; r++) {
-        const batch_rec *b = batch_of(s, st, r);
-        if (!b->admitted || s->rank_finished[step_slot(s, st) * s->R + r])
+    for (int r = 0; in->need_admitted && r < s->R; r++) /* (another node's batches: admitted
+                                                          * there; admission here goes on
+                                                          * past them once its own are) */
+        if ((rank_here(s, r) && !batch_of(s, st, r)->admitted) ||
+            s->rank_finished[step_slot(s, st) * s->R + r])
             return; /* moves stay inside admitted, untaken batches */
-    }
     reb_plan p;
     plan_scratch(s, &p);
     reb_in by_node = *in;

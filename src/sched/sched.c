@@ -42,8 +42,8 @@ static int64_t held_past_their_step(const dh__sched *s)
     for (int64_t st = s->lo; st < end && st < s->planned; st++)
         for (int r = 0; r < s->R; r++) {
             const batch_rec *b = batch_of(s, st, r);
-            if (b->admitted && !s->rank_finished[step_slot(s, st) * s->R + r] &&
-                s->taken[r] > st && rank_here(s, r))
+            if (rank_here(s, r) && b->admitted && !s->rank_finished[step_slot(s, st) * s->R + r] &&
+                s->taken[r] > st)
                 bytes += b->bytes;
         }
     return bytes;
@@ -59,12 +59,14 @@ static int admit(dh__sched *s)
         if (rc)
             return rc;
         int rank = (int)(s->admit_next % s->R);
-        batch_rec *b = batch_of(s, st, rank);
-        if (!rank_here(s, rank)) { /* another node's: it admits and prepares it */
-            b->admitted = 1;
-            s->admit_next++;
+        if (!rank_here(s, rank)) { /* another node's: it admits and prepares it (nothing of
+                                    * its batch is read here: dh__sched_batch_ready is asked
+                                    * of this node's ranks); on to this node's next rank */
+            int64_t first = (int64_t)s->cfg.node * s->ranks_per_node;
+            s->admit_next = (rank < first ? st : st + 1) * s->R + first;
             continue;
         }
+        batch_rec *b = batch_of(s, st, rank);
         int64_t in_use = s->mem_in_use - held;
         if (in_use > 0 && in_use + b->bytes > s->cfg.memory_budget)
             break;
@@ -274,14 +276,14 @@ int32_t dh__sched_batch_samples(dh__sched *s, int64_t step, int rank, int64_t *o
     const batch_rec *b = batch_of(s, step, rank);
     int node = node_of_rank(s, rank);
     if (!s->settled[step_slot(s, step) * s->nodes + node]) {
-        /* another node's batch as a replica dealt it, round-robin: members not written
-         * (planning.c, group_node) */
-        int32_t n = 0, k = 0, per = s->ranks_per_node;
+        /* another node's batch as a replica dealt it, round-robin (rank r of the node holds
+         * its positions r, r + per, ...): its record not written (planning.c, group_node) */
+        int32_t n = 0, k = 0, per = s->ranks_per_node, r = rank - node * per;
         const int32_t *pos = dh__sched_node_positions(s, step, node, &n);
         const int64_t *order = s->order + step_slot(s, step) * s->G;
-        for (int32_t j = rank - node * per; pos && j < n && k < cap; j += per)
+        for (int32_t j = r; pos && j < n && k < cap; j += per)
             out[k++] = order[pos[j]];
-        return b->ntasks;
+        return pos && r < n ? (n - r + per - 1) / per : 0;
     }
     const int64_t *mem = s->members + step_slot(s, step) * s->G + b->first;
     for (int32_t k = 0; k < b->ntasks && k < cap; k++)

@@ -95,11 +95,14 @@ struct dh__sched {
                               * end[nodes] == G once the step was dealt */
     uint8_t *settled;        /* cap * nodes: the node's share is placed as the node places it
                               * (a replica's other nodes: once their moves are planned here);
-                              * until then its batches' members are not written nor their
-                              * bytes summed (planning.c, group_node): a reader of another
-                              * node's batch checks this first (dh__sched_batch_samples);
-                              * on a replica (rows_lazy) nor its samples' rows gathered: its
-                              * slot_* are not written and its batches' predicted GPU is 0 */
+                              * until then a replica (rows_lazy) writes nothing of its
+                              * batches (their records, members, done and revealed flags
+                              * are not written, their lines never brought in) nor gathers
+                              * its samples' rows (its slot_* are not written): a reader of
+                              * another node's batch checks this first
+                              * (dh__sched_batch_samples counts it from node_pos) */
+    int32_t *node_mem;       /* cap * nodes, a deal to nodes: where node n's block of the
+                              * step's members starts (what settling it groups from) */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
     uint64_t *leads_ver;     /* cap * nodes: calib_ver + 1 when the step's leads on the node
                               * were set, 0: not set (lst.c) */

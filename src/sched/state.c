@@ -38,13 +38,14 @@ static int regrow(dh__sched *s, int64_t ncap)
     int deals = s->nodes > 1 && s->ranks_per_node > 1; /* node_pos: only a deal fills it */
     int32_t *node_pos = dh__malloc((size_t)(deals ? ncap * G : 1) * sizeof *node_pos);
     int32_t *node_end = dh__calloc((size_t)ncap * (size_t)(s->nodes + 1), sizeof *node_end);
+    int32_t *node_mem = dh__calloc((size_t)ncap * (size_t)s->nodes, sizeof *node_mem);
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
              slot_cls && slot_segs && parts_left && revealed && done && orig_rank && step_start &&
              finished_ranks && rank_finished && group && settled && first_lead && leads_ver &&
-             node_pos && node_end;
+             node_pos && node_end && node_mem;
     for (int64_t st = s->lo; ok && s->cap && st <= s->planned; st++) {
         int64_t o = st & (s->cap - 1), n = st & (ncap - 1);
         step_start[n] = s->step_start[o];
@@ -56,6 +57,8 @@ static int regrow(dh__sched *s, int64_t ncap)
         memcpy(settled + n * s->nodes, s->settled + o * s->nodes, (size_t)s->nodes);
         memcpy(node_end + n * (s->nodes + 1), s->node_end + o * (s->nodes + 1),
                (size_t)(s->nodes + 1) * sizeof *node_end);
+        memcpy(node_mem + n * s->nodes, s->node_mem + o * s->nodes,
+               (size_t)s->nodes * sizeof *node_mem);
         if (deals)
             memcpy(node_pos + n * G, s->node_pos + o * G, (size_t)G * sizeof *node_pos);
         memcpy(batch + n * R, s->batch + o * R, (size_t)R * sizeof *batch);
@@ -103,6 +106,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     SWAP(settled);
     SWAP(node_pos);
     SWAP(node_end);
+    SWAP(node_mem);
     SWAP(first_lead);
     SWAP(leads_ver);
 #undef SWAP
@@ -157,6 +161,7 @@ void dh__sched_free(dh__sched *s)
     free(s->settled);
     free(s->node_pos);
     free(s->node_end);
+    free(s->node_mem);
     free(s->reb_known);
     free(s->first_lead);
     free(s->leads_ver);
