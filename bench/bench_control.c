@@ -8,8 +8,9 @@
  *     admission, leads, least slack, splitting, calibration);
  *   - its own ranks take and finish their batches;
  *   - the other nodes' ranks are applied as their STEP records say (batch
- *     taken, step done), as apply_step does after each exchange, and the step
- *     is closed in the job's records, which every engine keeps (each step's
+ *     taken, step done: dh__sched_ranks_stepped, a node's ranks at once; two
+ *     calls a rank until 2026-12-07), as apply_step does after each exchange,
+ *     and the step is closed in the job's records, which every engine keeps (each step's
  *     modelled truth summed there for the bound: every node sums its own
  *     batches' and adds the N nodes' shares from their records;
  *     BENCH_NO_RECORDS=1 leaves the records out, as this benchmark did before
@@ -134,6 +135,11 @@ static int accept_walking(void *ctx, int64_t st, const int32_t *rank_of)
     return 0;
 }
 
+/* A rank's step as its node's STEP record says it (the engine's records carry more). */
+typedef struct {
+    double taken, released, compute;
+} bench_rank;
+
 /* The whole job's replica draws the steps the timed one drew (the same order). */
 typedef struct {
     const dh__sched *timed;
@@ -239,6 +245,7 @@ int main(int argc, char **argv)
     int R = walk_R = cfg.ranks, first = 0, nw = dh__sched_node_workers(s, 0, &first);
     int64_t *buf = malloc((size_t)G * sizeof *buf);
     double *gpu = calloc((size_t)R, sizeof *gpu);
+    bench_rank *xr = malloc((size_t)R * sizeof *xr);
     float *known = malloc((size_t)G * sizeof *known);
     record_set cc = {NULL, NULL, G < 2 * ((G + nodes - 1) / nodes) + 8 ? G
                                  : 2 * ((G + nodes - 1) / nodes) + 8}; /* as nodes.c */
@@ -246,7 +253,7 @@ int main(int argc, char **argv)
     cc.load = malloc((size_t)nodes * sizeof *cc.load);
     uint8_t *frozen = calloc((size_t)R, 1);
     dh__task *running = malloc((size_t)nw * sizeof *running);
-    if (!buf || !gpu || !running || !known || !frozen || !part || !cc.costs || !cc.load)
+    if (!buf || !gpu || !xr || !running || !known || !frozen || !part || !cc.costs || !cc.load)
         return 1;
     double now = 0, ctl_sum = 0, ctl_max = 0, step_sum = 0, others_sum = 0, reb_sum = 0;
     int64_t tasks = 0;
@@ -291,18 +298,22 @@ int main(int argc, char **argv)
             step_gpu = gpu[r] > step_gpu ? gpu[r] : step_gpu;
         }
         double step_s = step_gpu + run.gpu.c0;
+        for (int r = rpn; r < R; r++) /* the other nodes' ranks as their records say */
+            xr[r] = (bench_rank){now, now + gpu[r], gpu[r]};
         TIMED_MARK();
         double t1 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         for (int r = 0; with_rec && r < rpn; r++) { /* its own share, into its record */
             int32_t n = dh__sched_batch_samples(s, st, r, buf, (int32_t)G);
             dh__run_add_truth(&run, st, buf, n, part, part + 1, part + 2);
         }
-        for (int r = 0; r < R; r++) {
-            if (r == rpn) /* the others', from their records */
-                others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
+        for (int r = 0; r < rpn; r++) { /* its own ranks' */
             dh__sched_batch_taken(s, r, st, now);
             dh__sched_step_done(s, r, st, now + gpu[r], gpu[r]);
         }
+        others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
+        for (int k = 1; k < nodes; k++) /* the others', node by node from their records */
+            dh__sched_ranks_stepped(s, st, k * rpn, rpn, &xr[k * rpn].taken,
+                                    &xr[k * rpn].released, &xr[k * rpn].compute, sizeof *xr);
         dh__rec_step *sp = with_rec ? dh__records_step(&rec, st) : NULL;
         for (int k = 0; sp && k < nodes; k++) { /* every node's share, as apply_step adds */
             sp->gpu_sum += part[3 * k];
@@ -402,6 +413,7 @@ int main(int argc, char **argv)
     dh__run_free(&run);
     free(buf);
     free(gpu);
+    free(xr);
     free(running);
     free(known);
     free(cc.costs);

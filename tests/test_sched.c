@@ -846,6 +846,91 @@ START_TEST(a_replica_settles_a_node_once_and_refuses_a_move_to_one_it_has_not)
 }
 END_TEST
 
+START_TEST(another_nodes_ranks_stepped_at_once_are_each_taken_then_done)
+{
+    /* dh__sched_ranks_stepped (another node's ranks, as its STEP record says) leaves a
+     * replica as each rank's dh__sched_batch_taken then dh__sched_step_done in rank order
+     * does: ranks taken, the step's latest and its time, each rank's step finished once,
+     * the window's low end, the calibration (a settled node's batches are observed) and
+     * the realised gains when a step's last rank finishes. 3 nodes of 2 ranks, node 1's
+     * view; node 2 settled at step 1; a record repeated (finished already) and one of a step
+     * that left the window change nothing. */
+    enum { N = 3, PER = 2, R = N * PER, G = 12, STEPS = 6 };
+    typedef struct {
+        double taken, released, compute;
+    } rec;
+    dh__sched *s[2];
+    world w[2];
+    for (int v = 0; v < 2; v++) {
+        node_world(&w[v], R, G, N, 1);
+        w[v].cfg.steps = STEPS;
+        for (int k = 0; k < MAXS; k++)
+            w[v].row[k].feat.v = 0.5f + (float)(k % 7);
+        s[v] = make(&w[v]);
+    }
+    for (int64_t st = 0; st < STEPS; st++) {
+        for (int v = 0; v < 2; v++) {
+            ck_assert_int_ge(dh__sched_rank_of(s[v], st, 0), 0); /* planned */
+            if (st == 1)
+                ck_assert_int_eq(dh__sched_settle(s[v], st, 2), 1);
+        }
+        double t = 1.0 + (double)st;
+        for (int v = 0; v < 2; v++) {
+            for (int node = 0; node < N; node++) {
+                rec r[PER];
+                for (int i = 0; i < PER; i++)
+                    r[i] = (rec){t + 0.01 * (node * PER + i), t + 0.5 + 0.01 * i,
+                                 0.3 + 0.05 * (node * PER + i)};
+                for (int again = 0; again <= (st == 2 && node == 2); again++) {
+                    if (v == 1 && node != 1) {
+                        dh__sched_ranks_stepped(s[v], st, node * PER, PER, &r[0].taken,
+                                                &r[0].released, &r[0].compute, sizeof r[0]);
+                        continue;
+                    }
+                    for (int i = 0; i < PER; i++) {
+                        dh__sched_batch_taken(s[v], node * PER + i, st, r[i].taken);
+                        dh__sched_step_done(s[v], node * PER + i, st, r[i].released,
+                                            r[i].compute);
+                    }
+                }
+            }
+            if (st == 4) { /* step 0 left the window: its records again change nothing */
+                rec r[PER] = {{0.5, 0.7, 9.0}, {0.5, 0.7, 9.0}};
+                if (v == 1)
+                    dh__sched_ranks_stepped(s[v], 0, 0, PER, &r[0].taken, &r[0].released,
+                                            &r[0].compute, sizeof r[0]);
+                else
+                    for (int i = 0; i < PER; i++) {
+                        dh__sched_batch_taken(s[v], i, 0, r[i].taken);
+                        dh__sched_step_done(s[v], i, 0, r[i].released, r[i].compute);
+                    }
+            }
+        }
+        const dh__sched *a = s[0], *b = s[1];
+        ck_assert_int_eq(a->lo, b->lo);
+        ck_assert_int_eq(a->planned, b->planned);
+        ck_assert_int_eq(a->cur_step, b->cur_step);
+        ck_assert(a->cur_time == b->cur_time);
+        ck_assert_int_eq(a->epoch, b->epoch);
+        for (int r = 0; r < R; r++)
+            ck_assert_int_eq(a->taken[r], b->taken[r]);
+        for (int64_t q = a->lo; q < a->planned; q++) {
+            ck_assert_int_eq(a->finished_ranks[step_slot(a, q)],
+                             b->finished_ranks[step_slot(b, q)]);
+            ck_assert(!memcmp(a->rank_finished + step_slot(a, q) * R,
+                              b->rank_finished + step_slot(b, q) * R, R));
+        }
+        ck_assert_int_eq(a->calib.gpu_n, b->calib.gpu_n);
+        ck_assert(a->reb.realised_gain_s == b->reb.realised_gain_s);
+        ck_assert_int_eq(a->mem_in_use, b->mem_in_use);
+    }
+    ck_assert_int_ge(s[0]->lo, 3);        /* steps retired on the way */
+    ck_assert_int_gt(s[0]->calib.gpu_n, 0); /* settled batches observed */
+    dh__sched_free(s[0]);
+    dh__sched_free(s[1]);
+}
+END_TEST
+
 START_TEST(a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settles)
 {
     /* A replica deals a step from its table of each sample's half-octave of cost as the
@@ -1647,6 +1732,7 @@ int main(void)
     ADD_TEST(tc, a_step_dealt_to_nodes_is_grouped_as_a_walk_of_the_step_groups_it);
     ADD_TEST(tc, a_step_laid_out_by_node_is_dealt_as_laid_out);
     ADD_TEST(tc, a_replica_settles_a_node_once_and_refuses_a_move_to_one_it_has_not);
+    ADD_TEST(tc, another_nodes_ranks_stepped_at_once_are_each_taken_then_done);
     ADD_TEST(tc, a_replica_deals_as_the_job_and_reads_only_the_rows_of_nodes_it_settles);
     ADD_TEST(tc, a_step_regrouped_after_moves_is_what_a_walk_of_the_step_gives);
     ADD_TEST(tc, an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost);

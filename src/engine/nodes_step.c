@@ -181,11 +181,12 @@ static int apply_step(dh_engine *e, int64_t st)
     }
     for (int k = 0; k < e->nodes; k++) {
         const xrec *o = rec_of(x, k);
-        for (int i = 0; k != e->node && i < rpn(e); i++) {
-            int r = k * rpn(e) + i;
-            dh__sched_batch_taken(e->sched, r, st, o->r[i].taken);
-            dh__sched_step_done(e->sched, r, st, o->r[i].released, o->r[i].compute);
-            e->next_step[r] = st + 1;
+        if (k == e->node)
+            continue;
+        dh__sched_ranks_stepped(e->sched, st, k * rpn(e), rpn(e), &o->r[0].taken,
+                                &o->r[0].released, &o->r[0].compute, sizeof o->r[0]);
+        for (int i = 0; i < rpn(e); i++) {
+            e->next_step[k * rpn(e) + i] = st + 1;
             dh__eng_step_released(e, st);
         }
     }

@@ -186,7 +186,9 @@ int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank)
     return b->admitted && b->ndone == b->ntasks;
 }
 
-void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now)
+/* Rank `rank` took step `step` at `now` (the window's low end moves in the caller). */
+static inline __attribute__((always_inline)) void rank_took(dh__sched *s, int rank, int64_t step,
+                                                            double now)
 {
     s->taken[rank] = DH_MAX(s->taken[rank], step + 1);
     if (step > s->cur_step || (step == 0 && s->cur_time == 0)) {
@@ -194,20 +196,19 @@ void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now)
         s->cur_time = now; /* deadlines of later steps count from here */
         touch_all(s);      /* deadlines moved: every node's predicted lateness changes */
     }
-    dh__sched_retire(s);
 }
 
-void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time)
+/* Rank `rank` finished step `step`, in the window, after gpu_time of compute (the window's
+ * low end moves in the caller). */
+static inline __attribute__((always_inline)) void rank_done(dh__sched *s, int rank, int64_t step,
+                                                            double gpu_time)
 {
-    (void)now;
-    if (step < s->lo || step >= s->planned)
-        return;
     uint8_t *finished = &s->rank_finished[step_slot(s, step) * s->R + rank];
     if (*finished)
         return;
     *finished = 1;
-    /* a replica reads nothing of another node's batch it has not settled (whose record's line
-     * is long out of the caches by now): nothing of it is its own, nor its prediction */
+    /* a replica reads nothing of another node's batch it has not settled (whose record it
+     * has not written): nothing of it is its own, nor its prediction */
     if (batch_settled(s, step, rank)) {
         const batch_rec *b = batch_of(s, step, rank);
         if (rank_here(s, rank))
@@ -217,6 +218,42 @@ void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, doubl
     }
     if (++s->finished_ranks[step_slot(s, step)] == s->R && s->caps->rebalance)
         dh__reb_step_finished(s, step);
+}
+
+void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now)
+{
+    rank_took(s, rank, step, now);
+    dh__sched_retire(s);
+}
+
+void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time)
+{
+    (void)now;
+    if (step < s->lo || step >= s->planned)
+        return;
+    rank_done(s, rank, step, gpu_time);
+    dh__sched_retire(s);
+}
+
+/* The i-th of a strided array of doubles. */
+static double strided(const double *v, int i, size_t stride)
+{
+    return *(const double *)(const void *)((const char *)v + (size_t)i * stride);
+}
+
+void dh__sched_ranks_stepped(dh__sched *s, int64_t step, int rank0, int n, const double *taken,
+                             const double *released, const double *gpu_time, size_t stride)
+{
+    /* each rank's taking and finishing in order, the window's low end moved once at the end:
+     * it only leaves steps every rank finished, which none of these can undo, and finishing
+     * reads it only for `step`, which cannot leave before its last rank finishes */
+    (void)released; /* (step_done's `now`: nothing of it is kept) */
+    int in_window = step >= s->lo && step < s->planned; /* (neither end moves here) */
+    for (int i = 0; i < n; i++) {
+        rank_took(s, rank0 + i, step, strided(taken, i, stride));
+        if (in_window)
+            rank_done(s, rank0 + i, step, strided(gpu_time, i, stride));
+    }
     dh__sched_retire(s);
 }
 

@@ -297,6 +297,16 @@ const dh__reb_stats *dh__sched_reb_stats(const dh__sched *s);
 int dh__sched_batch_ready(const dh__sched *s, int64_t step, int rank);
 void dh__sched_batch_taken(dh__sched *s, int rank, int64_t step, double now);
 void dh__sched_step_done(dh__sched *s, int rank, int64_t step, double now, double gpu_time);
+/*
+ * Ranks rank0 .. rank0 + n - 1 (another node's, as its STEP record says) took step `step` and
+ * finished it: for each in rank order, dh__sched_batch_taken at taken then
+ * dh__sched_step_done at released with gpu_time compute, with the same effects, in one call
+ * (a replica applies the job's other ranks every step: two calls a rank were a tenth of its
+ * control plane at 1,024 nodes, bench/RESULTS.md). The three values of rank i are read at
+ * byte offset i * stride from each pointer (an array of the caller's records).
+ */
+void dh__sched_ranks_stepped(dh__sched *s, int64_t step, int rank0, int n, const double *taken,
+                             const double *released, const double *gpu_time, size_t stride);
 
 /*
  * Samples of batch (step, rank): count, and the first `cap` sample indices
