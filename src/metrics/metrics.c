@@ -236,29 +236,39 @@ static void fold(dh__records *rec, int64_t st)
 {
     const dh__rec_step *sp = &rec->step[st & (rec->cap - 1)];
     const dh__rec_batch *b = &rec->batch[(st & (rec->cap - 1)) * rec->R];
-    double slowest = 0, stall = 0, quickest = INFINITY, longest = 0;
+    double slowest = 0, stall = 0, quickest = INFINITY, longest = 0, step_compute = 0;
+    /* the sums in locals, added in the same order as into the records (every rank's batch a
+     * step on every node: a pass over 8,192 ranks at 1,024 nodes), a wait of 0 counted here */
+    double fill = rec->fill, wait_sum = rec->wait_sum, single = rec->single;
+    int64_t misses = 0, zeros = 0;
     for (int r = 0; r < rec->R; r++) {
         double late = b[r].ready - b[r].deadline;
         quickest = DH_MIN(quickest, b[r].compute);
         longest = DH_MAX(longest, b[r].longest_task);
         if (st == 0) {
-            rec->fill += DH_MAX(0.0, late);
+            fill += DH_MAX(0.0, late);
         } else {
             double w = DH_MAX(0.0, late) * 1e3;
-            rec->misses += late > 1e-9;
-            rec->wait_sum += w;
-            rec->waits++;
+            misses += late > 1e-9;
+            wait_sum += w;
             /* The part of the wait that the batch's longest task alone explains: even started
              * when its step's first task did, it would end this late. */
             if (late > 1e-9 && sp->start >= 0)
-                rec->single += DH_MIN(late, DH_MAX(0.0, sp->start + b[r].longest_task -
-                                                             b[r].deadline)) * 1e3;
-            if (sketch_add(&rec->sketch, w))
+                single += DH_MIN(late, DH_MAX(0.0, sp->start + b[r].longest_task -
+                                                       b[r].deadline)) * 1e3;
+            if (w <= 0)
+                zeros++;
+            else if (sketch_add(&rec->sketch, w))
                 rec->error = DH_ENOMEM;
             stall = DH_MAX(stall, w);
         }
         slowest = DH_MAX(slowest, b[r].compute);
+        step_compute += b[r].compute;
     }
+    rec->fill = fill, rec->wait_sum = wait_sum, rec->single = single;
+    rec->misses += misses;
+    rec->sketch.zeros += zeros;
+    rec->waits += st == 0 ? 0 : rec->R;
     if (rec->live)
         live_fold(rec, st, sp, b, stall);
     if (st > 0) { /* the step waits for its slowest rank */
@@ -268,9 +278,6 @@ static void fold(dh__records *rec, int64_t st)
             rec->error = DH_ENOMEM;
     }
     rec->placement += rec->step_fixed + slowest;
-    double step_compute = 0;
-    for (int r = 0; r < rec->R; r++)
-        step_compute += b[r].compute;
     rec->compute_sum += step_compute;
     double gpu = rec->gpu_measured ? step_compute / rec->R
                                    : rec->step_fixed + DH_MAX(sp->gpu_sum / rec->R, sp->gpu_max);
