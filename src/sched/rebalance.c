@@ -665,6 +665,16 @@ const int32_t *dh__sched_node_positions(const dh__sched *s, int64_t st, int node
     return s->node_pos + step_slot(s, st) * s->G + end[node];
 }
 
+/* Rank r's place among the ranks a plan may touch: its group's (grp, ng nodes ascending, per
+ * ranks each), or every rank (ng 0). */
+static int rank_index(const int32_t *grp, int ng, int per, int r)
+{
+    int j = 0;
+    while (j < ng - 1 && grp[j] != r / per)
+        j++;
+    return ng ? j * per + r % per : r;
+}
+
 int dh__sched_receivers(dh__sched *s, int64_t st, const int32_t *rank_of, dh__reb_receiver got,
                         void *ctx)
 {
@@ -673,10 +683,14 @@ int dh__sched_receivers(dh__sched *s, int64_t st, const int32_t *rank_of, dh__re
     int64_t G = s->G, base = step_slot(s, st) * G;
     int32_t *pos = s->moved_pos, n = 0, cnt; /* scratch until the plan is regrouped */
     const int32_t *grp = s->group + step_slot(s, st) * DH_MOVE_GROUP;
+    int ng = 0, per = s->ranks_per_node;
     if (s->cfg.node_local && by_groups(s) && grp[0] >= 0 &&
-        dh__sched_node_positions(s, st, grp[0], &cnt)) { /* only its group's samples move */
-        for (int j = 0; j < DH_MOVE_GROUP && grp[j] >= 0; j++) {
-            const int32_t *P = dh__sched_node_positions(s, st, grp[j], &cnt);
+        dh__sched_node_positions(s, st, grp[0], &cnt)) { /* only its group's samples move: its
+                                                          * ranks alone are counted (every
+                                                          * rank's were, 2 passes over 8,192
+                                                          * at 1,024 nodes) */
+        for (; ng < DH_MOVE_GROUP && grp[ng] >= 0; ng++) {
+            const int32_t *P = dh__sched_node_positions(s, st, grp[ng], &cnt);
             memcpy(pos + n, P, (size_t)cnt * sizeof *pos);
             n += cnt;
         }
@@ -685,22 +699,24 @@ int dh__sched_receivers(dh__sched *s, int64_t st, const int32_t *rank_of, dh__re
         for (int64_t k = 0; k < G; k++)
             pos[n++] = (int32_t)k;
     }
-    int32_t *end = dh__calloc((size_t)s->R + 1, sizeof *end);
-    uint8_t *gets = dh__calloc((size_t)s->R, 1);
+    int nr = ng ? ng * per : s->R; /* the ranks counted, in rank order (a group's ascending) */
+    int32_t *end = dh__calloc((size_t)nr + 1, sizeof *end);
+    uint8_t *gets = dh__calloc((size_t)nr, 1);
     int rc = end && gets ? 0 : DH_ENOMEM;
     for (int32_t i = 0; !rc && i < n; i++) { /* the samples by rank, each in the step's order */
-        int32_t k = pos[i];
-        end[rank_of[k] + 1]++;
-        gets[rank_of[k]] |= rank_of[k] != s->rank_of[base + k];
+        int32_t k = pos[i], x = rank_index(grp, ng, per, rank_of[k]);
+        end[x + 1]++;
+        gets[x] |= rank_of[k] != s->rank_of[base + k];
     }
-    for (int r = 0; !rc && r < s->R; r++)
-        end[r + 1] += end[r];
+    for (int x = 0; !rc && x < nr; x++)
+        end[x + 1] += end[x];
     int64_t *samples = s->moved_mem;
-    for (int32_t i = 0; !rc && i < n; i++) /* end[r] walks from r's start to its end */
-        samples[end[rank_of[pos[i]]]++] = s->order[base + pos[i]];
-    for (int r = 0; !rc && r < s->R; r++)
-        if (gets[r])
-            rc = got(ctx, r, samples + (r ? end[r - 1] : 0), end[r] - (r ? end[r - 1] : 0));
+    for (int32_t i = 0; !rc && i < n; i++) /* end[x] walks from x's start to its end */
+        samples[end[rank_index(grp, ng, per, rank_of[pos[i]])]++] = s->order[base + pos[i]];
+    for (int x = 0; !rc && x < nr; x++)
+        if (gets[x])
+            rc = got(ctx, ng ? grp[x / per] * per + x % per : x, samples + (x ? end[x - 1] : 0),
+                     end[x] - (x ? end[x - 1] : 0));
     free(end);
     free(gets);
     return rc;
