@@ -81,18 +81,29 @@ static void keep_in_place(batch_slot *to, const batch_slot *from)
     to->bytes = from->bytes;
 }
 
-/* New layouts for every batch the plan changes; receivers get arena buffers. 0 or 1 (no room). */
-static int lay_out_fresh(dh_engine *e, const int64_t *order, const int32_t *rank_of)
+/* Position i of the positions a plan can have moved: P[i], or i (P NULL: the whole step). */
+static int64_t at_pos(const int32_t *P, int64_t i)
+{
+    return P ? P[i] : i;
+}
+
+/* New layouts for every batch the plan changes (each holding only positions P[0, np): see
+ * dh__eng_carry); receivers get arena buffers. 0 or 1 (no room). */
+static int lay_out_fresh(dh_engine *e, const int64_t *order, const int32_t *rank_of,
+                         const int32_t *P, int64_t np)
 {
     int rc = 0;
+    for (int r = 0; r < e->R; r++) /* (a batch's fresh layout is read only if it changes) */
+        if (e->changed[r])
+            memset(&e->fresh[r], 0, sizeof e->fresh[r]);
     for (int r = 0; r < e->R && !rc; r++) {
         if (!e->changed[r])
             continue;
-        int64_t *samples = dh__malloc((size_t)e->G * sizeof *samples);
+        int64_t *samples = dh__malloc((size_t)DH_MAX(np, 1) * sizeof *samples);
         int32_t n = 0;
-        for (int64_t k = 0; samples && k < e->G; k++)
-            if (rank_of[k] == r)
-                samples[n++] = order[k];
+        for (int64_t i = 0; samples && i < np; i++)
+            if (rank_of[at_pos(P, i)] == r)
+                samples[n++] = order[at_pos(P, i)];
         rc = samples ? dh__lay_out_samples(e, &e->fresh[r], samples, n) : DH_ENOMEM;
         if (!rc && e->received[r]) {
             batch_slot *f = &e->fresh[r];
@@ -103,7 +114,9 @@ static int lay_out_fresh(dh_engine *e, const int64_t *order, const int32_t *rank
         }
     }
     if (rc) {
-        for (int r = 0; r < e->R; r++) {
+        for (int r = 0; r < e->R; r++) { /* (only a changed batch's was cleared) */
+            if (!e->changed[r])
+                continue;
             if (e->fresh[r].allocated)
                 dh__ring_free(&e->arena, e->fresh[r].block);
             dh__slot_clear_layout(&e->fresh[r]);
@@ -116,11 +129,12 @@ static int lay_out_fresh(dh_engine *e, const int64_t *order, const int32_t *rank
 /* Receivers first (donors still hold their data): each sample from its old batch. A sample
  * whose old batch is on another node arrives later (agreed plans): counted as incoming. */
 static void copy_receivers(dh_engine *e, int64_t st, batch_slot *slots, const int64_t *order,
-                           const int32_t *rank_of)
+                           const int32_t *rank_of, const int32_t *P, int64_t np)
 {
     for (int r = 0; r < e->R; r++) {
         int32_t item = 0;
-        for (int64_t k = 0; e->received[r] && k < e->G; k++) {
+        for (int64_t i = 0; e->received[r] && i < np; i++) {
+            int64_t k = at_pos(P, i);
             if (rank_of[k] != r)
                 continue;
             dh_sample_info si;
@@ -144,10 +158,18 @@ int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, dh__departur
     if (!order || !step)
         return 1;
     batch_slot *slots = step->b;
+    /* the positions the plan can have moved: an agreed plan's group's (a replica's plan
+     * moves no other sample, and only the batches of its group's ranks change: each holds
+     * only these positions), else the whole step. Walking the whole step here and for each
+     * changed batch cost an engine O(G) a batch at every exchange. */
+    int32_t np = 0;
+    const int32_t *P = agreed ? dh__sched_plan_positions(e->sched, st, &np) : NULL;
+    if (!P)
+        np = (int32_t)e->G;
     memset(e->changed, 0, (size_t)e->R);
     memset(e->received, 0, (size_t)e->R);
-    memset(e->fresh, 0, (size_t)e->R * sizeof *e->fresh);
-    for (int64_t k = 0; k < e->G; k++) { /* agreed: only this node's batches change here */
+    for (int64_t i = 0; i < np; i++) { /* agreed: only this node's batches change here */
+        int64_t k = at_pos(P, i);
         int from = dh__sched_rank_of(e->sched, st, k), to = rank_of[k];
         if (from == to)
             continue;
@@ -156,9 +178,9 @@ int dh__eng_carry(dh_engine *e, int64_t st, const int32_t *rank_of, dh__departur
         if (!agreed || dh__eng_rank_here(e, from))
             e->changed[from] = 1;
     }
-    if (lay_out_fresh(e, order, rank_of))
+    if (lay_out_fresh(e, order, rank_of, P, np))
         return 1;
-    copy_receivers(e, st, slots, order, rank_of);
+    copy_receivers(e, st, slots, order, rank_of, P, np);
     int rc = agreed ? depart(e, st, slots, rank_of) : 0;
     if (rc)
         dh__eng_fail(e, rc); /* the other nodes go on with the plan: this one cannot */

@@ -665,6 +665,33 @@ const int32_t *dh__sched_node_positions(const dh__sched *s, int64_t st, int node
     return s->node_pos + step_slot(s, st) * s->G + end[node];
 }
 
+/* A replica's group's positions of step st, ascending, into pos (*n): 1; 0 when it planned
+ * no group's moves of a step dealt to nodes (any position may move). */
+static int group_positions(const dh__sched *s, int64_t st, int32_t *pos, int32_t *n)
+{
+    const int32_t *grp = s->group + step_slot(s, st) * DH_MOVE_GROUP;
+    int32_t cnt;
+    *n = 0;
+    if (!s->cfg.node_local || !by_groups(s) || grp[0] < 0 ||
+        !dh__sched_node_positions(s, st, grp[0], &cnt))
+        return 0;
+    for (int j = 0; j < DH_MOVE_GROUP && grp[j] >= 0; j++) {
+        const int32_t *P = dh__sched_node_positions(s, st, grp[j], &cnt);
+        memcpy(pos + *n, P, (size_t)cnt * sizeof *pos);
+        *n += cnt;
+    }
+    qsort(pos, (size_t)*n, sizeof *pos, dh__sched_by_position);
+    return 1;
+}
+
+const int32_t *dh__sched_plan_positions(dh__sched *s, int64_t st, int32_t *n)
+{
+    *n = 0;
+    if (st < s->lo || st >= s->planned || !group_positions(s, st, s->plan_pos, n))
+        return NULL;
+    return s->plan_pos;
+}
+
 /* Rank r's place among the ranks a plan may touch: its group's (grp, ng nodes ascending, per
  * ranks each), or every rank (ng 0). */
 static int rank_index(const int32_t *grp, int ng, int per, int r)
@@ -681,24 +708,17 @@ int dh__sched_receivers(dh__sched *s, int64_t st, const int32_t *rank_of, dh__re
     if (st < s->lo || st >= s->planned)
         return 0;
     int64_t G = s->G, base = step_slot(s, st) * G;
-    int32_t *pos = s->moved_pos, n = 0, cnt; /* scratch until the plan is regrouped */
+    int32_t *pos = s->moved_pos, n = 0; /* scratch until the plan is regrouped */
     const int32_t *grp = s->group + step_slot(s, st) * DH_MOVE_GROUP;
     int ng = 0, per = s->ranks_per_node;
-    if (s->cfg.node_local && by_groups(s) && grp[0] >= 0 &&
-        dh__sched_node_positions(s, st, grp[0], &cnt)) { /* only its group's samples move: its
-                                                          * ranks alone are counted (every
-                                                          * rank's were, 2 passes over 8,192
-                                                          * at 1,024 nodes) */
-        for (; ng < DH_MOVE_GROUP && grp[ng] >= 0; ng++) {
-            const int32_t *P = dh__sched_node_positions(s, st, grp[ng], &cnt);
-            memcpy(pos + n, P, (size_t)cnt * sizeof *pos);
-            n += cnt;
-        }
-        qsort(pos, (size_t)n, sizeof *pos, dh__sched_by_position);
-    } else {
+    if (group_positions(s, st, pos, &n)) /* only its group's samples move: its ranks alone
+                                          * are counted (every rank's were, 2 passes over
+                                          * 8,192 at 1,024 nodes) */
+        while (ng < DH_MOVE_GROUP && grp[ng] >= 0)
+            ng++;
+    else
         for (int64_t k = 0; k < G; k++)
             pos[n++] = (int32_t)k;
-    }
     int nr = ng ? ng * per : s->R; /* the ranks counted, in rank order (a group's ascending) */
     int32_t *end = dh__calloc((size_t)nr + 1, sizeof *end);
     uint8_t *gets = dh__calloc((size_t)nr, 1);

@@ -162,6 +162,7 @@ struct dh__sched {
     uint8_t *moved;
     int32_t *moved_pos;
     int64_t *moved_mem;
+    int32_t *plan_pos; /* G: dh__sched_plan_positions' answer */
     /* the groups of nodes made for step groups_step's moves (rebalance.c), made once a step */
     int64_t groups_step;
     int ngroups;

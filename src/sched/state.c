@@ -202,6 +202,7 @@ void dh__sched_free(dh__sched *s)
     free(s->moved_list);
     free(s->moved);
     free(s->moved_pos);
+    free(s->plan_pos);
     free(s->moved_mem);
     dh__lend_free(s);
     free(s);
@@ -250,6 +251,7 @@ static int alloc_fixed(dh__sched *s)
     s->moved_list = dh__malloc(R * sizeof *s->moved_list);
     s->moved = dh__calloc(R, sizeof *s->moved);
     s->moved_pos = dh__malloc(G * sizeof *s->moved_pos);
+    s->plan_pos = dh__malloc(G * sizeof *s->plan_pos);
     s->moved_mem = dh__malloc(G * sizeof *s->moved_mem);
     s->lead_keys = dh__malloc((size_t)s->ranks_per_node * sizeof *s->lead_keys);
     s->rank_node = dh__malloc(R * sizeof *s->rank_node);
@@ -292,7 +294,7 @@ static int alloc_fixed(dh__sched *s)
     if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
         !s->plan_bytes || !s->reb_i32 || !s->reb_f64 || !s->moved_list || !s->moved ||
-        !s->moved_pos || !s->moved_mem)
+        !s->moved_pos || !s->moved_mem || !s->plan_pos)
         return DH_ENOMEM;
     return dh__lend_init(s);
 }
