@@ -407,32 +407,43 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     const int64_t *idx = s->order + base;
     uint16_t *u = s->deal_class;
     int32_t *hist = s->deal_hist, *turn = s->deal_turn;
-    /* each sample's half-octave, counted by half-octave (one pass: the classes follow from
-     * the heaviest, which the counts give) */
+    /* Each sample's key, a byte, and what class a key is (tb): a replica's byte of its table
+     * (its half-octave below the dataset's heaviest, clipped), counted by byte in one pass
+     * (the classes follow from the step's heaviest, which the counts give); else, and for a
+     * step the table's bytes are too coarse for, the class itself, from the half-octave of
+     * the sample's cost. */
+    const uint8_t *key = s->deal_key;
+    uint8_t tb[256];
     int top = 0, from_rows = !s->below;
     memset(hist, 0, DH_HALF_OCTAVES * sizeof *hist);
     if (s->below) { /* a replica: from its table, a byte a sample */
-        const uint8_t *drawn = s->drawn_below;
-        if (drawn) { /* carried by the order with the step's draw, in order; counted by byte
-                      * four ways (one count's chain of increments was the pass's time) */
-            int32_t four[4][BELOW_CLIP + 1];
-            memset(four, 0, sizeof four);
-            for (int k = 0; k < G; k++) {
-                assert(drawn[k] == s->below[idx[k]]);
-                u[k] = s->half_of[drawn[k]];
-                four[k & 3][drawn[k]]++;
-            }
-            for (int b = 0; b <= BELOW_CLIP; b++)
-                hist[s->half_of[b]] += four[0][b] + four[1][b] + four[2][b] + four[3][b];
-        } else { /* a read at random a sample: issued ahead */
+        if (s->drawn_below) /* carried by the order with the step's draw, in order */
+            key = s->drawn_below;
+        else /* a read at random a sample: issued ahead */
             for (int k = 0; k < G; k++) {
                 if (k + DEAL_AHEAD < G)
                     __builtin_prefetch(&s->below[idx[k + DEAL_AHEAD]]);
-                u[k] = s->half_of[s->below[idx[k]]];
+                s->deal_key[k] = s->below[idx[k]];
             }
-            for (int k = 0; k < G; k++)
-                hist[u[k]]++;
+#ifndef NDEBUG
+        for (int k = 0; k < G; k++)
+            assert(key[k] == s->below[idx[k]]);
+#endif
+        /* counted by byte four ways, unrolled (one count's chain of increments was the
+         * pass's time; a sample's half-octave written out beside it, a fifth of it) */
+        int32_t four[4][BELOW_CLIP + 1];
+        memset(four, 0, sizeof four);
+        int k = 0;
+        for (; k + 4 <= G; k += 4) {
+            four[0][key[k]]++;
+            four[1][key[k + 1]]++;
+            four[2][key[k + 2]]++;
+            four[3][key[k + 3]]++;
         }
+        for (; k < G; k++)
+            four[0][key[k]]++;
+        for (int b = 0; b <= BELOW_CLIP; b++)
+            hist[s->half_of[b]] += four[0][b] + four[1][b] + four[2][b] + four[3][b];
         top = heaviest(hist);
         /* A cost the table clipped (BELOW_CLIP half-octaves or more below the dataset's
          * heaviest, or none) stands for the heaviest it may be: exact while that falls in
@@ -458,6 +469,15 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     uint8_t cls[DH_HALF_OCTAVES]; /* (no sample's is above top) */
     for (int h = 0; h <= top; h++)
         cls[h] = (uint8_t)dh__cost_class((uint64_t)h, (uint64_t)top, DEAL_CLASSES);
+    if (from_rows) { /* the key is the class */
+        for (int k = 0; k < G; k++)
+            s->deal_key[k] = cls[u[k]];
+        key = s->deal_key;
+        for (int c = 0; c < DEAL_CLASSES; c++)
+            tb[c] = (uint8_t)c;
+    } else /* a byte's class (a byte whose half-octave is above top is in no sample) */
+        for (int b = 0; b <= BELOW_CLIP; b++)
+            tb[b] = s->half_of[b] <= top ? cls[s->half_of[b]] : 0;
     int32_t run[DEAL_CLASSES], place[DEAL_CLASSES], n = 0;
     for (int c = 0; c < DEAL_CLASSES; c++) { /* where each class starts: its run and place */
         run[c] = n / N, place[c] = n % N;
@@ -482,7 +502,7 @@ static void deal_to_nodes(dh__sched *s, int64_t st, int64_t base, int32_t *pos,
     }
     for (int k = 0; k < G; k++) { /* each sample's node, in rank_of for the pass below (one
                                    * pass doing both ran a third slower) */
-        int c = cls[u[k]], j = place[c], node = j - rot[run[c]];
+        int c = tb[key[k]], j = place[c], node = j - rot[run[c]];
         node += node < 0 ? N : 0;
         if (++j == N)
             j = 0, run[c]++;

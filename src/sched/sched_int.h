@@ -133,6 +133,7 @@ struct dh__sched {
     int *share_ord;                    /* G, several nodes: scratch, the deal's rotation of
                                         * each run, then a share's LPT order (place_share) */
     uint16_t *deal_class;              /* G, several nodes: each sample's half-octave */
+    uint8_t *deal_key;                 /* G, several nodes: each sample's key (planning.c) */
     int32_t *deal_hist;                /* DH_HALF_OCTAVES, several nodes: the deal's counts */
     int32_t *deal_turn;                /* nodes, several nodes: the deal's round-robin */
     uint8_t *below;                    /* pred.n, a replica dealing by classes: each sample's

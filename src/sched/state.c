@@ -188,6 +188,7 @@ void dh__sched_free(dh__sched *s)
     free(s->plan_bytes);
     free(s->share_ord);
     free(s->deal_class);
+    free(s->deal_key);
     free(s->deal_hist);
     free(s->deal_turn);
     free(s->below);
@@ -262,6 +263,7 @@ static int alloc_fixed(dh__sched *s)
     if (s->nodes > 1 && s->ranks_per_node > 1) {
         s->share_ord = dh__malloc(G * sizeof *s->share_ord);
         s->deal_class = dh__malloc(G * sizeof *s->deal_class);
+        s->deal_key = dh__malloc(G * sizeof *s->deal_key);
         s->deal_hist = dh__malloc(DH_HALF_OCTAVES * sizeof *s->deal_hist);
         s->deal_turn = dh__malloc(nodes * sizeof *s->deal_turn);
         s->groups = dh__malloc((3 * nodes + 1) * sizeof *s->groups);
@@ -271,7 +273,7 @@ static int alloc_fixed(dh__sched *s)
         s->share_cpu = dh__malloc(G * sizeof *s->share_cpu);
         s->share_tokens = dh__malloc(G * sizeof *s->share_tokens);
         s->share_bytes = dh__malloc(G * sizeof *s->share_bytes);
-        if (!s->share_ord || !s->deal_class || !s->deal_hist || !s->deal_turn || !s->groups ||
+        if (!s->share_ord || !s->deal_class || !s->deal_key || !s->deal_hist || !s->deal_turn || !s->groups ||
             !s->share_rank ||
             !s->share_gpu || !s->share_cpu || !s->share_tokens || !s->share_bytes)
             return DH_ENOMEM;
