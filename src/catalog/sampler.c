@@ -100,7 +100,22 @@ static inline __attribute__((always_inline)) void fy_run(uint32_t *p, fy_state *
     int c = f->c;
     if (classes)
         lo = f->first[c];
-    for (int64_t stop = swaps && i > swaps ? i - swaps : 0; i > stop; i--) {
+    int64_t stop = swaps && i > swaps ? i - swaps : 0;
+    if (!classes && drawn == i - (FY_AHEAD - 2)) /* under way, uniform: one draw a swap, for
+                                                   * every i from which FY_AHEAD - 1 ahead is
+                                                   * still an index (the loop below, with its
+                                                   * tests, took a third more instructions) */
+        for (int64_t end = DH_MAX(stop, FY_AHEAD - 1); i > end; i--) {
+            drawn--;
+            int64_t j = (int64_t)dh__rng_below(&f->rng, (uint64_t)drawn + 1);
+            f->j[(uint64_t)drawn % FY_AHEAD] = j;
+            __builtin_prefetch(&p[j], 1);
+            int64_t k = f->j[(uint64_t)i % FY_AHEAD];
+            uint32_t t = p[i];
+            p[i] = p[k];
+            p[k] = t;
+        }
+    for (; i > stop; i--) {
         /* drawn down to i - (FY_AHEAD - 1), at least 1 (indices are positive: their slots
          * by unsigned remainder, a mask) */
         int64_t upto = DH_MAX(1, i - (FY_AHEAD - 1));
