@@ -249,6 +249,28 @@ void dh__sched_ranks_stepped(dh__sched *s, int64_t step, int rank0, int n, const
      * reads it only for `step`, which cannot leave before its last rank finishes */
     (void)released; /* (step_done's `now`: nothing of it is kept) */
     int in_window = step >= s->lo && step < s->planned; /* (neither end moves here) */
+    if (in_window && n > 0 && node_of_rank(s, rank0) == node_of_rank(s, rank0 + n - 1) &&
+        !batch_settled(s, step, rank0) && step <= s->cur_step &&
+        !(step == 0 && s->cur_time == 0)) {
+        /* The usual record: one node's ranks, a node this replica has not settled (nothing of
+         * its batches is read), a step no longer the latest: each rank's taken step and
+         * finished flag, and the step's count once (its last rank, if one of these, calls
+         * the step finished after them all, as it would have after the others). Through
+         * rank_done, with its reloads around each flag's store, a rank was 50 instructions. */
+        int64_t slot = step_slot(s, step);
+        uint8_t *finished = s->rank_finished + slot * s->R;
+        int32_t newly = 0;
+        for (int r = rank0; r < rank0 + n; r++) {
+            s->taken[r] = DH_MAX(s->taken[r], step + 1);
+            newly += !finished[r];
+            finished[r] = 1;
+        }
+        s->finished_ranks[slot] += newly;
+        if (newly && s->finished_ranks[slot] == s->R && s->caps->rebalance)
+            dh__reb_step_finished(s, step);
+        dh__sched_retire(s);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         rank_took(s, rank0 + i, step, strided(taken, i, stride));
         if (in_window)
