@@ -310,7 +310,8 @@ int main(int argc, char **argv)
             dh__sched_batch_taken(s, r, st, now);
             dh__sched_step_done(s, r, st, now + gpu[r], gpu[r]);
         }
-        others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
+        if (nodes > 1) /* (one node: none to apply) */
+            others = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         for (int k = 1; k < nodes; k++) /* the others', node by node from their records */
             dh__sched_ranks_stepped(s, st, k * rpn, rpn, &xr[k * rpn].taken,
                                     &xr[k * rpn].released, &xr[k * rpn].compute, sizeof *xr);

@@ -87,6 +87,26 @@ static void fy_start(const dh_sampler *s, int64_t e, fy_state *f)
     f->c = s->classes - 1;
 }
 
+/* Index k's draw (its swap's partner, in [lo, k]), kept until its swap and its place
+ * prefetched. */
+static inline __attribute__((always_inline)) void fy_draw(uint32_t *p, fy_state *f, int64_t k,
+                                                          int64_t lo)
+{
+    int64_t j = lo + (int64_t)dh__rng_below(&f->rng, (uint64_t)(k - lo) + 1);
+    f->j[(uint64_t)k % FY_AHEAD] = j;
+    __builtin_prefetch(&p[j], 1);
+}
+
+/* Index i's swap with its drawn partner. */
+static inline __attribute__((always_inline)) void fy_swap(uint32_t *p, const fy_state *f,
+                                                          int64_t i)
+{
+    int64_t j = f->j[(uint64_t)i % FY_AHEAD];
+    uint32_t t = p[i];
+    p[i] = p[j];
+    p[j] = t;
+}
+
 /* Up to `swaps` more of the shuffle's swaps on p (0: every one left). The draws are the
  * same, in the same order, as one swap after another: each is made FY_AHEAD - 1 swaps
  * early and its place prefetched (the swaps' random reads were the shuffle's time: 0.20 ->
@@ -106,14 +126,8 @@ static inline __attribute__((always_inline)) void fy_run(uint32_t *p, fy_state *
                                                    * still an index (the loop below, with its
                                                    * tests, took a third more instructions) */
         for (int64_t end = DH_MAX(stop, FY_AHEAD - 1); i > end; i--) {
-            drawn--;
-            int64_t j = (int64_t)dh__rng_below(&f->rng, (uint64_t)drawn + 1);
-            f->j[(uint64_t)drawn % FY_AHEAD] = j;
-            __builtin_prefetch(&p[j], 1);
-            int64_t k = f->j[(uint64_t)i % FY_AHEAD];
-            uint32_t t = p[i];
-            p[i] = p[k];
-            p[k] = t;
+            fy_draw(p, f, --drawn, 0);
+            fy_swap(p, f, i);
         }
     for (; i > stop; i--) {
         /* drawn down to i - (FY_AHEAD - 1), at least 1 (indices are positive: their slots
@@ -123,14 +137,9 @@ static inline __attribute__((always_inline)) void fy_run(uint32_t *p, fy_state *
             drawn--;
             while (classes && drawn < lo)
                 lo = f->first[--c];
-            int64_t j = lo + (int64_t)dh__rng_below(&f->rng, (uint64_t)(drawn - lo) + 1);
-            f->j[(uint64_t)drawn % FY_AHEAD] = j;
-            __builtin_prefetch(&p[j], 1);
+            fy_draw(p, f, drawn, lo);
         }
-        int64_t j = f->j[(uint64_t)i % FY_AHEAD];
-        uint32_t t = p[i];
-        p[i] = p[j];
-        p[j] = t;
+        fy_swap(p, f, i);
     }
     f->i = i;
     f->drawn = drawn;

@@ -116,7 +116,8 @@ static int departures(dh_engine *e, int64_t st, batch_slot *slots, const int32_t
 {
     struct dh__xchg *x = e->x;
     int per = e->rank_hi - e->rank_lo, start = x->nout;
-    int32_t np = 0; /* the plan's group's positions: no other sample moves (dh__eng_carry) */
+    int32_t np = 0; /* the plan's group's positions: no other sample moves (dh__eng_carry,
+                     * whose list this call refills alike) */
     const int32_t *P = dh__sched_plan_positions(e->sched, st, &np);
     for (int64_t i = 0; i < (P ? np : e->G); i++) {
         int64_t k = P ? P[i] : i;

@@ -315,7 +315,9 @@ static int place_share(dh__sched *s, int64_t st, int node, const int32_t *pos, i
  * records is written (their lines are never brought in; writing them, as
  * this did until 2026-12-07, was a replica's first write of 8,192 records a
  * step at 1,024 nodes), dh__sched_batch_samples reads its batches from
- * node_pos, and settling the node groups it here.
+ * node_pos, and settling the node groups it here (only regroup's walk of the
+ * whole step, after a plan marking more than a quarter of the ranks, writes
+ * such a node's records, as dealt, and reads none of them).
  */
 static void group_node(dh__sched *s, int64_t st, int node, const int32_t *P, int n, int32_t at)
 {

@@ -32,6 +32,7 @@
 
 #include "../plan/plan.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -699,6 +700,7 @@ static int rank_index(const int32_t *grp, int ng, int per, int r)
     int j = 0;
     while (j < ng - 1 && grp[j] != r / per)
         j++;
+    assert(!ng || grp[j] == r / per); /* a group's plan moves samples within the group */
     return ng ? j * per + r % per : r;
 }
 

@@ -240,16 +240,17 @@ typedef struct {
 } dh__reb_agreed;
 void dh__sched_rebalance_agreed(dh__sched *s, int64_t step, const dh__reb_agreed *in,
                                 dh__reb_accept accept, void *ctx);
+/* The positions of step `step` its agreed plan can have moved, ascending (*n of them): a
+ * replica's group's shares, when it planned its group's moves of a step dealt to nodes (no
+ * other sample moves, nor does any other rank's batch change); NULL when any could (one
+ * node, a step not dealt, no group planned). Valid until the next call (each call fills the
+ * same buffer). */
+const int32_t *dh__sched_plan_positions(dh__sched *s, int64_t step, int32_t *n);
 /* An agreed plan's receivers, for its accept callback: got(ctx, r, samples, n) for each rank
  * r the plan (rank_of: every position's rank under it) gives a sample, in rank order, with
  * r's samples under the plan in the step's order. A replica whose step was dealt to nodes
  * reads only its group's positions (no other sample moves); else the whole step. 0, got's
  * first non-zero return, or DH_ENOMEM. */
-/* The positions of step `step` its agreed plan can have moved, ascending (*n of them): a
- * replica's group's shares, when it planned its group's moves of a step dealt to nodes (no
- * other sample moves, nor does any other rank's batch change); NULL when any could (one
- * node, a step not dealt, no group planned). Valid until the next call. */
-const int32_t *dh__sched_plan_positions(dh__sched *s, int64_t step, int32_t *n);
 typedef int (*dh__reb_receiver)(void *ctx, int rank, const int64_t *samples, int32_t n);
 int dh__sched_receivers(dh__sched *s, int64_t step, const int32_t *rank_of,
                         dh__reb_receiver got, void *ctx);

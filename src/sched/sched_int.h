@@ -97,10 +97,13 @@ struct dh__sched {
                               * (a replica's other nodes: once their moves are planned here);
                               * until then a replica (rows_lazy) writes nothing of its
                               * batches (their records, members, done and revealed flags
-                              * are not written, their lines never brought in) nor gathers
-                              * its samples' rows (its slot_* are not written): a reader of
-                              * another node's batch checks this first
-                              * (dh__sched_batch_samples counts it from node_pos) */
+                              * are not written, their lines never brought in; a walk of
+                              * the whole step, regroup, after a plan that marked more
+                              * than a quarter of the ranks, writes their records and
+                              * members as dealt) nor gathers its samples' rows (its slot_*
+                              * are not written): a reader of another node's batch checks
+                              * this first (dh__sched_batch_samples counts it from
+                              * node_pos) and reads none of it */
     int32_t *node_mem;       /* cap * nodes, a deal to nodes: where node n's block of the
                               * step's members starts (what settling it groups from) */
     double *first_lead;      /* cap * nodes: the step's first batch's lead on the node (lst.c) */
