@@ -315,6 +315,55 @@ START_TEST(emulated_gpu_time_is_the_engines_for_any_policy)
 }
 END_TEST
 
+/* Every field of rank r's batch record of step st is zero. */
+static void assert_batch_zero(dh__records *rec, int64_t st, int r)
+{
+    const dh__rec_batch *b = dh__records_batch(rec, st, r);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_msg(b->deadline == 0 && b->ready == 0 && b->compute == 0 && b->longest_task == 0,
+                  "step %lld rank %d: a record left from an earlier step in its slot",
+                  (long long)st, r);
+}
+
+START_TEST(a_records_slot_opens_zeroed_after_a_fold_a_growth_and_a_stop)
+{
+    /* A slot's batch records are cleared when its step folds (or is dropped), not when the
+     * next step opens in it: every step must still open with zeroed records, as the ring
+     * goes round, grows with steps opened far ahead, and after a stopped run dropped the
+     * steps it had opened. */
+    enum { R = 3 };
+    dh__records rec;
+    ck_assert_int_eq(dh__records_init(&rec, R, 6), 0);
+    int64_t opened = -1;
+    for (int64_t st = 0; st < 40; st++) {
+        int64_t ahead = st == 17 ? st + 20 : st + 2; /* at 17: the window grows */
+        for (int64_t o = st; o <= ahead; o++)
+            for (int r = 0; r < R; r++) {
+                if (o > opened) /* opened by this read */
+                    assert_batch_zero(&rec, o, r);
+                dh__rec_batch *b = dh__records_batch(&rec, o, r);
+                b->deadline = 1.0 + (double)o, b->ready = 2.0 + (double)o;
+                b->compute = 0.5, b->longest_task = 0.25;
+            }
+        opened = DH_MAX(opened, ahead);
+        dh__records_close(&rec, st);
+    }
+    ck_assert_int_ge(rec.cap, 32);
+    ck_assert_int_eq(rec.steps, 40);
+    int64_t hi = rec.hi; /* steps 40.. opened and written, never closed: a stopped run */
+    ck_assert_int_gt(hi, 40);
+    rec.makespan = 100;
+    dh_result r = DH_RESULT_INIT;
+    memset(&r, 0, sizeof r);
+    dh__records_finish(&rec, 1, &r);
+    ck_assert_int_eq(r.steps, 40);
+    for (int64_t st = 40, end = hi + rec.cap; st < end; st++) /* (their slots, and past) */
+        for (int k = 0; k < R; k++)
+            assert_batch_zero(&rec, st, k);
+    dh__records_free(&rec);
+}
+END_TEST
+
 START_TEST(wait_percentiles_stay_bounded_past_the_exact_list)
 {
     /* 200,000 waits of 1..200000 us over 1 rank: the exact list overflows into the
@@ -1111,6 +1160,7 @@ int main(void)
     ADD_TEST(tc, more_worker_threads_than_cores_share_them);
     ADD_TEST(tc, emulated_gpu_time_is_the_engines_for_any_policy);
     ADD_TEST(tc, wait_percentiles_stay_bounded_past_the_exact_list);
+    ADD_TEST(tc, a_records_slot_opens_zeroed_after_a_fold_a_growth_and_a_stop);
     ADD_TEST(tc, simulation_is_deterministic_and_accounts_for_every_sample);
     ADD_TEST(tc, helix_beats_the_baselines_where_skew_exists);
     ADD_TEST(tc, policies_never_read_ground_truth);

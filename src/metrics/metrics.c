@@ -133,7 +133,11 @@ static int records_regrow(dh__records *rec, int64_t ncap)
     return 0;
 }
 
-/* Opens steps up to `st`; 0, or an error (then rec->error is set). */
+/* Opens steps up to `st`; 0, or an error (then rec->error is set). A slot's batch records are
+ * zero already: cleared when the step in it before was folded (or dropped), while they were
+ * still in the cache, and zero from the start. Cleared here, as a step was drawn some steps
+ * ahead of being taken, they were cold: a record a rank of the job, 262 KB a step at 8,192
+ * ranks written once more (bench/RESULTS.md, "Records cleared as they are folded"). */
 static int records_open(dh__records *rec, int64_t st)
 {
     if (rec->error)
@@ -146,10 +150,15 @@ static int records_open(dh__records *rec, int64_t st)
     for (; rec->hi <= st; rec->hi++) {
         int64_t slot = rec->hi & (rec->cap - 1);
         memset(&rec->step[slot], 0, sizeof rec->step[slot]);
-        memset(&rec->batch[slot * rec->R], 0, (size_t)rec->R * sizeof *rec->batch);
         rec->step[slot].start = -1;
     }
     return 0;
+}
+
+/* Step st's batch records zeroed, for the step its slot opens next (records_open). */
+static void records_clear(dh__records *rec, int64_t st)
+{
+    memset(&rec->batch[(st & (rec->cap - 1)) * rec->R], 0, (size_t)rec->R * sizeof *rec->batch);
 }
 
 dh__rec_step *dh__records_step(dh__records *rec, int64_t step)
@@ -302,8 +311,10 @@ void dh__records_close(dh__records *rec, int64_t step)
     if (!sp)
         return;
     sp->closed = 1;
-    while (rec->lo < rec->hi && rec->step[rec->lo & (rec->cap - 1)].closed)
-        fold(rec, rec->lo++);
+    for (; rec->lo < rec->hi && rec->step[rec->lo & (rec->cap - 1)].closed; rec->lo++) {
+        fold(rec, rec->lo);
+        records_clear(rec, rec->lo);
+    }
 }
 
 static void wait_stats(dh__records *rec, dh_result *out)
@@ -334,8 +345,11 @@ static void wait_stats(dh__records *rec, dh_result *out)
 void dh__records_finish(dh__records *rec, int workers, dh_result *out)
 {
     /* Steps opened but never closed (a stopped run) do not count, nor does their CPU work. */
-    for (int64_t st = rec->lo; st < rec->hi && !rec->cpu_measured; st++)
-        rec->cpu_true_sum -= rec->step[st & (rec->cap - 1)].cpu_sum;
+    for (int64_t st = rec->lo; st < rec->hi; st++) {
+        if (!rec->cpu_measured)
+            rec->cpu_true_sum -= rec->step[st & (rec->cap - 1)].cpu_sum;
+        records_clear(rec, st);
+    }
     rec->hi = rec->lo;
     out->steps = rec->steps;
     out->samples = rec->steps * rec->G;
