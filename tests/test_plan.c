@@ -179,9 +179,11 @@ START_TEST(lpt_order_is_gpu_then_cpu_descending_then_index)
     int *got = malloc(N * sizeof *got), *want = malloc(N * sizeof *want);
     ck_assert(gpu && cpu && got && want);
     srand(7);
-    /* the radix sort (large) and the merge sort (a node's share: small) give the same order */
-    static const int sizes[] = {N, 1023, 700, 33, 2, 1, N, N, N};
-    for (int trial = 0; trial < 4 * 9; trial++) {
+    /* the radix sort (large: digits of 11 bits; from 1,024 to 4,095, the nodes a job's groups
+     * are ordered by: digits of 8) and the merge sort (a node's share: small) give the same
+     * order */
+    static const int sizes[] = {N, 1023, 700, 33, 2, 1, N, N, N, 1024, 4095};
+    for (int trial = 0; trial < 4 * 11; trial++) {
         int n = sizes[trial / 4], ties = trial / 4 == 6 || trial / 4 == 7; /* runs of 1,024+ */
         int skew = trial / 4 == 8; /* the sort's buckets: one of thousands, some of tens, ones */
         for (int i = 0; i < n; i++) {
