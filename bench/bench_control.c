@@ -135,9 +135,10 @@ static int accept_walking(void *ctx, int64_t st, const int32_t *rank_of)
     return 0;
 }
 
-/* A rank's step as its node's STEP record says it (the engine's records carry more). */
+/* A rank's step as its node's STEP record says it (as the engine's wire record lays it out:
+ * the records' fields, then the scheduler's). */
 typedef struct {
-    double taken, released, compute;
+    double asked, ready, compute, longest, taken, released;
 } bench_rank;
 
 /* The whole job's replica draws the steps the timed one drew (the same order). */
@@ -299,7 +300,7 @@ int main(int argc, char **argv)
         }
         double step_s = step_gpu + run.gpu.c0;
         for (int r = rpn; r < R; r++) /* the other nodes' ranks as their records say */
-            xr[r] = (bench_rank){now, now + gpu[r], gpu[r]};
+            xr[r] = (bench_rank){now, now, gpu[r], 0, now, now + gpu[r]};
         TIMED_MARK();
         double t1 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         for (int r = 0; with_rec && r < rpn; r++) { /* its own share, into its record */
@@ -315,6 +316,11 @@ int main(int argc, char **argv)
         for (int k = 1; k < nodes; k++) /* the others', node by node from their records */
             dh__sched_ranks_stepped(s, st, k * rpn, rpn, &xr[k * rpn].taken,
                                     &xr[k * rpn].released, &xr[k * rpn].compute, sizeof *xr);
+        for (int k = 1; with_rec && k < nodes; k++) /* and into the job's records, as the
+                                                     * engine writes them (until 2026-12-07
+                                                     * the benchmark left them out) */
+            dh__records_ranks(&rec, st, k * rpn, rpn, &xr[k * rpn].asked, &xr[k * rpn].ready,
+                              &xr[k * rpn].compute, &xr[k * rpn].longest, sizeof *xr);
         dh__rec_step *sp = with_rec ? dh__records_step(&rec, st) : NULL;
         for (int k = 0; sp && k < nodes; k++) { /* every node's share, as apply_step adds */
             sp->gpu_sum += part[3 * k];

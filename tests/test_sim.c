@@ -364,6 +364,60 @@ START_TEST(a_records_slot_opens_zeroed_after_a_fold_a_growth_and_a_stop)
 }
 END_TEST
 
+START_TEST(a_nodes_ranks_records_written_at_once_are_the_per_rank_ones)
+{
+    /* Another node's ranks, from an array of structs as its STEP record carries them, written
+     * at once (dh__records_ranks) and one by one (dh__records_batch): the same records and
+     * the same folded metrics, over steps the window grows through; a folded step, or ranks
+     * past the job's, write nothing. */
+    enum { R = 6, PER = 3, STEPS = 20 };
+    typedef struct {
+        double asked, ready, compute, longest, taken, released;
+    } wire_rank;
+    dh__records a, b;
+    ck_assert_int_eq(dh__records_init(&a, R, 12), 0);
+    ck_assert_int_eq(dh__records_init(&b, R, 12), 0);
+    for (int64_t st = 0; st < STEPS; st++) {
+        for (int node = 0; node < R / PER; node++) {
+            wire_rank w[PER];
+            for (int i = 0; i < PER; i++) {
+                double x = (double)(st * R + node * PER + i);
+                w[i] = (wire_rank){x, x + 0.5 + 0.25 * (i == 1), 0.1 * x + 1, 0.01 * x, -1, -2};
+            }
+            dh__records_ranks(&a, st + 9, node * PER, PER, &w[0].asked, &w[0].ready,
+                              &w[0].compute, &w[0].longest, sizeof w[0]); /* ahead: grows */
+            for (int i = 0; i < PER; i++) {
+                dh__rec_batch *rb = dh__records_batch(&b, st + 9, node * PER + i);
+                ck_assert_ptr_nonnull(rb);
+                *rb = (dh__rec_batch){w[i].asked, w[i].ready, w[i].compute, w[i].longest};
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const dh__rec_batch *x = dh__records_batch(&a, st + 9, r),
+                                *y = dh__records_batch(&b, st + 9, r);
+            ck_assert(memcmp(x, y, sizeof *x) == 0);
+        }
+        dh__records_close(&a, st);
+        dh__records_close(&b, st);
+    }
+    double w1 = 7;
+    dh__records_ranks(&a, 0, 0, 1, &w1, &w1, &w1, &w1, sizeof w1); /* folded: nothing */
+    dh__records_ranks(&a, STEPS, R - 1, 2, &w1, &w1, &w1, &w1, sizeof w1); /* past R */
+    ck_assert(dh__records_batch(&a, STEPS, R - 1)->deadline != 7);
+    a.makespan = b.makespan = 100;
+    dh_result ra = DH_RESULT_INIT, rb = DH_RESULT_INIT;
+    dh__records_finish(&a, 2, &ra);
+    dh__records_finish(&b, 2, &rb);
+    ck_assert_int_eq(ra.steps, STEPS);
+    ck_assert(ra.wait_mean_ms > 0);
+    ck_assert(ra.wait_mean_ms == rb.wait_mean_ms && ra.wait_p95_ms == rb.wait_p95_ms &&
+              ra.fill_wait_ms == rb.fill_wait_ms && ra.miss_rate == rb.miss_rate &&
+              ra.gpu_idle_frac == rb.gpu_idle_frac && ra.stall_mean_ms == rb.stall_mean_ms);
+    dh__records_free(&a);
+    dh__records_free(&b);
+}
+END_TEST
+
 START_TEST(wait_percentiles_stay_bounded_past_the_exact_list)
 {
     /* 200,000 waits of 1..200000 us over 1 rank: the exact list overflows into the
@@ -1161,6 +1215,7 @@ int main(void)
     ADD_TEST(tc, emulated_gpu_time_is_the_engines_for_any_policy);
     ADD_TEST(tc, wait_percentiles_stay_bounded_past_the_exact_list);
     ADD_TEST(tc, a_records_slot_opens_zeroed_after_a_fold_a_growth_and_a_stop);
+    ADD_TEST(tc, a_nodes_ranks_records_written_at_once_are_the_per_rank_ones);
     ADD_TEST(tc, simulation_is_deterministic_and_accounts_for_every_sample);
     ADD_TEST(tc, helix_beats_the_baselines_where_skew_exists);
     ADD_TEST(tc, policies_never_read_ground_truth);

@@ -143,6 +143,9 @@ batch_slot *dh__eng_slot(dh_engine *e, int64_t step, int rank);
 eng_step *dh__eng_step(dh_engine *e, int64_t step);
 /* Rank released its batch of step: frees the step once every rank did. */
 void dh__eng_step_released(dh_engine *e, int64_t step);
+/* n ranks released their batches of step (another node's, from its STEP record): the same as
+ * n calls of dh__eng_step_released. */
+void dh__eng_steps_released(dh_engine *e, int64_t step, int n);
 void dh__eng_slots_free(dh_engine *e);
 uint8_t *dh__slot_data(dh_engine *e, const batch_slot *b);
 /* The items of `sample` in a batch's layout (they are adjacent): the first one's index

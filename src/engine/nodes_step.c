@@ -159,13 +159,9 @@ static int apply_step(dh_engine *e, int64_t st)
         if (o->first_start >= 0 && (sp->start < 0 || o->first_start < sp->start))
             sp->start = o->first_start;
         sp->failed += o->failed;
-        for (int i = 0; i < rpn(e); i++) {
-            dh__rec_batch *rb = dh__records_batch(&e->rec, st, k * rpn(e) + i);
-            if (!rb)
-                break;
-            *rb = (dh__rec_batch){o->r[i].asked, o->r[i].ready, o->r[i].compute, o->r[i].longest};
-            sp = dh__records_step(&e->rec, st); /* the records' ring may have moved */
-        }
+        dh__records_ranks(&e->rec, st, k * rpn(e), rpn(e), &o->r[0].asked, &o->r[0].ready,
+                          &o->r[0].compute, &o->r[0].longest, sizeof o->r[0]);
+        sp = dh__records_step(&e->rec, st); /* (the step is open: its slot stays put) */
     }
     for (int k = 0; sp && k < e->nodes; k++) { /* the step's truth: every node's, this one's too */
         const xrec *o = rec_of(x, k);
@@ -185,10 +181,9 @@ static int apply_step(dh_engine *e, int64_t st)
             continue;
         dh__sched_ranks_stepped(e->sched, st, k * rpn(e), rpn(e), &o->r[0].taken,
                                 &o->r[0].released, &o->r[0].compute, sizeof o->r[0]);
-        for (int i = 0; i < rpn(e); i++) {
+        for (int i = 0; i < rpn(e); i++)
             e->next_step[k * rpn(e) + i] = st + 1;
-            dh__eng_step_released(e, st);
-        }
+        dh__eng_steps_released(e, st, rpn(e)); /* (a node's ranks at once) */
     }
     return stop ? STEP_STOP : STEP_ON;
 }

@@ -99,10 +99,18 @@ static void live_gauges(dh_engine *e)
 
 void dh__eng_step_released(dh_engine *e, int64_t step)
 {
+    dh__eng_steps_released(e, step, 1);
+}
+
+void dh__eng_steps_released(dh_engine *e, int64_t step, int n)
+{
     eng_step *s = dh__eng_step(e, step);
-    if (s && s->released + 1 == e->rank_hi - e->rank_lo)
+    if (!s || n <= 0)
+        return;
+    int local = e->rank_hi - e->rank_lo;
+    if (s->released < local && s->released + n >= local)
         e->nops->wake(e); /* this node's ranks are done: the step exchange may go */
-    if (!s || ++s->released < e->R)
+    if ((s->released += n) < e->R)
         return;
     dh__records_close(&e->rec, step);
     if (e->live)

@@ -175,6 +175,20 @@ dh__rec_batch *dh__records_batch(dh__records *rec, int64_t step, int rank)
     return &rec->batch[(step & (rec->cap - 1)) * rec->R + rank];
 }
 
+void dh__records_ranks(dh__records *rec, int64_t step, int first, int n, const double *deadline,
+                       const double *ready, const double *compute, const double *longest,
+                       size_t stride)
+{
+    if (n <= 0 || first < 0 || first + n > rec->R || step < rec->lo || records_open(rec, step))
+        return;
+    dh__rec_batch *b = &rec->batch[(step & (rec->cap - 1)) * rec->R + first];
+    const char *d = (const char *)deadline, *r = (const char *)ready, *c = (const char *)compute,
+               *l = (const char *)longest;
+    for (int i = 0; i < n; i++, d += stride, r += stride, c += stride, l += stride)
+        b[i] = (dh__rec_batch){*(const double *)d, *(const double *)r, *(const double *)c,
+                               *(const double *)l};
+}
+
 void dh__records_task(dh__records *rec, int64_t step, int rank, double start, double seconds)
 {
     dh__rec_step *st = dh__records_step(rec, step);

@@ -96,6 +96,15 @@ void dh__records_free(dh__records *rec);
 dh__rec_batch *dh__records_batch(dh__records *rec, int64_t step, int rank);
 dh__rec_step *dh__records_step(dh__records *rec, int64_t step);
 
+/* The records of batches (step, first .. first + n - 1) written whole, rank first + i's from
+ * deadline[i * stride], ready, compute and longest alike (strides in bytes: the fields of an
+ * array of structs, as another node's STEP record carries its ranks); the same as writing each
+ * through dh__records_batch, without a call and the window's checks a rank (a node's share of
+ * every step on every node: 8,184 ranks at 1,024 nodes). Nothing when the step was folded or
+ * the window could not grow (rec->error is then set). */
+void dh__records_ranks(dh__records *rec, int64_t step, int first, int n, const double *deadline,
+                       const double *ready, const double *compute, const double *longest,
+                       size_t stride);
 /* A task of batch (step, rank) started at `start` and took `seconds` (delivery included). */
 void dh__records_task(dh__records *rec, int64_t step, int rank, double start, double seconds);
 /* Real engine: a task of `step` spent `cpu` seconds on a worker of this node. */
