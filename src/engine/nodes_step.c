@@ -159,9 +159,10 @@ static int apply_step(dh_engine *e, int64_t st)
         if (o->first_start >= 0 && (sp->start < 0 || o->first_start < sp->start))
             sp->start = o->first_start;
         sp->failed += o->failed;
+        /* (step st is open, sp its record: writing its batches opens nothing, so sp stays
+         * where it is) */
         dh__records_ranks(&e->rec, st, k * rpn(e), rpn(e), &o->r[0].asked, &o->r[0].ready,
                           &o->r[0].compute, &o->r[0].longest, sizeof o->r[0]);
-        sp = dh__records_step(&e->rec, st); /* (the step is open: its slot stays put) */
     }
     for (int k = 0; sp && k < e->nodes; k++) { /* the step's truth: every node's, this one's too */
         const xrec *o = rec_of(x, k);

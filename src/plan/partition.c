@@ -130,9 +130,12 @@ static inline __attribute__((always_inline)) lpt_kv *radix_bits(lpt_kv *a, lpt_k
     return a;
 }
 
+/* radix_bits at the width for n (its two widths compiled apart: the digit loops unrolled). */
 static lpt_kv *radix_kv(lpt_kv *a, lpt_kv *b, size_t n, uint32_t (*cnt)[RADIX])
 {
-    return n < SMALL_RADIX ? radix_bits(a, b, n, cnt[0], 8) : radix_bits(a, b, n, cnt[0], RADIX_BITS);
+    if (n < SMALL_RADIX)
+        return radix_bits(a, b, n, cnt[0], 8);
+    return radix_bits(a, b, n, cnt[0], RADIX_BITS);
 }
 
 /*
