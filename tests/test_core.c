@@ -3,6 +3,7 @@
 #include "core/core.h"
 #include "testutil.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -199,6 +200,59 @@ START_TEST(aligned_alloc_aligns_and_refuses_impossible_sizes)
 }
 END_TEST
 
+/* The VmFlags of the mapping holding address a, from /proc/self/smaps ("" when not found). */
+static void vm_flags_at(uintptr_t a, char *flags, size_t len)
+{
+    flags[0] = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return;
+    char line[512];
+    int inside = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            inside = a >= lo && a < hi;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            snprintf(flags, len, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* A table of a huge page or more starts on a 2 MiB boundary and its whole huge pages are
+ * advised (the mapping's "hg" flag: the advice itself, which does not depend on whether the
+ * kernel then finds a free huge page); growing it keeps its contents; small blocks are as
+ * before. */
+START_TEST(large_tables_are_aligned_and_advised_huge)
+{
+    const size_t huge = (size_t)2 << 20;
+    char *small = dh__malloc(100);
+    ck_assert_ptr_nonnull(small);
+    free(small);
+    char *p = dh__malloc(3 * huge);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq((uintptr_t)p % huge, 0);
+    memset(p, 7, 3 * huge);
+    char flags[512];
+    vm_flags_at((uintptr_t)p + huge, flags, sizeof flags);
+    ck_assert_msg(strlen(flags) > 0, "no mapping found for the table in /proc/self/smaps");
+    if (access("/sys/kernel/mm/transparent_hugepage", F_OK) == 0) /* a kernel without THP
+                                                                    * refuses the advice */
+        ck_assert_msg(strstr(flags, " hg") != NULL, "table not advised huge: VmFlags%s", flags);
+    p = dh__realloc(p, 6 * huge);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(p[0], 7);
+    ck_assert_int_eq(p[3 * huge - 1], 7);
+    free(p);
+    int *z = dh__calloc(huge, 2 * sizeof *z); /* zeroed */
+    ck_assert_ptr_nonnull(z);
+    ck_assert_int_eq(z[huge], 0);
+    free(z);
+}
+END_TEST
+
 START_TEST(vocabulary_round_trips)
 {
     for (int c = 1; c < DH_CODEC_COUNT; c++)
@@ -296,6 +350,7 @@ int main(void)
     ADD_TEST(tc, draws_are_pure_functions_of_what_they_are_for);
     ADD_TEST(tc, grow_keeps_contents);
     ADD_TEST(tc, aligned_alloc_aligns_and_refuses_impossible_sizes);
+    ADD_TEST(tc, large_tables_are_aligned_and_advised_huge);
     ADD_TEST(tc, bitset_finds_the_next_member);
     ADD_TEST(tc, vocabulary_round_trips);
     ADD_TEST(tc, utf8_check_finds_the_first_bad_byte);

@@ -117,6 +117,12 @@ int dh__grow(void **buf, size_t *cap, size_t need, size_t elem);
 void *dh__malloc(size_t n);
 void *dh__calloc(size_t n, size_t size);
 void *dh__realloc(void *p, size_t n);
+/*
+ * Asks for the whole 2 MiB pages inside [p, p + n) to be huge pages when n is at least one
+ * (madvise MADV_HUGEPAGE: a hint, ignored where refused or where transparent huge pages are
+ * off). Returns p. The wrappers above call it; dh__malloc also aligns such a block to 2 MiB.
+ */
+void *dh__huge_hint(void *p, size_t n);
 /* Memory aligned to align (a power of two), freed by free(); size is rounded up to it. */
 void *dh__aligned_alloc(size_t align, size_t n);
 /*
