@@ -223,33 +223,46 @@ static void vm_flags_at(uintptr_t a, char *flags, size_t len)
 
 /* A table of a huge page or more starts on a 2 MiB boundary and its whole huge pages are
  * advised (the mapping's "hg" flag: the advice itself, which does not depend on whether the
- * kernel then finds a free huge page); growing it keeps its contents; small blocks are as
- * before. */
+ * kernel then finds a free huge page); a table grown in place is advised by dh__huge_hint;
+ * small tables are plain blocks; the allocation hook counts and fails them like the rest. */
 START_TEST(large_tables_are_aligned_and_advised_huge)
 {
     const size_t huge = (size_t)2 << 20;
-    char *small = dh__malloc(100);
+    int thp = access("/sys/kernel/mm/transparent_hugepage", F_OK) == 0; /* else refused */
+    char *small = dh__table_alloc(100);
     ck_assert_ptr_nonnull(small);
     free(small);
-    char *p = dh__malloc(3 * huge);
+    char *p = dh__table_alloc(3 * huge);
     ck_assert_ptr_nonnull(p);
     ck_assert_uint_eq((uintptr_t)p % huge, 0);
     memset(p, 7, 3 * huge);
     char flags[512];
     vm_flags_at((uintptr_t)p + huge, flags, sizeof flags);
     ck_assert_msg(strlen(flags) > 0, "no mapping found for the table in /proc/self/smaps");
-    if (access("/sys/kernel/mm/transparent_hugepage", F_OK) == 0) /* a kernel without THP
-                                                                    * refuses the advice */
+    if (thp)
         ck_assert_msg(strstr(flags, " hg") != NULL, "table not advised huge: VmFlags%s", flags);
-    p = dh__realloc(p, 6 * huge);
-    ck_assert_ptr_nonnull(p);
-    ck_assert_int_eq(p[0], 7);
-    ck_assert_int_eq(p[3 * huge - 1], 7);
     free(p);
-    int *z = dh__calloc(huge, 2 * sizeof *z); /* zeroed */
+    int *z = dh__table_calloc(huge, 2 * sizeof *z); /* zeroed */
     ck_assert_ptr_nonnull(z);
     ck_assert_int_eq(z[huge], 0);
+    vm_flags_at((uintptr_t)z + 4 * huge, flags, sizeof flags); /* inside: past its first page */
+    if (thp)
+        ck_assert_msg(strstr(flags, " hg") != NULL, "zeroed table not advised: VmFlags%s", flags);
     free(z);
+    size_t cap = 0; /* grown, then advised */
+    char *g = NULL;
+    ck_assert_int_eq(dh__grow((void **)&g, &cap, 5 * huge, 1), 0);
+    ck_assert_ptr_eq(dh__huge_hint(g, cap), g);
+    vm_flags_at(((uintptr_t)g + 2 * huge) & ~(uintptr_t)(huge - 1), flags, sizeof flags);
+    if (thp)
+        ck_assert_msg(strstr(flags, " hg") != NULL, "grown table not advised: VmFlags%s", flags);
+    free(g);
+    ck_assert_ptr_null(dh__huge_hint(NULL, 3 * huge));
+    dh__alloc_fail_at(1, 0); /* counted by the hook */
+    ck_assert_ptr_null(dh__table_alloc(3 * huge));
+    dh__alloc_fail_at(1, 0);
+    ck_assert_ptr_null(dh__table_calloc(1, 1));
+    dh__alloc_fail_at(0, 0);
 }
 END_TEST
 

@@ -130,6 +130,7 @@ static int grow_columns(void **const *cols, const size_t *elem, size_t ncols, si
         size_t c = *cap; /* each column grows from the shared capacity */
         if (dh__grow(cols[k], &c, want, elem[k]))
             return DH_ENOMEM; /* columns already grown stay valid, just larger */
+        dh__huge_hint(*cols[k], want * elem[k]); /* a table read at random by sample */
     }
     *cap = want;
     return 0;

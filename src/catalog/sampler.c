@@ -223,12 +223,12 @@ int dh_sampler_new(const dh_manifest *m, const dh_sampler_opts *opts, dh_sampler
     dh_sampler *s = calloc(1, sizeof *s);
     if (!s)
         return DH_ENOMEM;
-    s->perm = dh__malloc((size_t)m->n * sizeof *s->perm); /* on huge pages: swaps at random */
+    s->perm = dh__table_alloc((size_t)m->n * sizeof *s->perm); /* swapped at random */
     if (!s->perm) {
         free(s);
         return DH_ENOMEM;
     }
-    s->ahead = dh__malloc((size_t)m->n * sizeof *s->ahead); /* NULL: each epoch shuffled whole */
+    s->ahead = dh__table_alloc((size_t)m->n * sizeof *s->ahead); /* NULL: each epoch shuffled whole */
     s->ahead_epoch = -1;
     s->opts = *opts;
     s->manifest_hash = m->hash;

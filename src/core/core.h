@@ -117,14 +117,18 @@ int dh__grow(void **buf, size_t *cap, size_t need, size_t elem);
 void *dh__malloc(size_t n);
 void *dh__calloc(size_t n, size_t size);
 void *dh__realloc(void *p, size_t n);
-/*
- * Asks for the whole 2 MiB pages inside [p, p + n) to be huge pages when n is at least one
- * (madvise MADV_HUGEPAGE: a hint, ignored where refused or where transparent huge pages are
- * off). Returns p. The wrappers above call it; dh__malloc also aligns such a block to 2 MiB.
- */
-void *dh__huge_hint(void *p, size_t n);
 /* Memory aligned to align (a power of two), freed by free(); size is rounded up to it. */
 void *dh__aligned_alloc(size_t align, size_t n);
+/*
+ * A large table kept for the run (util.c says which): as dh__malloc and dh__calloc, counted
+ * by the same hook and freed by free(), but a block of 2 MiB or more is asked to be on huge
+ * pages (dh__table_alloc also puts it on a 2 MiB boundary). dh__huge_hint asks it of the
+ * whole 2 MiB pages inside [p, p + n) (madvise MADV_HUGEPAGE, a hint: ignored where refused
+ * or where transparent huge pages are off) and returns p: for a table grown in place.
+ */
+void *dh__table_alloc(size_t n);
+void *dh__table_calloc(size_t n, size_t size);
+void *dh__huge_hint(void *p, size_t n);
 /*
  * Test hook: the n-th counted allocation from now fails, and every one after
  * it too while `sticky` (0: the failure hook is off). Thread-safe. Returns

@@ -19,8 +19,11 @@
     static __attribute__((unused)) int prefix##_push(type **a, size_t *cap, int64_t *n,            \
                                                      type item)                                    \
     {                                                                                              \
+        size_t was = *cap;                                                                         \
         if (dh__grow((void **)a, cap, (size_t)*n + 1, sizeof **a))                                 \
             return DH_ENOMEM;                                                                      \
+        if (*cap != was) /* grown: a table on huge pages (util.c) */                               \
+            dh__huge_hint(*a, *cap * sizeof **a);                                                  \
         int64_t i = (*n)++;                                                                        \
         while (i > 0) {                                                                            \
             int64_t p = (i - 1) / 2;                                                               \

@@ -110,17 +110,41 @@ static int alloc_fails(void)
     return n == at || (alloc_sticky && n > at);
 }
 
+void *dh__malloc(size_t n)
+{
+    return alloc_fails() ? NULL : malloc(n);
+}
+
+void *dh__calloc(size_t n, size_t size)
+{
+    return alloc_fails() ? NULL : calloc(n, size);
+}
+
+void *dh__realloc(void *p, size_t n)
+{
+    return alloc_fails() ? NULL : realloc(p, n);
+}
+
+void *dh__aligned_alloc(size_t align, size_t n)
+{
+    size_t up = (n + align - 1) / align * align;
+    return alloc_fails() || up < n ? NULL : aligned_alloc(align, up ? up : align);
+}
+
 /*
- * Huge pages for the large tables. A replica's and the simulator's tables (a step's
- * per-position arrays, the sampler's permutation, the manifest's columns, the truth) are
- * megabytes to gigabytes read and written at random: with 4 KiB pages nearly every such
- * access misses the TLB, and first touching them faults a page at a time (about 15,000
- * faults fewer at the start of a 1,024-node replica). Tables of a huge page or more are asked
- * to be backed by 2 MiB pages (madvise MADV_HUGEPAGE, which Debian's default "madvise" mode of
- * transparent huge pages honours; "always" needs no asking, "never" refuses) and malloc'd
- * on a 2 MiB boundary so that a table of one or two huge pages is not split across
- * three. Only whole huge pages inside an allocation are advised: its 4 KiB-page tail costs
- * no more memory than before. bench/RESULTS.md, "Huge pages for the tables".
+ * Huge pages for the large tables. A replica's and the simulator's tables (a step window's
+ * per-position arrays, the job's records, the sampler's orders, the truth and prediction
+ * rows, the manifest's columns, the task and event heaps) are megabytes to gigabytes, kept for
+ * the run and read and written at random: with 4 KiB pages nearly every such access misses
+ * the TLB, and first touching them faults a page at a time (a 1,024-node replica's start:
+ * 30,633 faults -> 15,245). Such a table of 2 MiB or more is asked to be backed by 2 MiB
+ * pages (madvise MADV_HUGEPAGE, which Debian's default "madvise" mode of transparent huge
+ * pages honours; "always" needs no asking, "never" refuses) and dh__table_alloc puts it on a
+ * 2 MiB boundary so that a table of one or two huge pages is not split across three. Only
+ * whole huge pages inside a block are advised: its tail on 4 KiB pages costs no more memory
+ * than before. Not for what lives a sample (a file read whole, decoded audio): a huge page
+ * there is 2 MiB zeroed, and perhaps compacted for, a sample. bench/RESULTS.md, "Huge pages
+ * for the tables".
  */
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -137,7 +161,7 @@ void *dh__huge_hint(void *p, size_t n)
     return p;
 }
 
-void *dh__malloc(size_t n)
+void *dh__table_alloc(size_t n)
 {
     if (alloc_fails())
         return NULL;
@@ -147,22 +171,10 @@ void *dh__malloc(size_t n)
     return dh__huge_hint(p, n);
 }
 
-void *dh__calloc(size_t n, size_t size)
+void *dh__table_calloc(size_t n, size_t size)
 {
     void *p = alloc_fails() ? NULL : calloc(n, size);
     return dh__huge_hint(p, p ? n * size : 0); /* calloc checked the product */
-}
-
-void *dh__realloc(void *p, size_t n)
-{
-    return alloc_fails() ? NULL : dh__huge_hint(realloc(p, n), n);
-}
-
-void *dh__aligned_alloc(size_t align, size_t n)
-{
-    size_t up = (n + align - 1) / align * align;
-    void *p = alloc_fails() || up < n ? NULL : aligned_alloc(align, up ? up : align);
-    return dh__huge_hint(p, up);
 }
 
 int64_t dh__alloc_fail_at(int64_t n, int sticky)

@@ -75,8 +75,9 @@ static int alloc_table(dh__samples *s, int64_t n)
     s->n = n;
     size_t k = (size_t)(n > 0 ? n : 1);
     s->row = dh__aligned_alloc(sizeof *s->row, k * sizeof *s->row);
-    s->segments = dh__malloc(k * sizeof *s->segments);
-    s->tokens = dh__malloc(k * sizeof *s->tokens);
+    dh__huge_hint(s->row, k * sizeof *s->row); /* read at random by sample */
+    s->segments = dh__table_alloc(k * sizeof *s->segments);
+    s->tokens = dh__table_alloc(k * sizeof *s->tokens);
     if (!s->row || !s->segments || !s->tokens) {
         dh__samples_free(s);
         return DH_ENOMEM;

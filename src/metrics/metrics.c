@@ -113,8 +113,8 @@ void dh__records_free(dh__records *rec)
 /* Moves the live steps into slots of a window of ncap steps. */
 static int records_regrow(dh__records *rec, int64_t ncap)
 {
-    dh__rec_batch *batch = dh__calloc((size_t)(ncap * rec->R), sizeof *batch);
-    dh__rec_step *step = dh__calloc((size_t)ncap, sizeof *step);
+    dh__rec_batch *batch = dh__table_calloc((size_t)(ncap * rec->R), sizeof *batch);
+    dh__rec_step *step = dh__table_calloc((size_t)ncap, sizeof *step);
     if (!batch || !step) {
         free(batch);
         free(step);

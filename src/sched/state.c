@@ -17,30 +17,30 @@
 static int regrow(dh__sched *s, int64_t ncap)
 {
     int64_t G = s->G, R = s->R;
-    batch_rec *batch = dh__calloc((size_t)(ncap * R), sizeof *batch);
-    int64_t *order = dh__malloc((size_t)(ncap * G) * sizeof *order);
-    int32_t *rank_of = dh__malloc((size_t)(ncap * G) * sizeof *rank_of);
-    int64_t *members = dh__malloc((size_t)(ncap * G) * sizeof *members);
-    float *task_pred = dh__malloc((size_t)(ncap * G) * sizeof *task_pred);
-    double *slot_gpu = dh__malloc((size_t)(ncap * G) * sizeof *slot_gpu);
-    int64_t *slot_bytes = dh__malloc((size_t)(ncap * G) * sizeof *slot_bytes);
-    uint8_t *slot_cls = dh__malloc((size_t)(ncap * G) * sizeof *slot_cls);
-    int32_t *slot_segs = dh__calloc((size_t)(ncap * G), sizeof *slot_segs); /* 0 until read */
-    int32_t *parts_left = dh__calloc((size_t)(ncap * G), sizeof *parts_left);
-    float *revealed = dh__malloc((size_t)(ncap * G) * sizeof *revealed);
-    uint8_t *done = dh__calloc((size_t)(ncap * G), 1);
-    int32_t *orig_rank = dh__malloc((size_t)(ncap * G) * sizeof *orig_rank);
-    double *step_start = dh__calloc((size_t)ncap, sizeof *step_start);
-    int32_t *finished_ranks = dh__calloc((size_t)ncap, sizeof *finished_ranks);
-    uint8_t *rank_finished = dh__calloc((size_t)(ncap * R), 1);
-    int32_t *group = dh__malloc((size_t)ncap * DH_MOVE_GROUP * sizeof *group);
-    uint8_t *settled = dh__calloc((size_t)ncap * (size_t)s->nodes, 1);
+    batch_rec *batch = dh__table_calloc((size_t)(ncap * R), sizeof *batch);
+    int64_t *order = dh__table_alloc((size_t)(ncap * G) * sizeof *order);
+    int32_t *rank_of = dh__table_alloc((size_t)(ncap * G) * sizeof *rank_of);
+    int64_t *members = dh__table_alloc((size_t)(ncap * G) * sizeof *members);
+    float *task_pred = dh__table_alloc((size_t)(ncap * G) * sizeof *task_pred);
+    double *slot_gpu = dh__table_alloc((size_t)(ncap * G) * sizeof *slot_gpu);
+    int64_t *slot_bytes = dh__table_alloc((size_t)(ncap * G) * sizeof *slot_bytes);
+    uint8_t *slot_cls = dh__table_alloc((size_t)(ncap * G) * sizeof *slot_cls);
+    int32_t *slot_segs = dh__table_calloc((size_t)(ncap * G), sizeof *slot_segs); /* 0 until read */
+    int32_t *parts_left = dh__table_calloc((size_t)(ncap * G), sizeof *parts_left);
+    float *revealed = dh__table_alloc((size_t)(ncap * G) * sizeof *revealed);
+    uint8_t *done = dh__table_calloc((size_t)(ncap * G), 1);
+    int32_t *orig_rank = dh__table_alloc((size_t)(ncap * G) * sizeof *orig_rank);
+    double *step_start = dh__table_calloc((size_t)ncap, sizeof *step_start);
+    int32_t *finished_ranks = dh__table_calloc((size_t)ncap, sizeof *finished_ranks);
+    uint8_t *rank_finished = dh__table_calloc((size_t)(ncap * R), 1);
+    int32_t *group = dh__table_alloc((size_t)ncap * DH_MOVE_GROUP * sizeof *group);
+    uint8_t *settled = dh__table_calloc((size_t)ncap * (size_t)s->nodes, 1);
     int deals = s->nodes > 1 && s->ranks_per_node > 1; /* node_pos: only a deal fills it */
-    int32_t *node_pos = dh__malloc((size_t)(deals ? ncap * G : 1) * sizeof *node_pos);
-    int32_t *node_end = dh__calloc((size_t)ncap * (size_t)(s->nodes + 1), sizeof *node_end);
-    int32_t *node_mem = dh__calloc((size_t)ncap * (size_t)s->nodes, sizeof *node_mem);
+    int32_t *node_pos = dh__table_alloc((size_t)(deals ? ncap * G : 1) * sizeof *node_pos);
+    int32_t *node_end = dh__table_calloc((size_t)ncap * (size_t)(s->nodes + 1), sizeof *node_end);
+    int32_t *node_mem = dh__table_calloc((size_t)ncap * (size_t)s->nodes, sizeof *node_mem);
     size_t nn = (size_t)s->nodes;
-    double *first_lead = dh__calloc((size_t)ncap * nn, sizeof *first_lead);
+    double *first_lead = dh__table_calloc((size_t)ncap * nn, sizeof *first_lead);
     uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
              slot_cls && slot_segs && parts_left && revealed && done && orig_rank && step_start &&

@@ -13,7 +13,7 @@ int dh__truth_init(dh__truth *t, int64_t n)
     memset(t, 0, sizeof *t);
     size_t k = (size_t)(n > 0 ? n : 1);
     t->n = n;
-    t->of = dh__malloc(k * sizeof *t->of);
+    t->of = dh__table_alloc(k * sizeof *t->of);
     if (!t->of)
         return DH_ENOMEM;
     return 0;
