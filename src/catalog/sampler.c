@@ -228,7 +228,8 @@ int dh_sampler_new(const dh_manifest *m, const dh_sampler_opts *opts, dh_sampler
         free(s);
         return DH_ENOMEM;
     }
-    s->ahead = dh__table_alloc((size_t)m->n * sizeof *s->ahead); /* NULL: each epoch shuffled whole */
+    /* NULL: each epoch shuffled whole */
+    s->ahead = dh__table_alloc((size_t)m->n * sizeof *s->ahead);
     s->ahead_epoch = -1;
     s->opts = *opts;
     s->manifest_hash = m->hash;

@@ -137,7 +137,7 @@ void *dh__aligned_alloc(size_t align, size_t n)
  * rows, the manifest's columns, the task and event heaps) are megabytes to gigabytes, kept for
  * the run and read and written at random: with 4 KiB pages nearly every such access misses
  * the TLB, and first touching them faults a page at a time (a 1,024-node replica's start:
- * 30,633 faults -> 15,245). Such a table of 2 MiB or more is asked to be backed by 2 MiB
+ * 30,626 faults -> 16,675). Such a table of 2 MiB or more is asked to be backed by 2 MiB
  * pages (madvise MADV_HUGEPAGE, which Debian's default "madvise" mode of transparent huge
  * pages honours; "always" needs no asking, "never" refuses) and dh__table_alloc puts it on a
  * 2 MiB boundary so that a table of one or two huge pages is not split across three. Only

@@ -41,7 +41,7 @@ static int regrow(dh__sched *s, int64_t ncap)
     int32_t *node_mem = dh__table_calloc((size_t)ncap * (size_t)s->nodes, sizeof *node_mem);
     size_t nn = (size_t)s->nodes;
     double *first_lead = dh__table_calloc((size_t)ncap * nn, sizeof *first_lead);
-    uint64_t *leads_ver = dh__calloc((size_t)ncap * nn, sizeof *leads_ver);
+    uint64_t *leads_ver = dh__table_calloc((size_t)ncap * nn, sizeof *leads_ver);
     int ok = batch && order && rank_of && members && task_pred && slot_gpu && slot_bytes &&
              slot_cls && slot_segs && parts_left && revealed && done && orig_rank && step_start &&
              finished_ranks && rank_finished && group && settled && first_lead && leads_ver &&
