@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mpi_comm.sh - the multi-node communication layer under mpirun on this one
-# machine: 2 and 4 nodes exchanging progress and messages, and a node that
-# kills itself (the others must name it, not hang).
+# machine: 2 and 4 nodes exchanging progress and messages, a node that
+# kills itself (the others must name it, not hang), and one that fails saying why.
 #   usage: mpi_comm.sh PATH/TO/test_comm
 set -u
 T=${1:?usage: mpi_comm.sh PATH/TO/test_comm}
@@ -22,5 +22,15 @@ check "the survivors exit (no wait for the dead node in MPI_Finalize)" test $? -
 check "a killed node is named by both survivors" \
     test "$(grep -c '^detected node [01]: node 2 (.*pid .*) stopped responding' "$WORK/die.out")" -eq 2
 [[ $fail -eq 0 ]] || { cat "$WORK/die.out" "$WORK/die.err"; }
+# A node that says why it fails and stops at once, while the others keep its thread busy:
+# each other node is told why (the farewell was dropped when the stop came before the thread
+# took it, and they waited out the timeout: about half the runs; a few runs make it certain).
+for np in 2 2 2 3; do
+    timeout 60 "${MPIRUN[@]}" --enable-recovery -np $np "$T" farewell > "$WORK/fw.out" 2> "$WORK/fw.err"
+    check "a failing node's farewell reaches the $((np - 1)) other node(s)" \
+        test "$(grep -c "^told node [0-9]: node $((np - 1)) (.*) failed: cannot listen" "$WORK/fw.out")" \
+        -eq $((np - 1))
+    [[ $fail -eq 0 ]] || { cat "$WORK/fw.out" "$WORK/fw.err"; break; }
+done
 echo "mpi_comm: $pass passed, $fail failed"
 test $fail -eq 0

@@ -10,6 +10,11 @@
  *   test_comm die     the last node kills itself after 20 exchanges; every
  *                     other node must get DH_EPEER naming it within the
  *                     timeout (run with mpirun --enable-recovery)
+ *   test_comm farewell the last node fails while the others keep its
+ *                     communication thread busy (a stream of messages to it):
+ *                     it says why (dh__comm_farewell) and stops at once;
+ *                     every other node must get "failed: why", never wait out
+ *                     the timeout (run with mpirun --enable-recovery)
  * Prints "ok node R" or "detected node R: <sentence>"; exits 1 on a failed check.
  */
 #include "mpi/comm.h"
@@ -158,6 +163,44 @@ static void die(dh__comm *c)
     }
 }
 
+/* The failing node's farewell is queued while its thread is mid-pass (it took the callers'
+ * queue already, busy with the stream): the stop that follows at once must still send it
+ * (it was dropped, and the others waited out the timeout: CI, mpi_run's "one socket name"). */
+static void farewell(dh__comm *c)
+{
+    int n = dh__comm_size(c), last = n - 1;
+    static const char why[] = "cannot listen on @test: Address already in use";
+    char err[320] = "", blob[4096] = {0};
+    if (node == last) {
+        for (int got = 0; got < 200; got++) {
+            dh__comm_msg m;
+            CHECK(dh__comm_recv(c, &m, 20, err, sizeof err) == 0, "receive %d: %s", got, err);
+            free(m.data);
+        }
+        dh__comm_farewell(c, why);
+        printf("farewell node %d\n", node);
+        return;
+    }
+    struct timespec pace = {0, 20000};
+    for (long k = 0;; k++) {
+        err[0] = 0;
+        int rc = dh__comm_send(c, last, 9, blob, sizeof blob);
+        dh__comm_msg m;
+        if (!rc)
+            rc = dh__comm_recv(c, &m, 0, err, sizeof err);
+        if (rc == DH_ETIMEDOUT) {
+            nanosleep(&pace, NULL);
+            continue;
+        }
+        CHECK(rc == DH_EPEER, "message %ld: rc %d: %s", k, rc, err);
+        if (!err[0]) /* the send saw it first: the sentence comes with the next wait */
+            dh__comm_recv(c, &m, 0, err, sizeof err);
+        CHECK(strstr(err, "failed: ") && strstr(err, why), "%s", err);
+        printf("told node %d: %s\n", node, err);
+        return;
+    }
+}
+
 static double cpu_s(void)
 {
     struct rusage u;
@@ -185,13 +228,15 @@ static void idle(dh__comm *c)
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "basic") && strcmp(argv[1], "die") &&
-                      strcmp(argv[1], "idle"))) {
-        fprintf(stderr, "usage: test_comm basic|idle|die (under mpirun)\n");
+                      strcmp(argv[1], "idle") && strcmp(argv[1], "farewell"))) {
+        fprintf(stderr, "usage: test_comm basic|idle|die|farewell (under mpirun)\n");
         return 2;
     }
     dh__comm *c;
     char err[320];
-    int rc = dh__comm_start(strcmp(argv[1], "die") ? 30 : 1.0, &c, err, sizeof err);
+    /* (a short node timeout where a silent node is expected, so a lost farewell shows fast) */
+    double timeout = !strcmp(argv[1], "die") ? 1.0 : !strcmp(argv[1], "farewell") ? 5 : 30;
+    int rc = dh__comm_start(timeout, &c, err, sizeof err);
     CHECK(rc == 0, "start: %s", err);
     node = dh__comm_rank(c);
     CHECK(strstr(dh__comm_name(c, node), "pid"), "%s", dh__comm_name(c, node));
@@ -199,6 +244,8 @@ int main(int argc, char **argv)
         basic(c);
     else if (!strcmp(argv[1], "idle"))
         idle(c);
+    else if (!strcmp(argv[1], "farewell"))
+        farewell(c);
     else
         die(c);
     fflush(stdout);

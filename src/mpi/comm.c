@@ -145,13 +145,16 @@ static void *comm_main(void *arg)
         struct timespec cpu;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
         pthread_mutex_lock(&c->mu);
-        int stop = c->stop, dead = c->dead >= 0;
+        int stop = c->stop, dead = c->dead >= 0, queued = c->out_head != NULL;
         c->cpu_s = (double)cpu.tv_sec + (double)cpu.tv_nsec * 1e-9;
         pthread_mutex_unlock(&c->mu);
         if (stop && stop_at == 0)
             stop_at = dh__comm_mono();
-        /* stopping: once what was queued went out, or the grace ran out, or a peer died */
-        if (stop && (!pp.sending || dead || dh__comm_mono() - stop_at > STOP_GRACE_S))
+        /* stopping: once what was queued went out, or the grace ran out, or a peer died. What
+         * was queued includes what callers queued after this pass took their queue (a
+         * farewell just before the stop: it was dropped, and the others waited out the node
+         * timeout for a node that had said why it failed). */
+        if (stop && ((!pp.sending && !queued) || dead || dh__comm_mono() - stop_at > STOP_GRACE_S))
             break;
         rest(c, &pp, moved, &ag_since, &idle_ns);
     }
