@@ -1,6 +1,7 @@
 /* test_core.c - error vocabulary, hashing, RNG and growable arrays. */
 #include "core/bitset.h"
 #include "core/core.h"
+#include "core/heap.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -266,6 +267,94 @@ START_TEST(large_tables_are_aligned_and_advised_huge)
 }
 END_TEST
 
+typedef struct {
+    double k;
+    int64_t id;
+} qitem;
+
+static int qbefore(const qitem *a, const qitem *b)
+{
+    return a->k < b->k || (a->k == b->k && a->id < b->id);
+}
+
+static double qkey(const qitem *a)
+{
+    return a->k;
+}
+
+DH_HEAP_DEFINE(qh, qitem, qbefore)
+DH_TIERS_DEFINE(qh, qitem, qbefore, qkey)
+
+/* The tiered queue pops what one heap pops, in the same order, whatever the keys: spread,
+ * tied, pushed in waves that move on like a run's steps (most of them above the cut), and
+ * pops that empty the heap mid-wave; a refill that cannot allocate says so and loses
+ * nothing; keys that do not compare (NaN) still all come out. */
+START_TEST(tiered_queue_pops_as_one_heap)
+{
+    for (int shape = 0; shape < 3; shape++) {
+        qh_q one = {0}, two = {.tiered = 1};
+        dh__rng r;
+        dh__rng_seed(&r, 7 + (uint64_t)shape);
+        int64_t id = 0, popped = 0;
+        for (int wave = 0; wave < 60; wave++) {
+            int push = 200 + (int)dh__rng_below(&r, 2000);
+            for (int j = 0; j < push; j++) {
+                double k = shape == 0   ? (double)dh__rng_below(&r, 1000000)
+                           : shape == 1 ? (double)(wave + (int)dh__rng_below(&r, 6))
+                                        : wave * 10.0 + (double)dh__rng_below(&r, 50) / 3;
+                qitem it = {k, id++};
+                ck_assert_int_eq(qh_qpush(&one, it), 0);
+                ck_assert_int_eq(qh_qpush(&two, it), 0);
+            }
+            int pops = (int)dh__rng_below(&r, (uint64_t)push + 300);
+            for (int j = 0; j < pops && one.n; j++, popped++) {
+                qitem a, b;
+                ck_assert_int_eq(qh_qpop(&one, &a), 0);
+                ck_assert_int_eq(qh_qpop(&two, &b), 0);
+                ck_assert_msg(a.id == b.id && a.k == b.k, "shape %d pop %lld: %lld (%g) against "
+                              "%lld (%g)", shape, (long long)popped, (long long)b.id, b.k,
+                              (long long)a.id, a.k);
+                ck_assert_int_eq(one.n == 0, two.n == 0);
+            }
+        }
+        ck_assert_ptr_nonnull(two.far); /* the tiers were used */
+        qh_qfree(&one);
+        qh_qfree(&two);
+    }
+    qh_q q = {.tiered = 1}; /* a refill that fails: DH_ENOMEM, nothing lost */
+    for (int64_t i = 0; i < 5000; i++)
+        ck_assert_int_eq(qh_qpush(&q, (qitem){(double)(i % 977), i}), 0);
+    int64_t n = 0, failed = 0;
+    qitem it;
+    while (q.n) {
+        int64_t before = q.n + q.nfar;
+        if (q.n == 1 && !failed && q.nfar) {
+            dh__alloc_fail_at(1, 0);
+            ck_assert_int_eq(qh_qpop(&q, &it), DH_ENOMEM);
+            dh__alloc_fail_at(0, 0);
+            ck_assert_int_eq(q.n + q.nfar, before - 1);
+            failed = 1;
+            n++;
+            ck_assert_int_eq(qh_qrefill(&q), 0); /* a retry moves them */
+            continue;
+        }
+        ck_assert_int_eq(qh_qpop(&q, &it), 0);
+        n++;
+    }
+    ck_assert_int_eq(failed, 1);
+    ck_assert_int_eq(n + q.nfar, 5000);
+    ck_assert_int_eq(q.nfar, 0);
+    qh_qfree(&q);
+    qh_q nan = {.tiered = 1};
+    for (int64_t i = 0; i < 1000; i++)
+        ck_assert_int_eq(qh_qpush(&nan, (qitem){i % 3 ? NAN : (double)i, i}), 0);
+    for (n = 0; nan.n; n++)
+        ck_assert_int_eq(qh_qpop(&nan, &it), 0);
+    ck_assert_int_eq(n, 1000);
+    qh_qfree(&nan);
+}
+END_TEST
+
 START_TEST(vocabulary_round_trips)
 {
     for (int c = 1; c < DH_CODEC_COUNT; c++)
@@ -365,6 +454,7 @@ int main(void)
     ADD_TEST(tc, aligned_alloc_aligns_and_refuses_impossible_sizes);
     ADD_TEST(tc, large_tables_are_aligned_and_advised_huge);
     ADD_TEST(tc, bitset_finds_the_next_member);
+    ADD_TEST(tc, tiered_queue_pops_as_one_heap);
     ADD_TEST(tc, vocabulary_round_trips);
     ADD_TEST(tc, utf8_check_finds_the_first_bad_byte);
     ADD_TEST(tc, cgroup_limits_of_v1_and_v2_are_read);

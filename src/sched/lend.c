@@ -83,12 +83,12 @@ double dh__lend_lateness(dh__sched *s, int b, double now)
 {
     if (s->lend_memo_ver[b] == s->node_ver[b] && s->lend_memo_epoch[b] == s->epoch)
         return s->lend_memo_val[b];
-    int64_t n = DH_MIN(s->heap_n[b], (int64_t)DH_LEND_LOOK);
+    int64_t n = DH_MIN(s->queue[b].n, (int64_t)DH_LEND_LOOK);
     int wpn = s->workers_per_node;
     queued_task *q = s->lend_tasks;
     double *free_at = s->lend_free;
     for (int64_t i = 0; i < n; i++) {
-        const heap_item *it = &s->heap[b][i];
+        const heap_item *it = &s->queue[b].a[i];
         q[i].cost = task_cost(s, it->pos) / (it->nparts > 0 ? it->nparts : 1);
         q[i].slack = dh__lst_slack(s, it, now);
     }
@@ -120,7 +120,7 @@ static int later(const dh__sched *s, int a, int b)
 /* Node b's leaf again (its lateness now, -inf with an empty queue) and the path above it. */
 static void tree_set(dh__sched *s, int b, double now)
 {
-    s->lend_leaf[b] = s->heap_n[b] ? dh__lend_lateness(s, b, now) : -INFINITY;
+    s->lend_leaf[b] = s->queue[b].n ? dh__lend_lateness(s, b, now) : -INFINITY;
     for (int i = (s->lend_P + b) / 2; i >= 1; i /= 2)
         s->lend_tree[i] = later(s, s->lend_tree[2 * i], s->lend_tree[2 * i + 1]);
 }
@@ -132,7 +132,7 @@ static void tree_update(dh__sched *s, double now)
         for (int i = 0; i < s->lend_P; i++) {
             int b = i < s->nodes ? i : -1;
             if (b >= 0)
-                s->lend_leaf[b] = s->heap_n[b] ? dh__lend_lateness(s, b, now) : -INFINITY;
+                s->lend_leaf[b] = s->queue[b].n ? dh__lend_lateness(s, b, now) : -INFINITY;
             s->lend_tree[s->lend_P + i] = b;
         }
         for (int i = s->lend_P - 1; i >= 1; i--)
@@ -168,7 +168,7 @@ int dh__lend_from(dh__sched *s, int home, double now, double *ship)
     int best = s->best_node == home ? -1 : s->best_node;
     if (best < 0)
         return -1;
-    int64_t bytes = s->slot_bytes[at(s, s->heap[best][0].pos)];
+    int64_t bytes = s->slot_bytes[at(s, s->queue[best].a[0].pos)];
     *ship = (double)bytes / s->cfg.net_bandwidth + s->cfg.net_latency;
     s->reb.lend_considered++;
     if (s->best_late <= (1.0 + 4.0 * dh__calib_cpu_mape(&s->calib)) * *ship) {

@@ -7,7 +7,9 @@
  * predicted step times) and c the task's calibrated predicted cost. "now"
  * shifts every slack equally, so ordering by D(s) - c is ordering by
  * slack = deadline - now - cost. Ties go to the earlier position, then the
- * lower part, so runs are deterministic.
+ * lower part, so runs are deterministic. A node's queue holds several steps of
+ * admitted tasks (six at 4,096 ranks: 200,000): it is tiered (heap.h), the
+ * heap holding only the most urgent of them, so a pop stays in the cache.
  */
 #include "sched_int.h"
 
@@ -15,27 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int heap_before(const heap_item *a, const heap_item *b)
-{
-    if (a->key != b->key)
-        return a->key < b->key;
-    if (a->pos != b->pos)
-        return a->pos < b->pos;
-    return a->part < b->part;
-}
-
-DH_HEAP_DEFINE(task_heap, heap_item, heap_before)
-
 static int heap_push(dh__sched *s, int node, heap_item it)
 {
     touch_node(s, node);
-    return task_heap_push(&s->heap[node], &s->heap_cap[node], &s->heap_n[node], it);
+    return task_heap_qpush(&s->queue[node], it);
 }
 
-static heap_item heap_pop(dh__sched *s, int node)
+/* The most urgent task of node (its queue is not empty); 0 or DH_ENOMEM. */
+static int heap_pop(dh__sched *s, int node, heap_item *out)
 {
     touch_node(s, node);
-    return task_heap_pop(s->heap[node], &s->heap_n[node]);
+    return task_heap_qpop(&s->queue[node], out);
 }
 
 /*
@@ -175,9 +167,11 @@ static int32_t split_parts(dh__sched *s, const heap_item *it, double now)
 
 int dh__lst_next(dh__sched *s, int node, double now, int64_t *pos, int32_t *part, int32_t *nparts)
 {
-    if (!s->heap_n[node])
+    if (!s->queue[node].n)
         return DH__IDLE;
-    heap_item it = heap_pop(s, node);
+    heap_item it;
+    if (heap_pop(s, node, &it))
+        return DH_ENOMEM;
     if (it.nparts == 0) {
         it.nparts = split_parts(s, &it, now);
         s->parts_left[at(s, it.pos)] = it.nparts;

@@ -284,8 +284,8 @@ void dh__sched_ranks_stepped(dh__sched *s, int64_t step, int rank0, int n, const
 double dh__sched_backlog_lateness(dh__sched *s, double now, int64_t *head_bytes)
 {
     int node = s->cfg.node_local ? s->cfg.node : 0;
-    *head_bytes = s->heap_n[node] ? s->slot_bytes[at(s, s->heap[node][0].pos)] : 0;
-    return s->heap_n[node] ? dh__lend_lateness(s, node, now) : 0;
+    *head_bytes = s->queue[node].n ? s->slot_bytes[at(s, s->queue[node].a[0].pos)] : 0;
+    return s->queue[node].n ? dh__lend_lateness(s, node, now) : 0;
 }
 
 int dh__sched_lend_task(dh__sched *s, double now, int any, dh__task *out)
@@ -293,7 +293,7 @@ int dh__sched_lend_task(dh__sched *s, double now, int any, dh__task *out)
     if (s->error)
         return s->error;
     int node = s->cfg.node_local ? s->cfg.node : 0;
-    if (!s->caps->lend || s->caps->service != DH_SERVE_LEAST_SLACK || !s->heap_n[node] ||
+    if (!s->caps->lend || s->caps->service != DH_SERVE_LEAST_SLACK || !s->queue[node].n ||
         (!any && dh__lend_lateness(s, node, now) <= 0))
         return DH__IDLE; /* on time: this node's own workers will do */
     int64_t pos = 0;

@@ -42,6 +42,25 @@ typedef struct {
     int32_t part, nparts; /* nparts 0: whole sample, not yet considered for splitting */
 } heap_item;
 
+/* Least slack's order (lst.c): the key, then the earlier position, then the lower part. */
+static inline int heap_before(const heap_item *a, const heap_item *b)
+{
+    if (a->key != b->key)
+        return a->key < b->key;
+    if (a->pos != b->pos)
+        return a->pos < b->pos;
+    return a->part < b->part;
+}
+
+static inline double heap_key(const heap_item *a)
+{
+    return a->key;
+}
+
+DH_HEAP_DEFINE(task_heap, heap_item, heap_before)
+/* a node's queue of tasks: task_heap_q (heap.h), tiered unless lending reads it (state.c) */
+DH_TIERS_DEFINE(task_heap, heap_item, heap_before, heap_key)
+
 /* A growable FIFO of task positions (pool, helix-fifo): one per node. */
 typedef struct {
     int64_t *pos;
@@ -123,9 +142,7 @@ struct dh__sched {
     /* shared ready structures, one per node: each node's workers serve its ranks */
     int nodes, ranks_per_node, workers_per_node;
     pos_fifo *fifo;
-    heap_item **heap;
-    int64_t *heap_n;
-    size_t *heap_cap;
+    task_heap_q *queue; /* least slack's, per node: queue[n].a[0, queue[n].n) is its heap */
     /* local */
     int64_t *taken;       /* per rank: batches taken (next step it will take) */
     int64_t *worker_step; /* per local worker: batch it is building, or next to build */

@@ -171,13 +171,11 @@ void dh__sched_free(dh__sched *s)
     for (int n = 0; n < s->nodes; n++) {
         if (s->fifo)
             free(s->fifo[n].pos);
-        if (s->heap)
-            free(s->heap[n]);
+        if (s->queue)
+            task_heap_qfree(&s->queue[n]);
     }
     free(s->fifo);
-    free(s->heap);
-    free(s->heap_n);
-    free(s->heap_cap);
+    free(s->queue);
     free(s->taken);
     free(s->worker_step);
     free(s->worker_free);
@@ -236,9 +234,11 @@ static int alloc_fixed(dh__sched *s)
 {
     size_t R = (size_t)s->R, G = (size_t)s->G, nodes = (size_t)s->nodes, gr = DH_MAX(G, R);
     s->fifo = dh__calloc(nodes, sizeof *s->fifo);
-    s->heap = dh__calloc(nodes, sizeof *s->heap);
-    s->heap_n = dh__calloc(nodes, sizeof *s->heap_n);
-    s->heap_cap = dh__calloc(nodes, sizeof *s->heap_cap);
+    s->queue = dh__calloc(nodes, sizeof *s->queue);
+    /* lending's lateness reads a queue's heap as it lies (lend.c): its runs keep one heap, so
+     * they place as they did */
+    for (size_t n = 0; s->queue && n < nodes; n++)
+        s->queue[n].tiered = !(s->caps->lend && s->nodes > 1);
     s->taken = dh__calloc(R, sizeof *s->taken);
     s->worker_step = dh__malloc((size_t)s->nworkers * sizeof *s->worker_step);
     s->worker_free = dh__calloc((size_t)s->nworkers, sizeof *s->worker_free);
@@ -293,7 +293,7 @@ static int alloc_fixed(dh__sched *s)
         if (s->cfg.carry_bytes)
             s->drawn_below = s->cfg.carry_bytes(s->cfg.order_ctx, s->below);
     }
-    if (!s->lead_keys || !s->rank_node || !s->fifo || !s->heap || !s->heap_n || !s->heap_cap || !s->taken || !s->worker_step ||
+    if (!s->lead_keys || !s->rank_node || !s->fifo || !s->queue || !s->taken || !s->worker_step ||
         !s->worker_free || !s->plan_gpu || !s->plan_cpu || !s->plan_fill || !s->plan_tokens ||
         !s->plan_bytes || !s->reb_i32 || !s->reb_f64 || !s->moved_list || !s->moved ||
         !s->moved_pos || !s->moved_mem || !s->plan_pos)
