@@ -78,17 +78,40 @@ typedef struct {
     int64_t b; /* step */
 } event;
 
+static int event_before(const event *x, const event *y)
+{
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+static double event_time(const event *x)
+{
+    return x->t;
+}
+
+DH_HEAP_DEFINE(event_heap, event, event_before)
+/* tiered (heap.h): at 16,384 ranks 65,536 workers each have a completion in it */
+DH_TIERS_DEFINE(event_heap, event, event_before, event_time)
+
+/* A worker's task and its state, together: a completion touches one worker's, and at
+ * 16,384 ranks the workers' arrays were a cache miss each (current, start, rem, ver). */
+typedef struct {
+    dh__task task;
+    double start;  /* when it started */
+    double rem;    /* seconds of full-speed work left (contention only) */
+    int64_t ver;   /* version of its live completion event */
+    double cost;   /* its true duration (true_cost), and its sample's true GPU cost: the */
+    double gpu;    /* truth's line is read once, at dispatch */
+} worker_run;
+
 typedef struct {
     dh__run *run;
     dh__sched *sched;
     dh__records rec;
     dh__trace trace;
-    event *heap;
-    int64_t nheap, seq;
-    size_t capheap;
+    event_heap_q events;
+    int64_t seq;
     int nworkers;
-    dh__task *current; /* per worker */
-    double *task_start;
+    worker_run *wk; /* per worker */
     dh__bitset idle; /* idle workers (finding the next one costs the idle ones it meets) */
     int64_t *waiting;  /* per rank: step it waits for, -1 when busy */
     int arrived;       /* ranks at the current step's barrier (one step at a time) */
@@ -96,30 +119,21 @@ typedef struct {
     int64_t N;         /* steps of the run */
     int cores;         /* CPU the workers share (cfg.workers) */
     int busy;          /* workers running a task */
-    double *rem;       /* per worker: seconds of full-speed work left (contention only) */
-    int64_t *ver;      /* per worker: version of its live completion event */
     double shared_at;  /* when rem was last brought up to date */
     int done;
     int error;         /* the first failure (scheduler, records); ends the run */
     fetch_model fx;
 } sim;
 
-static int event_before(const event *x, const event *y)
-{
-    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
-}
-
-DH_HEAP_DEFINE(event_heap, event, event_before)
-
 static int push(sim *s, double t, int type, int a, int64_t b)
 {
     event e = {t, s->seq++, type, a, b};
-    return event_heap_push(&s->heap, &s->capheap, &s->nheap, e);
+    return event_heap_qpush(&s->events, e);
 }
 
-static event pop(sim *s)
+static int pop(sim *s, event *e)
 {
-    return event_heap_pop(s->heap, &s->nheap);
+    return event_heap_qpop(&s->events, e);
 }
 
 /* A task's true duration: its sample's, or an equal share plus the part overhead. */
@@ -331,7 +345,7 @@ static void contention_advance(sim *s, double now)
     double rate = share(s, s->busy), dt = now - s->shared_at;
     for (int w = 0; dt > 0 && rate < 1.0 && w < s->nworkers; w++)
         if (!dh__bitset_has(&s->idle, w))
-            s->rem[w] -= dt * rate;
+            s->wk[w].rem -= dt * rate;
     s->shared_at = now;
 }
 
@@ -342,7 +356,7 @@ static int contention_reissue(sim *s, double now)
     double rate = share(s, s->busy);
     for (int w = 0; w < s->nworkers; w++)
         if (!dh__bitset_has(&s->idle, w) &&
-            push(s, now + DH_MAX(s->rem[w], 0.0) / rate, EV_TASK_DONE, w, ++s->ver[w]))
+            push(s, now + DH_MAX(s->wk[w].rem, 0.0) / rate, EV_TASK_DONE, w, ++s->wk[w].ver))
             return DH_ENOMEM;
     return 0;
 }
@@ -350,7 +364,8 @@ static int contention_reissue(sim *s, double now)
 /* Gives worker w a task if the policy has one; returns 0 if it got one. */
 static int dispatch(sim *s, int w, double now)
 {
-    dh__task *t = &s->current[w];
+    worker_run *k = &s->wk[w];
+    dh__task *t = &k->task;
     int rc = dh__sched_next_task(s->sched, w, now, t);
     if (rc) {
         if (rc < 0)
@@ -359,17 +374,18 @@ static int dispatch(sim *s, int w, double now)
     }
     contention_advance(s, now);
     dh__bitset_put(&s->idle, w, 0);
-    s->task_start[w] = now;
+    k->start = now;
+    k->cost = true_cost(s, t);
+    k->gpu = s->run->truth.of[t->sample].gpu;
     /* A sample prepared on another node arrives after its network transfer; one on an
      * object store is decoded once its bytes are here. */
-    s->rem[w] = true_cost(s, t) + t->ship_s; /* (its truth holds its GPU cost, read when it
-                                               * is done: the same line) */
+    k->rem = k->cost + t->ship_s;
     if (s->fx.on && !t->ship_s)
-        s->rem[w] += fetch_wait(s, t, now);
+        k->rem += fetch_wait(s, t, now);
     if (share(s, ++s->busy) < 1.0 || share(s, s->busy - 1) < 1.0)
         rc = contention_reissue(s, now);
     else
-        rc = push(s, now + s->rem[w], EV_TASK_DONE, w, ++s->ver[w]);
+        rc = push(s, now + k->rem, EV_TASK_DONE, w, ++k->ver);
     if (rc)
         fail(s, rc);
     return rc ? 1 : 0;
@@ -430,7 +446,8 @@ static void request(sim *s, int r, int64_t st, double now)
 static void on_task_done(sim *s, const event *e)
 {
     int w = e->a;
-    if (dh__bitset_has(&s->idle, w) || e->b != s->ver[w])
+    worker_run *k = &s->wk[w];
+    if (dh__bitset_has(&s->idle, w) || e->b != k->ver)
         return; /* re-issued at another speed */
     contention_advance(s, e->t);
     dh__bitset_put(&s->idle, w, 1);
@@ -439,16 +456,15 @@ static void on_task_done(sim *s, const event *e)
         fail(s, DH_ENOMEM);
         return;
     }
-    dh__task t = s->current[w];
-    double cost = true_cost(s, &t);
+    dh__task t = k->task;
+    double cost = k->cost;
     /* its wall time: its cost unless it shared the CPU with more tasks than cores */
-    double wall = s->nworkers > s->cores ? e->t - s->task_start[w] : cost + t.ship_s;
-    dh__records_task(&s->rec, t.step, t.rank, s->task_start[w], wall);
+    double wall = s->nworkers > s->cores ? e->t - k->start : cost + t.ship_s;
+    dh__records_task(&s->rec, t.step, t.rank, k->start, wall);
     dh__trace_span(&s->trace, DH_TRACE_WORKERS, w, t.ship_s > 0 ? "prepare (lent)" : "prepare",
-                   s->task_start[w], s->nworkers > s->cores ? wall : cost, t.step, t.rank,
-                   t.sample);
+                   k->start, s->nworkers > s->cores ? wall : cost, t.step, t.rank, t.sample);
     /* The sample's exact GPU cost becomes known once it is prepared (docs/DESIGN.md mech. 4). */
-    int rc = dh__sched_task_done(s->sched, &t, e->t, cost, s->run->truth.of[t.sample].gpu);
+    int rc = dh__sched_task_done(s->sched, &t, e->t, cost, k->gpu);
     dh__rec_batch *b = dh__records_batch(&s->rec, t.step, t.rank);
     if (rc < 0 || !b) {
         fail(s, rc < 0 ? rc : s->rec.error);
@@ -503,30 +519,24 @@ static int sim_alloc(sim *s)
 {
     int R = s->run->cfg.ranks;
     s->nworkers = dh__sched_worker_count(s->sched);
-    s->current = dh__calloc((size_t)s->nworkers, sizeof *s->current);
-    s->task_start = dh__calloc((size_t)s->nworkers, sizeof *s->task_start);
+    s->wk = dh__calloc((size_t)s->nworkers, sizeof *s->wk);
     int rc = dh__bitset_init(&s->idle, s->nworkers);
-    s->rem = dh__calloc((size_t)s->nworkers, sizeof *s->rem);
-    s->ver = dh__calloc((size_t)s->nworkers, sizeof *s->ver);
     s->cores = s->run->cfg.workers;
     s->waiting = dh__malloc((size_t)R * sizeof *s->waiting);
     s->batch_buf = dh__malloc((size_t)s->run->cfg.global_batch * sizeof *s->batch_buf);
-    if (rc || !s->current || !s->task_start || !s->waiting || !s->batch_buf || !s->rem ||
-        !s->ver)
+    if (rc || !s->wk || !s->waiting || !s->batch_buf)
         return DH_ENOMEM;
     for (int w = 0; w < s->nworkers; w++)
         dh__bitset_put(&s->idle, w, 1);
+    s->events.tiered = 1;
     return 0;
 }
 
 static void sim_free(sim *s)
 {
-    free(s->heap);
-    free(s->current);
-    free(s->task_start);
+    event_heap_qfree(&s->events);
+    free(s->wk);
     dh__bitset_free(&s->idle);
-    free(s->rem);
-    free(s->ver);
     free(s->waiting);
     free(s->batch_buf);
     dh__records_free(&s->rec);
@@ -539,8 +549,12 @@ static int simulate(sim *s)
     for (int r = 0; r < s->rec.R; r++)
         request(s, r, 0, 0.0);
     poll_idle(s, -1, 0.0);
-    while (!s->done && !s->error && s->nheap > 0) {
-        event e = pop(s);
+    while (!s->done && !s->error && s->events.n > 0) {
+        event e;
+        if (pop(s, &e)) {
+            fail(s, DH_ENOMEM);
+            break;
+        }
         if (e.type == EV_TASK_DONE)
             on_task_done(s, &e);
         else if (e.type == EV_COMPUTE_DONE)
