@@ -555,6 +555,10 @@ static int simulate(sim *s)
             fail(s, DH_ENOMEM);
             break;
         }
+        if (s->events.n) { /* the next event's worker, while this one is handled (a miss) */
+            __builtin_prefetch(&s->wk[s->events.a[0].a]);
+            __builtin_prefetch((const char *)&s->wk[s->events.a[0].a] + 64);
+        }
         if (e.type == EV_TASK_DONE)
             on_task_done(s, &e);
         else if (e.type == EV_COMPUTE_DONE)
