@@ -32,8 +32,10 @@
 
 int dh__is_remote(const char *p)
 {
-    return p && (!strncasecmp(p, "http://", 7) || !strncasecmp(p, "https://", 8) ||
-                 !strncasecmp(p, "s3://", 5));
+    if (!p || ((p[0] | 0x20) != 'h' && (p[0] | 0x20) != 's'))
+        return 0; /* a local path, told by its first byte (asked of every media item loaded) */
+    return !strncasecmp(p, "http://", 7) || !strncasecmp(p, "https://", 8) ||
+           !strncasecmp(p, "s3://", 5);
 }
 
 void dh__store_display(const char *path, char *out, size_t len)
