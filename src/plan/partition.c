@@ -18,7 +18,6 @@
 #include <string.h>
 
 #define REFINE_PARTNERS 8  /* least-loaded ranks tried per refinement round */
-#define REFINE_LIST 32     /* a partner's members read into an array, up to this many */
 #define EPS 1e-12
 
 typedef struct {
@@ -441,17 +440,8 @@ static int refine_round(part_state *s, rank_heap *most, rank_heap *least, int to
     int np = least_loaded(least, top, partners, REFINE_PARTNERS);
     double best = s->gpu[top] - EPS;
     int bi = -1, bj = -1, br = -1;
-    /* Costs are >= 0, so a move or swap with r ends at or above r's load, and a swap of i
-     * (giving up gi - gj <= gi) leaves top at or above its load less gi, with the rounding
-     * (monotone) too: partners loaded at or above the best so far (ascending: all the rest),
-     * and swaps of an i whose whole cost cannot bring top below it, cannot win; they are
-     * skipped, which changes nothing chosen (a win must be strictly below the best). */
-    for (int p = 0; p < np && s->gpu[partners[p]] < best; p++) {
-        int r = partners[p], nr = 0, js[REFINE_LIST];
-        double gs[REFINE_LIST];
-        for (int j = s->head[r]; j >= 0 && nr < REFINE_LIST; j = s->next[j], nr++)
-            js[nr] = j, gs[nr] = in->gpu[j]; /* r's members in list order, read once */
-        int whole = nr < REFINE_LIST || s->count[r] <= REFINE_LIST;
+    for (int p = 0; p < np; p++) {
+        int r = partners[p];
         for (int i = s->head[top]; i >= 0; i = s->next[i]) {
             double gi = in->gpu[i];
             if (fits(s, r, i, -1)) { /* move i: top -> r */
@@ -459,17 +449,7 @@ static int refine_round(part_state *s, rank_heap *most, rank_heap *least, int to
                 if (m < best)
                     best = m, bi = i, bj = -1, br = r;
             }
-            if (s->gpu[top] - gi >= best)
-                continue;
-            for (int k = 0; whole && k < nr; k++) { /* swap i with j of r */
-                if (gs[k] >= gi || !fits(s, r, i, js[k]))
-                    continue;
-                double d = gi - gs[k];
-                double m = DH_MAX(s->gpu[top] - d, s->gpu[r] + d);
-                if (m < best)
-                    best = m, bi = i, bj = js[k], br = r;
-            }
-            for (int j = whole ? -1 : s->head[r]; j >= 0; j = s->next[j]) { /* (a long list) */
+            for (int j = s->head[r]; j >= 0; j = s->next[j]) { /* swap i with j of r */
                 if (in->gpu[j] >= gi || !fits(s, r, i, j))
                     continue;
                 double d = gi - in->gpu[j];
