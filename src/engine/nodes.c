@@ -91,9 +91,7 @@ static int nodes_init(dh_engine *e, dh__sched_config *sc)
     x->skip = dh__calloc((size_t)e->nodes, 1);
     x->truth_buf = dh__calloc((size_t)e->G, sizeof *x->truth_buf);
     e->run.truth_by_nodes = 1; /* each node sums its own batches' truth (nodes_step.c) */
-    int64_t biggest = 0;
-    for (int64_t i = 0; i < e->run.samples.n; i++)
-        biggest = DH_MAX(biggest, e->run.samples.row[i].bytes);
+    int64_t biggest = e->run.bytes_max;
     x->lim = (dh__wire_limits){e->nodes, per, e->run.samples.n, e->G,
                                biggest + ITEM_ALIGN * DH__WIRE_MAX_ITEMS, DH_MAX(1, c->workers),
                                x->bytes, e->N};

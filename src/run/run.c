@@ -339,6 +339,12 @@ static int build_costs(dh__run *run, const dh__workload *wl, char *err, size_t e
                 (long long)run->samples.n);
     if (rc)
         return rc;
+    double sum = 0;
+    for (int64_t i = 0; i < run->samples.n; i++) {
+        run->bytes_max = DH_MAX(run->bytes_max, run->samples.row[i].bytes);
+        sum += (double)run->samples.row[i].bytes;
+    }
+    run->bytes_mean = sum / (double)(run->samples.n ? run->samples.n : 1);
     dh__truth_cpu(&run->truth, run->m, run->samples.row, c->seed, c->cpu_cost_scale);
     /* A measured machine factor moves the CPU predictions (and so rho) to this machine. */
     for (int64_t i = 0; c->cpu_cost_scale > 0 && i < run->samples.n; i++)
@@ -358,18 +364,13 @@ static int build_costs(dh__run *run, const dh__workload *wl, char *err, size_t e
 }
 
 /* DataLoader's holding: 2 prefetched batches per worker plus the one each rank computes on. */
-/* The largest sample's output bytes, and the mean. */
+/* The largest sample's output bytes, and the mean (set by build_costs: rows' bytes do not
+ * change after; the budgets asked for them a dozen times, a pass over every row each). */
 static int64_t max_sample_bytes(const dh__run *run, double *mean)
 {
-    int64_t mx = 0;
-    double sum = 0;
-    for (int64_t i = 0; i < run->samples.n; i++) {
-        mx = DH_MAX(mx, run->samples.row[i].bytes);
-        sum += (double)run->samples.row[i].bytes;
-    }
     if (mean)
-        *mean = sum / (double)(run->samples.n ? run->samples.n : 1);
-    return mx;
+        *mean = run->bytes_mean;
+    return run->bytes_max;
 }
 
 /* The largest batch one rank can get, with its items' 64-byte alignment. */
@@ -411,10 +412,7 @@ int64_t dh__run_admission_budget(const dh__run *run, int leases)
 static int64_t default_budget(const dh__run *run)
 {
     const dh_run_config *c = &run->cfg;
-    double mean = 0;
-    for (int64_t i = 0; i < run->samples.n; i++)
-        mean += (double)run->samples.row[i].bytes;
-    mean /= (double)(run->samples.n ? run->samples.n : 1);
+    double mean = run->bytes_mean;
     int k = c->workers / c->ranks > 1 ? c->workers / c->ranks : 1;
     double batches = (double)c->ranks * (2.0 * k + 1.0);
     /* at least one of the largest batches: samples far above the mean (one long video among

@@ -19,6 +19,8 @@ typedef struct {
     dh_spec *spec;
     const dh_spec *use_spec;  /* cfg.spec, or the workload's */
     dh__samples samples;      /* predictions */
+    int64_t bytes_max;        /* the largest sample's output bytes, and the mean (the */
+    double bytes_mean;        /* budgets' inputs: once, not a pass over every row each) */
     dh__truth truth;          /* engines only */
     dh__gpu_model gpu;        /* scaled to rho: the truth model and the policy's start */
     dh_sampler *sampler;      /* the global order, drawn step by step */

@@ -186,6 +186,9 @@ void dh__sched_observe_wire(dh__sched *s, int64_t bytes, double seconds);
 
 /* 1 when t is the last outstanding part of its sample (the one that completes it). */
 int dh__sched_last_part(const dh__sched *s, const dh__task *t);
+/* A hint: the rows dh__sched_task_done will read for the task at pos, fetched into the cache
+ * ahead of it (the simulator knows its next completion one event ahead). No effect otherwise. */
+void dh__sched_prefetch(const dh__sched *s, int64_t pos);
 /* A dispatched task's slack at `now`: its step's estimated deadline (from the latest step
  * taken) minus now minus its predicted cost; negative: late. */
 double dh__sched_task_slack(const dh__sched *s, const dh__task *t, double now);

@@ -76,6 +76,7 @@ typedef struct {
     int type;
     int a;     /* worker or rank */
     int64_t b; /* step */
+    int64_t pos; /* a task's: its position (its rows are prefetched a completion ahead) */
 } event;
 
 static int event_before(const event *x, const event *y)
@@ -127,7 +128,14 @@ typedef struct {
 
 static int push(sim *s, double t, int type, int a, int64_t b)
 {
-    event e = {t, s->seq++, type, a, b};
+    event e = {t, s->seq++, type, a, b, -1};
+    return event_heap_qpush(&s->events, e);
+}
+
+/* Worker w's completion at t, under its next version. */
+static int push_done(sim *s, double t, int w)
+{
+    event e = {t, s->seq++, EV_TASK_DONE, w, ++s->wk[w].ver, s->wk[w].task.pos};
     return event_heap_qpush(&s->events, e);
 }
 
@@ -356,7 +364,7 @@ static int contention_reissue(sim *s, double now)
     double rate = share(s, s->busy);
     for (int w = 0; w < s->nworkers; w++)
         if (!dh__bitset_has(&s->idle, w) &&
-            push(s, now + DH_MAX(s->wk[w].rem, 0.0) / rate, EV_TASK_DONE, w, ++s->wk[w].ver))
+            push_done(s, now + DH_MAX(s->wk[w].rem, 0.0) / rate, w))
             return DH_ENOMEM;
     return 0;
 }
@@ -385,7 +393,7 @@ static int dispatch(sim *s, int w, double now)
     if (share(s, ++s->busy) < 1.0 || share(s, s->busy - 1) < 1.0)
         rc = contention_reissue(s, now);
     else
-        rc = push(s, now + k->rem, EV_TASK_DONE, w, ++k->ver);
+        rc = push_done(s, now + k->rem, w);
     if (rc)
         fail(s, rc);
     return rc ? 1 : 0;
@@ -555,9 +563,12 @@ static int simulate(sim *s)
             fail(s, DH_ENOMEM);
             break;
         }
-        if (s->events.n) { /* the next event's worker, while this one is handled (a miss) */
-            __builtin_prefetch(&s->wk[s->events.a[0].a]);
-            __builtin_prefetch((const char *)&s->wk[s->events.a[0].a] + 64);
+        const event *next = s->events.n ? &s->events.a[0] : NULL;
+        if (next && next->type == EV_TASK_DONE) { /* its worker's and task's rows, while this
+                                                   * one is handled (a cache miss each) */
+            __builtin_prefetch(&s->wk[next->a]);
+            __builtin_prefetch((const char *)&s->wk[next->a] + 64);
+            dh__sched_prefetch(s->sched, next->pos);
         }
         if (e.type == EV_TASK_DONE)
             on_task_done(s, &e);
