@@ -184,15 +184,8 @@ int dh__lst_next(dh__sched *s, int node, double now, int64_t *pos, int32_t *part
     *pos = it.pos;
     *part = it.part;
     *nparts = it.nparts;
-    if (s->queue[node].n) { /* most likely the next pop: its rows on their way (a miss each) */
-        int64_t a = at(s, s->queue[node].a[0].pos);
-        __builtin_prefetch(&s->task_pred[a]);
-        __builtin_prefetch(&s->slot_cls[a]);
-        __builtin_prefetch(&s->slot_segs[a]);
-        __builtin_prefetch(&s->order[a]);
-        __builtin_prefetch(&s->rank_of[a]);
-        __builtin_prefetch(&s->parts_left[a]);
-    }
+    if (s->queue[node].n) /* most likely the next pop */
+        prefetch_rows(s, at(s, s->queue[node].a[0].pos), 1);
     return 0;
 }
 

@@ -175,13 +175,7 @@ void dh__sched_prefetch(const dh__sched *s, int64_t pos)
 {
     if (pos < s->lo * s->G || pos >= s->planned * s->G)
         return; /* (out of the window: its rows are another position's) */
-    int64_t a = at(s, pos);
-    __builtin_prefetch(&s->task_pred[a]);
-    __builtin_prefetch(&s->slot_cls[a]);
-    __builtin_prefetch(&s->parts_left[a]);
-    __builtin_prefetch(&s->revealed[a]);
-    __builtin_prefetch(&s->done[a]);
-    __builtin_prefetch(&s->rank_of[a]);
+    prefetch_rows(s, at(s, pos), 0);
 }
 
 int dh__sched_last_part(const dh__sched *s, const dh__task *t)
