@@ -18,10 +18,10 @@
  *   static int  prefix##_qpop(prefix##_q *q, type *out);       q->n must be > 0; 0 or DH_ENOMEM
  *   static void prefix##_qfree(prefix##_q *q);
  * where key(const type *x) is the double `before` compares first (x before y whenever
- * key(x) < key(y)). With q->tiered 0 it is the heap a[0, n) alone. With q->tiered set, a
- * pop walked the whole heap from its root to a leaf, missing the cache on most levels once
- * it outgrew it; now only the most urgent items are in the heap: those keyed at most q->cut.
- * The others wait unordered in q->far (a push there is an append). When the heap runs empty,
+ * key(x) < key(y)). With q->tiered 0 it is the heap a[0, n) alone. With q->tiered set, only
+ * the most urgent items are in the heap (a pop walks it from its root to a leaf, missing the
+ * cache on most levels once it outgrows the cache): those keyed at most q->cut. The others
+ * wait unordered in q->far (a push there is an append). When the heap runs empty,
  * the most urgent eighth of far (its cut estimated from a sample of 128 keys) moves to it
  * and is heapified in one pass. Every key in the heap is at most the cut and every key in far
  * above it, so the heap's top is the least of all; q->n is 0 only when far is empty too.
