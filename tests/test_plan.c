@@ -139,6 +139,71 @@ START_TEST(refinement_reaches_the_bound_over_many_ranks)
 }
 END_TEST
 
+/* Costs for the refinement tests: quadratic in a log-normal token count (sigma 0.3), or
+ * (quantised) a few dozen distinct values, so that many moves and swaps tie. */
+static void mild_costs(double *g, int n, int seed, int quantised)
+{
+    srand(seed);
+    for (int i = 0; i < n; i++) {
+        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = rand() / (RAND_MAX + 1.0);
+        double tokens = 1000 * exp(0.3 * sqrt(-2 * log(u1)) * cos(6.283185307 * u2));
+        g[i] = quantised ? round(tokens / 50.0) : tokens + tokens * tokens / 4000.0;
+    }
+}
+
+START_TEST(gathered_refinement_chooses_as_the_list_walk)
+{
+    /* Without caps the refinement reads members into arrays and scans swaps without
+     * branches; with caps (here never binding) it walks the lists and asks the caps. Both
+     * must choose the same move every round: the same plan, move for move. Shapes: 8 a rank
+     * (arrays), 100 a rank (over the arrays' 64: lists), and one rank holding the many
+     * samples that cost nothing next to ranks of a few (both in one round). */
+    struct {
+        int n, R, quantised, zeros;
+    } shape[] = {{4096, 512, 0, 0}, {4096, 512, 1, 0}, {6000, 60, 0, 0},
+                 {6000, 60, 1, 0},  {2000, 200, 0, 300}};
+    for (size_t k = 0; k < sizeof shape / sizeof *shape; k++) {
+        int n = shape[k].n, R = shape[k].R;
+        double *g = malloc(n * sizeof *g);
+        int32_t *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        ck_assert(g && a && b);
+        int64_t moved = 0; /* LPT's plans: a few moves at 100 a rank, hundreds at 8 */
+        for (int seed = 1; seed <= 3; seed++) {
+            mild_costs(g, n, seed, shape[k].quantised);
+            for (int i = 0; i < shape[k].zeros; i++)
+                g[i * 3] = 0;
+            dh__part_in fast = {.n = n, .ranks = R, .gpu = g};
+            dh__part_in walk = fast;
+            walk.cap_tokens = INT64_MAX;
+            dh__part_out fo, wo;
+            ck_assert_int_eq(dh__partition(&fast, a, &fo), 0);
+            ck_assert_int_eq(dh__partition(&walk, b, &wo), 0);
+            moved += fo.moves;
+            ck_assert_int_eq(fo.moves, wo.moves);
+            ck_assert_int_eq(memcmp(a, b, n * sizeof *a), 0);
+            ck_assert(fo.max_gpu == wo.max_gpu);
+            /* improving a given placement (the rebalancer's call) takes the same path */
+            for (int i = 0; i < n; i++)
+                a[i] = b[i] = (int32_t)((i * 7) % R);
+            fast.initial = walk.initial = a;
+            int32_t *fa = malloc(n * sizeof *fa), *wa = malloc(n * sizeof *wa);
+            ck_assert(fa && wa);
+            ck_assert_int_eq(dh__partition(&fast, fa, &fo), 0);
+            ck_assert_int_eq(dh__partition(&walk, wa, &wo), 0);
+            ck_assert_int_gt(fo.moves, 0);
+            ck_assert_int_eq(fo.moves, wo.moves);
+            ck_assert_int_eq(memcmp(fa, wa, n * sizeof *fa), 0);
+            free(fa);
+            free(wa);
+        }
+        ck_assert_int_gt(moved, 0);
+        free(g);
+        free(a);
+        free(b);
+    }
+}
+END_TEST
+
 START_TEST(caps_are_respected_when_feasible)
 {
     /* Four equal-cost samples, two of them huge in bytes: a byte cap forces them apart. */
@@ -295,6 +360,7 @@ int main(void)
     ADD_TEST(tc, refinement_fixes_the_classic_lpt_case);
     ADD_TEST(tc, near_optimal_on_random_small_instances);
     ADD_TEST(tc, every_sample_placed_once_at_scale);
+    ADD_TEST(tc, gathered_refinement_chooses_as_the_list_walk);
     ADD_TEST(tc, caps_are_respected_when_feasible);
     ADD_TEST(tc, stride_is_distributed_sampler_order);
     ADD_TEST(tc, lpt_order_is_gpu_then_cpu_descending_then_index);

@@ -14,6 +14,7 @@
  */
 #include "plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,13 +27,19 @@ typedef struct {
     int n, r;    /* its samples, and the rank */
 } lpt_ent;
 
+/* A rank's loads in one record: placing a sample on a rank at random reads one or two cache
+ * lines, not one in each of six arrays (16,384 ranks: 640 KB of them, past the L2). */
+typedef struct {
+    double g, c;  /* GPU and CPU load */
+    int64_t t, b; /* tokens and bytes, for the caps (tokens: also a tie-break) */
+    int n, head;  /* samples (a tie-break), and the first member (-1: none) */
+} rank_load;
+
 typedef struct {
     const dh__part_in *in;
     int32_t *rank_of;
-    double *gpu, *cpu;       /* per-rank loads */
-    int64_t *tokens, *bytes; /* per-rank usage for caps (tokens: also a tie-break) */
-    int *count;              /* per-rank samples (a tie-break) */
-    int *head, *next, *prev; /* members of each rank: doubly linked, O(1) moves */
+    rank_load *rk;           /* per rank */
+    int *next, *prev;        /* members of each rank (from rk[r].head): doubly linked, O(1) moves */
     lpt_ent *heap;           /* LPT's heap of ranks (R) */
     int *aside;              /* ranks LPT set aside (R) */
     int *rh[4];              /* refinement's rank heaps: most (h, pos), least (h, pos) */
@@ -179,31 +186,32 @@ static int fits(const part_state *s, int r, int i, int out)
     const dh__part_in *in = s->in;
     if (!in->cap_tokens && !in->cap_bytes)
         return 1;
-    int64_t t = s->tokens[r] + val(in->tokens, i) - (out >= 0 ? val(in->tokens, out) : 0);
-    int64_t b = s->bytes[r] + val(in->bytes, i) - (out >= 0 ? val(in->bytes, out) : 0);
+    int64_t t = s->rk[r].t + val(in->tokens, i) - (out >= 0 ? val(in->tokens, out) : 0);
+    int64_t b = s->rk[r].b + val(in->bytes, i) - (out >= 0 ? val(in->bytes, out) : 0);
     return (!in->cap_tokens || t <= in->cap_tokens) && (!in->cap_bytes || b <= in->cap_bytes);
 }
 
 static void place(part_state *s, int i, int r, int sign)
 {
     const dh__part_in *in = s->in;
-    s->gpu[r] += sign * in->gpu[i];
-    s->cpu[r] += sign * (in->cpu ? in->cpu[i] : 0);
-    s->tokens[r] += sign * val(in->tokens, i);
-    s->bytes[r] += sign * val(in->bytes, i);
-    s->count[r] += sign;
+    rank_load *k = &s->rk[r];
+    k->g += sign * in->gpu[i];
+    k->c += sign * (in->cpu ? in->cpu[i] : 0);
+    k->t += sign * val(in->tokens, i);
+    k->b += sign * val(in->bytes, i);
+    k->n += sign;
     if (sign > 0) {
         s->rank_of[i] = r;
         s->prev[i] = -1;
-        s->next[i] = s->head[r];
-        if (s->head[r] >= 0)
-            s->prev[s->head[r]] = i;
-        s->head[r] = i;
+        s->next[i] = k->head;
+        if (k->head >= 0)
+            s->prev[k->head] = i;
+        k->head = i;
     } else {
         if (s->prev[i] >= 0)
             s->next[s->prev[i]] = s->next[i];
         else
-            s->head[r] = s->next[i];
+            k->head = s->next[i];
         if (s->next[i] >= 0)
             s->prev[s->next[i]] = s->prev[i];
     }
@@ -228,7 +236,8 @@ static int ent_before(const lpt_ent *a, const lpt_ent *b)
 
 static lpt_ent ent_of(const part_state *s, int r)
 {
-    return (lpt_ent){s->gpu[r], s->cpu[r], s->tokens[r], s->count[r], r};
+    const rank_load *k = &s->rk[r];
+    return (lpt_ent){k->g, k->c, k->t, k->n, r};
 }
 
 /* The same order between ranks a and b, read from the loads. */
@@ -238,15 +247,20 @@ static int rank_before(const part_state *s, int a, int b)
     return ent_before(&x, &y);
 }
 
+/* LPT's heap is 4-ary: half the levels of a binary one, and a node's four children in two
+ * cache lines (16,384 ranks: 512 KB of heap, past the L2, and one sift a sample). The order
+ * is total, so the top is the same rank whatever the heap's shape. */
+#define ARY 4
+
 static void sift_down(lpt_ent *heap, int n, int i)
 {
     lpt_ent x = heap[i];
     for (;;) {
-        int c = 2 * i + 1;
+        int c = ARY * i + 1, end = DH_MIN(c + ARY, n);
         if (c >= n)
             break;
-        if (c + 1 < n && ent_before(&heap[c + 1], &heap[c]))
-            c++;
+        for (int k = c + 1; k < end; k++)
+            c = ent_before(&heap[k], &heap[c]) ? k : c;
         if (!ent_before(&heap[c], &x))
             break;
         heap[i] = heap[c];
@@ -258,9 +272,9 @@ static void sift_down(lpt_ent *heap, int n, int i)
 static void sift_up(lpt_ent *heap, int i)
 {
     lpt_ent x = heap[i];
-    while (i > 0 && ent_before(&x, &heap[(i - 1) / 2])) {
-        heap[i] = heap[(i - 1) / 2];
-        i = (i - 1) / 2;
+    while (i > 0 && ent_before(&x, &heap[(i - 1) / ARY])) {
+        heap[i] = heap[(i - 1) / ARY];
+        i = (i - 1) / ARY;
     }
     heap[i] = x;
 }
@@ -301,7 +315,7 @@ static void lpt(part_state *s, const int *order, dh__part_out *out)
             place(s, order[k], k, +1);
             heap[k] = ent_of(s, k);
         }
-        for (int i = R / 2 - 1; i >= 0; i--)
+        for (int i = (R - 2) / ARY; i >= 0; i--)
             sift_down(heap, R, i);
     }
     for (; k < in->n; k++) {
@@ -349,12 +363,12 @@ static void lpt(part_state *s, const int *order, dh__part_out *out)
  */
 typedef struct {
     int *h, *pos, n, most; /* most: the most loaded rank on top, else the least */
-    const double *gpu;
+    const rank_load *rk;
 } rank_heap;
 
 static int rh_before(const rank_heap *q, int a, int b)
 {
-    double x = q->gpu[a], y = q->gpu[b];
+    double x = q->rk[a].g, y = q->rk[b].g;
     if (x != y)
         return q->most ? x > y : x < y;
     return a < b;
@@ -396,9 +410,9 @@ static void rh_fix(rank_heap *q, int r)
 }
 
 /* A heap of n ranks in h and pos (n each). */
-static void rh_init(rank_heap *q, int *h, int *pos, int n, const double *gpu, int most)
+static void rh_init(rank_heap *q, int *h, int *pos, int n, const rank_load *rk, int most)
 {
-    *q = (rank_heap){h, pos, n, most, gpu};
+    *q = (rank_heap){h, pos, n, most, rk};
     for (int r = 0; r < n; r++)
         rh_set(q, r, r);
     for (int r = n / 2 - 1; r >= 0; r--)
@@ -429,34 +443,83 @@ static int least_loaded(const rank_heap *q, int skip, int *out, int k)
     return m;
 }
 
+/* Members a round gathers from a rank's list into arrays (more: the lists are walked). */
+#define GATHER_MAX 64
+
+/* Rank r's members in list order into idx and their GPU costs into g; their count, or -1
+ * when r holds more than GATHER_MAX. */
+static int gather(const part_state *s, int r, int *idx, double *g)
+{
+    int m = 0;
+    for (int i = s->rk[r].head; i >= 0; i = s->next[i]) {
+        if (m == GATHER_MAX)
+            return -1;
+        idx[m] = i;
+        g[m++] = s->in->gpu[i];
+    }
+    return m;
+}
+
 /*
  * One refinement round on the most loaded rank: the best move or swap with a
  * lightly loaded partner. Returns 1 if the pair's maximum went down.
+ *
+ * Candidates are tried in one order (partner, then top's member in list order,
+ * its move, then its swaps with the partner's members in list order) and the
+ * first strictly better one is kept. Without caps, and for lists of at most
+ * GATHER_MAX members, the members are read into arrays once a round (once a
+ * partner) and the swaps are scanned without branches: which swap is better
+ * depends on the data, so a branch there missed about half the time (most of a
+ * 16,384-rank plan's time). Same order, same comparisons, same choice.
  */
 static int refine_round(part_state *s, rank_heap *most, rank_heap *least, int top)
 {
     const dh__part_in *in = s->in;
     int partners[REFINE_PARTNERS];
     int np = least_loaded(least, top, partners, REFINE_PARTNERS);
-    double best = s->gpu[top] - EPS;
+    double best = s->rk[top].g - EPS;
     int bi = -1, bj = -1, br = -1;
+    int ti[GATHER_MAX], ri[GATHER_MAX];
+    double tg[GATHER_MAX], rg[GATHER_MAX];
+    int mt = in->cap_tokens || in->cap_bytes ? -1 : gather(s, top, ti, tg);
     for (int p = 0; p < np; p++) {
         int r = partners[p];
-        for (int i = s->head[top]; i >= 0; i = s->next[i]) {
-            double gi = in->gpu[i];
-            if (fits(s, r, i, -1)) { /* move i: top -> r */
-                double m = DH_MAX(s->gpu[top] - gi, s->gpu[r] + gi);
-                if (m < best)
-                    best = m, bi = i, bj = -1, br = r;
+        int mr = mt < 0 ? -1 : gather(s, r, ri, rg);
+        if (mr < 0) {
+            for (int i = s->rk[top].head; i >= 0; i = s->next[i]) {
+                double gi = in->gpu[i];
+                if (fits(s, r, i, -1)) { /* move i: top -> r */
+                    double m = DH_MAX(s->rk[top].g - gi, s->rk[r].g + gi);
+                    if (m < best)
+                        best = m, bi = i, bj = -1, br = r;
+                }
+                for (int j = s->rk[r].head; j >= 0; j = s->next[j]) { /* swap i with j of r */
+                    if (in->gpu[j] >= gi || !fits(s, r, i, j))
+                        continue;
+                    double d = gi - in->gpu[j];
+                    double m = DH_MAX(s->rk[top].g - d, s->rk[r].g + d);
+                    if (m < best)
+                        best = m, bi = i, bj = j, br = r;
+                }
             }
-            for (int j = s->head[r]; j >= 0; j = s->next[j]) { /* swap i with j of r */
-                if (in->gpu[j] >= gi || !fits(s, r, i, j))
-                    continue;
-                double d = gi - in->gpu[j];
-                double m = DH_MAX(s->gpu[top] - d, s->gpu[r] + d);
-                if (m < best)
-                    best = m, bi = i, bj = j, br = r;
+            continue;
+        }
+        double gt = s->rk[top].g, gr = s->rk[r].g;
+        for (int k = 0; k < mt; k++) {
+            double gi = tg[k];
+            double m = DH_MAX(gt - gi, gr + gi); /* move */
+            if (m < best)
+                best = m, bi = ti[k], bj = -1, br = r;
+            int w = -1;
+            for (int l = 0; l < mr; l++) { /* swaps, without branches */
+                double d = gi - rg[l];
+                m = DH_MAX(gt - d, gr + d);
+                int better = (d > 0) & (m < best); /* d > 0: rg[l] < gi (or no swap) */
+                best = better ? m : best;
+                w = better ? l : w;
             }
+            if (w >= 0)
+                bi = ti[k], bj = ri[w], br = r;
         }
     }
     if (bi < 0)
@@ -493,11 +556,11 @@ static void refine(part_state *s, dh__part_out *out)
     }
     double good_enough = 1.001 * DH_MAX(total / in->ranks, largest);
     rank_heap most, least;
-    rh_init(&most, s->rh[0], s->rh[1], in->ranks, s->gpu, 1);
-    rh_init(&least, s->rh[2], s->rh[3], in->ranks, s->gpu, 0);
+    rh_init(&most, s->rh[0], s->rh[1], in->ranks, s->rk, 1);
+    rh_init(&least, s->rh[2], s->rh[3], in->ranks, s->rk, 0);
     for (int round = 0; round < 4 * in->n + 16; round++) {
         int top = most.h[0];
-        if (s->gpu[top] <= good_enough || !refine_round(s, &most, &least, top))
+        if (s->rk[top].g <= good_enough || !refine_round(s, &most, &least, top))
             break;
         out->moves++;
     }
@@ -560,8 +623,8 @@ static void fill_empty_ranks(part_state *s, int *count)
         int d = 0;
         for (int r = 1; r < R; r++)
             d = count[r] > count[d] ? r : d;
-        int light = s->head[d];
-        for (int i = s->head[d]; i >= 0; i = s->next[i])
+        int light = s->rk[d].head;
+        for (int i = s->rk[d].head; i >= 0; i = s->next[i])
             light = s->in->gpu[i] < s->in->gpu[light] ? i : light;
         place(s, light, d, -1);
         place(s, light, e, +1);
@@ -595,7 +658,7 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     /* One block for every array of the call, kept in in->ws between calls: a 32,768-sample
      * plan allocated a few MiB per call, which came from fresh pages (mmap, page faults and
      * zeroing: a third of a replica's control time at 1,024 nodes). */
-    size_t need = 4 * ws_len(R, sizeof(double)) + 7 * ws_len(R, sizeof(int)) +
+    size_t need = ws_len(R, sizeof(rank_load)) + 5 * ws_len(R, sizeof(int)) +
                   ws_len(R, sizeof(lpt_ent)) +
                   4 * ws_len(n1, sizeof(int)) + ws_len(2 * n1, sizeof(lpt_kv)) +
                   ws_len(DIGITS * RADIX, sizeof(uint32_t));
@@ -604,12 +667,7 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
         return DH_ENOMEM;
     char *p = ws->mem;
     part_state s = {.in = in, .rank_of = rank_of};
-    s.gpu = carve(&p, R, sizeof *s.gpu);
-    s.cpu = carve(&p, R, sizeof *s.cpu);
-    s.tokens = carve(&p, R, sizeof *s.tokens);
-    s.bytes = carve(&p, R, sizeof *s.bytes);
-    s.head = carve(&p, R, sizeof *s.head);
-    s.count = carve(&p, R, sizeof *s.count);
+    s.rk = carve(&p, R, sizeof *s.rk);
     s.heap = carve(&p, R, sizeof *s.heap);
     s.aside = carve(&p, R, sizeof *s.aside);
     for (int k = 0; k < 4; k++)
@@ -619,14 +677,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     int *order = carve(&p, n1, sizeof *order), *tmp = carve(&p, n1, sizeof *tmp);
     lpt_kv *kv = carve(&p, 2 * n1, sizeof *kv);
     uint32_t(*cnt)[RADIX] = carve(&p, DIGITS * RADIX, sizeof(uint32_t));
-    memset(s.cpu, 0, R * sizeof *s.cpu);
-    memset(s.tokens, 0, R * sizeof *s.tokens);
-    memset(s.bytes, 0, R * sizeof *s.bytes);
-    memset(s.count, 0, R * sizeof *s.count);
-    for (size_t r = 0; r < R; r++) {
-        s.head[r] = -1;
-        s.gpu[r] = in->base_gpu ? in->base_gpu[r] : 0;
-    }
+    for (size_t r = 0; r < R; r++)
+        s.rk[r] = (rank_load){.g = in->base_gpu ? in->base_gpu[r] : 0, .head = -1};
     if (in->initial) { /* improve a given placement: only moves that lower the maximum */
         for (int i = 0; i < in->n; i++)
             place(&s, i, in->initial[i], +1);
@@ -639,8 +691,8 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
         fill_empty_ranks(&s, s.rh[0]); /* refinement's heap space is free now */
     double total = 0;
     for (size_t r = 0; r < R; r++) {
-        total += s.gpu[r];
-        out->max_gpu = DH_MAX(out->max_gpu, s.gpu[r]);
+        total += s.rk[r].g;
+        out->max_gpu = DH_MAX(out->max_gpu, s.rk[r].g);
     }
     out->mean_gpu = total / (double)R;
     dh__part_ws_free(&own);
