@@ -204,6 +204,23 @@ START_TEST(gathered_refinement_chooses_as_the_list_walk)
 }
 END_TEST
 
+START_TEST(lpt_starts_from_the_loads_already_there)
+{
+    /* Ranks already loaded 3, 2, 1, 0 (base_gpu, no initial placement): LPT must see rank 3
+     * as the least loaded, then rank 2. Its heap of ranks was filled in rank order and never ordered, so
+     * the first sample went to rank 0 (load 4) and the refinement had to move it back. */
+    double base[] = {3, 2, 1, 0}, g[] = {1, 1};
+    int32_t rank_of[2];
+    dh__part_in in = {.n = 2, .ranks = 4, .gpu = g, .base_gpu = base};
+    dh__part_out out;
+    ck_assert_int_eq(dh__partition(&in, rank_of, &out), 0);
+    ck_assert_int_eq(out.moves, 0);
+    ck_assert_int_eq(rank_of[0], 3);
+    ck_assert_int_eq(rank_of[1], 2); /* 2 and 3 both at 1 now: fewer samples first */
+    ck_assert(out.max_gpu == 3);
+}
+END_TEST
+
 START_TEST(caps_are_respected_when_feasible)
 {
     /* Four equal-cost samples, two of them huge in bytes: a byte cap forces them apart. */
@@ -361,6 +378,7 @@ int main(void)
     ADD_TEST(tc, near_optimal_on_random_small_instances);
     ADD_TEST(tc, every_sample_placed_once_at_scale);
     ADD_TEST(tc, gathered_refinement_chooses_as_the_list_walk);
+    ADD_TEST(tc, lpt_starts_from_the_loads_already_there);
     ADD_TEST(tc, caps_are_respected_when_feasible);
     ADD_TEST(tc, stride_is_distributed_sampler_order);
     ADD_TEST(tc, lpt_order_is_gpu_then_cpu_descending_then_index);

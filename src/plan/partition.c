@@ -306,6 +306,8 @@ static void lpt(part_state *s, const int *order, dh__part_out *out)
     int *aside = s->aside;
     for (int r = 0; r < R; r++)
         heap[r] = ent_of(s, r);
+    for (int i = (R - 2) / ARY; in->base_gpu && i >= 0; i--) /* else empty: in rank order */
+        sift_down(heap, R, i);
     if (!in->base_gpu && !in->cap_tokens && !in->cap_bytes && in->n >= R &&
         in->gpu[order[R - 1]] > 0) {
         /* Every rank starts empty and the R largest samples all weigh: the least loaded rank
