@@ -1,5 +1,5 @@
 /*
- * heap.h - a binary min-heap over a growable array, generated per element
+ * heap.h - a min-heap over a growable array, generated per element
  * type so the comparison inlines (the scheduler's task heap and the
  * simulator's event heap are both on hot paths).
  *
@@ -10,6 +10,9 @@
  *   static void prefix_make(type *a, int64_t n);     orders a[0, n) into a heap, in O(n)
  * where before(const type *x, const type *y) is nonzero when x must come out
  * first. Ties must be broken inside `before` for deterministic order.
+ *   DH_HEAP_ARY_DEFINE(prefix, type, before, ary)
+ * defines the same for a heap of `ary` children a node (DH_HEAP_DEFINE: 2). With a total
+ * order the pops are the same whatever the arity; only a[]'s layout differs.
  *
  *   DH_TIERS_DEFINE(prefix, type, before, key)     (after DH_HEAP_DEFINE(prefix, ...))
  * defines a queue with the same pops, in the same order, for queues that outgrow the cache:
@@ -18,10 +21,12 @@
  *   static int  prefix##_qpop(prefix##_q *q, type *out);       q->n must be > 0; 0 or DH_ENOMEM
  *   static void prefix##_qfree(prefix##_q *q);
  * where key(const type *x) is the double `before` compares first (x before y whenever
- * key(x) < key(y)). With q->tiered 0 it is the heap a[0, n) alone. With q->tiered set, only
+ * key(x) < key(y)). With q->tiered 0 it is the binary heap a[0, n) alone (lending reads its
+ * first entries as they lie). With q->tiered set, only
  * the most urgent items are in the heap (a pop walks it from its root to a leaf, missing the
  * cache on most levels once it outgrows the cache): those keyed at most q->cut. The others
- * wait unordered in q->far (a push there is an append). When the heap runs empty,
+ * wait unordered in q->far (a push there is an append), and the heap is 4-ary (half the
+ * levels of a binary one, a node's children in two cache lines). When the heap runs empty,
  * the most urgent eighth of far (its cut estimated from a sample of 128 keys) moves to it
  * and is heapified in one pass. Every key in the heap is at most the cut and every key in far
  * above it, so the heap's top is the least of all; q->n is 0 only when far is empty too.
@@ -34,7 +39,10 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define DH_HEAP_DEFINE(prefix, type, before)                                                       \
+#define DH_HEAP_DEFINE(prefix, type, before) DH_HEAP_ARY_DEFINE(prefix, type, before, 2)
+
+/* The same functions for a heap of `ary` children a node (ary a constant >= 2). */
+#define DH_HEAP_ARY_DEFINE(prefix, type, before, ary)                                              \
     static __attribute__((unused)) int prefix##_push(type **a, size_t *cap, int64_t *n,            \
                                                      type item)                                    \
     {                                                                                              \
@@ -45,7 +53,7 @@
             dh__huge_hint(*a, *cap * sizeof **a);                                                  \
         int64_t i = (*n)++;                                                                        \
         while (i > 0) {                                                                            \
-            int64_t p = (i - 1) / 2;                                                               \
+            int64_t p = (i - 1) / (ary);                                                           \
             if (before(&(*a)[p], &item))                                                           \
                 break;                                                                             \
             (*a)[i] = (*a)[p];                                                                     \
@@ -58,11 +66,12 @@
     static inline void prefix##_down(type *a, int64_t n, int64_t i, type item)                     \
     {                                                                                              \
         for (;;) {                                                                                 \
-            int64_t c = 2 * i + 1;                                                                 \
+            int64_t c = (ary) * i + 1, end = c + (ary) < n ? c + (ary) : n;                        \
             if (c >= n)                                                                            \
                 break;                                                                             \
-            if (c + 1 < n && before(&a[c + 1], &a[c]))                                             \
-                c++;                                                                               \
+            for (int64_t k = c + 1; k < end; k++)                                                  \
+                if (before(&a[k], &a[c]))                                                          \
+                    c = k;                                                                         \
             if (before(&item, &a[c]))                                                              \
                 break;                                                                             \
             a[i] = a[c];                                                                           \
@@ -79,7 +88,7 @@
     }                                                                                              \
     static __attribute__((unused)) void prefix##_make(type *a, int64_t n)                          \
     {                                                                                              \
-        for (int64_t i = n / 2 - 1; i >= 0; i--)                                                   \
+        for (int64_t i = (n - 2) / (ary); n > 1 && i >= 0; i--)                                    \
             prefix##_down(a, n, i, a[i]);                                                          \
     }
 
@@ -93,6 +102,7 @@ static inline int dh__tiers_by_key(const void *a, const void *b)
 }
 
 #define DH_TIERS_DEFINE(prefix, type, before, key)                                                 \
+    DH_HEAP_ARY_DEFINE(prefix##_t4, type, before, 4)                                               \
     typedef struct {                                                                               \
         type *a; /* the heap */                                                                    \
         int64_t n;                                                                                 \
@@ -130,7 +140,7 @@ static inline int dh__tiers_by_key(const void *a, const void *b)
                 q->a[k++] = q->far[i];                                                             \
             else                                                                                   \
                 q->far[kept++] = q->far[i];                                                        \
-        prefix##_make(q->a, k);                                                                    \
+        prefix##_t4_make(q->a, k);                                                                 \
         q->n = k;                                                                                  \
         q->nfar = kept;                                                                            \
         q->cut = all ? INFINITY : cut;                                                             \
@@ -149,11 +159,12 @@ static inline int dh__tiers_by_key(const void *a, const void *b)
             q->far[q->nfar++] = item;                                                              \
             return 0;                                                                              \
         }                                                                                          \
-        return prefix##_push(&q->a, &q->cap, &q->n, item);                                         \
+        return q->tiered ? prefix##_t4_push(&q->a, &q->cap, &q->n, item)                           \
+                         : prefix##_push(&q->a, &q->cap, &q->n, item);                             \
     }                                                                                              \
     static __attribute__((unused)) int prefix##_qpop(prefix##_q *q, type *out)                     \
     {                                                                                              \
-        *out = prefix##_pop(q->a, &q->n);                                                          \
+        *out = q->tiered ? prefix##_t4_pop(q->a, &q->n) : prefix##_pop(q->a, &q->n);               \
         return q->tiered && !q->n && q->nfar ? prefix##_qrefill(q) : 0;                            \
     }                                                                                              \
     static __attribute__((unused)) void prefix##_qfree(prefix##_q *q)                              \
