@@ -21,10 +21,11 @@
 #define REFINE_PARTNERS 8  /* least-loaded ranks tried per refinement round */
 #define EPS 1e-12
 
+/* A rank in LPT's heap: its GPU load, the first of the order's keys (the others are read
+ * from its record on a tie), in 16 bytes: 16,384 ranks' heap fits the L2. */
 typedef struct {
-    double g, c; /* a rank's GPU and CPU load */
-    int64_t t;   /* its tokens */
-    int n, r;    /* its samples, and the rank */
+    double g;
+    int r;
 } lpt_ent;
 
 /* A rank's loads in one record: placing a sample on a rank at random reads one or two cache
@@ -217,42 +218,42 @@ static void place(part_state *s, int i, int r, int sign)
     }
 }
 
-/* LPT's heap holds each rank with its loads: no lookups to compare. Less GPU load first,
- * then less CPU load, then fewer tokens, then fewer samples, then the lower index. Samples
- * that cost nothing predicted (text only) all went to rank 0 while it stayed the least
- * loaded: the tokens and the count spread them. */
-static int ent_before(const lpt_ent *a, const lpt_ent *b)
+/* LPT's order of ranks: less GPU load first, then less CPU load, then fewer tokens, then
+ * fewer samples, then the lower index. Samples that cost nothing predicted (text only) all
+ * went to rank 0 while it stayed the least loaded: the tokens and the count spread them. A
+ * rank's entry is rewritten whenever its loads change, so its g is its record's. */
+static int ent_before(const rank_load *rk, const lpt_ent *a, const lpt_ent *b)
 {
     if (a->g != b->g)
         return a->g < b->g;
-    if (a->c != b->c)
-        return a->c < b->c;
-    if (a->t != b->t)
-        return a->t < b->t;
-    if (a->n != b->n)
-        return a->n < b->n;
+    const rank_load *x = &rk[a->r], *y = &rk[b->r];
+    if (x->c != y->c)
+        return x->c < y->c;
+    if (x->t != y->t)
+        return x->t < y->t;
+    if (x->n != y->n)
+        return x->n < y->n;
     return a->r < b->r;
 }
 
 static lpt_ent ent_of(const part_state *s, int r)
 {
-    const rank_load *k = &s->rk[r];
-    return (lpt_ent){k->g, k->c, k->t, k->n, r};
+    return (lpt_ent){s->rk[r].g, r};
 }
 
 /* The same order between ranks a and b, read from the loads. */
 static int rank_before(const part_state *s, int a, int b)
 {
     lpt_ent x = ent_of(s, a), y = ent_of(s, b);
-    return ent_before(&x, &y);
+    return ent_before(s->rk, &x, &y);
 }
 
-/* LPT's heap is 4-ary: half the levels of a binary one, and a node's four children in two
- * cache lines (16,384 ranks: 512 KB of heap, past the L2, and one sift a sample). The order
- * is total, so the top is the same rank whatever the heap's shape. */
+/* LPT's heap is 4-ary: half the levels of a binary one, and a node's four children in one
+ * cache line (one sift a sample). The order is total, so the top is the same rank whatever
+ * the heap's shape. */
 #define ARY 4
 
-static void sift_down(lpt_ent *heap, int n, int i)
+static void sift_down(const rank_load *rk, lpt_ent *heap, int n, int i)
 {
     lpt_ent x = heap[i];
     for (;;) {
@@ -260,8 +261,8 @@ static void sift_down(lpt_ent *heap, int n, int i)
         if (c >= n)
             break;
         for (int k = c + 1; k < end; k++)
-            c = ent_before(&heap[k], &heap[c]) ? k : c;
-        if (!ent_before(&heap[c], &x))
+            c = ent_before(rk, &heap[k], &heap[c]) ? k : c;
+        if (!ent_before(rk, &heap[c], &x))
             break;
         heap[i] = heap[c];
         i = c;
@@ -269,29 +270,44 @@ static void sift_down(lpt_ent *heap, int n, int i)
     heap[i] = x;
 }
 
-static void sift_up(lpt_ent *heap, int i)
+static void sift_up(const rank_load *rk, lpt_ent *heap, int i)
 {
     lpt_ent x = heap[i];
-    while (i > 0 && ent_before(&x, &heap[(i - 1) / ARY])) {
+    while (i > 0 && ent_before(rk, &x, &heap[(i - 1) / ARY])) {
         heap[i] = heap[(i - 1) / ARY];
         i = (i - 1) / ARY;
     }
     heap[i] = x;
 }
 
-static int heap_pop_rank(lpt_ent *heap, int *n)
+static int heap_pop_rank(const rank_load *rk, lpt_ent *heap, int *n)
 {
     int top = heap[0].r;
     heap[0] = heap[--*n];
     if (*n)
-        sift_down(heap, *n, 0);
+        sift_down(rk, heap, *n, 0);
     return top;
 }
 
 static void heap_push_rank(const part_state *s, lpt_ent *heap, int *n, int r)
 {
     heap[(*n)++] = ent_of(s, r);
-    sift_up(heap, *n - 1);
+    sift_up(s->rk, heap, *n - 1);
+}
+
+/* Samples are placed in an order (LPT's) or on ranks (a given placement) that land at
+ * random in 16,384 ranks' and 131,072 samples' arrays: the rows a placement PLACE_AHEAD
+ * later touches are asked for ahead. */
+#define PLACE_AHEAD 8
+
+static void prefetch_sample(const part_state *s, int i)
+{
+    __builtin_prefetch(&s->in->gpu[i]);
+    if (s->in->cpu)
+        __builtin_prefetch(&s->in->cpu[i]);
+    __builtin_prefetch(&s->rank_of[i], 1);
+    __builtin_prefetch(&s->next[i], 1);
+    __builtin_prefetch(&s->prev[i], 1);
 }
 
 /*
@@ -307,7 +323,7 @@ static void lpt(part_state *s, const int *order, dh__part_out *out)
     for (int r = 0; r < R; r++)
         heap[r] = ent_of(s, r);
     for (int i = (R - 2) / ARY; in->base_gpu && i >= 0; i--) /* else empty: in rank order */
-        sift_down(heap, R, i);
+        sift_down(s->rk, heap, R, i);
     if (!in->base_gpu && !in->cap_tokens && !in->cap_bytes && in->n >= R &&
         in->gpu[order[R - 1]] > 0) {
         /* Every rank starts empty and the R largest samples all weigh: the least loaded rank
@@ -318,20 +334,22 @@ static void lpt(part_state *s, const int *order, dh__part_out *out)
             heap[k] = ent_of(s, k);
         }
         for (int i = (R - 2) / ARY; i >= 0; i--)
-            sift_down(heap, R, i);
+            sift_down(s->rk, heap, R, i);
     }
     for (; k < in->n; k++) {
         int i = order[k], best = -1;
+        if (k + PLACE_AHEAD < in->n)
+            prefetch_sample(s, order[k + PLACE_AHEAD]);
         if (naside == 0 && n == R && fits(s, heap[0].r, i, -1)) {
             /* the usual case: the least loaded rank takes it and sinks to its new place (the
              * order is total, so this is the rank popping would find) */
             place(s, i, heap[0].r, +1);
             heap[0] = ent_of(s, heap[0].r);
-            sift_down(heap, n, 0);
+            sift_down(s->rk, heap, n, 0);
             continue;
         }
         while (n > 0) {
-            int r = heap_pop_rank(heap, &n);
+            int r = heap_pop_rank(s->rk, heap, &n);
             if (fits(s, r, i, -1)) {
                 best = r;
                 break;
@@ -682,8 +700,11 @@ int dh__partition(const dh__part_in *in, int32_t *rank_of, dh__part_out *out)
     for (size_t r = 0; r < R; r++)
         s.rk[r] = (rank_load){.g = in->base_gpu ? in->base_gpu[r] : 0, .head = -1};
     if (in->initial) { /* improve a given placement: only moves that lower the maximum */
-        for (int i = 0; i < in->n; i++)
+        for (int i = 0; i < in->n; i++) {
+            if (i + PLACE_AHEAD < in->n)
+                __builtin_prefetch(&s.rk[in->initial[i + PLACE_AHEAD]], 1);
             place(&s, i, in->initial[i], +1);
+        }
     } else {
         sort_lpt(in, order, kv, tmp, cnt);
         lpt(&s, order, out);
