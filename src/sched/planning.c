@@ -251,6 +251,14 @@ static void placement_scale(const dh__sched *s, double one[DH_CLS_COUNT])
         one[c] = dh__calib_cpu(s->cfg.node_local ? &s->plan_calib : &s->calib, c, 1.0);
 }
 
+/* A hint: the token count placement_input will read for slot a, a random read in the
+ * dataset's table (most of a replica's deal, and of a 16,384-rank plan's inputs). */
+static inline void prefetch_tokens(const dh__sched *s, int64_t a)
+{
+    if (s->cfg.pred.tokens)
+        __builtin_prefetch(&s->cfg.pred.tokens[s->order[a]]);
+}
+
 /* What placement reads of the sample at slot a, into element k of the arrays given. */
 static void placement_input(const dh__sched *s, const double *one, int64_t a, double *gpu,
                             double *cpu, int64_t *tokens, int64_t *bytes, int64_t k)
@@ -276,9 +284,12 @@ static int place_share(dh__sched *s, int64_t st, int node, const int32_t *pos, i
     int64_t base = step_slot(s, st) * s->G;
     double one[DH_CLS_COUNT];
     placement_scale(s, one);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        if (i + GATHER_AHEAD < n)
+            prefetch_tokens(s, base + pos[i + GATHER_AHEAD]);
         placement_input(s, one, base + pos[i], s->share_gpu, s->share_cpu, s->plan_tokens,
                         s->plan_bytes, i);
+    }
     dh__part_in in = {.n = n, .ranks = per, .gpu = s->share_gpu, .cpu = s->share_cpu,
                       .ws = &s->part_ws};
     int rc = dh__part_lpt_order(&in, s->share_ord);
@@ -529,9 +540,12 @@ static int place_balanced(dh__sched *s, int64_t st, int32_t *rank_of)
     if (s->nodes == 1 || s->ranks_per_node == 1) { /* one partition over every rank */
         double one[DH_CLS_COUNT];
         placement_scale(s, one); /* once a plan */
-        for (int64_t k = 0; k < s->G; k++)
+        for (int64_t k = 0; k < s->G; k++) {
+            if (k + GATHER_AHEAD < s->G)
+                prefetch_tokens(s, base + k + GATHER_AHEAD);
             placement_input(s, one, base + k, s->plan_gpu, s->plan_cpu, s->plan_tokens,
                             s->plan_bytes, k);
+        }
         return partition_block(s, (int)s->G, s->R, s->plan_gpu, s->plan_cpu, s->plan_tokens,
                                s->plan_bytes, rank_of);
     }
