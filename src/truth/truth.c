@@ -4,6 +4,7 @@
  * and truth does not depend on the order samples are visited.
  */
 #include "truth.h"
+#include "../catalog/catalog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +37,11 @@ void dh__truth_cpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row
                    double cpu_scale)
 {
     for (int64_t i = 0; i < t->n; i++) {
-        dh_sample_info si;
-        dh_manifest_sample(m, i, &si);
-        t->of[i].cpu = si.sim_cpu_ms >= 0
-                           ? (float)(si.sim_cpu_ms * 1e-3)
+        double sim_cpu_ms = dh__manifest_sim_cpu_ms(m, i);
+        t->of[i].cpu = sim_cpu_ms >= 0
+                           ? (float)(sim_cpu_ms * 1e-3)
                            : (float)(row[i].cpu_pred * dh__lognormal_noise(seed, i, 1, 0.25));
-        if (cpu_scale > 0 && si.sim_cpu_ms < 0) /* model-derived truth follows the machine */
+        if (cpu_scale > 0 && sim_cpu_ms < 0) /* model-derived truth follows the machine */
             t->of[i].cpu *= (float)cpu_scale;
     }
 }
@@ -51,9 +51,7 @@ void dh__truth_cpu_stress(dh__truth *t, const dh_manifest *m, const dh__sample_r
 {
     double sigma = st->cpu_sigma > 0 ? st->cpu_sigma : 0.25;
     for (int64_t i = 0; i < t->n; i++) {
-        dh_sample_info si;
-        dh_manifest_sample(m, i, &si);
-        if (si.sim_cpu_ms >= 0)
+        if (dh__manifest_sim_cpu_ms(m, i) >= 0)
             continue;
         double heavy = stress_draw(seed, i, 0xc9e5) < st->cpu_heavy_frac ? st->cpu_heavy_k : 1.0;
         t->of[i].cpu = (float)(row[i].cpu_pred * heavy * dh__lognormal_noise(seed, i, 1, sigma));
@@ -64,9 +62,8 @@ void dh__truth_gpu(dh__truth *t, const dh_manifest *m, const dh__sample_row *row
                    const dh__gpu_model *g, uint64_t seed)
 {
     for (int64_t i = 0; i < t->n; i++) {
-        dh_sample_info si;
-        dh_manifest_sample(m, i, &si);
-        t->of[i].gpu = si.sim_gpu_ms >= 0 ? (float)(si.sim_gpu_ms * 1e-3)
+        double sim_gpu_ms = dh__manifest_sim_gpu_ms(m, i);
+        t->of[i].gpu = sim_gpu_ms >= 0 ? (float)(sim_gpu_ms * 1e-3)
                                           : (float)(dh__gpu_sample_cost(g, &row[i].feat) *
                                                     dh__lognormal_noise(seed, i, 2, 0.05));
     }
@@ -77,9 +74,7 @@ void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__sample_row *ro
 {
     double k = st->understate_k;
     for (int64_t i = 0; i < t->n; i++) {
-        dh_sample_info si;
-        dh_manifest_sample(m, i, &si);
-        if (si.sim_gpu_ms >= 0 || stress_draw(seed, i, 0x5172e55) >= st->understate_frac)
+        if (dh__manifest_sim_gpu_ms(m, i) >= 0 || stress_draw(seed, i, 0x5172e55) >= st->understate_frac)
             continue;
         dh__gpu_feat f = row[i].feat;
         f.t *= (float)k;
