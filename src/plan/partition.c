@@ -4,13 +4,14 @@
  *
  * LPT (longest processing time first) places samples in decreasing GPU cost
  * on the least loaded rank that stays within the token and byte caps, ties
- * going to the rank with less CPU work; a heap of ranks makes it O(n log R). LPT is within 4/3 of optimal; the
- * refinement then repeatedly takes the most loaded rank and applies the best
- * single move or pairwise swap with one of the least loaded ranks that lowers
- * the pair's maximum (a Karmarkar-Karp-like differencing step restricted to
- * pairs), until nothing improves. Cost: LPT plus a bounded
- * number of refinement rounds, each O(log R + k * members^2); bench/bench_plan
- * measures a 4,096-sample batch over 512 ranks (bench/RESULTS.md).
+ * going to the rank with less CPU work; a heap of ranks makes it O(n log R).
+ * LPT is within 4/3 of optimal; the refinement then repeatedly takes the most
+ * loaded rank and applies the best single move or pairwise swap with one of
+ * the least loaded ranks that lowers the pair's maximum (a Karmarkar-Karp-like
+ * differencing step restricted to pairs), until nothing improves. Cost: LPT
+ * plus a bounded number of refinement rounds, each O(log R + k * members^2);
+ * bench/bench_plan measures a 4,096-sample batch over 512 ranks
+ * (bench/RESULTS.md).
  */
 #include "plan.h"
 
@@ -280,6 +281,13 @@ static void sift_up(const rank_load *rk, lpt_ent *heap, int i)
     heap[i] = x;
 }
 
+/* Orders heap[0, n) into LPT's heap, in O(n). */
+static void heapify(const rank_load *rk, lpt_ent *heap, int n)
+{
+    for (int i = (n - 2) / ARY; i >= 0; i--)
+        sift_down(rk, heap, n, i);
+}
+
 static int heap_pop_rank(const rank_load *rk, lpt_ent *heap, int *n)
 {
     int top = heap[0].r;
@@ -322,8 +330,8 @@ static void lpt(part_state *s, const int *order, dh__part_out *out)
     int *aside = s->aside;
     for (int r = 0; r < R; r++)
         heap[r] = ent_of(s, r);
-    for (int i = (R - 2) / ARY; in->base_gpu && i >= 0; i--) /* else empty: in rank order */
-        sift_down(s->rk, heap, R, i);
+    if (in->base_gpu) /* else all empty: in rank order, a heap already */
+        heapify(s->rk, heap, R);
     if (!in->base_gpu && !in->cap_tokens && !in->cap_bytes && in->n >= R &&
         in->gpu[order[R - 1]] > 0) {
         /* Every rank starts empty and the R largest samples all weigh: the least loaded rank
@@ -333,8 +341,7 @@ static void lpt(part_state *s, const int *order, dh__part_out *out)
             place(s, order[k], k, +1);
             heap[k] = ent_of(s, k);
         }
-        for (int i = (R - 2) / ARY; i >= 0; i--)
-            sift_down(s->rk, heap, R, i);
+        heapify(s->rk, heap, R);
     }
     for (; k < in->n; k++) {
         int i = order[k], best = -1;

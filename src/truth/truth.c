@@ -74,7 +74,8 @@ void dh__truth_understate(dh__truth *t, const dh_manifest *m, dh__sample_row *ro
 {
     double k = st->understate_k;
     for (int64_t i = 0; i < t->n; i++) {
-        if (dh__manifest_sim_gpu_ms(m, i) >= 0 || stress_draw(seed, i, 0x5172e55) >= st->understate_frac)
+        if (dh__manifest_sim_gpu_ms(m, i) >= 0 ||
+            stress_draw(seed, i, 0x5172e55) >= st->understate_frac)
             continue;
         dh__gpu_feat f = row[i].feat;
         f.t *= (float)k;
