@@ -4,6 +4,7 @@
 #include "core/heap.h"
 #include "testutil.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,6 +356,54 @@ START_TEST(tiered_queue_pops_as_one_heap)
 }
 END_TEST
 
+typedef struct {
+    _Atomic int visits[1000];
+    _Atomic int calls;
+} par_seen;
+
+static void par_visit(void *ctx, int64_t lo, int64_t hi)
+{
+    par_seen *p = ctx;
+    p->calls++;
+    for (int64_t i = lo; i < hi; i++)
+        p->visits[i]++;
+}
+
+START_TEST(parallel_ranges_cover_every_item_once)
+{
+    /* Below two grains a call runs on the caller's thread alone; the hook forces threads. */
+    ck_assert_int_eq(dh__parallel_threads(1000, 600), 1);
+    ck_assert_int_le(dh__parallel_threads(1 << 30, 1), DH_PARALLEL_MAX);
+    ck_assert_int_ge(dh__parallel_threads(1 << 30, 1), 1);
+    static const int64_t sizes[] = {0, 1, 2, 3, 7, 999, 1000};
+    for (int threads = 1; threads <= DH_PARALLEL_MAX + 1; threads++) {
+        dh__parallel_set_max(threads);
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            int64_t n = sizes[k];
+            ck_assert_int_eq(dh__parallel_threads(n, 1 << 20),
+                             n ? DH_MIN(DH_MIN(threads, DH_PARALLEL_MAX), (int)n) : 1);
+            par_seen *p = calloc(1, sizeof *p);
+            dh__parallel_for(n, 1 << 20, par_visit, p);
+            for (int64_t i = 0; i < 1000; i++)
+                ck_assert_int_eq(p->visits[i], i < n);
+            ck_assert_int_eq(p->calls, n ? dh__parallel_threads(n, 1 << 20) : 0);
+            free(p);
+        }
+    }
+    /* A thread that cannot start: the caller runs its range. */
+    dh__parallel_set_max(4);
+    dh__thread_fail_at(2);
+    par_seen *p = calloc(1, sizeof *p);
+    dh__parallel_for(1000, 1, par_visit, p);
+    dh__thread_fail_at(0);
+    for (int64_t i = 0; i < 1000; i++)
+        ck_assert_int_eq(p->visits[i], 1);
+    ck_assert_int_eq(p->calls, 4);
+    free(p);
+    dh__parallel_set_max(0);
+}
+END_TEST
+
 START_TEST(vocabulary_round_trips)
 {
     for (int c = 1; c < DH_CODEC_COUNT; c++)
@@ -456,6 +505,7 @@ int main(void)
     ADD_TEST(tc, bitset_finds_the_next_member);
     ADD_TEST(tc, tiered_queue_pops_as_one_heap);
     ADD_TEST(tc, vocabulary_round_trips);
+    ADD_TEST(tc, parallel_ranges_cover_every_item_once);
     ADD_TEST(tc, utf8_check_finds_the_first_bad_byte);
     ADD_TEST(tc, cgroup_limits_of_v1_and_v2_are_read);
     suite_add_tcase(s, tc);

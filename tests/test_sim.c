@@ -80,6 +80,98 @@ static void line_of(const dh_manifest *m, int64_t i, char *buf, size_t cap)
 
 /* The generators build samples in memory: each workload's table and hash must be those of
  * its samples written as manifest lines and parsed. */
+/* The cost table and the truth of one manifest, built on `threads` threads. */
+static int build_on(int threads, const dh_manifest *m, const dh_spec *spec, dh__samples *tab,
+                    dh__truth *t, char *err, size_t errlen)
+{
+    dh__cpu_model cpu;
+    dh__cpu_model_default(&cpu);
+    dh__parallel_set_max(threads);
+    int rc = dh__samples_build(m, spec, &cpu, tab, err, errlen);
+    if (!rc) {
+        ck_assert_int_eq(dh__truth_init(t, tab->n), 0);
+        dh__gpu_model g = {1, 1.0 / 8000, 0.5, 1.0 / 3000, 0.01};
+        dh__stress st = {.cpu_sigma = 0.4, .cpu_heavy_frac = 0.1, .cpu_heavy_k = 5,
+                         .understate_frac = 0.2, .understate_k = 3, .understate_told = 1};
+        dh__truth_cpu(t, m, tab->row, 11, 1.5);
+        dh__truth_cpu_stress(t, m, tab->row, 11, &st);
+        dh__truth_gpu(t, m, tab->row, &g, 11);
+        dh__truth_understate(t, m, tab->row, &g, 11, &st);
+    }
+    dh__parallel_set_max(0);
+    return rc;
+}
+
+START_TEST(the_cost_table_and_truth_are_the_same_on_any_number_of_threads)
+{
+    dh_manifest *m;
+    dh_spec *spec;
+    ck_assert_int_eq(dh_workload_generate("omni-mix", 3001, 7, &m), 0);
+    ck_assert_int_eq(dh_spec_builtin("omni-mix", &spec), 0);
+    dh__samples one, many;
+    dh__truth t1, tn;
+    char err[256] = "";
+    ck_assert_int_eq(build_on(1, m, spec, &one, &t1, err, sizeof err), 0);
+    for (int threads = 2; threads <= 5; threads += 3) {
+        ck_assert_int_eq(build_on(threads, m, spec, &many, &tn, err, sizeof err), 0);
+        ck_assert_int_eq(many.n, 3001);
+        int differ = 0;
+        for (int64_t i = 0; i < one.n; i++) {
+            const dh__sample_row *a = &one.row[i], *b = &many.row[i];
+            differ += memcmp(&a->feat, &b->feat, sizeof a->feat) || a->bytes != b->bytes ||
+                      a->cpu_pred != b->cpu_pred || a->cls != b->cls ||
+                      one.segments[i] != many.segments[i] || one.tokens[i] != many.tokens[i] ||
+                      t1.of[i].cpu != tn.of[i].cpu || t1.of[i].gpu != tn.of[i].gpu;
+        }
+        ck_assert_int_eq(differ, 0);
+        dh__samples_free(&many);
+        dh__truth_free(&tn);
+    }
+    dh__samples_free(&one);
+    dh__truth_free(&t1);
+    dh_spec_free(spec);
+    dh_manifest_free(m);
+}
+END_TEST
+
+START_TEST(a_cost_table_names_its_first_bad_sample_on_any_number_of_threads)
+{
+    /* Native size, 100 frames: a 4000 x 4000 video is 4.8 GB of output, over an item's 4 GiB;
+     * 320 x 240 is 23 MB. Four threads cut 40 samples into ranges of 10: a bad sample in the
+     * first and in the last, then in the last alone. */
+    dh_spec *spec = NULL;
+    const char *sj = "{\"video\":{\"frames\":100,\"resize\":{\"mode\":\"native\"}}}";
+    ck_assert_int_eq(dh_spec_parse(sj, strlen(sj), &spec, NULL, 0), 0);
+    static const int bad[2][2] = {{9, 31}, {31, -1}};
+    for (int c = 0; c < 2; c++)
+        for (int threads = 1; threads <= 4; threads += 3) {
+            dh_manifest *m;
+            ck_assert_int_eq(dh_manifest_new("", NULL, &m), 0);
+            for (int i = 0; i < 40; i++) {
+                int big = i == bad[c][0] || i == bad[c][1];
+                char line[512];
+                snprintf(line, sizeof line, "{\"id\":\"s%02d\",\"media\":[{\"type\":\"video\","
+                         "\"path\":\"v%d.mp4\",\"width\":%d,\"height\":%d,\"fps\":25,"
+                         "\"frames\":250}]}", i, i, big ? 4000 : 320, big ? 4000 : 240);
+                char perr[256] = "";
+                ck_assert_msg(!dh_manifest_parse_line(m, line, strlen(line), i + 1, perr,
+                                                     sizeof perr), "%s", perr);
+            }
+            dh__samples tab;
+            dh__truth t;
+            char err[256] = "";
+            ck_assert_int_eq(build_on(threads, m, spec, &tab, &t, err, sizeof err), DH_ELIMIT);
+            char want[32];
+            snprintf(want, sizeof want, "sample \"s%02d\":", bad[c][0]);
+            ck_assert_msg(strstr(err, want) && strstr(err, "MiB of output"), "%d threads: %s",
+                          threads, err);
+            ck_assert_ptr_null(tab.row); /* freed */
+            dh_manifest_free(m);
+        }
+    dh_spec_free(spec);
+}
+END_TEST
+
 START_TEST(every_workload_is_its_manifest_lines)
 {
     static char line[65536];
@@ -1233,6 +1325,8 @@ int main(void)
     ADD_TEST(tc, nodes_must_divide_ranks_and_workers);
     ADD_TEST(tc, the_fetch_model_hides_latency_by_fetching_ahead);
     ADD_TEST(tc, bad_run_configs_are_refused_clearly);
+    ADD_TEST(tc, the_cost_table_and_truth_are_the_same_on_any_number_of_threads);
+    ADD_TEST(tc, a_cost_table_names_its_first_bad_sample_on_any_number_of_threads);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

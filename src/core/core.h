@@ -165,5 +165,20 @@ int dh__fail(char *err, size_t errlen, int code, const char *fmt, ...)
 
 /* Online CPU count, at least 1. */
 int dh__cpu_count(void);
+/*
+ * fn(ctx, lo, hi) over [0, n) cut into contiguous ranges, one a thread, run at once: up to
+ * DH_PARALLEL_MAX threads (the caller's among them), no more than the CPUs this process may
+ * run on, and one for every `grain` items at least (below 2 x grain the caller runs it
+ * alone). For work whose items are independent, so the result does not depend on how many
+ * threads ran it; a thread that cannot start has its range run by the caller.
+ */
+#define DH_PARALLEL_MAX 8
+void dh__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                      void *ctx);
+/* How many threads dh__parallel_for would use for n items. A test hook: after
+ * dh__parallel_set_max(k > 0) every call uses k threads whatever the CPUs and the grain (at
+ * most one an item); 0 restores the rule above. */
+int dh__parallel_threads(int64_t n, int64_t grain);
+void dh__parallel_set_max(int max);
 
 #endif

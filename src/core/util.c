@@ -8,6 +8,7 @@
 #include "core.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,67 @@ int dh__cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+/* ------------------------------------------------------ parallel ranges */
+
+static _Atomic int parallel_max; /* 0: the CPUs this process may run on */
+
+/* The CPUs this process may run on (its affinity: a container or taskset narrows it). */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return DH_MIN(CPU_COUNT(&set), dh__cpu_count());
+    return dh__cpu_count();
+}
+
+void dh__parallel_set_max(int max)
+{
+    parallel_max = max > 0 ? max : 0;
+}
+
+int dh__parallel_threads(int64_t n, int64_t grain)
+{
+    int forced = parallel_max;
+    int64_t by_work = forced ? n : grain > 0 ? n / grain : n;
+    int cap = DH_MIN(forced ? forced : usable_cpus(), DH_PARALLEL_MAX);
+    return (int)DH_MAX(1, DH_MIN(cap, by_work));
+}
+
+typedef struct {
+    void (*fn)(void *ctx, int64_t lo, int64_t hi);
+    void *ctx;
+    int64_t lo, hi;
+} par_range;
+
+static void *par_main(void *arg)
+{
+    par_range *r = arg;
+    r->fn(r->ctx, r->lo, r->hi);
+    return NULL;
+}
+
+void dh__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t lo, int64_t hi),
+                      void *ctx)
+{
+    if (n <= 0)
+        return;
+    int t = dh__parallel_threads(n, grain);
+    par_range r[DH_PARALLEL_MAX];
+    pthread_t tid[DH_PARALLEL_MAX];
+    int started[DH_PARALLEL_MAX] = {0};
+    for (int k = 0; k < t; k++)
+        r[k] = (par_range){fn, ctx, n * k / t, n * (k + 1) / t};
+    for (int k = 1; k < t; k++)
+        started[k] = dh__thread_create(&tid[k], par_main, &r[k]) == 0;
+    fn(ctx, r[0].lo, r[0].hi);
+    for (int k = 1; k < t; k++) {
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            fn(ctx, r[k].lo, r[k].hi); /* its thread could not start */
+    }
 }
 
 /* ------------------------------------------------------ allocation hook */

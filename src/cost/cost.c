@@ -11,6 +11,7 @@
 #include "cost.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,32 @@ static int build_one(const dh_manifest *m, const dh_spec *spec, const dh__cpu_mo
     return 0;
 }
 
+/* A range of the table built on one thread; the lowest sample that failed is kept. */
+typedef struct {
+    const dh_manifest *m;
+    const dh_spec *spec;
+    const dh__cpu_model *cpu;
+    dh__samples *s;
+    _Atomic int64_t bad; /* the first sample that failed (n: none) */
+} build_job;
+
+static void build_range(void *ctx, int64_t lo, int64_t hi)
+{
+    build_job *j = ctx;
+    for (int64_t i = lo; i < hi && i < j->bad; i++) { /* past a failure below: no need */
+        int rc = build_one(j->m, j->spec, j->cpu, i, j->s);
+        if (!rc)
+            continue;
+        int64_t was = j->bad; /* keep the lowest: each range stops at its own first */
+        while (i < was && !atomic_compare_exchange_weak(&j->bad, &was, i))
+            ;
+        return;
+    }
+}
+
+/* Items per thread at least: a table of fewer is built on the caller's alone. */
+#define BUILD_GRAIN 65536
+
 int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_model *cpu,
                       dh__samples *s, char *err, size_t errlen)
 {
@@ -131,20 +158,24 @@ int dh__samples_build(const dh_manifest *m, const dh_spec *spec, const dh__cpu_m
     if (rc)
         return dh__fail(err, errlen, rc, "out of memory for the cost table of %lld samples",
                         (long long)n);
-    for (int64_t i = 0; i < n; i++) {
-        if ((rc = build_one(m, spec, cpu, i, s))) {
-            dh_sample_info si;
-            dh_manifest_sample(m, i, &si);
-            if (rc == DH_ELIMIT)
-                dh__msg(err, errlen, "sample \"%s\": with this spec one of its media items "
-                        "would be over %lld MiB of output: lower the spec's frames, resize or "
-                        "tiles", si.id, (long long)(DH_MAX_ITEM_BYTES >> 20));
-            else
-                dh__msg(err, errlen, "sample \"%s\": cannot derive its costs: %s", si.id,
-                        dh_strerror(rc));
-            dh__samples_free(s);
-            return rc;
-        }
+    /* Each sample's row is its own: a large table is built on the CPUs the run has while
+     * its workers are not yet started (a third of a large simulation's setup, on one). */
+    build_job j = {.m = m, .spec = spec, .cpu = cpu, .s = s, .bad = n};
+    dh__parallel_for(n, BUILD_GRAIN, build_range, &j);
+    if (j.bad < n) {
+        int64_t i = j.bad;
+        rc = build_one(m, spec, cpu, i, s); /* its reason, again (a derivation is pure) */
+        dh_sample_info si;
+        dh_manifest_sample(m, i, &si);
+        if (rc == DH_ELIMIT)
+            dh__msg(err, errlen, "sample \"%s\": with this spec one of its media items "
+                    "would be over %lld MiB of output: lower the spec's frames, resize or "
+                    "tiles", si.id, (long long)(DH_MAX_ITEM_BYTES >> 20));
+        else
+            dh__msg(err, errlen, "sample \"%s\": cannot derive its costs: %s", si.id,
+                    dh_strerror(rc));
+        dh__samples_free(s);
+        return rc;
     }
     return 0;
 }
