@@ -4,7 +4,7 @@
 #   build/release  optimised, -Werror
 #   build/asan     AddressSanitizer + UndefinedBehaviorSanitizer, -fno-sanitize-recover
 #                  (all but e2e_torch: its time goes to the Python contenders' processes)
-#   build/tsan     ThreadSanitizer, on the threaded parts (index, engine, agent)
+#   build/tsan     ThreadSanitizer, on the threaded parts (index, engine, agent, setup)
 #   build/fuzz     every libFuzzer target for 15 s on its committed corpus (clang)
 # Tests of a configuration run one a core at once, plus those that mostly wait (agents and
 # trainers on each other's timeouts) beside them: tests/CMakeLists.txt gives each test that
@@ -39,7 +39,7 @@ CK_TIMEOUT_MULTIPLIER=10 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_config build/asan -E e2e_torch -- -DCMAKE_BUILD_TYPE=Debug -DDH_SANITIZE=ON
 CK_TIMEOUT_MULTIPLIER=10 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
-    run_config build/tsan -R "test_probe|test_manifest|test_engine|test_serve|test_sim|test_ring|test_gate|test_store|metrics_prom" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
+    run_config build/tsan -R "test_core|test_probe|test_manifest|test_engine|test_serve|test_sim|test_ring|test_gate|test_store|metrics_prom" -- -DCMAKE_BUILD_TYPE=Debug -DDH_TSAN=ON
 echo "== build/fuzz: each target 15 s (asserting its invariants)"
 bash scripts/fuzz.sh 15
 echo "== all configurations passed"

@@ -200,6 +200,51 @@ static int stop_after_two(void *user)
     return ++stop_calls > 2;
 }
 
+START_TEST(generating_draws_on_a_thread_of_its_own_the_same_manifest)
+{
+    /* 5,000 samples are five blocks, past the ring of four: the draw waits for the commits */
+    for (const char *const *w = dh_workload_names(); *w; w++) {
+        dh_manifest *one, *two;
+        dh__parallel_set_max(1);
+        ck_assert_int_eq(dh_workload_generate(*w, 5000, 3, &one), 0);
+        dh__parallel_set_max(2);
+        ck_assert_int_eq(dh_workload_generate(*w, 5000, 3, &two), 0);
+        ck_assert_int_eq(dh_manifest_count(two), 5000);
+        ck_assert_msg(dh_manifest_hash(one) == dh_manifest_hash(two), "%s differs", *w);
+        dh_manifest_free(one);
+        dh_manifest_free(two);
+    }
+    /* asked to stop on the caller's thread, at the same sample */
+    dh_manifest *m = NULL;
+    stop_calls = 0;
+    ck_assert_int_eq(dh__workload_generate_until("laion-images", 100000, 1, stop_after_two, NULL,
+                                                 &m),
+                     DH_ECANCELED);
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(stop_calls, 3);
+    /* out of memory anywhere, on either thread: an error, never a hang or a partial table */
+    dh_manifest *ref;
+    ck_assert_int_eq(dh_workload_generate("interleaved-docs", 3000, 2, &ref), 0);
+    int failed = 0;
+    for (int64_t k = 1; k < 400; k += 3) {
+        dh__alloc_fail_at(k, 0);
+        int rc = dh_workload_generate("interleaved-docs", 3000, 2, &m);
+        dh__alloc_fail_at(0, 0);
+        ck_assert_msg(rc == 0 || rc == DH_ENOMEM, "allocation %lld: %d", (long long)k, rc);
+        failed += rc != 0;
+        if (!rc) {
+            ck_assert(dh_manifest_hash(m) == dh_manifest_hash(ref));
+            dh_manifest_free(m);
+        } else {
+            ck_assert_ptr_null(m);
+        }
+    }
+    ck_assert_int_gt(failed, 0);
+    dh_manifest_free(ref);
+    dh__parallel_set_max(0);
+}
+END_TEST
+
 START_TEST(generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit)
 {
     /* asked after every 4,096 samples: the third question stops it, at 12,288 */
@@ -1325,6 +1370,7 @@ int main(void)
     ADD_TEST(tc, nodes_must_divide_ranks_and_workers);
     ADD_TEST(tc, the_fetch_model_hides_latency_by_fetching_ahead);
     ADD_TEST(tc, bad_run_configs_are_refused_clearly);
+    ADD_TEST(tc, generating_draws_on_a_thread_of_its_own_the_same_manifest);
     ADD_TEST(tc, the_cost_table_and_truth_are_the_same_on_any_number_of_threads);
     ADD_TEST(tc, a_cost_table_names_its_first_bad_sample_on_any_number_of_threads);
     suite_add_tcase(s, tc);

@@ -19,6 +19,7 @@
 #include "../catalog/catalog.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +339,172 @@ int dh_workload_generate(const char *name, int64_t samples, uint64_t seed, dh_ma
     return dh__workload_generate_until(name, samples, seed, NULL, NULL, out);
 }
 
+/*
+ * Generating runs as a pipeline of two: one thread draws the samples (the workload's one
+ * seeded stream, in sample order) into blocks, the caller's checks and commits them (the
+ * manifest's rules, its strings, hash and tables). The two were about 2 : 3 of a large
+ * simulation's generation on one core. The blocks carry what the draw made, so the
+ * manifest is the same with or without the second thread; a small dataset, or a process
+ * with one CPU, draws each block before committing it on the caller's thread.
+ */
+#define GEN_BLOCK 1024 /* samples a block */
+#define GEN_RING 4     /* blocks drawn ahead of the commits */
+#define GEN_GRAIN 65536 /* a dataset of fewer than two of these is made on one thread */
+
+typedef struct {
+    dh__built_media b; /* path and keyframes not set: at path_off and kf_off of its block */
+    size_t path_off, kf_off;
+} gen_item;
+
+typedef struct {
+    int64_t first, n;    /* samples [first, first + n) */
+    int64_t oom_at;      /* a sample the block could not hold (its last; -1: none) */
+    int64_t text_tokens[GEN_BLOCK];
+    int nmedia[GEN_BLOCK];
+    gen_item *item;
+    size_t nitem, item_cap;
+    char *path;
+    size_t npath, path_cap;
+    int64_t *kf;
+    size_t nkf, kf_cap;
+} gen_block;
+
+typedef struct {
+    const dh__workload *w;
+    gen_ctx g;
+    int64_t samples;
+    gen_block ring[GEN_RING];
+    int64_t made, taken; /* blocks */
+    int stop;            /* the commits gave up: the draw ends */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} gen_pipe;
+
+/* Copies the sample the context holds into block b; 0 or DH_ENOMEM. */
+static int block_keep(gen_block *b, const gen_ctx *g)
+{
+    int64_t k = b->n;
+    b->text_tokens[k] = g->text_tokens;
+    b->nmedia[k] = g->nmedia;
+    if (dh__grow((void **)&b->item, &b->item_cap, b->nitem + (size_t)g->nmedia, sizeof *b->item) ||
+        dh__grow((void **)&b->kf, &b->kf_cap, b->nkf + g->nkf, sizeof *b->kf) ||
+        dh__grow((void **)&b->path, &b->path_cap, b->npath + (size_t)g->nmedia * 48, 1))
+        return DH_ENOMEM;
+    for (int j = 0; j < g->nmedia; j++) {
+        gen_item *it = &b->item[b->nitem++];
+        size_t len = strlen(g->path[j]) + 1;
+        it->b = g->media[j];
+        it->path_off = b->npath;
+        it->kf_off = b->nkf + g->kf_first[j];
+        memcpy(b->path + b->npath, g->path[j], len);
+        b->npath += len;
+    }
+    if (g->nkf)
+        memcpy(b->kf + b->nkf, g->kf, g->nkf * sizeof *g->kf);
+    b->nkf += g->nkf;
+    return 0;
+}
+
+/* Draws samples [first, first + GEN_BLOCK) (or to the end) into b; stops at one it cannot
+ * hold (b->oom_at). */
+static void block_draw(gen_pipe *p, gen_block *b, int64_t first)
+{
+    b->first = first;
+    b->n = 0;
+    b->oom_at = -1;
+    b->nitem = b->npath = b->nkf = 0;
+    gen_ctx *g = &p->g;
+    for (int64_t i = first; i < p->samples && b->n < GEN_BLOCK; i++) {
+        g->i = i;
+        g->nmedia = 0;
+        g->nkf = 0;
+        p->w->generate(g);
+        if (g->oom || block_keep(b, g)) {
+            b->oom_at = i;
+            b->n++;
+            return;
+        }
+        b->n++;
+    }
+}
+
+static void *draw_main(void *arg)
+{
+    gen_pipe *p = arg;
+    for (int64_t first = 0; first < p->samples; first += GEN_BLOCK) {
+        pthread_mutex_lock(&p->mu);
+        while (p->made - p->taken == GEN_RING && !p->stop)
+            pthread_cond_wait(&p->cv, &p->mu);
+        int stop = p->stop;
+        gen_block *b = &p->ring[p->made % GEN_RING];
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            break;
+        block_draw(p, b, first);
+        pthread_mutex_lock(&p->mu);
+        p->made++;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        if (b->oom_at >= 0)
+            break; /* the commits stop there */
+    }
+    return NULL;
+}
+
+/* Commits block b's samples in order; 0 or the first error. */
+static int block_commit(dh_manifest *m, const gen_block *b, int (*stop)(void *), void *user)
+{
+    const gen_item *it = b->item;
+    for (int64_t k = 0; k < b->n; k++) {
+        int64_t i = b->first + k;
+        if (stop && i > 0 && (i & 4095) == 0 && stop(user))
+            return DH_ECANCELED;
+        if (i == b->oom_at)
+            return DH_ENOMEM;
+        dh__built_media media[GEN_MAX_MEDIA];
+        for (int j = 0; j < b->nmedia[k]; j++, it++) {
+            media[j] = it->b;
+            media[j].path = b->path + it->path_off;
+            media[j].keyframes = b->kf + it->kf_off;
+        }
+        char id[32], err[512];
+        *put_dec(put_str(id, "s"), i, 8) = 0;
+        dh__built_sample bs = {.id = id, .text_tokens = b->text_tokens[k],
+                               .nmedia = b->nmedia[k], .media = media};
+        int rc = dh__manifest_add_built(m, &bs, i + 1, err, sizeof err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The blocks in order, drawn by the thread (threaded) or here before each is committed. */
+static int pipe_run(gen_pipe *p, dh_manifest *m, int threaded, int (*stop)(void *), void *user)
+{
+    int rc = 0;
+    for (int64_t first = 0; first < p->samples && !rc; first += GEN_BLOCK) {
+        gen_block *b = &p->ring[0];
+        if (threaded) {
+            pthread_mutex_lock(&p->mu);
+            while (p->made == p->taken)
+                pthread_cond_wait(&p->cv, &p->mu);
+            b = &p->ring[p->taken % GEN_RING];
+            pthread_mutex_unlock(&p->mu);
+        } else {
+            block_draw(p, b, first);
+        }
+        rc = block_commit(m, b, stop, user);
+        if (threaded) {
+            pthread_mutex_lock(&p->mu);
+            p->taken++;
+            p->stop = rc != 0;
+            pthread_cond_broadcast(&p->cv);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return rc;
+}
+
 int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed,
                                 int (*stop)(void *), void *user, dh_manifest **out)
 {
@@ -351,29 +518,43 @@ int dh__workload_generate_until(const char *name, int64_t samples, uint64_t seed
     int rc = dh_manifest_new("", NULL, &m);
     if (rc)
         return rc;
+    gen_pipe *p = calloc(1, sizeof *p);
+    if (!p) {
+        dh_manifest_free(m);
+        return DH_ENOMEM;
+    }
     dh__rng r;
     dh__rng_seed(&r, dh__mix64(seed ^ dh__hash_bytes(name, strlen(name), 7)));
-    gen_ctx g = {.r = &r};
+    p->w = w;
+    p->g.r = &r;
+    p->samples = samples;
     /* A sample's id and path take under 32 bytes; most samples have one media item. */
     rc = dh__manifest_reserve(m, samples, samples, samples < INT64_MAX / 32 ? 32 * samples : 0);
-    for (int64_t i = 0; i < samples && !rc; i++) {
-        if (stop && i > 0 && (i & 4095) == 0 && stop(user)) {
-            rc = DH_ECANCELED;
-            break;
+    pthread_t tid;
+    int threaded = 0;
+    if (!rc && dh__parallel_threads(samples, GEN_GRAIN) > 1) {
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+        threaded = dh__thread_create(&tid, draw_main, p) == 0;
+        if (!threaded) {
+            pthread_cond_destroy(&p->cv);
+            pthread_mutex_destroy(&p->mu);
         }
-        g.i = i;
-        g.nmedia = 0;
-        g.nkf = 0;
-        w->generate(&g);
-        for (int j = 0; j < g.nmedia; j++)
-            g.media[j].keyframes = g.kf + g.kf_first[j];
-        char id[32], err[512];
-        *put_dec(put_str(id, "s"), i, 8) = 0;
-        dh__built_sample b = {.id = id, .text_tokens = g.text_tokens, .nmedia = g.nmedia,
-                              .media = g.media};
-        rc = g.oom ? DH_ENOMEM : dh__manifest_add_built(m, &b, i + 1, err, sizeof err);
     }
-    free(g.kf);
+    if (!rc)
+        rc = pipe_run(p, m, threaded, stop, user);
+    if (threaded) {
+        pthread_join(tid, NULL);
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+    }
+    for (int k = 0; k < GEN_RING; k++) {
+        free(p->ring[k].item);
+        free(p->ring[k].path);
+        free(p->ring[k].kf);
+    }
+    free(p->g.kf);
+    free(p);
     if (rc) {
         dh_manifest_free(m);
         return rc;
