@@ -613,6 +613,48 @@ START_TEST(simulation_is_deterministic_and_accounts_for_every_sample)
 }
 END_TEST
 
+START_TEST(the_ring_of_drawn_truth_changes_no_result)
+{
+    /* Every policy; several nodes with lending (helix), split samples (kinetics' long
+     * clips), and more steps in flight than the ring holds (a one-sample batch a rank over
+     * many workers runs far ahead): a task's truth read from its position's entry, or from
+     * its sample's when the ring does not hold its step, is the sample's. */
+    static const struct {
+        const char *wl;
+        int ranks, workers, nodes;
+        int64_t batch;
+    } shape[] = {{"omni-mix", 8, 16, 2, 64}, {"kinetics-clips", 4, 8, 1, 32},
+                 {"laion-images", 8, 64, 1, 8}};
+    const char *const *pol = dh_policy_names();
+    for (size_t k = 0; k < sizeof shape / sizeof *shape; k++)
+        for (int p = 0; pol[p]; p++) {
+            dh_result r[2];
+            for (int off = 0; off < 2; off++) {
+                dh_run_config cfg;
+                dh_run_config_default(&cfg);
+                cfg.workload = shape[k].wl;
+                cfg.policy = pol[p];
+                cfg.ranks = shape[k].ranks;
+                cfg.workers = shape[k].workers;
+                cfg.nodes = shape[k].nodes;
+                cfg.global_batch = shape[k].batch;
+                cfg.steps = 40;
+                cfg.seed = 3;
+                char err[256] = "";
+                r[off] = (dh_result)DH_RESULT_INIT;
+                dh__pos_truth_off = off;
+                ck_assert_msg(!dh_sim_run(&cfg, &r[off], err, sizeof err), "%s", err);
+            }
+            dh__pos_truth_off = 0;
+            ck_assert_msg(r[0].makespan_s == r[1].makespan_s && r[0].bound_s == r[1].bound_s &&
+                              r[0].wait_p99_ms == r[1].wait_p99_ms &&
+                              r[0].reb_moved == r[1].reb_moved && r[0].lent == r[1].lent,
+                          "%s %s: %.9g vs %.9g", shape[k].wl, pol[p], r[0].makespan_s,
+                          r[1].makespan_s);
+        }
+}
+END_TEST
+
 START_TEST(helix_beats_the_baselines_where_skew_exists)
 {
     /* interleaved-docs: LLM-dominated, long-tailed sequence lengths. Balanced placement must
@@ -1370,6 +1412,7 @@ int main(void)
     ADD_TEST(tc, nodes_must_divide_ranks_and_workers);
     ADD_TEST(tc, the_fetch_model_hides_latency_by_fetching_ahead);
     ADD_TEST(tc, bad_run_configs_are_refused_clearly);
+    ADD_TEST(tc, the_ring_of_drawn_truth_changes_no_result);
     ADD_TEST(tc, generating_draws_on_a_thread_of_its_own_the_same_manifest);
     ADD_TEST(tc, the_cost_table_and_truth_are_the_same_on_any_number_of_threads);
     ADD_TEST(tc, a_cost_table_names_its_first_bad_sample_on_any_number_of_threads);

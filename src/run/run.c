@@ -511,6 +511,8 @@ int dh__run_check_budget(const dh__run *run, int leases, char *err, size_t errle
  * Each drawn step's true costs go to the engine's records (the bound's
  * inputs), summed in draw order.
  */
+_Atomic int dh__pos_truth_off;
+
 #define DRAW_AHEAD 16 /* samples: a drawn sample's table entry is a cache miss, read ahead */
 
 static int draw_step(void *ctx, int64_t *out, float *cpu)
@@ -532,6 +534,12 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
     dh__rec_step *sp = dh__records_step(run->rec, run->drawn);
     if (!sp)
         return run->rec->error ? run->rec->error : DH_EINVAL;
+    int64_t slot = run->drawn & (DH__POS_TRUTH_STEPS - 1);
+    dh__truth_of *ring = run->pos_truth && !run->random && !run->truth_by_nodes
+                             ? run->pos_truth + slot * run->cfg.global_batch
+                             : NULL;
+    if (run->pos_truth)
+        run->pos_truth_step[slot] = ring ? run->drawn : -1;
     for (int64_t k = 0; !run->truth_by_nodes && k < run->cfg.global_batch; k++) {
         int64_t i = out[k];
         if (i < 0 || i >= run->truth.n)
@@ -540,6 +548,8 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
         int64_t j = k + DRAW_AHEAD < run->cfg.global_batch ? out[k + DRAW_AHEAD] : -1;
         if (j >= 0 && j < run->truth.n)
             __builtin_prefetch(&run->truth.of[j]);
+        if (ring)
+            ring[k] = run->truth.of[i];
         double g = run->truth.of[i].gpu;
         sp->gpu_sum += g;
         sp->gpu_max = DH_MAX(sp->gpu_max, g);

@@ -32,9 +32,20 @@ typedef struct {
     dh__records *rec;         /* where drawn steps' truth goes (set by the engine) */
     int truth_by_nodes;       /* several nodes: each node sums its own batches' truth into
                                * its STEP record (nodes_step.c), not every draw's */
+    /* The simulator's ring of drawn steps' truth by position: step d's G entries in slot
+     * d % DH__POS_TRUTH_STEPS, pos_truth_step[slot] the step they are (-1: none, as with
+     * random keys, whose CPU truth follows each draw). Filled as the draw reads each
+     * sample's truth for the records, so a task's start reads its position's entry, fetched
+     * ahead, not its sample's at random in the whole dataset's (NULL: engines). */
+    dh__truth_of *pos_truth;
+    int64_t *pos_truth_step;
     dh__policy policy;
     char workload[64];
 } dh__run;
+
+#define DH__POS_TRUTH_STEPS 8 /* a power of two */
+/* Test hook: set, the simulator keeps no such ring (the same results, read the slow way). */
+extern _Atomic int dh__pos_truth_off;
 
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen);
 

@@ -171,6 +171,15 @@ int dh__sched_task_done(dh__sched *s, const dh__task *t, double now, double meas
     return ++b->ndone == b->ntasks;
 }
 
+int64_t dh__sched_next_pos(const dh__sched *s, int worker)
+{
+    if (worker < 0 || worker >= s->nworkers || s->caps->service == DH_SERVE_LOCAL ||
+        s->caps->service == DH_SERVE_FIFO)
+        return -1;
+    const task_heap_q *q = &s->queue[worker / s->workers_per_node];
+    return q->n ? q->a[0].pos : -1;
+}
+
 void dh__sched_prefetch(const dh__sched *s, int64_t pos)
 {
     if (pos < s->lo * s->G || pos >= s->planned * s->G)

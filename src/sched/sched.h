@@ -189,6 +189,9 @@ int dh__sched_last_part(const dh__sched *s, const dh__task *t);
 /* A hint: the rows dh__sched_task_done will read for the task at pos, fetched into the cache
  * ahead of it (the simulator knows its next completion one event ahead). No effect otherwise. */
 void dh__sched_prefetch(const dh__sched *s, int64_t pos);
+/* The position a worker's next task most likely is (its node's least slack queue's top, as
+ * it lies now), for hints; -1 when none or the policy's service has no such queue. */
+int64_t dh__sched_next_pos(const dh__sched *s, int worker);
 /* A dispatched task's slack at `now`: its step's estimated deadline (from the latest step
  * taken) minus now minus its predicted cost; negative: late. */
 double dh__sched_task_slack(const dh__sched *s, const dh__task *t, double now);

@@ -144,11 +144,36 @@ static int pop(sim *s, event *e)
     return event_heap_qpop(&s->events, e);
 }
 
-/* A task's true duration: its sample's, or an equal share plus the part overhead. */
-static double true_cost(const sim *s, const dh__task *t)
+/* Where the ring of drawn steps' truth (run.h) holds the entry of position pos of step, or
+ * NULL when it does not hold that step. */
+static const dh__truth_of *ring_truth(const sim *s, int64_t step, int64_t pos)
 {
-    double c = dh__run_true_cpu(s->run, t->step, t->sample);
+    const dh__run *run = s->run;
+    int64_t slot = step & (DH__POS_TRUTH_STEPS - 1), G = run->cfg.global_batch;
+    return run->pos_truth && run->pos_truth_step[slot] == step
+               ? &run->pos_truth[slot * G + pos % G]
+               : NULL;
+}
+
+/* A task's true duration (its sample's, or an equal share plus the part overhead) and its
+ * sample's true GPU cost. */
+static double true_cost(const sim *s, const dh__task *t, double *gpu)
+{
+    const dh__truth_of *r = ring_truth(s, t->step, t->pos);
+    double c = r ? r->cpu : dh__run_true_cpu(s->run, t->step, t->sample);
+    *gpu = r ? r->gpu : s->run->truth.of[t->sample].gpu;
     return t->nparts > 1 ? c / t->nparts + DH_SPLIT_PART_OVERHEAD_S : c;
+}
+
+/* A hint: the ring's entry of the task worker w most likely gets next, into the cache. */
+static void prefetch_next_truth(const sim *s, int w)
+{
+    int64_t pos = dh__sched_next_pos(s->sched, w), G = s->run->cfg.global_batch;
+    if (pos >= 0) {
+        const dh__truth_of *r = ring_truth(s, pos / G, pos);
+        if (r)
+            __builtin_prefetch(r);
+    }
 }
 
 static void fail(sim *s, int rc)
@@ -383,8 +408,8 @@ static int dispatch(sim *s, int w, double now)
     contention_advance(s, now);
     dh__bitset_put(&s->idle, w, 0);
     k->start = now;
-    k->cost = true_cost(s, t);
-    k->gpu = s->run->truth.of[t->sample].gpu;
+    k->cost = true_cost(s, t, &k->gpu);
+    prefetch_next_truth(s, w);
     /* A sample prepared on another node arrives after its network transfer; one on an
      * object store is decoded once its bytes are here. */
     k->rem = k->cost + t->ship_s;
@@ -537,6 +562,16 @@ static int sim_alloc(sim *s)
     for (int w = 0; w < s->nworkers; w++)
         dh__bitset_put(&s->idle, w, 1);
     s->events.tiered = 1;
+    dh__run *run = s->run;
+    if (dh__pos_truth_off)
+        return 0; /* (a test's reference: every task reads its sample's truth) */
+    run->pos_truth = dh__table_alloc((size_t)DH__POS_TRUTH_STEPS * (size_t)run->cfg.global_batch *
+                                     sizeof *run->pos_truth);
+    run->pos_truth_step = dh__malloc(DH__POS_TRUTH_STEPS * sizeof *run->pos_truth_step);
+    if (!run->pos_truth || !run->pos_truth_step)
+        return DH_ENOMEM;
+    for (int k = 0; k < DH__POS_TRUTH_STEPS; k++)
+        run->pos_truth_step[k] = -1;
     return 0;
 }
 
@@ -550,6 +585,10 @@ static void sim_free(sim *s)
     dh__records_free(&s->rec);
     dh__sched_free(s->sched);
     fetch_free(&s->fx);
+    free(s->run->pos_truth);
+    free(s->run->pos_truth_step);
+    s->run->pos_truth = NULL;
+    s->run->pos_truth_step = NULL;
 }
 
 static int simulate(sim *s)
