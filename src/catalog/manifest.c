@@ -560,10 +560,23 @@ static int built_media(dh_manifest *m, const dh__built_media *b, int i, dh__stag
 {
     char where[32];
     media_where(where, i);
-    *sm = (dh__staged_media){.type = b->type, .codec = b->codec, .path = b->path,
-                             .width = b->width, .height = b->height, .frames = b->frames,
-                             .rate = b->rate, .channels = b->channels, .fps = b->fps,
-                             .duration = b->duration};
+    /* field by field: a compound literal zeroed the whole record first (rep stos, a
+     * seventh of committing a generated sample with the line below's) */
+    sm->type = b->type;
+    sm->codec = b->codec;
+    sm->path = b->path;
+    sm->width = b->width;
+    sm->height = b->height;
+    sm->frames = b->frames;
+    sm->rate = b->rate;
+    sm->channels = b->channels;
+    sm->bytes = 0;
+    sm->fps = b->fps;
+    sm->duration = b->duration;
+    sm->kf_first = sm->kf_count = 0;
+    sm->offset = 0;
+    sm->member = sm->etag = NULL;
+    sm->file_bytes = 0;
     const dh_limits *l = &m->limits;
     int rc;
     if ((rc = int_range("width", where, b->width, 0, 1 << 30, DH_ELIMIT, e)) ||
@@ -588,7 +601,9 @@ static int built_media(dh_manifest *m, const dh__built_media *b, int i, dh__stag
 int dh__manifest_add_built(dh_manifest *m, const dh__built_sample *b, int64_t lineno,
                            char *errbuf, size_t errlen)
 {
-    line_error e = {0};
+    line_error e; /* what a failure reads is set by it: not 516 bytes zeroed a sample */
+    e.code = 0;
+    e.id[0] = e.reason[0] = 0;
     dh__staged_media media[256];
     dh__staged_sample s = {.id = b->id, .text_tokens = b->text_tokens, .sim_cpu = -1.0,
                            .sim_gpu = -1.0, .media_count = b->nmedia, .media = media};

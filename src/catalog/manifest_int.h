@@ -19,7 +19,7 @@ typedef struct {
     const char *member;        /* its name in the shard; NULL: none */
     const char *etag;          /* the object's ETag when indexed; NULL: none */
     int64_t file_bytes;        /* with offset: the shard's size when indexed (0: not pinned) */
-} dh__staged_media;
+} dh__staged_media; /* a new field: set it in built_media (manifest.c), field by field */
 
 typedef struct {
     const char *id;
