@@ -1,5 +1,6 @@
 /* test_manifest.c - manifest parsing, every bad-input class, loading and accounting. */
 #include "catalog/catalog.h"
+#include "core/core.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -721,6 +722,42 @@ START_TEST(load_missing_file)
 }
 END_TEST
 
+START_TEST(reserved_columns_are_listed_and_populating_them_changes_nothing)
+{
+    dh_manifest *tm;
+    ck_assert_int_eq(dh_manifest_new("", NULL, &tm), 0);
+    const char *l = "{\"id\":\"a\",\"media\":[{\"type\":\"image\",\"path\":\"a.jpg\","
+                    "\"width\":4,\"height\":4}]}";
+    ck_assert_int_eq(dh_manifest_parse_line(tm, l, strlen(l), 1, NULL, 0), 0);
+    uint64_t h = dh_manifest_hash(tm);
+    ck_assert_int_eq(dh__manifest_reserve(tm, 100000, 100000, 3200000), 0);
+    dh__manifest_span sp[32];
+    int n = dh__manifest_spans(tm, sp, 32), per[3] = {0};
+    ck_assert_int_eq(n, 21); /* 7 columns a sample, 13 a media item, the string pool */
+    ck_assert_int_eq(dh__manifest_spans(tm, sp, 5), 5);
+    n = dh__manifest_spans(tm, sp, 32);
+    for (int k = 0; k < n; k++) {
+        per[sp[k].per]++;
+        ck_assert_uint_ge(sp[k].rows, sp[k].per == 2 ? 3200000u : 100001u);
+        dh__populate(sp[k].base, sp[k].rows * sp[k].elem);
+        dh__populate((const char *)sp[k].base + 1, 3); /* unaligned, short: a hint all the same */
+    }
+    dh__populate(NULL, 100);
+    ck_assert_int_eq(per[0], 7);
+    ck_assert_int_eq(per[1], 13);
+    ck_assert_int_eq(per[2], 1);
+    /* the committed row reads as it was, and more commit after it */
+    dh_sample_info si;
+    ck_assert_int_eq(dh_manifest_sample(tm, 0, &si), 0);
+    ck_assert_str_eq(si.id, "a");
+    ck_assert_uint_eq(dh_manifest_hash(tm), h);
+    const char *l2 = "{\"id\":\"b\",\"text_tokens\":3}";
+    ck_assert_int_eq(dh_manifest_parse_line(tm, l2, strlen(l2), 2, NULL, 0), 0);
+    ck_assert_int_eq(dh_manifest_count(tm), 2);
+    dh_manifest_free(tm);
+}
+END_TEST
+
 START_TEST(hash_follows_content)
 {
     dh_manifest *a, *b, *c;
@@ -791,6 +828,7 @@ int main(void)
     ADD_TEST(tl, load_check_files);
     ADD_TEST(tl, load_missing_file);
     ADD_TEST(tl, hash_follows_content);
+    ADD_TEST(tl, reserved_columns_are_listed_and_populating_them_changes_nothing);
     suite_add_tcase(s, tl);
     return tu_run(s);
 }

@@ -293,6 +293,17 @@ typedef struct {
 /* Room for this many more samples, media items and bytes of strings (ids, paths), so that a
  * table of known size is not copied as it grows; 0 or DH_ENOMEM. */
 int dh__manifest_reserve(dh_manifest *m, int64_t samples, int64_t media, int64_t str_bytes);
+/* Where the table's columns lie now, for a thread that makes their pages present ahead of the
+ * commits (dh__populate): up to max spans, each a column's base, its bytes a row and the rows
+ * reserved, per sample (media 0), per media item (1) or the string pool's bytes (2). Valid
+ * until a commit outgrows a reservation (then a span is stale: populating it is wasted, not
+ * wrong). Returns the number of spans. */
+typedef struct {
+    const void *base;
+    size_t elem, rows;
+    int per;
+} dh__manifest_span;
+int dh__manifest_spans(const dh_manifest *m, dh__manifest_span *out, int max);
 /* Appends b as line lineno; 0, or an error phrased as dh_manifest_parse_line's (then nothing
  * changed). */
 int dh__manifest_add_built(dh_manifest *m, const dh__built_sample *b, int64_t lineno,

@@ -129,6 +129,10 @@ void *dh__aligned_alloc(size_t align, size_t n);
 void *dh__table_alloc(size_t n);
 void *dh__table_calloc(size_t n, size_t size);
 void *dh__huge_hint(void *p, size_t n);
+/* A hint: the pages of [p, p + n) made present and writable now, on the calling thread (their
+ * first-touch zeroing taken off a thread that will write them); their contents unchanged. No
+ * effect where the kernel cannot (before Linux 5.14). */
+void dh__populate(const void *p, size_t n);
 /*
  * Test hook: the n-th counted allocation from now fails, and every one after
  * it too while `sticky` (0: the failure hook is off). Thread-safe. Returns

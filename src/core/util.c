@@ -223,6 +223,20 @@ void *dh__huge_hint(void *p, size_t n)
     return p;
 }
 
+void dh__populate(const void *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+    if (p && n) {
+        uintptr_t lo = (uintptr_t)p & ~(uintptr_t)4095;
+        uintptr_t hi = ((uintptr_t)p + n + 4095) & ~(uintptr_t)4095;
+        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE); /* a hint: refused, nothing lost */
+    }
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 void *dh__table_alloc(size_t n)
 {
     if (alloc_fails())
