@@ -200,6 +200,18 @@ static int stop_after_two(void *user)
     return ++stop_calls > 2;
 }
 
+/* Generating is asked after every 4,096 samples: the third question stops it, at 12,288. */
+static void stops_at_the_third_question(void)
+{
+    dh_manifest *m = NULL;
+    stop_calls = 0;
+    ck_assert_int_eq(dh__workload_generate_until("laion-images", 100000, 1, stop_after_two, NULL,
+                                                 &m),
+                     DH_ECANCELED);
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(stop_calls, 3);
+}
+
 START_TEST(generating_draws_on_a_thread_of_its_own_the_same_manifest)
 {
     /* 5,000 samples are five blocks, past the ring of four: the draw waits for the commits */
@@ -216,12 +228,7 @@ START_TEST(generating_draws_on_a_thread_of_its_own_the_same_manifest)
     }
     /* asked to stop on the caller's thread, at the same sample */
     dh_manifest *m = NULL;
-    stop_calls = 0;
-    ck_assert_int_eq(dh__workload_generate_until("laion-images", 100000, 1, stop_after_two, NULL,
-                                                 &m),
-                     DH_ECANCELED);
-    ck_assert_ptr_null(m);
-    ck_assert_int_eq(stop_calls, 3);
+    stops_at_the_third_question();
     /* out of memory anywhere, on either thread: an error, never a hang or a partial table */
     dh_manifest *ref;
     ck_assert_int_eq(dh_workload_generate("interleaved-docs", 3000, 2, &ref), 0);
@@ -247,14 +254,8 @@ END_TEST
 
 START_TEST(generating_a_workload_stops_when_asked_and_refuses_what_does_not_fit)
 {
-    /* asked after every 4,096 samples: the third question stops it, at 12,288 */
     dh_manifest *m = NULL;
-    stop_calls = 0;
-    ck_assert_int_eq(dh__workload_generate_until("laion-images", 100000, 1, stop_after_two, NULL,
-                                                 &m),
-                     DH_ECANCELED);
-    ck_assert_ptr_null(m);
-    ck_assert_int_eq(stop_calls, 3);
+    stops_at_the_third_question();
     ck_assert_int_eq(dh__workload_generate_until("laion-images", 5000, 1, NULL, NULL, &m), 0);
     ck_assert_int_eq(dh_manifest_count(m), 5000);
     dh_manifest_free(m);
