@@ -129,8 +129,7 @@ int dh__manifest_spans(const dh_manifest *m, dh__manifest_span *out, int max)
         {m->m_height, 4, m->mcap, 1},    {m->m_fps, 4, m->mcap, 1},
         {m->m_frames, 4, m->mcap, 1},    {m->m_duration, 4, m->mcap, 1},
         {m->m_rate, 4, m->mcap, 1},      {m->m_bytes, 8, m->mcap, 1},
-        {m->m_kf_off, 4, m->mcap, 1},    {m->m_kf_count, 4, m->mcap, 1},
-        {m->str, 1, m->strcap, 2}};
+        {m->m_kf_off, 4, m->mcap, 1},    {m->m_kf_count, 4, m->mcap, 1}};
     int n = 0;
     for (size_t k = 0; k < sizeof all / sizeof *all && n < max; k++)
         if (all[k].base && all[k].rows)

@@ -435,14 +435,13 @@ static void block_draw(gen_pipe *p, gen_block *b, int64_t first)
 }
 
 /* The drawing thread makes the table's pages for samples [lo, hi) present before the
- * commits write them (media items and strings reckoned at their reservation's rate a
- * sample): their first touch's zeroing was an eighth of the committing thread's time. */
+ * commits write them (media items reckoned at their reservation's rate, one a sample):
+ * their first touch's zeroing was an eighth of the committing thread's time. */
 static void populate_rows(const gen_pipe *p, int64_t lo, int64_t hi)
 {
     for (int k = 0; k < p->nspan; k++) {
         const dh__manifest_span *sp = &p->span[k];
-        size_t per = sp->per == 2 ? GEN_STR_PER_SAMPLE : 1; /* as reserved */
-        size_t a = (size_t)lo * per, b = (size_t)hi * per;
+        size_t a = (size_t)lo, b = (size_t)hi; /* a row a sample, media as reserved */
         b = DH_MIN(b, sp->rows);
         if (a < b)
             dh__populate((const char *)sp->base + a * sp->elem, (b - a) * sp->elem);
