@@ -295,14 +295,13 @@ typedef struct {
 int dh__manifest_reserve(dh_manifest *m, int64_t samples, int64_t media, int64_t str_bytes);
 /* Where the table's columns lie now, for a thread that makes their pages present ahead of the
  * commits (dh__populate): up to max spans, each a column's base, its bytes a row and the rows
- * reserved, per sample (per 0) or per media item (1). Not the string pool: how much of its
+ * reserved (a sample's columns and a media item's). Not the string pool: how much of its
  * reservation is used is not known ahead (populating all of it raised a large simulation's
  * peak RSS by 27 MiB). Valid until a commit outgrows a reservation (then a span is stale:
  * populating it is wasted, not wrong). Returns the number of spans. */
 typedef struct {
     const void *base;
     size_t elem, rows;
-    int per;
 } dh__manifest_span;
 int dh__manifest_spans(const dh_manifest *m, dh__manifest_span *out, int max);
 /* Appends b as line lineno; 0, or an error phrased as dh_manifest_parse_line's (then nothing

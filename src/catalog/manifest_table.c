@@ -120,16 +120,13 @@ static int64_t str_push(dh_manifest *m, const char *s)
 int dh__manifest_spans(const dh_manifest *m, dh__manifest_span *out, int max)
 {
     const dh__manifest_span all[] = {
-        {m->id_off, 4, m->cap, 0},       {m->line, 4, m->cap, 0},
-        {m->text_tokens, 4, m->cap, 0},  {m->media_first, 4, m->cap, 0},
-        {m->media_count, 2, m->cap, 0},  {m->sim_cpu_ms, 4, m->cap, 0},
-        {m->sim_gpu_ms, 4, m->cap, 0},   {m->m_type, 1, m->mcap, 1},
-        {m->m_codec, 1, m->mcap, 1},     {m->m_channels, 1, m->mcap, 1},
-        {m->m_path_off, 4, m->mcap, 1},  {m->m_width, 4, m->mcap, 1},
-        {m->m_height, 4, m->mcap, 1},    {m->m_fps, 4, m->mcap, 1},
-        {m->m_frames, 4, m->mcap, 1},    {m->m_duration, 4, m->mcap, 1},
-        {m->m_rate, 4, m->mcap, 1},      {m->m_bytes, 8, m->mcap, 1},
-        {m->m_kf_off, 4, m->mcap, 1},    {m->m_kf_count, 4, m->mcap, 1}};
+        {m->id_off, 4, m->cap},      {m->line, 4, m->cap},       {m->text_tokens, 4, m->cap},
+        {m->media_first, 4, m->cap}, {m->media_count, 2, m->cap}, {m->sim_cpu_ms, 4, m->cap},
+        {m->sim_gpu_ms, 4, m->cap},  {m->m_type, 1, m->mcap},    {m->m_codec, 1, m->mcap},
+        {m->m_channels, 1, m->mcap}, {m->m_path_off, 4, m->mcap}, {m->m_width, 4, m->mcap},
+        {m->m_height, 4, m->mcap},   {m->m_fps, 4, m->mcap},     {m->m_frames, 4, m->mcap},
+        {m->m_duration, 4, m->mcap}, {m->m_rate, 4, m->mcap},    {m->m_bytes, 8, m->mcap},
+        {m->m_kf_off, 4, m->mcap},   {m->m_kf_count, 4, m->mcap}};
     int n = 0;
     for (size_t k = 0; k < sizeof all / sizeof *all && n < max; k++)
         if (all[k].base && all[k].rows)

@@ -534,12 +534,12 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
     dh__rec_step *sp = dh__records_step(run->rec, run->drawn);
     if (!sp)
         return run->rec->error ? run->rec->error : DH_EINVAL;
-    int64_t slot = run->drawn & (DH__POS_TRUTH_STEPS - 1);
+    int64_t slot = dh__pos_truth_slot(run->drawn);
     dh__truth_of *ring = run->pos_truth && !run->random && !run->truth_by_nodes
                              ? run->pos_truth + slot * run->cfg.global_batch
                              : NULL;
-    if (run->pos_truth)
-        run->pos_truth_step[slot] = ring ? run->drawn : -1;
+    if (run->pos_truth) /* the step it holds once it is filled */
+        run->pos_truth_step[slot] = -1;
     for (int64_t k = 0; !run->truth_by_nodes && k < run->cfg.global_batch; k++) {
         int64_t i = out[k];
         if (i < 0 || i >= run->truth.n)
@@ -558,6 +558,8 @@ static int draw_step(void *ctx, int64_t *out, float *cpu)
         sp->cpu_sum += c;
         run->rec->cpu_true_sum += c;
     }
+    if (ring)
+        run->pos_truth_step[slot] = run->drawn;
     run->drawn++;
     return 0;
 }

@@ -47,6 +47,20 @@ typedef struct {
 /* Test hook: set, the simulator keeps no such ring (the same results, read the slow way). */
 extern _Atomic int dh__pos_truth_off;
 
+/* The ring's slot of step st, and its entry for position pos of st when the ring holds that
+ * step (else NULL). */
+static inline int64_t dh__pos_truth_slot(int64_t st)
+{
+    return st & (DH__POS_TRUTH_STEPS - 1);
+}
+
+static inline const dh__truth_of *dh__run_pos_truth(const dh__run *run, int64_t st, int64_t pos)
+{
+    int64_t slot = dh__pos_truth_slot(st), G = run->cfg.global_batch;
+    return run->pos_truth && run->pos_truth_step[slot] == st ? &run->pos_truth[slot * G + pos % G]
+                                                              : NULL;
+}
+
 int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errlen);
 
 /*

@@ -144,22 +144,11 @@ static int pop(sim *s, event *e)
     return event_heap_qpop(&s->events, e);
 }
 
-/* Where the ring of drawn steps' truth (run.h) holds the entry of position pos of step, or
- * NULL when it does not hold that step. */
-static const dh__truth_of *ring_truth(const sim *s, int64_t step, int64_t pos)
-{
-    const dh__run *run = s->run;
-    int64_t slot = step & (DH__POS_TRUTH_STEPS - 1), G = run->cfg.global_batch;
-    return run->pos_truth && run->pos_truth_step[slot] == step
-               ? &run->pos_truth[slot * G + pos % G]
-               : NULL;
-}
-
 /* A task's true duration (its sample's, or an equal share plus the part overhead) and its
  * sample's true GPU cost. */
 static double true_cost(const sim *s, const dh__task *t, double *gpu)
 {
-    const dh__truth_of *r = ring_truth(s, t->step, t->pos);
+    const dh__truth_of *r = dh__run_pos_truth(s->run, t->step, t->pos);
     double c = r ? r->cpu : dh__run_true_cpu(s->run, t->step, t->sample);
     *gpu = r ? r->gpu : s->run->truth.of[t->sample].gpu;
     return t->nparts > 1 ? c / t->nparts + DH_SPLIT_PART_OVERHEAD_S : c;
@@ -170,7 +159,7 @@ static void prefetch_next_truth(const sim *s, int w)
 {
     int64_t pos = dh__sched_next_pos(s->sched, w), G = s->run->cfg.global_batch;
     if (pos >= 0) {
-        const dh__truth_of *r = ring_truth(s, pos / G, pos);
+        const dh__truth_of *r = dh__run_pos_truth(s->run, pos / G, pos);
         if (r)
             __builtin_prefetch(r);
     }

@@ -441,8 +441,7 @@ static void populate_rows(const gen_pipe *p, int64_t lo, int64_t hi)
 {
     for (int k = 0; k < p->nspan; k++) {
         const dh__manifest_span *sp = &p->span[k];
-        size_t a = (size_t)lo, b = (size_t)hi; /* a row a sample, media as reserved */
-        b = DH_MIN(b, sp->rows);
+        size_t a = (size_t)lo, b = DH_MIN((size_t)hi, sp->rows); /* a row a sample */
         if (a < b)
             dh__populate((const char *)sp->base + a * sp->elem, (b - a) * sp->elem);
     }
