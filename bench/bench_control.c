@@ -105,8 +105,9 @@ static int accept_plan(void *ctx, int64_t st, const int32_t *rank_of)
 }
 
 /* ...as it did before 2026-12-06 (BENCH_WALK=1): the plan's samples grouped by rank by a
- * walk of the whole step. */
-static int accept_walking(void *ctx, int64_t st, const int32_t *rank_of)
+ * walk of the whole step, over the whole step's new ranks (which the scheduler copied for
+ * every plan until 2026-12-08; it now gives a group's plan at the group's positions). */
+static int accept_walking(void *ctx, int64_t st, const int32_t *plan_rank)
 {
     dh__sched *s = ctx;
     int64_t G = walk_G;
@@ -115,8 +116,14 @@ static int accept_walking(void *ctx, int64_t st, const int32_t *rank_of)
     int64_t *samples = malloc((size_t)G * sizeof *samples);
     int32_t *end = calloc((size_t)R + 1, sizeof *end);
     uint8_t *gets = calloc((size_t)R, 1);
-    if (!samples || !end || !gets)
-        return free(samples), free(end), free(gets), 1;
+    int32_t *rank_of = malloc((size_t)G * sizeof *rank_of), np = 0;
+    if (!samples || !end || !gets || !rank_of)
+        return free(samples), free(end), free(gets), free(rank_of), 1;
+    for (int64_t k = 0; k < G; k++)
+        rank_of[k] = dh__sched_rank_of(s, st, k);
+    const int32_t *P = dh__sched_plan_positions(s, st, &np);
+    for (int32_t i = 0; i < (P ? np : (int32_t)G); i++)
+        rank_of[P ? P[i] : i] = plan_rank[P ? P[i] : i];
     for (int64_t k = 0; k < G; k++) {
         end[rank_of[k] + 1]++;
         gets[rank_of[k]] |= dh__sched_rank_of(s, st, k) != rank_of[k];
@@ -132,6 +139,7 @@ static int accept_walking(void *ctx, int64_t st, const int32_t *rank_of)
     free(samples);
     free(end);
     free(gets);
+    free(rank_of);
     return 0;
 }
 
@@ -405,6 +413,7 @@ int main(int argc, char **argv)
             others_sum += others;
             reb_sum += t_reb;
         }
+        if (getenv("BENCH_WIN") && (st % 8 == 0 || st < 8)) fprintf(stderr, "step %lld window %lld\n", (long long)st, (long long)dh__sched_window_steps(s));
         if (st >= settled) {
             late_ctl += ctl;
             late_step += step_s;

@@ -90,6 +90,22 @@ for mode in heavy augment; do
 done
 grep -h "moved" "$WORK"/heavy.[24].out | sed -n 's/^node 0: .*\(moved .*\)/  heavy: \1/p'
 
+# Moves by groups of nodes: 6 nodes of 2 ranks are 2 groups (of 4 nodes and of 2), and each
+# node plans only its group's moves, seeing the plan at its group's positions alone.
+"$DH" gen --workload laion-images --out "$WORK/img48" --samples 48 > /dev/null 2>&1
+MI="$WORK/img48/manifest.jsonl"
+"$NODES" "$MI" helix 12 12 24 5 "$WORK/groups.1" heavy > /dev/null 2> "$WORK/groups.1.err"
+check "groups: one node of 12 ranks runs" test $? -eq 0
+t="$WORK/groups.6"
+timeout 120 "${MPIRUN[@]}" -np 6 "$NODES" "$MI" helix 12 12 24 5 "$t" heavy > "$t.out" 2> "$t.err"
+check "groups on 6 nodes of 2 ranks: exit 0" test $? -eq 0
+check "groups on 6 nodes of 2 ranks: each sample once, the same bytes as on one node" \
+    cmp -s <(cat "$t".node* | sort) <(sort "$WORK/groups.1")
+check "groups on 6 nodes of 2 ranks: every node counts the same moves, some across nodes" \
+    test "$(grep -Ec "delivered 120 failed 0 nodes 6 rc 0 .* moved ([0-9]+) remote [1-9]" \
+        "$t.out")" -eq 6
+[[ $fail -eq 0 ]] || { cat "$t.out" "$t.err"; }
+
 # Lending over the wire: the run accounts for loans in the lend keys; a prohibitive network
 # (1000 s per transfer) lends nothing and counts every loan considered as gated.
 for lat in 16 1000000000; do

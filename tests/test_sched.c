@@ -1087,6 +1087,7 @@ typedef struct {
     const int32_t *rank_of;
     int64_t st, G;
     int R, next, calls; /* the first rank not yet met; receivers met in all */
+    int own_groups;     /* plans of the replica's own group met */
 } receivers_check;
 
 static int check_receiver(void *ctx, int r, const int64_t *samples, int32_t n)
@@ -1116,13 +1117,28 @@ static int accept_checking_receivers(void *ctx, int64_t st, const int32_t *rank_
 {
     (void)ctx;
     receivers_check *c = receivers_of;
-    c->rank_of = rank_of;
+    /* A replica's own group's plan gives its ranks at the group's positions alone (no other
+     * sample moves): the whole step's are the placement's with those laid over it. Another
+     * group's plan (a benchmark's) gives every position. */
+    int32_t np = 0, *full = malloc((size_t)c->G * sizeof *full);
+    const int32_t *P = dh__sched_plan_positions(c->s, st, &np);
+    ck_assert_ptr_nonnull(full);
+    for (int64_t k = 0; k < c->G; k++)
+        full[k] = P ? dh__sched_rank_of(c->s, st, k) : rank_of[k];
+    for (int32_t i = 0; i < np; i++) {
+        ck_assert_int_ge(rank_of[P[i]], 0);
+        ck_assert_int_lt(rank_of[P[i]], c->R);
+        full[P[i]] = rank_of[P[i]];
+    }
+    c->own_groups += P != NULL;
+    c->rank_of = full;
     c->st = st;
     c->next = 0;
     int rc = dh__sched_receivers(c->s, st, rank_of, check_receiver, c);
     for (int q = c->next; q < c->R; q++) /* nor any rank after the last */
         for (int64_t k = 0; k < c->G; k++)
-            ck_assert(!(rank_of[k] == q && dh__sched_rank_of(c->s, st, k) != q));
+            ck_assert(!(full[k] == q && dh__sched_rank_of(c->s, st, k) != q));
+    free(full);
     return rc;
 }
 
@@ -1135,7 +1151,7 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
      * 2 ranks in groups of 4, replicas' views, their own group's plan and the others'. */
     enum { N = 32, PER = 2, R = N * PER, G = 128 };
     static const int views[] = {0, 5, 31};
-    int64_t moved_any = 0, receivers_met = 0;
+    int64_t moved_any = 0, receivers_met = 0, own_met = 0;
     for (size_t v = 0; v < sizeof views / sizeof *views; v++) {
         for (int variant = 0; variant < 4; variant++) {
             int node = views[v], others = variant & 1, loads = !(variant & 2);
@@ -1182,10 +1198,11 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
                                 .count = 1, .other_groups = others, .costs_of = list_of,
                                 .costs_ctx = &nl, .ncost = nl.ncost,
                                 .node_load = loads ? load : NULL};
-            receivers_check rc = {s[1], NULL, 0, G, R, 0, 0};
+            receivers_check rc = {s[1], NULL, 0, G, R, 0, 0, 0};
             receivers_of = &rc; /* and its receivers, from its group's positions */
             dh__sched_rebalance_agreed(s[1], 0, &b, accept_checking_receivers, NULL);
             receivers_met += rc.calls;
+            own_met += rc.own_groups;
             const dh__reb_stats *x = dh__sched_reb_stats(s[0]), *y = dh__sched_reb_stats(s[1]);
             ck_assert_int_eq(x->considered, y->considered);
             ck_assert_int_eq(x->moved, y->moved);
@@ -1208,6 +1225,7 @@ START_TEST(an_agreed_plan_from_the_nodes_lists_is_the_plan_from_every_cost)
     }
     ck_assert_int_gt(moved_any, 0); /* plans were made: their inputs were compared */
     ck_assert_int_gt(receivers_met, 0);
+    ck_assert_int_gt(own_met, 0); /* a replica's own group's plan, by its positions, met */
 }
 END_TEST
 

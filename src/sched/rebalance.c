@@ -115,8 +115,11 @@ void dh__reb_step_finished(dh__sched *s, int64_t st)
 }
 
 /* 1 when the plan keeps every rank that receives samples within the per-rank caps, 0 when
- * not, < 0 on an allocation failure. */
-static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_of)
+ * not, < 0 on an allocation failure. rank_of: the plan's ranks at the positions P[0, np) (a
+ * group's plan: every sample of the group's ranks, the only ones that gain), or at every
+ * position (P NULL). */
+static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_of,
+                            const int32_t *P, int64_t np)
 {
     if (!s->cfg.rank_token_cap && !s->cfg.rank_byte_cap)
         return 1;
@@ -130,7 +133,8 @@ static int plan_within_caps(const dh__sched *s, int64_t st, const int32_t *rank_
     }
     int ok = 1;
     int64_t *byt = tok + s->R;
-    for (int64_t k = 0; ok && k < s->G; k++) {
+    for (int64_t j = 0; ok && j < (P ? np : s->G); j++) {
+        int64_t k = P ? P[j] : j;
         if (!batch_settled(s, st, s->rank_of[base + k]))
             continue; /* a node a replica has not settled: no plan of its moves reaches it */
         int64_t i = s->order[base + k];
@@ -385,6 +389,8 @@ static double plan_cost(dh__sched *s, reb_plan *p, double move_factor, double ne
 /* Plans step st's moves over p->ranks and applies the plan when it passes the gate, the caps
  * and accept (rank_of changed; the caller regroups). t: see plan_moves. count: the plan is
  * counted in this scheduler's stats (its predicted gain: its own drop). 1: applied; 0: not. */
+static int group_positions(const dh__sched *s, int64_t st, int32_t *pos, int32_t *n);
+
 static int plan_group(dh__sched *s, int64_t st, const reb_in *in, reb_plan *p,
                       const reb_target *t, int count, dh__reb_accept accept, void *ctx)
 {
@@ -415,10 +421,28 @@ static int plan_group(dh__sched *s, int64_t st, const reb_in *in, reb_plan *p,
     }
     int within = 1;
     if (accept || s->cfg.rank_token_cap || s->cfg.rank_byte_cap) {
-        memcpy(p->new_rank, s->rank_of + base, (size_t)s->G * sizeof *p->new_rank);
-        for (int64_t i = 0; i < p->n; i++)
+        /* The plan's ranks at every position its group holds (a replica's group's plan moves
+         * no other sample, and what is given the plan reads only these: the engine's carry
+         * and dh__sched_receivers through dh__sched_plan_positions), else at every position:
+         * a copy of the whole step a plan was O(G) on every node at every exchange. */
+        int32_t np = 0;
+        const int32_t *P = !in->other_groups && group_positions(s, st, s->plan_pos, &np)
+                               ? s->plan_pos
+                               : NULL;
+        if (P) {
+#ifndef NDEBUG /* a debug build: a read of another position is rank -1 */
+            memset(p->new_rank, 0xff, (size_t)s->G * sizeof *p->new_rank);
+#endif
+            for (int32_t i = 0; i < np; i++)
+                p->new_rank[P[i]] = s->rank_of[base + P[i]];
+        } else {
+            memcpy(p->new_rank, s->rank_of + base, (size_t)s->G * sizeof *p->new_rank);
+        }
+        for (int64_t i = 0; i < p->n; i++) {
+            assert(p->new_rank[p->pos_of[i]] >= 0); /* a movable sample is its group's */
             p->new_rank[p->pos_of[i]] = p->plan[i];
-        within = plan_within_caps(s, st, p->new_rank);
+        }
+        within = plan_within_caps(s, st, p->new_rank, P, np);
     }
     if (within < 0) {
         dh__sched_fail(s, within);

@@ -197,9 +197,12 @@ int64_t dh__sched_next_pos(const dh__sched *s, int worker);
 double dh__sched_task_slack(const dh__sched *s, const dh__task *t, double now);
 
 /*
- * Called with a gated plan before it is applied: rank_of holds the step's G
- * new ranks (position k of the global batch). Return 0 to accept (the
- * engine has moved the data), nonzero to refuse; the placement then stays.
+ * Called with a gated plan before it is applied: rank_of holds the step's
+ * new ranks by position k of the global batch: at every position, or, for a
+ * replica's plan of its group's moves, only at the group's positions
+ * (dh__sched_plan_positions; no other sample moves, and the rest of rank_of
+ * is not the step's). Return 0 to accept (the engine has moved the data),
+ * nonzero to refuse; the placement then stays.
  */
 typedef int (*dh__reb_accept)(void *ctx, int64_t step, const int32_t *rank_of);
 
