@@ -156,6 +156,15 @@ timeout 60 "${MPIRUN[@]}" -np 1 "$DH" run --manifest "$M" --ranks 2 --workers 2 
     --steps 2 --seed 2 > "$WORK/mix.out" 2> "$WORK/mix.err"
 check "different jobs: nonzero exit" test $? -ne 0
 check "different jobs: named" contains "$WORK/mix.err" "node 1 was started on another job than node 0: --seed differs"
+# A node that cannot load its manifest tells the others why (node 0 said only that node 1
+# "stopped before the run (its messages say why)": a user trial).
+timeout 60 "${MPIRUN[@]}" -np 1 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
+    --steps 2 : -np 1 "$DH" run --manifest "$WORK/nope/manifest.jsonl" --ranks 2 --workers 2 \
+    --batch 8 --steps 2 > /dev/null 2> "$WORK/nomani.err"
+check "a node without its manifest: nonzero exit" test $? -ne 0
+check "a node without its manifest: node 0 names the file and the cause" \
+    contains "$WORK/nomani.err" \
+    "node 0 .*node 1 (.*) failed: $WORK/nope/manifest.jsonl: cannot open manifest: no such file"
 timeout 60 "${MPIRUN[@]}" -np 2 "$DH" run --manifest "$M" --ranks 2 --workers 2 --batch 8 \
     --nodes 3 > /dev/null 2> "$WORK/nodes.err"
 check "--nodes that contradicts mpirun is refused" contains "$WORK/nodes.err" "mpirun started 2 processes"

@@ -1285,6 +1285,13 @@ START_TEST(nodes_must_divide_ranks_and_workers)
     char err[256];
     ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
     ck_assert_msg(strstr(err, "3 nodes (--nodes, or mpirun -np) must divide") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "; --ranks and --workers do not") != NULL, "%s", err);
+    c.ranks = 9; /* which one does not divide is named */
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "; --workers does not") != NULL, "%s", err);
+    c.ranks = 8, c.workers = 33;
+    ck_assert_int_eq(dh_sim_run(&c, &r, err, sizeof err), DH_EINVAL);
+    ck_assert_msg(strstr(err, "; --ranks does not") != NULL, "%s", err);
 }
 END_TEST
 

@@ -367,29 +367,56 @@ static int calibrate(dh_run_config *cfg, const sim_files *f, const dh_manifest *
     return 0;
 }
 
-/* Loads the manifest and spec the options name into cfg; 0 or 1 (reported). */
-static int load_inputs(dh_run_config *cfg, const sim_files *f, dh_manifest **m, dh_spec **spec)
+/* The loader's diagnostics, printed, the first kept: what the other nodes are told. */
+typedef struct {
+    int64_t said;
+    char *first;
+    size_t len;
+} load_said;
+
+static void keep_diag(const dh_diag *d, void *user)
+{
+    load_said *l = user;
+    if (!l->said && l->len)
+        snprintf(l->first, l->len, "%s", d->message);
+    cli_print_diag(d, &l->said);
+}
+
+/* Loads the manifest and spec the options name into cfg; 0 or 1 (reported here, and in why:
+ * the cause the other nodes of the job are told; a user trial saw node 0 say only that node
+ * 1 "stopped before the run (its messages say why)" for a manifest node 1 could not open). */
+static int load_inputs(dh_run_config *cfg, const sim_files *f, dh_manifest **m, dh_spec **spec,
+                       char *why, size_t whylen)
 {
     char err[512] = "";
     int rc;
-    if (f->manifest && cli_not_a_shard(f->manifest))
+    if (f->manifest && cli_not_a_shard(f->manifest)) {
+        snprintf(why, whylen, "%s is a tar shard, not a manifest", f->manifest);
         return 1;
+    }
     if (f->manifest) {
         dh_load_opts lo;
         dh_load_opts_default(&lo);
-        int64_t said = 0;
-        lo.diag = cli_print_diag;
+        char first[1024] = "";
+        load_said said = {0, first, sizeof first};
+        lo.diag = keep_diag;
         lo.diag_user = &said;
         lo.limits = f->limits;
         if ((rc = dh_manifest_load(f->manifest, &lo, m, NULL))) {
-            if (!said) /* a manifest that cannot be opened is said once, by the loader */
+            if (!said.said) /* a manifest that cannot be opened is said once, by the loader */
                 cli_err("%s: %s", f->manifest, dh_strerror(rc));
+            if (first[0]) /* the loader's first word names the file (and line) */
+                snprintf(why, whylen, "%s [%s]", first, dh_err_name(rc));
+            else
+                snprintf(why, whylen, "%s: %s [%s]", f->manifest, dh_strerror(rc),
+                         dh_err_name(rc));
             return 1;
         }
         cfg->manifest = *m;
     }
     if (f->spec && dh_spec_load(f->spec, spec, err, sizeof err)) {
         cli_err("%s", err);
+        snprintf(why, whylen, "%s", err);
         return 1;
     }
     cfg->spec = *spec;
@@ -695,8 +722,9 @@ static int sim_or_run(int argc, char **argv, int mode)
     /* an unwritable --json fails before the run */
     for (int k = 0; k < n && !rc; k++)
         rc = cli_out_open(&runs[k].json, lead ? runs[k].f.json : NULL);
+    char why[2100] = ""; /* a failure the other nodes are told of */
     for (int k = 0; k < n && !rc; k++)
-        rc = load_inputs(&runs[k].cfg, &runs[k].f, &runs[k].m, &runs[k].spec);
+        rc = load_inputs(&runs[k].cfg, &runs[k].f, &runs[k].m, &runs[k].spec, why, sizeof why);
     for (int k = 0; k < n && !rc && lead && mode != MODE_SIM; k++) /* say what decodes */
         if (!runs[k].f.spec && !runs[k].cfg.workload)
             cli_err("%s%s%s: no --spec or --workload: samples are decoded by the default spec "
@@ -712,7 +740,6 @@ static int sim_or_run(int argc, char **argv, int mode)
     for (int k = 1; k < n; k++)
         runs[k].cfg.cpu_cost_scale = cfg->cpu_cost_scale;
     double comm0 = cli_node_comm_cpu(node); /* MPI's start-up is not the run's */
-    char why[2100] = ""; /* a failure the other nodes are told of */
     if (!rc) {
         char err[2048] = "";
         rc = run_mode(mode, runs, n, node, err, sizeof err);

@@ -441,8 +441,12 @@ int dh__run_setup(const dh_run_config *cfg, dh__run *run, char *err, size_t errl
     const dh__workload *wl;
     rc = resolve_inputs(run, &wl, err, errlen);
     if (!rc && c->nodes > 1 && (c->ranks % c->nodes || c->workers % c->nodes)) {
+        int r_ok = c->ranks % c->nodes == 0, w_ok = c->workers % c->nodes == 0;
+        /* the one that does not divide named (a user trial could not tell which) */
         dh__msg(err, errlen, "%d nodes (--nodes, or mpirun -np) must divide --ranks (%d) and "
-                "--workers (%d): each node runs the same share", c->nodes, c->ranks, c->workers);
+                "--workers (%d): each node runs the same share; %s%s%s%s not", c->nodes,
+                c->ranks, c->workers, r_ok ? "" : "--ranks", !r_ok && !w_ok ? " and " : "",
+                w_ok ? "" : "--workers", !r_ok && !w_ok ? " do" : " does");
         rc = DH_EINVAL;
     }
     int own = c->augment || c->no_augment; /* the run changes its spec */
