@@ -209,6 +209,15 @@ check "a mistyped option: the nearest named" contains "$WORK/typo.err" \
     'serve: unexpected argument "--epoch" (did you mean --epochs? see datahelix serve --help)'
 "$DH" sim --workload omni-mix --stpes 3 2> "$WORK/typo2.err" || true
 check "a mistyped option: two letters swapped" contains "$WORK/typo2.err" "did you mean --steps?"
+# another loader's name is named with ours and what it means (a user trial typed
+# --batch-size, which no edit distance reaches)
+rc=0; "$DH" run --manifest "$WORK/data/manifest.jsonl" --batch-size 8 2> "$WORK/typo4.err" || rc=$?
+check "another loader's option name: a usage error" test "$rc" -eq 2
+check "another loader's option name: ours named, and what it means" contains "$WORK/typo4.err" \
+    'run: unexpected argument "--batch-size" (did you mean --batch? the global batch, every rank'
+"$DH" sim --workload omni-mix --num_workers=4 2> "$WORK/typo5.err" || true
+check "another loader's option name, with =: ours named" contains "$WORK/typo5.err" \
+    'did you mean --workers? decoding threads'
 "$DH" index --frobnicate 2> "$WORK/typo3.err" || true
 check "an option near none: no guess" contains "$WORK/typo3.err" \
     'index: unexpected argument "--frobnicate" (see datahelix index --help)'

@@ -50,8 +50,42 @@ static int edits(const char *a, size_t na, const char *b, size_t nb)
     return d[na][nb];
 }
 
+/* Other loaders' names for what an option here is (a user trial typed --batch-size), each
+ * with what ours means, offered where the command has that option. */
+static const struct {
+    const char *theirs, *ours, *means;
+} other_names[] = {
+    {"--batch-size", "--batch", "the global batch, every rank's samples of a step"},
+    {"--batch_size", "--batch", "the global batch, every rank's samples of a step"},
+    {"--num-workers", "--workers", "decoding threads on this node"},
+    {"--num_workers", "--workers", "decoding threads on this node"},
+    {"--world-size", "--ranks", "the job's trainer ranks"},
+    {"--world_size", "--ranks", "the job's trainer ranks"},
+};
+
+/* Whether help text t offers option o (followed by a space, a comma, '=' or its end). */
+static int offers(const char *t, const char *o)
+{
+    size_t n = strlen(o);
+    for (const char *p = strstr(t, o); p; p = strstr(p + 1, o))
+        if (!p[n] || strchr(" ,=\n]", p[n]))
+            return 1;
+    return 0;
+}
+
 int cli_unexpected(const char *cmd, const char *arg, const char *const *help_texts)
 {
+    size_t alen = strcspn(arg, "="); /* --batch-size=64 as --batch-size */
+    for (size_t k = 0; k < sizeof other_names / sizeof *other_names; k++) {
+        if (strlen(other_names[k].theirs) != alen || strncmp(arg, other_names[k].theirs, alen))
+            continue;
+        for (int t = 0; help_texts && help_texts[t]; t++)
+            if (offers(help_texts[t], other_names[k].ours)) {
+                cli_err("%s: unexpected argument \"%s\" (did you mean %s? %s; see datahelix "
+                        "%s --help)", cmd, arg, other_names[k].ours, other_names[k].means, cmd);
+                return CLI_USAGE;
+            }
+    }
     const char *best = NULL;
     size_t best_len = 0;
     int best_d = 3; /* two edits at most */
