@@ -570,13 +570,19 @@ class Loader:
         self._connect()
         self._check_not_over(epoch)
         if epoch != self.epoch:
+            at, in_epoch = self._position(self._next_loop())
+            # after a restored state the loop is where the state says (a user trial read "step
+            # 8, of epoch 1" as a step past a 5-step epoch, and was told to restore it again)
+            hint = ("it resumed there from the saved state: loop over range(loader.epoch, "
+                    "loader.epochs)" if self._resume is not None else
+                    "restore the saved state with load_state_dict before iterating, or loop "
+                    "over the epochs the agent serves")
             raise _fail(
                 "DH_EMISMATCH",
-                "set_epoch(%d), but this rank's next loop starts at step %d, of epoch %d (%d "
-                "steps an epoch); restore the saved state with load_state_dict before "
-                "iterating, or loop over the epochs the agent serves" % (
-                    epoch, self._run["step_base"] + self._next_loop(), self.epoch,
-                    self._run["steps_per_epoch"]))
+                "set_epoch(%d), but this rank's next loop is epoch %d from its step %d (global "
+                "step %d; %d steps an epoch): %s" % (
+                    epoch, at, in_epoch, self._run["step_base"] + self._next_loop(),
+                    self._run["steps_per_epoch"], hint))
 
     def state_dict(self):
         """Where a resumed job continues after this rank's last batch: epoch, step (within

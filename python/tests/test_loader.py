@@ -262,7 +262,8 @@ class LoaderTest(unittest.TestCase):
                 self.assertEqual(len(loader), 2)
                 with self.assertRaises(datahelix.DataHelixError) as ctx:
                     loader.set_epoch(1)
-                self.assertIn("set_epoch(1), but this rank's next loop starts at step 0, of epoch 0",
+                self.assertIn("set_epoch(1), but this rank's next loop is epoch 0 from its step 0 "
+                              "(global step 0; 2 steps an epoch): restore the saved state",
                               str(ctx.exception))
                 loader.set_epoch(0)
                 self.assertEqual(len(list(loader)), 2)
@@ -271,6 +272,25 @@ class LoaderTest(unittest.TestCase):
                         call()  # the agent's job was one epoch
                     self.assertIn("the agent's job ends at step 2: no batch is left for epoch 1",
                                   str(ctx.exception))
+
+    def test_set_epoch_after_a_restored_state_says_where_it_resumed(self):
+        """A user trial called set_epoch(0) after restoring a state of epoch 1 and read "starts
+        at step 5, of epoch 1" (a global step, next to an epoch of 4 steps) and "restore the
+        saved state", which it had: the epoch's own step is named, the global step as such,
+        and the hint is to loop from loader.epoch."""
+        s = sock()
+        with Agent(self.tmp, s, "--ranks", "1", "--batch", "2", "--epochs", "3",
+                   "--no-shuffle"):
+            with datahelix.Loader(socket=s, rank=0, world_size=1) as loader:
+                loader.load_state_dict({"epoch": 1, "step": 1})
+                with self.assertRaises(datahelix.DataHelixError) as ctx:
+                    loader.set_epoch(0)
+                self.assertIn("set_epoch(0), but this rank's next loop is epoch 1 from its step 1 "
+                              "(global step 5; 4 steps an epoch): it resumed there from the "
+                              "saved state: loop over range(loader.epoch, loader.epochs)",
+                              str(ctx.exception))
+                loader.set_epoch(1)
+                self.assertEqual([b["epoch_step"] for b in loader], [1, 2, 3])
 
     def test_a_state_from_another_job_is_refused(self):
         s = sock()
