@@ -413,7 +413,6 @@ int main(int argc, char **argv)
             others_sum += others;
             reb_sum += t_reb;
         }
-        if (getenv("BENCH_WIN") && (st % 8 == 0 || st < 8)) fprintf(stderr, "step %lld window %lld\n", (long long)st, (long long)dh__sched_window_steps(s));
         if (st >= settled) {
             late_ctl += ctl;
             late_step += step_s;

@@ -51,17 +51,25 @@ static int edits(const char *a, size_t na, const char *b, size_t nb)
 }
 
 /* Other loaders' names for what an option here is (a user trial typed --batch-size), each
- * with what ours means, offered where the command has that option. */
+ * with what ours means, offered where the command has that option; '_' reads as '-'. */
 static const struct {
     const char *theirs, *ours, *means;
 } other_names[] = {
     {"--batch-size", "--batch", "the global batch, every rank's samples of a step"},
-    {"--batch_size", "--batch", "the global batch, every rank's samples of a step"},
     {"--num-workers", "--workers", "decoding threads on this node"},
-    {"--num_workers", "--workers", "decoding threads on this node"},
     {"--world-size", "--ranks", "the job's trainer ranks"},
-    {"--world_size", "--ranks", "the job's trainer ranks"},
 };
+
+/* Whether arg[0, n) is name, an underscore standing for a hyphen. */
+static int same_name(const char *arg, size_t n, const char *name)
+{
+    if (strlen(name) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((arg[i] == '_' ? '-' : arg[i]) != name[i])
+            return 0;
+    return 1;
+}
 
 /* Whether help text t offers option o (followed by a space, a comma, '=' or its end). */
 static int offers(const char *t, const char *o)
@@ -77,7 +85,7 @@ int cli_unexpected(const char *cmd, const char *arg, const char *const *help_tex
 {
     size_t alen = strcspn(arg, "="); /* --batch-size=64 as --batch-size */
     for (size_t k = 0; k < sizeof other_names / sizeof *other_names; k++) {
-        if (strlen(other_names[k].theirs) != alen || strncmp(arg, other_names[k].theirs, alen))
+        if (!same_name(arg, alen, other_names[k].theirs))
             continue;
         for (int t = 0; help_texts && help_texts[t]; t++)
             if (offers(help_texts[t], other_names[k].ours)) {

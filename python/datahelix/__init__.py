@@ -569,8 +569,8 @@ class Loader:
         epoch = int(epoch)
         self._connect()
         self._check_not_over(epoch)
-        if epoch != self.epoch:
-            at, in_epoch = self._position(self._next_loop())
+        at, in_epoch = self._position(self._next_loop())  # (self.epoch's reading)
+        if epoch != at:
             # after a restored state the loop is where the state says (a user trial read "step
             # 8, of epoch 1" as a step past a 5-step epoch, and was told to restore it again)
             hint = ("it resumed there from the saved state: loop over range(loader.epoch, "
